@@ -1,0 +1,13 @@
+# Every third-party dependency comes from Debian packages (scripts/setup installs them).
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+find_package(RocksDB REQUIRED CONFIG)
+find_package(nlohmann_json 3.10 REQUIRED CONFIG)
+find_package(Boost 1.74 REQUIRED)
+find_package(OpenSSL REQUIRED)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+if(KVATLAS_BUILD_TESTS)
+  find_package(doctest REQUIRED CONFIG)
+  include(doctest)
+endif()

@@ -1,0 +1,65 @@
+// Core value types of the kvatlas data model (docs/architecture.md §Data model).
+// All types are plain values; safe to share read-only across threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kvatlas {
+
+// A block key: the rolling sequence hash of a prefix block (see block_hasher.h).
+using BlockKey = uint64_t;
+// The replicated log index of a change; every answer carries the revision it reflects.
+using Revision = uint64_t;
+
+// Where a copy of a block lives. The numeric values are stored on disk and on the wire.
+// GPU < CPU < DISK is the order of the cumulative prefix answers (GPU ≤ GPU∪CPU ≤ …).
+enum class Tier : uint8_t { kGpu = 0, kCpu = 1, kDisk = 2, kShared = 3 };
+inline constexpr int kNumTiers = 4;
+
+// "GPU", "CPU", "DISK", "SHARED".
+[[nodiscard]] std::string_view TierName(Tier tier);
+
+// Maps an engine `medium` string onto a tier, case-insensitively:
+// GPU/DEVICE/HBM → GPU; CPU/CPU_PINNED/HOST/CPU_TIER1/DRAM → CPU;
+// DISK/NVME/SSD/STORAGE/CPU_TIER2/LOCAL_DISK → DISK; EXTERNAL/REMOTE/SHARED/NETWORK → SHARED.
+// An empty medium means GPU (engines omit it for device blocks). `known` is set false for
+// strings outside these lists; they map to the nearest tier by substring, else GPU.
+[[nodiscard]] Tier TierFromMedium(std::string_view medium, bool* known = nullptr);
+// Parses exactly a TierName (case-insensitive). nullopt otherwise.
+[[nodiscard]] std::optional<Tier> ParseTierName(std::string_view name);
+
+// A hash namespace: blocks from different contexts never match.
+struct ContextKey {
+  std::string tenant = "default";
+  std::string model;
+  std::string lora_name;  // empty = base model
+  uint32_t block_size = 0;
+  std::string salt;  // additional_salt / cache_salt
+
+  friend bool operator==(const ContextKey&, const ContextKey&) = default;
+  // "tenant/model/lora/block_size/salt", for logs and metrics labels.
+  std::string ToString() const;
+};
+
+// Who holds a copy: an instance (router-facing target, e.g. an engine endpoint) or a shared
+// storage backend, plus the data-parallel rank. Events name it by `backend_id`/`instance_id`.
+struct HolderKey {
+  std::string id;
+  uint32_t dp_rank = 0;
+
+  friend bool operator==(const HolderKey&, const HolderKey&) = default;
+  std::string ToString() const;  // "id|rank"
+};
+
+struct ContextKeyHash {
+  size_t operator()(const ContextKey& k) const;
+};
+struct HolderKeyHash {
+  size_t operator()(const HolderKey& k) const;
+};
+
+}  // namespace kvatlas

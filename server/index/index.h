@@ -1,0 +1,140 @@
+// Index: the in-memory map from (context, block key) to the holders and tiers that hold the
+// block. It serves every lookup and is the single decider of state changes: Apply() turns a
+// command into mutations that storage mirrors (docs/architecture.md §Index).
+//
+// Thread-safety: none inside. One writer (the applier thread) calls Apply/Load*; readers
+// call the const methods. The owner (StateMachine) serialises them with a shared_mutex.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvatlas/common/status.h"
+#include "kvatlas/common/types.h"
+#include "server/state/command.h"
+#include "server/state/mutation.h"
+
+namespace kvatlas::server {
+
+struct IndexOptions {
+  // Entries (block × holder × tier) one context may hold. Past it, the oldest blocks of that
+  // context (by first indexing, FIFO) are evicted whole, with all their entries, until the
+  // context is back under the cap. Bounds memory against publishers that never remove.
+  uint64_t max_entries_per_context = 16'000'000;
+  // Longest chain a lookup walks; keys past it are ignored.
+  uint32_t max_lookup_blocks = 8192;
+};
+
+struct LookupOptions {
+  // Report only this instance id (all dp ranks); empty = every holder.
+  std::string instance_id;
+  // Include per-block locations of SHARED-tier matches.
+  bool include_locations = true;
+};
+
+// One holder's match, in blocks from block 0. Cumulative: gpu ≤ cpu ≤ disk.
+struct HolderMatch {
+  uint32_t holder_id = 0;
+  HolderKey holder;
+  uint32_t gpu = 0;   // contiguous prefix in GPU
+  uint32_t cpu = 0;   // contiguous prefix in GPU ∪ CPU
+  uint32_t disk = 0;  // contiguous prefix in GPU ∪ CPU ∪ DISK (= longest for an instance)
+  uint32_t shared = 0;  // contiguous prefix in SHARED
+  // Location of each of the first `shared` blocks (when requested; "" when none recorded).
+  std::vector<std::string> shared_locations;
+};
+
+struct LookupResult {
+  uint32_t blocks_queried = 0;  // keys considered (after max_lookup_blocks)
+  uint32_t blocks_found = 0;    // leading keys that some holder has (any tier), contiguous
+  // Holders with a non-zero match, ordered by holder id.
+  std::vector<HolderMatch> holders;
+};
+
+struct BlockLocation {
+  ContextKey context;
+  HolderKey holder;
+  Tier tier = Tier::kGpu;
+  uint32_t depth = 0;
+  uint32_t refcount = 0;
+  uint64_t engine_hash = 0;
+  std::string location;
+};
+
+struct HolderInfo {
+  uint32_t id = 0;
+  HolderKey holder;
+  uint64_t entries = 0;
+  uint64_t entries_by_tier[kNumTiers] = {};
+};
+
+struct ContextInfo {
+  uint32_t id = 0;
+  ContextKey context;
+  uint64_t blocks = 0;
+  uint64_t entries = 0;
+  uint64_t evicted_blocks = 0;  // since start
+};
+
+struct IndexStats {
+  uint64_t contexts = 0;
+  uint64_t holders = 0;
+  uint64_t blocks = 0;
+  uint64_t entries = 0;
+  uint64_t aliases = 0;
+  uint64_t locations = 0;
+  uint64_t evicted_blocks = 0;   // since start
+  uint64_t memory_bytes = 0;     // bytes held by the index's own tables and pools
+};
+
+class Index {
+ public:
+  explicit Index(IndexOptions options = {});
+  ~Index();
+  Index(const Index&) = delete;
+  Index& operator=(const Index&) = delete;
+
+  const IndexOptions& options() const { return options_; }
+
+  // Applies one command. Appends what changed to `out` (may be null). Never fails on a
+  // well-formed command: unknown holders, keys and aliases are no-ops, not errors.
+  // `seed` is the standard hasher seed, for KeyMode::kLocal chaining.
+  void Apply(const Command& command, uint64_t seed, MutationList* out);
+
+  // Boot-time loading from storage, in this order: contexts and holders (any order), then
+  // blocks in ascending stamp order per context, then entries. Ids are those of storage.
+  // Returns kCorruption for records that contradict each other (an entry without its block).
+  Status LoadContext(uint32_t id, const ContextKey& key);
+  Status LoadHolder(uint32_t id, const HolderKey& key);
+  Status LoadBlock(uint32_t context, BlockKey key, uint32_t depth, uint64_t stamp);
+  Status LoadEntry(uint32_t context, BlockKey key, uint32_t holder, Tier tier, uint32_t refcount,
+                   uint64_t engine_hash, std::string location);
+
+  // Prefix lookup of a chain of block keys in `context`. An unknown context answers no
+  // matches. Stops at the first key that no holder has.
+  LookupResult Lookup(const ContextKey& context, std::span<const BlockKey> keys,
+                      const LookupOptions& options = {}) const;
+
+  // Every copy of `key`, in `context` or (when null) in every context.
+  std::vector<BlockLocation> Locate(BlockKey key, const ContextKey* context = nullptr) const;
+
+  std::vector<HolderInfo> Holders() const;
+  std::vector<ContextInfo> Contexts() const;
+  IndexStats Stats() const;
+
+  // A digest of the logical content (contexts, holders, blocks, entries), independent of
+  // memory layout and insertion history: equal state ⇒ equal digest. For tests and, later,
+  // replica comparison.
+  uint64_t StateDigest() const;
+
+ private:
+  class Impl;
+  IndexOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvatlas::server

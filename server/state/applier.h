@@ -1,0 +1,65 @@
+// Applier: the thread that owns writes. Network handlers Submit() command batches into a
+// bounded queue and wait on the returned future; the applier drains up to
+// max_group_batches at a time and applies them as one group (one storage write, one fsync):
+// group commit. Handlers never touch the state machine directly.
+//
+// Thread-safety: Submit/Stop from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "kvatlas/common/result.h"
+#include "server/state/command.h"
+#include "server/state/state_machine.h"
+
+namespace kvatlas::server {
+
+struct ApplierOptions {
+  // Pending batches; past it Submit answers kResourceExhausted at once (the HTTP layer
+  // turns it into 429) instead of queueing without bound.
+  size_t max_queue = 1024;
+  // Batches applied per group (one storage write).
+  size_t max_group_batches = 256;
+};
+
+class Applier {
+ public:
+  Applier(StateMachine* machine, ApplierOptions options = {});
+  ~Applier();  // Stop()s
+  Applier(const Applier&) = delete;
+  Applier& operator=(const Applier&) = delete;
+
+  // Queues `batch`; the future yields the revision it was applied at, or an error
+  // (kResourceExhausted when the queue is full, kUnavailable after Stop or a storage
+  // failure, kIOError for the failing group itself).
+  std::future<Result<Revision>> Submit(CommandBatch batch);
+
+  // Applies what is queued, then stops the thread. Idempotent.
+  void Stop();
+
+  // True once a storage write failed: the process must stop taking writes.
+  bool failed() const;
+
+ private:
+  struct Pending {
+    CommandBatch batch;
+    std::promise<Result<Revision>> done;
+  };
+  void Run();
+
+  StateMachine* machine_;
+  ApplierOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;
+  bool stopping_ = false;
+  bool failed_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kvatlas::server

@@ -1,0 +1,79 @@
+// Commands: the only way state changes. Every write (REST ingest today; ZMQ ingest and the
+// raft log later) becomes a CommandBatch applied by the StateMachine, so that a replicated
+// log can sit in front of it without touching the index or storage code.
+// Commands are plain values; encoding is in command_codec.h (docs/storage.md §Commands).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kvatlas/common/types.h"
+
+namespace kvatlas::server {
+
+// How the `hashes` of a StoreCommand are to be read.
+enum class KeyMode : uint8_t {
+  // hashes[i] are block keys (standard rolling sequence hashes) already.
+  kSequence = 0,
+  // hashes[i] are standard *local* block hashes (XXH3 of one block's tokens); the applier
+  // chains them from `parent` to get block keys. Used when the publisher sent token_ids:
+  // the parent's block key is only known to the state machine (through the alias of the
+  // parent's engine hash), so chaining has to happen at apply time to be deterministic.
+  kLocal = 1,
+};
+
+// A holder stores consecutive blocks of one chain in one tier.
+struct StoreCommand {
+  ContextKey context;
+  HolderKey holder;
+  Tier tier = Tier::kGpu;
+  KeyMode mode = KeyMode::kSequence;
+  // The block before hashes[0]: a block key, or an engine hash this holder published
+  // (resolved through its alias). nullopt = hashes[0] is at the root (depth 0) or unknown.
+  std::optional<uint64_t> parent;
+  // Depth (position from block 0) of hashes[0]; for kSequence without it, depth is derived
+  // from the parent block's depth + 1 when the parent is indexed, else 0.
+  std::optional<uint32_t> base_depth;
+  std::vector<uint64_t> hashes;
+  // Empty, or one engine hash per block: the publisher's own hash, kept as an alias so that
+  // removals naming it find the block. Equal to the key when the publisher is standard.
+  std::vector<uint64_t> engine_hashes;
+  // Empty, or one location descriptor per block (storage tiers: URI, object key, path+off).
+  std::vector<std::string> locations;
+
+  friend bool operator==(const StoreCommand&, const StoreCommand&) = default;
+};
+
+// A holder evicted blocks. Each hash is an engine hash (resolved through the holder's alias)
+// or a block key. tier nullopt = every tier of this holder.
+struct RemoveCommand {
+  ContextKey context;
+  HolderKey holder;
+  std::optional<Tier> tier;
+  std::vector<uint64_t> hashes;
+
+  friend bool operator==(const RemoveCommand&, const RemoveCommand&) = default;
+};
+
+// Drops a holder's entries, optionally only in one context and/or one tier.
+struct ClearCommand {
+  HolderKey holder;
+  std::optional<ContextKey> context;
+  std::optional<Tier> tier;
+
+  friend bool operator==(const ClearCommand&, const ClearCommand&) = default;
+};
+
+using Command = std::variant<StoreCommand, RemoveCommand, ClearCommand>;
+
+// What one log entry carries: commands applied atomically, in order, at one revision.
+struct CommandBatch {
+  std::vector<Command> commands;
+
+  friend bool operator==(const CommandBatch&, const CommandBatch&) = default;
+};
+
+}  // namespace kvatlas::server

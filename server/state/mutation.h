@@ -1,0 +1,44 @@
+// Mutation: one change to the persistent map, as decided by the Index while applying a
+// command. Storage mirrors mutations into RocksDB; the change feed (later) publishes them.
+// A Put carries the full new value of its record, so a consumer never needs to read first.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvatlas/common/types.h"
+
+namespace kvatlas::server {
+
+enum class MutationKind : uint8_t {
+  kPutContext = 1,   // context, context_key
+  kPutHolder = 2,    // holder, holder_key
+  kPutBlock = 3,     // context, key, depth, stamp
+  kDeleteBlock = 4,  // context, key
+  kPutEntry = 5,     // context, key, holder, tier, refcount, engine_hash, location
+  kDeleteEntry = 6,  // context, key, holder, tier
+};
+
+// Why a record went away (or came), for metrics and the change feed.
+enum class MutationCause : uint8_t { kStored = 0, kRemoved = 1, kCleared = 2, kEvicted = 3 };
+
+struct Mutation {
+  MutationKind kind = MutationKind::kPutEntry;
+  MutationCause cause = MutationCause::kStored;
+  uint32_t context = 0;  // interned context id
+  uint32_t holder = 0;   // interned holder id
+  BlockKey key = 0;
+  Tier tier = Tier::kGpu;
+  uint32_t depth = 0;
+  uint64_t stamp = 0;  // block creation order within its context (eviction order)
+  uint32_t refcount = 0;
+  uint64_t engine_hash = 0;
+  std::string location;
+  ContextKey context_key;  // kPutContext only
+  HolderKey holder_key;    // kPutHolder only
+};
+
+using MutationList = std::vector<Mutation>;
+
+}  // namespace kvatlas::server

@@ -1,0 +1,77 @@
+// StateMachine: the one place where commands change state. It owns the Index and applies
+// CommandBatches to it at consecutive revisions, writing the resulting mutations to Storage
+// atomically with the revision. Later a raft log feeds it; today the Applier does.
+//
+// Thread-safety: Apply/Recover from one thread (the applier); Read() from any thread.
+// Readers see whole applied groups only (a shared_mutex around the index).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <span>
+
+#include "kvatlas/common/block_hasher.h"
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/status.h"
+#include "server/index/index.h"
+#include "server/state/command.h"
+#include "server/storage/storage.h"
+
+namespace kvatlas::server {
+
+struct StateMachineOptions {
+  IndexOptions index;
+  uint64_t hash_seed = kDefaultHashSeed;
+};
+
+// Counts of what applying did, for metrics.
+struct ApplyCounters {
+  uint64_t stored_commands = 0;
+  uint64_t removed_commands = 0;
+  uint64_t cleared_commands = 0;
+  uint64_t entries_added = 0;
+  uint64_t entries_removed = 0;
+  uint64_t entries_evicted = 0;
+};
+
+class StateMachine {
+ public:
+  // `storage` may be null: an in-memory state machine (tests, benchmarks).
+  StateMachine(StateMachineOptions options, Storage* storage);
+
+  // Checks the hash seed and rebuilds the index from storage. Call once, before Apply.
+  [[nodiscard]] Status Recover();
+
+  // Applies `batches` in order at revisions applied_revision()+1 … +n and writes them to
+  // storage in one atomic write. Returns the revision of the last batch. A storage failure
+  // is returned as kIOError; the memory index then is ahead of disk, so the caller must stop
+  // serving writes (the server exits; restart rebuilds from disk).
+  [[nodiscard]] Result<Revision> Apply(std::span<const CommandBatch* const> batches);
+
+  Revision applied_revision() const { return applied_.load(std::memory_order_acquire); }
+  uint64_t hash_seed() const { return options_.hash_seed; }
+  const BlockHasher& hasher() const { return hasher_; }
+
+  // Runs f(const Index&, Revision) under the read lock and returns its result.
+  template <typename F>
+  auto Read(F&& f) const {
+    std::shared_lock lock(mu_);
+    return f(static_cast<const Index&>(index_), applied_.load(std::memory_order_relaxed));
+  }
+
+  ApplyCounters counters() const;
+
+ private:
+  StateMachineOptions options_;
+  Storage* storage_;
+  BlockHasher hasher_;
+  mutable std::shared_mutex mu_;
+  Index index_;
+  std::atomic<Revision> applied_{0};
+  MutationList scratch_;
+  std::atomic<uint64_t> counters_[6] = {};
+};
+
+}  // namespace kvatlas::server

@@ -1,0 +1,63 @@
+// Storage: RocksDB persistence of the whole map (docs/storage.md). It mirrors the mutations
+// the Index decides, writing each applied group atomically together with `applied_index`,
+// and rebuilds an Index from disk at boot.
+//
+// Thread-safety: Write/Load/Flush from one thread at a time (the applier); the read-only
+// accessors may be called concurrently with them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/status.h"
+#include "kvatlas/common/types.h"
+#include "server/state/mutation.h"
+
+namespace kvatlas::server {
+
+class Index;
+
+struct StorageOptions {
+  // Directory of the RocksDB database (created if missing).
+  std::string path;
+  // fsync the WAL on every Write. Off, an acknowledged write survives a process crash but
+  // not a power loss (the OS may not have written the WAL yet).
+  bool sync_writes = true;
+  // RocksDB block cache and write buffer, in bytes.
+  uint64_t block_cache_bytes = 64ull << 20;
+  uint64_t write_buffer_bytes = 64ull << 20;
+};
+
+class Storage {
+ public:
+  virtual ~Storage() = default;
+
+  // Opens (creating if needed) the RocksDB database at options.path.
+  // kIOError if it cannot be opened (missing permissions, held by another process: the
+  // message says which), kCorruption if its format version is unknown.
+  [[nodiscard]] static Result<std::unique_ptr<Storage>> Open(const StorageOptions& options);
+
+  // On a new database records `hash_seed`; on an existing one returns kFailedPrecondition
+  // when it differs (block keys on disk were computed with the stored seed).
+  [[nodiscard]] virtual Status CheckHashSeed(uint64_t hash_seed) = 0;
+
+  // The revision of the last applied write (0 for a new database).
+  [[nodiscard]] virtual Result<Revision> AppliedIndex() const = 0;
+
+  // Writes `mutations` and applied_index atomically (one WriteBatch).
+  [[nodiscard]] virtual Status Write(Revision applied_index, std::span<const Mutation> mutations) = 0;
+
+  // Loads every record into `index` (which must be empty) in the order Index::Load* requires.
+  [[nodiscard]] virtual Status LoadInto(Index* index) const = 0;
+
+  // Makes all writes so far durable (WAL fsync). Called at shutdown.
+  [[nodiscard]] virtual Status Flush() = 0;
+
+  // Approximate on-disk size of the database, for /v1/stats.
+  virtual uint64_t ApproximateSizeBytes() const = 0;
+};
+
+}  // namespace kvatlas::server
