@@ -1,1 +1,468 @@
-// placeholder
+// The Index's write side: applying commands, evicting, and loading from storage.
+#include "server/index/index.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "kvatlas/common/block_hasher.h"
+#include "server/index/index_impl.h"
+
+namespace kvatlas::server {
+
+namespace {
+
+template <typename... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <typename... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+}  // namespace
+
+Index::Index(IndexOptions options) : options_(options), impl_(std::make_unique<Impl>(options)) {}
+Index::~Index() = default;
+Index::Index(Index&&) noexcept = default;
+Index& Index::operator=(Index&&) noexcept = default;
+
+void Index::Apply(const Command& command, uint64_t seed, MutationList* out) {
+  std::visit(Overloaded{
+                 [&](const StoreCommand& c) { impl_->ApplyStore(c, seed, out); },
+                 [&](const RemoveCommand& c) { impl_->ApplyRemove(c, out); },
+                 [&](const ClearCommand& c) { impl_->ApplyClear(c, out); },
+             },
+             command);
+}
+
+// ---------------------------------------------------------------------------------------
+// Records
+
+uint32_t Index::Impl::InternContext(const ContextKey& key, MutationList* out) {
+  if (uint32_t id = FindContext(key); id != kNil) return id;
+  const auto id = static_cast<uint32_t>(contexts_.size());
+  contexts_.emplace_back();
+  contexts_.back().key = key;
+  contexts_.back().live = true;
+  context_ids_.emplace(key, id);
+  if (out) {
+    Mutation m;
+    m.kind = MutationKind::kPutContext;
+    m.context = id;
+    m.context_key = key;
+    out->push_back(std::move(m));
+  }
+  return id;
+}
+
+uint32_t Index::Impl::InternHolder(const HolderKey& key, MutationList* out) {
+  if (uint32_t id = FindHolder(key); id != kNil) return id;
+  const auto id = static_cast<uint32_t>(holders_.size());
+  holders_.emplace_back();
+  holders_.back().key = key;
+  holders_.back().live = true;
+  holder_ids_.emplace(key, id);
+  if (out) {
+    Mutation m;
+    m.kind = MutationKind::kPutHolder;
+    m.holder = id;
+    m.holder_key = key;
+    out->push_back(std::move(m));
+  }
+  return id;
+}
+
+uint32_t Index::Impl::CreateBlock(uint32_t context, uint64_t key, uint32_t depth) {
+  const uint32_t b = blocks_.Allocate();
+  ContextRec& ctx = contexts_[context];
+  blocks_[b] = BlockRec{key, context, depth, kNil, ctx.fifo_tail, kNil};
+  if (ctx.fifo_tail != kNil) {
+    blocks_[ctx.fifo_tail].fifo_next = b;
+  } else {
+    ctx.fifo_head = b;
+  }
+  ctx.fifo_tail = b;
+  ++ctx.blocks;
+  forward_.Insert(ForwardKey(context, key), b);
+  return b;
+}
+
+uint32_t Index::Impl::FindAlias(uint32_t context, uint32_t holder, uint64_t engine_hash) const {
+  return aliases_.Find(AliasKey(context, holder, engine_hash), [&](uint32_t b) {
+    if (blocks_[b].context != context) return false;
+    for (uint32_t e = blocks_[b].head; e != kNil; e = entries_[e].next_in_block) {
+      const EntryRec& rec = entries_[e];
+      if (rec.holder == holder && rec.engine_hash == engine_hash && (rec.flags & kEntryHasAlias)) {
+        return true;
+      }
+    }
+    return false;
+  });
+}
+
+uint32_t Index::Impl::CreateEntry(uint32_t b, uint32_t holder, Tier tier, uint64_t engine_hash,
+                                  uint16_t refcount, std::string location) {
+  BlockRec& block = blocks_[b];
+  const uint32_t e = entries_.Allocate();
+  HolderRec& h = holders_[holder];
+  entries_[e] = EntryRec{engine_hash, b, holder, block.head, kNil, h.head,
+                         static_cast<uint8_t>(tier), 0, refcount};
+  block.head = e;
+  if (h.head != kNil) entries_[h.head].holder_prev = e;
+  h.head = e;
+  ++h.entries;
+  ++h.by_tier[static_cast<int>(tier)];
+  ++contexts_[block.context].entries;
+  ++entry_count_;
+  AttachAlias(e);
+  SetEntryLocation(e, std::move(location));
+  return e;
+}
+
+void Index::Impl::SetEntryLocation(uint32_t e, std::string location) {
+  EntryRec& rec = entries_[e];
+  if (location.empty()) return;
+  rec.flags |= kEntryHasLocation;
+  locations_[e] = std::move(location);
+}
+
+const std::string& Index::Impl::LocationOf(uint32_t e) const {
+  static const std::string kNone;
+  if (!(entries_[e].flags & kEntryHasLocation)) return kNone;
+  auto it = locations_.find(e);
+  return it == locations_.end() ? kNone : it->second;
+}
+
+void Index::Impl::EmitEntry(uint32_t e, MutationCause cause, MutationList* out) const {
+  if (!out) return;
+  const EntryRec& rec = entries_[e];
+  const BlockRec& block = blocks_[rec.block];
+  Mutation m;
+  m.kind = MutationKind::kPutEntry;
+  m.cause = cause;
+  m.context = block.context;
+  m.holder = rec.holder;
+  m.key = block.key;
+  m.tier = static_cast<Tier>(rec.tier);
+  m.depth = block.depth;
+  m.refcount = rec.refcount;
+  m.engine_hash = rec.engine_hash;
+  m.location = LocationOf(e);
+  out->push_back(std::move(m));
+}
+
+void Index::Impl::AttachAlias(uint32_t e) {
+  EntryRec& rec = entries_[e];
+  const BlockRec& block = blocks_[rec.block];
+  if (rec.engine_hash == block.key) return;
+  // One alias per (context, holder, engine hash): several tiers of one block share it.
+  if (FindAlias(block.context, rec.holder, rec.engine_hash) == kNil) {
+    aliases_.Insert(AliasKey(block.context, rec.holder, rec.engine_hash), rec.block);
+  }
+  rec.flags |= kEntryHasAlias;
+}
+
+void Index::Impl::ReleaseAlias(uint32_t e) {
+  EntryRec& rec = entries_[e];
+  if (!(rec.flags & kEntryHasAlias)) return;
+  rec.flags &= static_cast<uint8_t>(~kEntryHasAlias);
+  const BlockRec& block = blocks_[rec.block];
+  // Keep it while another tier of this holder still carries the same engine hash.
+  for (uint32_t o = block.head; o != kNil; o = entries_[o].next_in_block) {
+    const EntryRec& other = entries_[o];
+    if (o != e && other.holder == rec.holder && other.engine_hash == rec.engine_hash &&
+        (other.flags & kEntryHasAlias)) {
+      return;
+    }
+  }
+  aliases_.Erase(AliasKey(block.context, rec.holder, rec.engine_hash), rec.block);
+}
+
+void Index::Impl::DeleteEntry(uint32_t e, MutationCause cause, MutationList* out, bool cascade) {
+  ReleaseAlias(e);
+  const EntryRec rec = entries_[e];
+  BlockRec& block = blocks_[rec.block];
+  if (out) {
+    Mutation m;
+    m.kind = MutationKind::kDeleteEntry;
+    m.cause = cause;
+    m.context = block.context;
+    m.holder = rec.holder;
+    m.key = block.key;
+    m.tier = static_cast<Tier>(rec.tier);
+    m.engine_hash = rec.engine_hash;
+    out->push_back(std::move(m));
+  }
+  if (block.head == e) {
+    block.head = rec.next_in_block;
+  } else {
+    uint32_t p = block.head;
+    while (entries_[p].next_in_block != e) p = entries_[p].next_in_block;
+    entries_[p].next_in_block = rec.next_in_block;
+  }
+  HolderRec& h = holders_[rec.holder];
+  if (rec.holder_prev != kNil) {
+    entries_[rec.holder_prev].holder_next = rec.holder_next;
+  } else {
+    h.head = rec.holder_next;
+  }
+  if (rec.holder_next != kNil) entries_[rec.holder_next].holder_prev = rec.holder_prev;
+  --h.entries;
+  --h.by_tier[rec.tier];
+  --contexts_[block.context].entries;
+  --entry_count_;
+  if (rec.flags & kEntryHasLocation) locations_.erase(e);
+  entries_.Free(e);
+  if (cascade && block.head == kNil) RemoveBlockRecord(rec.block, cause, out);
+}
+
+void Index::Impl::DeleteBlock(uint32_t b, MutationCause cause, MutationList* out) {
+  while (blocks_[b].head != kNil) DeleteEntry(blocks_[b].head, cause, out, /*cascade=*/false);
+  RemoveBlockRecord(b, cause, out);
+}
+
+void Index::Impl::RemoveBlockRecord(uint32_t b, MutationCause cause, MutationList* out) {
+  const BlockRec block = blocks_[b];
+  ContextRec& ctx = contexts_[block.context];
+  if (out) {
+    Mutation m;
+    m.kind = MutationKind::kDeleteBlock;
+    m.cause = cause;
+    m.context = block.context;
+    m.key = block.key;
+    out->push_back(std::move(m));
+  }
+  if (block.fifo_prev != kNil) {
+    blocks_[block.fifo_prev].fifo_next = block.fifo_next;
+  } else {
+    ctx.fifo_head = block.fifo_next;
+  }
+  if (block.fifo_next != kNil) {
+    blocks_[block.fifo_next].fifo_prev = block.fifo_prev;
+  } else {
+    ctx.fifo_tail = block.fifo_prev;
+  }
+  --ctx.blocks;
+  if (cause == MutationCause::kEvicted) {
+    ++ctx.evicted_blocks;
+    ++evicted_blocks_;
+  }
+  forward_.Erase(ForwardKey(block.context, block.key), b);
+  blocks_.Free(b);
+}
+
+void Index::Impl::EvictOverflow(uint32_t context, MutationList* out) {
+  ContextRec& ctx = contexts_[context];
+  while (ctx.entries > options_.max_entries_per_context && ctx.fifo_head != kNil) {
+    DeleteBlock(ctx.fifo_head, MutationCause::kEvicted, out);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Commands
+
+void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList* out) {
+  if (c.hashes.empty()) return;
+  const uint32_t context = InternContext(c.context, out);
+  const uint32_t holder = InternHolder(c.holder, out);
+
+  // Resolve the parent: an engine hash this holder published, else a block key.
+  uint32_t parent_block = kNil;
+  if (c.parent) {
+    parent_block = FindAlias(context, holder, *c.parent);
+    if (parent_block == kNil) parent_block = FindBlock(context, *c.parent);
+  }
+  uint32_t depth = 0;
+  if (c.base_depth) {
+    depth = *c.base_depth;
+  } else if (parent_block != kNil) {
+    depth = blocks_[parent_block].depth + 1;
+  }
+
+  // Block keys. kLocal chains the standard local hashes from the parent's block key; an
+  // unresolved parent chains from its raw value, so the blocks are still indexed (and their
+  // children resolve through aliases) even though a lookup from the root cannot reach them.
+  std::vector<uint64_t> chained;
+  std::span<const uint64_t> keys = c.hashes;
+  if (c.mode == KeyMode::kLocal) {
+    std::optional<uint64_t> parent_key;
+    if (parent_block != kNil) {
+      parent_key = blocks_[parent_block].key;
+    } else if (c.parent) {
+      parent_key = c.parent;
+    }
+    chained = BlockHasher(seed).ChainLocals(c.hashes, parent_key);
+    keys = chained;
+  }
+
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t key = keys[i];
+    const uint64_t engine_hash = c.engine_hashes.empty() ? key : c.engine_hashes[i];
+    std::string location = c.locations.empty() ? std::string() : c.locations[i];
+    uint32_t b = FindBlock(context, key);
+    if (b == kNil) {
+      b = CreateBlock(context, key, depth + static_cast<uint32_t>(i));
+      if (out) {
+        Mutation m;
+        m.kind = MutationKind::kPutBlock;
+        m.context = context;
+        m.key = key;
+        m.depth = blocks_[b].depth;
+        m.stamp = contexts_[context].next_stamp;
+        out->push_back(std::move(m));
+      }
+      ++contexts_[context].next_stamp;
+    }
+    if (engine_hash != key) {
+      // An engine hash names one block per (context, holder). If this holder announced it
+      // for another block before (indexed under a wrong key, e.g. from an unresolved
+      // parent), the new announcement wins and the old copies go.
+      const uint32_t previous = FindAlias(context, holder, engine_hash);
+      if (previous != kNil && previous != b) RemoveAliased(previous, holder, engine_hash, out);
+    }
+    uint32_t e = FindEntry(b, holder, c.tier);
+    if (e == kNil) {
+      e = CreateEntry(b, holder, c.tier, engine_hash, 1, std::move(location));
+    } else {
+      EntryRec& rec = entries_[e];
+      if (rec.refcount < kMaxRefcount) ++rec.refcount;
+      if (rec.engine_hash != engine_hash) {
+        // The publisher re-announced the block under a new hash: re-key its alias.
+        ReleaseAlias(e);
+        rec.engine_hash = engine_hash;
+        AttachAlias(e);
+      }
+      SetEntryLocation(e, std::move(location));
+    }
+    EmitEntry(e, MutationCause::kStored, out);
+  }
+  EvictOverflow(context, out);
+}
+
+void Index::Impl::RemoveAliased(uint32_t b, uint32_t holder, uint64_t engine_hash,
+                                MutationList* out) {
+  uint32_t victims[kNumTiers];
+  int n = 0;
+  for (uint32_t e = blocks_[b].head; e != kNil; e = entries_[e].next_in_block) {
+    if (entries_[e].holder == holder && entries_[e].engine_hash == engine_hash) victims[n++] = e;
+  }
+  for (int i = 0; i < n; ++i) DeleteEntry(victims[i], MutationCause::kRemoved, out);
+}
+
+void Index::Impl::ApplyRemove(const RemoveCommand& c, MutationList* out) {
+  // Unknown contexts, holders and hashes are no-ops: a remove never creates state.
+  const uint32_t context = FindContext(c.context);
+  const uint32_t holder = FindHolder(c.holder);
+  if (context == kNil || holder == kNil) return;
+  for (uint64_t hash : c.hashes) {
+    uint32_t b = FindAlias(context, holder, hash);
+    if (b == kNil) b = FindBlock(context, hash);
+    if (b == kNil) continue;
+    // Collect first: deleting the block's last entry frees the block.
+    uint32_t victims[kNumTiers];
+    int n = 0;
+    for (uint32_t e = blocks_[b].head; e != kNil; e = entries_[e].next_in_block) {
+      const EntryRec& rec = entries_[e];
+      if (rec.holder == holder && (!c.tier || rec.tier == static_cast<uint8_t>(*c.tier))) {
+        victims[n++] = e;
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      EntryRec& rec = entries_[victims[i]];
+      if (rec.refcount > 1) {
+        --rec.refcount;
+        EmitEntry(victims[i], MutationCause::kRemoved, out);
+      } else {
+        DeleteEntry(victims[i], MutationCause::kRemoved, out);
+      }
+    }
+  }
+}
+
+void Index::Impl::ApplyClear(const ClearCommand& c, MutationList* out) {
+  const uint32_t holder = FindHolder(c.holder);
+  if (holder == kNil) return;
+  uint32_t context = kNil;
+  if (c.context) {
+    context = FindContext(*c.context);
+    if (context == kNil) return;
+  }
+  uint32_t e = holders_[holder].head;
+  while (e != kNil) {
+    const EntryRec& rec = entries_[e];
+    const uint32_t next = rec.holder_next;
+    const bool context_ok = context == kNil || blocks_[rec.block].context == context;
+    const bool tier_ok = !c.tier || rec.tier == static_cast<uint8_t>(*c.tier);
+    // Deleting e never frees `next`: it belongs to this holder, and the block cascade only
+    // frees e's block record.
+    if (context_ok && tier_ok) DeleteEntry(e, MutationCause::kCleared, out);
+    e = next;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Boot loading
+
+Status Index::LoadContext(uint32_t id, const ContextKey& key) {
+  auto& contexts = impl_->contexts_;
+  if (id == kNil) return Status::Corruption("context id out of range");
+  if (id < contexts.size() && contexts[id].live) {
+    return Status::Corruption("duplicate context id " + std::to_string(id));
+  }
+  if (!impl_->context_ids_.emplace(key, id).second) {
+    return Status::Corruption("context " + key.ToString() + " stored under two ids");
+  }
+  if (id >= contexts.size()) contexts.resize(id + 1);
+  contexts[id].key = key;
+  contexts[id].live = true;
+  return Status::Ok();
+}
+
+Status Index::LoadHolder(uint32_t id, const HolderKey& key) {
+  auto& holders = impl_->holders_;
+  if (id == kNil) return Status::Corruption("holder id out of range");
+  if (id < holders.size() && holders[id].live) {
+    return Status::Corruption("duplicate holder id " + std::to_string(id));
+  }
+  if (!impl_->holder_ids_.emplace(key, id).second) {
+    return Status::Corruption("holder " + key.ToString() + " stored under two ids");
+  }
+  if (id >= holders.size()) holders.resize(id + 1);
+  holders[id].key = key;
+  holders[id].live = true;
+  return Status::Ok();
+}
+
+Status Index::LoadBlock(uint32_t context, BlockKey key, uint32_t depth, uint64_t stamp) {
+  Impl& m = *impl_;
+  if (context >= m.contexts_.size() || !m.contexts_[context].live) {
+    return Status::Corruption("block of unknown context " + std::to_string(context));
+  }
+  ContextRec& ctx = m.contexts_[context];
+  if (stamp < ctx.next_stamp && ctx.blocks > 0) {
+    return Status::Corruption("blocks of context " + std::to_string(context) +
+                              " not loaded in stamp order");
+  }
+  if (m.FindBlock(context, key) != kNil) return Status::Corruption("duplicate block record");
+  m.CreateBlock(context, key, depth);
+  ctx.next_stamp = stamp + 1;
+  return Status::Ok();
+}
+
+Status Index::LoadEntry(uint32_t context, BlockKey key, uint32_t holder, Tier tier,
+                        uint32_t refcount, uint64_t engine_hash, std::string location) {
+  Impl& m = *impl_;
+  if (holder >= m.holders_.size() || !m.holders_[holder].live) {
+    return Status::Corruption("entry of unknown holder " + std::to_string(holder));
+  }
+  if (static_cast<int>(tier) >= kNumTiers) return Status::Corruption("entry with unknown tier");
+  if (refcount == 0) return Status::Corruption("entry with zero refcount");
+  const uint32_t b = context < m.contexts_.size() ? m.FindBlock(context, key) : kNil;
+  if (b == kNil) return Status::Corruption("entry without its block record");
+  if (m.FindEntry(b, holder, tier) != kNil) return Status::Corruption("duplicate entry record");
+  m.CreateEntry(b, holder, tier, engine_hash,
+                static_cast<uint16_t>(std::min<uint32_t>(refcount, kMaxRefcount)),
+                std::move(location));
+  return Status::Ok();
+}
+
+}  // namespace kvatlas::server

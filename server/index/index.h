@@ -97,6 +97,8 @@ class Index {
   ~Index();
   Index(const Index&) = delete;
   Index& operator=(const Index&) = delete;
+  Index(Index&&) noexcept;
+  Index& operator=(Index&&) noexcept;
 
   const IndexOptions& options() const { return options_; }
 

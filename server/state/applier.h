@@ -45,6 +45,9 @@ class Applier {
   // True once a storage write failed: the process must stop taking writes.
   bool failed() const;
 
+  // Batches waiting to be applied.
+  size_t queue_depth() const;
+
  private:
   struct Pending {
     CommandBatch batch;

@@ -1,0 +1,152 @@
+// Private to server/index: the Index's tables and records. index.cc holds the mutations
+// and boot loading, index_query.cc the read side. See docs/architecture.md §Index for the
+// layout and its memory budget.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "server/index/flat_table.h"
+#include "server/index/index.h"
+#include "server/index/pool.h"
+
+namespace kvatlas::server {
+
+inline constexpr uint32_t kNil = UINT32_MAX;
+
+// One block key present in one context. Blocks of a context form a FIFO list in creation
+// (stamp) order: the eviction order.
+#pragma pack(push, 4)
+struct BlockRec {
+  uint64_t key;
+  uint32_t context;
+  uint32_t depth;
+  uint32_t head;       // first entry of this block (never kNil for a live block)
+  uint32_t fifo_prev;  // neighbours in the context's FIFO
+  uint32_t fifo_next;  // also the free-list link
+};
+#pragma pack(pop)
+static_assert(sizeof(BlockRec) == 28);
+
+// One (block, holder, tier) copy. Linked into its block's chain (singly) and its holder's
+// list (doubly, so removing any entry is O(1) apart from the short block chain).
+struct EntryRec {
+  uint64_t engine_hash;  // the publisher's hash; == block key when it publishes standard ones
+  uint32_t block;
+  uint32_t holder;
+  uint32_t next_in_block;
+  uint32_t holder_prev;
+  uint32_t holder_next;
+  uint8_t tier;
+  uint8_t flags;
+  uint16_t refcount;  // duplicate stores of one block by one holder in one tier
+};
+static_assert(sizeof(EntryRec) == 32);
+
+inline constexpr uint8_t kEntryHasAlias = 1;
+inline constexpr uint8_t kEntryHasLocation = 2;
+inline constexpr uint16_t kMaxRefcount = UINT16_MAX;
+
+struct ContextRec {
+  ContextKey key;
+  bool live = false;
+  uint32_t fifo_head = kNil;
+  uint32_t fifo_tail = kNil;
+  uint64_t blocks = 0;
+  uint64_t entries = 0;
+  uint64_t next_stamp = 1;
+  uint64_t evicted_blocks = 0;
+};
+
+struct HolderRec {
+  HolderKey key;
+  bool live = false;
+  uint32_t head = kNil;
+  uint64_t entries = 0;
+  uint64_t by_tier[kNumTiers] = {};
+};
+
+// Folds a context into a block key for the forward table (a bijection per context).
+inline uint64_t ForwardKey(uint32_t context, uint64_t key) {
+  uint64_t m = (uint64_t{context} + 1) * 0x9e3779b97f4a7c15ULL;
+  m ^= m >> 29;
+  return key ^ m;
+}
+
+// Folds (context, holder) into an engine hash for the alias table (a bijection per pair).
+inline uint64_t AliasKey(uint32_t context, uint32_t holder, uint64_t engine_hash) {
+  uint64_t m = ((uint64_t{holder} << 32) | context) * 0xc2b2ae3d27d4eb4fULL + 0x165667b19e3779f9ULL;
+  m ^= m >> 31;
+  return engine_hash ^ m;
+}
+
+class Index::Impl {
+ public:
+  explicit Impl(const IndexOptions& options) : options_(options) {}
+
+  // --- shared lookups (index_query.cc reads them too) ---
+  uint32_t FindContext(const ContextKey& key) const {
+    auto it = context_ids_.find(key);
+    return it == context_ids_.end() ? kNil : it->second;
+  }
+  uint32_t FindHolder(const HolderKey& key) const {
+    auto it = holder_ids_.find(key);
+    return it == holder_ids_.end() ? kNil : it->second;
+  }
+  uint32_t FindBlock(uint32_t context, uint64_t key) const {
+    return forward_.Find(ForwardKey(context, key), [&](uint32_t b) {
+      const BlockRec& rec = blocks_[b];
+      return rec.context == context && rec.key == key;
+    });
+  }
+  // The entry of `holder` in `tier` on block b, or kNil.
+  uint32_t FindEntry(uint32_t b, uint32_t holder, Tier tier) const {
+    for (uint32_t e = blocks_[b].head; e != kNil; e = entries_[e].next_in_block) {
+      if (entries_[e].holder == holder && entries_[e].tier == static_cast<uint8_t>(tier)) return e;
+    }
+    return kNil;
+  }
+  uint32_t FindAlias(uint32_t context, uint32_t holder, uint64_t engine_hash) const;
+
+  // --- mutations (index.cc) ---
+  void ApplyStore(const StoreCommand& c, uint64_t seed, MutationList* out);
+  void ApplyRemove(const RemoveCommand& c, MutationList* out);
+  void ApplyClear(const ClearCommand& c, MutationList* out);
+
+  uint32_t InternContext(const ContextKey& key, MutationList* out);
+  uint32_t InternHolder(const HolderKey& key, MutationList* out);
+  uint32_t CreateBlock(uint32_t context, uint64_t key, uint32_t depth);
+  uint32_t CreateEntry(uint32_t b, uint32_t holder, Tier tier, uint64_t engine_hash,
+                       uint16_t refcount, std::string location);
+  void SetEntryLocation(uint32_t e, std::string location);
+  void AttachAlias(uint32_t e);
+  void ReleaseAlias(uint32_t e);
+  // Deletes entry e; with `cascade`, also its block when e was the block's last entry.
+  void DeleteEntry(uint32_t e, MutationCause cause, MutationList* out, bool cascade = true);
+  // Deletes block b with all its entries.
+  void DeleteBlock(uint32_t b, MutationCause cause, MutationList* out);
+  void RemoveBlockRecord(uint32_t b, MutationCause cause, MutationList* out);
+  // Deletes every entry of `holder` on block b that carries `engine_hash`.
+  void RemoveAliased(uint32_t b, uint32_t holder, uint64_t engine_hash, MutationList* out);
+  void EvictOverflow(uint32_t context, MutationList* out);
+  void EmitEntry(uint32_t e, MutationCause cause, MutationList* out) const;
+
+  const std::string& LocationOf(uint32_t e) const;
+
+  IndexOptions options_;
+  std::vector<ContextRec> contexts_;
+  std::unordered_map<ContextKey, uint32_t, ContextKeyHash> context_ids_;
+  std::vector<HolderRec> holders_;
+  std::unordered_map<HolderKey, uint32_t, HolderKeyHash> holder_ids_;
+  Pool<BlockRec> blocks_;
+  Pool<EntryRec> entries_;
+  FlatTable forward_;  // ForwardKey(context, key) → block
+  FlatTable aliases_;  // AliasKey(context, holder, engine hash) → block
+  std::unordered_map<uint32_t, std::string> locations_;  // entry → location (sparse)
+  uint64_t entry_count_ = 0;
+  uint64_t evicted_blocks_ = 0;
+};
+
+}  // namespace kvatlas::server

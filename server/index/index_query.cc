@@ -1,0 +1,281 @@
+// The Index's read side: prefix lookup, block locations, listings, stats and the digest.
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+#include "server/index/index.h"
+#include "server/index/index_impl.h"
+
+namespace kvatlas::server {
+
+namespace {
+
+constexpr uint8_t Bit(Tier t) { return static_cast<uint8_t>(1u << static_cast<int>(t)); }
+constexpr uint8_t kGpuMask = Bit(Tier::kGpu);
+constexpr uint8_t kCpuMask = kGpuMask | Bit(Tier::kCpu);
+constexpr uint8_t kDiskMask = kCpuMask | Bit(Tier::kDisk);
+constexpr uint8_t kSharedMask = Bit(Tier::kShared);
+
+// Per-holder progress of one lookup. Runs are contiguous prefixes from block 0.
+struct Run {
+  uint32_t holder;
+  uint32_t gpu, cpu, disk, shared;
+  uint8_t mask;  // tiers seen at the current depth
+};
+
+// Scratch reused by the lookups of one thread: slot_of[h] indexes `runs` when
+// epoch_of[h] == epoch, so a lookup never clears per-holder arrays.
+struct LookupScratch {
+  std::vector<uint32_t> epoch_of;
+  std::vector<uint32_t> slot_of;
+  std::vector<Run> runs;
+  std::vector<uint32_t> chain;  // block ids of the walked prefix
+  uint32_t epoch = 0;
+};
+
+LookupScratch& Scratch(size_t holders) {
+  thread_local LookupScratch s;
+  if (s.epoch_of.size() < holders) {
+    s.epoch_of.resize(holders, 0);
+    s.slot_of.resize(holders, 0);
+  }
+  if (++s.epoch == 0) {  // wrapped: reset so stale epochs cannot alias
+    std::fill(s.epoch_of.begin(), s.epoch_of.end(), 0);
+    s.epoch = 1;
+  }
+  s.runs.clear();
+  s.chain.clear();
+  return s;
+}
+
+// Order-sensitive 64-bit mixing for the digest.
+uint64_t Mix(uint64_t h, uint64_t v) {
+  v *= 0x9e3779b97f4a7c15ULL;
+  v ^= v >> 32;
+  h ^= v;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  return h;
+}
+uint64_t MixString(uint64_t h, std::string_view s) {
+  h = Mix(h, s.size());
+  for (size_t i = 0; i < s.size(); i += 8) {
+    uint64_t chunk = 0;
+    std::memcpy(&chunk, s.data() + i, std::min<size_t>(8, s.size() - i));
+    h = Mix(h, chunk);
+  }
+  return h;
+}
+uint64_t MixContext(uint64_t h, const ContextKey& k) {
+  h = MixString(h, k.tenant);
+  h = MixString(h, k.model);
+  h = MixString(h, k.lora_name);
+  h = Mix(h, k.block_size);
+  return MixString(h, k.salt);
+}
+
+}  // namespace
+
+LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockKey> keys,
+                           const LookupOptions& options) const {
+  const Impl& m = *impl_;
+  LookupResult result;
+  const size_t n = std::min<size_t>(keys.size(), options_.max_lookup_blocks);
+  result.blocks_queried = static_cast<uint32_t>(n);
+  const uint32_t context = m.FindContext(context_key);
+  if (context == kNil || n == 0) return result;
+
+  LookupScratch& s = Scratch(m.holders_.size());
+  constexpr size_t kPrefetchDistance = 8;
+  for (size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) {
+    m.forward_.Prefetch(ForwardKey(context, keys[i]));
+  }
+
+  for (size_t depth = 0; depth < n; ++depth) {
+    if (depth + kPrefetchDistance < n) {
+      m.forward_.Prefetch(ForwardKey(context, keys[depth + kPrefetchDistance]));
+    }
+    const uint32_t b = m.FindBlock(context, keys[depth]);
+    if (b == kNil) break;
+    // Collect the tiers each holder has at this depth. Holders first seen below depth 0
+    // cannot extend a prefix from block 0, so they are not tracked.
+    for (uint32_t e = m.blocks_[b].head; e != kNil; e = m.entries_[e].next_in_block) {
+      const EntryRec& rec = m.entries_[e];
+      if (s.epoch_of[rec.holder] != s.epoch) {
+        if (depth != 0) continue;
+        if (!options.instance_id.empty() && m.holders_[rec.holder].key.id != options.instance_id) {
+          continue;
+        }
+        s.epoch_of[rec.holder] = s.epoch;
+        s.slot_of[rec.holder] = static_cast<uint32_t>(s.runs.size());
+        s.runs.push_back(Run{rec.holder, 0, 0, 0, 0, 0});
+      }
+      s.runs[s.slot_of[rec.holder]].mask |= Bit(static_cast<Tier>(rec.tier));
+    }
+    const auto d = static_cast<uint32_t>(depth);
+    bool extended = false;
+    for (Run& r : s.runs) {
+      if (r.gpu == d && (r.mask & kGpuMask)) ++r.gpu;
+      if (r.cpu == d && (r.mask & kCpuMask)) ++r.cpu;
+      if (r.disk == d && (r.mask & kDiskMask)) ++r.disk;
+      if (r.shared == d && (r.mask & kSharedMask)) ++r.shared;
+      r.mask = 0;
+      extended |= r.disk == d + 1 || r.shared == d + 1;
+    }
+    if (!extended) break;
+    s.chain.push_back(b);
+  }
+
+  result.blocks_found = static_cast<uint32_t>(s.chain.size());
+  std::sort(s.runs.begin(), s.runs.end(),
+            [](const Run& a, const Run& b) { return a.holder < b.holder; });
+  for (const Run& r : s.runs) {
+    if (r.disk == 0 && r.shared == 0) continue;
+    HolderMatch match;
+    match.holder_id = r.holder;
+    match.holder = m.holders_[r.holder].key;
+    match.gpu = r.gpu;
+    match.cpu = r.cpu;
+    match.disk = r.disk;
+    match.shared = r.shared;
+    if (options.include_locations && r.shared > 0) {
+      match.shared_locations.reserve(r.shared);
+      for (uint32_t i = 0; i < r.shared; ++i) {
+        const uint32_t e = m.FindEntry(s.chain[i], r.holder, Tier::kShared);
+        match.shared_locations.push_back(e == kNil ? std::string() : m.LocationOf(e));
+      }
+    }
+    result.holders.push_back(std::move(match));
+  }
+  return result;
+}
+
+std::vector<BlockLocation> Index::Locate(BlockKey key, const ContextKey* context_key) const {
+  const Impl& m = *impl_;
+  std::vector<BlockLocation> out;
+  for (uint32_t c = 0; c < m.contexts_.size(); ++c) {
+    const ContextRec& ctx = m.contexts_[c];
+    if (!ctx.live || (context_key && !(ctx.key == *context_key))) continue;
+    const uint32_t b = m.FindBlock(c, key);
+    if (b == kNil) continue;
+    for (uint32_t e = m.blocks_[b].head; e != kNil; e = m.entries_[e].next_in_block) {
+      const EntryRec& rec = m.entries_[e];
+      out.push_back(BlockLocation{ctx.key, m.holders_[rec.holder].key, static_cast<Tier>(rec.tier),
+                                  m.blocks_[b].depth, rec.refcount, rec.engine_hash,
+                                  m.LocationOf(e)});
+    }
+  }
+  return out;
+}
+
+std::vector<HolderInfo> Index::Holders() const {
+  std::vector<HolderInfo> out;
+  for (uint32_t h = 0; h < impl_->holders_.size(); ++h) {
+    const HolderRec& rec = impl_->holders_[h];
+    if (!rec.live) continue;
+    HolderInfo info;
+    info.id = h;
+    info.holder = rec.key;
+    info.entries = rec.entries;
+    std::copy(std::begin(rec.by_tier), std::end(rec.by_tier), info.entries_by_tier);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::vector<ContextInfo> Index::Contexts() const {
+  std::vector<ContextInfo> out;
+  for (uint32_t c = 0; c < impl_->contexts_.size(); ++c) {
+    const ContextRec& rec = impl_->contexts_[c];
+    if (!rec.live) continue;
+    out.push_back(ContextInfo{c, rec.key, rec.blocks, rec.entries, rec.evicted_blocks});
+  }
+  return out;
+}
+
+IndexStats Index::Stats() const {
+  const Impl& m = *impl_;
+  IndexStats st;
+  for (const ContextRec& c : m.contexts_) st.contexts += c.live ? 1 : 0;
+  for (const HolderRec& h : m.holders_) st.holders += h.live ? 1 : 0;
+  st.blocks = m.blocks_.live();
+  st.entries = m.entry_count_;
+  st.aliases = m.aliases_.size();
+  st.locations = m.locations_.size();
+  st.evicted_blocks = m.evicted_blocks_;
+  uint64_t strings = 0;
+  for (const ContextRec& c : m.contexts_) {
+    strings += c.key.tenant.capacity() + c.key.model.capacity() + c.key.lora_name.capacity() +
+               c.key.salt.capacity();
+  }
+  for (const HolderRec& h : m.holders_) strings += h.key.id.capacity();
+  for (const auto& [e, loc] : m.locations_) strings += loc.capacity();
+  // unordered_map nodes: key/value plus ~2 pointers of node and bucket overhead.
+  const uint64_t node_overhead = 2 * sizeof(void*);
+  st.memory_bytes = m.blocks_.memory_bytes() + m.entries_.memory_bytes() +
+                    m.forward_.memory_bytes() + m.aliases_.memory_bytes() +
+                    m.contexts_.capacity() * sizeof(ContextRec) +
+                    m.holders_.capacity() * sizeof(HolderRec) +
+                    m.context_ids_.size() * (sizeof(ContextKey) + 4 + node_overhead) +
+                    m.holder_ids_.size() * (sizeof(HolderKey) + 4 + node_overhead) +
+                    m.locations_.size() * (sizeof(std::string) + 4 + node_overhead) + strings;
+  return st;
+}
+
+uint64_t Index::StateDigest() const {
+  const Impl& m = *impl_;
+  // Contexts and holders by key (ids are an artefact of arrival order on one replica only
+  // through the log, but keys are what a reader sees); blocks in FIFO order, since that
+  // order is state (it decides evictions); entries of a block as a sorted set.
+  std::vector<uint32_t> contexts;
+  for (uint32_t c = 0; c < m.contexts_.size(); ++c) {
+    if (m.contexts_[c].live) contexts.push_back(c);
+  }
+  std::sort(contexts.begin(), contexts.end(), [&](uint32_t a, uint32_t b) {
+    return m.contexts_[a].key.ToString() < m.contexts_[b].key.ToString();
+  });
+  std::vector<std::string> holder_names;
+  for (const HolderRec& h : m.holders_) {
+    if (h.live) holder_names.push_back(h.key.ToString());
+  }
+  std::sort(holder_names.begin(), holder_names.end());
+  uint64_t digest = 0x6b7661746c6173ULL;
+  for (const std::string& name : holder_names) digest = MixString(digest, name);
+  struct EntryView {
+    std::string holder;
+    uint8_t tier;
+    uint16_t refcount;
+    uint64_t engine_hash;
+    std::string location;
+    bool operator<(const EntryView& o) const {
+      return std::tie(holder, tier) < std::tie(o.holder, o.tier);
+    }
+  };
+  std::vector<EntryView> views;
+  for (uint32_t c : contexts) {
+    const ContextRec& ctx = m.contexts_[c];
+    digest = MixContext(digest, ctx.key);
+    digest = Mix(digest, ctx.blocks);
+    for (uint32_t b = ctx.fifo_head; b != kNil; b = m.blocks_[b].fifo_next) {
+      digest = Mix(digest, m.blocks_[b].key);
+      digest = Mix(digest, m.blocks_[b].depth);
+      views.clear();
+      for (uint32_t e = m.blocks_[b].head; e != kNil; e = m.entries_[e].next_in_block) {
+        const EntryRec& rec = m.entries_[e];
+        views.push_back(EntryView{m.holders_[rec.holder].key.ToString(), rec.tier, rec.refcount,
+                                  rec.engine_hash, m.LocationOf(e)});
+      }
+      std::sort(views.begin(), views.end());
+      for (const EntryView& v : views) {
+        digest = MixString(digest, v.holder);
+        digest = Mix(digest, v.tier);
+        digest = Mix(digest, v.refcount);
+        digest = Mix(digest, v.engine_hash);
+        digest = MixString(digest, v.location);
+      }
+    }
+  }
+  return digest;
+}
+
+}  // namespace kvatlas::server

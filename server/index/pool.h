@@ -1,0 +1,54 @@
+// Pool<T>: a chunked arena of T addressed by 32-bit ids, with a free list. Chunks never
+// move, so growth copies nothing and wastes at most one chunk (a doubling vector would
+// transiently double the index's memory). Freed ids are reused first.
+//
+// Thread-safety: const access may run concurrently; Allocate/Free need exclusive access.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace kvatlas::server {
+
+template <typename T>
+class Pool {
+ public:
+  static constexpr uint32_t kChunkBits = 16;
+  static constexpr uint32_t kChunkSize = 1u << kChunkBits;
+
+  T& operator[](uint32_t id) { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
+  const T& operator[](uint32_t id) const { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
+
+  // Returns the id of a slot (contents unspecified; the caller initialises it).
+  uint32_t Allocate() {
+    ++live_;
+    if (!free_.empty()) {
+      const uint32_t id = free_.back();
+      free_.pop_back();
+      return id;
+    }
+    if (next_ == chunks_.size() * kChunkSize) chunks_.push_back(std::make_unique<T[]>(kChunkSize));
+    return next_++;
+  }
+
+  void Free(uint32_t id) {
+    --live_;
+    free_.push_back(id);
+  }
+
+  size_t live() const { return live_; }
+  size_t memory_bytes() const {
+    return chunks_.size() * kChunkSize * sizeof(T) + free_.capacity() * sizeof(uint32_t) +
+           chunks_.capacity() * sizeof(void*);
+  }
+
+ private:
+  std::vector<std::unique_ptr<T[]>> chunks_;
+  std::vector<uint32_t> free_;
+  uint32_t next_ = 0;
+  size_t live_ = 0;
+};
+
+}  // namespace kvatlas::server

@@ -1,0 +1,302 @@
+#include "server/index/index.h"
+
+#include <doctest/doctest.h>
+
+#include <numeric>
+
+#include "kvatlas/common/block_hasher.h"
+
+namespace kvatlas::server {
+namespace {
+
+const ContextKey kCtx{"default", "llama", "", 16, ""};
+
+StoreCommand Store(const std::string& holder, Tier tier, std::vector<uint64_t> keys,
+                   uint32_t rank = 0) {
+  StoreCommand c;
+  c.context = kCtx;
+  c.holder = {holder, rank};
+  c.tier = tier;
+  c.hashes = std::move(keys);
+  return c;
+}
+
+RemoveCommand Remove(const std::string& holder, std::optional<Tier> tier,
+                     std::vector<uint64_t> hashes) {
+  RemoveCommand c;
+  c.context = kCtx;
+  c.holder = {holder, 0};
+  c.tier = tier;
+  c.hashes = std::move(hashes);
+  return c;
+}
+
+const HolderMatch* Find(const LookupResult& r, const std::string& id, uint32_t rank = 0) {
+  for (const HolderMatch& m : r.holders) {
+    if (m.holder.id == id && m.holder.dp_rank == rank) return &m;
+  }
+  return nullptr;
+}
+
+std::vector<uint64_t> Keys(uint64_t first, size_t n) {
+  std::vector<uint64_t> v(n);
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+TEST_SUITE("Index") {
+  TEST_CASE("a stored chain is found from block 0, cumulative per tier") {
+    Index index;
+    index.Apply(Store("a", Tier::kGpu, {1, 2}), kDefaultHashSeed, nullptr);
+    index.Apply(Store("a", Tier::kCpu, {3}), kDefaultHashSeed, nullptr);
+    index.Apply(Store("a", Tier::kDisk, {4}), kDefaultHashSeed, nullptr);
+    index.Apply(Store("b", Tier::kCpu, {1}), kDefaultHashSeed, nullptr);
+    const auto r = index.Lookup(kCtx, Keys(1, 6));
+    CHECK(r.blocks_queried == 6);
+    CHECK(r.blocks_found == 4);
+    REQUIRE(r.holders.size() == 2);
+    const HolderMatch* a = Find(r, "a");
+    REQUIRE(a);
+    CHECK(a->gpu == 2);
+    CHECK(a->cpu == 3);
+    CHECK(a->disk == 4);
+    CHECK(a->shared == 0);
+    const HolderMatch* b = Find(r, "b");
+    REQUIRE(b);
+    CHECK(b->gpu == 0);
+    CHECK(b->cpu == 1);
+    CHECK(b->disk == 1);
+  }
+
+  TEST_CASE("a gap ends the prefix even if later blocks are held") {
+    Index index;
+    index.Apply(Store("a", Tier::kGpu, {1, 3, 4}), kDefaultHashSeed, nullptr);
+    const auto r = index.Lookup(kCtx, Keys(1, 4));
+    REQUIRE(r.holders.size() == 1);
+    CHECK(r.holders[0].disk == 1);
+    CHECK(r.blocks_found == 1);
+  }
+
+  TEST_CASE("holders that lack block 0 do not match") {
+    Index index;
+    index.Apply(Store("a", Tier::kGpu, {2, 3}), kDefaultHashSeed, nullptr);
+    CHECK(index.Lookup(kCtx, Keys(1, 3)).holders.empty());
+  }
+
+  TEST_CASE("an unknown context or empty chain answers no matches") {
+    Index index;
+    index.Apply(Store("a", Tier::kGpu, {1}), kDefaultHashSeed, nullptr);
+    ContextKey other = kCtx;
+    other.lora_name = "adapter";
+    CHECK(index.Lookup(other, Keys(1, 1)).holders.empty());
+    CHECK(index.Lookup(kCtx, {}).holders.empty());
+  }
+
+  TEST_CASE("shared-tier matches report locations") {
+    Index index;
+    StoreCommand c = Store("pool", Tier::kShared, {1, 2});
+    c.locations = {"s3://b/1", "s3://b/2"};
+    index.Apply(c, kDefaultHashSeed, nullptr);
+    const auto r = index.Lookup(kCtx, Keys(1, 3));
+    REQUIRE(r.holders.size() == 1);
+    CHECK(r.holders[0].shared == 2);
+    CHECK(r.holders[0].disk == 0);
+    CHECK(r.holders[0].shared_locations == std::vector<std::string>{"s3://b/1", "s3://b/2"});
+    const auto locs = index.Locate(2);
+    REQUIRE(locs.size() == 1);
+    CHECK(locs[0].location == "s3://b/2");
+    CHECK(locs[0].tier == Tier::kShared);
+    CHECK(locs[0].depth == 1);
+  }
+
+  TEST_CASE("dp ranks are separate holders and the instance filter keeps all ranks") {
+    Index index;
+    index.Apply(Store("i", Tier::kGpu, {1, 2}, 0), kDefaultHashSeed, nullptr);
+    index.Apply(Store("i", Tier::kGpu, {1}, 1), kDefaultHashSeed, nullptr);
+    index.Apply(Store("j", Tier::kGpu, {1, 2, 3}), kDefaultHashSeed, nullptr);
+    LookupOptions only_i;
+    only_i.instance_id = "i";
+    const auto r = index.Lookup(kCtx, Keys(1, 3), only_i);
+    REQUIRE(r.holders.size() == 2);
+    CHECK(Find(r, "i", 0)->disk == 2);
+    CHECK(Find(r, "i", 1)->disk == 1);
+    CHECK(r.blocks_found == 2);
+  }
+
+  TEST_CASE("removal by engine hash removes only that tier") {
+    Index index;
+    StoreCommand gpu = Store("a", Tier::kGpu, {1, 2});
+    gpu.engine_hashes = {101, 102};
+    StoreCommand cpu = Store("a", Tier::kCpu, {1, 2});
+    cpu.engine_hashes = {101, 102};
+    index.Apply(gpu, kDefaultHashSeed, nullptr);
+    index.Apply(cpu, kDefaultHashSeed, nullptr);
+    CHECK(index.Stats().aliases == 2);
+    index.Apply(Remove("a", Tier::kGpu, {102}), kDefaultHashSeed, nullptr);
+    auto r = index.Lookup(kCtx, Keys(1, 2));
+    REQUIRE(r.holders.size() == 1);
+    CHECK(r.holders[0].gpu == 1);
+    CHECK(r.holders[0].cpu == 2);
+    CHECK(index.Stats().aliases == 2);  // the CPU copy still carries 102
+    index.Apply(Remove("a", Tier::kCpu, {102}), kDefaultHashSeed, nullptr);
+    CHECK(index.Stats().aliases == 1);
+    CHECK(index.Stats().blocks == 1);
+  }
+
+  TEST_CASE("duplicate stores are reference-counted per holder and tier") {
+    Index index;
+    index.Apply(Store("a", Tier::kGpu, {1}), kDefaultHashSeed, nullptr);
+    index.Apply(Store("a", Tier::kGpu, {1}), kDefaultHashSeed, nullptr);
+    CHECK(index.Stats().entries == 1);
+    index.Apply(Remove("a", Tier::kGpu, {1}), kDefaultHashSeed, nullptr);
+    CHECK(index.Lookup(kCtx, Keys(1, 1)).holders.size() == 1);
+    index.Apply(Remove("a", Tier::kGpu, {1}), kDefaultHashSeed, nullptr);
+    CHECK(index.Lookup(kCtx, Keys(1, 1)).holders.empty());
+    CHECK(index.Stats().blocks == 0);
+  }
+
+  TEST_CASE("removes of unknown keys, holders and contexts change nothing") {
+    Index index;
+    index.Apply(Store("a", Tier::kGpu, {1}), kDefaultHashSeed, nullptr);
+    const uint64_t digest = index.StateDigest();
+    const uint64_t bytes = index.Stats().memory_bytes;
+    MutationList out;
+    for (uint64_t k = 1000; k < 101000; ++k) index.Apply(Remove("a", std::nullopt, {k}), kDefaultHashSeed, &out);
+    index.Apply(Remove("zzz", std::nullopt, {1}), kDefaultHashSeed, &out);
+    ClearCommand clear{HolderKey{"nobody", 0}, std::nullopt, std::nullopt};
+    index.Apply(clear, kDefaultHashSeed, &out);
+    CHECK(out.empty());
+    CHECK(index.StateDigest() == digest);
+    CHECK(index.Stats().memory_bytes == bytes);
+    CHECK(index.Stats().holders == 1);
+  }
+
+  TEST_CASE("clear drops one holder's entries, optionally by tier or context") {
+    Index index;
+    index.Apply(Store("a", Tier::kGpu, {1, 2, 3}), kDefaultHashSeed, nullptr);
+    index.Apply(Store("a", Tier::kCpu, {1, 2}), kDefaultHashSeed, nullptr);
+    index.Apply(Store("b", Tier::kGpu, {1, 2}), kDefaultHashSeed, nullptr);
+    ContextKey other = kCtx;
+    other.model = "other";
+    StoreCommand elsewhere = Store("a", Tier::kGpu, {1});
+    elsewhere.context = other;
+    index.Apply(elsewhere, kDefaultHashSeed, nullptr);
+
+    index.Apply(ClearCommand{HolderKey{"a", 0}, kCtx, Tier::kGpu}, kDefaultHashSeed, nullptr);
+    auto r = index.Lookup(kCtx, Keys(1, 3));
+    CHECK(Find(r, "a")->gpu == 0);
+    CHECK(Find(r, "a")->cpu == 2);
+    CHECK(index.Lookup(other, Keys(1, 1)).holders.size() == 1);
+
+    MutationList out;
+    index.Apply(ClearCommand{HolderKey{"a", 0}, std::nullopt, std::nullopt}, kDefaultHashSeed, &out);
+    r = index.Lookup(kCtx, Keys(1, 3));
+    REQUIRE(r.holders.size() == 1);
+    CHECK(r.holders[0].holder.id == "b");
+    CHECK(index.Lookup(other, Keys(1, 1)).holders.empty());
+    // Block 3 was only a's, as was the block in `other`.
+    CHECK(index.Stats().blocks == 2);
+    int deleted_entries = 0;
+    for (const Mutation& m : out) {
+      deleted_entries += m.kind == MutationKind::kDeleteEntry ? 1 : 0;
+      CHECK(m.cause == MutationCause::kCleared);
+    }
+    CHECK(deleted_entries == 3);
+  }
+
+  TEST_CASE("a context over its cap evicts its oldest blocks whole") {
+    IndexOptions options;
+    options.max_entries_per_context = 5;
+    Index index(options);
+    index.Apply(Store("a", Tier::kGpu, {1, 2}), kDefaultHashSeed, nullptr);
+    index.Apply(Store("b", Tier::kGpu, {1, 2}), kDefaultHashSeed, nullptr);  // 4 entries
+    MutationList out;
+    index.Apply(Store("c", Tier::kGpu, {7, 8}), kDefaultHashSeed, &out);  // 6 > 5
+    // Block 1 (two entries) is the oldest; evicting it brings the context to 4.
+    CHECK(index.Stats().entries == 4);
+    CHECK(index.Lookup(kCtx, Keys(1, 2)).holders.empty());
+    CHECK(index.Locate(2).size() == 2);
+    CHECK(index.Contexts()[0].evicted_blocks == 1);
+    int evicted = 0;
+    for (const Mutation& m : out) evicted += m.cause == MutationCause::kEvicted ? 1 : 0;
+    CHECK(evicted == 3);  // two entries and the block record
+  }
+
+  TEST_CASE("local hashes chain from a parent resolved through the holder's alias") {
+    Index index;
+    BlockHasher hasher;
+    std::vector<uint32_t> tokens(64);
+    std::iota(tokens.begin(), tokens.end(), 1000);
+    const auto expected = hasher.SequenceHashes(tokens, 16);
+    const auto locals = hasher.LocalHashes(tokens, 16);
+
+    StoreCommand first = Store("a", Tier::kGpu, {locals[0], locals[1]});
+    first.mode = KeyMode::kLocal;
+    first.engine_hashes = {0xe1, 0xe2};
+    index.Apply(first, hasher.seed(), nullptr);
+    StoreCommand second = Store("a", Tier::kGpu, {locals[2], locals[3]});
+    second.mode = KeyMode::kLocal;
+    second.parent = 0xe2;  // the engine's hash of block 1
+    second.engine_hashes = {0xe3, 0xe4};
+    index.Apply(second, hasher.seed(), nullptr);
+
+    const auto r = index.Lookup(kCtx, expected);
+    REQUIRE(r.holders.size() == 1);
+    CHECK(r.holders[0].gpu == 4);
+    const auto locs = index.Locate(expected[3]);
+    REQUIRE(locs.size() == 1);
+    CHECK(locs[0].depth == 3);
+    CHECK(locs[0].engine_hash == 0xe4);
+  }
+
+  TEST_CASE("a store emits the records storage must write") {
+    Index index;
+    MutationList out;
+    StoreCommand c = Store("a", Tier::kCpu, {5});
+    c.engine_hashes = {55};
+    index.Apply(c, kDefaultHashSeed, &out);
+    REQUIRE(out.size() == 4);
+    CHECK(out[0].kind == MutationKind::kPutContext);
+    CHECK(out[0].context_key == kCtx);
+    CHECK(out[1].kind == MutationKind::kPutHolder);
+    CHECK(out[1].holder_key == HolderKey{"a", 0});
+    CHECK(out[2].kind == MutationKind::kPutBlock);
+    CHECK(out[2].key == 5);
+    CHECK(out[2].stamp == 1);
+    CHECK(out[3].kind == MutationKind::kPutEntry);
+    CHECK(out[3].tier == Tier::kCpu);
+    CHECK(out[3].engine_hash == 55);
+    CHECK(out[3].refcount == 1);
+  }
+
+  TEST_CASE("lookups stop at max_lookup_blocks") {
+    IndexOptions options;
+    options.max_lookup_blocks = 3;
+    Index index(options);
+    index.Apply(Store("a", Tier::kGpu, Keys(1, 10)), kDefaultHashSeed, nullptr);
+    const auto r = index.Lookup(kCtx, Keys(1, 10));
+    CHECK(r.blocks_queried == 3);
+    CHECK(r.holders[0].gpu == 3);
+  }
+
+  TEST_CASE("holders and contexts are listed with their counts") {
+    Index index;
+    index.Apply(Store("a", Tier::kGpu, {1, 2}), kDefaultHashSeed, nullptr);
+    index.Apply(Store("a", Tier::kDisk, {1}), kDefaultHashSeed, nullptr);
+    const auto holders = index.Holders();
+    REQUIRE(holders.size() == 1);
+    CHECK(holders[0].entries == 3);
+    CHECK(holders[0].entries_by_tier[static_cast<int>(Tier::kDisk)] == 1);
+    const auto contexts = index.Contexts();
+    REQUIRE(contexts.size() == 1);
+    CHECK(contexts[0].blocks == 2);
+    CHECK(contexts[0].entries == 3);
+    const auto st = index.Stats();
+    CHECK(st.contexts == 1);
+    CHECK(st.holders == 1);
+    CHECK(st.memory_bytes > 0);
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas::server
