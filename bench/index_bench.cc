@@ -1,1 +1,182 @@
-int main() { return 0; }
+// In-process index benchmark: ingest rate, prefix-lookup latency and memory per entry.
+// Prints figures; asserts nothing (targets are checked by reading them, see
+// scripts/bench/index). Usage: index_bench [--entries N]... [--holders H] [--chain L]
+//   [--shared-prefix S] [--prefix-holders K] [--lookups Q]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "server/index/index.h"
+
+namespace kvatlas::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Config {
+  std::vector<uint64_t> entries;
+  uint32_t holders = 1000;
+  uint32_t chain = 128;          // blocks per stored chain (and per lookup)
+  uint32_t shared_prefix = 32;   // leading blocks shared by a group of holders
+  uint32_t prefix_holders = 10;  // holders per group (one group's system prompt, say)
+  uint32_t lookups = 200000;
+};
+
+uint64_t SplitMix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+const ContextKey kContext{"default", "bench-model", "", 16, ""};
+
+// Chain c is stored by holder c % holders. Its blocks [0, shared_prefix) are the prefix of
+// the holder's group (prefix_holders holders share one), the rest unique to c.
+std::vector<uint64_t> ChainKeys(const Config& cfg, uint64_t c) {
+  std::vector<uint64_t> keys(cfg.chain);
+  const uint64_t prefix = (c % cfg.holders) / cfg.prefix_holders;
+  for (uint32_t i = 0; i < cfg.chain; ++i) {
+    keys[i] = i < cfg.shared_prefix ? SplitMix((prefix << 20) | i)
+                                    : SplitMix(0x8000000000000000ULL | (c << 12) | i);
+  }
+  return keys;
+}
+
+uint64_t RssBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * 4096ull : 0;
+}
+
+double Percentile(std::vector<double>& v, double p) {
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(i), v.end());
+  return v[i];
+}
+
+void Run(const Config& cfg, uint64_t target_entries) {
+  const uint64_t chains = target_entries / cfg.chain;
+  std::printf("\n== index: %llu block events, %llu chains of %u blocks, %u holders, "
+              "%u-block prefixes shared by groups of %u holders ==\n",
+              static_cast<unsigned long long>(target_entries),
+              static_cast<unsigned long long>(chains), cfg.chain, cfg.holders, cfg.shared_prefix,
+              cfg.prefix_holders);
+  // Commands are built up front so that only Apply is timed.
+  std::vector<StoreCommand> commands(chains);
+  for (uint64_t c = 0; c < chains; ++c) {
+    StoreCommand& cmd = commands[c];
+    cmd.context = kContext;
+    cmd.holder = HolderKey{"instance-" + std::to_string(c % cfg.holders), 0};
+    cmd.tier = Tier::kGpu;
+    cmd.hashes = ChainKeys(cfg, c);
+    cmd.base_depth = 0;
+  }
+  IndexOptions options;
+  options.max_entries_per_context = target_entries * 2;
+  const uint64_t rss_before = RssBytes();
+  Index index(options);
+  MutationList mutations;
+  const auto t0 = Clock::now();
+  for (uint64_t c = 0; c < chains; ++c) {
+    index.Apply(commands[c], 0, &mutations);
+    if (mutations.size() > 64 * 1024) mutations.clear();  // as the state machine's group
+  }
+  const double ingest_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  mutations.clear();
+  mutations.shrink_to_fit();
+  commands.clear();
+  commands.shrink_to_fit();
+  const IndexStats st = index.Stats();
+  const uint64_t block_events = chains * cfg.chain;
+  std::printf("ingest: %llu block events in %.3f s = %.2f M block events/s (one core, with "
+              "mutation records)\n",
+              static_cast<unsigned long long>(block_events), ingest_s,
+              static_cast<double>(block_events) / ingest_s / 1e6);
+  std::printf("index: %llu entries, %llu blocks (%.2f entries/block), %llu holders\n",
+              static_cast<unsigned long long>(st.entries), static_cast<unsigned long long>(st.blocks),
+              static_cast<double>(st.entries) / static_cast<double>(st.blocks),
+              static_cast<unsigned long long>(st.holders));
+  const uint64_t rss_after = RssBytes();
+  std::printf("memory: %.1f bytes/entry by the index's own accounting; RSS growth %.1f "
+              "bytes/entry\n",
+              static_cast<double>(st.memory_bytes) / static_cast<double>(st.entries),
+              static_cast<double>(rss_after - rss_before) / static_cast<double>(st.entries));
+
+  // Lookups of whole stored chains (full 128-block hits, the most work per lookup), then
+  // of chains that diverge after their shared prefix (a miss at block `shared_prefix`).
+  std::mt19937_64 rng(42);
+  for (int kind = 0; kind < 2; ++kind) {
+    std::vector<double> us;
+    us.reserve(cfg.lookups);
+    uint64_t matched = 0;
+    std::vector<std::vector<uint64_t>> sample(1024);
+    for (auto& keys : sample) {
+      keys = ChainKeys(cfg, rng() % chains);
+      if (kind == 1) keys[cfg.shared_prefix] ^= 1;
+    }
+    for (uint32_t q = 0; q < cfg.lookups; ++q) {
+      // A fresh random chain each time keeps caches honest; the sample is refreshed.
+      if (q % 1024 == 0 && q) {
+        for (auto& keys : sample) {
+          keys = ChainKeys(cfg, rng() % chains);
+          if (kind == 1) keys[cfg.shared_prefix] ^= 1;
+        }
+      }
+      const auto& keys = sample[q % 1024];
+      const auto a = Clock::now();
+      const LookupResult r = index.Lookup(kContext, keys);
+      const auto b = Clock::now();
+      us.push_back(std::chrono::duration<double, std::micro>(b - a).count());
+      matched += r.blocks_found;
+    }
+    std::printf("lookup (%s, %u-block chain): p50 %.2f us, p99 %.2f us, p999 %.2f us "
+                "(avg blocks found %.1f)\n",
+                kind == 0 ? "full hit" : "miss after prefix", cfg.chain, Percentile(us, 0.50),
+                Percentile(us, 0.99), Percentile(us, 0.999),
+                static_cast<double>(matched) / cfg.lookups);
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas::server
+
+int main(int argc, char** argv) {
+  kvatlas::server::Config cfg;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&]() -> uint64_t {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "missing value for %s\n", argv[i]);
+        std::exit(2);
+      }
+      return std::strtoull(argv[++i], nullptr, 10);
+    };
+    const std::string arg = argv[i];
+    if (arg == "--entries") cfg.entries.push_back(next());
+    else if (arg == "--holders") cfg.holders = static_cast<uint32_t>(next());
+    else if (arg == "--chain") cfg.chain = static_cast<uint32_t>(next());
+    else if (arg == "--shared-prefix") cfg.shared_prefix = static_cast<uint32_t>(next());
+    else if (arg == "--prefix-holders") cfg.prefix_holders = static_cast<uint32_t>(next());
+    else if (arg == "--lookups") cfg.lookups = static_cast<uint32_t>(next());
+    else {
+      std::fprintf(stderr,
+                   "usage: %s [--entries N]... [--holders H] [--chain L] [--shared-prefix S] "
+                   "[--prefix-holders K] [--lookups Q]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  if (cfg.entries.empty()) cfg.entries = {1'000'000, 10'000'000};
+  if (cfg.shared_prefix >= cfg.chain) cfg.shared_prefix = cfg.chain - 1;
+  if (cfg.prefix_holders == 0) cfg.prefix_holders = 1;
+  for (uint64_t n : cfg.entries) kvatlas::server::Run(cfg, n);
+  return 0;
+}

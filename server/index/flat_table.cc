@@ -1,5 +1,6 @@
 #include "server/index/flat_table.h"
 
+#include <bit>
 #include <utility>
 
 namespace kvatlas::server {
@@ -8,12 +9,13 @@ void FlatTable::Allocate(size_t capacity) {
   slots_ = std::make_unique<Slot[]>(capacity);
   for (size_t i = 0; i < capacity; ++i) slots_[i].value = kEmpty;
   mask_ = capacity - 1;
+  shift_ = 64 - std::countr_zero(capacity);
 }
 
-void FlatTable::Place(uint64_t key, uint32_t value) {
-  size_t i = Home(key);
+void FlatTable::Place(uint32_t tag, uint32_t value) {
+  size_t i = Home(tag);
   while (slots_[i].value != kEmpty) i = (i + 1) & mask_;
-  slots_[i] = Slot{static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32), value};
+  slots_[i] = Slot{tag, value};
 }
 
 void FlatTable::Grow() {
@@ -21,15 +23,16 @@ void FlatTable::Grow() {
   const size_t old_capacity = mask_ + 1;
   Allocate(old_capacity * 2);
   for (size_t i = 0; i < old_capacity; ++i) {
-    if (old[i].value != kEmpty) Place(old[i].key(), old[i].value);
+    if (old[i].value != kEmpty) Place(old[i].tag, old[i].value);
   }
 }
 
 size_t FlatTable::Locate(uint64_t key, uint32_t value) const {
-  for (size_t i = Home(key);; i = (i + 1) & mask_) {
+  const uint32_t tag = TagOf(key);
+  for (size_t i = Home(tag);; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
     if (s.value == kEmpty) return SIZE_MAX;
-    if (s.value == value && s.key() == key) return i;
+    if (s.value == value && s.tag == tag) return i;
   }
 }
 
@@ -47,7 +50,7 @@ bool FlatTable::Erase(uint64_t key, uint32_t value) {
   // remaining key stays reachable from its home slot without tombstones.
   for (size_t j = (hole + 1) & mask_;; j = (j + 1) & mask_) {
     if (slots_[j].value == kEmpty) break;
-    const size_t home = Home(slots_[j].key());
+    const size_t home = Home(slots_[j].tag);
     // Move j into the hole unless j's home lies cyclically in (hole, j].
     const bool home_between = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (!home_between) {

@@ -1,11 +1,12 @@
 // FlatTable: an open-addressing hash table from a 64-bit key to a 32-bit value, built for the
 // index's forward (block key → block) and alias (engine hash → block) maps.
 //
-// Keys are NOT unique by themselves: the caller folds a namespace into the key and checks
-// each candidate with a predicate (e.g. "this block belongs to context c"), so two
-// (namespace, key) pairs whose folded keys collide still live side by side. 12 bytes per
-// slot, linear probing, backward-shift deletion (no tombstones, so removes never leave
-// garbage behind), load factor kept ≤ 0.8.
+// A slot keeps only a 32-bit tag of the (mixed) key next to the value: 8 bytes per slot.
+// So keys are NOT unique in the table: every lookup checks its candidates with a predicate
+// that looks at the record the value names (e.g. "this block has key k in context c"),
+// which the caller reads anyway. The home slot is derived from the tag alone, so the table
+// can grow without knowing the keys. Linear probing, backward-shift deletion (no
+// tombstones: removes never leave garbage behind), load factor kept ≤ 7/8.
 //
 // Thread-safety: const methods may run concurrently; mutations need exclusive access.
 #pragma once
@@ -26,23 +27,33 @@ class FlatTable {
   size_t capacity() const { return mask_ + 1; }
   size_t memory_bytes() const { return capacity() * sizeof(Slot); }
 
-  // The value of the first slot with `key` whose value satisfies `match`, or kEmpty.
+  // The value of the first slot with `key`'s tag whose value satisfies `match`, or kEmpty.
   template <typename Pred>
   uint32_t Find(uint64_t key, Pred&& match) const {
-    for (size_t i = Home(key);; i = (i + 1) & mask_) {
+    const uint32_t tag = TagOf(key);
+    for (size_t i = Home(tag);; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.value == kEmpty) return kEmpty;
-      if (s.key() == key && match(s.value)) return s.value;
+      if (s.tag == tag && match(s.value)) return s.value;
+    }
+  }
+
+  // The first value stored under `key`'s tag, unverified, or kEmpty: a prefetch hint.
+  uint32_t FirstCandidate(uint64_t key) const {
+    const uint32_t tag = TagOf(key);
+    for (size_t i = Home(tag);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.value == kEmpty || s.tag == tag) return s.value;
     }
   }
 
   // Hints the CPU to load the home slot of `key`.
-  void Prefetch(uint64_t key) const { __builtin_prefetch(&slots_[Home(key)]); }
+  void Prefetch(uint64_t key) const { __builtin_prefetch(&slots_[Home(TagOf(key))]); }
 
   // Adds (key, value). REQUIRES: value != kEmpty and the pair is not present.
   void Insert(uint64_t key, uint32_t value) {
-    if ((size_ + 1) * 5 > capacity() * 4) Grow();
-    Place(key, value);
+    if ((size_ + 1) * 8 > capacity() * 7) Grow();
+    Place(TagOf(key), value);
     ++size_;
   }
 
@@ -53,30 +64,31 @@ class FlatTable {
   bool Replace(uint64_t key, uint32_t old_value, uint32_t new_value);
 
  private:
-#pragma pack(push, 4)
   struct Slot {
-    uint32_t key_lo;
-    uint32_t key_hi;
+    uint32_t tag;
     uint32_t value;
-    uint64_t key() const { return (uint64_t{key_hi} << 32) | key_lo; }
   };
-#pragma pack(pop)
-  static_assert(sizeof(Slot) == 12);
+  static_assert(sizeof(Slot) == 8);
 
-  size_t Home(uint64_t key) const {
+  static uint32_t TagOf(uint64_t key) {
     // Keys are mostly hashes already; the finaliser protects against structured ones.
     key ^= key >> 33;
     key *= 0xff51afd7ed558ccdULL;
     key ^= key >> 33;
-    return static_cast<size_t>(key) & mask_;
+    key *= 0xc4ceb9fe1a85ec53ULL;
+    key ^= key >> 33;
+    return static_cast<uint32_t>(key >> 32);
   }
+  // Top bits of the (well-mixed) tag; the table never exceeds 2^32 slots.
+  size_t Home(uint32_t tag) const { return (uint64_t{tag} << 32 >> shift_) & mask_; }
   size_t Locate(uint64_t key, uint32_t value) const;
-  void Place(uint64_t key, uint32_t value);
+  void Place(uint32_t tag, uint32_t value);
   void Allocate(size_t capacity);
   void Grow();
 
   std::unique_ptr<Slot[]> slots_;
   size_t mask_ = 0;
+  int shift_ = 64;  // 64 - log2(capacity)
   size_t size_ = 0;
 };
 

@@ -294,7 +294,12 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
     keys = chained;
   }
 
+  constexpr size_t kSlotAhead = 8;
+  for (size_t i = 0; i < std::min(keys.size(), kSlotAhead); ++i) {
+    forward_.Prefetch(ForwardKey(context, keys[i]));
+  }
   for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + kSlotAhead < keys.size()) forward_.Prefetch(ForwardKey(context, keys[i + kSlotAhead]));
     const uint64_t key = keys[i];
     const uint64_t engine_hash = c.engine_hashes.empty() ? key : c.engine_hashes[i];
     std::string location = c.locations.empty() ? std::string() : c.locations[i];

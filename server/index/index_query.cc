@@ -86,14 +86,24 @@ LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockK
   if (context == kNil || n == 0) return result;
 
   LookupScratch& s = Scratch(m.holders_.size());
-  constexpr size_t kPrefetchDistance = 8;
-  for (size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) {
-    m.forward_.Prefetch(ForwardKey(context, keys[i]));
-  }
-
+  // The walk is a chain of dependent cache misses per depth (slot → block → entry), but the
+  // keys are known up front. So each window of keys is first resolved stage by stage —
+  // every stage's loads are independent of each other and overlap in the memory system —
+  // and only then walked, when its records are cached.
+  constexpr size_t kWindow = 32;
+  uint32_t candidate[kWindow];
   for (size_t depth = 0; depth < n; ++depth) {
-    if (depth + kPrefetchDistance < n) {
-      m.forward_.Prefetch(ForwardKey(context, keys[depth + kPrefetchDistance]));
+    if (depth % kWindow == 0) {
+      const size_t end = std::min(n, depth + kWindow);
+      for (size_t i = depth; i < end; ++i) m.forward_.Prefetch(ForwardKey(context, keys[i]));
+      for (size_t i = depth; i < end; ++i) {
+        candidate[i - depth] = m.forward_.FirstCandidate(ForwardKey(context, keys[i]));
+        if (candidate[i - depth] != kNil) __builtin_prefetch(&m.blocks_[candidate[i - depth]]);
+      }
+      for (size_t i = depth; i < end; ++i) {
+        const uint32_t b = candidate[i - depth];
+        if (b != kNil && m.blocks_[b].head != kNil) __builtin_prefetch(&m.entries_[m.blocks_[b].head]);
+      }
     }
     const uint32_t b = m.FindBlock(context, keys[depth]);
     if (b == kNil) break;

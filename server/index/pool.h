@@ -29,7 +29,7 @@ class Pool {
       free_.pop_back();
       return id;
     }
-    if (next_ == chunks_.size() * kChunkSize) chunks_.push_back(std::make_unique<T[]>(kChunkSize));
+    if (next_ == chunks_.size() * kChunkSize) chunks_.push_back(std::unique_ptr<T[]>(new T[kChunkSize]));  // uninitialised: callers set every field
     return next_++;
   }
 
