@@ -6,7 +6,8 @@
 namespace kvatlas::server {
 
 void FlatTable::Allocate(size_t capacity) {
-  slots_ = std::make_unique<Slot[]>(capacity);
+  buffer_ = AllocateHuge(capacity * sizeof(Slot));
+  slots_ = static_cast<Slot*>(buffer_.get());
   for (size_t i = 0; i < capacity; ++i) slots_[i].value = kEmpty;
   mask_ = capacity - 1;
   shift_ = 64 - std::countr_zero(capacity);
@@ -19,7 +20,8 @@ void FlatTable::Place(uint32_t tag, uint32_t value) {
 }
 
 void FlatTable::Grow() {
-  std::unique_ptr<Slot[]> old = std::move(slots_);
+  std::unique_ptr<void, FreeDeleter> old_buffer = std::move(buffer_);
+  const Slot* old = slots_;
   const size_t old_capacity = mask_ + 1;
   Allocate(old_capacity * 2);
   for (size_t i = 0; i < old_capacity; ++i) {

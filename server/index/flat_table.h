@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "server/index/huge_buffer.h"
+
 namespace kvatlas::server {
 
 class FlatTable {
@@ -25,7 +27,7 @@ class FlatTable {
 
   size_t size() const { return size_; }
   size_t capacity() const { return mask_ + 1; }
-  size_t memory_bytes() const { return capacity() * sizeof(Slot); }
+  size_t memory_bytes() const { return HugeAllocatedBytes(capacity() * sizeof(Slot)); }
 
   // The value of the first slot with `key`'s tag whose value satisfies `match`, or kEmpty.
   template <typename Pred>
@@ -86,7 +88,8 @@ class FlatTable {
   void Allocate(size_t capacity);
   void Grow();
 
-  std::unique_ptr<Slot[]> slots_;
+  std::unique_ptr<void, FreeDeleter> buffer_;
+  Slot* slots_ = nullptr;
   size_t mask_ = 0;
   int shift_ = 64;  // 64 - log2(capacity)
   size_t size_ = 0;

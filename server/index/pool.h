@@ -8,7 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
+
+#include "server/index/huge_buffer.h"
 
 namespace kvatlas::server {
 
@@ -18,8 +21,10 @@ class Pool {
   static constexpr uint32_t kChunkBits = 16;
   static constexpr uint32_t kChunkSize = 1u << kChunkBits;
 
-  T& operator[](uint32_t id) { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
-  const T& operator[](uint32_t id) const { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
+  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);
+
+  T& operator[](uint32_t id) { return Chunk(id >> kChunkBits)[id & (kChunkSize - 1)]; }
+  const T& operator[](uint32_t id) const { return Chunk(id >> kChunkBits)[id & (kChunkSize - 1)]; }
 
   // Returns the id of a slot (contents unspecified; the caller initialises it).
   uint32_t Allocate() {
@@ -29,7 +34,9 @@ class Pool {
       free_.pop_back();
       return id;
     }
-    if (next_ == chunks_.size() * kChunkSize) chunks_.push_back(std::unique_ptr<T[]>(new T[kChunkSize]));  // uninitialised: callers set every field
+    if (next_ == chunks_.size() * kChunkSize) {
+      chunks_.push_back(AllocateHuge(kChunkSize * sizeof(T)));  // callers set every field
+    }
     return next_++;
   }
 
@@ -40,12 +47,15 @@ class Pool {
 
   size_t live() const { return live_; }
   size_t memory_bytes() const {
-    return chunks_.size() * kChunkSize * sizeof(T) + free_.capacity() * sizeof(uint32_t) +
+    return chunks_.size() * HugeAllocatedBytes(kChunkSize * sizeof(T)) +
+           free_.capacity() * sizeof(uint32_t) +
            chunks_.capacity() * sizeof(void*);
   }
 
  private:
-  std::vector<std::unique_ptr<T[]>> chunks_;
+  T* Chunk(uint32_t i) const { return static_cast<T*>(chunks_[i].get()); }
+
+  std::vector<std::unique_ptr<void, FreeDeleter>> chunks_;
   std::vector<uint32_t> free_;
   uint32_t next_ = 0;
   size_t live_ = 0;
