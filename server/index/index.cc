@@ -286,7 +286,7 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
   if (c.mode == KeyMode::kLocal) {
     std::optional<uint64_t> parent_key;
     if (parent_block != kNil) {
-      parent_key = blocks_[parent_block].key;
+      parent_key = uint64_t{blocks_[parent_block].key};  // a copy: BlockRec is packed
     } else if (c.parent) {
       parent_key = c.parent;
     }

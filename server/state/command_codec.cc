@@ -1,1 +1,181 @@
-// placeholder
+// Layout, byte by byte: docs/storage.md §Command batches. The primitives (varints,
+// length-prefixed strings, context and holder keys) are the storage ones, so a context is
+// the same bytes in a log entry and in its `C` record.
+#include "server/state/command_codec.h"
+
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "server/storage/key_codec.h"
+
+namespace kvatlas::server {
+namespace {
+
+// The tag of a command is its index in the Command variant plus one.
+enum class CommandTag : uint8_t { kStore = 1, kRemove = 2, kClear = 3 };
+static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreCommand> &&
+              std::is_same_v<std::variant_alternative_t<1, Command>, RemoveCommand> &&
+              std::is_same_v<std::variant_alternative_t<2, Command>, ClearCommand>);
+
+// The smallest encoded command (a Clear of an empty holder id, without context or tier):
+// tag, holder id length, dp_rank, two absent flags. Bounds the command count of a batch.
+constexpr size_t kMinCommandBytes = 5;
+
+// Writes fields in the wire form of their type (docs/storage.md §Command batches).
+class FieldWriter {
+ public:
+  explicit FieldWriter(std::string* out) : out_(out) {}
+
+  void operator()(const ContextKey& v) { PutContextKey(out_, v); }
+  void operator()(const HolderKey& v) { PutHolderKey(out_, v); }
+  void operator()(Tier v) { PutTier(out_, v); }
+  void operator()(KeyMode v) { out_->push_back(static_cast<char>(v)); }
+  void operator()(uint64_t v) { PutFixed64(out_, v); }  // hashes: fixed width
+  void operator()(uint32_t v) { PutVarint64(out_, v); }
+  void operator()(const std::string& v) { PutLengthPrefixed(out_, v); }
+  template <typename T>
+  void operator()(const std::optional<T>& v) {
+    PutFlag(out_, v.has_value());
+    if (v.has_value()) (*this)(*v);
+  }
+  template <typename T>
+  void operator()(const std::vector<T>& v) {
+    PutVarint64(out_, v.size());
+    for (const T& x : v) (*this)(x);
+  }
+
+ private:
+  std::string* out_;
+};
+
+// The inverse of FieldWriter over an untrusted input; failures stick in the ByteReader.
+class FieldReader {
+ public:
+  explicit FieldReader(ByteReader* in) : in_(in) {}
+
+  void operator()(ContextKey& v) { v = ReadContextKey(in_); }
+  void operator()(HolderKey& v) { v = ReadHolderKey(in_); }
+  void operator()(Tier& v) { v = ReadTier(in_); }
+  void operator()(KeyMode& v) {
+    const uint8_t mode = in_->U8();
+    if (mode > static_cast<uint8_t>(KeyMode::kLocal)) in_->Fail();
+    v = static_cast<KeyMode>(mode);
+  }
+  void operator()(uint64_t& v) { v = in_->Fixed64(); }
+  void operator()(uint32_t& v) { v = in_->Varint32(); }
+  void operator()(std::string& v) { v = in_->LengthPrefixed(); }
+  template <typename T>
+  void operator()(std::optional<T>& v) {
+    v.reset();
+    if (!in_->Flag()) return;
+    (*this)(v.emplace());
+  }
+  // Count() bounds n by the remaining input (each element takes at least one byte, a
+  // fixed64 eight), and elements are appended as they decode, so memory stays proportional
+  // to the input.
+  template <typename T>
+  void operator()(std::vector<T>& v) {
+    const uint64_t n = in_->Count(std::is_same_v<T, uint64_t> ? sizeof(uint64_t) : 1);
+    v.clear();
+    for (uint64_t i = 0; i < n && in_->ok(); ++i) (*this)(v.emplace_back());
+  }
+
+ private:
+  ByteReader* in_;
+};
+
+// The fields of each command, in wire order: the one description both directions use, so
+// that the encoder and the decoder cannot disagree. `C` is a command, const or not.
+template <typename Io, typename C>
+void VisitFields(Io& io, C& c) {
+  using T = std::remove_const_t<C>;
+  if constexpr (std::is_same_v<T, StoreCommand>) {
+    io(c.context);
+    io(c.holder);
+    io(c.tier);
+    io(c.mode);
+    io(c.parent);      // fixed64: a hash
+    io(c.base_depth);  // varint32
+    io(c.hashes);
+    io(c.engine_hashes);
+    io(c.locations);
+  } else if constexpr (std::is_same_v<T, RemoveCommand>) {
+    io(c.context);
+    io(c.holder);
+    io(c.tier);  // optional
+    io(c.hashes);
+  } else {
+    static_assert(std::is_same_v<T, ClearCommand>);
+    io(c.holder);
+    io(c.context);  // optional
+    io(c.tier);     // optional
+  }
+}
+
+constexpr CommandTag TagOf(const Command& command) {
+  return static_cast<CommandTag>(command.index() + 1);
+}
+
+template <typename C>
+void ReadInto(CommandBatch* batch, ByteReader* in) {
+  FieldReader reader(in);
+  VisitFields(reader, std::get<C>(batch->commands.emplace_back(std::in_place_type<C>)));
+}
+
+}  // namespace
+
+std::string EncodeCommandBatch(const CommandBatch& batch) {
+  std::string out;
+  out.push_back(static_cast<char>(kCommandBatchVersion));
+  PutVarint64(&out, batch.commands.size());
+  FieldWriter writer(&out);
+  for (const Command& command : batch.commands) {
+    out.push_back(static_cast<char>(TagOf(command)));
+    std::visit([&writer](const auto& c) { VisitFields(writer, c); }, command);
+  }
+  return out;
+}
+
+Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
+  ByteReader in(bytes);
+  const uint8_t version = in.U8();
+  if (!in.ok()) return Status::Corruption("command batch is empty");
+  if (version != kCommandBatchVersion) {
+    return Status::Corruption("command batch has unknown version " + std::to_string(version));
+  }
+  const uint64_t count = in.Count(kMinCommandBytes);
+  if (!in.ok()) return Status::Corruption("command batch has a malformed command count");
+  CommandBatch batch;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint8_t tag = in.U8();
+    switch (static_cast<CommandTag>(tag)) {
+      case CommandTag::kStore:
+        ReadInto<StoreCommand>(&batch, &in);
+        break;
+      case CommandTag::kRemove:
+        ReadInto<RemoveCommand>(&batch, &in);
+        break;
+      case CommandTag::kClear:
+        ReadInto<ClearCommand>(&batch, &in);
+        break;
+      default:
+        in.Fail();
+    }
+    if (!in.ok()) {
+      return Status::Corruption("command batch: command " + std::to_string(i) + " of " +
+                                std::to_string(count) + " (tag " + std::to_string(tag) +
+                                ") is truncated or malformed");
+    }
+  }
+  if (!in.Done()) {
+    return Status::Corruption("command batch has " + std::to_string(in.remaining()) +
+                              " trailing bytes");
+  }
+  return batch;
+}
+
+}  // namespace kvatlas::server

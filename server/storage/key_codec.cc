@@ -1,1 +1,360 @@
-// placeholder
+#include "server/storage/key_codec.h"
+
+#include <cstdio>
+#include <utility>
+
+namespace kvatlas::server {
+namespace {
+
+template <typename T>
+void PutLittleEndian(std::string* out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+template <typename T>
+void PutBigEndian(std::string* out, T v) {
+  for (size_t i = sizeof(T); i-- > 0;) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+template <typename T>
+T GetLittleEndian(std::string_view bytes) {
+  T v = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) v |= T{static_cast<uint8_t>(bytes[i])} << (8 * i);
+  return v;
+}
+
+template <typename T>
+T GetBigEndian(std::string_view bytes) {
+  T v = 0;
+  for (char c : bytes) v = static_cast<T>((v << 8) | static_cast<uint8_t>(c));
+  return v;
+}
+
+std::string Hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (char c : bytes) {
+    auto b = static_cast<uint8_t>(c);
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 0xf]);
+  }
+  return out;
+}
+
+std::string Hex64(uint64_t v) {
+  char buf[19];
+  std::snprintf(buf, sizeof(buf), "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Reads the fixed-layout part of a record key after checking its type byte and length.
+Result<ByteReader> OpenKey(std::string_view key, RecordType type, size_t size) {
+  if (key.size() != size || key[0] != static_cast<char>(type)) {
+    return Status::Corruption("malformed record key " + DescribeKey(key));
+  }
+  return ByteReader(key.substr(1));
+}
+
+Status BadValue(std::string_view key, std::string_view what) {
+  return Status::Corruption("record " + DescribeKey(key) + ": malformed " + std::string(what) +
+                            " value");
+}
+
+// Decodes a whole value with `read`, which consumes a ByteReader; a value that does not
+// decode to its last byte is kCorruption naming the key.
+template <typename F>
+auto DecodeValue(std::string_view key, std::string_view value, std::string_view what, F read)
+    -> Result<decltype(read(std::declval<ByteReader*>()))> {
+  ByteReader in(value);
+  auto decoded = read(&in);
+  if (!in.Done()) return BadValue(key, what);
+  return decoded;
+}
+
+}  // namespace
+
+// --- primitives -------------------------------------------------------------------------
+
+void PutFixed32(std::string* out, uint32_t v) { PutLittleEndian(out, v); }
+void PutFixed64(std::string* out, uint64_t v) { PutLittleEndian(out, v); }
+void PutBigEndian32(std::string* out, uint32_t v) { PutBigEndian(out, v); }
+void PutBigEndian64(std::string* out, uint64_t v) { PutBigEndian(out, v); }
+
+void PutVarint64(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+void PutLengthPrefixed(std::string* out, std::string_view bytes) {
+  PutVarint64(out, bytes.size());
+  out->append(bytes);
+}
+
+void PutFlag(std::string* out, bool v) { out->push_back(v ? 1 : 0); }
+
+std::string_view ByteReader::Take(size_t n) {
+  if (!ok_ || data_.size() < n) {
+    ok_ = false;
+    return {};
+  }
+  std::string_view head = data_.substr(0, n);
+  data_.remove_prefix(n);
+  return head;
+}
+
+uint8_t ByteReader::U8() {
+  std::string_view b = Take(1);
+  return b.empty() ? 0 : static_cast<uint8_t>(b[0]);
+}
+
+uint32_t ByteReader::Fixed32() { return GetLittleEndian<uint32_t>(Take(4)); }
+uint64_t ByteReader::Fixed64() { return GetLittleEndian<uint64_t>(Take(8)); }
+uint32_t ByteReader::BigEndian32() { return GetBigEndian<uint32_t>(Take(4)); }
+uint64_t ByteReader::BigEndian64() { return GetBigEndian<uint64_t>(Take(8)); }
+
+uint64_t ByteReader::Varint64() {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (!ok_ || data_.empty()) break;
+    auto b = static_cast<uint8_t>(data_[0]);
+    data_.remove_prefix(1);
+    // The 10th byte may only carry the top bit of a u64; a zero final byte after others
+    // would be a second encoding of a shorter value.
+    if ((shift == 63 && b > 1) || (b == 0 && shift > 0)) break;
+    v |= uint64_t{b & 0x7fu} << shift;
+    if ((b & 0x80) == 0) return v;
+  }
+  ok_ = false;
+  return 0;
+}
+
+uint32_t ByteReader::Varint32() {
+  uint64_t v = Varint64();
+  if (v > UINT32_MAX) {
+    ok_ = false;
+    return 0;
+  }
+  return static_cast<uint32_t>(v);
+}
+
+std::string_view ByteReader::LengthPrefixed() {
+  uint64_t n = Varint64();
+  if (n > data_.size()) {
+    ok_ = false;
+    return {};
+  }
+  return Take(static_cast<size_t>(n));
+}
+
+bool ByteReader::Flag() {
+  uint8_t b = U8();
+  if (b > 1) ok_ = false;
+  return b == 1;
+}
+
+uint64_t ByteReader::Count(size_t min_element_bytes) {
+  uint64_t n = Varint64();
+  if (n > data_.size() / min_element_bytes) {
+    ok_ = false;
+    return 0;
+  }
+  return n;
+}
+
+// --- shared value encodings -------------------------------------------------------------
+
+void PutContextKey(std::string* out, const ContextKey& key) {
+  PutLengthPrefixed(out, key.tenant);
+  PutLengthPrefixed(out, key.model);
+  PutLengthPrefixed(out, key.lora_name);
+  PutVarint64(out, key.block_size);
+  PutLengthPrefixed(out, key.salt);
+}
+
+ContextKey ReadContextKey(ByteReader* in) {
+  ContextKey key;
+  key.tenant = in->LengthPrefixed();
+  key.model = in->LengthPrefixed();
+  key.lora_name = in->LengthPrefixed();
+  key.block_size = in->Varint32();
+  key.salt = in->LengthPrefixed();
+  return key;
+}
+
+void PutHolderKey(std::string* out, const HolderKey& key) {
+  PutLengthPrefixed(out, key.id);
+  PutVarint64(out, key.dp_rank);
+}
+
+HolderKey ReadHolderKey(ByteReader* in) {
+  HolderKey key;
+  key.id = in->LengthPrefixed();
+  key.dp_rank = in->Varint32();
+  return key;
+}
+
+void PutTier(std::string* out, Tier tier) { out->push_back(static_cast<char>(tier)); }
+
+Tier ReadTier(ByteReader* in) {
+  uint8_t b = in->U8();
+  if (b >= kNumTiers) {
+    in->Fail();
+    return Tier::kGpu;
+  }
+  return static_cast<Tier>(b);
+}
+
+// --- record keys ------------------------------------------------------------------------
+
+void AppendMetaKey(std::string_view name, std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kMeta));
+  out->append(name);
+}
+
+void AppendContextKey(uint32_t context, std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kContext));
+  PutBigEndian32(out, context);
+}
+
+void AppendHolderKey(uint32_t holder, std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kHolder));
+  PutBigEndian32(out, holder);
+}
+
+void AppendBlockKey(uint32_t context, BlockKey key, std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kBlock));
+  PutBigEndian32(out, context);
+  PutBigEndian64(out, key);
+}
+
+void AppendEntryKey(uint32_t context, BlockKey key, uint32_t holder, Tier tier, std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kEntry));
+  PutBigEndian32(out, context);
+  PutBigEndian64(out, key);
+  PutBigEndian32(out, holder);
+  PutTier(out, tier);
+}
+
+Result<uint32_t> DecodeContextRecordKey(std::string_view key) {
+  KVATLAS_ASSIGN_OR_RETURN(ByteReader in, OpenKey(key, RecordType::kContext, kContextKeyBytes));
+  return in.BigEndian32();
+}
+
+Result<uint32_t> DecodeHolderRecordKey(std::string_view key) {
+  KVATLAS_ASSIGN_OR_RETURN(ByteReader in, OpenKey(key, RecordType::kHolder, kHolderKeyBytes));
+  return in.BigEndian32();
+}
+
+Result<BlockRecordKey> DecodeBlockRecordKey(std::string_view key) {
+  KVATLAS_ASSIGN_OR_RETURN(ByteReader in, OpenKey(key, RecordType::kBlock, kBlockKeyBytes));
+  BlockRecordKey out;
+  out.context = in.BigEndian32();
+  out.key = in.BigEndian64();
+  return out;
+}
+
+Result<EntryRecordKey> DecodeEntryRecordKey(std::string_view key) {
+  KVATLAS_ASSIGN_OR_RETURN(ByteReader in, OpenKey(key, RecordType::kEntry, kEntryKeyBytes));
+  EntryRecordKey out;
+  out.context = in.BigEndian32();
+  out.key = in.BigEndian64();
+  out.holder = in.BigEndian32();
+  out.tier = ReadTier(&in);
+  if (!in.Done()) return Status::Corruption("malformed record key " + DescribeKey(key));
+  return out;
+}
+
+std::string DescribeKey(std::string_view key) {
+  if (key.empty()) return "<empty key>";
+  const auto type = static_cast<RecordType>(key[0]);
+  ByteReader in(key.substr(1));
+  std::string out(1, key[0]);
+  switch (type) {
+    case RecordType::kMeta: {
+      std::string_view name = key.substr(1);
+      bool printable = true;
+      for (char c : name) printable = printable && c >= 0x20 && c < 0x7f;
+      if (!printable) break;
+      return out + "/" + std::string(name);
+    }
+    case RecordType::kContext:
+    case RecordType::kHolder:
+      if (key.size() != kContextKeyBytes) break;
+      return out + (type == RecordType::kContext ? "/ctx=" : "/holder=") +
+             std::to_string(in.BigEndian32());
+    case RecordType::kBlock:
+    case RecordType::kEntry: {
+      if (key.size() != (type == RecordType::kBlock ? kBlockKeyBytes : kEntryKeyBytes)) break;
+      out += "/ctx=" + std::to_string(in.BigEndian32());
+      out += "/key=" + Hex64(in.BigEndian64());
+      if (type == RecordType::kBlock) return out;
+      out += "/holder=" + std::to_string(in.BigEndian32());
+      uint8_t tier = in.U8();
+      return out + "/tier=" +
+             (tier < kNumTiers ? std::string(TierName(static_cast<Tier>(tier)))
+                               : std::to_string(tier));
+    }
+  }
+  return out + "/raw=0x" + Hex(key.substr(1));
+}
+
+// --- record values ----------------------------------------------------------------------
+
+void AppendContextValue(const ContextKey& context, std::string* out) {
+  PutContextKey(out, context);
+}
+
+void AppendHolderValue(const HolderKey& holder, std::string* out) { PutHolderKey(out, holder); }
+
+void AppendBlockValue(uint32_t depth, uint64_t stamp, std::string* out) {
+  PutFixed32(out, depth);
+  PutFixed64(out, stamp);
+}
+
+void AppendEntryValue(uint32_t refcount, uint64_t engine_hash, std::string_view location,
+                      std::string* out) {
+  PutFixed32(out, refcount);
+  PutFixed64(out, engine_hash);
+  PutLengthPrefixed(out, location);
+}
+
+Result<ContextKey> DecodeContextValue(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "context", ReadContextKey);
+}
+
+Result<HolderKey> DecodeHolderValue(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "holder", ReadHolderKey);
+}
+
+Result<BlockValue> DecodeBlockValue(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "block", [](ByteReader* in) {
+    BlockValue v;
+    v.depth = in->Fixed32();
+    v.stamp = in->Fixed64();
+    return v;
+  });
+}
+
+Result<EntryValue> DecodeEntryValue(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "entry", [](ByteReader* in) {
+    EntryValue v;
+    v.refcount = in->Fixed32();
+    v.engine_hash = in->Fixed64();
+    v.location = in->LengthPrefixed();
+    return v;
+  });
+}
+
+Result<uint32_t> DecodeMetaFixed32(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "meta", [](ByteReader* in) { return in->Fixed32(); });
+}
+
+Result<uint64_t> DecodeMetaFixed64(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "meta", [](ByteReader* in) { return in->Fixed64(); });
+}
+
+}  // namespace kvatlas::server

@@ -1,1 +1,351 @@
-// placeholder
+// The RocksDB implementation of Storage. Layout, encodings and the atomicity contract are
+// in docs/storage.md; the byte encodings themselves are in key_codec.h. This is the only
+// translation unit that includes RocksDB: rocksdb::Status becomes a kvatlas Status here,
+// in FromRocks().
+#include <rocksdb/cache.h>
+#include <rocksdb/convenience.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/options.h>
+#include <rocksdb/slice.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "server/index/index.h"
+#include "server/storage/key_codec.h"
+#include "server/storage/storage.h"
+
+namespace kvatlas::server {
+namespace {
+
+std::string_view View(const rocksdb::Slice& s) { return {s.data(), s.size()}; }
+rocksdb::Slice ToSlice(std::string_view s) { return {s.data(), s.size()}; }
+
+// The one conversion of rocksdb::Status. Corruption (bad checksums, bad SST/WAL) keeps its
+// code so that an operator can tell a damaged directory from a failing disk; everything
+// else RocksDB can report here is an I/O-level failure of the data directory.
+Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return Status::Ok();
+  std::string msg = std::string(what) + ": " + s.ToString();
+  if (s.IsCorruption()) return Status::Corruption(std::move(msg));
+  return Status::IOError(std::move(msg));
+}
+
+// RocksDB takes an fcntl lock on <dir>/LOCK. Both the cross-process message ("While lock
+// file: <dir>/LOCK: Resource temporarily unavailable") and the in-process one ("lock hold
+// by current process ... <dir>/LOCK") name that file.
+bool IsLockConflict(const rocksdb::Status& s) {
+  return s.IsIOError() && s.ToString().find("/LOCK") != std::string::npos;
+}
+
+rocksdb::Options MakeOptions(const StorageOptions& options) {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  // Flushes and compactions share the machine with the applier and the network threads.
+  o.max_background_jobs = 2;
+  o.write_buffer_size = options.write_buffer_bytes;
+  // Smooths write-back of SSTs instead of one large fsync at the end of each file.
+  o.bytes_per_sync = 1 << 20;
+  o.keep_log_file_num = 4;
+  o.level_compaction_dynamic_level_bytes = true;
+  // After a crash, recover the WAL up to the last intact record and stop there: the database
+  // comes back at a consistent applied_index (the atomicity contract in docs/storage.md
+  // relies on it; it is RocksDB's default, stated here because we depend on it).
+  o.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+
+  // Values are small and keys share long prefixes; LZ4 is cheap to decode at boot. Fall
+  // back to no compression when this librocksdb was built without it.
+  const std::vector<rocksdb::CompressionType> supported = rocksdb::GetSupportedCompressions();
+  const bool has_lz4 =
+      std::find(supported.begin(), supported.end(), rocksdb::kLZ4Compression) != supported.end();
+  o.compression = has_lz4 ? rocksdb::kLZ4Compression : rocksdb::kNoCompression;
+
+  rocksdb::BlockBasedTableOptions table;
+  if (options.block_cache_bytes == 0) {
+    table.no_block_cache = true;
+  } else {
+    table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
+  }
+  // Point reads are meta Gets and, later, single-record reads; a full-key bloom filter
+  // spares them a data-block read per level.
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.optimize_filters_for_memory = true;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return o;
+}
+
+// One element of the boot-time block sort. Sorting 10M of them takes 240 MB transiently,
+// less than the Index's own block table for the same context.
+struct PendingBlock {
+  uint64_t stamp;
+  BlockKey key;
+  uint32_t depth;
+};
+
+class RocksDbStorage final : public Storage {
+ public:
+  RocksDbStorage(std::unique_ptr<rocksdb::DB> db, const StorageOptions& options)
+      : db_(std::move(db)), path_(options.path) {
+    write_options_.sync = options.sync_writes;
+  }
+
+  ~RocksDbStorage() override {
+    // Nothing useful can be done with a failed close: the WAL already holds every
+    // acknowledged write, and the next Open recovers from it.
+    (void)db_->Close();
+  }
+
+  RocksDbStorage(const RocksDbStorage&) = delete;
+  RocksDbStorage& operator=(const RocksDbStorage&) = delete;
+
+  // Stamps a new database with the current format version; accepts an existing one only
+  // when it carries exactly that version.
+  Status CheckFormatVersion() {
+    KVATLAS_ASSIGN_OR_RETURN(std::optional<std::string> stored, GetMeta(kMetaFormatVersion));
+    if (!stored.has_value()) {
+      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+      it->SeekToFirst();
+      KVATLAS_RETURN_IF_ERROR(FromRocks(it->status(), "reading " + path_));
+      if (it->Valid()) {
+        return Status::Corruption("data directory " + path_ +
+                                  " has records but no format_version record");
+      }
+      std::string value;
+      PutFixed32(&value, kStorageFormatVersion);
+      return PutMeta(kMetaFormatVersion, value);
+    }
+    KVATLAS_ASSIGN_OR_RETURN(uint32_t version,
+                             DecodeMetaFixed32(MetaKey(kMetaFormatVersion), *stored));
+    if (version != kStorageFormatVersion) {
+      return Status::Corruption("data directory " + path_ + " has storage format version " +
+                                std::to_string(version) + "; this build reads only version " +
+                                std::to_string(kStorageFormatVersion));
+    }
+    return Status::Ok();
+  }
+
+  Status CheckHashSeed(uint64_t hash_seed) override {
+    KVATLAS_ASSIGN_OR_RETURN(std::optional<std::string> stored, GetMeta(kMetaHashSeed));
+    if (!stored.has_value()) {
+      std::string value;
+      PutFixed64(&value, hash_seed);
+      return PutMeta(kMetaHashSeed, value);
+    }
+    KVATLAS_ASSIGN_OR_RETURN(uint64_t seed, DecodeMetaFixed64(MetaKey(kMetaHashSeed), *stored));
+    if (seed != hash_seed) {
+      return Status::FailedPrecondition("data directory " + path_ + " was written with hash seed " +
+                                        std::to_string(seed) + " but the configured seed is " +
+                                        std::to_string(hash_seed) +
+                                        "; block keys on disk are only valid for the stored seed");
+    }
+    return Status::Ok();
+  }
+
+  Result<Revision> AppliedIndex() const override {
+    KVATLAS_ASSIGN_OR_RETURN(std::optional<std::string> stored, GetMeta(kMetaAppliedIndex));
+    if (!stored.has_value()) return Revision{0};
+    return DecodeMetaFixed64(MetaKey(kMetaAppliedIndex), *stored);
+  }
+
+  Status Write(Revision applied_index, std::span<const Mutation> mutations) override {
+    rocksdb::WriteBatch batch;
+    std::string key;
+    std::string value;
+    // Later mutations of the same record win: WriteBatch applies in insertion order.
+    for (const Mutation& m : mutations) {
+      key.clear();
+      value.clear();
+      // Mutations come from the Index, so these are bugs; refusing them keeps a key that
+      // LoadInto would reject off the disk.
+      if (static_cast<int>(m.tier) >= kNumTiers) {
+        return Status::Internal("mutation with unknown tier " +
+                                std::to_string(static_cast<int>(m.tier)));
+      }
+      rocksdb::Status s;
+      switch (m.kind) {
+        case MutationKind::kPutContext:
+          AppendContextKey(m.context, &key);
+          AppendContextValue(m.context_key, &value);
+          s = batch.Put(ToSlice(key), ToSlice(value));
+          break;
+        case MutationKind::kPutHolder:
+          AppendHolderKey(m.holder, &key);
+          AppendHolderValue(m.holder_key, &value);
+          s = batch.Put(ToSlice(key), ToSlice(value));
+          break;
+        case MutationKind::kPutBlock:
+          AppendBlockKey(m.context, m.key, &key);
+          AppendBlockValue(m.depth, m.stamp, &value);
+          s = batch.Put(ToSlice(key), ToSlice(value));
+          break;
+        case MutationKind::kDeleteBlock:
+          AppendBlockKey(m.context, m.key, &key);
+          s = batch.Delete(ToSlice(key));
+          break;
+        case MutationKind::kPutEntry:
+          AppendEntryKey(m.context, m.key, m.holder, m.tier, &key);
+          AppendEntryValue(m.refcount, m.engine_hash, m.location, &value);
+          s = batch.Put(ToSlice(key), ToSlice(value));
+          break;
+        case MutationKind::kDeleteEntry:
+          AppendEntryKey(m.context, m.key, m.holder, m.tier, &key);
+          s = batch.Delete(ToSlice(key));
+          break;
+        default:
+          return Status::Internal("unknown mutation kind " +
+                                  std::to_string(static_cast<int>(m.kind)));
+      }
+      KVATLAS_RETURN_IF_ERROR(FromRocks(s, "building write batch"));
+    }
+    value.clear();
+    PutFixed64(&value, applied_index);
+    KVATLAS_RETURN_IF_ERROR(FromRocks(
+        batch.Put(ToSlice(MetaKey(kMetaAppliedIndex)), ToSlice(value)), "building write batch"));
+    return FromRocks(db_->Write(write_options_, &batch), "writing to " + path_);
+  }
+
+  Status LoadInto(Index* index) const override {
+    auto load_context = [index](std::string_view k, std::string_view v) -> Status {
+      KVATLAS_ASSIGN_OR_RETURN(uint32_t id, DecodeContextRecordKey(k));
+      KVATLAS_ASSIGN_OR_RETURN(ContextKey context, DecodeContextValue(k, v));
+      return index->LoadContext(id, context);
+    };
+    auto load_holder = [index](std::string_view k, std::string_view v) -> Status {
+      KVATLAS_ASSIGN_OR_RETURN(uint32_t id, DecodeHolderRecordKey(k));
+      KVATLAS_ASSIGN_OR_RETURN(HolderKey holder, DecodeHolderValue(k, v));
+      return index->LoadHolder(id, holder);
+    };
+    auto load_entry = [index](std::string_view k, std::string_view v) -> Status {
+      KVATLAS_ASSIGN_OR_RETURN(EntryRecordKey e, DecodeEntryRecordKey(k));
+      KVATLAS_ASSIGN_OR_RETURN(EntryValue ev, DecodeEntryValue(k, v));
+      return index->LoadEntry(e.context, e.key, e.holder, e.tier, ev.refcount, ev.engine_hash,
+                              std::move(ev.location));
+    };
+    KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kContext, load_context));
+    KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kHolder, load_holder));
+    KVATLAS_RETURN_IF_ERROR(LoadBlocks(index));
+    return Scan(RecordType::kEntry, load_entry);
+  }
+
+  Status Flush() override { return FromRocks(db_->FlushWAL(/*sync=*/true), "syncing WAL"); }
+
+  uint64_t ApproximateSizeBytes() const override {
+    uint64_t sst = 0;
+    uint64_t memtables = 0;
+    if (!db_->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &sst)) sst = 0;
+    // Memtable bytes stand in for the WAL that holds the same, not yet flushed, records.
+    if (!db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &memtables)) {
+      memtables = 0;
+    }
+    return sst + memtables;
+  }
+
+ private:
+  static std::string MetaKey(std::string_view name) {
+    std::string key;
+    AppendMetaKey(name, &key);
+    return key;
+  }
+
+  // The raw value of meta record `name`; nullopt when absent.
+  Result<std::optional<std::string>> GetMeta(std::string_view name) const {
+    std::string value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), ToSlice(MetaKey(name)), &value);
+    if (s.IsNotFound()) return std::optional<std::string>();
+    KVATLAS_RETURN_IF_ERROR(FromRocks(s, "reading " + std::string(name) + " in " + path_));
+    return std::optional<std::string>(std::move(value));
+  }
+
+  // Meta records are written once per database, so always synchronously.
+  Status PutMeta(std::string_view name, std::string_view value) {
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    return FromRocks(db_->Put(sync, ToSlice(MetaKey(name)), ToSlice(value)),
+                     "writing " + std::string(name) + " in " + path_);
+  }
+
+  // Calls fn(key, value) for every record of `type`, in key order, stopping at the first
+  // non-OK Status.
+  template <typename F>
+  Status Scan(RecordType type, F&& fn) const {
+    const char first = static_cast<char>(type);
+    const char limit = static_cast<char>(first + 1);
+    rocksdb::Slice upper(&limit, 1);
+    rocksdb::ReadOptions read;
+    read.iterate_upper_bound = &upper;
+    // A boot scan reads everything once: keep it out of the cache, read ahead sequentially.
+    read.fill_cache = false;
+    read.readahead_size = 2 << 20;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
+    for (it->Seek(rocksdb::Slice(&first, 1)); it->Valid(); it->Next()) {
+      KVATLAS_RETURN_IF_ERROR(fn(View(it->key()), View(it->value())));
+    }
+    return FromRocks(it->status(), "scanning " + path_);
+  }
+
+  // Blocks come off disk in (context, key) order; the Index needs each context's blocks in
+  // creation (stamp) order, because that order is the FIFO eviction order and must be the
+  // same on every replica and after every restart (docs/storage.md §Boot).
+  Status LoadBlocks(Index* index) const {
+    std::vector<PendingBlock> pending;
+    uint32_t context = 0;
+    auto flush = [&]() -> Status {
+      std::sort(pending.begin(), pending.end(), [](const PendingBlock& a, const PendingBlock& b) {
+        return a.stamp != b.stamp ? a.stamp < b.stamp : a.key < b.key;
+      });
+      for (const PendingBlock& b : pending) {
+        KVATLAS_RETURN_IF_ERROR(index->LoadBlock(context, b.key, b.depth, b.stamp));
+      }
+      pending.clear();  // keeps the capacity for the next context
+      return Status::Ok();
+    };
+    auto collect = [&](std::string_view k, std::string_view v) -> Status {
+      KVATLAS_ASSIGN_OR_RETURN(BlockRecordKey bk, DecodeBlockRecordKey(k));
+      KVATLAS_ASSIGN_OR_RETURN(BlockValue bv, DecodeBlockValue(k, v));
+      if (bk.context != context && !pending.empty()) KVATLAS_RETURN_IF_ERROR(flush());
+      context = bk.context;
+      pending.push_back({bv.stamp, bk.key, bv.depth});
+      return Status::Ok();
+    };
+    KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kBlock, collect));
+    return flush();
+  }
+
+  std::unique_ptr<rocksdb::DB> db_;
+  rocksdb::WriteOptions write_options_;
+  std::string path_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Storage>> Storage::Open(const StorageOptions& options) {
+  if (options.path.empty()) return Status::InvalidArgument("storage path is empty");
+  std::error_code ec;
+  std::filesystem::create_directories(options.path, ec);
+  if (ec) {
+    return Status::IOError("cannot create data directory " + options.path + ": " + ec.message());
+  }
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(MakeOptions(options), options.path, &raw);
+  if (!s.ok()) {
+    if (IsLockConflict(s)) {
+      return Status::IOError("data directory " + options.path +
+                             " is in use by another kvatlas process? (" + s.ToString() + ")");
+    }
+    return FromRocks(s, "opening " + options.path);
+  }
+  auto storage = std::make_unique<RocksDbStorage>(std::unique_ptr<rocksdb::DB>(raw), options);
+  KVATLAS_RETURN_IF_ERROR(storage->CheckFormatVersion());
+  return std::unique_ptr<Storage>(std::move(storage));
+}
+
+}  // namespace kvatlas::server

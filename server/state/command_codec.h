@@ -1,0 +1,28 @@
+// The binary encoding of CommandBatch: what a raft log entry carries
+// (docs/storage.md §Command batches). Pure functions; safe to call from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kvatlas/common/result.h"
+#include "server/state/command.h"
+
+namespace kvatlas::server {
+
+// The first byte of every encoded batch. A decoder accepts only the versions it knows;
+// a new version is added, never an old one changed (docs/storage.md §Versions).
+inline constexpr uint8_t kCommandBatchVersion = 1;
+
+// Encodes `batch`. Deterministic: equal batches give equal bytes, and DecodeCommandBatch
+// of the result returns an equal batch.
+[[nodiscard]] std::string EncodeCommandBatch(const CommandBatch& batch);
+
+// Decodes bytes produced by EncodeCommandBatch. Returns kCorruption, naming the command
+// that failed, for an unknown version or tag, a truncated or out-of-range field, a count
+// larger than the remaining bytes can hold, or trailing bytes. Never reads out of bounds;
+// memory allocated is proportional to the input size.
+[[nodiscard]] Result<CommandBatch> DecodeCommandBatch(std::string_view bytes);
+
+}  // namespace kvatlas::server

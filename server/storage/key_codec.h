@@ -1,0 +1,174 @@
+// Byte-level encodings of kvatlas's persistent records (docs/storage.md §Layout) and the
+// primitives they share with the command-batch codec (server/state/command_codec.h).
+// Pure functions and a value-type reader: safe to use from any thread.
+//
+// Conventions: integers inside keys are big-endian so that RocksDB's bytewise order is the
+// numeric order (scans come out sorted by context, then block key, then holder, then tier);
+// integers inside values are little-endian fixed width or LEB128 varints; strings are a
+// varint byte length followed by the bytes. Decoders are strict: a short read, a value out
+// of range, a non-canonical varint or a trailing byte is a failure, never a crash.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/status.h"
+#include "kvatlas/common/types.h"
+
+namespace kvatlas::server {
+
+// ---------------------------------------------------------------------------------------
+// Primitives.
+
+void PutFixed32(std::string* out, uint32_t v);  // little-endian
+void PutFixed64(std::string* out, uint64_t v);  // little-endian
+void PutBigEndian32(std::string* out, uint32_t v);
+void PutBigEndian64(std::string* out, uint64_t v);
+void PutVarint64(std::string* out, uint64_t v);  // LEB128, 1-10 bytes
+void PutLengthPrefixed(std::string* out, std::string_view bytes);
+void PutFlag(std::string* out, bool v);  // one byte, 0 or 1
+
+// A cursor over untrusted bytes. Failure is sticky: after the first short or malformed
+// read every further read returns 0 / empty and ok() stays false, so a decoder reads all
+// its fields and checks once (Done()). Never reads past the input, never allocates.
+class ByteReader {
+ public:
+  explicit ByteReader(std::string_view data) : data_(data) {}
+  // The reader keeps a view: a temporary string would dangle.
+  explicit ByteReader(std::string&&) = delete;
+
+  uint8_t U8();
+  uint32_t Fixed32();
+  uint64_t Fixed64();
+  uint32_t BigEndian32();
+  uint64_t BigEndian64();
+  // Rejects encodings longer than needed (so every value has exactly one encoding) and
+  // values that do not fit the type.
+  uint64_t Varint64();
+  uint32_t Varint32();
+  // A PutLengthPrefixed string; a view into the input.
+  std::string_view LengthPrefixed();
+  // A 0/1 presence or boolean byte; any other value fails.
+  bool Flag();
+  // An element count followed by elements of at least `min_element_bytes` each. Fails when
+  // the remaining input cannot hold that many, which bounds what a caller reserves.
+  // REQUIRES: min_element_bytes > 0.
+  uint64_t Count(size_t min_element_bytes);
+
+  void Fail() { ok_ = false; }
+  bool ok() const { return ok_; }
+  size_t remaining() const { return data_.size(); }
+  // True when no read failed and every byte was consumed.
+  bool Done() const { return ok_ && data_.empty(); }
+
+ private:
+  // The next n bytes, consumed; empty (and failed) when fewer remain.
+  std::string_view Take(size_t n);
+
+  std::string_view data_;
+  bool ok_ = true;
+};
+
+// ---------------------------------------------------------------------------------------
+// Shared value encodings (storage records and commands use the same bytes).
+
+// tenant, model, lora_name (length-prefixed), block_size (varint), salt (length-prefixed).
+void PutContextKey(std::string* out, const ContextKey& key);
+ContextKey ReadContextKey(ByteReader* in);
+// id (length-prefixed), dp_rank (varint).
+void PutHolderKey(std::string* out, const HolderKey& key);
+HolderKey ReadHolderKey(ByteReader* in);
+// One byte, the Tier's numeric value; values >= kNumTiers fail the reader.
+void PutTier(std::string* out, Tier tier);
+Tier ReadTier(ByteReader* in);
+
+// ---------------------------------------------------------------------------------------
+// Record keys. The first byte is the record type.
+
+enum class RecordType : char {
+  kMeta = 'M',
+  kContext = 'C',
+  kHolder = 'H',
+  kBlock = 'B',
+  kEntry = 'E',
+};
+
+// Meta record names (the rest of an `M` key).
+inline constexpr std::string_view kMetaFormatVersion = "format_version";
+inline constexpr std::string_view kMetaHashSeed = "hash_seed";
+inline constexpr std::string_view kMetaAppliedIndex = "applied_index";
+
+// The format this build writes and the only one it reads (docs/storage.md §Versions).
+inline constexpr uint32_t kStorageFormatVersion = 1;
+
+inline constexpr size_t kContextKeyBytes = 1 + 4;
+inline constexpr size_t kHolderKeyBytes = 1 + 4;
+inline constexpr size_t kBlockKeyBytes = 1 + 4 + 8;
+inline constexpr size_t kEntryKeyBytes = 1 + 4 + 8 + 4 + 1;
+
+// The encoders append to `out` (callers reuse one buffer per record).
+void AppendMetaKey(std::string_view name, std::string* out);
+void AppendContextKey(uint32_t context, std::string* out);
+void AppendHolderKey(uint32_t holder, std::string* out);
+void AppendBlockKey(uint32_t context, BlockKey key, std::string* out);
+void AppendEntryKey(uint32_t context, BlockKey key, uint32_t holder, Tier tier, std::string* out);
+
+struct BlockRecordKey {
+  uint32_t context = 0;
+  BlockKey key = 0;
+  friend bool operator==(const BlockRecordKey&, const BlockRecordKey&) = default;
+};
+
+struct EntryRecordKey {
+  uint32_t context = 0;
+  BlockKey key = 0;
+  uint32_t holder = 0;
+  Tier tier = Tier::kGpu;
+  friend bool operator==(const EntryRecordKey&, const EntryRecordKey&) = default;
+};
+
+// Key decoders: kCorruption (naming the key) on a wrong type byte, length or tier.
+[[nodiscard]] Result<uint32_t> DecodeContextRecordKey(std::string_view key);
+[[nodiscard]] Result<uint32_t> DecodeHolderRecordKey(std::string_view key);
+[[nodiscard]] Result<BlockRecordKey> DecodeBlockRecordKey(std::string_view key);
+[[nodiscard]] Result<EntryRecordKey> DecodeEntryRecordKey(std::string_view key);
+
+// A readable rendering of any record key, for error messages: "E/ctx=3/key=0x00ab…/
+// holder=7/tier=CPU", "M/applied_index", or the type followed by hex bytes when malformed.
+std::string DescribeKey(std::string_view key);
+
+// ---------------------------------------------------------------------------------------
+// Record values.
+
+struct BlockValue {
+  uint32_t depth = 0;
+  uint64_t stamp = 0;
+  friend bool operator==(const BlockValue&, const BlockValue&) = default;
+};
+
+struct EntryValue {
+  uint32_t refcount = 0;
+  uint64_t engine_hash = 0;
+  std::string location;
+  friend bool operator==(const EntryValue&, const EntryValue&) = default;
+};
+
+// The encoders append to `out`. Decoders return kCorruption with a message naming `key`
+// (the record's key, used only for the message) when the value is malformed.
+void AppendContextValue(const ContextKey& context, std::string* out);
+void AppendHolderValue(const HolderKey& holder, std::string* out);
+void AppendBlockValue(uint32_t depth, uint64_t stamp, std::string* out);
+void AppendEntryValue(uint32_t refcount, uint64_t engine_hash, std::string_view location,
+                      std::string* out);
+[[nodiscard]] Result<ContextKey> DecodeContextValue(std::string_view key, std::string_view value);
+[[nodiscard]] Result<HolderKey> DecodeHolderValue(std::string_view key, std::string_view value);
+[[nodiscard]] Result<BlockValue> DecodeBlockValue(std::string_view key, std::string_view value);
+[[nodiscard]] Result<EntryValue> DecodeEntryValue(std::string_view key, std::string_view value);
+// Meta values are fixed32 (format_version) or fixed64 (hash_seed, applied_index).
+[[nodiscard]] Result<uint32_t> DecodeMetaFixed32(std::string_view key, std::string_view value);
+[[nodiscard]] Result<uint64_t> DecodeMetaFixed64(std::string_view key, std::string_view value);
+
+}  // namespace kvatlas::server

@@ -1,0 +1,248 @@
+#include "server/state/command_codec.h"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+
+namespace kvatlas::server {
+namespace {
+
+using Rng = std::mt19937_64;
+
+std::string RandomString(Rng& rng, size_t max_len) {
+  std::string s(rng() % (max_len + 1), '\0');
+  for (char& c : s) c = static_cast<char>(rng() & 0xff);  // any byte, NUL included
+  return s;
+}
+
+// Integers that exercise every varint length and the edges.
+uint64_t RandomInt(Rng& rng) {
+  switch (rng() % 4) {
+    case 0:
+      return rng() % 128;
+    case 1:
+      return UINT64_MAX - rng() % 3;
+    default:
+      return rng() >> (rng() % 64);
+  }
+}
+
+// The bytes of a string literal, embedded NULs included, without the terminator.
+template <size_t N>
+std::string Bytes(const char (&literal)[N]) {
+  return std::string(literal, N - 1);
+}
+
+Tier RandomTier(Rng& rng) { return static_cast<Tier>(rng() % kNumTiers); }
+
+ContextKey RandomContext(Rng& rng) {
+  return {RandomString(rng, 12), RandomString(rng, 40), RandomString(rng, 8),
+          static_cast<uint32_t>(RandomInt(rng)), RandomString(rng, 6)};
+}
+
+HolderKey RandomHolder(Rng& rng) {
+  return {RandomString(rng, 20), static_cast<uint32_t>(RandomInt(rng))};
+}
+
+std::vector<uint64_t> RandomInts(Rng& rng, size_t max_len) {
+  std::vector<uint64_t> v(rng() % (max_len + 1));
+  for (uint64_t& x : v) x = RandomInt(rng);
+  return v;
+}
+
+StoreCommand RandomStore(Rng& rng) {
+  StoreCommand c;
+  c.context = RandomContext(rng);
+  c.holder = RandomHolder(rng);
+  c.tier = RandomTier(rng);
+  c.mode = rng() % 2 ? KeyMode::kLocal : KeyMode::kSequence;
+  if (rng() % 2) c.parent = RandomInt(rng);
+  if (rng() % 2) c.base_depth = static_cast<uint32_t>(RandomInt(rng));
+  c.hashes = RandomInts(rng, 20);
+  if (rng() % 2) c.engine_hashes = RandomInts(rng, 20);
+  if (rng() % 2) {
+    c.locations.resize(rng() % 5);
+    for (std::string& l : c.locations) l = RandomString(rng, 30);
+  }
+  return c;
+}
+
+RemoveCommand RandomRemove(Rng& rng) {
+  RemoveCommand c;
+  c.context = RandomContext(rng);
+  c.holder = RandomHolder(rng);
+  if (rng() % 2) c.tier = RandomTier(rng);
+  c.hashes = RandomInts(rng, 20);
+  return c;
+}
+
+ClearCommand RandomClear(Rng& rng) {
+  ClearCommand c;
+  c.holder = RandomHolder(rng);
+  if (rng() % 2) c.context = RandomContext(rng);
+  if (rng() % 2) c.tier = RandomTier(rng);
+  return c;
+}
+
+CommandBatch RandomBatch(Rng& rng, size_t max_commands) {
+  CommandBatch batch;
+  const size_t n = rng() % (max_commands + 1);
+  for (size_t i = 0; i < n; ++i) {
+    switch (rng() % 3) {
+      case 0:
+        batch.commands.emplace_back(RandomStore(rng));
+        break;
+      case 1:
+        batch.commands.emplace_back(RandomRemove(rng));
+        break;
+      default:
+        batch.commands.emplace_back(RandomClear(rng));
+    }
+  }
+  return batch;
+}
+
+// Any decode either fails with kCorruption or yields a batch whose encoding is exactly the
+// input (the encoding is canonical), so nothing is silently reinterpreted.
+void CheckDecodeIsCanonicalOrCorruption(const std::string& bytes) {
+  Result<CommandBatch> decoded = DecodeCommandBatch(bytes);
+  if (decoded.has_value()) {
+    CHECK(EncodeCommandBatch(*decoded) == bytes);
+  } else {
+    CHECK(decoded.error().code() == StatusCode::kCorruption);
+  }
+}
+
+TEST_SUITE("command_codec") {
+  TEST_CASE("CommandCodec: every command variant round-trips with random content") {
+    for (uint64_t seed = 1; seed <= 300; ++seed) {
+      CAPTURE(seed);
+      Rng rng(seed);
+      const CommandBatch batch = RandomBatch(rng, 8);
+      const std::string bytes = EncodeCommandBatch(batch);
+      Result<CommandBatch> decoded = DecodeCommandBatch(bytes);
+      REQUIRE(decoded.has_value());
+      CHECK(*decoded == batch);
+      CHECK(EncodeCommandBatch(*decoded) == bytes);
+    }
+  }
+
+  TEST_CASE("CommandCodec: an empty batch is two bytes") {
+    const std::string bytes = EncodeCommandBatch(CommandBatch{});
+    CHECK(bytes == Bytes("\x01\x00"));
+    Result<CommandBatch> decoded = DecodeCommandBatch(bytes);
+    REQUIRE(decoded.has_value());
+    CHECK(decoded->commands.empty());
+  }
+
+  TEST_CASE("CommandCodec: encodes the documented bytes") {
+    SUBCASE("clear") {
+      CommandBatch batch;
+      batch.commands.emplace_back(ClearCommand{HolderKey{"h", 2}, std::nullopt, Tier::kCpu});
+      CHECK(EncodeCommandBatch(batch) == Bytes("\x01\x01\x03\x01h\x02\x00\x01\x01"));
+    }
+    SUBCASE("store") {
+      StoreCommand c;
+      c.context = ContextKey{"t", "m", "", 16, ""};
+      c.holder = HolderKey{"i", 0};
+      c.parent = 0x0102030405060708ULL;
+      c.base_depth = 300;
+      c.hashes = {1};
+      c.locations = {"x"};
+      CommandBatch batch;
+      batch.commands.emplace_back(c);
+      const std::string expected = Bytes(
+          "\x01\x01"                              // version, count
+          "\x01"                                  // tag Store
+          "\x01t\x01m\x00\x10\x00"                // context
+          "\x01i\x00"                             // holder
+          "\x00\x00"                              // tier GPU, mode kSequence
+          "\x01\x08\x07\x06\x05\x04\x03\x02\x01"  // parent
+          "\x01\xac\x02"                          // base_depth 300
+          "\x01\x01\x00\x00\x00\x00\x00\x00\x00"  // hashes
+          "\x00"                                  // engine_hashes
+          "\x01\x01x");                           // locations
+      CHECK(EncodeCommandBatch(batch) == expected);
+    }
+    SUBCASE("remove") {
+      RemoveCommand c{ContextKey{"", "", "", 0, ""}, HolderKey{"", 1}, std::nullopt, {}};
+      CommandBatch batch;
+      batch.commands.emplace_back(c);
+      CHECK(EncodeCommandBatch(batch) == Bytes("\x01\x01\x02\x00\x00\x00\x00\x00\x00\x01\x00\x00"));
+    }
+  }
+
+  TEST_CASE("CommandCodec: truncation at every byte offset is kCorruption") {
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+      CAPTURE(seed);
+      Rng rng(seed);
+      CommandBatch batch = RandomBatch(rng, 4);
+      batch.commands.emplace_back(RandomStore(rng));  // never empty
+      const std::string bytes = EncodeCommandBatch(batch);
+      for (size_t n = 0; n < bytes.size(); ++n) {
+        CAPTURE(n);
+        Result<CommandBatch> decoded = DecodeCommandBatch(std::string_view(bytes).substr(0, n));
+        REQUIRE_FALSE(decoded.has_value());
+        CHECK(decoded.error().code() == StatusCode::kCorruption);
+      }
+    }
+  }
+
+  TEST_CASE("CommandCodec: trailing bytes are kCorruption") {
+    Rng rng(7);
+    const std::string bytes = EncodeCommandBatch(RandomBatch(rng, 3));
+    Result<CommandBatch> decoded = DecodeCommandBatch(bytes + std::string(1, '\0'));
+    REQUIRE_FALSE(decoded.has_value());
+    CHECK(decoded.error().code() == StatusCode::kCorruption);
+    CHECK(decoded.error().message().find("trailing") != std::string::npos);
+  }
+
+  TEST_CASE("CommandCodec: unknown versions, tags and enum values are kCorruption") {
+    CommandBatch batch;
+    batch.commands.emplace_back(ClearCommand{HolderKey{"h", 0}, std::nullopt, Tier::kDisk});
+    const std::string good = EncodeCommandBatch(batch);
+    REQUIRE(DecodeCommandBatch(good).has_value());
+
+    std::string bad = good;
+    SUBCASE("version") { bad[0] = 2; }
+    SUBCASE("tag") { bad[2] = 4; }
+    SUBCASE("tag zero") { bad[2] = 0; }
+    SUBCASE("presence flag other than 0/1") { bad[6] = 2; }
+    SUBCASE("tier out of range") { bad[8] = kNumTiers; }
+    SUBCASE("non-canonical varint rank") { bad = Bytes("\x01\x01\x03\x01h\x80\x00\x00\x00"); }
+    Result<CommandBatch> decoded = DecodeCommandBatch(bad);
+    REQUIRE_FALSE(decoded.has_value());
+    CHECK(decoded.error().code() == StatusCode::kCorruption);
+  }
+
+  TEST_CASE("CommandCodec: a count larger than the input is rejected before allocating") {
+    // version, count = 2^63, one tag byte: a decoder trusting the count would reserve
+    // exabytes.
+    const std::string huge_batch = Bytes("\x01\xff\xff\xff\xff\xff\xff\xff\xff\x7f\x01");
+    CHECK(DecodeCommandBatch(huge_batch).error().code() == StatusCode::kCorruption);
+    // A Remove whose hash count claims 2^56 fixed64s.
+    const std::string huge_hashes = Bytes(
+        "\x01\x01\x02\x00\x00\x00\x00\x00\x00\x01\x00"  // Remove up to its hash count
+        "\x80\x80\x80\x80\x80\x80\x80\x80\x01");
+    CHECK(DecodeCommandBatch(huge_hashes).error().code() == StatusCode::kCorruption);
+  }
+
+  TEST_CASE("CommandCodec: random garbage and bit flips never crash") {
+    Rng rng(42);
+    for (int i = 0; i < 3000; ++i) {
+      std::string garbage = RandomString(rng, 64);
+      if (!garbage.empty() && rng() % 2) garbage[0] = 1;  // get past the version byte
+      CheckDecodeIsCanonicalOrCorruption(garbage);
+    }
+    for (int i = 0; i < 300; ++i) {
+      std::string bytes = EncodeCommandBatch(RandomBatch(rng, 3));
+      bytes[rng() % bytes.size()] ^= static_cast<char>(1u << (rng() % 8));
+      CheckDecodeIsCanonicalOrCorruption(bytes);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas::server
