@@ -48,7 +48,7 @@ uint32_t Index::Impl::InternContext(const ContextKey& key, MutationList* out) {
     Mutation m;
     m.kind = MutationKind::kPutContext;
     m.context = id;
-    m.context_key = key;
+    m.context_key = std::make_shared<const ContextKey>(key);
     out->push_back(std::move(m));
   }
   return id;
@@ -65,7 +65,7 @@ uint32_t Index::Impl::InternHolder(const HolderKey& key, MutationList* out) {
     Mutation m;
     m.kind = MutationKind::kPutHolder;
     m.holder = id;
-    m.holder_key = key;
+    m.holder_key = std::make_shared<const HolderKey>(key);
     out->push_back(std::move(m));
   }
   return id;

@@ -170,16 +170,20 @@ class RocksDbStorage final : public Storage {
         return Status::Internal("mutation with unknown tier " +
                                 std::to_string(static_cast<int>(m.tier)));
       }
+      if ((m.kind == MutationKind::kPutContext && !m.context_key) ||
+          (m.kind == MutationKind::kPutHolder && !m.holder_key)) {
+        return Status::Internal("context or holder mutation without its key");
+      }
       rocksdb::Status s;
       switch (m.kind) {
         case MutationKind::kPutContext:
           AppendContextKey(m.context, &key);
-          AppendContextValue(m.context_key, &value);
+          AppendContextValue(*m.context_key, &value);
           s = batch.Put(ToSlice(key), ToSlice(value));
           break;
         case MutationKind::kPutHolder:
           AppendHolderKey(m.holder, &key);
-          AppendHolderValue(m.holder_key, &value);
+          AppendHolderValue(*m.holder_key, &value);
           s = batch.Put(ToSlice(key), ToSlice(value));
           break;
         case MutationKind::kPutBlock:

@@ -219,8 +219,8 @@ Index Replay(const MutationList& log, const IndexOptions& options) {
   std::map<std::tuple<uint32_t, uint64_t, uint32_t, int>, Mutation> entries;
   for (const Mutation& m : log) {
     switch (m.kind) {
-      case MutationKind::kPutContext: contexts[m.context] = m.context_key; break;
-      case MutationKind::kPutHolder: holders[m.holder] = m.holder_key; break;
+      case MutationKind::kPutContext: contexts[m.context] = *m.context_key; break;
+      case MutationKind::kPutHolder: holders[m.holder] = *m.holder_key; break;
       case MutationKind::kPutBlock: blocks[{m.context, m.key}] = {m.depth, m.stamp}; break;
       case MutationKind::kDeleteBlock: blocks.erase({m.context, m.key}); break;
       case MutationKind::kPutEntry:

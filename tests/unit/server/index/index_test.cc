@@ -257,9 +257,9 @@ TEST_SUITE("Index") {
     index.Apply(c, kDefaultHashSeed, &out);
     REQUIRE(out.size() == 4);
     CHECK(out[0].kind == MutationKind::kPutContext);
-    CHECK(out[0].context_key == kCtx);
+    CHECK(*out[0].context_key == kCtx);
     CHECK(out[1].kind == MutationKind::kPutHolder);
-    CHECK(out[1].holder_key == HolderKey{"a", 0});
+    CHECK(*out[1].holder_key == (HolderKey{"a", 0}));
     CHECK(out[2].kind == MutationKind::kPutBlock);
     CHECK(out[2].key == 5);
     CHECK(out[2].stamp == 1);

@@ -115,11 +115,11 @@ std::vector<Mutation> OneOfEach() {
   Mutation ctx;
   ctx.kind = MutationKind::kPutContext;
   ctx.context = 1;
-  ctx.context_key = ContextKey{"t", "llama", "", 16, "salt"};
+  ctx.context_key = std::make_shared<const ContextKey>(ContextKey{"t", "llama", "", 16, "salt"});
   Mutation holder;
   holder.kind = MutationKind::kPutHolder;
   holder.holder = 2;
-  holder.holder_key = HolderKey{"engine-0", 3};
+  holder.holder_key = std::make_shared<const HolderKey>(HolderKey{"engine-0", 3});
   return {ctx, holder, PutBlock(1, 0x1234, 0, 1), PutEntry(1, 0x1234, 2, Tier::kDisk, "loc")};
 }
 
