@@ -74,7 +74,7 @@ uint32_t Index::Impl::InternHolder(const HolderKey& key, MutationList* out) {
 uint32_t Index::Impl::CreateBlock(uint32_t context, uint64_t key, uint32_t depth) {
   const uint32_t b = blocks_.Allocate();
   ContextRec& ctx = contexts_[context];
-  blocks_[b] = BlockRec{key, context, depth, kNil, ctx.fifo_tail, kNil};
+  blocks_[b] = BlockRec{key, context, depth, kNil, ctx.fifo_tail, kNil, 0};
   if (ctx.fifo_tail != kNil) {
     blocks_[ctx.fifo_tail].fifo_next = b;
   } else {
@@ -89,11 +89,11 @@ uint32_t Index::Impl::CreateBlock(uint32_t context, uint64_t key, uint32_t depth
 uint32_t Index::Impl::FindAlias(uint32_t context, uint32_t holder, uint64_t engine_hash) const {
   return aliases_.Find(AliasKey(context, holder, engine_hash), [&](uint32_t b) {
     if (blocks_[b].context != context) return false;
-    for (uint32_t e = blocks_[b].head; e != kNil; e = entries_[e].next_in_block) {
-      const EntryRec& rec = entries_[e];
-      if (rec.holder == holder && rec.engine_hash == engine_hash && (rec.flags & kEntryHasAlias)) {
-        return true;
-      }
+    uint32_t mine[kNumTiers];
+    const int n = HolderEntries(b, holder, mine);
+    for (int i = 0; i < n; ++i) {
+      const EntryRec& rec = entries_[mine[i]];
+      if (rec.engine_hash == engine_hash && (rec.flags & kEntryHasAlias)) return true;
     }
     return false;
   });
@@ -107,6 +107,13 @@ uint32_t Index::Impl::CreateEntry(uint32_t b, uint32_t holder, Tier tier, uint64
   entries_[e] = EntryRec{engine_hash, b, holder, block.head, kNil, h.head,
                          static_cast<uint8_t>(tier), 0, refcount};
   block.head = e;
+  if (++block.entry_count == kHotChain) {
+    for (uint32_t o = block.head; o != kNil; o = entries_[o].next_in_block) {
+      hot_.Insert(HotKey(b, entries_[o].holder, entries_[o].tier), o);
+    }
+  } else if (block.entry_count > kHotChain) {
+    hot_.Insert(HotKey(b, holder, static_cast<uint8_t>(tier)), e);
+  }
   if (h.head != kNil) entries_[h.head].holder_prev = e;
   h.head = e;
   ++h.entries;
@@ -167,10 +174,11 @@ void Index::Impl::ReleaseAlias(uint32_t e) {
   rec.flags &= static_cast<uint8_t>(~kEntryHasAlias);
   const BlockRec& block = blocks_[rec.block];
   // Keep it while another tier of this holder still carries the same engine hash.
-  for (uint32_t o = block.head; o != kNil; o = entries_[o].next_in_block) {
-    const EntryRec& other = entries_[o];
-    if (o != e && other.holder == rec.holder && other.engine_hash == rec.engine_hash &&
-        (other.flags & kEntryHasAlias)) {
+  uint32_t mine[kNumTiers];
+  const int n = HolderEntries(rec.block, rec.holder, mine);
+  for (int i = 0; i < n; ++i) {
+    const EntryRec& other = entries_[mine[i]];
+    if (mine[i] != e && other.engine_hash == rec.engine_hash && (other.flags & kEntryHasAlias)) {
       return;
     }
   }
@@ -192,6 +200,14 @@ void Index::Impl::DeleteEntry(uint32_t e, MutationCause cause, MutationList* out
     m.engine_hash = rec.engine_hash;
     out->push_back(std::move(m));
   }
+  if (block.entry_count == kHotChain) {
+    for (uint32_t o = block.head; o != kNil; o = entries_[o].next_in_block) {
+      hot_.Erase(HotKey(rec.block, entries_[o].holder, entries_[o].tier), o);
+    }
+  } else if (block.entry_count > kHotChain) {
+    hot_.Erase(HotKey(rec.block, rec.holder, rec.tier), e);
+  }
+  --block.entry_count;
   if (block.head == e) {
     block.head = rec.next_in_block;
   } else {
@@ -345,12 +361,11 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
 
 void Index::Impl::RemoveAliased(uint32_t b, uint32_t holder, uint64_t engine_hash,
                                 MutationList* out) {
-  uint32_t victims[kNumTiers];
-  int n = 0;
-  for (uint32_t e = blocks_[b].head; e != kNil; e = entries_[e].next_in_block) {
-    if (entries_[e].holder == holder && entries_[e].engine_hash == engine_hash) victims[n++] = e;
+  uint32_t mine[kNumTiers];
+  const int n = HolderEntries(b, holder, mine);
+  for (int i = 0; i < n; ++i) {
+    if (entries_[mine[i]].engine_hash == engine_hash) DeleteEntry(mine[i], MutationCause::kRemoved, out);
   }
-  for (int i = 0; i < n; ++i) DeleteEntry(victims[i], MutationCause::kRemoved, out);
 }
 
 void Index::Impl::ApplyRemove(const RemoveCommand& c, MutationList* out) {
@@ -363,13 +378,11 @@ void Index::Impl::ApplyRemove(const RemoveCommand& c, MutationList* out) {
     if (b == kNil) b = FindBlock(context, hash);
     if (b == kNil) continue;
     // Collect first: deleting the block's last entry frees the block.
-    uint32_t victims[kNumTiers];
+    uint32_t mine[kNumTiers], victims[kNumTiers];
+    const int found = HolderEntries(b, holder, mine);
     int n = 0;
-    for (uint32_t e = blocks_[b].head; e != kNil; e = entries_[e].next_in_block) {
-      const EntryRec& rec = entries_[e];
-      if (rec.holder == holder && (!c.tier || rec.tier == static_cast<uint8_t>(*c.tier))) {
-        victims[n++] = e;
-      }
+    for (int i = 0; i < found; ++i) {
+      if (!c.tier || entries_[mine[i]].tier == static_cast<uint8_t>(*c.tier)) victims[n++] = mine[i];
     }
     for (int i = 0; i < n; ++i) {
       EntryRec& rec = entries_[victims[i]];

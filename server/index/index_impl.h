@@ -26,9 +26,15 @@ struct BlockRec {
   uint32_t head;       // first entry of this block (never kNil for a live block)
   uint32_t fifo_prev;  // neighbours in the context's FIFO
   uint32_t fifo_next;  // also the free-list link
+  uint32_t entry_count;  // length of the entry chain (costs nothing: chunks round to 2 MiB)
 };
 #pragma pack(pop)
-static_assert(sizeof(BlockRec) == 28);
+static_assert(sizeof(BlockRec) == 32);
+
+// Blocks with at least this many entries ("hot": a shared system prompt held by many
+// instances) also index their entries by (block, holder, tier), so that stores and
+// removes on them do not walk the whole chain.
+inline constexpr uint32_t kHotChain = 8;
 
 // One (block, holder, tier) copy. Linked into its block's chain (singly) and its holder's
 // list (doubly, so removing any entry is O(1) apart from the short block chain).
@@ -82,6 +88,10 @@ inline uint64_t AliasKey(uint32_t context, uint32_t holder, uint64_t engine_hash
   return engine_hash ^ m;
 }
 
+inline uint64_t HotKey(uint32_t block, uint32_t holder, uint8_t tier) {
+  return (uint64_t{block} << 32 | holder) * 0x9e3779b97f4a7c15ULL + tier;
+}
+
 class Index::Impl {
  public:
   explicit Impl(const IndexOptions& options) : options_(options) {}
@@ -103,10 +113,32 @@ class Index::Impl {
   }
   // The entry of `holder` in `tier` on block b, or kNil.
   uint32_t FindEntry(uint32_t b, uint32_t holder, Tier tier) const {
+    const auto t = static_cast<uint8_t>(tier);
+    if (blocks_[b].entry_count >= kHotChain) {
+      return hot_.Find(HotKey(b, holder, t), [&](uint32_t e) {
+        const EntryRec& rec = entries_[e];
+        return rec.block == b && rec.holder == holder && rec.tier == t;
+      });
+    }
     for (uint32_t e = blocks_[b].head; e != kNil; e = entries_[e].next_in_block) {
-      if (entries_[e].holder == holder && entries_[e].tier == static_cast<uint8_t>(tier)) return e;
+      if (entries_[e].holder == holder && entries_[e].tier == t) return e;
     }
     return kNil;
+  }
+  // The entries of `holder` on block b (at most one per tier) into out; returns how many.
+  int HolderEntries(uint32_t b, uint32_t holder, uint32_t out[kNumTiers]) const {
+    int n = 0;
+    if (blocks_[b].entry_count >= kHotChain) {
+      for (int t = 0; t < kNumTiers; ++t) {
+        const uint32_t e = FindEntry(b, holder, static_cast<Tier>(t));
+        if (e != kNil) out[n++] = e;
+      }
+      return n;
+    }
+    for (uint32_t e = blocks_[b].head; e != kNil; e = entries_[e].next_in_block) {
+      if (entries_[e].holder == holder) out[n++] = e;
+    }
+    return n;
   }
   uint32_t FindAlias(uint32_t context, uint32_t holder, uint64_t engine_hash) const;
 
@@ -144,6 +176,7 @@ class Index::Impl {
   Pool<EntryRec> entries_;
   FlatTable forward_;  // ForwardKey(context, key) → block
   FlatTable aliases_;  // AliasKey(context, holder, engine hash) → block
+  FlatTable hot_;      // HotKey(block, holder, tier) → entry, for hot blocks only
   std::unordered_map<uint32_t, std::string> locations_;  // entry → location (sparse)
   uint64_t entry_count_ = 0;
   uint64_t evicted_blocks_ = 0;

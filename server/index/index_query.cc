@@ -223,7 +223,7 @@ IndexStats Index::Stats() const {
   // unordered_map nodes: key/value plus ~2 pointers of node and bucket overhead.
   const uint64_t node_overhead = 2 * sizeof(void*);
   st.memory_bytes = m.blocks_.memory_bytes() + m.entries_.memory_bytes() +
-                    m.forward_.memory_bytes() + m.aliases_.memory_bytes() +
+                    m.forward_.memory_bytes() + m.aliases_.memory_bytes() + m.hot_.memory_bytes() +
                     m.contexts_.capacity() * sizeof(ContextRec) +
                     m.holders_.capacity() * sizeof(HolderRec) +
                     m.context_ids_.size() * (sizeof(ContextKey) + 4 + node_overhead) +

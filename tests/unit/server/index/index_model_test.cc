@@ -254,7 +254,8 @@ struct Workload {
 
   explicit Workload(uint64_t seed) : rng(seed) {
     contexts = {{"default", "m", "", 4, ""}, {"t2", "m", "lora", 4, "salt"}};
-    for (uint32_t h = 0; h < 6; ++h) holders.push_back({"inst" + std::to_string(h % 4), h / 4});
+    // Enough holders × tiers that shared blocks cross kHotChain entries both ways.
+    for (uint32_t h = 0; h < 12; ++h) holders.push_back({"inst" + std::to_string(h % 8), h / 8});
     for (int d = 0; d < 8; ++d) {
       std::vector<uint32_t> doc(4 * 12);
       const uint32_t base = static_cast<uint32_t>(rng() % 3);  // shared beginnings

@@ -279,6 +279,45 @@ TEST_SUITE("Index") {
     CHECK(r.holders[0].gpu == 3);
   }
 
+  TEST_CASE("blocks held by many holders stay exact as they turn hot and cold") {
+    Index index;
+    // 20 holders on blocks 1..3, CPU and GPU, with aliases: crosses kHotChain both ways.
+    for (int h = 0; h < 20; ++h) {
+      for (Tier t : {Tier::kGpu, Tier::kCpu}) {
+        StoreCommand c = Store("h" + std::to_string(h), t, {1, 2, 3});
+        c.engine_hashes = {1000u + h, 2000u + h, 3000u + h};
+        index.Apply(c, kDefaultHashSeed, nullptr);
+      }
+    }
+    CHECK(index.Stats().entries == 120);
+    auto r = index.Lookup(kCtx, Keys(1, 3));
+    CHECK(r.holders.size() == 20);
+    // A duplicate store on a hot block finds the existing entry (refcount, no new entry).
+    StoreCommand again = Store("h7", Tier::kGpu, {1});
+    again.engine_hashes = {1007};
+    index.Apply(again, kDefaultHashSeed, nullptr);
+    CHECK(index.Stats().entries == 120);
+    index.Apply(Remove("h7", Tier::kGpu, {1007}), kDefaultHashSeed, nullptr);
+    CHECK(index.Stats().entries == 120);
+    // Remove most holders by engine hash: the blocks cool down and everything stays found.
+    for (int h = 0; h < 18; ++h) {
+      index.Apply(Remove("h" + std::to_string(h), std::nullopt, {3000u + h}), kDefaultHashSeed,
+                  nullptr);
+    }
+    r = index.Lookup(kCtx, Keys(1, 3));
+    REQUIRE(r.holders.size() == 20);
+    CHECK(Find(r, "h0")->disk == 2);
+    CHECK(Find(r, "h19")->disk == 3);
+    CHECK(index.Locate(3).size() == 4);
+    for (int h = 0; h < 20; ++h) {
+      index.Apply(ClearCommand{HolderKey{"h" + std::to_string(h), 0}, std::nullopt, std::nullopt},
+                  kDefaultHashSeed, nullptr);
+    }
+    CHECK(index.Stats().entries == 0);
+    CHECK(index.Stats().blocks == 0);
+    CHECK(index.Stats().aliases == 0);
+  }
+
   TEST_CASE("holders and contexts are listed with their counts") {
     Index index;
     index.Apply(Store("a", Tier::kGpu, {1, 2}), kDefaultHashSeed, nullptr);
