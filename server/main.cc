@@ -1,1 +1,83 @@
-int main() { return 0; }
+// kvatlas-server: one kvatlas server process. See `kvatlas-server --help` and docs/api.md.
+//
+// Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the server fails to start
+// or a storage write fails while running, 2 for a bad command line or config file.
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "kvatlas/common/log.h"
+#include "server/runtime/config.h"
+#include "server/runtime/server.h"
+
+namespace {
+
+using kvatlas::server::Server;
+
+// Waits for SIGTERM/SIGINT, polling the applier's health meanwhile. Returns the exit code.
+int WaitForShutdown(const Server& server, const sigset_t& signals) {
+  const timespec poll{0, 200'000'000};
+  while (true) {
+    const int sig = sigtimedwait(&signals, nullptr, &poll);
+    if (sig > 0) {
+      kvatlas::LogInfo(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
+                       ", shutting down");
+      return 0;
+    }
+    if (server.failed()) {
+      kvatlas::LogError("a storage write failed; stopping (restart to recover from disk)");
+      return 1;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A client closing its socket mid-answer must not kill the process.
+  signal(SIGPIPE, SIG_IGN);
+  // Block the shutdown signals before any thread exists, so every thread inherits the mask
+  // and only sigtimedwait() in this thread receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  auto command = kvatlas::server::ParseCommandLine(args);
+  if (!command.has_value()) {
+    std::cerr << "kvatlas-server: " << command.error().message() << "\n";
+    return 2;
+  }
+  switch (command->action) {
+    case kvatlas::server::CommandAction::kHelp:
+      std::cout << kvatlas::server::UsageText();
+      return 0;
+    case kvatlas::server::CommandAction::kPrintConfig:
+      std::cout << kvatlas::server::ConfigToJson(command->config);
+      return 0;
+    case kvatlas::server::CommandAction::kRun:
+      break;
+  }
+  const kvatlas::server::Config& config = command->config;
+  kvatlas::SetLogLevel(*kvatlas::ParseLogLevel(config.log_level));
+
+  auto server = Server::Start(config);
+  if (!server.has_value()) {
+    kvatlas::LogError("cannot start: " + server.error().ToString());
+    return 1;
+  }
+  std::cout << "kvatlas listening on http://" << (*server)->listen_address() << " (data dir "
+            << config.data_dir << ")" << std::endl;
+  const int code = WaitForShutdown(**server, signals);
+  if (kvatlas::Status s = (*server)->Shutdown(); !s.ok()) {
+    kvatlas::LogError("shutdown: " + s.ToString());
+    return 1;
+  }
+  kvatlas::LogInfo("stopped");
+  return code;
+}

@@ -1,1 +1,193 @@
-// placeholder
+#include "server/api/metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <iterator>
+
+namespace kvatlas::server {
+namespace {
+
+// Label values escape backslash, double quote and newline (exposition format 0.0.4).
+std::string Escape(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string Number(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", value);
+  return buf;
+}
+
+// Writes the HELP and TYPE lines of one metric family.
+void Family(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
+  *out += "# HELP ";
+  *out += name;
+  *out += ' ';
+  *out += help;
+  *out += "\n# TYPE ";
+  *out += name;
+  *out += ' ';
+  *out += type;
+  *out += '\n';
+}
+
+void Sample(std::string* out, std::string_view name, std::string_view labels, double value) {
+  *out += name;
+  if (!labels.empty()) {
+    *out += '{';
+    *out += labels;
+    *out += '}';
+  }
+  *out += ' ';
+  *out += Number(value);
+  *out += '\n';
+}
+
+// A metric family with one unlabelled sample.
+void Single(std::string* out, std::string_view name, std::string_view type, std::string_view help,
+            double value) {
+  Family(out, name, type, help);
+  Sample(out, name, "", value);
+}
+
+std::string Label(std::string_view name, std::string_view value) {
+  return std::string(name) + "=\"" + Escape(value) + "\"";
+}
+
+// A counter family with one sample per (label value → count) of `samples`.
+template <typename Map>
+void LabelledCounter(std::string* out, std::string_view name, std::string_view help,
+                     std::string_view label, const Map& samples) {
+  Family(out, name, "counter", help);
+  for (const auto& [value, count] : samples) {
+    Sample(out, name, Label(label, value), static_cast<double>(count));
+  }
+}
+
+}  // namespace
+
+void Metrics::RecordRequest(std::string_view route, int status, std::optional<double> seconds) {
+  std::lock_guard lock(mu_);
+  ++requests_[{std::string(route), status}];
+  if (!seconds) return;
+  auto it = latency_.find(route);
+  if (it == latency_.end()) it = latency_.emplace(std::string(route), Histogram{}).first;
+  Histogram& h = it->second;
+  const double* bucket =
+      std::lower_bound(std::begin(kLatencyBuckets), std::end(kLatencyBuckets), *seconds);
+  if (bucket != std::end(kLatencyBuckets)) ++h.buckets[bucket - std::begin(kLatencyBuckets)];
+  ++h.count;
+  h.sum += *seconds;
+}
+
+bool Metrics::RecordUnknownMedium(std::string_view medium) {
+  std::lock_guard lock(mu_);
+  auto it = unknown_media_.find(medium);
+  if (it != unknown_media_.end()) {
+    ++it->second;
+    return false;
+  }
+  // Each label is a time series: bound what publishers can create.
+  if (unknown_media_.size() >= kMaxMediumLabels) {
+    ++unknown_media_["other"];
+    return false;
+  }
+  unknown_media_.emplace(std::string(medium), 1);
+  return true;
+}
+
+std::string Metrics::Render(const StateGauges& gauges) const {
+  std::string out;
+  {
+    std::lock_guard lock(mu_);
+    Family(&out, "kvatlas_http_requests_total", "counter",
+           "HTTP requests answered, by route pattern and status code.");
+    for (const auto& [key, count] : requests_) {
+      Sample(&out, "kvatlas_http_requests_total",
+             Label("route", key.first) + "," + Label("code", std::to_string(key.second)),
+             static_cast<double>(count));
+    }
+    constexpr std::string_view kLatency = "kvatlas_http_request_duration_seconds";
+    Family(&out, kLatency, "histogram",
+           "Time from routing a request to writing its answer, by route pattern.");
+    for (const auto& [route, h] : latency_) {
+      const std::string route_label = Label("route", route);
+      uint64_t cumulative = 0;
+      for (size_t i = 0; i < kNumBuckets; ++i) {
+        cumulative += h.buckets[i];
+        Sample(&out, std::string(kLatency) + "_bucket",
+               route_label + "," + Label("le", Number(kLatencyBuckets[i])),
+               static_cast<double>(cumulative));
+      }
+      Sample(&out, std::string(kLatency) + "_bucket", route_label + "," + Label("le", "+Inf"),
+             static_cast<double>(h.count));
+      Sample(&out, std::string(kLatency) + "_sum", route_label, h.sum);
+      Sample(&out, std::string(kLatency) + "_count", route_label, static_cast<double>(h.count));
+    }
+    LabelledCounter(&out, "kvatlas_events_unknown_medium_total",
+                    "Accepted events whose medium is not a known name, by medium (mapped to "
+                    "the nearest tier).",
+                    "medium", unknown_media_);
+  }
+  const ApplyCounters& a = gauges.applied;
+  LabelledCounter(&out, "kvatlas_events_applied_total",
+                  "Events (commands) applied to the state machine since start, by type.", "type",
+                  std::map<std::string_view, uint64_t>{{"stored", a.stored_commands},
+                                                       {"removed", a.removed_commands},
+                                                       {"cleared", a.cleared_commands}});
+  LabelledCounter(&out, "kvatlas_entry_changes_total",
+                  "Index entries added, removed and evicted since start.", "change",
+                  std::map<std::string_view, uint64_t>{{"added", a.entries_added},
+                                                       {"removed", a.entries_removed},
+                                                       {"evicted", a.entries_evicted}});
+
+  const IndexStats& s = gauges.index;
+  const auto d = [](uint64_t v) { return static_cast<double>(v); };
+  const struct {
+    std::string_view name;
+    std::string_view type;
+    std::string_view help;
+    double value;
+  } singles[] = {
+      {"kvatlas_index_entries", "gauge", "Entries (block x holder x tier) in the index.",
+       d(s.entries)},
+      {"kvatlas_index_blocks", "gauge", "Distinct blocks in the index.", d(s.blocks)},
+      {"kvatlas_index_holders", "gauge", "Holders (instance or backend, dp_rank) known.",
+       d(s.holders)},
+      {"kvatlas_index_contexts", "gauge", "Contexts (hash namespaces) known.", d(s.contexts)},
+      {"kvatlas_index_aliases", "gauge", "Engine-hash aliases kept for removals.", d(s.aliases)},
+      {"kvatlas_index_locations", "gauge", "Entries carrying a location descriptor.",
+       d(s.locations)},
+      {"kvatlas_index_memory_bytes", "gauge", "Bytes held by the index's tables and pools.",
+       d(s.memory_bytes)},
+      {"kvatlas_index_evicted_blocks_total", "counter",
+       "Blocks evicted by the per-context entry cap since start.", d(s.evicted_blocks)},
+      {"kvatlas_storage_bytes", "gauge", "Approximate on-disk size of the RocksDB database.",
+       d(gauges.storage_bytes)},
+      {"kvatlas_applied_revision", "gauge", "Revision of the last applied write batch.",
+       d(gauges.revision)},
+      {"kvatlas_applier_queue_depth", "gauge",
+       "Write batches submitted over REST and not yet answered.", d(applier_queue_depth())},
+      {"kvatlas_applier_failed", "gauge",
+       "1 once a storage write failed (the server takes no writes).",
+       gauges.applier_failed ? 1.0 : 0.0},
+      {"kvatlas_uptime_seconds", "gauge", "Seconds since the server started.",
+       gauges.uptime_seconds},
+  };
+  for (const auto& m : singles) Single(&out, m.name, m.type, m.help, m.value);
+  return out;
+}
+
+}  // namespace kvatlas::server

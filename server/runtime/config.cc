@@ -1,1 +1,297 @@
-// placeholder
+#include "server/runtime/config.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <variant>
+
+#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/log.h"
+
+namespace kvatlas::server {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kNoMax = std::numeric_limits<uint64_t>::max();
+constexpr uint64_t kMaxMillis = 3'600'000;
+
+using Member = std::variant<std::string Config::*, uint64_t Config::*, bool Config::*>;
+
+// One setting: its JSON key (the flag is the key with '-' for '_'), the Config member,
+// the accepted range of an integer, and the --help line. The one list of settings: the
+// config file, the flags, --help and --print-config all read it.
+struct Field {
+  std::string_view key;
+  Member member;
+  uint64_t min = 0;
+  uint64_t max = kNoMax;
+  std::string_view help;
+};
+
+const Field kFields[] = {
+    {"data_dir", &Config::data_dir, 0, 0,
+     "data directory: RocksDB in DIR/db, address in DIR/http.addr"},
+    {"http_listen", &Config::http_listen, 0, 0,
+     "REST address HOST:PORT ([v6]:PORT); port 0 = any free port"},
+    {"log_level", &Config::log_level, 0, 0, "debug, info, warning or error"},
+    {"hash_seed", &Config::hash_seed, 0, kNoMax,
+     "seed of the standard block hash (fixed per data dir)"},
+    {"max_entries_per_context", &Config::max_entries_per_context, 1, kNoMax,
+     "entries per context before its oldest blocks are evicted"},
+    {"max_lookup_blocks", &Config::max_lookup_blocks, 1, std::numeric_limits<uint32_t>::max(),
+     "longest key chain a lookup walks"},
+    {"storage_sync", &Config::storage_sync, 0, 0,
+     "fsync the WAL on every applied group (true/false)"},
+    {"storage_block_cache_bytes", &Config::storage_block_cache_bytes, 0, kNoMax,
+     "RocksDB block cache size"},
+    {"storage_write_buffer_bytes", &Config::storage_write_buffer_bytes, 1 << 20, kNoMax,
+     "RocksDB write buffer size"},
+    {"http_threads", &Config::http_threads, 1, 1024, "HTTP worker threads"},
+    {"max_body_bytes", &Config::max_body_bytes, 1024, kNoMax,
+     "largest accepted request body (else 413)"},
+    {"http_read_timeout_ms", &Config::http_read_timeout_ms, 1, kMaxMillis, "socket read timeout"},
+    {"http_write_timeout_ms", &Config::http_write_timeout_ms, 1, kMaxMillis,
+     "socket write timeout"},
+    {"apply_timeout_ms", &Config::apply_timeout_ms, 1, kMaxMillis,
+     "how long a write waits to be applied (else 504)"},
+    {"max_events_per_batch", &Config::max_events_per_batch, 1, 10'000'000,
+     "events per POST /v1/events (else 413)"},
+    {"max_blocks_per_event", &Config::max_blocks_per_event, 1, std::numeric_limits<uint32_t>::max(),
+     "blocks per event (else 413)"},
+    {"applier_max_queue", &Config::applier_max_queue, 1, 10'000'000,
+     "write batches queued for the applier (else 429)"},
+    {"applier_max_group_batches", &Config::applier_max_group_batches, 1, 1'000'000,
+     "batches per group commit"},
+};
+
+std::string FlagOf(std::string_view key) {
+  std::string flag = "--" + std::string(key);
+  for (char& c : flag) c = c == '_' ? '-' : c;
+  return flag;
+}
+
+const Field* FindByKey(std::string_view key) {
+  for (const Field& field : kFields) {
+    if (field.key == key) return &field;
+  }
+  return nullptr;
+}
+
+const Field* FindByFlag(std::string_view flag) {
+  for (const Field& field : kFields) {
+    if (FlagOf(field.key) == flag) return &field;
+  }
+  return nullptr;
+}
+
+Status CheckRange(const Field& field, uint64_t value) {
+  if (value >= field.min && value <= field.max) return Status::Ok();
+  return Status::InvalidArgument(std::string(field.key) + ": " + std::to_string(value) +
+                                 " is out of range [" + std::to_string(field.min) + ", " +
+                                 (field.max == kNoMax ? "2^64-1" : std::to_string(field.max)) +
+                                 "]");
+}
+
+// Sets `field` from a flag's text.
+Status SetFromText(const Field& field, std::string_view text, Config* config) {
+  const std::string flag = FlagOf(field.key);
+  if (auto* s = std::get_if<std::string Config::*>(&field.member)) {
+    config->** s = std::string(text);
+    return Status::Ok();
+  }
+  if (auto* b = std::get_if<bool Config::*>(&field.member)) {
+    if (text == "true" || text == "1") {
+      config->** b = true;
+    } else if (text == "false" || text == "0") {
+      config->** b = false;
+    } else {
+      return Status::InvalidArgument(flag + ": expected true or false, got \"" + std::string(text) +
+                                     "\"");
+    }
+    return Status::Ok();
+  }
+  uint64_t value = 0;
+  const char* const end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) {
+    return Status::InvalidArgument(flag + ": expected an unsigned integer, got \"" +
+                                   std::string(text) + "\"");
+  }
+  config->*std::get<uint64_t Config::*>(field.member) = value;
+  return Status::Ok();
+}
+
+// Sets `field` from a config-file value.
+Status SetFromJson(const Field& field, const json& value, Config* config) {
+  const auto wrong = [&](std::string_view expected) {
+    return Status::InvalidArgument(std::string(field.key) + ": must be " + std::string(expected) +
+                                   ", got " + DumpJson(value));
+  };
+  if (auto* s = std::get_if<std::string Config::*>(&field.member)) {
+    if (!value.is_string()) return wrong("a string");
+    config->** s = value.get<std::string>();
+  } else if (auto* b = std::get_if<bool Config::*>(&field.member)) {
+    if (!value.is_boolean()) return wrong("true or false");
+    config->** b = value.get<bool>();
+  } else {
+    if (!value.is_number_unsigned()) return wrong("an unsigned integer");
+    config->*std::get<uint64_t Config::*>(field.member) = value.get<uint64_t>();
+  }
+  return Status::Ok();
+}
+
+// Ordered: --print-config and the example file list settings in the table's order.
+nlohmann::ordered_json FieldToJson(const Field& field, const Config& config) {
+  return std::visit([&](auto member) { return nlohmann::ordered_json(config.*member); },
+                    field.member);
+}
+
+}  // namespace
+
+std::string HostPort::ToString() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+Result<HostPort> ParseHostPort(std::string_view text) {
+  const Status bad = Status::InvalidArgument(
+      "http_listen: expected HOST:PORT or [V6]:PORT, got \"" + std::string(text) + "\"");
+  const size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return bad;
+  std::string_view host = text.substr(0, colon);
+  const std::string_view port_text = text.substr(colon + 1);
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return bad;
+    host = host.substr(1, host.size() - 2);
+  } else if (host.find(':') != std::string_view::npos) {
+    return bad;  // a bare IPv6 address is ambiguous
+  }
+  uint16_t port = 0;
+  const char* const end = port_text.data() + port_text.size();
+  const auto [ptr, ec] = std::from_chars(port_text.data(), end, port);
+  if (port_text.empty() || ec != std::errc() || ptr != end) return bad;
+  return HostPort{std::string(host), port};
+}
+
+Result<Config> LoadConfigFile(const std::string& path, Config base) {
+  std::ifstream in(path);
+  if (!in) {
+    return Status::IOError("cannot read config file " + path + ": " + std::strerror(errno));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  json doc;
+  try {
+    doc = json::parse(text.str());
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument("config file " + path + ": invalid JSON: " + e.what());
+  }
+  if (!doc.is_object()) {
+    return Status::InvalidArgument("config file " + path + ": must be a JSON object");
+  }
+  // A typo must not silently fall back to a default: name every unknown key.
+  std::string unknown;
+  for (const auto& [key, value] : doc.items()) {
+    if (FindByKey(key) == nullptr) unknown += (unknown.empty() ? "\"" : ", \"") + key + "\"";
+  }
+  if (!unknown.empty()) {
+    return Status::InvalidArgument("config file " + path + ": unknown key(s) " + unknown +
+                                   " (see kvatlas-server --help for the known keys)");
+  }
+  for (const auto& [key, value] : doc.items()) {
+    KVATLAS_RETURN_IF_ERROR(
+        SetFromJson(*FindByKey(key), value, &base).WithContext("config file " + path));
+  }
+  return base;
+}
+
+Status ValidateConfig(const Config& config) {
+  if (config.data_dir.empty()) return Status::InvalidArgument("data_dir: must not be empty");
+  KVATLAS_RETURN_IF_ERROR(ParseHostPort(config.http_listen).status());
+  if (!ParseLogLevel(config.log_level)) {
+    return Status::InvalidArgument("log_level: expected debug, info, warning or error, got \"" +
+                                   config.log_level + "\"");
+  }
+  for (const Field& field : kFields) {
+    if (const auto* member = std::get_if<uint64_t Config::*>(&field.member)) {
+      KVATLAS_RETURN_IF_ERROR(CheckRange(field, config.**member));
+    }
+  }
+  return Status::Ok();
+}
+
+std::string ConfigToJson(const Config& config) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const Field& field : kFields) out[std::string(field.key)] = FieldToJson(field, config);
+  return out.dump(2) + "\n";
+}
+
+Result<CommandLine> ParseCommandLine(std::span<const std::string> args) {
+  CommandLine command;
+  // Split "--flag=value" and "--flag value" into pairs; the file goes first.
+  std::vector<std::pair<std::string, std::string>> flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      command.action = CommandAction::kHelp;
+      return command;
+    }
+    if (arg == "--print-config") {
+      command.action = CommandAction::kPrintConfig;
+      continue;
+    }
+    if (!arg.starts_with("--")) {
+      return Status::InvalidArgument("unexpected argument \"" + arg + "\" (see --help)");
+    }
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      flags.emplace_back(arg.substr(0, eq), arg.substr(eq + 1));
+    } else if (i + 1 < args.size()) {
+      flags.emplace_back(arg, args[++i]);
+    } else {
+      return Status::InvalidArgument(arg + ": needs a value");
+    }
+    if (flags.back().first != "--config" && FindByFlag(flags.back().first) == nullptr) {
+      return Status::InvalidArgument("unknown flag " + flags.back().first + " (see --help)");
+    }
+  }
+  for (const auto& [flag, value] : flags) {
+    if (flag != "--config") continue;
+    KVATLAS_ASSIGN_OR_RETURN(command.config, LoadConfigFile(value, command.config));
+  }
+  for (const auto& [flag, value] : flags) {
+    if (flag == "--config") continue;
+    KVATLAS_RETURN_IF_ERROR(SetFromText(*FindByFlag(flag), value, &command.config));
+  }
+  KVATLAS_RETURN_IF_ERROR(ValidateConfig(command.config));
+  return command;
+}
+
+std::string UsageText() {
+  std::string out =
+      "Usage: kvatlas-server [--config FILE] [--FLAG VALUE ...]\n"
+      "\n"
+      "Serves the kvatlas KV-cache block index over REST (docs/api.md).\n"
+      "Flags override the JSON config file, whose keys are the flag names with '_' for '-'.\n"
+      "\n";
+  const auto add = [&out](std::string usage, std::string_view help) {
+    usage.resize(std::max<size_t>(usage.size() + 2, 40), ' ');
+    out += "  " + usage + std::string(help) + "\n";
+  };
+  add("--help", "print this help and exit");
+  add("--print-config", "print the effective configuration as JSON and exit");
+  add("--config FILE", "read settings from a JSON config file");
+  const Config defaults;
+  for (const Field& field : kFields) {
+    add(FlagOf(field.key) + " VALUE",
+        std::string(field.help) + " (default: " + FieldToJson(field, defaults).dump() + ")");
+  }
+  return out;
+}
+
+}  // namespace kvatlas::server

@@ -1,1 +1,118 @@
-// placeholder
+#include "server/runtime/server.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+#include <utility>
+
+#include "kvatlas/common/log.h"
+
+namespace kvatlas::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Write-then-rename, so that a reader polling for the file never sees a partial address.
+Status WriteFileAtomically(const fs::path& path, const std::string& content) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << content;
+    out.flush();
+    if (!out) return Status::IOError("cannot write " + tmp.string() + ": " + std::strerror(errno));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Status::IOError("cannot rename " + tmp.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Server>> Server::Start(const Config& config) {
+  std::unique_ptr<Server> server(new Server(config));
+  KVATLAS_RETURN_IF_ERROR(server->Init());
+  return server;
+}
+
+Status Server::Init() {
+  KVATLAS_RETURN_IF_ERROR(ValidateConfig(config_));
+  KVATLAS_ASSIGN_OR_RETURN(const HostPort listen, ParseHostPort(config_.http_listen));
+  const fs::path data_dir(config_.data_dir);
+  std::error_code ec;
+  fs::create_directories(data_dir, ec);
+  if (ec)
+    return Status::IOError("cannot create data dir " + config_.data_dir + ": " + ec.message());
+
+  StorageOptions storage_options;
+  storage_options.path = (data_dir / "db").string();
+  storage_options.sync_writes = config_.storage_sync;
+  storage_options.block_cache_bytes = config_.storage_block_cache_bytes;
+  storage_options.write_buffer_bytes = config_.storage_write_buffer_bytes;
+  KVATLAS_ASSIGN_OR_RETURN(storage_, Storage::Open(storage_options));
+
+  StateMachineOptions machine_options;
+  machine_options.hash_seed = config_.hash_seed;
+  machine_options.index.max_entries_per_context = config_.max_entries_per_context;
+  machine_options.index.max_lookup_blocks = static_cast<uint32_t>(config_.max_lookup_blocks);
+  machine_ = std::make_unique<StateMachine>(machine_options, storage_.get());
+  LogInfo("recovering state from " + storage_options.path);
+  KVATLAS_RETURN_IF_ERROR(machine_->Recover());
+  LogInfo("recovered at revision " + std::to_string(machine_->applied_revision()));
+
+  ApplierOptions applier_options;
+  applier_options.max_queue = config_.applier_max_queue;
+  applier_options.max_group_batches = config_.applier_max_group_batches;
+  applier_ = std::make_unique<Applier>(machine_.get(), applier_options);
+
+  api_.machine = machine_.get();
+  api_.applier = applier_.get();
+  api_.storage = storage_.get();
+  api_.metrics = &metrics_;
+  api_.options.converter.max_events_per_batch = config_.max_events_per_batch;
+  api_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
+  api_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
+  api_.options.max_lookup_blocks = machine_options.index.max_lookup_blocks;
+  Router router;
+  AddAllRoutes(&api_, &router);
+
+  HttpServerOptions http_options;
+  http_options.host = listen.host;
+  http_options.port = listen.port;
+  http_options.threads = config_.http_threads;
+  http_options.max_body_bytes = config_.max_body_bytes;
+  http_options.read_timeout = std::chrono::milliseconds(config_.http_read_timeout_ms);
+  http_options.write_timeout = std::chrono::milliseconds(config_.http_write_timeout_ms);
+  http_ = std::make_unique<HttpServer>(http_options, std::move(router), &metrics_);
+  KVATLAS_RETURN_IF_ERROR(http_->Start());
+  listen_address_ = HostPort{listen.host, http_->port()}.ToString();
+  KVATLAS_RETURN_IF_ERROR(WriteFileAtomically(data_dir / "http.addr", listen_address_ + "\n"));
+  wrote_address_ = true;
+  return Status::Ok();
+}
+
+Status Server::Shutdown() {
+  if (shut_down_) return Status::Ok();
+  shut_down_ = true;
+  // Order matters: requests in flight wait on the applier, so HTTP stops first (they
+  // finish), then the applier drains its queue, then what it wrote is made durable.
+  if (http_) http_->Stop();
+  if (applier_) applier_->Stop();
+  Status flushed;
+  if (storage_) flushed = storage_->Flush();
+  // Only our own: after a failed start the file may be another server's.
+  if (wrote_address_) {
+    std::error_code ec;
+    fs::remove(fs::path(config_.data_dir) / "http.addr", ec);
+  }
+  return flushed;
+}
+
+Server::~Server() {
+  if (Status s = Shutdown(); !s.ok()) LogError("shutdown: " + s.ToString());
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,117 @@
+// BlockEvent: one KV-cache event normalized from the RFC #1527 envelope (Mooncake KV Events
+// API), whatever transport it came over (REST JSON today, ZMQ msgpack later). Producers
+// build BlockEvents; server/ingest turns them into commands. Plain values: thread-compatible.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvatlas/common/status.h"
+#include "kvatlas/common/types.h"
+
+namespace kvatlas {
+
+enum class EventType : uint8_t { kStored = 0, kRemoved = 1, kCleared = 2 };
+
+// The RFC wire names: "stored", "removed", "cleared".
+constexpr std::string_view EventTypeName(EventType type) {
+  switch (type) {
+    case EventType::kStored:
+      return "stored";
+    case EventType::kRemoved:
+      return "removed";
+    case EventType::kCleared:
+      return "cleared";
+  }
+  return "stored";
+}
+
+struct BlockEvent {
+  EventType type = EventType::kStored;
+  // Consecutive per stream in the RFC; informational until stream tracking lands.
+  std::optional<uint64_t> event_id;
+  // Publisher's clock (RFC: epoch milliseconds); informational only, never used for order.
+  std::optional<double> timestamp;
+  // tenant_id, model_name, lora_name, block_size, additional_salt.
+  ContextKey context;
+  // backend_id (or instance_id when backend_id is absent) and dp_rank.
+  HolderKey holder;
+  // The publisher's medium string as sent; nullopt when absent. `tier` is
+  // TierFromMedium(medium) (GPU when absent); `medium_known` is false for strings outside
+  // the documented list, so that metrics can report them.
+  std::optional<std::string> medium;
+  Tier tier = Tier::kGpu;
+  bool medium_known = true;
+  // stored: the rolling sequence hashes of consecutive blocks (may be empty when token_ids
+  // are given); removed: the hashes to remove (non-empty); cleared: empty.
+  std::vector<uint64_t> seq_hashes;
+  // stored: the sequence hash of the block before seq_hashes[0]; nullopt at the root.
+  std::optional<uint64_t> parent_hash;
+  // Depth of the first block of this event.
+  std::optional<uint32_t> base_block_idx;
+  // stored: the tokens of all blocks of this event (a multiple of block_size).
+  std::optional<std::vector<uint32_t>> token_ids;
+  // stored: empty, or exactly one location descriptor per block (kvatlas extension for
+  // storage tiers; the JSON form may give one string for every block).
+  std::vector<std::string> locations;
+
+  // Blocks this event names: seq_hashes.size(), or for a stored event with token_ids only,
+  // token_ids->size() / block_size.
+  size_t BlockCount() const {
+    if (!seq_hashes.empty() || !token_ids || context.block_size == 0) return seq_hashes.size();
+    return token_ids->size() / context.block_size;
+  }
+};
+
+// Checks the invariants that every producer of BlockEvents must meet, whatever its source:
+// block_size > 0, a non-empty holder id and model name; stored has seq_hashes or token_ids,
+// token_ids hold exactly BlockCount() complete blocks (and seq_hashes.size() blocks when
+// both are given), locations are empty or one per block; removed has seq_hashes.
+// Returns kInvalidArgument naming the field as "<path>.<field>: <problem>".
+[[nodiscard]] inline Status ValidateBlockEvent(const BlockEvent& event, std::string_view path) {
+  const auto invalid = [&](std::string_view field, const std::string& problem) {
+    return Status::InvalidArgument(std::string(path) + "." + std::string(field) + ": " + problem);
+  };
+  if (event.context.block_size == 0) return invalid("block_size", "must be a positive integer");
+  if (event.context.model.empty()) return invalid("model_name", "must be a non-empty string");
+  if (event.holder.id.empty()) return invalid("backend_id", "must be a non-empty string");
+  switch (event.type) {
+    case EventType::kStored:
+      break;
+    case EventType::kRemoved:
+      if (event.seq_hashes.empty()) return invalid("seq_hashes", "a removed event needs hashes");
+      return Status::Ok();
+    case EventType::kCleared:
+      return Status::Ok();
+  }
+  if (event.seq_hashes.empty() && (!event.token_ids || event.token_ids->empty())) {
+    return invalid("seq_hashes", "a stored event needs seq_hashes or token_ids");
+  }
+  const uint32_t block_size = event.context.block_size;
+  if (event.token_ids) {
+    const size_t tokens = event.token_ids->size();
+    if (!event.seq_hashes.empty() && tokens != event.seq_hashes.size() * block_size) {
+      return invalid("token_ids", std::to_string(tokens) + " tokens do not cover exactly the " +
+                                      std::to_string(event.seq_hashes.size()) +
+                                      " blocks of seq_hashes (expected " +
+                                      std::to_string(event.seq_hashes.size() * block_size) +
+                                      " = blocks x block_size)");
+    }
+    if (tokens % block_size != 0) {
+      return invalid("token_ids", std::to_string(tokens) + " tokens are not a whole number of " +
+                                      std::to_string(block_size) + "-token blocks");
+    }
+  }
+  if (!event.locations.empty() && event.locations.size() != event.BlockCount()) {
+    return invalid("location", "has " + std::to_string(event.locations.size()) +
+                                   " entries; expected one string, or one per block (" +
+                                   std::to_string(event.BlockCount()) + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvatlas

@@ -1,0 +1,31 @@
+// The Mooncake Conductor indexer dialect (docs/api.md §Conductor, RFC #1403): POST /query
+// and POST /query_by_hash with its exact request and answer shapes, so that a router
+// written for the Conductor or Dynamo's standalone indexer works against kvatlas unchanged.
+#include <httplib.h>
+
+#include "kvatlas/common/json_codec.h"
+#include "server/api/routes.h"
+
+namespace kvatlas::server {
+namespace {
+
+using Decoder = Result<LookupRequest> (*)(std::string_view body);
+
+Result<HttpReply> HandleQuery(const ApiServices& api, const RouteRequest& request, Decoder decode) {
+  KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, decode(request.http.body));
+  lookup.include_locations = false;  // the Conductor answer has no place for them
+  return JsonReply(EncodeConductorAnswer(RunLookup(api, lookup)));
+}
+
+}  // namespace
+
+void AddConductorRoutes(const ApiServices* api, Router* router) {
+  router->Add({"POST", "/query", /*json_body=*/true, [api](const RouteRequest& request) {
+                 return HandleQuery(*api, request, &DecodeConductorQuery);
+               }});
+  router->Add({"POST", "/query_by_hash", /*json_body=*/true, [api](const RouteRequest& request) {
+                 return HandleQuery(*api, request, &DecodeConductorQueryByHash);
+               }});
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,73 @@
+// POST /v1/events: decode and convert in the request thread, then hand the batch to the
+// applier and wait for its revision (docs/api.md §Ingest).
+#include <httplib.h>
+
+#include <future>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvatlas/common/events.h"
+#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/log.h"
+#include "server/api/routes.h"
+
+namespace kvatlas::server {
+namespace {
+
+// Counts a batch in the applier-queue gauge for as long as the request waits on it.
+class InFlight {
+ public:
+  explicit InFlight(Metrics* metrics) : metrics_(metrics) { metrics_->ApplyStarted(); }
+  ~InFlight() { metrics_->ApplyFinished(); }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  Metrics* metrics_;
+};
+
+Result<Revision> SubmitAndWait(const ApiServices& api, CommandBatch batch) {
+  InFlight in_flight(api.metrics);
+  std::future<Result<Revision>> done = api.applier->Submit(std::move(batch));
+  if (done.wait_for(api.options.apply_timeout) != std::future_status::ready) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  "the batch was not applied within " +
+                      std::to_string(api.options.apply_timeout.count()) +
+                      " ms (apply_timeout_ms); it may still be applied");
+  }
+  return done.get();
+}
+
+// Unknown media were accepted (mapped to the nearest tier); say so once per string.
+void NoteUnknownMedia(const ApiServices& api, const std::vector<BlockEvent>& events) {
+  for (const BlockEvent& event : events) {
+    if (event.medium_known || !event.medium) continue;
+    if (api.metrics->RecordUnknownMedium(*event.medium)) {
+      LogWarning("unknown medium \"" + *event.medium + "\" (backend " + event.holder.id +
+                 ") is indexed as tier " + std::string(TierName(event.tier)));
+    }
+  }
+}
+
+Result<HttpReply> HandleEvents(const ApiServices& api, const RouteRequest& request) {
+  KVATLAS_ASSIGN_OR_RETURN(std::vector<BlockEvent> events, DecodeEventBatch(request.http.body));
+  const EventConverter converter(&api.machine->hasher(), api.options.converter);
+  KVATLAS_ASSIGN_OR_RETURN(ConvertedBatch converted, converter.Convert(events));
+  IngestAnswer answer{api.machine->applied_revision(), converted.events, converted.blocks};
+  // An empty batch changes nothing: it answers the current revision without a log entry.
+  if (!converted.batch.commands.empty()) {
+    KVATLAS_ASSIGN_OR_RETURN(answer.revision, SubmitAndWait(api, std::move(converted.batch)));
+  }
+  NoteUnknownMedia(api, events);
+  return JsonReply(EncodeIngestAnswer(answer));
+}
+
+}  // namespace
+
+void AddIngestRoutes(const ApiServices* api, Router* router) {
+  router->Add({"POST", "/v1/events", /*json_body=*/true,
+               [api](const RouteRequest& request) { return HandleEvents(*api, request); }});
+}
+
+}  // namespace kvatlas::server

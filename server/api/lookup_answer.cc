@@ -1,0 +1,54 @@
+#include "server/api/lookup_answer.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <tuple>
+
+namespace kvatlas::server {
+
+LookupAnswer BuildLookupAnswer(const LookupResult& result, const ContextKey& context,
+                               std::string_view instance_id, Revision revision) {
+  LookupAnswer answer;
+  answer.revision = revision;
+  answer.context = context;
+  answer.blocks_queried = result.blocks_queried;
+  answer.blocks_found = result.blocks_found;
+
+  std::map<std::string, InstanceMatch, std::less<>> instances;
+  for (const HolderMatch& match : result.holders) {
+    if (match.shared > 0) {
+      answer.shared.push_back(
+          SharedMatch{match.holder.id, match.holder.dp_rank, match.shared, match.shared_locations});
+    }
+    if (match.disk == 0) continue;
+    if (!instance_id.empty() && match.holder.id != instance_id) continue;
+    InstanceMatch& instance = instances[match.holder.id];
+    instance.instance_id = match.holder.id;
+    const TierBlocks blocks{match.gpu, match.cpu, match.disk};
+    instance.dp_ranks.push_back(RankMatch{match.holder.dp_rank, blocks});
+    instance.blocks.gpu = std::max(instance.blocks.gpu, blocks.gpu);
+    instance.blocks.cpu = std::max(instance.blocks.cpu, blocks.cpu);
+    instance.blocks.disk = std::max(instance.blocks.disk, blocks.disk);
+  }
+  if (!instance_id.empty() && instances.empty()) {
+    instances[std::string(instance_id)].instance_id = std::string(instance_id);
+  }
+
+  for (auto& [id, instance] : instances) {
+    std::sort(instance.dp_ranks.begin(), instance.dp_ranks.end(),
+              [](const RankMatch& a, const RankMatch& b) { return a.dp_rank < b.dp_rank; });
+    answer.instances.push_back(std::move(instance));
+  }
+  std::stable_sort(
+      answer.instances.begin(), answer.instances.end(),
+      [](const InstanceMatch& a, const InstanceMatch& b) { return a.blocks.disk > b.blocks.disk; });
+  std::sort(answer.shared.begin(), answer.shared.end(),
+            [](const SharedMatch& a, const SharedMatch& b) {
+              return std::tie(b.blocks, a.backend_id, a.dp_rank) <
+                     std::tie(a.blocks, b.backend_id, b.dp_rank);
+            });
+  return answer;
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,76 @@
+// Metrics: the process's Prometheus metrics (text exposition format 0.0.4), served by
+// GET /metrics. Request counters and latency histograms are recorded here as requests
+// finish; state gauges (index sizes, revision) are read at scrape time and passed to
+// Render(), so there is no second copy of state to keep in sync. Names: docs/api.md.
+//
+// Thread-safe: recording takes a mutex for a few increments; Render() copies under it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "kvatlas/common/types.h"
+#include "server/index/index.h"
+#include "server/state/state_machine.h"
+
+namespace kvatlas::server {
+
+// State read at scrape time.
+struct StateGauges {
+  IndexStats index;
+  ApplyCounters applied;
+  Revision revision = 0;
+  uint64_t storage_bytes = 0;
+  bool applier_failed = false;
+  double uptime_seconds = 0;
+};
+
+class Metrics {
+ public:
+  // Upper bounds of the latency buckets, in seconds: 100 µs (an in-memory lookup) to 10 s
+  // (a group commit behind a slow disk).
+  static constexpr double kLatencyBuckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                               0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                               1,      2.5,     5,      10};
+  static constexpr size_t kNumBuckets = std::size(kLatencyBuckets);
+  // Distinct unknown medium strings reported by label; the rest count as "other".
+  static constexpr size_t kMaxMediumLabels = 32;
+
+  // One answered request. `route` is a route pattern or "unmatched" (bounded label set);
+  // `seconds` is nullopt when the server could not time it (malformed request line).
+  void RecordRequest(std::string_view route, int status, std::optional<double> seconds);
+
+  // An accepted event carried a medium outside the known list (it was mapped to the
+  // nearest tier). Returns true the first time this string is seen, so the caller can log
+  // it once.
+  bool RecordUnknownMedium(std::string_view medium);
+
+  // Write batches submitted to the applier and not yet answered (the applier queue as
+  // seen from REST).
+  void ApplyStarted() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
+  void ApplyFinished() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
+  uint64_t applier_queue_depth() const { return in_flight_.load(std::memory_order_relaxed); }
+
+  [[nodiscard]] std::string Render(const StateGauges& gauges) const;
+
+ private:
+  struct Histogram {
+    uint64_t buckets[kNumBuckets] = {};  // non-cumulative; Render accumulates
+    uint64_t count = 0;
+    double sum = 0;
+  };
+
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;  // (route, status) → count
+  std::map<std::string, Histogram, std::less<>> latency_;     // route → histogram
+  std::map<std::string, uint64_t, std::less<>> unknown_media_;
+  std::atomic<uint64_t> in_flight_{0};
+};
+
+}  // namespace kvatlas::server

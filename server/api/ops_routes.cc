@@ -1,0 +1,58 @@
+// Operations routes: GET /healthz (the process answers), GET /readyz (it can serve: it has
+// recovered and the applier has not failed), GET /metrics (Prometheus text format).
+#include <nlohmann/json.hpp>
+#include <tuple>
+#include <utility>
+
+#include "server/api/routes.h"
+
+namespace kvatlas::server {
+namespace {
+
+// HTTP starts only after recovery (server/runtime/server.h), so recovered is a given here.
+Result<HttpReply> HandleReady(const ApiServices& api) {
+  if (api.applier->failed()) {
+    return Status::Unavailable(
+        "a storage write failed; the server takes no writes and must be "
+        "restarted");
+  }
+  return JsonReply(DumpJson({{"status", "ready"}, {"revision", api.machine->applied_revision()}}));
+}
+
+}  // namespace
+
+StateGauges ReadGauges(const ApiServices& api) {
+  StateGauges gauges;
+  std::tie(gauges.index, gauges.revision) =
+      api.machine->Read([](const Index& index, Revision revision) {
+        return std::make_pair(index.Stats(), revision);
+      });
+  gauges.applied = api.machine->counters();
+  gauges.storage_bytes = api.storage ? api.storage->ApproximateSizeBytes() : 0;
+  gauges.applier_failed = api.applier->failed();
+  gauges.uptime_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - api.started).count();
+  return gauges;
+}
+
+void AddOpsRoutes(const ApiServices* api, Router* router) {
+  router->Add({"GET", "/healthz", false, [](const RouteRequest&) -> Result<HttpReply> {
+                 return JsonReply(R"({"status":"ok"})");
+               }});
+  router->Add({"GET", "/readyz", false, [api](const RouteRequest&) { return HandleReady(*api); }});
+  router->Add({"GET", "/metrics", false, [api](const RouteRequest&) -> Result<HttpReply> {
+                 HttpReply reply;
+                 reply.body = api->metrics->Render(ReadGauges(*api));
+                 reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+                 return reply;
+               }});
+}
+
+void AddAllRoutes(const ApiServices* api, Router* router) {
+  AddIngestRoutes(api, router);
+  AddQueryRoutes(api, router);
+  AddConductorRoutes(api, router);
+  AddOpsRoutes(api, router);
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,178 @@
+// Read routes: POST /v1/lookup, GET /v1/blocks/{key}, /v1/holders, /v1/contexts,
+// /v1/stats (docs/api.md §Queries). Every read runs under StateMachine::Read and answers
+// the revision it saw; JSON is built after the lock is released.
+#include <httplib.h>
+
+#include <algorithm>
+#include <charconv>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvatlas/common/json_codec.h"
+#include "server/api/lookup_answer.h"
+#include "server/api/routes.h"
+
+namespace kvatlas::server {
+namespace {
+
+using nlohmann::json;
+
+json TierCounts(const uint64_t (&by_tier)[kNumTiers]) {
+  json out = json::object();
+  for (int t = 0; t < kNumTiers; ++t) out[std::string(TierName(static_cast<Tier>(t)))] = by_tier[t];
+  return out;
+}
+
+Result<HttpReply> HandleLookup(const ApiServices& api, const RouteRequest& request) {
+  KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, DecodeLookupRequest(request.http.body));
+  return JsonReply(EncodeLookupAnswer(RunLookup(api, lookup)));
+}
+
+// The optional context narrowing of GET /v1/blocks/{key}: none of its parameters = every
+// context; any of them = exactly one context, which then needs model_name and block_size.
+Result<std::optional<ContextKey>> ContextFromParams(const httplib::Request& http) {
+  constexpr const char* kNames[] = {"tenant_id", "model_name", "lora_name", "block_size",
+                                    "additional_salt"};
+  bool any = false;
+  for (const char* name : kNames) any = any || http.has_param(name);
+  if (!any) return std::optional<ContextKey>();
+  ContextKey context;
+  if (http.has_param("tenant_id") && !http.get_param_value("tenant_id").empty()) {
+    context.tenant = http.get_param_value("tenant_id");
+  }
+  context.model = http.get_param_value("model_name");
+  context.lora_name = http.get_param_value("lora_name");
+  context.salt = http.get_param_value("additional_salt");
+  if (context.model.empty()) {
+    return Status::InvalidArgument("model_name: is required when narrowing to a context");
+  }
+  const std::string size = http.get_param_value("block_size");
+  const char* const end = size.data() + size.size();
+  const auto [ptr, ec] = std::from_chars(size.data(), end, context.block_size);
+  if (size.empty() || ec != std::errc() || ptr != end || context.block_size == 0) {
+    return Status::InvalidArgument("block_size: must be a positive integer, got \"" + size + "\"");
+  }
+  return std::optional<ContextKey>(std::move(context));
+}
+
+json LocationJson(const BlockLocation& copy) {
+  return json{{"context", ContextKeyToJson(copy.context)},
+              {"holder_id", copy.holder.id},
+              {"dp_rank", copy.holder.dp_rank},
+              {"tier", TierName(copy.tier)},
+              {"depth", copy.depth},
+              {"refcount", copy.refcount},
+              {"engine_hash", copy.engine_hash},
+              {"location", copy.location}};
+}
+
+Result<HttpReply> HandleBlock(const ApiServices& api, const RouteRequest& request) {
+  const Result<uint64_t> key = ParseHashText(request.path_param);
+  if (!key.has_value()) return key.error().WithContext("key");
+  KVATLAS_ASSIGN_OR_RETURN(std::optional<ContextKey> context, ContextFromParams(request.http));
+  auto [copies, revision] = api.machine->Read([&](const Index& index, Revision rev) {
+    return std::make_pair(index.Locate(*key, context ? &*context : nullptr), rev);
+  });
+  json out = json::array();
+  for (const BlockLocation& copy : copies) out.push_back(LocationJson(copy));
+  return JsonReply(DumpJson({{"revision", revision}, {"key", *key}, {"copies", std::move(out)}}));
+}
+
+Result<HttpReply> HandleHolders(const ApiServices& api) {
+  auto [holders, revision] = api.machine->Read(
+      [](const Index& index, Revision rev) { return std::make_pair(index.Holders(), rev); });
+  json out = json::array();
+  for (const HolderInfo& h : holders) {
+    out.push_back({{"id", h.id},
+                   {"holder_id", h.holder.id},
+                   {"dp_rank", h.holder.dp_rank},
+                   {"entries", h.entries},
+                   {"entries_by_tier", TierCounts(h.entries_by_tier)}});
+  }
+  return JsonReply(DumpJson({{"revision", revision}, {"holders", std::move(out)}}));
+}
+
+Result<HttpReply> HandleContexts(const ApiServices& api) {
+  auto [contexts, revision] = api.machine->Read(
+      [](const Index& index, Revision rev) { return std::make_pair(index.Contexts(), rev); });
+  json out = json::array();
+  for (const ContextInfo& c : contexts) {
+    json item = ContextKeyToJson(c.context);
+    item["id"] = c.id;
+    item["blocks"] = c.blocks;
+    item["entries"] = c.entries;
+    item["evicted_blocks"] = c.evicted_blocks;
+    out.push_back(std::move(item));
+  }
+  return JsonReply(DumpJson({{"revision", revision}, {"contexts", std::move(out)}}));
+}
+
+Result<HttpReply> HandleStats(const ApiServices& api) {
+  const StateGauges g = ReadGauges(api);
+  const IndexStats& s = g.index;
+  const ApplyCounters& a = g.applied;
+  const json out = {
+      {"revision", g.revision},
+      {"uptime_seconds", g.uptime_seconds},
+      {"hash_seed", api.machine->hash_seed()},
+      {"index",
+       {{"contexts", s.contexts},
+        {"holders", s.holders},
+        {"blocks", s.blocks},
+        {"entries", s.entries},
+        {"aliases", s.aliases},
+        {"locations", s.locations},
+        {"evicted_blocks", s.evicted_blocks},
+        {"memory_bytes", s.memory_bytes}}},
+      {"storage", {{"approximate_bytes", g.storage_bytes}}},
+      {"applier",
+       {{"queue_depth", api.metrics->applier_queue_depth()}, {"failed", g.applier_failed}}},
+      {"applied",
+       {{"stored", a.stored_commands},
+        {"removed", a.removed_commands},
+        {"cleared", a.cleared_commands},
+        {"entries_added", a.entries_added},
+        {"entries_removed", a.entries_removed},
+        {"entries_evicted", a.entries_evicted}}}};
+  return JsonReply(DumpJson(out));
+}
+
+}  // namespace
+
+LookupAnswer RunLookup(const ApiServices& api, const LookupRequest& request) {
+  const size_t max_blocks = api.options.max_lookup_blocks;
+  std::vector<BlockKey> hashed;
+  std::span<const BlockKey> keys = request.seq_hashes;
+  if (!request.by_hash) {
+    std::span<const uint32_t> tokens = request.token_ids;
+    tokens = tokens.first(std::min(tokens.size(), max_blocks * request.context.block_size));
+    hashed = api.machine->hasher().SequenceHashes(tokens, request.context.block_size);
+    keys = hashed;
+  }
+  keys = keys.first(std::min(keys.size(), max_blocks));
+  LookupOptions options;
+  options.include_locations = request.include_locations;
+  auto [result, revision] = api.machine->Read([&](const Index& index, Revision rev) {
+    return std::make_pair(index.Lookup(request.context, keys, options), rev);
+  });
+  return BuildLookupAnswer(result, request.context, request.instance_id, revision);
+}
+
+void AddQueryRoutes(const ApiServices* api, Router* router) {
+  router->Add({"POST", "/v1/lookup", /*json_body=*/true,
+               [api](const RouteRequest& request) { return HandleLookup(*api, request); }});
+  router->Add({"GET", "/v1/blocks/{key}", false,
+               [api](const RouteRequest& request) { return HandleBlock(*api, request); }});
+  router->Add(
+      {"GET", "/v1/holders", false, [api](const RouteRequest&) { return HandleHolders(*api); }});
+  router->Add(
+      {"GET", "/v1/contexts", false, [api](const RouteRequest&) { return HandleContexts(*api); }});
+  router->Add(
+      {"GET", "/v1/stats", false, [api](const RouteRequest&) { return HandleStats(*api); }});
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,75 @@
+// Router: the REST route table, and HttpReply, the answer a route produces. It is separate
+// from the HTTP server so that matching (404 vs 405) and the error mapping are testable
+// without sockets. Immutable after setup: Find() is safe from any thread.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/status.h"
+
+namespace httplib {
+struct Request;
+}
+
+namespace kvatlas::server {
+
+struct HttpReply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// The one mapping of a Status to an HTTP answer: HttpStatusOf(code) with the body
+// {"code": "<wire name>", "message": "..."}. Every REST error goes through it.
+[[nodiscard]] HttpReply ErrorReply(const Status& status);
+// 200 with a JSON body.
+[[nodiscard]] HttpReply JsonReply(std::string body);
+
+// What a route handler sees: the request and the path segment captured by "{name}".
+struct RouteRequest {
+  const httplib::Request& http;
+  std::string_view path_param;
+};
+
+// A handler returns its reply or a Status that becomes ErrorReply(status).
+using RouteHandler = std::function<Result<HttpReply>(const RouteRequest&)>;
+
+struct Route {
+  std::string method;   // "GET", "POST", ...
+  std::string pattern;  // "/v1/stats", or "/v1/blocks/{key}" (one trailing parameter)
+  // POST routes that take a JSON body: the server checks Content-Type before the handler.
+  bool json_body = false;
+  RouteHandler handler;
+};
+
+struct RouteMatch {
+  const Route* route = nullptr;  // null when no route has this method and path
+  std::string_view path_param;
+  // When route is null: the methods the path does have ("GET, POST"); empty = unknown path.
+  std::string allowed;
+};
+
+class Router {
+ public:
+  // REQUIRES: a pattern has at most one "{name}" and only as its last segment.
+  void Add(Route route);
+  // GET, POST, etc.: the method as sent (HEAD is the caller's to map onto GET).
+  [[nodiscard]] RouteMatch Find(std::string_view method, std::string_view path) const;
+  // The route pattern serving `path` (any method), or "unmatched": a metrics label of
+  // bounded cardinality.
+  [[nodiscard]] std::string_view Label(std::string_view path) const;
+
+ private:
+  // The captured parameter when `pattern` matches `path`; false otherwise.
+  static bool Matches(const Route& route, std::string_view path, std::string_view* param);
+
+  std::vector<Route> routes_;
+};
+
+}  // namespace kvatlas::server

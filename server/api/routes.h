@@ -1,0 +1,56 @@
+// The REST routes of kvatlas (docs/api.md), grouped by concern, each group in its own .cc:
+// ingest (POST /v1/events), queries (/v1/lookup, /v1/blocks, holders, contexts, stats),
+// the Mooncake Conductor dialect (/query, /query_by_hash) and operations (/healthz,
+// /readyz, /metrics). Handlers only Submit() writes to the Applier and read state under
+// StateMachine::Read, so no network thread ever blocks the state machine.
+#pragma once
+
+#include <chrono>
+
+#include "kvatlas/common/json_codec.h"
+#include "server/api/metrics.h"
+#include "server/api/router.h"
+#include "server/ingest/event_converter.h"
+#include "server/state/applier.h"
+#include "server/state/state_machine.h"
+#include "server/storage/storage.h"
+
+namespace kvatlas::server {
+
+struct ApiOptions {
+  ConverterOptions converter;
+  // How long POST /v1/events waits for its batch to be applied before answering
+  // deadline_exceeded (the batch may still be applied later).
+  std::chrono::milliseconds apply_timeout{10'000};
+  // The index's IndexOptions::max_lookup_blocks: tokens past that many blocks are not even
+  // hashed, so a huge query costs no more than a capped one.
+  uint32_t max_lookup_blocks = IndexOptions{}.max_lookup_blocks;
+};
+
+// What the handlers use. Pointers are not owned and must outlive the HTTP server.
+struct ApiServices {
+  StateMachine* machine = nullptr;
+  Applier* applier = nullptr;
+  const Storage* storage = nullptr;  // null for an in-memory server
+  Metrics* metrics = nullptr;
+  ApiOptions options;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+};
+
+// Adds every route to `router`. `api` must outlive the router.
+void AddAllRoutes(const ApiServices* api, Router* router);
+
+void AddIngestRoutes(const ApiServices* api, Router* router);
+void AddQueryRoutes(const ApiServices* api, Router* router);
+void AddConductorRoutes(const ApiServices* api, Router* router);
+void AddOpsRoutes(const ApiServices* api, Router* router);
+
+// Index stats and the revision they reflect (read together under the read lock), apply
+// counters, storage size, applier health and uptime: /v1/stats and /metrics.
+[[nodiscard]] StateGauges ReadGauges(const ApiServices& api);
+
+// Hashes the request's tokens (outside any lock), runs Index::Lookup under the read lock
+// and shapes the result (lookup_answer.h). Shared by /v1/lookup and the Conductor routes.
+[[nodiscard]] LookupAnswer RunLookup(const ApiServices& api, const LookupRequest& request);
+
+}  // namespace kvatlas::server

@@ -1,0 +1,90 @@
+// Config: every setting of kvatlas-server, from a JSON config file (--config FILE) and
+// command-line flags, flags overriding the file. Each field has one JSON key and one flag
+// ("max_body_bytes" ↔ --max-body-bytes); the defaults are documented in
+// deploy/config/kvatlas.example.json and docs/api.md §Configuration.
+// Plain values and pure functions: thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "kvatlas/common/block_hasher.h"
+#include "kvatlas/common/result.h"
+
+namespace kvatlas::server {
+
+struct Config {
+  // Where the server keeps its state: RocksDB in DIR/db, the bound address in DIR/http.addr.
+  std::string data_dir = "./data";
+  // HOST:PORT of the REST API ([v6]:PORT for IPv6). Port 0 picks a free port. Loopback by
+  // default: the API has no authentication yet.
+  std::string http_listen = "127.0.0.1:7070";
+  // debug, info, warning or error.
+  std::string log_level = "info";
+  // Seed of the standard block hash. Must match the routers' (Dynamo uses 1337) and is
+  // fixed for the life of a data directory: the server refuses to start on a mismatch.
+  uint64_t hash_seed = kDefaultHashSeed;
+  // Entries one context may hold before its oldest blocks are evicted (bounds memory
+  // against publishers that never remove).
+  uint64_t max_entries_per_context = 16'000'000;
+  // Longest key chain a lookup walks; longer queries are cut.
+  uint64_t max_lookup_blocks = 8'192;
+  // fsync the RocksDB WAL on every applied group. Off, an acknowledged write survives a
+  // process crash but not a power loss.
+  bool storage_sync = true;
+  uint64_t storage_block_cache_bytes = 64ull << 20;
+  uint64_t storage_write_buffer_bytes = 64ull << 20;
+  // HTTP worker threads: requests served at once (a write waiting for its group commit
+  // holds one).
+  uint64_t http_threads = 8;
+  // Request bodies larger than this are refused with 413 before being read.
+  uint64_t max_body_bytes = 16ull << 20;
+  uint64_t http_read_timeout_ms = 5'000;
+  uint64_t http_write_timeout_ms = 5'000;
+  // How long POST /v1/events waits for its batch to be applied (then 504).
+  uint64_t apply_timeout_ms = 10'000;
+  uint64_t max_events_per_batch = 10'000;
+  uint64_t max_blocks_per_event = 16'384;
+  // Write batches waiting for the applier; past it writes get 429 at once.
+  uint64_t applier_max_queue = 1'024;
+  // Batches applied together as one storage write (group commit).
+  uint64_t applier_max_group_batches = 256;
+};
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+  std::string ToString() const;  // "host:port", "[v6]:port"
+};
+
+// "HOST:PORT" or "[V6]:PORT". kInvalidArgument otherwise.
+[[nodiscard]] Result<HostPort> ParseHostPort(std::string_view text);
+
+// Reads a JSON object of config keys over `base`. kInvalidArgument naming the file and
+// the key for unknown keys (all of them) and wrongly typed values; kIOError if unreadable.
+[[nodiscard]] Result<Config> LoadConfigFile(const std::string& path, Config base = {});
+
+// Checks ranges and formats (http_listen, log_level, non-empty data_dir).
+[[nodiscard]] Status ValidateConfig(const Config& config);
+
+// The config as a JSON object with every key (pretty-printed).
+[[nodiscard]] std::string ConfigToJson(const Config& config);
+
+enum class CommandAction { kRun, kHelp, kPrintConfig };
+
+struct CommandLine {
+  CommandAction action = CommandAction::kRun;
+  Config config;
+};
+
+// Parses the arguments after the program name: --help, --print-config, --config FILE,
+// and one flag per config key (--key VALUE or --key=VALUE; booleans take true/false).
+// The config file is read first, then flags apply over it, then the result is validated.
+[[nodiscard]] Result<CommandLine> ParseCommandLine(std::span<const std::string> args);
+
+// The --help text: usage and every flag with its default.
+[[nodiscard]] std::string UsageText();
+
+}  // namespace kvatlas::server

@@ -1,0 +1,62 @@
+// Server: one kvatlas server process composed from its parts (docs/architecture.md): open
+// Storage at DATA_DIR/db, rebuild the state machine from it, start the Applier, then serve
+// REST. HTTP starts only after recovery, so every answer reflects the recovered state.
+//
+// Thread-safety: Start/Shutdown from the owning (main) thread; failed() from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kvatlas/common/result.h"
+#include "server/api/http_server.h"
+#include "server/api/metrics.h"
+#include "server/api/routes.h"
+#include "server/runtime/config.h"
+#include "server/state/applier.h"
+#include "server/state/state_machine.h"
+#include "server/storage/storage.h"
+
+namespace kvatlas::server {
+
+class Server {
+ public:
+  // Creates the data directory if needed, opens and recovers the state, binds the REST
+  // address and writes it to DATA_DIR/http.addr (atomically: a reader sees the whole
+  // address or no file). Errors: kIOError/kCorruption from storage (e.g. the directory is
+  // used by another server), kFailedPrecondition on a hash seed mismatch, kUnavailable if
+  // the address cannot be bound.
+  [[nodiscard]] static Result<std::unique_ptr<Server>> Start(const Config& config);
+
+  ~Server();  // Shutdown()s if the owner did not
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // "HOST:PORT" actually bound (the chosen port when the config asked for port 0).
+  const std::string& listen_address() const { return listen_address_; }
+
+  // True once a storage write failed: the process must exit (a restart rebuilds the index
+  // from disk, which is behind the memory index after the failure).
+  bool failed() const { return applier_ && applier_->failed(); }
+
+  // Stops HTTP (in-flight requests finish), drains and stops the applier, flushes storage
+  // and removes DATA_DIR/http.addr. Idempotent; returns the flush error, if any.
+  [[nodiscard]] Status Shutdown();
+
+ private:
+  explicit Server(Config config) : config_(std::move(config)) {}
+  Status Init();
+
+  Config config_;
+  std::unique_ptr<Storage> storage_;
+  std::unique_ptr<StateMachine> machine_;
+  std::unique_ptr<Applier> applier_;
+  Metrics metrics_;
+  ApiServices api_;
+  std::unique_ptr<HttpServer> http_;
+  std::string listen_address_;
+  bool wrote_address_ = false;
+  bool shut_down_ = false;
+};
+
+}  // namespace kvatlas::server

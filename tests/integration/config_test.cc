@@ -1,0 +1,131 @@
+// The kvatlas-server command line and config file, through the real binary.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "tests/integration/rest_helpers.h"
+#include "tests/integration/server_process.h"
+#include "tests/support/temp_dir.h"
+
+namespace kvatlas::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path WriteConfig(const TempDir& dir, const std::string& text,
+                     const std::string& name = "kvatlas.json") {
+  const fs::path path = dir.path() / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST_SUITE("Integration.Config") {
+  TEST_CASE("Config: --help lists every flag with its default and exits 0") {
+    TempDir dir;
+    const RunResult run = RunServerToExit({"--help"}, dir.path());
+    CHECK(run.exit_code == 0);
+    for (const char* flag : {"--data-dir", "--http-listen", "--config", "--hash-seed",
+                             "--max-entries-per-context", "--storage-sync", "--http-threads",
+                             "--max-body-bytes", "--max-events-per-batch", "--log-level"}) {
+      CAPTURE(flag);
+      CHECK(run.out.find(flag) != std::string::npos);
+    }
+    CHECK(run.out.find("(default: \"127.0.0.1:7070\")") != std::string::npos);
+    CHECK(run.out.find("(default: 1337)") != std::string::npos);
+  }
+
+  TEST_CASE("Config: flags override the file, and the example file holds the defaults") {
+    TempDir dir;
+    const fs::path file =
+        WriteConfig(dir, R"({"http_threads": 3, "max_body_bytes": 4096, "storage_sync": false})");
+    const RunResult run = RunServerToExit(
+        {"--config", file.string(), "--http-threads=5", "--print-config"}, dir.path());
+    REQUIRE(run.exit_code == 0);
+    const json printed = json::parse(run.out);
+    CHECK(printed["http_threads"] == 5);
+    CHECK(printed["max_body_bytes"] == 4096);
+    CHECK(printed["storage_sync"] == false);
+    CHECK(printed["hash_seed"] == 1337);
+
+    const RunResult defaults = RunServerToExit({"--print-config"}, dir.path());
+    const RunResult example = RunServerToExit(
+        {"--config", std::string(KVATLAS_SOURCE_DIR) + "/deploy/config/kvatlas.example.json",
+         "--print-config"},
+        dir.path());
+    REQUIRE(example.exit_code == 0);
+    CHECK(json::parse(example.out) == json::parse(defaults.out));
+  }
+
+  TEST_CASE("Config: bad settings are named and the server exits non-zero") {
+    TempDir dir;
+    int files = 0;
+    const auto config = [&](const std::string& text) {
+      const std::string name = "bad-" + std::to_string(++files) + ".json";
+      return std::vector<std::string>{"--config", WriteConfig(dir, text, name).string()};
+    };
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+        {config(R"({"http_thread": 4, "data_dir": "x", "colour": 1})"),
+         "unknown key(s) \"colour\", \"http_thread\""},
+        {config(R"({"http_threads": "four"})"),
+         "http_threads: must be an unsigned integer, got \"four\""},
+        {config("http_threads = 4"), "invalid JSON"},
+        {{"--config", (dir.path() / "absent.json").string()}, "cannot read config file"},
+        {{"--colour", "blue"}, "unknown flag --colour"},
+        {{"--http-threads", "0"}, "http_threads: 0 is out of range [1, 1024]"},
+        {{"--storage-sync", "maybe"}, "--storage-sync: expected true or false"},
+        {{"--http-listen", "localhost"}, "http_listen: expected HOST:PORT"},
+        {{"--log-level", "loud"}, "log_level: expected debug, info, warning or error"},
+        {{"--data-dir"}, "--data-dir: needs a value"},
+    };
+    for (const auto& [args, expected] : cases) {
+      const RunResult run = RunServerToExit(args, dir.path());
+      CAPTURE(expected);
+      CAPTURE(run.err);
+      CHECK(run.exit_code == 2);
+      CHECK(run.err.find(expected) != std::string::npos);
+    }
+  }
+
+  TEST_CASE("Config: the server runs with the file's data dir and address") {
+    TempDir dir;
+    const fs::path data = dir.path() / "from-file";
+    const fs::path file =
+        WriteConfig(dir, json{{"data_dir", data.string()}, {"http_listen", "127.0.0.1:0"}}.dump());
+    ServerProcess server(data, {"--config", file.string()}, ServerProcess::Placement::kFromArgs);
+    CHECK(fs::exists(data / "db"));
+    auto client = server.Client();
+    CHECK(Get(client, "/healthz").status == 200);
+    CHECK(server.Terminate() == 0);
+  }
+
+  TEST_CASE("Config: a data dir keeps its hash seed and refuses to start with another") {
+    TempDir dir;
+    {
+      ServerProcess server(dir.path() / "data", {"--hash-seed", "7"});
+      CHECK(server.Terminate() == 0);
+    }
+    const RunResult other = RunServerToExit(
+        {"--data-dir", (dir.path() / "data").string(), "--http-listen", "127.0.0.1:0"}, dir.path());
+    CHECK(other.exit_code == 1);
+    CHECK(other.err.find("failed_precondition") != std::string::npos);
+    ServerProcess same(dir.path() / "data", {"--hash-seed", "7"});
+    auto client = same.Client();
+    CHECK(Get(client, "/v1/stats").body["hash_seed"] == 7);
+  }
+
+  TEST_CASE("Config: a second server on the same data dir refuses to start") {
+    TempDir dir;
+    ServerProcess first(dir.path() / "data");
+    const RunResult second = RunServerToExit(
+        {"--data-dir", (dir.path() / "data").string(), "--http-listen", "127.0.0.1:0"}, dir.path());
+    CHECK(second.exit_code == 1);
+    CHECK(second.err.find("cannot start") != std::string::npos);
+    // The first server still serves, and still owns its address file.
+    CHECK(fs::exists(dir.path() / "data" / "http.addr"));
+    auto client = first.Client();
+    CHECK(Get(client, "/readyz").status == 200);
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas::testing
