@@ -312,10 +312,13 @@ json Amount(uint32_t blocks, uint32_t block_size) {
   return json{{"blocks", blocks}, {"tokens", Tokens(blocks, block_size)}};
 }
 
-// {"longest_matched": {blocks, tokens}, "tiers": {GPU, CPU, DISK}} of an instance or rank.
+// {"longest_matched": {blocks, tokens}, "tiers": {GPU, CPU, DISK} (cumulative),
+//  "media": {GPU, CPU, DISK} (each medium alone)} of an instance or rank, in blocks.
 json MatchJson(const TierBlocks& blocks, uint32_t block_size) {
-  return json{{"longest_matched", Amount(blocks.disk, block_size)},
-              {"tiers", {{"GPU", blocks.gpu}, {"CPU", blocks.cpu}, {"DISK", blocks.disk}}}};
+  return json{
+      {"longest_matched", Amount(blocks.disk, block_size)},
+      {"tiers", {{"GPU", blocks.gpu}, {"CPU", blocks.cpu}, {"DISK", blocks.disk}}},
+      {"media", {{"GPU", blocks.gpu}, {"CPU", blocks.cpu_only}, {"DISK", blocks.disk_only}}}};
 }
 
 }  // namespace
@@ -425,8 +428,8 @@ std::string EncodeConductorAnswer(const LookupAnswer& answer) {
     instances[instance.instance_id] = {
         {"longest_matched", Tokens(instance.blocks.disk, block_size)},
         {"GPU", Tokens(instance.blocks.gpu, block_size)},
-        {"CPU", Tokens(instance.blocks.cpu, block_size)},
-        {"DISK", Tokens(instance.blocks.disk, block_size)},
+        {"CPU", Tokens(instance.blocks.cpu_only, block_size)},
+        {"DISK", Tokens(instance.blocks.disk_only, block_size)},
         {"DP", std::move(dp)}};
   }
   json out = json::object();

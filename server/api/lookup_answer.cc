@@ -25,11 +25,13 @@ LookupAnswer BuildLookupAnswer(const LookupResult& result, const ContextKey& con
     if (!instance_id.empty() && match.holder.id != instance_id) continue;
     InstanceMatch& instance = instances[match.holder.id];
     instance.instance_id = match.holder.id;
-    const TierBlocks blocks{match.gpu, match.cpu, match.disk};
+    const TierBlocks blocks{match.gpu, match.cpu, match.disk, match.cpu_only, match.disk_only};
     instance.dp_ranks.push_back(RankMatch{match.holder.dp_rank, blocks});
     instance.blocks.gpu = std::max(instance.blocks.gpu, blocks.gpu);
     instance.blocks.cpu = std::max(instance.blocks.cpu, blocks.cpu);
     instance.blocks.disk = std::max(instance.blocks.disk, blocks.disk);
+    instance.blocks.cpu_only = std::max(instance.blocks.cpu_only, blocks.cpu_only);
+    instance.blocks.disk_only = std::max(instance.blocks.disk_only, blocks.disk_only);
   }
   if (!instance_id.empty() && instances.empty()) {
     instances[std::string(instance_id)].instance_id = std::string(instance_id);

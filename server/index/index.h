@@ -44,6 +44,9 @@ struct HolderMatch {
   uint32_t cpu = 0;   // contiguous prefix in GPU ∪ CPU
   uint32_t disk = 0;  // contiguous prefix in GPU ∪ CPU ∪ DISK (= longest for an instance)
   uint32_t shared = 0;  // contiguous prefix in SHARED
+  // Per medium alone (the Conductor API's per-medium keys); gpu is both.
+  uint32_t cpu_only = 0;   // contiguous prefix in CPU
+  uint32_t disk_only = 0;  // contiguous prefix in DISK
   // Location of each of the first `shared` blocks (when requested; "" when none recorded).
   std::vector<std::string> shared_locations;
 };

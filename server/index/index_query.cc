@@ -19,7 +19,7 @@ constexpr uint8_t kSharedMask = Bit(Tier::kShared);
 // Per-holder progress of one lookup. Runs are contiguous prefixes from block 0.
 struct Run {
   uint32_t holder;
-  uint32_t gpu, cpu, disk, shared;
+  uint32_t gpu, cpu, disk, shared, cpu_only, disk_only;
   uint8_t mask;  // tiers seen at the current depth
 };
 
@@ -118,7 +118,7 @@ LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockK
         }
         s.epoch_of[rec.holder] = s.epoch;
         s.slot_of[rec.holder] = static_cast<uint32_t>(s.runs.size());
-        s.runs.push_back(Run{rec.holder, 0, 0, 0, 0, 0});
+        s.runs.push_back(Run{rec.holder, 0, 0, 0, 0, 0, 0, 0});
       }
       s.runs[s.slot_of[rec.holder]].mask |= Bit(static_cast<Tier>(rec.tier));
     }
@@ -129,6 +129,8 @@ LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockK
       if (r.cpu == d && (r.mask & kCpuMask)) ++r.cpu;
       if (r.disk == d && (r.mask & kDiskMask)) ++r.disk;
       if (r.shared == d && (r.mask & kSharedMask)) ++r.shared;
+      if (r.cpu_only == d && (r.mask & Bit(Tier::kCpu))) ++r.cpu_only;
+      if (r.disk_only == d && (r.mask & Bit(Tier::kDisk))) ++r.disk_only;
       r.mask = 0;
       extended |= r.disk == d + 1 || r.shared == d + 1;
     }
@@ -148,6 +150,8 @@ LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockK
     match.cpu = r.cpu;
     match.disk = r.disk;
     match.shared = r.shared;
+    match.cpu_only = r.cpu_only;
+    match.disk_only = r.disk_only;
     if (options.include_locations && r.shared > 0) {
       match.shared_locations.reserve(r.shared);
       for (uint32_t i = 0; i < r.shared; ++i) {

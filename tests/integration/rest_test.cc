@@ -94,14 +94,18 @@ TEST_SUITE("Integration.Rest") {
     CHECK(ea["instance_id"] == "engine-a");
     CHECK(ea["longest_matched"] == json{{"blocks", 4}, {"tokens", 64}});
     CHECK(ea["tiers"] == json{{"GPU", 2}, {"CPU", 4}, {"DISK", 4}});
+    CHECK(ea["media"] == json{{"GPU", 2}, {"CPU", 0}, {"DISK", 0}});  // block 0 is not on CPU
     CHECK(ea["dp_ranks"] ==
           json::parse(R"([{"dp_rank": 0, "longest_matched": {"blocks": 4, "tokens": 64},
-                           "tiers": {"GPU": 2, "CPU": 4, "DISK": 4}},
+                           "tiers": {"GPU": 2, "CPU": 4, "DISK": 4},
+                           "media": {"GPU": 2, "CPU": 0, "DISK": 0}},
                           {"dp_rank": 1, "longest_matched": {"blocks": 1, "tokens": 16},
-                           "tiers": {"GPU": 1, "CPU": 1, "DISK": 1}}])"));
+                           "tiers": {"GPU": 1, "CPU": 1, "DISK": 1},
+                           "media": {"GPU": 1, "CPU": 0, "DISK": 0}}])"));
     const json& eb = a["instances"][1];
     CHECK(eb["instance_id"] == "engine-b");
     CHECK(eb["tiers"] == json{{"GPU", 0}, {"CPU", 0}, {"DISK", 3}});
+    CHECK(eb["media"] == json{{"GPU", 0}, {"CPU", 0}, {"DISK", 3}});
     REQUIRE(a["shared"].size() == 1);
     CHECK(a["shared"][0]["backend_id"] == "pool");
     CHECK(a["shared"][0]["matched"] == json{{"blocks", 4}, {"tokens", 64}});
@@ -126,7 +130,7 @@ TEST_SUITE("Integration.Rest") {
     const json query = {{"model", "llama"}, {"lora_name", nullptr}, {"lora_id", 7},
                         {"block_size", 16}, {"cache_salt", ""},     {"token_ids", s.prompt}};
     const json expected = json::parse(R"({"default": {
-        "engine-a": {"longest_matched": 64, "GPU": 32, "CPU": 64, "DISK": 64,
+        "engine-a": {"longest_matched": 64, "GPU": 32, "CPU": 0, "DISK": 0,
                      "DP": {"0": 64, "1": 16}},
         "engine-b": {"longest_matched": 48, "GPU": 0, "CPU": 0, "DISK": 48,
                      "DP": {"0": 48}}}})");

@@ -358,6 +358,7 @@ TEST_SUITE("JsonCodec") {
     CHECK(a["instance_id"] == "a");
     CHECK(a["longest_matched"] == json{{"blocks", 3}, {"tokens", 48}});
     CHECK(a["tiers"] == json{{"GPU", 1}, {"CPU", 2}, {"DISK", 3}});
+    CHECK(a["media"] == json{{"GPU", 1}, {"CPU", 0}, {"DISK", 0}});
     CHECK(a["dp_ranks"][1]["dp_rank"] == 2);
     CHECK(a["dp_ranks"][1]["longest_matched"]["tokens"] == 16);
     CHECK(out["shared"][0] == json{{"backend_id", "pool"},
@@ -367,13 +368,15 @@ TEST_SUITE("JsonCodec") {
   }
 
   TEST_CASE("JsonCodec: the Conductor answer is {tenant: {instance: ...}} in tokens") {
+    // The Conductor documentation's example: 2 blocks on GPU, all 4 on CPU, none on DISK.
+    // Its media keys are per medium, not cumulative.
     LookupAnswer answer;
     answer.context = ContextKey{"acme", "m", "", 64, ""};
-    answer.instances.push_back(
-        InstanceMatch{"node1", {2, 4, 4}, {RankMatch{0, {2, 2, 2}}, RankMatch{1, {0, 4, 4}}}});
+    answer.instances.push_back(InstanceMatch{
+        "node1", {2, 4, 4, 4, 0}, {RankMatch{0, {2, 2, 2, 0, 0}}, RankMatch{1, {0, 4, 4, 4, 0}}}});
     answer.shared.push_back(SharedMatch{"pool", 0, 9, {}});
     const json expected = json::parse(R"({"acme": {"node1": {
-        "longest_matched": 256, "GPU": 128, "CPU": 256, "DISK": 256,
+        "longest_matched": 256, "GPU": 128, "CPU": 256, "DISK": 0,
         "DP": {"0": 128, "1": 256}}}})");
     CHECK(json::parse(EncodeConductorAnswer(answer)) == expected);
     answer.instances.clear();

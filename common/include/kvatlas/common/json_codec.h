@@ -56,10 +56,14 @@ struct LookupRequest {
 
 // Block counts of a prefix match, cumulative by tier: gpu ≤ cpu (GPU ∪ CPU) ≤ disk
 // (GPU ∪ CPU ∪ DISK, the longest match of an instance).
+// Prefix lengths in blocks. gpu ≤ cpu ≤ disk are cumulative (GPU, GPU∪CPU, GPU∪CPU∪DISK);
+// cpu_only and disk_only are per medium alone, as the Conductor API reports media.
 struct TierBlocks {
   uint32_t gpu = 0;
   uint32_t cpu = 0;
   uint32_t disk = 0;
+  uint32_t cpu_only = 0;
+  uint32_t disk_only = 0;
 
   friend bool operator==(const TierBlocks&, const TierBlocks&) = default;
 };

@@ -68,8 +68,12 @@ class [[nodiscard]] Status {
 }  // namespace kvatlas
 
 // Returns from the enclosing function if `expr` (a Status) is not OK.
-#define KVATLAS_RETURN_IF_ERROR(expr)          \
-  do {                                         \
-    ::kvatlas::Status kvatlas_status_ = (expr); \
-    if (!kvatlas_status_.ok()) return kvatlas_status_; \
+#define KVATLAS_RETURN_IF_ERROR(expr) \
+  KVATLAS_RETURN_IF_ERROR_IMPL_(KVATLAS_STATUS_CONCAT_(kvatlas_status_, __LINE__), expr)
+#define KVATLAS_RETURN_IF_ERROR_IMPL_(var, expr) \
+  do {                                           \
+    ::kvatlas::Status var = (expr);              \
+    if (!var.ok()) return var;                   \
   } while (0)
+#define KVATLAS_STATUS_CONCAT_INNER_(a, b) a##b
+#define KVATLAS_STATUS_CONCAT_(a, b) KVATLAS_STATUS_CONCAT_INNER_(a, b)

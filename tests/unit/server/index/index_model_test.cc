@@ -78,6 +78,8 @@ class Model {
       m.cpu = run({Tier::kGpu, Tier::kCpu});
       m.disk = run({Tier::kGpu, Tier::kCpu, Tier::kDisk});
       m.shared = run({Tier::kShared});
+      m.cpu_only = run({Tier::kCpu});
+      m.disk_only = run({Tier::kDisk});
       for (uint32_t i = 0; i < m.shared; ++i) {
         m.shared_locations.push_back(
             ctx.blocks.at(keys[i]).entries.at({name, static_cast<int>(Tier::kShared)}).location);
@@ -336,6 +338,8 @@ void CheckSameLookup(const LookupResult& got, const LookupResult& want) {
     CHECK(sorted[i].cpu == want.holders[i].cpu);
     CHECK(sorted[i].disk == want.holders[i].disk);
     CHECK(sorted[i].shared == want.holders[i].shared);
+    CHECK(sorted[i].cpu_only == want.holders[i].cpu_only);
+    CHECK(sorted[i].disk_only == want.holders[i].disk_only);
     CHECK(sorted[i].shared_locations == want.holders[i].shared_locations);
   }
 }

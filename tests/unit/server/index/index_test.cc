@@ -61,11 +61,14 @@ TEST_SUITE("Index") {
     CHECK(a->cpu == 3);
     CHECK(a->disk == 4);
     CHECK(a->shared == 0);
+    CHECK(a->cpu_only == 0);  // block 0 is only on GPU
+    CHECK(a->disk_only == 0);
     const HolderMatch* b = Find(r, "b");
     REQUIRE(b);
     CHECK(b->gpu == 0);
     CHECK(b->cpu == 1);
     CHECK(b->disk == 1);
+    CHECK(b->cpu_only == 1);
   }
 
   TEST_CASE("a gap ends the prefix even if later blocks are held") {
