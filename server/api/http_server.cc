@@ -149,6 +149,9 @@ Status HttpServer::Start() {
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   s.set_write_timeout(options_.write_timeout);
+  // httplib writes a response's headers and body separately; with Nagle on, the body then
+  // waits for the client's delayed ACK of the headers (~40 ms per keep-alive request).
+  s.set_tcp_nodelay(true);
 
   s.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
     t_request_start = Clock::now();
