@@ -6,6 +6,7 @@
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/memtablerep.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
 #include <rocksdb/table.h>
@@ -80,6 +81,13 @@ rocksdb::Options MakeOptions(const StorageOptions& options) {
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   table.optimize_filters_for_memory = true;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+
+  // The database is written on every applied group and read only at boot (point reads of
+  // a few meta keys, then one full scan). A vector memtable appends in O(1) and sorts once
+  // at flush, where the default skip list spent ~70% of the server's ingest CPU on ordered
+  // inserts of random keys. Writes come from one thread (the applier), as it requires.
+  o.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
+  o.allow_concurrent_memtable_write = false;
   return o;
 }
 
