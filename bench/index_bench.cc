@@ -1,7 +1,7 @@
 // In-process index benchmark: ingest rate, prefix-lookup latency and memory per entry.
 // Prints figures; asserts nothing (targets are checked by reading them, see
 // scripts/bench/index). Usage: index_bench [--entries N]... [--holders H] [--chain L]
-//   [--shared-prefix S] [--prefix-holders K] [--lookups Q]
+//   [--shared-prefix S] [--prefix-holders K] [--lookups Q] [--tiers 1|2]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +25,7 @@ struct Config {
   uint32_t shared_prefix = 32;   // leading blocks shared by a group of holders
   uint32_t prefix_holders = 10;  // holders per group (one group's system prompt, say)
   uint32_t lookups = 200000;
+  uint32_t tiers = 1;  // 2: every chain is also offloaded to CPU (two entries per block)
 };
 
 uint64_t SplitMix(uint64_t x) {
@@ -63,22 +64,58 @@ double Percentile(std::vector<double>& v, double p) {
   return v[i];
 }
 
+// The machine's own latency tail: the same percentiles for a pure CPU spin of about
+// `micros` µs. On a VM, timer and host interrupts (~40 µs here) hit ~1% of 10 µs windows,
+// so a lookup's p99 is only meaningful next to this.
+void CalibrateTail(double micros) {
+  volatile uint64_t sink = 0;
+  auto spin = [&](uint64_t n) {
+    for (uint64_t j = 0; j < n; ++j) sink = sink + j;
+  };
+  uint64_t n = 1000;
+  for (;;) {  // find n that takes ~micros
+    const auto a = Clock::now();
+    spin(n);
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - a).count();
+    if (us >= micros) {
+      n = static_cast<uint64_t>(static_cast<double>(n) * micros / us);
+      break;
+    }
+    n *= 2;
+  }
+  std::vector<double> us;
+  for (int i = 0; i < 100000; ++i) {
+    const auto a = Clock::now();
+    spin(n);
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+  }
+  std::printf("environment: a CPU spin of p50 %.2f us has p99 %.2f us, p999 %.2f us\n",
+              Percentile(us, 0.50), Percentile(us, 0.99), Percentile(us, 0.999));
+}
+
 void Run(const Config& cfg, uint64_t target_entries) {
-  const uint64_t chains = target_entries / cfg.chain;
-  std::printf("\n== index: %llu block events, %llu chains of %u blocks, %u holders, "
-              "%u-block prefixes shared by groups of %u holders ==\n",
+  // Entries are unique (block, holder, tier) copies: a holder's chains share its group's
+  // prefix, which it holds once, so size the chain count to reach the target entries.
+  const uint64_t prefix_entries = uint64_t{cfg.holders} * cfg.shared_prefix * cfg.tiers;
+  const uint64_t per_chain = uint64_t{cfg.chain - cfg.shared_prefix} * cfg.tiers;
+  const uint64_t chains =
+      target_entries > prefix_entries ? (target_entries - prefix_entries) / per_chain + 1 : 1;
+  std::printf("\n== index: %llu entries target, %llu chains of %u blocks in %u tier(s), %u "
+              "holders, %u-block prefixes shared by groups of %u holders ==\n",
               static_cast<unsigned long long>(target_entries),
-              static_cast<unsigned long long>(chains), cfg.chain, cfg.holders, cfg.shared_prefix,
-              cfg.prefix_holders);
+              static_cast<unsigned long long>(chains), cfg.chain, cfg.tiers, cfg.holders,
+              cfg.shared_prefix, cfg.prefix_holders);
   // Commands are built up front so that only Apply is timed.
-  std::vector<StoreCommand> commands(chains);
+  std::vector<StoreCommand> commands(chains * cfg.tiers);
   for (uint64_t c = 0; c < chains; ++c) {
-    StoreCommand& cmd = commands[c];
-    cmd.context = kContext;
-    cmd.holder = HolderKey{"instance-" + std::to_string(c % cfg.holders), 0};
-    cmd.tier = Tier::kGpu;
-    cmd.hashes = ChainKeys(cfg, c);
-    cmd.base_depth = 0;
+    for (uint32_t t = 0; t < cfg.tiers; ++t) {
+      StoreCommand& cmd = commands[c * cfg.tiers + t];
+      cmd.context = kContext;
+      cmd.holder = HolderKey{"instance-" + std::to_string(c % cfg.holders), 0};
+      cmd.tier = t == 0 ? Tier::kGpu : Tier::kCpu;
+      cmd.hashes = ChainKeys(cfg, c);
+      cmd.base_depth = 0;
+    }
   }
   IndexOptions options;
   options.max_entries_per_context = target_entries * 2;
@@ -86,7 +123,7 @@ void Run(const Config& cfg, uint64_t target_entries) {
   Index index(options);
   MutationList mutations;
   const auto t0 = Clock::now();
-  for (uint64_t c = 0; c < chains; ++c) {
+  for (uint64_t c = 0; c < commands.size(); ++c) {
     index.Apply(commands[c], 0, &mutations);
     if (mutations.size() > 64 * 1024) mutations.clear();  // as the state machine's group
   }
@@ -96,7 +133,7 @@ void Run(const Config& cfg, uint64_t target_entries) {
   commands.clear();
   commands.shrink_to_fit();
   const IndexStats st = index.Stats();
-  const uint64_t block_events = chains * cfg.chain;
+  const uint64_t block_events = chains * cfg.chain * cfg.tiers;
   std::printf("ingest: %llu block events in %.3f s = %.2f M block events/s (one core, with "
               "mutation records)\n",
               static_cast<unsigned long long>(block_events), ingest_s,
@@ -166,10 +203,11 @@ int main(int argc, char** argv) {
     else if (arg == "--shared-prefix") cfg.shared_prefix = static_cast<uint32_t>(next());
     else if (arg == "--prefix-holders") cfg.prefix_holders = static_cast<uint32_t>(next());
     else if (arg == "--lookups") cfg.lookups = static_cast<uint32_t>(next());
+    else if (arg == "--tiers") cfg.tiers = static_cast<uint32_t>(std::clamp<uint64_t>(next(), 1, 2));
     else {
       std::fprintf(stderr,
                    "usage: %s [--entries N]... [--holders H] [--chain L] [--shared-prefix S] "
-                   "[--prefix-holders K] [--lookups Q]\n",
+                   "[--prefix-holders K] [--lookups Q] [--tiers 1|2]\n",
                    argv[0]);
       return 2;
     }
@@ -177,6 +215,7 @@ int main(int argc, char** argv) {
   if (cfg.entries.empty()) cfg.entries = {1'000'000, 10'000'000};
   if (cfg.shared_prefix >= cfg.chain) cfg.shared_prefix = cfg.chain - 1;
   if (cfg.prefix_holders == 0) cfg.prefix_holders = 1;
+  kvatlas::server::CalibrateTail(10.0);
   for (uint64_t n : cfg.entries) kvatlas::server::Run(cfg, n);
   return 0;
 }
