@@ -100,11 +100,11 @@ void Run(const Config& cfg, uint64_t target_entries) {
   const uint64_t per_chain = uint64_t{cfg.chain - cfg.shared_prefix} * cfg.tiers;
   const uint64_t chains =
       target_entries > prefix_entries ? (target_entries - prefix_entries) / per_chain + 1 : 1;
-  std::printf("\n== index: %llu entries target, %llu chains of %u blocks in %u tier(s), %u "
-              "holders, %u-block prefixes shared by groups of %u holders ==\n",
-              static_cast<unsigned long long>(target_entries),
-              static_cast<unsigned long long>(chains), cfg.chain, cfg.tiers, cfg.holders,
-              cfg.shared_prefix, cfg.prefix_holders);
+  std::printf(
+      "\n== index: %llu entries target, %llu chains of %u blocks in %u tier(s), %u "
+      "holders, %u-block prefixes shared by groups of %u holders ==\n",
+      static_cast<unsigned long long>(target_entries), static_cast<unsigned long long>(chains),
+      cfg.chain, cfg.tiers, cfg.holders, cfg.shared_prefix, cfg.prefix_holders);
   // Commands are built up front so that only Apply is timed.
   std::vector<StoreCommand> commands(chains * cfg.tiers);
   for (uint64_t c = 0; c < chains; ++c) {
@@ -134,19 +134,22 @@ void Run(const Config& cfg, uint64_t target_entries) {
   commands.shrink_to_fit();
   const IndexStats st = index.Stats();
   const uint64_t block_events = chains * cfg.chain * cfg.tiers;
-  std::printf("ingest: %llu block events in %.3f s = %.2f M block events/s (one core, with "
-              "mutation records)\n",
-              static_cast<unsigned long long>(block_events), ingest_s,
-              static_cast<double>(block_events) / ingest_s / 1e6);
+  std::printf(
+      "ingest: %llu block events in %.3f s = %.2f M block events/s (one core, with "
+      "mutation records)\n",
+      static_cast<unsigned long long>(block_events), ingest_s,
+      static_cast<double>(block_events) / ingest_s / 1e6);
   std::printf("index: %llu entries, %llu blocks (%.2f entries/block), %llu holders\n",
-              static_cast<unsigned long long>(st.entries), static_cast<unsigned long long>(st.blocks),
+              static_cast<unsigned long long>(st.entries),
+              static_cast<unsigned long long>(st.blocks),
               static_cast<double>(st.entries) / static_cast<double>(st.blocks),
               static_cast<unsigned long long>(st.holders));
   const uint64_t rss_after = RssBytes();
-  std::printf("memory: %.1f bytes/entry by the index's own accounting; RSS growth %.1f "
-              "bytes/entry\n",
-              static_cast<double>(st.memory_bytes) / static_cast<double>(st.entries),
-              static_cast<double>(rss_after - rss_before) / static_cast<double>(st.entries));
+  std::printf(
+      "memory: %.1f bytes/entry by the index's own accounting; RSS growth %.1f "
+      "bytes/entry\n",
+      static_cast<double>(st.memory_bytes) / static_cast<double>(st.entries),
+      static_cast<double>(rss_after - rss_before) / static_cast<double>(st.entries));
 
   // Lookups of whole stored chains (full 128-block hits, the most work per lookup), then
   // of chains that diverge after their shared prefix (a miss at block `shared_prefix`).
@@ -175,11 +178,11 @@ void Run(const Config& cfg, uint64_t target_entries) {
       us.push_back(std::chrono::duration<double, std::micro>(b - a).count());
       matched += r.blocks_found;
     }
-    std::printf("lookup (%s, %u-block chain): p50 %.2f us, p99 %.2f us, p999 %.2f us "
-                "(avg blocks found %.1f)\n",
-                kind == 0 ? "full hit" : "miss after prefix", cfg.chain, Percentile(us, 0.50),
-                Percentile(us, 0.99), Percentile(us, 0.999),
-                static_cast<double>(matched) / cfg.lookups);
+    std::printf(
+        "lookup (%s, %u-block chain): p50 %.2f us, p99 %.2f us, p999 %.2f us "
+        "(avg blocks found %.1f)\n",
+        kind == 0 ? "full hit" : "miss after prefix", cfg.chain, Percentile(us, 0.50),
+        Percentile(us, 0.99), Percentile(us, 0.999), static_cast<double>(matched) / cfg.lookups);
   }
 }
 
@@ -197,13 +200,20 @@ int main(int argc, char** argv) {
       return std::strtoull(argv[++i], nullptr, 10);
     };
     const std::string arg = argv[i];
-    if (arg == "--entries") cfg.entries.push_back(next());
-    else if (arg == "--holders") cfg.holders = static_cast<uint32_t>(next());
-    else if (arg == "--chain") cfg.chain = static_cast<uint32_t>(next());
-    else if (arg == "--shared-prefix") cfg.shared_prefix = static_cast<uint32_t>(next());
-    else if (arg == "--prefix-holders") cfg.prefix_holders = static_cast<uint32_t>(next());
-    else if (arg == "--lookups") cfg.lookups = static_cast<uint32_t>(next());
-    else if (arg == "--tiers") cfg.tiers = static_cast<uint32_t>(std::clamp<uint64_t>(next(), 1, 2));
+    if (arg == "--entries")
+      cfg.entries.push_back(next());
+    else if (arg == "--holders")
+      cfg.holders = static_cast<uint32_t>(next());
+    else if (arg == "--chain")
+      cfg.chain = static_cast<uint32_t>(next());
+    else if (arg == "--shared-prefix")
+      cfg.shared_prefix = static_cast<uint32_t>(next());
+    else if (arg == "--prefix-holders")
+      cfg.prefix_holders = static_cast<uint32_t>(next());
+    else if (arg == "--lookups")
+      cfg.lookups = static_cast<uint32_t>(next());
+    else if (arg == "--tiers")
+      cfg.tiers = static_cast<uint32_t>(std::clamp<uint64_t>(next(), 1, 2));
     else {
       std::fprintf(stderr,
                    "usage: %s [--entries N]... [--holders H] [--chain L] [--shared-prefix S] "

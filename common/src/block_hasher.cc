@@ -22,7 +22,8 @@ uint64_t BlockHasher::LocalHash(std::span<const uint32_t> block_tokens) const {
   } else {
     std::vector<unsigned char> buf(block_tokens.size() * 4);
     for (size_t i = 0; i < block_tokens.size(); ++i) {
-      for (int b = 0; b < 4; ++b) buf[i * 4 + b] = static_cast<unsigned char>(block_tokens[i] >> (8 * b));
+      for (int b = 0; b < 4; ++b)
+        buf[i * 4 + b] = static_cast<unsigned char>(block_tokens[i] >> (8 * b));
     }
     return XXH3_64bits_withSeed(buf.data(), buf.size(), seed_);
   }
@@ -40,7 +41,8 @@ std::vector<uint64_t> BlockHasher::LocalHashes(std::span<const uint32_t> tokens,
   std::vector<uint64_t> out;
   const size_t n = tokens.size() / block_size;
   out.reserve(n);
-  for (size_t i = 0; i < n; ++i) out.push_back(LocalHash(tokens.subspan(i * block_size, block_size)));
+  for (size_t i = 0; i < n; ++i)
+    out.push_back(LocalHash(tokens.subspan(i * block_size, block_size)));
   return out;
 }
 

@@ -104,8 +104,8 @@ uint32_t Index::Impl::CreateEntry(uint32_t b, uint32_t holder, Tier tier, uint64
   BlockRec& block = blocks_[b];
   const uint32_t e = entries_.Allocate();
   HolderRec& h = holders_[holder];
-  entries_[e] = EntryRec{engine_hash, b, holder, block.head, kNil, h.head,
-                         static_cast<uint8_t>(tier), 0, refcount};
+  entries_[e] = EntryRec{
+      engine_hash, b, holder, block.head, kNil, h.head, static_cast<uint8_t>(tier), 0, refcount};
   block.head = e;
   if (++block.entry_count == kHotChain) {
     for (uint32_t o = block.head; o != kNil; o = entries_[o].next_in_block) {
@@ -364,7 +364,8 @@ void Index::Impl::RemoveAliased(uint32_t b, uint32_t holder, uint64_t engine_has
   uint32_t mine[kNumTiers];
   const int n = HolderEntries(b, holder, mine);
   for (int i = 0; i < n; ++i) {
-    if (entries_[mine[i]].engine_hash == engine_hash) DeleteEntry(mine[i], MutationCause::kRemoved, out);
+    if (entries_[mine[i]].engine_hash == engine_hash)
+      DeleteEntry(mine[i], MutationCause::kRemoved, out);
   }
 }
 
@@ -382,7 +383,8 @@ void Index::Impl::ApplyRemove(const RemoveCommand& c, MutationList* out) {
     const int found = HolderEntries(b, holder, mine);
     int n = 0;
     for (int i = 0; i < found; ++i) {
-      if (!c.tier || entries_[mine[i]].tier == static_cast<uint8_t>(*c.tier)) victims[n++] = mine[i];
+      if (!c.tier || entries_[mine[i]].tier == static_cast<uint8_t>(*c.tier))
+        victims[n++] = mine[i];
     }
     for (int i = 0; i < n; ++i) {
       EntryRec& rec = entries_[victims[i]];

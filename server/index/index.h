@@ -40,9 +40,9 @@ struct LookupOptions {
 struct HolderMatch {
   uint32_t holder_id = 0;
   HolderKey holder;
-  uint32_t gpu = 0;   // contiguous prefix in GPU
-  uint32_t cpu = 0;   // contiguous prefix in GPU ∪ CPU
-  uint32_t disk = 0;  // contiguous prefix in GPU ∪ CPU ∪ DISK (= longest for an instance)
+  uint32_t gpu = 0;     // contiguous prefix in GPU
+  uint32_t cpu = 0;     // contiguous prefix in GPU ∪ CPU
+  uint32_t disk = 0;    // contiguous prefix in GPU ∪ CPU ∪ DISK (= longest for an instance)
   uint32_t shared = 0;  // contiguous prefix in SHARED
   // Per medium alone (the Conductor API's per-medium keys); gpu is both.
   uint32_t cpu_only = 0;   // contiguous prefix in CPU
@@ -90,8 +90,8 @@ struct IndexStats {
   uint64_t entries = 0;
   uint64_t aliases = 0;
   uint64_t locations = 0;
-  uint64_t evicted_blocks = 0;   // since start
-  uint64_t memory_bytes = 0;     // bytes held by the index's own tables and pools
+  uint64_t evicted_blocks = 0;  // since start
+  uint64_t memory_bytes = 0;    // bytes held by the index's own tables and pools
 };
 
 class Index {

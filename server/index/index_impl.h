@@ -23,9 +23,9 @@ struct BlockRec {
   uint64_t key;
   uint32_t context;
   uint32_t depth;
-  uint32_t head;       // first entry of this block (never kNil for a live block)
-  uint32_t fifo_prev;  // neighbours in the context's FIFO
-  uint32_t fifo_next;  // also the free-list link
+  uint32_t head;         // first entry of this block (never kNil for a live block)
+  uint32_t fifo_prev;    // neighbours in the context's FIFO
+  uint32_t fifo_next;    // also the free-list link
   uint32_t entry_count;  // length of the entry chain (costs nothing: chunks round to 2 MiB)
 };
 #pragma pack(pop)

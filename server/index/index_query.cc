@@ -102,7 +102,8 @@ LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockK
       }
       for (size_t i = depth; i < end; ++i) {
         const uint32_t b = candidate[i - depth];
-        if (b != kNil && m.blocks_[b].head != kNil) __builtin_prefetch(&m.entries_[m.blocks_[b].head]);
+        if (b != kNil && m.blocks_[b].head != kNil)
+          __builtin_prefetch(&m.entries_[m.blocks_[b].head]);
       }
     }
     const uint32_t b = m.FindBlock(context, keys[depth]);

@@ -48,8 +48,7 @@ class Pool {
   size_t live() const { return live_; }
   size_t memory_bytes() const {
     return chunks_.size() * HugeAllocatedBytes(kChunkSize * sizeof(T)) +
-           free_.capacity() * sizeof(uint32_t) +
-           chunks_.capacity() * sizeof(void*);
+           free_.capacity() * sizeof(uint32_t) + chunks_.capacity() * sizeof(void*);
   }
 
  private:

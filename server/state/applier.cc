@@ -15,8 +15,9 @@ std::future<Result<Revision>> Applier::Submit(CommandBatch batch) {
   {
     std::lock_guard lock(mu_);
     if (stopping_ || failed_) {
-      done.set_value(Status::Unavailable(failed_ ? "the server stopped taking writes after a storage failure"
-                                                 : "the server is shutting down"));
+      done.set_value(
+          Status::Unavailable(failed_ ? "the server stopped taking writes after a storage failure"
+                                      : "the server is shutting down"));
       return result;
     }
     if (queue_.size() >= options_.max_queue) {

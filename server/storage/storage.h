@@ -48,7 +48,8 @@ class Storage {
   [[nodiscard]] virtual Result<Revision> AppliedIndex() const = 0;
 
   // Writes `mutations` and applied_index atomically (one WriteBatch).
-  [[nodiscard]] virtual Status Write(Revision applied_index, std::span<const Mutation> mutations) = 0;
+  [[nodiscard]] virtual Status Write(Revision applied_index,
+                                     std::span<const Mutation> mutations) = 0;
 
   // Loads every record into `index` (which must be empty) in the order Index::Load* requires.
   [[nodiscard]] virtual Status LoadInto(Index* index) const = 0;

@@ -47,6 +47,6 @@ class [[nodiscard]] Result {
 #define KVATLAS_ASSIGN_OR_RETURN(lhs, expr) \
   KVATLAS_ASSIGN_OR_RETURN_IMPL_(KVATLAS_CONCAT_(kvatlas_result_, __LINE__), lhs, expr)
 #define KVATLAS_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                                  \
-  if (!tmp.has_value()) return tmp.error();           \
+  auto tmp = (expr);                                   \
+  if (!tmp.has_value()) return tmp.error();            \
   lhs = std::move(tmp).value()

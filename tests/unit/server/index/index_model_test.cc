@@ -221,10 +221,18 @@ Index Replay(const MutationList& log, const IndexOptions& options) {
   std::map<std::tuple<uint32_t, uint64_t, uint32_t, int>, Mutation> entries;
   for (const Mutation& m : log) {
     switch (m.kind) {
-      case MutationKind::kPutContext: contexts[m.context] = *m.context_key; break;
-      case MutationKind::kPutHolder: holders[m.holder] = *m.holder_key; break;
-      case MutationKind::kPutBlock: blocks[{m.context, m.key}] = {m.depth, m.stamp}; break;
-      case MutationKind::kDeleteBlock: blocks.erase({m.context, m.key}); break;
+      case MutationKind::kPutContext:
+        contexts[m.context] = *m.context_key;
+        break;
+      case MutationKind::kPutHolder:
+        holders[m.holder] = *m.holder_key;
+        break;
+      case MutationKind::kPutBlock:
+        blocks[{m.context, m.key}] = {m.depth, m.stamp};
+        break;
+      case MutationKind::kDeleteBlock:
+        blocks.erase({m.context, m.key});
+        break;
       case MutationKind::kPutEntry:
         entries[{m.context, m.key, m.holder, static_cast<int>(m.tier)}] = m;
         break;
@@ -239,9 +247,12 @@ Index Replay(const MutationList& log, const IndexOptions& options) {
   std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uint32_t>> order;  // ctx, stamp, key, depth
   for (const auto& [k, v] : blocks) order.emplace_back(k.first, v.second, k.second, v.first);
   std::sort(order.begin(), order.end());
-  for (const auto& [ctx, stamp, key, depth] : order) REQUIRE(index.LoadBlock(ctx, key, depth, stamp).ok());
+  for (const auto& [ctx, stamp, key, depth] : order)
+    REQUIRE(index.LoadBlock(ctx, key, depth, stamp).ok());
   for (const auto& [k, m] : entries) {
-    REQUIRE(index.LoadEntry(m.context, m.key, m.holder, m.tier, m.refcount, m.engine_hash, m.location).ok());
+    REQUIRE(
+        index.LoadEntry(m.context, m.key, m.holder, m.tier, m.refcount, m.engine_hash, m.location)
+            .ok());
   }
   return index;
 }
@@ -298,7 +309,8 @@ struct Workload {
         c.hashes.assign(locals.begin() + start, locals.begin() + start + len);
         c.parent = EngineHash(h, keys[start - 1]);
       }
-      for (size_t i = start; i < start + len; ++i) c.engine_hashes.push_back(EngineHash(h, keys[i]));
+      for (size_t i = start; i < start + len; ++i)
+        c.engine_hashes.push_back(EngineHash(h, keys[i]));
       if (tier == Tier::kShared) {
         for (size_t i = start; i < start + len; ++i) {
           c.locations.push_back(Pick(3) == 0 ? "" : "loc" + std::to_string(rng() % 1000));

@@ -164,7 +164,8 @@ TEST_SUITE("Index") {
     const uint64_t digest = index.StateDigest();
     const uint64_t bytes = index.Stats().memory_bytes;
     MutationList out;
-    for (uint64_t k = 1000; k < 101000; ++k) index.Apply(Remove("a", std::nullopt, {k}), kDefaultHashSeed, &out);
+    for (uint64_t k = 1000; k < 101000; ++k)
+      index.Apply(Remove("a", std::nullopt, {k}), kDefaultHashSeed, &out);
     index.Apply(Remove("zzz", std::nullopt, {1}), kDefaultHashSeed, &out);
     ClearCommand clear{HolderKey{"nobody", 0}, std::nullopt, std::nullopt};
     index.Apply(clear, kDefaultHashSeed, &out);
@@ -192,7 +193,8 @@ TEST_SUITE("Index") {
     CHECK(index.Lookup(other, Keys(1, 1)).holders.size() == 1);
 
     MutationList out;
-    index.Apply(ClearCommand{HolderKey{"a", 0}, std::nullopt, std::nullopt}, kDefaultHashSeed, &out);
+    index.Apply(ClearCommand{HolderKey{"a", 0}, std::nullopt, std::nullopt}, kDefaultHashSeed,
+                &out);
     r = index.Lookup(kCtx, Keys(1, 3));
     REQUIRE(r.holders.size() == 1);
     CHECK(r.holders[0].holder.id == "b");
