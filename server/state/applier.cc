@@ -10,26 +10,33 @@ Applier::Applier(StateMachine* machine, ApplierOptions options)
 Applier::~Applier() { Stop(); }
 
 std::future<Result<Revision>> Applier::Submit(CommandBatch batch) {
-  std::promise<Result<Revision>> done;
-  std::future<Result<Revision>> result = done.get_future();
+  auto done = std::make_shared<std::promise<Result<Revision>>>();
+  std::future<Result<Revision>> result = done->get_future();
+  SubmitAsync(std::move(batch), [done](Result<Revision> r) { done->set_value(std::move(r)); });
+  return result;
+}
+
+void Applier::SubmitAsync(CommandBatch batch, Callback done) {
+  Status refused;
   {
     std::lock_guard lock(mu_);
     if (stopping_ || failed_) {
-      done.set_value(
+      refused =
           Status::Unavailable(failed_ ? "the server stopped taking writes after a storage failure"
-                                      : "the server is shutting down"));
-      return result;
+                                      : "the server is shutting down");
+    } else if (queue_.size() >= options_.max_queue) {
+      refused =
+          Status::ResourceExhausted("write queue is full (" + std::to_string(options_.max_queue) +
+                                    " batches pending); retry later");
+    } else {
+      queue_.push_back(Pending{std::move(batch), std::move(done)});
     }
-    if (queue_.size() >= options_.max_queue) {
-      done.set_value(Status::ResourceExhausted("write queue is full (" +
-                                               std::to_string(options_.max_queue) +
-                                               " batches pending); retry later"));
-      return result;
-    }
-    queue_.push_back(Pending{std::move(batch), std::move(done)});
+  }
+  if (!refused.ok()) {
+    done(refused);
+    return;
   }
   cv_.notify_one();
-  return result;
 }
 
 void Applier::Stop() {
@@ -76,9 +83,9 @@ void Applier::Run() {
     const Revision first = last.has_value() ? *last - group.size() + 1 : 0;
     for (size_t i = 0; i < group.size(); ++i) {
       if (last.has_value()) {
-        group[i].done.set_value(first + i);
+        group[i].done(first + i);
       } else {
-        group[i].done.set_value(last.error());
+        group[i].done(last.error());
       }
     }
     group.clear();

@@ -9,7 +9,9 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -39,6 +41,12 @@ class Applier {
   // failure, kIOError for the failing group itself).
   std::future<Result<Revision>> Submit(CommandBatch batch);
 
+  // As Submit, but calls `done` instead of completing a future: on the applier thread once
+  // the batch is applied, or on the caller's thread at once when it is refused. `done`
+  // must be quick and must not call back into the Applier (post elsewhere to do work).
+  using Callback = std::function<void(Result<Revision>)>;
+  void SubmitAsync(CommandBatch batch, Callback done);
+
   // Applies what is queued, then stops the thread. Idempotent.
   void Stop();
 
@@ -51,7 +59,7 @@ class Applier {
  private:
   struct Pending {
     CommandBatch batch;
-    std::promise<Result<Revision>> done;
+    Callback done;
   };
   void Run();
 
