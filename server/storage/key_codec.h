@@ -1,5 +1,6 @@
-// Byte-level encodings of kvatlas's persistent records (docs/storage.md §Layout) and the
-// primitives they share with the command-batch codec (server/state/command_codec.h).
+// Byte-level encodings of kvatlas's persistent records (docs/storage.md §Layout), shared with
+// the command-batch codec (server/state/command_codec.h). The byte primitives (PutFixed32,
+// PutVarint64, ByteReader, ...) are kvatlas/common/bytes.h, found from this namespace.
 // Pure functions and a value-type reader: safe to use from any thread.
 //
 // Conventions: integers inside keys are big-endian so that RocksDB's bytewise order is the
@@ -14,63 +15,12 @@
 #include <string>
 #include <string_view>
 
+#include "kvatlas/common/bytes.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 
 namespace kvatlas::server {
-
-// ---------------------------------------------------------------------------------------
-// Primitives.
-
-void PutFixed32(std::string* out, uint32_t v);  // little-endian
-void PutFixed64(std::string* out, uint64_t v);  // little-endian
-void PutBigEndian32(std::string* out, uint32_t v);
-void PutBigEndian64(std::string* out, uint64_t v);
-void PutVarint64(std::string* out, uint64_t v);  // LEB128, 1-10 bytes
-void PutLengthPrefixed(std::string* out, std::string_view bytes);
-void PutFlag(std::string* out, bool v);  // one byte, 0 or 1
-
-// A cursor over untrusted bytes. Failure is sticky: after the first short or malformed
-// read every further read returns 0 / empty and ok() stays false, so a decoder reads all
-// its fields and checks once (Done()). Never reads past the input, never allocates.
-class ByteReader {
- public:
-  explicit ByteReader(std::string_view data) : data_(data) {}
-  // The reader keeps a view: a temporary string would dangle.
-  explicit ByteReader(std::string&&) = delete;
-
-  uint8_t U8();
-  uint32_t Fixed32();
-  uint64_t Fixed64();
-  uint32_t BigEndian32();
-  uint64_t BigEndian64();
-  // Rejects encodings longer than needed (so every value has exactly one encoding) and
-  // values that do not fit the type.
-  uint64_t Varint64();
-  uint32_t Varint32();
-  // A PutLengthPrefixed string; a view into the input.
-  std::string_view LengthPrefixed();
-  // A 0/1 presence or boolean byte; any other value fails.
-  bool Flag();
-  // An element count followed by elements of at least `min_element_bytes` each. Fails when
-  // the remaining input cannot hold that many, which bounds what a caller reserves.
-  // REQUIRES: min_element_bytes > 0.
-  uint64_t Count(size_t min_element_bytes);
-
-  void Fail() { ok_ = false; }
-  bool ok() const { return ok_; }
-  size_t remaining() const { return data_.size(); }
-  // True when no read failed and every byte was consumed.
-  bool Done() const { return ok_ && data_.empty(); }
-
- private:
-  // The next n bytes, consumed; empty (and failed) when fewer remain.
-  std::string_view Take(size_t n);
-
-  std::string_view data_;
-  bool ok_ = true;
-};
 
 // ---------------------------------------------------------------------------------------
 // Shared value encodings (storage records and commands use the same bytes).

@@ -69,6 +69,7 @@ struct Frame {
 };
 
 // Appends header (payload_bytes is taken from payload.size()) and payload to *out.
+// Reserved bytes are written as 0. REQUIRES: payload.size() <= kMaxPayloadBytes.
 void AppendFrame(FrameHeader header, std::string_view payload, std::string* out);
 
 // Splits a byte stream into frames. Feed() appends received bytes; Next() returns the next
@@ -76,7 +77,13 @@ void AppendFrame(FrameHeader header, std::string_view payload, std::string* out)
 // never become valid: an unknown version (kInvalidArgument), a length below the header
 // (kInvalidArgument) or a payload over max_payload_bytes (kPayloadTooLarge). After an
 // error the decoder stays failed: the connection must be closed (after an error frame).
-// Memory: at most one frame's bytes are buffered beyond what Feed() was given.
+// Frames of an unknown MessageType are returned as any other (the stream stays in sync, so
+// the server answers kError and goes on); reserved bytes and unknown flag bits are ignored.
+// A status number outside status_codes.def reads as kInternal.
+// Memory: the buffer holds the bytes fed and not yet returned, plus already-returned ones
+// up to max(64 KiB, as many again) until the next Feed() compacts it; the header is checked
+// before a payload is awaited, so an oversized frame is never buffered. Bytes fed after a
+// failure are dropped.
 class FrameDecoder {
  public:
   explicit FrameDecoder(uint32_t max_payload_bytes = kDefaultMaxPayloadBytes)
@@ -85,12 +92,17 @@ class FrameDecoder {
   void Feed(std::string_view bytes);
   [[nodiscard]] Result<std::optional<Frame>> Next();
   size_t buffered_bytes() const { return buffer_.size() - consumed_; }
+  // The header of the frame that made Next() fail, when its version was known (a bad
+  // length or an oversized payload), so that the error answer can carry the request's id
+  // and type; nullopt otherwise.
+  const std::optional<FrameHeader>& failed_header() const { return failed_header_; }
 
  private:
   uint32_t max_payload_bytes_;
   std::string buffer_;
   size_t consumed_ = 0;
   std::optional<Status> failed_;
+  std::optional<FrameHeader> failed_header_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -99,22 +111,30 @@ class FrameDecoder {
 // and rejects trailing bytes.
 
 // kIngest request: a batch of RFC #1527 events (the same BlockEvent the REST API decodes;
-// each is checked with ValidateBlockEvent).
+// each is checked with ValidateBlockEvent, errors named "events[i].<field>"). As the JSON
+// decoder does, an empty tenant becomes "default", fields that do not apply to the event
+// type are dropped and an empty token_ids is absent. The tier travels as a byte (0-3); with
+// a medium it must equal TierFromMedium(medium), which also sets medium_known.
 struct IngestRequest {
   std::vector<BlockEvent> events;
+  // Every field of every event (BlockEvent has no operator== of its own); for tests.
+  friend bool operator==(const IngestRequest& a, const IngestRequest& b);
 };
 [[nodiscard]] std::string EncodeIngestRequest(const IngestRequest& request);
 [[nodiscard]] Result<IngestRequest> DecodeIngestRequest(std::string_view payload);
 [[nodiscard]] std::string EncodeIngestAnswerBinary(const IngestAnswer& answer);
 [[nodiscard]] Result<IngestAnswer> DecodeIngestAnswerBinary(std::string_view payload);
 
-// kLookup: LookupRequest / LookupAnswer of json_codec.h, in binary.
+// kLookup: LookupRequest / LookupAnswer of json_codec.h, in binary. The request decoder
+// checks the context as POST /v1/lookup does (non-empty model, block_size > 0, empty tenant
+// = "default"); only the query list that by_hash selects is sent.
 [[nodiscard]] std::string EncodeLookupRequestBinary(const LookupRequest& request);
 [[nodiscard]] Result<LookupRequest> DecodeLookupRequestBinary(std::string_view payload);
 [[nodiscard]] std::string EncodeLookupAnswerBinary(const LookupAnswer& answer);
 [[nodiscard]] Result<LookupAnswer> DecodeLookupAnswerBinary(std::string_view payload);
 
-// kLocate: every copy of one block key, in one context or in all.
+// kLocate: every copy of one block key, in one context or in all. A request's context is
+// checked as a lookup's.
 struct LocateRequest {
   BlockKey key = 0;
   std::optional<ContextKey> context;
@@ -140,14 +160,16 @@ struct LocateAnswer {
 [[nodiscard]] std::string EncodeLocateAnswer(const LocateAnswer& answer);
 [[nodiscard]] Result<LocateAnswer> DecodeLocateAnswer(std::string_view payload);
 
-// kStats answer: the JSON document of GET /v1/stats, as text (one schema for both APIs).
+// kStats answer: the JSON document of GET /v1/stats, as a length-prefixed string (one
+// schema for both APIs; the codec does not parse it).
 struct StatsAnswer {
   std::string json;
 };
 [[nodiscard]] std::string EncodeStatsAnswer(const StatsAnswer& answer);
 [[nodiscard]] Result<StatsAnswer> DecodeStatsAnswer(std::string_view payload);
 
-// An error answer's payload: the message (UTF-8); the code is the header's status.
+// An error answer's payload: the message (UTF-8, the whole payload, no length prefix); the
+// code is the header's status. Decoding with kOk gives kInternal: an error is never success.
 [[nodiscard]] std::string EncodeErrorPayload(const Status& status);
 [[nodiscard]] Status DecodeErrorPayload(StatusCode code, std::string_view payload);
 

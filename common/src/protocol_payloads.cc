@@ -1,0 +1,500 @@
+// Payload encodings of the binary protocol (docs/protocol.md §Messages). Little-endian
+// fixed-width integers, LEB128 varints for counts and small numbers, varint-length-prefixed
+// strings, one presence byte (0/1) before each optional. Decoders read through Reader,
+// which names the first field that failed and bounds every count by the bytes left.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "kvatlas/common/bytes.h"
+#include "kvatlas/common/protocol.h"
+
+namespace kvatlas::protocol {
+namespace {
+
+// Lower bounds of one encoded element, for ByteReader::Count: a count larger than the bytes
+// left could describe is rejected before anything is reserved.
+constexpr size_t kMinEventBytes = 16;
+constexpr size_t kMinInstanceBytes = 7;
+constexpr size_t kMinRankBytes = 6;
+constexpr size_t kMinSharedBytes = 4;
+constexpr size_t kMinCopyBytes = 19;
+
+// A ByteReader that remembers which field failed first. Field paths are built only on
+// failure: the ingest path decodes millions of fields per second.
+class Reader {
+ public:
+  explicit Reader(std::string_view payload) : in_(payload) {}
+
+  // Names the list element the next fields belong to ("events[3]"); Scope({}, 0) clears.
+  void Scope(std::string_view list, size_t index) {
+    list_ = list;
+    index_ = index;
+  }
+
+  uint8_t U8(std::string_view field) { return Checked(in_.U8(), field); }
+  uint64_t Fixed64(std::string_view field) { return Checked(in_.Fixed64(), field); }
+  uint32_t Varint32(std::string_view field) { return Checked(in_.Varint32(), field); }
+  uint64_t Varint64(std::string_view field) { return Checked(in_.Varint64(), field); }
+  bool Flag(std::string_view field) { return Checked(in_.Flag(), field); }
+  std::string String(std::string_view field) {
+    return std::string(Checked(in_.LengthPrefixed(), field));
+  }
+  uint64_t Count(size_t min_element_bytes, std::string_view field) {
+    return Checked(in_.Count(min_element_bytes), field);
+  }
+
+  // Fails the reader with `problem` for a value that decoded but is not allowed.
+  void Reject(std::string_view field, std::string_view problem) {
+    if (!error_) error_ = Status::InvalidArgument(Path(field) + ": " + std::string(problem));
+    in_.Fail();
+  }
+
+  bool ok() const { return in_.ok(); }
+
+  // OK when every read succeeded and consumed the whole payload.
+  Status Finish() const {
+    if (error_) return *error_;
+    if (in_.remaining() != 0) {
+      return Status::InvalidArgument("payload: " + std::to_string(in_.remaining()) +
+                                     " trailing bytes");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  template <typename T>
+  T Checked(T value, std::string_view field) {
+    if (!in_.ok() && !error_) {
+      error_ = Status::InvalidArgument(Path(field) + ": truncated or malformed");
+    }
+    return value;
+  }
+
+  std::string Path(std::string_view field) const {
+    if (list_.empty()) return std::string(field);
+    return std::string(list_) + "[" + std::to_string(index_) + "]." + std::string(field);
+  }
+
+  ByteReader in_;
+  std::string_view list_;
+  size_t index_ = 0;
+  std::optional<Status> error_;
+};
+
+// Runs `read` over the whole payload; its value counts only if Finish() is OK.
+template <typename F>
+auto DecodeWhole(std::string_view payload, F read)
+    -> Result<decltype(read(std::declval<Reader*>()))> {
+  Reader in(payload);
+  auto value = read(&in);
+  KVATLAS_RETURN_IF_ERROR(in.Finish());
+  return value;
+}
+
+// --- shared pieces ----------------------------------------------------------------------
+
+void PutContext(const ContextKey& context, std::string* out) {
+  PutLengthPrefixed(out, context.tenant);
+  PutLengthPrefixed(out, context.model);
+  PutLengthPrefixed(out, context.lora_name);
+  PutVarint64(out, context.block_size);
+  PutLengthPrefixed(out, context.salt);
+}
+
+ContextKey ReadContext(Reader* in) {
+  ContextKey context;
+  context.tenant = in->String("tenant_id");
+  context.model = in->String("model_name");
+  context.lora_name = in->String("lora_name");
+  context.block_size = in->Varint32("block_size");
+  context.salt = in->String("additional_salt");
+  return context;
+}
+
+// A request's context, checked as the REST decoders check it (an empty tenant is the
+// default one).
+ContextKey ReadRequestContext(Reader* in) {
+  ContextKey context = ReadContext(in);
+  if (context.tenant.empty()) context.tenant = "default";
+  if (in->ok() && context.model.empty()) in->Reject("model_name", "must be a non-empty string");
+  if (in->ok() && context.block_size == 0) in->Reject("block_size", "must be a positive integer");
+  return context;
+}
+
+void PutHolder(const HolderKey& holder, std::string* out) {
+  PutLengthPrefixed(out, holder.id);
+  PutVarint64(out, holder.dp_rank);
+}
+
+HolderKey ReadHolder(Reader* in) {
+  HolderKey holder;
+  holder.id = in->String("backend_id");
+  holder.dp_rank = in->Varint32("dp_rank");
+  return holder;
+}
+
+void PutTierByte(Tier tier, std::string* out) { out->push_back(static_cast<char>(tier)); }
+
+Tier ReadTier(Reader* in) {
+  const uint8_t b = in->U8("tier");
+  if (in->ok() && b >= kNumTiers) {
+    in->Reject("tier", std::to_string(b) + " is not a tier (0-3)");
+    return Tier::kGpu;
+  }
+  return static_cast<Tier>(b);
+}
+
+void PutHashes(const std::vector<uint64_t>& hashes, std::string* out) {
+  PutVarint64(out, hashes.size());
+  for (uint64_t h : hashes) PutFixed64(out, h);
+}
+
+std::vector<uint64_t> ReadHashes(Reader* in, std::string_view field) {
+  std::vector<uint64_t> hashes(in->Count(8, field));
+  for (uint64_t& h : hashes) h = in->Fixed64(field);
+  return hashes;
+}
+
+void PutTokens(const std::vector<uint32_t>& tokens, std::string* out) {
+  PutVarint64(out, tokens.size());
+  for (uint32_t t : tokens) PutVarint64(out, t);
+}
+
+std::vector<uint32_t> ReadTokens(Reader* in) {
+  std::vector<uint32_t> tokens(in->Count(1, "token_ids"));
+  for (uint32_t& t : tokens) t = in->Varint32("token_ids");
+  return tokens;
+}
+
+void PutStrings(const std::vector<std::string>& strings, std::string* out) {
+  PutVarint64(out, strings.size());
+  for (const std::string& s : strings) PutLengthPrefixed(out, s);
+}
+
+std::vector<std::string> ReadStrings(Reader* in, std::string_view field) {
+  std::vector<std::string> strings(in->Count(1, field));
+  for (std::string& s : strings) s = in->String(field);
+  return strings;
+}
+
+// --- ingest -----------------------------------------------------------------------------
+
+void PutEvent(const BlockEvent& event, std::string* out) {
+  out->push_back(static_cast<char>(event.type));
+  PutFlag(out, event.event_id.has_value());
+  if (event.event_id) PutFixed64(out, *event.event_id);
+  PutFlag(out, event.timestamp.has_value());
+  if (event.timestamp) PutFixed64(out, std::bit_cast<uint64_t>(*event.timestamp));
+  PutContext(event.context, out);
+  PutHolder(event.holder, out);
+  PutFlag(out, event.medium.has_value());
+  if (event.medium) PutLengthPrefixed(out, *event.medium);
+  PutTierByte(event.tier, out);
+  PutHashes(event.seq_hashes, out);
+  PutFlag(out, event.parent_hash.has_value());
+  if (event.parent_hash) PutFixed64(out, *event.parent_hash);
+  PutFlag(out, event.base_block_idx.has_value());
+  if (event.base_block_idx) PutVarint64(out, *event.base_block_idx);
+  PutFlag(out, event.token_ids.has_value());
+  if (event.token_ids) PutTokens(*event.token_ids, out);
+  PutStrings(event.locations, out);
+}
+
+// Reads the fields in PutEvent's order, then drops what REST ignores for the event type
+// (DecodeEvent in json_codec.cc), so both paths hand the same events to the server.
+BlockEvent ReadEvent(Reader* in) {
+  BlockEvent event;
+  const uint8_t type = in->U8("event_type");
+  if (in->ok() && type > static_cast<uint8_t>(EventType::kCleared)) {
+    in->Reject("event_type", std::to_string(type) + " is not an event type (0-2)");
+  }
+  event.type = static_cast<EventType>(type);
+  if (in->Flag("event_id")) event.event_id = in->Fixed64("event_id");
+  if (in->Flag("timestamp")) {
+    event.timestamp = std::bit_cast<double>(in->Fixed64("timestamp"));
+    if (in->ok() && !std::isfinite(*event.timestamp)) {
+      in->Reject("timestamp", "must be a finite number");
+    }
+  }
+  event.context = ReadContext(in);
+  if (event.context.tenant.empty()) event.context.tenant = "default";
+  event.holder = ReadHolder(in);
+  if (in->Flag("medium")) event.medium = in->String("medium");
+  event.tier = ReadTier(in);
+  if (event.medium && in->ok()) {
+    const Tier mapped = TierFromMedium(*event.medium, &event.medium_known);
+    if (mapped != event.tier) {
+      in->Reject("tier", std::string(TierName(event.tier)) + " does not match medium \"" +
+                             *event.medium + "\" (" + std::string(TierName(mapped)) + ")");
+    }
+  }
+  event.seq_hashes = ReadHashes(in, "seq_hashes");
+  if (in->Flag("parent_hash")) event.parent_hash = in->Fixed64("parent_hash");
+  if (in->Flag("base_block_idx")) event.base_block_idx = in->Varint32("base_block_idx");
+  if (in->Flag("token_ids")) event.token_ids = ReadTokens(in);
+  event.locations = ReadStrings(in, "location");
+  if (event.token_ids && event.token_ids->empty()) event.token_ids.reset();  // [] = not given
+  if (event.type != EventType::kStored) {
+    event.parent_hash.reset();
+    event.token_ids.reset();
+    event.locations.clear();
+  }
+  if (event.type == EventType::kCleared) {
+    event.seq_hashes.clear();
+    event.base_block_idx.reset();
+  }
+  return event;
+}
+
+// --- lookup -----------------------------------------------------------------------------
+
+void PutTierBlocks(const TierBlocks& blocks, std::string* out) {
+  for (uint32_t n : {blocks.gpu, blocks.cpu, blocks.disk, blocks.cpu_only, blocks.disk_only}) {
+    PutVarint64(out, n);
+  }
+}
+
+TierBlocks ReadTierBlocks(Reader* in) {
+  TierBlocks blocks;
+  blocks.gpu = in->Varint32("gpu");
+  blocks.cpu = in->Varint32("cpu");
+  blocks.disk = in->Varint32("disk");
+  blocks.cpu_only = in->Varint32("cpu_only");
+  blocks.disk_only = in->Varint32("disk_only");
+  return blocks;
+}
+
+InstanceMatch ReadInstance(Reader* in) {
+  InstanceMatch instance;
+  instance.instance_id = in->String("instance_id");
+  instance.blocks = ReadTierBlocks(in);
+  instance.dp_ranks.resize(in->Count(kMinRankBytes, "dp_ranks"));
+  for (RankMatch& rank : instance.dp_ranks) {
+    rank.dp_rank = in->Varint32("dp_ranks.dp_rank");
+    rank.blocks = ReadTierBlocks(in);
+  }
+  return instance;
+}
+
+SharedMatch ReadShared(Reader* in) {
+  SharedMatch match;
+  match.backend_id = in->String("backend_id");
+  match.dp_rank = in->Varint32("dp_rank");
+  match.blocks = in->Varint32("blocks");
+  match.locations = ReadStrings(in, "locations");
+  return match;
+}
+
+// --- locate -----------------------------------------------------------------------------
+
+BlockCopy ReadCopy(Reader* in) {
+  BlockCopy copy;
+  copy.context = ReadContext(in);
+  copy.holder = ReadHolder(in);
+  copy.tier = ReadTier(in);
+  copy.depth = in->Varint32("depth");
+  copy.refcount = in->Varint32("refcount");
+  copy.engine_hash = in->Fixed64("engine_hash");
+  copy.location = in->String("location");
+  return copy;
+}
+
+// Reads a counted list of T with `read`, scoping field names to "list[i]".
+template <typename T, typename F>
+std::vector<T> ReadList(Reader* in, std::string_view list, size_t min_element_bytes, F read) {
+  std::vector<T> items(in->Count(min_element_bytes, list));
+  for (size_t i = 0; i < items.size() && in->ok(); ++i) {
+    in->Scope(list, i);
+    items[i] = read(in);
+  }
+  in->Scope({}, 0);
+  return items;
+}
+
+bool SameEvent(const BlockEvent& a, const BlockEvent& b) {
+  return a.type == b.type && a.event_id == b.event_id && a.timestamp == b.timestamp &&
+         a.context == b.context && a.holder == b.holder && a.medium == b.medium &&
+         a.tier == b.tier && a.medium_known == b.medium_known && a.seq_hashes == b.seq_hashes &&
+         a.parent_hash == b.parent_hash && a.base_block_idx == b.base_block_idx &&
+         a.token_ids == b.token_ids && a.locations == b.locations;
+}
+
+}  // namespace
+
+bool operator==(const IngestRequest& a, const IngestRequest& b) {
+  return std::equal(a.events.begin(), a.events.end(), b.events.begin(), b.events.end(), SameEvent);
+}
+
+std::string EncodeIngestRequest(const IngestRequest& request) {
+  std::string out;
+  PutVarint64(&out, request.events.size());
+  for (const BlockEvent& event : request.events) PutEvent(event, &out);
+  return out;
+}
+
+Result<IngestRequest> DecodeIngestRequest(std::string_view payload) {
+  KVATLAS_ASSIGN_OR_RETURN(
+      IngestRequest request, DecodeWhole(payload, [](Reader* in) {
+        return IngestRequest{ReadList<BlockEvent>(in, "events", kMinEventBytes, ReadEvent)};
+      }));
+  // The same check as POST /v1/events, with the same field paths.
+  for (size_t i = 0; i < request.events.size(); ++i) {
+    KVATLAS_RETURN_IF_ERROR(
+        ValidateBlockEvent(request.events[i], "events[" + std::to_string(i) + "]"));
+  }
+  return request;
+}
+
+std::string EncodeIngestAnswerBinary(const IngestAnswer& answer) {
+  std::string out;
+  PutFixed64(&out, answer.revision);
+  PutVarint64(&out, answer.events);
+  PutVarint64(&out, answer.blocks);
+  return out;
+}
+
+Result<IngestAnswer> DecodeIngestAnswerBinary(std::string_view payload) {
+  return DecodeWhole(payload, [](Reader* in) {
+    IngestAnswer answer;
+    answer.revision = in->Fixed64("revision");
+    answer.events = in->Varint64("events");
+    answer.blocks = in->Varint64("blocks");
+    return answer;
+  });
+}
+
+std::string EncodeLookupRequestBinary(const LookupRequest& request) {
+  std::string out;
+  PutContext(request.context, &out);
+  PutFlag(&out, request.by_hash);
+  if (request.by_hash) {
+    PutHashes(request.seq_hashes, &out);
+  } else {
+    PutTokens(request.token_ids, &out);
+  }
+  PutLengthPrefixed(&out, request.instance_id);
+  PutFlag(&out, request.include_locations);
+  return out;
+}
+
+Result<LookupRequest> DecodeLookupRequestBinary(std::string_view payload) {
+  return DecodeWhole(payload, [](Reader* in) {
+    LookupRequest request;
+    request.context = ReadRequestContext(in);
+    request.by_hash = in->Flag("by_hash");
+    if (request.by_hash) {
+      request.seq_hashes = ReadHashes(in, "seq_hashes");
+    } else {
+      request.token_ids = ReadTokens(in);
+    }
+    request.instance_id = in->String("instance_id");
+    request.include_locations = in->Flag("include_locations");
+    return request;
+  });
+}
+
+std::string EncodeLookupAnswerBinary(const LookupAnswer& answer) {
+  std::string out;
+  PutFixed64(&out, answer.revision);
+  PutContext(answer.context, &out);
+  PutVarint64(&out, answer.blocks_queried);
+  PutVarint64(&out, answer.blocks_found);
+  PutVarint64(&out, answer.instances.size());
+  for (const InstanceMatch& instance : answer.instances) {
+    PutLengthPrefixed(&out, instance.instance_id);
+    PutTierBlocks(instance.blocks, &out);
+    PutVarint64(&out, instance.dp_ranks.size());
+    for (const RankMatch& rank : instance.dp_ranks) {
+      PutVarint64(&out, rank.dp_rank);
+      PutTierBlocks(rank.blocks, &out);
+    }
+  }
+  PutVarint64(&out, answer.shared.size());
+  for (const SharedMatch& match : answer.shared) {
+    PutLengthPrefixed(&out, match.backend_id);
+    PutVarint64(&out, match.dp_rank);
+    PutVarint64(&out, match.blocks);
+    PutStrings(match.locations, &out);
+  }
+  return out;
+}
+
+Result<LookupAnswer> DecodeLookupAnswerBinary(std::string_view payload) {
+  return DecodeWhole(payload, [](Reader* in) {
+    LookupAnswer answer;
+    answer.revision = in->Fixed64("revision");
+    answer.context = ReadContext(in);
+    answer.blocks_queried = in->Varint32("blocks_queried");
+    answer.blocks_found = in->Varint32("blocks_found");
+    answer.instances = ReadList<InstanceMatch>(in, "instances", kMinInstanceBytes, ReadInstance);
+    answer.shared = ReadList<SharedMatch>(in, "shared", kMinSharedBytes, ReadShared);
+    return answer;
+  });
+}
+
+std::string EncodeLocateRequest(const LocateRequest& request) {
+  std::string out;
+  PutFixed64(&out, request.key);
+  PutFlag(&out, request.context.has_value());
+  if (request.context) PutContext(*request.context, &out);
+  return out;
+}
+
+Result<LocateRequest> DecodeLocateRequest(std::string_view payload) {
+  return DecodeWhole(payload, [](Reader* in) {
+    LocateRequest request;
+    request.key = in->Fixed64("key");
+    if (in->Flag("context")) request.context = ReadRequestContext(in);
+    return request;
+  });
+}
+
+std::string EncodeLocateAnswer(const LocateAnswer& answer) {
+  std::string out;
+  PutFixed64(&out, answer.revision);
+  PutVarint64(&out, answer.copies.size());
+  for (const BlockCopy& copy : answer.copies) {
+    PutContext(copy.context, &out);
+    PutHolder(copy.holder, &out);
+    PutTierByte(copy.tier, &out);
+    PutVarint64(&out, copy.depth);
+    PutVarint64(&out, copy.refcount);
+    PutFixed64(&out, copy.engine_hash);
+    PutLengthPrefixed(&out, copy.location);
+  }
+  return out;
+}
+
+Result<LocateAnswer> DecodeLocateAnswer(std::string_view payload) {
+  return DecodeWhole(payload, [](Reader* in) {
+    LocateAnswer answer;
+    answer.revision = in->Fixed64("revision");
+    answer.copies = ReadList<BlockCopy>(in, "copies", kMinCopyBytes, ReadCopy);
+    return answer;
+  });
+}
+
+std::string EncodeStatsAnswer(const StatsAnswer& answer) {
+  std::string out;
+  PutLengthPrefixed(&out, answer.json);
+  return out;
+}
+
+Result<StatsAnswer> DecodeStatsAnswer(std::string_view payload) {
+  return DecodeWhole(payload, [](Reader* in) { return StatsAnswer{in->String("json")}; });
+}
+
+std::string EncodeErrorPayload(const Status& status) { return status.message(); }
+
+Status DecodeErrorPayload(StatusCode code, std::string_view payload) {
+  // An error answer with status 0 is a peer's bug; it must not read as success.
+  if (code == StatusCode::kOk) {
+    return Status::Internal("error answer with status ok: " + std::string(payload));
+  }
+  return Status(code, std::string(payload));
+}
+
+}  // namespace kvatlas::protocol
