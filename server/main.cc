@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   }
   std::cout << "kvatlas listening on http://" << (*server)->listen_address() << " (data dir "
             << config.data_dir << ")" << std::endl;
+  std::cout << "kvatlas rpc listening on " << (*server)->rpc_listen_address() << std::endl;
   const int code = WaitForShutdown(**server, signals);
   if (kvatlas::Status s = (*server)->Shutdown(); !s.ok()) {
     kvatlas::LogError("shutdown: " + s.ToString());

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <future>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,23 +32,9 @@ Result<Revision> SubmitAndWait(const ApiServices& api, CommandBatch batch) {
   InFlight in_flight(api.metrics);
   std::future<Result<Revision>> done = api.applier->Submit(std::move(batch));
   if (done.wait_for(api.options.apply_timeout) != std::future_status::ready) {
-    return Status(StatusCode::kDeadlineExceeded,
-                  "the batch was not applied within " +
-                      std::to_string(api.options.apply_timeout.count()) +
-                      " ms (apply_timeout_ms); it may still be applied");
+    return ApplyDeadlineExceeded(api);
   }
   return done.get();
-}
-
-// Unknown media were accepted (mapped to the nearest tier); say so once per string.
-void NoteUnknownMedia(const ApiServices& api, const std::vector<BlockEvent>& events) {
-  for (const BlockEvent& event : events) {
-    if (event.medium_known || !event.medium) continue;
-    if (api.metrics->RecordUnknownMedium(*event.medium)) {
-      LogWarning("unknown medium \"" + *event.medium + "\" (backend " + event.holder.id +
-                 ") is indexed as tier " + std::string(TierName(event.tier)));
-    }
-  }
 }
 
 Result<HttpReply> HandleEvents(const ApiServices& api, const RouteRequest& request) {
@@ -64,6 +51,23 @@ Result<HttpReply> HandleEvents(const ApiServices& api, const RouteRequest& reque
 }
 
 }  // namespace
+
+Status ApplyDeadlineExceeded(const ApiServices& api) {
+  return Status(StatusCode::kDeadlineExceeded,
+                "the batch was not applied within " +
+                    std::to_string(api.options.apply_timeout.count()) +
+                    " ms (apply_timeout_ms); it may still be applied");
+}
+
+void NoteUnknownMedia(const ApiServices& api, std::span<const BlockEvent> events) {
+  for (const BlockEvent& event : events) {
+    if (event.medium_known || !event.medium) continue;
+    if (api.metrics->RecordUnknownMedium(*event.medium)) {
+      LogWarning("unknown medium \"" + *event.medium + "\" (backend " + event.holder.id +
+                 ") is indexed as tier " + std::string(TierName(event.tier)));
+    }
+  }
+}
 
 void AddIngestRoutes(const ApiServices* api, Router* router) {
   router->Add({"POST", "/v1/events", /*json_body=*/true,

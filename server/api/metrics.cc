@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <iterator>
 
+#include "kvatlas/common/protocol.h"
+
 namespace kvatlas::server {
 namespace {
 
@@ -76,7 +78,41 @@ void LabelledCounter(std::string* out, std::string_view name, std::string_view h
   }
 }
 
+// Label of a binary-protocol message type number (protocol.h MessageType).
+std::string_view RpcTypeName(size_t type) {
+  switch (static_cast<protocol::MessageType>(type)) {
+    case protocol::MessageType::kError:
+      return "error";
+    case protocol::MessageType::kIngest:
+      return "ingest";
+    case protocol::MessageType::kLookup:
+      return "lookup";
+    case protocol::MessageType::kLocate:
+      return "locate";
+    case protocol::MessageType::kStats:
+      return "stats";
+    case protocol::MessageType::kPing:
+      return "ping";
+  }
+  return "other";
+}
+
 }  // namespace
+
+void Metrics::RecordRpcRequest(uint8_t type, StatusCode code) {
+  const size_t t = std::min<size_t>(type, kRpcTypes - 1);
+  const size_t c = std::min<size_t>(static_cast<size_t>(code), kRpcCodes - 1);
+  rpc_requests_[t][c].fetch_add(1, std::memory_order_relaxed);
+}
+
+void Metrics::RpcConnectionOpened() {
+  rpc_connections_open_.fetch_add(1, std::memory_order_relaxed);
+  rpc_connections_total_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Metrics::RpcConnectionClosed() {
+  rpc_connections_open_.fetch_sub(1, std::memory_order_relaxed);
+}
 
 void Metrics::RecordRequest(std::string_view route, int status, std::optional<double> seconds) {
   std::lock_guard lock(mu_);
@@ -141,6 +177,18 @@ std::string Metrics::Render(const StateGauges& gauges) const {
                     "the nearest tier).",
                     "medium", unknown_media_);
   }
+  Family(&out, "kvatlas_rpc_requests_total", "counter",
+         "Binary-protocol requests answered, by message type and status code.");
+  for (size_t t = 0; t < kRpcTypes; ++t) {
+    for (size_t c = 0; c < kRpcCodes; ++c) {
+      const uint64_t count = rpc_requests_[t][c].load(std::memory_order_relaxed);
+      if (count == 0) continue;
+      Sample(&out, "kvatlas_rpc_requests_total",
+             Label("type", RpcTypeName(t)) + "," +
+                 Label("code", WireNameOf(static_cast<StatusCode>(c))),
+             static_cast<double>(count));
+    }
+  }
   const ApplyCounters& a = gauges.applied;
   LabelledCounter(&out, "kvatlas_events_applied_total",
                   "Events (commands) applied to the state machine since start, by type.", "type",
@@ -179,7 +227,12 @@ std::string Metrics::Render(const StateGauges& gauges) const {
       {"kvatlas_applied_revision", "gauge", "Revision of the last applied write batch.",
        d(gauges.revision)},
       {"kvatlas_applier_queue_depth", "gauge",
-       "Write batches submitted over REST and not yet answered.", d(applier_queue_depth())},
+       "Write batches submitted over REST or RPC and not yet applied.", d(applier_queue_depth())},
+      {"kvatlas_rpc_connections", "gauge", "Open binary-protocol connections.",
+       d(rpc_connections_open_.load(std::memory_order_relaxed))},
+      {"kvatlas_rpc_connections_total", "counter",
+       "Binary-protocol connections accepted since start.",
+       d(rpc_connections_total_.load(std::memory_order_relaxed))},
       {"kvatlas_applier_failed", "gauge",
        "1 once a storage write failed (the server takes no writes).",
        gauges.applier_failed ? 1.0 : 0.0},

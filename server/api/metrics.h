@@ -15,6 +15,7 @@
 #include <string_view>
 #include <utility>
 
+#include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 #include "server/index/index.h"
 #include "server/state/state_machine.h"
@@ -57,6 +58,13 @@ class Metrics {
   void ApplyFinished() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
   uint64_t applier_queue_depth() const { return in_flight_.load(std::memory_order_relaxed); }
 
+  // One binary-protocol answer (server/rpc): the answer's message type number and status.
+  // Lock-free (relaxed atomics): it runs on every request of the io threads.
+  void RecordRpcRequest(uint8_t type, StatusCode code);
+  // Binary-protocol connections accepted and closed.
+  void RpcConnectionOpened();
+  void RpcConnectionClosed();
+
   [[nodiscard]] std::string Render(const StateGauges& gauges) const;
 
  private:
@@ -71,6 +79,12 @@ class Metrics {
   std::map<std::string, Histogram, std::less<>> latency_;     // route → histogram
   std::map<std::string, uint64_t, std::less<>> unknown_media_;
   std::atomic<uint64_t> in_flight_{0};
+  // RPC answers by [message type][status code]; larger numbers count in the last slot.
+  static constexpr size_t kRpcTypes = 16;
+  static constexpr size_t kRpcCodes = 16;
+  std::atomic<uint64_t> rpc_requests_[kRpcTypes][kRpcCodes] = {};
+  std::atomic<uint64_t> rpc_connections_open_{0};
+  std::atomic<uint64_t> rpc_connections_total_{0};
 };
 
 }  // namespace kvatlas::server

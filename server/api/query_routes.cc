@@ -15,6 +15,7 @@
 #include "kvatlas/common/json_codec.h"
 #include "server/api/lookup_answer.h"
 #include "server/api/routes.h"
+#include "server/api/stats_json.h"
 
 namespace kvatlas::server {
 namespace {
@@ -111,35 +112,7 @@ Result<HttpReply> HandleContexts(const ApiServices& api) {
   return JsonReply(DumpJson({{"revision", revision}, {"contexts", std::move(out)}}));
 }
 
-Result<HttpReply> HandleStats(const ApiServices& api) {
-  const StateGauges g = ReadGauges(api);
-  const IndexStats& s = g.index;
-  const ApplyCounters& a = g.applied;
-  const json out = {
-      {"revision", g.revision},
-      {"uptime_seconds", g.uptime_seconds},
-      {"hash_seed", api.machine->hash_seed()},
-      {"index",
-       {{"contexts", s.contexts},
-        {"holders", s.holders},
-        {"blocks", s.blocks},
-        {"entries", s.entries},
-        {"aliases", s.aliases},
-        {"locations", s.locations},
-        {"evicted_blocks", s.evicted_blocks},
-        {"memory_bytes", s.memory_bytes}}},
-      {"storage", {{"approximate_bytes", g.storage_bytes}}},
-      {"applier",
-       {{"queue_depth", api.metrics->applier_queue_depth()}, {"failed", g.applier_failed}}},
-      {"applied",
-       {{"stored", a.stored_commands},
-        {"removed", a.removed_commands},
-        {"cleared", a.cleared_commands},
-        {"entries_added", a.entries_added},
-        {"entries_removed", a.entries_removed},
-        {"entries_evicted", a.entries_evicted}}}};
-  return JsonReply(DumpJson(out));
-}
+Result<HttpReply> HandleStats(const ApiServices& api) { return JsonReply(StatsJson(api)); }
 
 }  // namespace
 

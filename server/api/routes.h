@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <span>
 
 #include "kvatlas/common/json_codec.h"
 #include "server/api/metrics.h"
@@ -52,5 +53,13 @@ void AddOpsRoutes(const ApiServices* api, Router* router);
 // Hashes the request's tokens (outside any lock), runs Index::Lookup under the read lock
 // and shapes the result (lookup_answer.h). Shared by /v1/lookup and the Conductor routes.
 [[nodiscard]] LookupAnswer RunLookup(const ApiServices& api, const LookupRequest& request);
+
+// Accepted events whose medium is not a known name were indexed in the nearest tier: counts
+// them in the metrics and logs each new medium string once. Shared by REST and RPC ingest.
+void NoteUnknownMedia(const ApiServices& api, std::span<const BlockEvent> events);
+
+// kDeadlineExceeded for a write batch not applied within options.apply_timeout (it may
+// still be applied later). Shared by REST and RPC ingest.
+[[nodiscard]] Status ApplyDeadlineExceeded(const ApiServices& api);
 
 }  // namespace kvatlas::server

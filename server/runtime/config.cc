@@ -11,6 +11,7 @@
 
 #include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/log.h"
+#include "kvatlas/common/protocol.h"
 
 namespace kvatlas::server {
 namespace {
@@ -35,9 +36,11 @@ struct Field {
 
 const Field kFields[] = {
     {"data_dir", &Config::data_dir, 0, 0,
-     "data directory: RocksDB in DIR/db, address in DIR/http.addr"},
+     "data directory: RocksDB in DIR/db, addresses in DIR/http.addr, DIR/rpc.addr"},
     {"http_listen", &Config::http_listen, 0, 0,
      "REST address HOST:PORT ([v6]:PORT); port 0 = any free port"},
+    {"rpc_listen", &Config::rpc_listen, 0, 0,
+     "binary protocol address HOST:PORT ([v6]:PORT); port 0 = any free port"},
     {"log_level", &Config::log_level, 0, 0, "debug, info, warning or error"},
     {"hash_seed", &Config::hash_seed, 0, kNoMax,
      "seed of the standard block hash (fixed per data dir)"},
@@ -57,8 +60,15 @@ const Field kFields[] = {
     {"http_read_timeout_ms", &Config::http_read_timeout_ms, 1, kMaxMillis, "socket read timeout"},
     {"http_write_timeout_ms", &Config::http_write_timeout_ms, 1, kMaxMillis,
      "socket write timeout"},
+    {"rpc_threads", &Config::rpc_threads, 1, 256, "binary protocol io threads"},
+    {"rpc_max_frame_bytes", &Config::rpc_max_frame_bytes, 1024, protocol::kMaxPayloadBytes,
+     "largest binary protocol frame payload (else error and close)"},
+    {"rpc_idle_timeout_ms", &Config::rpc_idle_timeout_ms, 1, kMaxMillis,
+     "close binary protocol connections idle this long"},
+    {"rpc_max_in_flight", &Config::rpc_max_in_flight, 1, 1'000'000,
+     "requests in flight per binary protocol connection before reading pauses"},
     {"apply_timeout_ms", &Config::apply_timeout_ms, 1, kMaxMillis,
-     "how long a write waits to be applied (else 504)"},
+     "how long a write waits to be applied (else 504 / deadline_exceeded)"},
     {"max_events_per_batch", &Config::max_events_per_batch, 1, 10'000'000,
      "events per POST /v1/events (else 413)"},
     {"max_blocks_per_event", &Config::max_blocks_per_event, 1, std::numeric_limits<uint32_t>::max(),
@@ -159,8 +169,8 @@ std::string HostPort::ToString() const {
 }
 
 Result<HostPort> ParseHostPort(std::string_view text) {
-  const Status bad = Status::InvalidArgument(
-      "http_listen: expected HOST:PORT or [V6]:PORT, got \"" + std::string(text) + "\"");
+  const Status bad =
+      Status::InvalidArgument("expected HOST:PORT or [V6]:PORT, got \"" + std::string(text) + "\"");
   const size_t colon = text.rfind(':');
   if (colon == std::string_view::npos || colon == 0) return bad;
   std::string_view host = text.substr(0, colon);
@@ -212,7 +222,8 @@ Result<Config> LoadConfigFile(const std::string& path, Config base) {
 
 Status ValidateConfig(const Config& config) {
   if (config.data_dir.empty()) return Status::InvalidArgument("data_dir: must not be empty");
-  KVATLAS_RETURN_IF_ERROR(ParseHostPort(config.http_listen).status());
+  KVATLAS_RETURN_IF_ERROR(ParseHostPort(config.http_listen).status().WithContext("http_listen"));
+  KVATLAS_RETURN_IF_ERROR(ParseHostPort(config.rpc_listen).status().WithContext("rpc_listen"));
   if (!ParseLogLevel(config.log_level)) {
     return Status::InvalidArgument("log_level: expected debug, info, warning or error, got \"" +
                                    config.log_level + "\"");
@@ -276,7 +287,8 @@ std::string UsageText() {
   std::string out =
       "Usage: kvatlas-server [--config FILE] [--FLAG VALUE ...]\n"
       "\n"
-      "Serves the kvatlas KV-cache block index over REST (docs/api.md).\n"
+      "Serves the kvatlas KV-cache block index over REST (docs/api.md) and the binary\n"
+      "protocol (docs/protocol.md).\n"
       "Flags override the JSON config file, whose keys are the flag names with '_' for '-'.\n"
       "\n";
   const auto add = [&out](std::string usage, std::string_view help) {

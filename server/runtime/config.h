@@ -16,11 +16,15 @@
 namespace kvatlas::server {
 
 struct Config {
-  // Where the server keeps its state: RocksDB in DIR/db, the bound address in DIR/http.addr.
+  // Where the server keeps its state: RocksDB in DIR/db, the bound addresses in
+  // DIR/http.addr and DIR/rpc.addr.
   std::string data_dir = "./data";
   // HOST:PORT of the REST API ([v6]:PORT for IPv6). Port 0 picks a free port. Loopback by
   // default: the API has no authentication yet.
   std::string http_listen = "127.0.0.1:7070";
+  // HOST:PORT of the binary protocol (docs/protocol.md); port 0 picks a free port, written
+  // to DIR/rpc.addr. Loopback by default, like the REST API.
+  std::string rpc_listen = "127.0.0.1:7071";
   // debug, info, warning or error.
   std::string log_level = "info";
   // Seed of the standard block hash. Must match the routers' (Dynamo uses 1337) and is
@@ -43,6 +47,18 @@ struct Config {
   uint64_t max_body_bytes = 16ull << 20;
   uint64_t http_read_timeout_ms = 5'000;
   uint64_t http_write_timeout_ms = 5'000;
+  // Binary-protocol io threads. Lookups are answered on them in microseconds and ingests
+  // only wait on the applier asynchronously, so a thread per core is plenty.
+  uint64_t rpc_threads = 2;
+  // Largest binary-protocol frame payload; a larger frame gets an error answer and the
+  // connection is closed (its bytes are never buffered).
+  uint64_t rpc_max_frame_bytes = 16ull << 20;
+  // A binary-protocol connection with nothing in flight that sends nothing for this long
+  // is closed (frees the sockets of vanished clients).
+  uint64_t rpc_idle_timeout_ms = 300'000;
+  // Requests one connection may have in flight (decoded, answer not yet written); past it
+  // the server stops reading that connection until answers drain (backpressure).
+  uint64_t rpc_max_in_flight = 1'024;
   // How long POST /v1/events waits for its batch to be applied (then 504).
   uint64_t apply_timeout_ms = 10'000;
   uint64_t max_events_per_batch = 10'000;
@@ -59,14 +75,15 @@ struct HostPort {
   std::string ToString() const;  // "host:port", "[v6]:port"
 };
 
-// "HOST:PORT" or "[V6]:PORT". kInvalidArgument otherwise.
+// "HOST:PORT" or "[V6]:PORT". kInvalidArgument otherwise (the message does not name a key:
+// callers add it with WithContext).
 [[nodiscard]] Result<HostPort> ParseHostPort(std::string_view text);
 
 // Reads a JSON object of config keys over `base`. kInvalidArgument naming the file and
 // the key for unknown keys (all of them) and wrongly typed values; kIOError if unreadable.
 [[nodiscard]] Result<Config> LoadConfigFile(const std::string& path, Config base = {});
 
-// Checks ranges and formats (http_listen, log_level, non-empty data_dir).
+// Checks ranges and formats (http_listen, rpc_listen, log_level, non-empty data_dir).
 [[nodiscard]] Status ValidateConfig(const Config& config);
 
 // The config as a JSON object with every key (pretty-printed).

@@ -41,6 +41,7 @@ Result<std::unique_ptr<Server>> Server::Start(const Config& config) {
 Status Server::Init() {
   KVATLAS_RETURN_IF_ERROR(ValidateConfig(config_));
   KVATLAS_ASSIGN_OR_RETURN(const HostPort listen, ParseHostPort(config_.http_listen));
+  KVATLAS_ASSIGN_OR_RETURN(const HostPort rpc_listen, ParseHostPort(config_.rpc_listen));
   const fs::path data_dir(config_.data_dir);
   std::error_code ec;
   fs::create_directories(data_dir, ec);
@@ -76,6 +77,20 @@ Status Server::Init() {
   api_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
   api_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
   api_.options.max_lookup_blocks = machine_options.index.max_lookup_blocks;
+
+  RpcServerOptions rpc_options;
+  rpc_options.host = rpc_listen.host;
+  rpc_options.port = rpc_listen.port;
+  rpc_options.threads = config_.rpc_threads;
+  rpc_options.connection.max_frame_bytes = static_cast<uint32_t>(config_.rpc_max_frame_bytes);
+  rpc_options.connection.max_in_flight = config_.rpc_max_in_flight;
+  rpc_options.connection.idle_timeout = std::chrono::milliseconds(config_.rpc_idle_timeout_ms);
+  rpc_ = std::make_unique<RpcServer>(rpc_options, &api_);
+  KVATLAS_RETURN_IF_ERROR(rpc_->Start());
+  rpc_listen_address_ = HostPort{rpc_listen.host, rpc_->port()}.ToString();
+  KVATLAS_RETURN_IF_ERROR(WriteFileAtomically(data_dir / "rpc.addr", rpc_listen_address_ + "\n"));
+  wrote_rpc_address_ = true;
+
   Router router;
   AddAllRoutes(&api_, &router);
 
@@ -97,17 +112,20 @@ Status Server::Init() {
 Status Server::Shutdown() {
   if (shut_down_) return Status::Ok();
   shut_down_ = true;
-  // Order matters: requests in flight wait on the applier, so HTTP stops first (they
-  // finish), then the applier drains its queue, then what it wrote is made durable.
+  // Order matters: requests in flight wait on the applier, so the servers stop first (they
+  // are answered), then the applier drains its queue, then what it wrote is made durable.
+  // The RPC server is destroyed only after the applier stopped: ingest callbacks post into
+  // its io_context.
+  if (rpc_) rpc_->Stop();
   if (http_) http_->Stop();
   if (applier_) applier_->Stop();
+  rpc_.reset();
   Status flushed;
   if (storage_) flushed = storage_->Flush();
   // Only our own: after a failed start the file may be another server's.
-  if (wrote_address_) {
-    std::error_code ec;
-    fs::remove(fs::path(config_.data_dir) / "http.addr", ec);
-  }
+  std::error_code ec;
+  if (wrote_address_) fs::remove(fs::path(config_.data_dir) / "http.addr", ec);
+  if (wrote_rpc_address_) fs::remove(fs::path(config_.data_dir) / "rpc.addr", ec);
   return flushed;
 }
 

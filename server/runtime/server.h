@@ -1,6 +1,7 @@
 // Server: one kvatlas server process composed from its parts (docs/architecture.md): open
 // Storage at DATA_DIR/db, rebuild the state machine from it, start the Applier, then serve
-// REST. HTTP starts only after recovery, so every answer reflects the recovered state.
+// the binary protocol and REST. Both start only after recovery, so every answer reflects
+// the recovered state.
 //
 // Thread-safety: Start/Shutdown from the owning (main) thread; failed() from any thread.
 #pragma once
@@ -12,6 +13,7 @@
 #include "server/api/http_server.h"
 #include "server/api/metrics.h"
 #include "server/api/routes.h"
+#include "server/rpc/rpc_server.h"
 #include "server/runtime/config.h"
 #include "server/state/applier.h"
 #include "server/state/state_machine.h"
@@ -21,11 +23,12 @@ namespace kvatlas::server {
 
 class Server {
  public:
-  // Creates the data directory if needed, opens and recovers the state, binds the REST
-  // address and writes it to DATA_DIR/http.addr (atomically: a reader sees the whole
-  // address or no file). Errors: kIOError/kCorruption from storage (e.g. the directory is
-  // used by another server), kFailedPrecondition on a hash seed mismatch, kUnavailable if
-  // the address cannot be bound.
+  // Creates the data directory if needed, opens and recovers the state, binds the binary
+  // protocol address and writes it to DATA_DIR/rpc.addr, then binds the REST address and
+  // writes DATA_DIR/http.addr (each atomically: a reader sees the whole address or no
+  // file; http.addr last, so once it exists both are served). Errors: kIOError/kCorruption from
+  // storage (e.g. the directory is used by another server), kFailedPrecondition on a hash seed
+  // mismatch, kUnavailable if the address cannot be bound.
   [[nodiscard]] static Result<std::unique_ptr<Server>> Start(const Config& config);
 
   ~Server();  // Shutdown()s if the owner did not
@@ -34,13 +37,16 @@ class Server {
 
   // "HOST:PORT" actually bound (the chosen port when the config asked for port 0).
   const std::string& listen_address() const { return listen_address_; }
+  // "HOST:PORT" the binary protocol is bound to.
+  const std::string& rpc_listen_address() const { return rpc_listen_address_; }
 
   // True once a storage write failed: the process must exit (a restart rebuilds the index
   // from disk, which is behind the memory index after the failure).
   bool failed() const { return applier_ && applier_->failed(); }
 
-  // Stops HTTP (in-flight requests finish), drains and stops the applier, flushes storage
-  // and removes DATA_DIR/http.addr. Idempotent; returns the flush error, if any.
+  // Stops the binary protocol and HTTP (in-flight requests are answered), drains and stops
+  // the applier, flushes storage and removes DATA_DIR/rpc.addr and DATA_DIR/http.addr.
+  // Idempotent; returns the flush error, if any.
   [[nodiscard]] Status Shutdown();
 
  private:
@@ -53,9 +59,12 @@ class Server {
   std::unique_ptr<Applier> applier_;
   Metrics metrics_;
   ApiServices api_;
+  std::unique_ptr<RpcServer> rpc_;
   std::unique_ptr<HttpServer> http_;
   std::string listen_address_;
+  std::string rpc_listen_address_;
   bool wrote_address_ = false;
+  bool wrote_rpc_address_ = false;
   bool shut_down_ = false;
 };
 

@@ -1,0 +1,247 @@
+#include "server/rpc/rpc_connection.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <exception>
+#include <utility>
+
+#include "kvatlas/common/log.h"
+
+namespace kvatlas::server {
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kReadChunkBytes = 64 << 10;
+
+// The completion handler of every connection coroutine: expected failures are error codes
+// handled inside; anything thrown is a bug, logged here, and closes the connection.
+auto LogExceptions(std::shared_ptr<RpcConnection> connection, std::string_view what) {
+  return [connection = std::move(connection), what](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      LogError("rpc connection " + std::string(what) + " failed: " + ex.what());
+    }
+    connection->Abort();
+  };
+}
+
+std::string PeerOf(const asio::ip::tcp::socket& socket) {
+  error_code ec;
+  const auto endpoint = socket.remote_endpoint(ec);
+  if (ec) return "unknown peer";
+  return endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+}
+
+}  // namespace
+
+RpcConnection::RpcConnection(asio::ip::tcp::socket socket, const RpcHandler* handler,
+                             RpcConnectionOptions options, std::function<void()> on_closed)
+    : socket_(std::move(socket)),
+      handler_(handler),
+      options_(options),
+      on_closed_(std::move(on_closed)),
+      peer_(PeerOf(socket_)),
+      decoder_(options.max_frame_bytes),
+      read_buffer_(kReadChunkBytes),
+      last_activity_(Clock::now()),
+      writer_wake_(socket_.get_executor()),
+      reader_wake_(socket_.get_executor()),
+      idle_timer_(socket_.get_executor()) {}
+
+RpcConnection::~RpcConnection() = default;
+
+void RpcConnection::Start() {
+  auto self = shared_from_this();
+  asio::co_spawn(socket_.get_executor(), AsyncRead(), LogExceptions(self, "reader"));
+  asio::co_spawn(socket_.get_executor(), AsyncWrite(), LogExceptions(self, "writer"));
+  asio::co_spawn(socket_.get_executor(), AsyncWatchdog(), LogExceptions(self, "watchdog"));
+}
+
+void RpcConnection::Shutdown() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    if (self->closed_) return;
+    // The pending read completes with EOF (or an error): the reader stops, the writer
+    // answers what is in flight and then closes.
+    error_code ec;
+    self->socket_.shutdown(asio::ip::tcp::socket::shutdown_receive, ec);
+    self->reading_done_ = true;
+    self->reader_wake_.cancel();
+    self->writer_wake_.cancel();
+  });
+}
+
+void RpcConnection::Abort() {
+  asio::post(socket_.get_executor(),
+             [self = shared_from_this()] { self->Close("closed by the server"); });
+}
+
+bool RpcConnection::ReadPaused() const {
+  return in_flight_ >= options_.max_in_flight || out_.size() >= options_.max_pending_output_bytes;
+}
+
+bool RpcConnection::Finished() const {
+  if (close_after_flush_) return out_.empty();
+  return reading_done_ && in_flight_ == 0;
+}
+
+asio::awaitable<void> RpcConnection::AsyncRead() {
+  error_code ec;
+  while (!closed_ && !reading_done_) {
+    if (!DrainDecoder()) co_return;
+    if (ReadPaused()) {
+      // Backpressure: the writer wakes us when answers have drained.
+      reader_wake_.expires_at(Clock::time_point::max());
+      co_await reader_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    const size_t n = co_await socket_.async_read_some(
+        asio::buffer(read_buffer_), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (ec != asio::error::eof && ec != asio::error::operation_aborted && !closed_) {
+        LogDebug("rpc " + peer_ + ": read failed: " + ec.message());
+      }
+      break;
+    }
+    last_activity_ = Clock::now();
+    decoder_.Feed(std::string_view(read_buffer_.data(), n));
+  }
+  // The peer stopped sending (or we stopped reading): answer what is in flight, then close.
+  reading_done_ = true;
+  writer_wake_.cancel();
+}
+
+bool RpcConnection::DrainDecoder() {
+  while (!ReadPaused()) {
+    Result<std::optional<protocol::Frame>> next = decoder_.Next();
+    if (!next.has_value()) {
+      // The stream can never resynchronise: tell the client why, then close.
+      LogWarning("rpc " + peer_ + ": closing the connection: " + next.error().ToString());
+      handler_->AppendStreamError(decoder_.failed_header(), next.error(), &out_);
+      close_after_flush_ = true;
+      reading_done_ = true;
+      writer_wake_.cancel();
+      return false;
+    }
+    if (!next->has_value()) return true;
+    ++in_flight_;
+    std::optional<PendingIngest> pending = handler_->Handle(**next, &out_);
+    if (pending) {
+      SubmitIngest(std::move(*pending));
+    } else {
+      Answered();
+    }
+  }
+  return true;
+}
+
+void RpcConnection::Answered() {
+  ++out_answers_;
+  writer_wake_.cancel();
+}
+
+void RpcConnection::SubmitIngest(PendingIngest pending) {
+  // Shared by the Applier's callback and the deadline timer, both completing on the strand:
+  // whichever comes first answers.
+  struct Wait {
+    explicit Wait(PendingIngest p, const asio::any_io_executor& executor)
+        : ingest(std::move(p)), deadline(executor) {}
+    PendingIngest ingest;
+    asio::steady_timer deadline;
+    bool answered = false;
+  };
+  CommandBatch batch = std::move(pending.batch);
+  auto wait = std::make_shared<Wait>(std::move(pending), socket_.get_executor());
+  auto self = shared_from_this();
+  const ApiServices& api = handler_->api();
+  wait->deadline.expires_after(api.options.apply_timeout);
+  wait->deadline.async_wait([self, wait](error_code ec) {
+    if (ec || wait->answered) return;
+    wait->answered = true;
+    self->handler_->AppendIngestAnswer(wait->ingest, ApplyDeadlineExceeded(self->handler_->api()),
+                                       &self->out_);
+    self->Answered();
+  });
+  api.metrics->ApplyStarted();
+  // Runs on the applier thread (or here, at once, when refused): only post from it.
+  api.applier->SubmitAsync(std::move(batch), [self, wait](Result<Revision> applied) {
+    self->handler_->api().metrics->ApplyFinished();
+    asio::post(self->socket_.get_executor(), [self, wait, applied = std::move(applied)] {
+      if (wait->answered) return;
+      wait->answered = true;
+      wait->deadline.cancel();
+      self->handler_->AppendIngestAnswer(wait->ingest, applied, &self->out_);
+      self->Answered();
+    });
+  });
+}
+
+asio::awaitable<void> RpcConnection::AsyncWrite() {
+  error_code ec;
+  while (!closed_) {
+    if (out_.empty()) {
+      if (Finished()) break;
+      writer_wake_.expires_at(Clock::time_point::max());
+      co_await writer_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    writing_.swap(out_);
+    out_.clear();
+    const size_t answers = out_answers_;
+    out_answers_ = 0;
+    co_await asio::async_write(socket_, asio::buffer(writing_),
+                               asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (!closed_) LogDebug("rpc " + peer_ + ": write failed: " + ec.message());
+      break;
+    }
+    writing_.clear();
+    in_flight_ -= answers;
+    last_activity_ = Clock::now();
+    reader_wake_.cancel();
+  }
+  Close(close_after_flush_ ? "protocol error" : "done");
+}
+
+asio::awaitable<void> RpcConnection::AsyncWatchdog() {
+  error_code ec;
+  while (!closed_) {
+    const Clock::time_point idle_at = last_activity_ + options_.idle_timeout;
+    if (Clock::now() >= idle_at) {
+      if (in_flight_ == 0) {
+        LogInfo("rpc " + peer_ + ": closing the connection: idle for " +
+                std::to_string(options_.idle_timeout.count()) + " ms (rpc_idle_timeout_ms)");
+        Close("idle");
+        co_return;
+      }
+      // Requests in flight (e.g. an ingest waiting for the applier): not idle.
+      last_activity_ = Clock::now();
+      continue;
+    }
+    idle_timer_.expires_at(idle_at);
+    co_await idle_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+}
+
+void RpcConnection::Close(std::string_view reason) {
+  if (closed_) return;
+  closed_ = true;
+  reading_done_ = true;
+  LogDebug("rpc " + peer_ + ": connection closed (" + std::string(reason) + ")");
+  error_code ec;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  writer_wake_.cancel();
+  reader_wake_.cancel();
+  idle_timer_.cancel();
+  if (on_closed_) on_closed_();
+}
+
+}  // namespace kvatlas::server

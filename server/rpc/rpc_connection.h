@@ -1,0 +1,100 @@
+// RpcConnection: one binary-protocol client connection. Three coroutines share the
+// connection's strand (so its members need no lock): a reader that feeds the FrameDecoder
+// and dispatches requests through the RpcHandler, a writer that sends the queued answers
+// (coalesced: everything queued goes out in one write), and an idle watchdog. Ingest
+// answers come back from the Applier thread by a post to the strand.
+//
+// Backpressure: a request is in flight from the moment it is decoded until its answer has
+// been written. At max_in_flight (or with max_pending_output_bytes of answers unsent) the
+// reader stops decoding and reading, so a client that does not read its answers stalls
+// itself, not the server's memory.
+//
+// Thread-safety: Start() once after construction; Shutdown() from any thread.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvatlas/common/protocol.h"
+#include "server/rpc/rpc_handler.h"
+
+namespace kvatlas::server {
+
+struct RpcConnectionOptions {
+  uint32_t max_frame_bytes = protocol::kDefaultMaxPayloadBytes;
+  // Requests decoded and not yet answered on the wire; past it the connection stops reading.
+  size_t max_in_flight = 1024;
+  // Answer bytes queued and not yet written; past it the connection stops reading too
+  // (bounds memory when answers are large, e.g. lookups with locations).
+  size_t max_pending_output_bytes = 8u << 20;
+  // A connection with no request in flight and no bytes received for this long is closed.
+  std::chrono::milliseconds idle_timeout{300'000};
+};
+
+class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
+ public:
+  // `socket`'s executor must be a strand; `handler` must outlive the connection's
+  // coroutines, and so must `on_closed` (called once, on the strand, when it closes).
+  RpcConnection(boost::asio::ip::tcp::socket socket, const RpcHandler* handler,
+                RpcConnectionOptions options, std::function<void()> on_closed);
+  ~RpcConnection();
+  RpcConnection(const RpcConnection&) = delete;
+  RpcConnection& operator=(const RpcConnection&) = delete;
+
+  // Spawns the coroutines on the connection's strand.
+  void Start();
+
+  // Graceful close: stops reading, answers what is in flight (ingests included), then
+  // closes. Posts to the strand; safe from any thread.
+  void Shutdown();
+
+  // Closes at once (answers not yet written are dropped). Posts to the strand.
+  void Abort();
+
+ private:
+  boost::asio::awaitable<void> AsyncRead();
+  boost::asio::awaitable<void> AsyncWrite();
+  boost::asio::awaitable<void> AsyncWatchdog();
+
+  // Dispatches buffered frames while under the in-flight cap. False after a stream error
+  // (the error answer is queued and the connection closes once it is written).
+  bool DrainDecoder();
+  void SubmitIngest(PendingIngest pending);
+  // One answer was appended to out_.
+  void Answered();
+  bool ReadPaused() const;
+  // Done reading and every answer that will be written has been.
+  bool Finished() const;
+  void Close(std::string_view reason);
+
+  boost::asio::ip::tcp::socket socket_;
+  const RpcHandler* handler_;
+  RpcConnectionOptions options_;
+  std::function<void()> on_closed_;
+  std::string peer_;
+  protocol::FrameDecoder decoder_;
+  std::vector<char> read_buffer_;
+  std::string out_;         // answers queued for the next write
+  std::string writing_;     // answers of the write in progress
+  size_t out_answers_ = 0;  // answers in out_
+  size_t in_flight_ = 0;
+  bool reading_done_ = false;
+  bool close_after_flush_ = false;  // stream error: close once the error answer is out
+  bool closed_ = false;
+  std::chrono::steady_clock::time_point last_activity_;
+  // Timers used as condition variables (cancel() wakes the waiter) and the idle deadline.
+  boost::asio::steady_timer writer_wake_;
+  boost::asio::steady_timer reader_wake_;
+  boost::asio::steady_timer idle_timer_;
+};
+
+}  // namespace kvatlas::server

@@ -1,0 +1,68 @@
+// RpcHandler: answers binary-protocol requests (docs/protocol.md) with the services the
+// REST routes use, without sockets: a request frame in, answer frame bytes out. Lookup,
+// locate, stats and ping are answered at once (reads run under the state machine's read
+// lock and take microseconds); an ingest is decoded and converted here and handed back as
+// a PendingIngest, because its answer waits for the Applier and the connection owns that
+// asynchronous path and its deadline. Every answer is counted in the metrics.
+//
+// Immutable after construction: safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/protocol.h"
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/status.h"
+#include "server/api/routes.h"
+#include "server/state/command.h"
+
+namespace kvatlas::server {
+
+// An ingest whose batch must go to the Applier before it can be answered.
+struct PendingIngest {
+  uint64_t request_id = 0;
+  CommandBatch batch;
+  IngestAnswer answer;  // revision is filled in from the Applier's result
+};
+
+class RpcHandler {
+ public:
+  // `api` must outlive the handler.
+  explicit RpcHandler(const ApiServices* api) : api_(api) {}
+
+  const ApiServices& api() const { return *api_; }
+
+  // Answers `request` by appending exactly one answer frame to *out and returning nullopt,
+  // or, for an ingest that changes state, appends nothing and returns it for submission.
+  // Never throws and never touches state on bad input: a payload that does not decode, an
+  // unknown type (answered as kError) or a response frame sent to the server is answered
+  // with the error's status and its message as payload, under the request's id.
+  [[nodiscard]] std::optional<PendingIngest> Handle(const protocol::Frame& request,
+                                                    std::string* out) const;
+
+  // Appends the answer of `ingest` once the Applier answered `applied` (or the deadline
+  // passed: kDeadlineExceeded).
+  void AppendIngestAnswer(const PendingIngest& ingest, const Result<Revision>& applied,
+                          std::string* out) const;
+
+  // Appends the error answer to a stream the FrameDecoder gave up on: under the failed
+  // frame's id and type when its header could be read, else id 0 and kError.
+  void AppendStreamError(const std::optional<protocol::FrameHeader>& header, const Status& status,
+                         std::string* out) const;
+
+ private:
+  // Dispatches by type; errors come back as a Status for Handle to answer.
+  Result<std::optional<PendingIngest>> Dispatch(const protocol::Frame& request,
+                                                std::string* out) const;
+  void AppendAnswer(protocol::MessageType type, uint64_t request_id, std::string_view payload,
+                    std::string* out) const;
+  void AppendError(protocol::MessageType type, uint64_t request_id, const Status& status,
+                   std::string* out) const;
+
+  const ApiServices* api_;
+};
+
+}  // namespace kvatlas::server

@@ -1,0 +1,88 @@
+// RpcServer: serves the binary protocol (docs/protocol.md) on a TCP port with Boost.Asio
+// C++20 coroutines. One io_context is run by `threads` threads; each connection lives on
+// its own strand (rpc_connection.h), so a connection's coroutines never run concurrently
+// while different connections use all threads. Requests are answered by RpcHandler: reads
+// inline on the io thread, ingests through Applier::SubmitAsync, whose callback posts the
+// answer back to the connection's strand (no io thread ever waits on the Applier).
+//
+// Thread-safety: Start/Stop from one owner thread.
+#pragma once
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kvatlas/common/status.h"
+#include "server/rpc/rpc_connection.h"
+#include "server/rpc/rpc_handler.h"
+
+namespace kvatlas::server {
+
+struct RpcServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 7071;  // 0 = any free port (see port() after Start)
+  // io threads. Lookups run on them (µs each), so more threads than cores buys nothing.
+  size_t threads = 2;
+  RpcConnectionOptions connection;
+  // How long Stop() lets connections answer their in-flight requests before it closes
+  // them regardless.
+  std::chrono::milliseconds shutdown_grace{5'000};
+};
+
+class RpcServer {
+ public:
+  // `api` (and everything it points to) must outlive the server, including the Applier:
+  // ingest callbacks post into this server's io_context, so destroy the server only after
+  // the Applier has stopped.
+  RpcServer(RpcServerOptions options, const ApiServices* api);
+  ~RpcServer();  // Stop()s
+  RpcServer(const RpcServer&) = delete;
+  RpcServer& operator=(const RpcServer&) = delete;
+
+  // Binds host:port and starts the io threads. kUnavailable if the address cannot be
+  // resolved or bound.
+  [[nodiscard]] Status Start();
+
+  // The bound port. REQUIRES: Start succeeded.
+  uint16_t port() const { return port_; }
+
+  // Stops accepting, lets each connection answer what it has in flight (up to
+  // shutdown_grace), closes the connections and joins the threads. Idempotent. Ingest
+  // answers that arrive later are dropped (the Applier still applies the batches).
+  void Stop();
+
+ private:
+  boost::asio::awaitable<void> AsyncAccept();
+  void RunThread();
+
+  RpcServerOptions options_;
+  RpcHandler handler_;
+  uint16_t port_ = 0;
+  bool stopped_ = false;
+
+  std::mutex mu_;
+  std::condition_variable closed_cv_;
+  uint64_t next_connection_id_ = 0;                                  // guarded by mu_
+  std::unordered_map<uint64_t, std::weak_ptr<RpcConnection>> live_;  // guarded by mu_
+  bool accepting_ = true;                                            // guarded by mu_
+
+  // Declared last: destroyed first, so handlers it still holds (connections) are gone
+  // before the members above.
+  boost::asio::io_context io_;
+  std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace kvatlas::server
