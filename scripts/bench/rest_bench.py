@@ -14,7 +14,7 @@ import time
 
 def start_server(binary, sync):
     data = tempfile.mkdtemp(prefix="kvatlas-bench-")
-    args = [binary, "--data-dir", data, "--http-listen", "127.0.0.1:0",
+    args = [binary, "--data-dir", data, "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
             "--storage-sync", "true" if sync else "false", "--log-level", "warning"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
     addr_file = os.path.join(data, "http.addr")

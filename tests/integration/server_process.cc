@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -71,11 +72,17 @@ ServerProcess::ServerProcess(fs::path data_dir, std::vector<std::string> extra_a
     : data_dir_(std::move(data_dir)) {
   fs::create_directories(data_dir_);
   const fs::path addr_file = data_dir_ / "http.addr";
-  fs::remove(addr_file);  // a crashed run leaves its address behind
+  const fs::path rpc_addr_file = data_dir_ / "rpc.addr";
+  fs::remove(addr_file);  // a crashed run leaves its addresses behind
+  fs::remove(rpc_addr_file);
   std::vector<std::string> args = {ServerBinary()};
   if (placement == Placement::kFlags) {
     args.insert(args.end(), {"--data-dir", data_dir_.string(), "--http-listen", "127.0.0.1:0"});
   }
+  const bool names_rpc = std::any_of(extra_args.begin(), extra_args.end(), [](const auto& arg) {
+    return arg.starts_with("--rpc-listen");
+  });
+  if (!names_rpc) args.insert(args.end(), {"--rpc-listen", "127.0.0.1:0"});
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   pid_ = Spawn(args, data_dir_.string() + ".out", data_dir_.string() + ".err");
 
@@ -91,6 +98,11 @@ ServerProcess::ServerProcess(fs::path data_dir, std::vector<std::string> extra_a
     if (const size_t colon = addr.rfind(':'); !addr.empty() && colon != std::string::npos) {
       host_ = addr.substr(0, colon);
       port_ = std::stoi(addr.substr(colon + 1));
+      // Written before http.addr, so it is complete by now.
+      const std::string rpc_addr = ReadFile(rpc_addr_file);
+      if (const size_t c = rpc_addr.rfind(':'); c != std::string::npos) {
+        rpc_port_ = std::stoi(rpc_addr.substr(c + 1));
+      }
       return;
     }
     if (Clock::now() > deadline) {

@@ -1,7 +1,12 @@
 // Test harness: runs the real kvatlas-server binary as a child process. A ServerProcess
 // starts it on 127.0.0.1:0 with a data directory, waits (with a deadline) for the address
-// it writes to DATA_DIR/http.addr, and always reaps the child: the destructor SIGKILLs a
-// server that is still running. stdout/stderr are appended to files next to the data dir.
+// it writes to DATA_DIR/http.addr, reads the binary protocol's DATA_DIR/rpc.addr (written
+// before http.addr), and always reaps the child: the destructor SIGKILLs a server that is
+// still running. stdout/stderr are appended to files next to the data dir.
+//
+// The binary protocol is bound to 127.0.0.1:0 too (--rpc-listen, whatever the placement)
+// unless the arguments name --rpc-listen themselves: tests run in parallel and must not
+// contend for the default port 7071.
 #pragma once
 
 #include <httplib.h>
@@ -34,6 +39,8 @@ class ServerProcess {
 
   const std::string& host() const { return host_; }
   int port() const { return port_; }
+  // The binary protocol's port, from DATA_DIR/rpc.addr (on host()).
+  int rpc_port() const { return rpc_port_; }
   // A client with short timeouts (a hung server fails the test instead of hanging it).
   httplib::Client Client() const;
 
@@ -54,6 +61,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   std::string host_;
   int port_ = 0;
+  int rpc_port_ = 0;
 };
 
 struct RunResult {

@@ -1,0 +1,282 @@
+// Binary-protocol benchmark against a running kvatlas server (scripts/bench/rpc starts
+// one): ingest throughput through kvatlas::Client with batching, then 128-block lookup
+// latency at fixed open-loop request rates and at saturation, and the same lookups over
+// REST, with the server's CPU time per lookup for each. Prints figures; asserts nothing.
+//   rpc_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID [--entries N]
+//             [--rates 10000,20000,50000] [--seconds S]
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <future>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvatlas/client/client.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using kvatlas::BlockEvent;
+using kvatlas::LookupRequest;
+
+constexpr uint32_t kChain = 128;
+constexpr uint32_t kHolders = 1000;
+
+struct Args {
+  std::string rpc, http;
+  long server_pid = 0;
+  uint64_t entries = 1'000'000;
+  std::vector<uint64_t> rates{10000, 20000, 50000};
+  double seconds = 3;
+};
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::vector<uint64_t> ChainKeys(uint64_t c) {
+  std::vector<uint64_t> keys(kChain);
+  for (uint32_t i = 0; i < kChain; ++i) keys[i] = Mix(c * kChain + i);
+  return keys;
+}
+
+kvatlas::ContextKey Context() { return kvatlas::ContextKey{"default", "bench", "", 16, ""}; }
+
+LookupRequest Lookup(uint64_t c) {
+  LookupRequest r;
+  r.context = Context();
+  r.by_hash = true;
+  r.seq_hashes = ChainKeys(c);
+  return r;
+}
+
+// Server CPU seconds (user + system) from /proc/PID/stat.
+double ServerCpuSeconds(long pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; rest >> field; ++i) {
+    if (i == 14) utime = std::strtod(field.c_str(), nullptr);
+    if (i == 15) {
+      stime = std::strtod(field.c_str(), nullptr);
+      break;
+    }
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double Pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+void Ingest(kvatlas::Client& client, uint64_t chains) {
+  constexpr uint64_t kPerBatch = 64;
+  const auto t0 = Clock::now();
+  std::deque<std::future<kvatlas::Result<kvatlas::IngestAnswer>>> inflight;
+  for (uint64_t c = 0; c < chains; c += kPerBatch) {
+    std::vector<BlockEvent> events;
+    for (uint64_t i = c; i < std::min(chains, c + kPerBatch); ++i) {
+      BlockEvent e;
+      e.type = kvatlas::EventType::kStored;
+      e.context = Context();
+      e.holder = kvatlas::HolderKey{"instance-" + std::to_string(i % kHolders), 0};
+      e.seq_hashes = ChainKeys(i);
+      events.push_back(std::move(e));
+    }
+    inflight.push_back(client.IngestAsync(std::move(events), std::chrono::seconds(60)));
+    while (inflight.size() > 8) {
+      auto r = inflight.front().get();
+      inflight.pop_front();
+      if (!r.has_value()) std::fprintf(stderr, "ingest: %s\n", r.error().ToString().c_str());
+    }
+  }
+  for (auto& f : inflight) (void)f.get();
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf(
+      "binary ingest: %llu block events (64 events x 128 blocks per call, 8 in "
+      "flight) in %.2f s = %.0f k block events/s\n",
+      static_cast<unsigned long long>(chains * kChain), s,
+      static_cast<double>(chains * kChain) / s / 1e3);
+}
+
+// Open loop: request i is due at t0 + i/rate; latency counts from when it was due, so a
+// stalled server is charged for the requests it delayed (no coordinated omission).
+void OpenLoop(kvatlas::Client& client, uint64_t chains, uint64_t rate, double seconds) {
+  const uint64_t n = static_cast<uint64_t>(static_cast<double>(rate) * seconds);
+  std::vector<double> latency(n);
+  std::vector<Clock::time_point> due(n);
+  std::vector<std::future<kvatlas::Result<kvatlas::LookupAnswer>>> futures(n);
+  std::atomic<uint64_t> issued{0};
+  std::mt19937_64 rng(rate);
+  std::vector<LookupRequest> requests;
+  for (int i = 0; i < 4096; ++i) requests.push_back(Lookup(rng() % chains));
+  const auto t0 = Clock::now() + std::chrono::milliseconds(10);
+  std::thread sender([&] {
+    for (uint64_t i = 0; i < n; ++i) {
+      due[i] = t0 + std::chrono::nanoseconds(static_cast<int64_t>(1e9 * static_cast<double>(i) /
+                                                                  static_cast<double>(rate)));
+      while (Clock::now() < due[i]) {
+      }
+      futures[i] = client.LookupAsync(requests[i % requests.size()], std::chrono::seconds(5));
+      issued.store(i + 1, std::memory_order_release);
+    }
+  });
+  uint64_t errors = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    while (issued.load(std::memory_order_acquire) <= i) std::this_thread::yield();
+    auto r = futures[i].get();
+    latency[i] = std::chrono::duration<double, std::micro>(Clock::now() - due[i]).count();
+    errors += r.has_value() ? 0 : 1;
+  }
+  sender.join();
+  std::printf(
+      "binary lookup at %6llu req/s: p50 %7.1f us  p99 %7.1f us  p999 %7.1f us  "
+      "(%llu requests, %llu errors)\n",
+      static_cast<unsigned long long>(rate), Pct(latency, 0.5), Pct(latency, 0.99),
+      Pct(latency, 0.999), static_cast<unsigned long long>(n),
+      static_cast<unsigned long long>(errors));
+}
+
+// Closed loop with `depth` calls in flight: throughput and server CPU per lookup.
+double BinarySaturation(kvatlas::Client& client, uint64_t chains, long pid) {
+  constexpr int kDepth = 64;
+  constexpr uint64_t kCount = 100000;
+  std::mt19937_64 rng(1);
+  std::deque<std::future<kvatlas::Result<kvatlas::LookupAnswer>>> inflight;
+  const double cpu0 = ServerCpuSeconds(pid);
+  const auto t0 = Clock::now();
+  for (uint64_t i = 0; i < kCount; ++i) {
+    inflight.push_back(client.LookupAsync(Lookup(rng() % chains), std::chrono::seconds(5)));
+    if (inflight.size() >= kDepth) {
+      (void)inflight.front().get();
+      inflight.pop_front();
+    }
+  }
+  for (auto& f : inflight) (void)f.get();
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu_us = (ServerCpuSeconds(pid) - cpu0) / kCount * 1e6;
+  std::printf(
+      "binary lookup saturation (%d in flight, 1 connection): %.0f k lookups/s, "
+      "server CPU %.1f us/lookup\n",
+      kDepth, static_cast<double>(kCount) / s / 1e3, cpu_us);
+  return cpu_us;
+}
+
+double RestLookups(const std::string& http, uint64_t chains, long pid) {
+  const size_t colon = http.rfind(':');
+  httplib::Client rest(http.substr(0, colon), std::atoi(http.c_str() + colon + 1));
+  rest.set_tcp_nodelay(true);
+  rest.set_keep_alive(true);
+  constexpr uint64_t kCount = 20000;
+  std::mt19937_64 rng(2);
+  std::vector<std::string> bodies;
+  for (int i = 0; i < 1024; ++i) {
+    std::string body = R"({"model_name":"bench","block_size":16,"seq_hashes":[)";
+    for (uint64_t k : ChainKeys(rng() % chains)) body += std::to_string(k) + ",";
+    body.back() = ']';
+    body += "}";
+    bodies.push_back(std::move(body));
+  }
+  std::vector<double> latency;
+  const double cpu0 = ServerCpuSeconds(pid);
+  const auto t0 = Clock::now();
+  for (uint64_t i = 0; i < kCount; ++i) {
+    const auto a = Clock::now();
+    auto res = rest.Post("/v1/lookup", bodies[i % bodies.size()], "application/json");
+    latency.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+    if (!res || res->status != 200) {
+      std::fprintf(stderr, "REST lookup failed\n");
+      return 0;
+    }
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu_us = (ServerCpuSeconds(pid) - cpu0) / kCount * 1e6;
+  std::printf(
+      "REST lookup (1 client, sequential): p50 %.1f us, p99 %.1f us, %.1f k/s, "
+      "server CPU %.1f us/lookup\n",
+      Pct(latency, 0.5), Pct(latency, 0.99), static_cast<double>(kCount) / s / 1e3, cpu_us);
+  return cpu_us;
+}
+
+void BinarySequential(kvatlas::Client& client, uint64_t chains) {
+  std::mt19937_64 rng(3);
+  std::vector<double> latency;
+  for (int i = 0; i < 20000; ++i) {
+    const LookupRequest r = Lookup(rng() % chains);
+    const auto a = Clock::now();
+    (void)client.Lookup(r);
+    latency.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+  }
+  std::printf("binary lookup (1 client, sequential): p50 %.1f us, p99 %.1f us\n", Pct(latency, 0.5),
+              Pct(latency, 0.99));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--rpc")
+      a.rpc = v;
+    else if (k == "--http")
+      a.http = v;
+    else if (k == "--server-pid")
+      a.server_pid = std::atol(v.c_str());
+    else if (k == "--entries")
+      a.entries = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "--seconds")
+      a.seconds = std::atof(v.c_str());
+    else if (k == "--rates") {
+      a.rates.clear();
+      std::stringstream ss(v);
+      for (std::string r; std::getline(ss, r, ',');) a.rates.push_back(std::stoull(r));
+    } else {
+      std::fprintf(stderr, "unknown argument %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (a.rpc.empty() || a.http.empty() || a.server_pid == 0) {
+    std::fprintf(stderr,
+                 "usage: rpc_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID "
+                 "[--entries N] [--rates R1,R2] [--seconds S]\n");
+    return 2;
+  }
+  kvatlas::ClientOptions options;
+  options.endpoints = {a.rpc};
+  auto client = kvatlas::Client::Connect(options);
+  if (!client.has_value()) {
+    std::fprintf(stderr, "connect: %s\n", client.error().ToString().c_str());
+    return 1;
+  }
+  const uint64_t chains = a.entries / kChain;
+  Ingest(**client, chains);
+  BinarySequential(**client, chains);
+  for (uint64_t rate : a.rates) OpenLoop(**client, chains, rate, a.seconds);
+  const double binary_cpu = BinarySaturation(**client, chains, a.server_pid);
+  const double rest_cpu = RestLookups(a.http, chains, a.server_pid);
+  if (binary_cpu > 0) {
+    std::printf("server CPU per lookup, REST / binary: %.1fx\n", rest_cpu / binary_cpu);
+  }
+  return 0;
+}

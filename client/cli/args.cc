@@ -1,0 +1,141 @@
+#include "client/cli/args.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "kvatlas/common/json_codec.h"
+
+namespace kvatlas::cli {
+namespace {
+
+// Flags every command takes, and flags that take no value.
+const std::vector<std::string> kGlobalFlags = {"server", "timeout-ms", "help"};
+const std::vector<std::string> kSwitches = {"json", "conductor", "help"};
+
+bool IsSwitch(const std::string& name) {
+  return std::find(kSwitches.begin(), kSwitches.end(), name) != kSwitches.end();
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// Calls `item` on every comma-separated, trimmed item of `text`.
+template <typename F>
+Status ForEachItem(std::string_view text, F&& item) {
+  size_t index = 0;
+  while (true) {
+    const size_t comma = text.find(',');
+    KVATLAS_RETURN_IF_ERROR(item(Trim(text.substr(0, comma)), index++));
+    if (comma == std::string_view::npos) return Status::Ok();
+    text.remove_prefix(comma + 1);
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> Args::Flag(const std::string& name) const {
+  const auto it = flags.find(name);
+  if (it == flags.end()) return std::nullopt;
+  return it->second;
+}
+
+Status Args::CheckFlags(const std::vector<std::string>& allowed) const {
+  for (const auto& [name, value] : flags) {
+    if (std::find(kGlobalFlags.begin(), kGlobalFlags.end(), name) == kGlobalFlags.end() &&
+        std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+      return Status::InvalidArgument(command + ": unknown flag --" + name);
+    }
+  }
+  return Status::Ok();
+}
+
+Result<Args> ParseArgs(int argc, const char* const* argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.size() > 2 && arg.substr(0, 2) == "--") {
+      std::string name(arg.substr(2));
+      std::optional<std::string> value;
+      if (const size_t eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name.resize(eq);
+      }
+      if (IsSwitch(name)) {
+        if (value) return Status::InvalidArgument("--" + name + " takes no value");
+        args.flags[name] = "";
+        continue;
+      }
+      if (!value) {
+        if (i + 1 >= argc) return Status::InvalidArgument("--" + name + " needs a value");
+        value = argv[++i];
+      }
+      args.flags[name] = *value;
+    } else if (args.command.empty()) {
+      args.command = std::string(arg);
+    } else {
+      args.positional.emplace_back(arg);
+    }
+  }
+  return args;
+}
+
+Result<uint32_t> ParseU32(std::string_view text, std::string_view what) {
+  uint32_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    return Status::InvalidArgument(std::string(what) + ": \"" + std::string(text) +
+                                   "\" is not an integer from 0 to 4294967295");
+  }
+  return value;
+}
+
+Result<std::vector<uint32_t>> ParseTokenList(std::string_view text) {
+  std::vector<uint32_t> tokens;
+  KVATLAS_RETURN_IF_ERROR(ForEachItem(text, [&](std::string_view item, size_t i) {
+    Result<uint32_t> token = ParseU32(item, "--tokens[" + std::to_string(i) + "]");
+    if (!token) return token.error();
+    tokens.push_back(*token);
+    return Status::Ok();
+  }));
+  return tokens;
+}
+
+Result<std::vector<uint64_t>> ParseHashList(std::string_view text) {
+  std::vector<uint64_t> hashes;
+  KVATLAS_RETURN_IF_ERROR(ForEachItem(text, [&](std::string_view item, size_t i) {
+    Result<uint64_t> hash = ParseHashText(item);
+    if (!hash) {
+      return Status::InvalidArgument("--hashes[" + std::to_string(i) +
+                                     "]: " + hash.error().message());
+    }
+    hashes.push_back(*hash);
+    return Status::Ok();
+  }));
+  return hashes;
+}
+
+Result<std::vector<BlockEvent>> DecodeEventLine(std::string_view line) {
+  line = Trim(line);
+  if (line.empty()) return std::vector<BlockEvent>();
+  if (line.front() == '[') return DecodeEventBatch(line);
+  Result<std::vector<BlockEvent>> events = DecodeEventBatch("[" + std::string(line) + "]");
+  if (events) return events;
+  // The batch decoder names "events[0].field"; within one line, "field" says it all.
+  std::string message = events.error().message();
+  for (const std::string_view prefix : {"events[0].", "events[0]"}) {
+    if (message.starts_with(prefix)) {
+      message.erase(0, prefix.size());
+      break;
+    }
+  }
+  return Status::InvalidArgument(std::move(message));
+}
+
+}  // namespace kvatlas::cli

@@ -1,0 +1,44 @@
+// Command-line parsing of the kvatlas CLI, kept apart from main.cc so that it is unit
+// tested: flags, lists of tokens and hashes, and JSONL event lines. Pure functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvatlas/common/events.h"
+#include "kvatlas/common/result.h"
+
+namespace kvatlas::cli {
+
+struct Args {
+  std::string command;                  // the first non-flag argument
+  std::vector<std::string> positional;  // the non-flag arguments after it
+  std::map<std::string, std::string> flags;
+
+  std::optional<std::string> Flag(const std::string& name) const;
+  bool Has(const std::string& name) const { return flags.count(name) > 0; }
+  // kInvalidArgument naming the first flag that is neither global nor in `allowed`.
+  [[nodiscard]] Status CheckFlags(const std::vector<std::string>& allowed) const;
+};
+
+// "--name value", "--name=value", and the switches --json, --conductor and --help (no
+// value), anywhere
+// on the line. kInvalidArgument for a value flag without its value.
+[[nodiscard]] Result<Args> ParseArgs(int argc, const char* const* argv);
+
+// A decimal u32; kInvalidArgument naming `what` otherwise.
+[[nodiscard]] Result<uint32_t> ParseU32(std::string_view text, std::string_view what);
+// "1,2,3" (spaces allowed); kInvalidArgument naming the bad item.
+[[nodiscard]] Result<std::vector<uint32_t>> ParseTokenList(std::string_view text);
+// "h1,h2" with each hash decimal, negative decimal or 0x-hex (as in the REST API).
+[[nodiscard]] Result<std::vector<uint64_t>> ParseHashList(std::string_view text);
+
+// One line of a JSONL event file: an event object, or an array of them. Empty lines give no
+// events. kInvalidArgument with the field path inside the line ("block_size: ...").
+[[nodiscard]] Result<std::vector<BlockEvent>> DecodeEventLine(std::string_view line);
+
+}  // namespace kvatlas::cli

@@ -1,0 +1,135 @@
+/* The kvatlas C ABI: a C interface to kvatlas::Client for schedulers written in C, Rust,
+ * Go or Python (ctypes/cffi). Opaque handles and plain structs only; no C++ type or
+ * exception crosses it. Every function that can fail returns a kvatlas_code and, when
+ * `err` is not NULL, stores a kvatlas_error the caller frees with kvatlas_error_free.
+ *
+ * Thread-safety: a kvatlas_client may be used from many threads at once (calls pipeline
+ * over its connections), except kvatlas_close, which must not race with other calls on the
+ * same handle. Results are owned by the caller until freed. */
+#ifndef KVATLAS_CLIENT_C_API_H_
+#define KVATLAS_CLIENT_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The numbers of status_codes.def (stable, part of the wire protocol). */
+typedef enum kvatlas_code {
+  KVATLAS_OK = 0,
+  KVATLAS_INVALID_ARGUMENT = 1,
+  KVATLAS_NOT_FOUND = 2,
+  KVATLAS_ALREADY_EXISTS = 3,
+  KVATLAS_FAILED_PRECONDITION = 4,
+  KVATLAS_NOT_LEADER = 5,
+  KVATLAS_UNAVAILABLE = 6, /* no connection or connection lost: safe to retry reads */
+  KVATLAS_DEADLINE_EXCEEDED = 7,
+  KVATLAS_RESOURCE_EXHAUSTED = 8,
+  KVATLAS_CORRUPTION = 9,
+  KVATLAS_IO_ERROR = 10,
+  KVATLAS_INTERNAL = 11,
+  KVATLAS_PAYLOAD_TOO_LARGE = 12
+} kvatlas_code;
+
+typedef struct kvatlas_client kvatlas_client; /* opaque */
+typedef struct kvatlas_error kvatlas_error;   /* opaque */
+
+/* The error's code and message ("field: problem"). The message lives as long as `err`. */
+kvatlas_code kvatlas_error_code(const kvatlas_error* err);
+const char* kvatlas_error_message(const kvatlas_error* err);
+void kvatlas_error_free(kvatlas_error* err); /* NULL is a no-op */
+/* "invalid_argument", "unavailable", ...; "unknown" for other values. Static storage. */
+const char* kvatlas_code_name(kvatlas_code code);
+
+/* Connects to `endpoints`, a comma-separated list of "host:port" (tried in order).
+ * `timeout_ms` (> 0) bounds each connect attempt and is every call's deadline.
+ * On success *out is a handle to release with kvatlas_close. Returns
+ * KVATLAS_INVALID_ARGUMENT for a malformed list, KVATLAS_UNAVAILABLE if no endpoint
+ * accepted a connection. */
+kvatlas_code kvatlas_open(const char* endpoints, int64_t timeout_ms, kvatlas_client** out,
+                          kvatlas_error** err);
+/* Fails calls still pending, closes the connections, frees the handle. NULL is a no-op. */
+void kvatlas_close(kvatlas_client* client);
+
+/* A hash namespace. NULL strings take the defaults: tenant "default", no LoRA, no salt.
+ * `model` is required and `block_size` must be > 0. */
+typedef struct kvatlas_context {
+  const char* tenant;
+  const char* model;
+  const char* lora_name;
+  uint32_t block_size;
+  const char* salt;
+} kvatlas_context;
+
+/* One instance's longest cached prefix, in blocks. gpu <= cpu <= disk are cumulative by
+ * tier (GPU, GPU+CPU, GPU+CPU+DISK = longest); cpu_only and disk_only count that medium
+ * alone. Values are the maximum over the instance's dp ranks. */
+typedef struct kvatlas_instance_match {
+  char* instance_id;
+  uint32_t longest;
+  uint32_t gpu;
+  uint32_t cpu;
+  uint32_t disk;
+  uint32_t cpu_only;
+  uint32_t disk_only;
+} kvatlas_instance_match;
+
+/* A shared storage backend holding a prefix; locations[i] is block i's descriptor. */
+typedef struct kvatlas_shared_match {
+  char* backend_id;
+  uint32_t dp_rank;
+  uint32_t blocks;
+  size_t num_locations;
+  char** locations;
+} kvatlas_shared_match;
+
+/* A lookup answer (see POST /v1/lookup in docs/api.md). Instances are ordered by longest
+ * match, descending. Free with kvatlas_free_lookup_result. */
+typedef struct kvatlas_lookup_result {
+  uint64_t revision;
+  uint32_t blocks_queried;
+  uint32_t blocks_found;
+  size_t num_instances;
+  kvatlas_instance_match* instances;
+  size_t num_shared;
+  kvatlas_shared_match* shared;
+} kvatlas_lookup_result;
+
+/* The longest cached prefix of a prompt given as tokens (only complete blocks count) or as
+ * its block keys (standard rolling hashes). On success *out is a result to free with
+ * kvatlas_free_lookup_result. */
+kvatlas_code kvatlas_lookup_tokens(kvatlas_client* client, const kvatlas_context* context,
+                                   const uint32_t* tokens, size_t num_tokens,
+                                   kvatlas_lookup_result** out, kvatlas_error** err);
+kvatlas_code kvatlas_lookup_hashes(kvatlas_client* client, const kvatlas_context* context,
+                                   const uint64_t* hashes, size_t num_hashes,
+                                   kvatlas_lookup_result** out, kvatlas_error** err);
+void kvatlas_free_lookup_result(kvatlas_lookup_result* result); /* NULL is a no-op */
+
+typedef struct kvatlas_ingest_result {
+  uint64_t revision; /* the revision the batch was applied at */
+  uint64_t events;
+  uint64_t blocks;
+} kvatlas_ingest_result;
+
+/* Applies a batch of events given as the JSON body of POST /v1/events (an array of RFC
+ * #1527 events, or {"events": [...]}); `json` need not be NUL-terminated. The batch is
+ * applied atomically or not at all (KVATLAS_INVALID_ARGUMENT names the bad field). */
+kvatlas_code kvatlas_ingest_json(kvatlas_client* client, const char* json, size_t json_len,
+                                 kvatlas_ingest_result* out, kvatlas_error** err);
+
+/* The stats document of GET /v1/stats; *out_json is NUL-terminated, freed with
+ * kvatlas_free_string. */
+kvatlas_code kvatlas_stats_json(kvatlas_client* client, char** out_json, kvatlas_error** err);
+void kvatlas_free_string(char* s); /* NULL is a no-op */
+
+/* A round trip touching no state. */
+kvatlas_code kvatlas_ping(kvatlas_client* client, kvatlas_error** err);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KVATLAS_CLIENT_C_API_H_ */

@@ -1,0 +1,124 @@
+// kvatlas::Client: the embeddable C++ client of the kvatlas binary protocol
+// (docs/protocol.md). One Client keeps a few TCP connections to a server, pipelines
+// concurrent calls over them (answers are matched by request id, in any order), enforces a
+// deadline per call and reconnects after a connection is lost.
+//
+// Thread-safety: every method may be called from any number of threads at once. Calls
+// complete on the client's own I/O thread; the futures they return may be waited on from
+// anywhere. Errors are values: no method throws.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvatlas/common/events.h"
+#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/protocol.h"
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/status.h"
+#include "kvatlas/common/types.h"
+
+namespace kvatlas {
+
+// The payload types of the protocol, under the names a client uses.
+using protocol::BlockCopy;
+using protocol::LocateAnswer;
+using protocol::LocateRequest;
+using protocol::StatsAnswer;
+
+struct ClientOptions {
+  // Servers to connect to, "host:port" or "[v6]:port", tried in order. Each connection
+  // starts at the first endpoint and moves to the next one when a connect attempt fails,
+  // so list the preferred server first.
+  std::vector<std::string> endpoints;
+  // Bound on one TCP connect attempt (resolution included), per endpoint. Short, because a
+  // scheduler would rather fail over to its fallback than wait for a dead host.
+  std::chrono::milliseconds connect_timeout{1000};
+  // Deadline of a call that does not give its own. A call past its deadline fails with
+  // kDeadlineExceeded and a late answer is dropped.
+  std::chrono::milliseconds default_deadline{5000};
+  // TCP connections to keep. One connection pipelines thousands of calls; more only help
+  // when a single connection's I/O becomes the bottleneck.
+  size_t connections = 1;
+  // Calls sent and not yet answered, per connection. Further calls wait in order (under
+  // their deadline) for a slot; this bounds the work one client can queue on a server.
+  size_t max_in_flight = 4096;
+  // After every endpoint failed to connect, calls fail with kUnavailable without a new
+  // attempt for this long; it doubles on each failed round up to reconnect_backoff_max,
+  // so that a client hammering a dead server costs nothing. A connection lost while open
+  // is retried at once by the next call.
+  std::chrono::milliseconds reconnect_backoff_min{20};
+  std::chrono::milliseconds reconnect_backoff_max{1000};
+  // Largest request payload sent (at most protocol::kMaxPayloadBytes). Larger requests fail
+  // with kPayloadTooLarge without being sent, since the server would close the connection
+  // (failing the other calls on it). Match the server's rpc_max_frame_bytes.
+  uint32_t max_request_bytes = protocol::kDefaultMaxPayloadBytes;
+};
+
+class Client {
+ public:
+  // A call's deadline, measured from when the call is made. Zero (the default argument)
+  // means ClientOptions::default_deadline.
+  using Timeout = std::chrono::microseconds;
+
+  // Validates `options` and opens the connections, waiting for each one's first connect
+  // round. Succeeds when at least one connection is up (the others retry on use).
+  // Returns kInvalidArgument for bad options (no endpoints, a malformed endpoint, zero
+  // connections or max_in_flight, non-positive timeouts), kUnavailable when no endpoint
+  // accepted a connection (the message names the endpoint and the reason).
+  [[nodiscard]] static Result<std::unique_ptr<Client>> Connect(ClientOptions options);
+
+  // Fails the calls still pending with kUnavailable, closes the connections and joins the
+  // I/O thread. REQUIRES: no call is being made on this client concurrently.
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Each call comes as XAsync, whose future is always made ready, at the latest at the
+  // call's deadline, and as a blocking X that waits for it. Every call below fails with:
+  //   kDeadlineExceeded  past its deadline (the server may still have executed it);
+  //   kUnavailable       no connection, or the connection was lost before the answer
+  //                      (an ingest may or may not have been applied);
+  //   kPayloadTooLarge   the request is larger than max_request_bytes;
+  //   kCorruption        the server's answer could not be decoded;
+  // or with the Status of the server's error answer (docs/api.md §Errors).
+
+  // Applies a batch of RFC #1527 events atomically (POST /v1/events). Each event is
+  // validated here first (kInvalidArgument naming "events[i].field"). Not idempotent for
+  // removed events after a lost answer; stored events are idempotent.
+  std::future<Result<IngestAnswer>> IngestAsync(std::vector<BlockEvent> events,
+                                                Timeout timeout = {});
+  [[nodiscard]] Result<IngestAnswer> Ingest(std::vector<BlockEvent> events, Timeout timeout = {});
+
+  // The longest cached prefix per instance and tier (POST /v1/lookup). Read-only.
+  std::future<Result<LookupAnswer>> LookupAsync(LookupRequest request, Timeout timeout = {});
+  [[nodiscard]] Result<LookupAnswer> Lookup(LookupRequest request, Timeout timeout = {});
+
+  // Every copy of one block key (GET /v1/blocks/{key}). Read-only.
+  std::future<Result<LocateAnswer>> LocateAsync(LocateRequest request, Timeout timeout = {});
+  [[nodiscard]] Result<LocateAnswer> Locate(LocateRequest request, Timeout timeout = {});
+
+  // The server's statistics as the JSON document of GET /v1/stats. Read-only.
+  std::future<Result<StatsAnswer>> StatsAsync(Timeout timeout = {});
+  [[nodiscard]] Result<StatsAnswer> Stats(Timeout timeout = {});
+
+  // A round trip that touches no state: liveness and latency checks.
+  std::future<Status> PingAsync(Timeout timeout = {});
+  [[nodiscard]] Status Ping(Timeout timeout = {});
+
+  // Connections currently open, of ClientOptions::connections (health reporting, tests).
+  [[nodiscard]] size_t OpenConnections() const;
+
+  class Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvatlas

@@ -1,0 +1,144 @@
+// kvatlas::Client: option checks, payload encoding (on the caller's thread) and answer
+// decoding; the transport is Client::Impl (client_impl.cc).
+#include "kvatlas/client/client.h"
+
+#include <utility>
+
+#include "client/src/client_impl.h"
+#include "client/src/endpoint.h"
+
+namespace kvatlas {
+namespace {
+
+using protocol::MessageType;
+
+// Decodes an answer payload with `decode`, or passes the call's failure on. A payload the
+// codec rejects is the server's fault: kCorruption, whatever code the codec chose.
+template <typename T, typename Decode>
+Result<T> DecodeAnswer(Result<protocol::Frame> frame, Decode decode, const char* what) {
+  if (!frame) return frame.error();
+  Result<T> answer = decode(std::string_view(frame->payload));
+  if (!answer) {
+    return Status::Corruption(std::string("malformed ") + what +
+                              " answer from the server: " + answer.error().message());
+  }
+  return answer;
+}
+
+// Runs `call` with a `done` that fulfils a promise of Result<T> through `decode`.
+template <typename T, typename Decode>
+std::future<Result<T>> CallFor(Client::Impl& impl, MessageType type, std::string_view payload,
+                               Client::Timeout timeout, Decode decode, const char* what) {
+  auto promise = std::make_shared<std::promise<Result<T>>>();
+  std::future<Result<T>> future = promise->get_future();
+  impl.Call(type, payload, timeout, [promise, decode, what](Result<protocol::Frame> frame) {
+    promise->set_value(DecodeAnswer<T>(std::move(frame), decode, what));
+  });
+  return future;
+}
+
+template <typename T>
+std::future<Result<T>> Ready(Status status) {
+  std::promise<Result<T>> promise;
+  promise.set_value(std::move(status));
+  return promise.get_future();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  if (options.endpoints.empty()) {
+    return Status::InvalidArgument("ClientOptions.endpoints: at least one endpoint is needed");
+  }
+  if (options.connections == 0) {
+    return Status::InvalidArgument("ClientOptions.connections: must be at least 1");
+  }
+  if (options.max_in_flight == 0) {
+    return Status::InvalidArgument("ClientOptions.max_in_flight: must be at least 1");
+  }
+  if (options.connect_timeout.count() <= 0 || options.default_deadline.count() <= 0) {
+    return Status::InvalidArgument(
+        "ClientOptions: connect_timeout and default_deadline must be positive");
+  }
+  if (options.reconnect_backoff_min.count() < 0 ||
+      options.reconnect_backoff_max < options.reconnect_backoff_min) {
+    return Status::InvalidArgument(
+        "ClientOptions: need 0 <= reconnect_backoff_min <= reconnect_backoff_max");
+  }
+  if (options.max_request_bytes > protocol::kMaxPayloadBytes) {
+    return Status::InvalidArgument("ClientOptions.max_request_bytes: at most " +
+                                   std::to_string(protocol::kMaxPayloadBytes) +
+                                   " (the protocol's frame limit)");
+  }
+  std::vector<client::Endpoint> endpoints;
+  for (const std::string& text : options.endpoints) {
+    KVATLAS_ASSIGN_OR_RETURN(client::Endpoint endpoint, client::ParseEndpoint(text));
+    endpoints.push_back(std::move(endpoint));
+  }
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(endpoints));
+  KVATLAS_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+std::future<Result<IngestAnswer>> Client::IngestAsync(std::vector<BlockEvent> events,
+                                                      Timeout timeout) {
+  for (size_t i = 0; i < events.size(); ++i) {
+    Status valid = ValidateBlockEvent(events[i], "events[" + std::to_string(i) + "]");
+    if (!valid.ok()) return Ready<IngestAnswer>(std::move(valid));
+  }
+  const std::string payload =
+      protocol::EncodeIngestRequest(protocol::IngestRequest{std::move(events)});
+  return CallFor<IngestAnswer>(*impl_, MessageType::kIngest, payload, timeout,
+                               protocol::DecodeIngestAnswerBinary, "ingest");
+}
+
+Result<IngestAnswer> Client::Ingest(std::vector<BlockEvent> events, Timeout timeout) {
+  return IngestAsync(std::move(events), timeout).get();
+}
+
+std::future<Result<LookupAnswer>> Client::LookupAsync(LookupRequest request, Timeout timeout) {
+  if (request.context.model.empty() || request.context.block_size == 0) {
+    return Ready<LookupAnswer>(Status::InvalidArgument(
+        "lookup: the context needs a model name and a positive block_size"));
+  }
+  return CallFor<LookupAnswer>(*impl_, MessageType::kLookup,
+                               protocol::EncodeLookupRequestBinary(request), timeout,
+                               protocol::DecodeLookupAnswerBinary, "lookup");
+}
+
+Result<LookupAnswer> Client::Lookup(LookupRequest request, Timeout timeout) {
+  return LookupAsync(std::move(request), timeout).get();
+}
+
+std::future<Result<LocateAnswer>> Client::LocateAsync(LocateRequest request, Timeout timeout) {
+  return CallFor<LocateAnswer>(*impl_, MessageType::kLocate, protocol::EncodeLocateRequest(request),
+                               timeout, protocol::DecodeLocateAnswer, "locate");
+}
+
+Result<LocateAnswer> Client::Locate(LocateRequest request, Timeout timeout) {
+  return LocateAsync(std::move(request), timeout).get();
+}
+
+std::future<Result<StatsAnswer>> Client::StatsAsync(Timeout timeout) {
+  return CallFor<StatsAnswer>(*impl_, MessageType::kStats, {}, timeout, protocol::DecodeStatsAnswer,
+                              "stats");
+}
+
+Result<StatsAnswer> Client::Stats(Timeout timeout) { return StatsAsync(timeout).get(); }
+
+std::future<Status> Client::PingAsync(Timeout timeout) {
+  auto promise = std::make_shared<std::promise<Status>>();
+  std::future<Status> future = promise->get_future();
+  impl_->Call(MessageType::kPing, {}, timeout,
+              [promise](Result<protocol::Frame> frame) { promise->set_value(frame.status()); });
+  return future;
+}
+
+Status Client::Ping(Timeout timeout) { return PingAsync(timeout).get(); }
+
+size_t Client::OpenConnections() const { return impl_->OpenConnections(); }
+
+}  // namespace kvatlas

@@ -1,0 +1,370 @@
+#include "client/src/client_impl.h"
+
+#include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <future>
+
+namespace kvatlas {
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+constexpr size_t kReadChunkBytes = 64 * 1024;
+
+Status Unavailable(std::string what) { return Status::Unavailable(std::move(what)); }
+
+}  // namespace
+
+Client::Impl::Impl(ClientOptions options, std::vector<client::Endpoint> endpoints)
+    : options_(std::move(options)), endpoints_(std::move(endpoints)), work_(io_.get_executor()) {
+  for (size_t i = 0; i < options_.connections; ++i) {
+    auto conn = std::make_unique<Connection>(io_);
+    conn->backoff = options_.reconnect_backoff_min;
+    connections_.push_back(std::move(conn));
+  }
+}
+
+Client::Impl::~Impl() {
+  if (thread_.joinable()) {
+    asio::post(io_, [this] { Shutdown(); });
+    work_.reset();
+    thread_.join();
+  }
+}
+
+Status Client::Impl::Start() {
+  try {
+    thread_ = std::thread([this] { io_.run(); });
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("cannot start the client I/O thread: ") + e.what());
+  }
+  // One promise per connection, fulfilled when its first connect round ends.
+  std::vector<std::promise<Status>> rounds(connections_.size());
+  std::vector<std::future<Status>> results;
+  for (auto& p : rounds) results.push_back(p.get_future());
+  asio::post(io_, [this, &rounds] {
+    for (size_t c = 0; c < connections_.size(); ++c) {
+      connections_[c]->on_round_done.push_back(
+          [&rounds, c](const Status& s) { rounds[c].set_value(s); });
+      StartConnectRound(c);
+    }
+  });
+  Status last;
+  bool any_open = false;
+  for (auto& f : results) {
+    Status s = f.get();
+    if (s.ok()) {
+      any_open = true;
+    } else {
+      last = std::move(s);
+    }
+  }
+  return any_open ? Status::Ok() : last;
+}
+
+void Client::Impl::Call(protocol::MessageType type, std::string_view payload,
+                        Client::Timeout timeout, Done done) {
+  const auto now = Clock::now();
+  auto call = std::make_unique<PendingCall>();
+  call->type = type;
+  call->done = std::move(done);
+  call->deadline =
+      now + (timeout.count() > 0
+                 ? std::chrono::duration_cast<Clock::duration>(timeout)
+                 : std::chrono::duration_cast<Clock::duration>(options_.default_deadline));
+  if (payload.size() > options_.max_request_bytes) {
+    call->done(Status::PayloadTooLarge("request payload of " + std::to_string(payload.size()) +
+                                       " bytes is over max_request_bytes (" +
+                                       std::to_string(options_.max_request_bytes) + ")"));
+    return;
+  }
+  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  protocol::FrameHeader header;
+  header.type = type;
+  header.request_id = id;
+  protocol::AppendFrame(header, payload, &call->frame);
+  asio::post(io_, [this, id, c = std::move(call)]() mutable { Submit(id, std::move(c)); });
+}
+
+void Client::Impl::Submit(uint64_t id, std::unique_ptr<PendingCall> call) {
+  if (shut_down_) {
+    call->done(Unavailable("the client is closing"));
+    return;
+  }
+  if (Clock::now() >= call->deadline) {
+    call->done(Status(StatusCode::kDeadlineExceeded, "deadline exceeded before the call was sent"));
+    return;
+  }
+  call->timer = std::make_unique<asio::steady_timer>(io_, call->deadline);
+  call->timer->async_wait([this, id](const error_code& ec) {
+    if (ec) return;  // cancelled: the call completed first
+    Complete(id, Status(StatusCode::kDeadlineExceeded, "deadline exceeded waiting for the answer"));
+  });
+  const size_t c = PickConnection();
+  call->connection = c;
+  calls_.emplace(id, std::move(call));
+  connections_[c]->waiting.push_back(id);
+  Pump(c);
+}
+
+// Round robin over open connections; a closed one only when none is open (its next use
+// starts a connect round).
+size_t Client::Impl::PickConnection() {
+  const size_t n = connections_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const size_t c = (next_connection_ + i) % n;
+    if (connections_[c]->state == Connection::State::kOpen) {
+      next_connection_ = c + 1;
+      return c;
+    }
+  }
+  return next_connection_++ % n;
+}
+
+void Client::Impl::Complete(uint64_t id, Result<protocol::Frame> result) {
+  const auto it = calls_.find(id);
+  if (it == calls_.end()) return;  // already completed (e.g. an answer after the deadline)
+  std::unique_ptr<PendingCall> call = std::move(it->second);
+  calls_.erase(it);
+  if (call->timer) call->timer->cancel();
+  Connection& conn = *connections_[call->connection];
+  const bool had_slot = conn.in_flight.erase(id) > 0;
+  call->done(std::move(result));
+  // A freed slot lets a waiting call go; a call that expired while waiting leaves its id in
+  // `waiting`, where Pump skips it.
+  if (had_slot && !conn.waiting.empty()) Pump(call->connection);
+}
+
+void Client::Impl::Pump(size_t c) {
+  Connection& conn = *connections_[c];
+  if (shut_down_) {
+    FailWaiting(c, Unavailable("the client is closing"));
+    return;
+  }
+  switch (conn.state) {
+    case Connection::State::kConnecting:
+      return;
+    case Connection::State::kIdle:
+      if (Clock::now() < conn.retry_after) {
+        FailWaiting(c, Unavailable("not connected (" + conn.last_error.ToString() +
+                                   "); the next connect attempt is backing off"));
+      } else {
+        StartConnectRound(c);
+      }
+      return;
+    case Connection::State::kOpen:
+      break;
+  }
+  while (!conn.waiting.empty() && conn.in_flight.size() < options_.max_in_flight) {
+    const uint64_t id = conn.waiting.front();
+    conn.waiting.pop_front();
+    const auto it = calls_.find(id);
+    if (it == calls_.end()) continue;
+    conn.out.append(it->second->frame);
+    it->second->frame = std::string();
+    conn.in_flight.insert(id);
+  }
+  StartWrite(c);
+}
+
+void Client::Impl::StartConnectRound(size_t c) {
+  Connection& conn = *connections_[c];
+  conn.state = Connection::State::kConnecting;
+  conn.attempts_left = endpoints_.size();
+  TryEndpoint(c);
+}
+
+void Client::Impl::TryEndpoint(size_t c) {
+  Connection& conn = *connections_[c];
+  const uint64_t gen = ++conn.generation;
+  conn.socket = Tcp::socket(io_);
+  const client::Endpoint& endpoint = endpoints_[conn.endpoint];
+  // Numeric hosts (the common case) resolve without a lookup; names block this thread for
+  // the resolver's duration, which the connect deadline below cannot bound.
+  error_code ec;
+  auto resolved = Tcp::resolver(io_).resolve(endpoint.host, std::to_string(endpoint.port), ec);
+  if (ec) {
+    OnConnectFailed(c, gen,
+                    Unavailable("cannot resolve " + endpoint.ToString() + ": " + ec.message()));
+    return;
+  }
+  conn.connect_timer.expires_after(options_.connect_timeout);
+  conn.connect_timer.async_wait([this, c, gen](const error_code& timer_ec) {
+    Connection& k = *connections_[c];
+    if (timer_ec || k.generation != gen || k.state != Connection::State::kConnecting) return;
+    error_code ignored;
+    k.socket.close(ignored);  // the connect completes with operation_aborted
+  });
+  asio::async_connect(
+      conn.socket, resolved, [this, c, gen](const error_code& connect_ec, const Tcp::endpoint&) {
+        Connection& k = *connections_[c];
+        if (k.generation != gen) return;
+        k.connect_timer.cancel();
+        if (connect_ec) {
+          const std::string why =
+              connect_ec == asio::error::operation_aborted ? "timed out" : connect_ec.message();
+          OnConnectFailed(
+              c, gen,
+              Unavailable("cannot connect to " + endpoints_[k.endpoint].ToString() + ": " + why));
+          return;
+        }
+        OnConnected(c);
+      });
+}
+
+void Client::Impl::OnConnectFailed(size_t c, uint64_t generation, const Status& error) {
+  Connection& conn = *connections_[c];
+  if (conn.generation != generation) return;
+  conn.last_error = error;
+  conn.endpoint = (conn.endpoint + 1) % endpoints_.size();
+  if (--conn.attempts_left > 0 && !shut_down_) {
+    TryEndpoint(c);
+    return;
+  }
+  conn.state = Connection::State::kIdle;
+  ++conn.generation;
+  error_code ignored;
+  conn.socket.close(ignored);
+  conn.retry_after = Clock::now() + conn.backoff;
+  conn.backoff = std::min<Clock::duration>(conn.backoff * 2, options_.reconnect_backoff_max);
+  FailWaiting(c, error);
+  for (auto& f : std::exchange(conn.on_round_done, {})) f(error);
+}
+
+void Client::Impl::OnConnected(size_t c) {
+  Connection& conn = *connections_[c];
+  error_code ignored;
+  // Requests are small and latency-bound: never wait for a delayed ACK.
+  conn.socket.set_option(Tcp::no_delay(true), ignored);
+  conn.state = Connection::State::kOpen;
+  conn.backoff = options_.reconnect_backoff_min;
+  conn.decoder = protocol::FrameDecoder(protocol::kMaxPayloadBytes);
+  conn.out.clear();
+  conn.writing = false;
+  open_connections_.fetch_add(1, std::memory_order_relaxed);
+  for (auto& f : std::exchange(conn.on_round_done, {})) f(Status::Ok());
+  StartRead(c);
+  Pump(c);
+}
+
+void Client::Impl::StartRead(size_t c) {
+  Connection& conn = *connections_[c];
+  const uint64_t gen = conn.generation;
+  // The buffer belongs to the operation, so a handler finishing after a reconnect never
+  // touches the new socket's state.
+  auto buffer = std::make_shared<std::vector<char>>(kReadChunkBytes);
+  conn.socket.async_read_some(
+      asio::buffer(*buffer), [this, c, gen, buffer](const error_code& ec, size_t n) {
+        Connection& k = *connections_[c];
+        if (k.generation != gen) return;
+        if (ec) {
+          Close(c, Unavailable(ec == asio::error::eof ? "the server closed the connection"
+                                                      : "connection lost: " + ec.message()));
+          return;
+        }
+        OnBytes(c, buffer->data(), n);
+        if (k.generation == gen) StartRead(c);
+      });
+}
+
+void Client::Impl::OnBytes(size_t c, const char* data, size_t size) {
+  Connection& conn = *connections_[c];
+  conn.decoder.Feed(std::string_view(data, size));
+  while (true) {
+    Result<std::optional<protocol::Frame>> next = conn.decoder.Next();
+    if (!next) {
+      Close(c, Unavailable("malformed frame from the server: " + next.error().ToString()));
+      return;
+    }
+    if (!next->has_value()) return;
+    protocol::Frame frame = std::move(**next);
+    const uint64_t id = frame.header.request_id;
+    const auto it = calls_.find(id);
+    if (it == calls_.end() || it->second->connection != c) continue;  // late: deadline passed
+    if (frame.header.status != StatusCode::kOk) {
+      Complete(id, protocol::DecodeErrorPayload(frame.header.status, frame.payload));
+    } else if (!frame.header.is_response() || frame.header.type != it->second->type) {
+      Complete(id, Status::Corruption("the server answered a request of type " +
+                                      std::to_string(static_cast<int>(it->second->type)) +
+                                      " with a frame of type " +
+                                      std::to_string(static_cast<int>(frame.header.type))));
+    } else {
+      Complete(id, std::move(frame));
+    }
+  }
+}
+
+void Client::Impl::StartWrite(size_t c) {
+  Connection& conn = *connections_[c];
+  if (conn.writing || conn.out.empty()) return;
+  conn.writing = true;
+  const uint64_t gen = conn.generation;
+  // Frames queued while this write is in progress accumulate in `out` and go in one write.
+  auto buffer = std::make_shared<std::string>(std::move(conn.out));
+  conn.out = std::string();
+  asio::async_write(conn.socket, asio::buffer(*buffer),
+                    [this, c, gen, buffer](const error_code& ec, size_t) {
+                      Connection& k = *connections_[c];
+                      if (k.generation != gen) return;
+                      k.writing = false;
+                      if (ec) {
+                        Close(c, Unavailable("connection lost while sending: " + ec.message()));
+                        return;
+                      }
+                      StartWrite(c);
+                    });
+}
+
+void Client::Impl::Close(size_t c, const Status& reason) {
+  Connection& conn = *connections_[c];
+  if (conn.state != Connection::State::kOpen) return;
+  ++conn.generation;
+  error_code ignored;
+  conn.socket.close(ignored);
+  conn.state = Connection::State::kIdle;
+  conn.last_error = reason;
+  // The server went away: the next call reconnects at once (backoff only after a round
+  // in which no endpoint answered).
+  conn.retry_after = Clock::now();
+  conn.out.clear();
+  conn.writing = false;
+  open_connections_.fetch_sub(1, std::memory_order_relaxed);
+  const std::vector<uint64_t> lost(conn.in_flight.begin(), conn.in_flight.end());
+  conn.in_flight.clear();
+  for (const uint64_t id : lost) Complete(id, reason);
+  // Calls not written yet were never seen by the server: they may go on a new connection.
+  if (!conn.waiting.empty() && !shut_down_) Pump(c);
+}
+
+void Client::Impl::FailWaiting(size_t c, const Status& reason) {
+  Connection& conn = *connections_[c];
+  while (!conn.waiting.empty()) {
+    const uint64_t id = conn.waiting.front();
+    conn.waiting.pop_front();
+    Complete(id, reason);
+  }
+}
+
+void Client::Impl::Shutdown() {
+  shut_down_ = true;
+  const Status closing = Unavailable("the client is closing");
+  for (size_t c = 0; c < connections_.size(); ++c) {
+    Connection& conn = *connections_[c];
+    Close(c, closing);
+    ++conn.generation;
+    conn.state = Connection::State::kIdle;
+    error_code ignored;
+    conn.socket.close(ignored);
+    conn.connect_timer.cancel();
+    FailWaiting(c, closing);
+  }
+  std::vector<uint64_t> rest;
+  for (const auto& [id, call] : calls_) rest.push_back(id);
+  for (const uint64_t id : rest) Complete(id, closing);
+  io_.stop();  // handlers still queued only hold buffers and check generations
+}
+
+}  // namespace kvatlas

@@ -1,0 +1,158 @@
+// The C ABI test program (c_api_test.c) and the kvatlas CLI, run as processes against the
+// real server binary.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+
+#include "tests/integration/rest_helpers.h"
+#include "tests/integration/server_process.h"
+#include "tests/support/temp_dir.h"
+
+namespace kvatlas::testing {
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr, interleaved
+};
+
+// Runs `args` through the shell (each argument single-quoted), with stdin from `input`
+// when given.
+Run RunProgram(const std::vector<std::string>& args, const std::string& input = "") {
+  std::string command;
+  for (const std::string& a : args) command += "'" + a + "' ";
+  command += input.empty() ? "</dev/null" : "<'" + input + "'";
+  command += " 2>&1";
+  Run run;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buf;
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) run.output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+std::string RpcEndpoint(const ServerProcess& server) {
+  return server.host() + ":" + std::to_string(server.rpc_port());
+}
+
+std::vector<uint64_t> From(const std::vector<uint64_t>& v, size_t first) {
+  return {v.begin() + static_cast<std::ptrdiff_t>(first), v.end()};
+}
+
+// An endpoint where nothing listens: a server's port after it stopped.
+std::string DeadEndpoint(const TempDir& dir) {
+  ServerProcess server(dir.path() / "dead");
+  const std::string endpoint = RpcEndpoint(server);
+  REQUIRE(server.Terminate() == 0);
+  return endpoint;
+}
+
+TEST_SUITE("Integration.ClientTools") {
+  TEST_CASE("C ABI: the C test program passes against a real server") {
+    TempDir dir;
+    const std::string dead = DeadEndpoint(dir);
+    ServerProcess server(dir.path() / "data");
+    const Run run = RunProgram({KVATLAS_C_API_TEST, RpcEndpoint(server), dead});
+    CHECK_MESSAGE(run.exit_code == 0, run.output);
+    CHECK(run.output.find("c_api_test: ok") != std::string::npos);
+  }
+
+  TEST_CASE("CLI: ingest, lookup (table and REST-shaped JSON), blocks, stats, ping") {
+    TempDir dir;
+    ServerProcess server(dir.path() / "data");
+    const std::string cli = KVATLAS_CLI;
+    const std::string at = RpcEndpoint(server);
+    const std::vector<uint32_t> prompt = Tokens(1, 12);
+    {
+      std::ofstream events(dir.path() / "events.jsonl");
+      events << json{{"event_type", "stored"},   {"model_name", "llama"}, {"block_size", 4},
+                     {"backend_id", "engine-a"}, {"medium", "gpu"},       {"token_ids", prompt}}
+                    .dump()
+             << "\n\n"
+             << json::array({json{{"event_type", "stored"},
+                                  {"model_name", "llama"},
+                                  {"block_size", 4},
+                                  {"backend_id", "engine-b"},
+                                  {"medium", "cpu"},
+                                  {"seq_hashes", From(ReferenceSeqHashes(prompt, 4), 1)}}})
+                    .dump()
+             << "\n";
+    }
+    Run ingest =
+        RunProgram({cli, "--server", at, "ingest", (dir.path() / "events.jsonl").string()});
+    CHECK_MESSAGE(ingest.exit_code == 0, ingest.output);
+    CHECK(ingest.output.find("ingested 2 events, 5 blocks") != std::string::npos);
+
+    // From stdin ("-"), through KVATLAS_SERVER.
+    setenv("KVATLAS_SERVER", at.c_str(), 1);
+    Run from_stdin = RunProgram({cli, "ingest", "-"}, (dir.path() / "events.jsonl").string());
+    unsetenv("KVATLAS_SERVER");
+    CHECK_MESSAGE(from_stdin.exit_code == 0, from_stdin.output);
+
+    const std::string tokens = "1,2,3,4,5,6,7,8,9,10,11,12";
+    Run table = RunProgram({cli, "--server", at, "lookup", "--model", "llama", "--block-size", "4",
+                            "--tokens", tokens});
+    CHECK_MESSAGE(table.exit_code == 0, table.output);
+    CHECK(table.output.find("3 of 3 blocks found") != std::string::npos);
+    CHECK(table.output.find("engine-a") != std::string::npos);
+
+    Run as_json = RunProgram({cli, "--server", at, "lookup", "--model", "llama", "--block-size",
+                              "4", "--tokens", tokens, "--json"});
+    REQUIRE_MESSAGE(as_json.exit_code == 0, as_json.output);
+    httplib::Client rest = server.Client();
+    Answer via_rest = Post(rest, "/v1/lookup",
+                           json{{"model_name", "llama"}, {"block_size", 4}, {"token_ids", prompt}});
+    CHECK(json::parse(as_json.output) == via_rest.body);
+
+    Run conductor = RunProgram({cli, "--server", at, "lookup", "--model", "llama", "--block-size",
+                                "4", "--tokens", tokens, "--conductor"});
+    REQUIRE_MESSAGE(conductor.exit_code == 0, conductor.output);
+    Answer query =
+        Post(rest, "/query", json{{"model", "llama"}, {"block_size", 4}, {"token_ids", prompt}});
+    CHECK(json::parse(conductor.output) == query.body);
+
+    const uint64_t key = ReferenceSeqHashes(prompt, 4)[1];
+    Run blocks = RunProgram({cli, "--server", at, "blocks", Hex(key), "--json"});
+    REQUIRE_MESSAGE(blocks.exit_code == 0, blocks.output);
+    CHECK(json::parse(blocks.output) == Get(rest, "/v1/blocks/" + std::to_string(key)).body);
+
+    Run stats = RunProgram({cli, "--server", at, "stats"});
+    REQUIRE_MESSAGE(stats.exit_code == 0, stats.output);
+    CHECK(json::parse(stats.output)["index"]["blocks"] == 3);
+    CHECK(RunProgram({cli, "--server", at, "ping"}).output.find("pong") != std::string::npos);
+
+    // A bad line stops the ingest with its file:line and the field.
+    {
+      std::ofstream bad(dir.path() / "bad.jsonl");
+      bad << R"({"event_type": "stored", "model_name": "m", "block_size": 0})"
+          << "\n";
+    }
+    Run rejected = RunProgram({cli, "--server", at, "ingest", (dir.path() / "bad.jsonl").string()});
+    CHECK(rejected.exit_code == 1);
+    CHECK(rejected.output.find("bad.jsonl:1: block_size") != std::string::npos);
+  }
+
+  TEST_CASE("CLI: an unreachable server and a bad command line are clear errors") {
+    TempDir dir;
+    const std::string dead = DeadEndpoint(dir);
+    const std::string cli = KVATLAS_CLI;
+    Run down = RunProgram({cli, "--server", dead, "stats"});
+    CHECK(down.exit_code == 1);
+    CHECK(down.output.find("cannot reach a kvatlas server at " + dead) != std::string::npos);
+
+    Run usage = RunProgram({cli, "--server", dead, "lookup", "--model", "llama"});
+    CHECK(usage.exit_code == 2);
+    CHECK(usage.output.find("--block-size is required") != std::string::npos);
+    CHECK(RunProgram({cli, "frobnicate"}).exit_code == 2);
+    CHECK(RunProgram({cli, "--help"}).exit_code == 0);
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas::testing
