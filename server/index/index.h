@@ -58,15 +58,7 @@ struct LookupResult {
   std::vector<HolderMatch> holders;
 };
 
-struct BlockLocation {
-  ContextKey context;
-  HolderKey holder;
-  Tier tier = Tier::kGpu;
-  uint32_t depth = 0;
-  uint32_t refcount = 0;
-  uint64_t engine_hash = 0;
-  std::string location;
-};
+using BlockLocation = BlockCopy;
 
 struct HolderInfo {
   uint32_t id = 0;

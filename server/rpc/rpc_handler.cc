@@ -40,12 +40,7 @@ protocol::LocateAnswer Locate(const ApiServices& api, const protocol::LocateRequ
   });
   protocol::LocateAnswer answer;
   answer.revision = revision;
-  answer.copies.reserve(copies.size());
-  for (BlockLocation& copy : copies) {
-    answer.copies.push_back(protocol::BlockCopy{std::move(copy.context), std::move(copy.holder),
-                                                copy.tier, copy.depth, copy.refcount,
-                                                copy.engine_hash, std::move(copy.location)});
-  }
+  answer.copies = std::move(copies);
   return answer;
 }
 

@@ -140,16 +140,7 @@ struct LocateRequest {
   std::optional<ContextKey> context;
   friend bool operator==(const LocateRequest&, const LocateRequest&) = default;
 };
-struct BlockCopy {
-  ContextKey context;
-  HolderKey holder;
-  Tier tier = Tier::kGpu;
-  uint32_t depth = 0;
-  uint32_t refcount = 0;
-  uint64_t engine_hash = 0;
-  std::string location;
-  friend bool operator==(const BlockCopy&, const BlockCopy&) = default;
-};
+using BlockCopy = ::kvatlas::BlockCopy;  // types.h
 struct LocateAnswer {
   Revision revision = 0;
   std::vector<BlockCopy> copies;

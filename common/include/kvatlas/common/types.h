@@ -55,6 +55,21 @@ struct HolderKey {
   std::string ToString() const;  // "id|rank"
 };
 
+// One copy of a block: where it is held, in which tier, and what the holder said of it.
+// The answer to "where is block K?" on every interface (Index::Locate, GET /v1/blocks,
+// the binary kLocate answer).
+struct BlockCopy {
+  ContextKey context;
+  HolderKey holder;
+  Tier tier = Tier::kGpu;
+  uint32_t depth = 0;     // position from block 0
+  uint32_t refcount = 0;  // duplicate stores of this copy not yet removed
+  uint64_t engine_hash = 0;
+  std::string location;  // storage-tier descriptor; empty when none was recorded
+
+  friend bool operator==(const BlockCopy&, const BlockCopy&) = default;
+};
+
 struct ContextKeyHash {
   size_t operator()(const ContextKey& k) const;
 };
