@@ -28,15 +28,6 @@ class InFlight {
   Metrics* metrics_;
 };
 
-Result<Revision> SubmitAndWait(const ApiServices& api, CommandBatch batch) {
-  InFlight in_flight(api.metrics);
-  std::future<Result<Revision>> done = api.applier->Submit(std::move(batch));
-  if (done.wait_for(api.options.apply_timeout) != std::future_status::ready) {
-    return ApplyDeadlineExceeded(api);
-  }
-  return done.get();
-}
-
 Result<HttpReply> HandleEvents(const ApiServices& api, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(std::vector<BlockEvent> events, DecodeEventBatch(request.http.body));
   const EventConverter converter(&api.machine->hasher(), api.options.converter);
@@ -51,6 +42,15 @@ Result<HttpReply> HandleEvents(const ApiServices& api, const RouteRequest& reque
 }
 
 }  // namespace
+
+Result<Revision> SubmitAndWait(const ApiServices& api, CommandBatch batch) {
+  InFlight in_flight(api.metrics);
+  std::future<Result<Revision>> done = api.applier->Submit(std::move(batch));
+  if (done.wait_for(api.options.apply_timeout) != std::future_status::ready) {
+    return ApplyDeadlineExceeded(api);
+  }
+  return done.get();
+}
 
 Status ApplyDeadlineExceeded(const ApiServices& api) {
   return Status(StatusCode::kDeadlineExceeded,

@@ -1,5 +1,6 @@
 // Operations routes: GET /healthz (the process answers), GET /readyz (it can serve: it has
 // recovered and the applier has not failed), GET /metrics (Prometheus text format).
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <tuple>
 #include <utility>
@@ -43,6 +44,12 @@ void AddOpsRoutes(const ApiServices* api, Router* router) {
   router->Add({"GET", "/metrics", false, [api](const RouteRequest&) -> Result<HttpReply> {
                  HttpReply reply;
                  reply.body = api->metrics->Render(ReadGauges(*api));
+                 if (api->zmq != nullptr) {
+                   const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count();
+                   reply.body += RenderStreamMetrics(api->zmq->Streams(), now);
+                 }
                  reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
                  return reply;
                }});
@@ -53,6 +60,7 @@ void AddAllRoutes(const ApiServices* api, Router* router) {
   AddQueryRoutes(api, router);
   AddConductorRoutes(api, router);
   AddOpsRoutes(api, router);
+  AddRegistrationRoutes(api, router);
 }
 
 }  // namespace kvatlas::server

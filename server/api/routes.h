@@ -15,6 +15,7 @@
 #include "server/state/applier.h"
 #include "server/state/state_machine.h"
 #include "server/storage/storage.h"
+#include "server/zmq/zmq_ingest.h"
 
 namespace kvatlas::server {
 
@@ -34,6 +35,7 @@ struct ApiServices {
   Applier* applier = nullptr;
   const Storage* storage = nullptr;  // null for an in-memory server
   Metrics* metrics = nullptr;
+  ZmqIngest* zmq = nullptr;  // null when ZMQ ingest is not running (tests)
   ApiOptions options;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
@@ -45,6 +47,11 @@ void AddIngestRoutes(const ApiServices* api, Router* router);
 void AddQueryRoutes(const ApiServices* api, Router* router);
 void AddConductorRoutes(const ApiServices* api, Router* router);
 void AddOpsRoutes(const ApiServices* api, Router* router);
+void AddRegistrationRoutes(const ApiServices* api, Router* router);
+
+// Submits `batch` to the applier and waits up to options.apply_timeout for its revision.
+// Shared by the write routes.
+[[nodiscard]] Result<Revision> SubmitAndWait(const ApiServices& api, CommandBatch batch);
 
 // Index stats and the revision they reflect (read together under the read lock), apply
 // counters, storage size, applier health and uptime: /v1/stats and /metrics.

@@ -30,6 +30,9 @@ void Index::Apply(const Command& command, uint64_t seed, MutationList* out) {
                  [&](const StoreCommand& c) { impl_->ApplyStore(c, seed, out); },
                  [&](const RemoveCommand& c) { impl_->ApplyRemove(c, out); },
                  [&](const ClearCommand& c) { impl_->ApplyClear(c, out); },
+                 // Registry commands are the StateMachine's; they never reach the Index.
+                 [](const RegisterCommand&) {},
+                 [](const UnregisterCommand&) {},
              },
              command);
 }
@@ -299,7 +302,26 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
   // children resolve through aliases) even though a lookup from the root cannot reach them.
   std::vector<uint64_t> chained;
   std::span<const uint64_t> keys = c.hashes;
-  if (c.mode == KeyMode::kLocal) {
+  std::span<const uint64_t> engine_hashes = c.engine_hashes;
+  std::span<const std::string> locations = c.locations;
+  std::vector<uint64_t> resolved_engine_hashes;
+  std::vector<std::string> resolved_locations;
+  if (c.mode == KeyMode::kAlias) {
+    // Copies of blocks this holder announced before (offloads to another tier): each hash
+    // names its block through the holder's alias, or is a block key. Without tokens an
+    // unknown hash cannot be placed, so it is skipped.
+    for (size_t i = 0; i < c.hashes.size(); ++i) {
+      uint32_t b = FindAlias(context, holder, c.hashes[i]);
+      if (b == kNil) b = FindBlock(context, c.hashes[i]);
+      if (b == kNil) continue;
+      chained.push_back(blocks_[b].key);
+      resolved_engine_hashes.push_back(c.hashes[i]);
+      if (!c.locations.empty()) resolved_locations.push_back(c.locations[i]);
+    }
+    keys = chained;
+    engine_hashes = resolved_engine_hashes;
+    locations = resolved_locations;
+  } else if (c.mode == KeyMode::kLocal) {
     std::optional<uint64_t> parent_key;
     if (parent_block != kNil) {
       parent_key = uint64_t{blocks_[parent_block].key};  // a copy: BlockRec is packed
@@ -317,8 +339,8 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i + kSlotAhead < keys.size()) forward_.Prefetch(ForwardKey(context, keys[i + kSlotAhead]));
     const uint64_t key = keys[i];
-    const uint64_t engine_hash = c.engine_hashes.empty() ? key : c.engine_hashes[i];
-    std::string location = c.locations.empty() ? std::string() : c.locations[i];
+    const uint64_t engine_hash = engine_hashes.empty() ? key : engine_hashes[i];
+    std::string location = locations.empty() ? std::string() : locations[i];
     uint32_t b = FindBlock(context, key);
     if (b == kNil) {
       b = CreateBlock(context, key, depth + static_cast<uint32_t>(i));

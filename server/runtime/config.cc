@@ -12,6 +12,7 @@
 #include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/log.h"
 #include "kvatlas/common/protocol.h"
+#include "server/api/registration_json.h"
 
 namespace kvatlas::server {
 namespace {
@@ -77,7 +78,96 @@ const Field kFields[] = {
      "write batches queued for the applier (else 429)"},
     {"applier_max_group_batches", &Config::applier_max_group_batches, 1, 1'000'000,
      "batches per group commit"},
+    {"zmq_listen", &Config::zmq_listen, 0, 0,
+     "bind a ZMQ SUB socket for engines that connect (e.g. tcp://*:5557); empty = none"},
+    {"zmq_listen_model", &Config::zmq_listen_model, 0, 0,
+     "model of zmq_listen streams whose topic does not name one"},
+    {"zmq_listen_block_size", &Config::zmq_listen_block_size, 1,
+     std::numeric_limits<uint32_t>::max(), "block size (tokens) of zmq_listen streams"},
+    {"zmq_max_concurrent_replays", &Config::zmq_max_concurrent_replays, 1, 1024,
+     "engine replays running at once"},
+    {"zmq_replay_timeout_ms", &Config::zmq_replay_timeout_ms, 1, kMaxMillis,
+     "abandon a replay silent this long"},
+    {"zmq_replay_cooldown_ms", &Config::zmq_replay_cooldown_ms, 0, kMaxMillis,
+     "no replays on a stream this long after one failed"},
+    {"zmq_receive_hwm", &Config::zmq_receive_hwm, 1, 10'000'000,
+     "ZMQ SUB receive high-water mark (messages)"},
 };
+
+// Keys whose values are lists of objects (config file only, no flag).
+constexpr std::string_view kPublishersKey = "publishers";
+constexpr std::string_view kListenersKey = "zmq_listeners";
+
+Result<ZmqListenerConfig> ListenerFromJson(const json& value, const std::string& path) {
+  auto invalid = [&](const std::string& what) {
+    return Status::InvalidArgument(path + ": " + what);
+  };
+  if (!value.is_object()) return invalid("must be an object");
+  ZmqListenerConfig listener;
+  for (const auto& [key, field] : value.items()) {
+    if (key == "block_size") {
+      if (!field.is_number_unsigned() || field.get<uint64_t>() == 0 ||
+          field.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+        return invalid("block_size: must be a positive integer");
+      }
+      listener.block_size = static_cast<uint32_t>(field.get<uint64_t>());
+      continue;
+    }
+    if (!field.is_string()) return invalid(key + ": must be a string");
+    const std::string text = field.get<std::string>();
+    if (key == "bind") {
+      listener.bind = text;
+    } else if (key == "topic") {
+      listener.topic = text;
+    } else if (key == "type") {
+      const std::optional<EngineType> type = ParseEngineType(text);
+      if (!type) return invalid("type: must be \"vLLM\", \"SGLang\" or \"Mooncake\"");
+      listener.type = *type;
+    } else if (key == "modelname") {
+      listener.model = text;
+    } else if (key == "tenant_id") {
+      listener.tenant_id = text.empty() ? "default" : text;
+    } else if (key == "lora_name") {
+      listener.lora_name = text;
+    } else if (key == "additionalsalt") {
+      listener.additional_salt = text;
+    } else {
+      return invalid("unknown key \"" + key + "\"");
+    }
+  }
+  if (Status s = ZmqIngest::ValidateEndpoint(listener.bind, /*for_bind=*/true); !s.ok()) {
+    return invalid("bind: " + s.message());
+  }
+  return listener;
+}
+
+Status SetListFromJson(std::string_view key, const json& value, Config* config) {
+  if (!value.is_array()) {
+    return Status::InvalidArgument(std::string(key) + ": must be an array of objects");
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    const std::string path = std::string(key) + "[" + std::to_string(i) + "]";
+    if (key == kPublishersKey) {
+      KVATLAS_ASSIGN_OR_RETURN(Registration r, RegistrationFromJson(value[i], path));
+      config->publishers.push_back(std::move(r));
+    } else {
+      KVATLAS_ASSIGN_OR_RETURN(ZmqListenerConfig l, ListenerFromJson(value[i], path));
+      config->zmq_listeners.push_back(std::move(l));
+    }
+  }
+  return Status::Ok();
+}
+
+nlohmann::ordered_json ListenerToJson(const ZmqListenerConfig& l) {
+  return {{"bind", l.bind},
+          {"topic", l.topic},
+          {"type", std::string(EngineTypeName(l.type))},
+          {"modelname", l.model},
+          {"tenant_id", l.tenant_id},
+          {"lora_name", l.lora_name},
+          {"block_size", l.block_size},
+          {"additionalsalt", l.additional_salt}};
+}
 
 std::string FlagOf(std::string_view key) {
   std::string flag = "--" + std::string(key);
@@ -207,13 +297,21 @@ Result<Config> LoadConfigFile(const std::string& path, Config base) {
   // A typo must not silently fall back to a default: name every unknown key.
   std::string unknown;
   for (const auto& [key, value] : doc.items()) {
-    if (FindByKey(key) == nullptr) unknown += (unknown.empty() ? "\"" : ", \"") + key + "\"";
+    if (FindByKey(key) == nullptr && key != kPublishersKey && key != kListenersKey)
+      unknown += (unknown.empty() ? "\"" : ", \"") + key + "\"";
   }
   if (!unknown.empty()) {
     return Status::InvalidArgument("config file " + path + ": unknown key(s) " + unknown +
                                    " (see kvatlas-server --help for the known keys)");
   }
   for (const auto& [key, value] : doc.items()) {
+    if (key == kPublishersKey || key == kListenersKey) {
+      // The file's list replaces the base's: lists do not merge.
+      (key == kPublishersKey ? base.publishers.clear() : base.zmq_listeners.clear());
+      KVATLAS_RETURN_IF_ERROR(
+          SetListFromJson(key, value, &base).WithContext("config file " + path));
+      continue;
+    }
     KVATLAS_RETURN_IF_ERROR(
         SetFromJson(*FindByKey(key), value, &base).WithContext("config file " + path));
   }
@@ -233,12 +331,26 @@ Status ValidateConfig(const Config& config) {
       KVATLAS_RETURN_IF_ERROR(CheckRange(field, config.**member));
     }
   }
+  if (!config.zmq_listen.empty()) {
+    KVATLAS_RETURN_IF_ERROR(ZmqIngest::ValidateEndpoint(config.zmq_listen, /*for_bind=*/true)
+                                .WithContext("zmq_listen"));
+  }
   return Status::Ok();
 }
 
 std::string ConfigToJson(const Config& config) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const Field& field : kFields) out[std::string(field.key)] = FieldToJson(field, config);
+  nlohmann::ordered_json publishers = nlohmann::ordered_json::array();
+  for (const Registration& r : config.publishers) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(RegistrationToJson(r).dump());
+    j.erase("key");
+    publishers.push_back(std::move(j));
+  }
+  out[std::string(kPublishersKey)] = std::move(publishers);
+  nlohmann::ordered_json listeners = nlohmann::ordered_json::array();
+  for (const ZmqListenerConfig& l : config.zmq_listeners) listeners.push_back(ListenerToJson(l));
+  out[std::string(kListenersKey)] = std::move(listeners);
   return out.dump(2) + "\n";
 }
 

@@ -9,9 +9,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvatlas/common/block_hasher.h"
 #include "kvatlas/common/result.h"
+#include "server/state/registration.h"
+#include "server/zmq/zmq_ingest.h"
 
 namespace kvatlas::server {
 
@@ -67,6 +70,27 @@ struct Config {
   uint64_t applier_max_queue = 1'024;
   // Batches applied together as one storage write (group commit).
   uint64_t applier_max_group_batches = 256;
+
+  // ZMQ engine events (docs/engine-events.md). A SUB socket kvatlas binds for publishers
+  // that connect to it (vLLM with a non-wildcard endpoint), e.g. "tcp://*:5557"; empty =
+  // none. Streams on it are named by topic ("kv@<pod>@<model>") and dp rank; the model
+  // and block size of topics that do not name them come from the next two keys.
+  std::string zmq_listen;
+  std::string zmq_listen_model;
+  uint64_t zmq_listen_block_size = 16;
+  // Gap replays running at once, and how long one may stay silent before it is abandoned.
+  uint64_t zmq_max_concurrent_replays = 4;
+  uint64_t zmq_replay_timeout_ms = 2'000;
+  // After a failed replay, that stream's gaps are not replayed for this long.
+  uint64_t zmq_replay_cooldown_ms = 30'000;
+  // Receive high-water mark of each SUB socket, in messages.
+  uint64_t zmq_receive_hwm = 100'000;
+  // Config file only: publishers to follow from the start, as POST /register bodies; each
+  // is registered at boot unless the same registration is already in the state.
+  std::vector<Registration> publishers;
+  // Config file only: more bound listeners, objects {bind, topic?, type?, modelname?,
+  // tenant_id?, lora_name?, block_size?, additionalsalt?}.
+  std::vector<ZmqListenerConfig> zmq_listeners;
 };
 
 struct HostPort {
@@ -83,7 +107,8 @@ struct HostPort {
 // the key for unknown keys (all of them) and wrongly typed values; kIOError if unreadable.
 [[nodiscard]] Result<Config> LoadConfigFile(const std::string& path, Config base = {});
 
-// Checks ranges and formats (http_listen, rpc_listen, log_level, non-empty data_dir).
+// Checks ranges and formats (http_listen, rpc_listen, log_level, non-empty data_dir,
+// ZMQ endpoints).
 [[nodiscard]] Status ValidateConfig(const Config& config);
 
 // The config as a JSON object with every key (pretty-printed).

@@ -69,10 +69,13 @@ Status Server::Init() {
   applier_options.max_group_batches = config_.applier_max_group_batches;
   applier_ = std::make_unique<Applier>(machine_.get(), applier_options);
 
+  KVATLAS_RETURN_IF_ERROR(StartZmqIngest());
+
   api_.machine = machine_.get();
   api_.applier = applier_.get();
   api_.storage = storage_.get();
   api_.metrics = &metrics_;
+  api_.zmq = zmq_.get();
   api_.options.converter.max_events_per_batch = config_.max_events_per_batch;
   api_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
   api_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
@@ -109,6 +112,46 @@ Status Server::Init() {
   return Status::Ok();
 }
 
+Status Server::StartZmqIngest() {
+  ZmqIngestOptions options;
+  options.listeners = config_.zmq_listeners;
+  if (!config_.zmq_listen.empty()) {
+    ZmqListenerConfig listener;
+    listener.bind = config_.zmq_listen;
+    listener.model = config_.zmq_listen_model;
+    listener.block_size = static_cast<uint32_t>(config_.zmq_listen_block_size);
+    options.listeners.push_back(std::move(listener));
+  }
+  options.max_concurrent_replays = config_.zmq_max_concurrent_replays;
+  options.replay_idle_timeout = std::chrono::milliseconds(config_.zmq_replay_timeout_ms);
+  options.replay_cooldown = std::chrono::milliseconds(config_.zmq_replay_cooldown_ms);
+  options.receive_hwm = static_cast<int>(config_.zmq_receive_hwm);
+  options.mapper.max_blocks_per_event = config_.max_blocks_per_event;
+  zmq_ = std::make_unique<ZmqIngest>(machine_.get(), applier_.get(), std::move(options));
+  ZmqIngest* zmq = zmq_.get();
+  machine_->SetRegistryListener([zmq] { zmq->NotifyRegistryChanged(); });
+
+  // Publishers listed in the config are registered like POST /register would, unless the
+  // state already holds exactly that registration (a restart must not rewrite it).
+  CommandBatch batch;
+  machine_->ReadRegistry([&](const Registry& registry, Revision) {
+    for (const Registration& r : config_.publishers) {
+      auto it = registry.registrations.find(r.Key());
+      if (it == registry.registrations.end() || !(it->second == r)) {
+        batch.commands.emplace_back(RegisterCommand{r});
+      }
+    }
+  });
+  if (!batch.commands.empty()) {
+    Result<Revision> applied = applier_->Submit(std::move(batch)).get();
+    if (!applied.has_value()) {
+      return applied.error().WithContext("registering the config file's publishers");
+    }
+    LogInfo("registered the config file's publishers at revision " + std::to_string(*applied));
+  }
+  return zmq_->Start();
+}
+
 Status Server::Shutdown() {
   if (shut_down_) return Status::Ok();
   shut_down_ = true;
@@ -118,6 +161,8 @@ Status Server::Shutdown() {
   // its io_context.
   if (rpc_) rpc_->Stop();
   if (http_) http_->Stop();
+  // The ingest thread may be waiting for room in the applier's queue: stop it first.
+  if (zmq_) zmq_->Stop();
   if (applier_) applier_->Stop();
   rpc_.reset();
   Status flushed;

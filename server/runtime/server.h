@@ -18,6 +18,7 @@
 #include "server/state/applier.h"
 #include "server/state/state_machine.h"
 #include "server/storage/storage.h"
+#include "server/zmq/zmq_ingest.h"
 
 namespace kvatlas::server {
 
@@ -52,11 +53,14 @@ class Server {
  private:
   explicit Server(Config config) : config_(std::move(config)) {}
   Status Init();
+  // Creates the ZMQ ingest, registers the config file's publishers and starts following.
+  Status StartZmqIngest();
 
   Config config_;
   std::unique_ptr<Storage> storage_;
   std::unique_ptr<StateMachine> machine_;
   std::unique_ptr<Applier> applier_;
+  std::unique_ptr<ZmqIngest> zmq_;
   Metrics metrics_;
   ApiServices api_;
   std::unique_ptr<RpcServer> rpc_;

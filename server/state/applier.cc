@@ -17,26 +17,27 @@ std::future<Result<Revision>> Applier::Submit(CommandBatch batch) {
 }
 
 void Applier::SubmitAsync(CommandBatch batch, Callback done) {
-  Status refused;
+  Status refused = TrySubmitAsync(&batch, done);
+  if (!refused.ok()) done(std::move(refused));
+}
+
+Status Applier::TrySubmitAsync(CommandBatch* batch, Callback done) {
   {
     std::lock_guard lock(mu_);
     if (stopping_ || failed_) {
-      refused =
-          Status::Unavailable(failed_ ? "the server stopped taking writes after a storage failure"
-                                      : "the server is shutting down");
-    } else if (queue_.size() >= options_.max_queue) {
-      refused =
-          Status::ResourceExhausted("write queue is full (" + std::to_string(options_.max_queue) +
-                                    " batches pending); retry later");
-    } else {
-      queue_.push_back(Pending{std::move(batch), std::move(done)});
+      return Status::Unavailable(failed_
+                                     ? "the server stopped taking writes after a storage failure"
+                                     : "the server is shutting down");
     }
-  }
-  if (!refused.ok()) {
-    done(refused);
-    return;
+    if (queue_.size() >= options_.max_queue) {
+      return Status::ResourceExhausted("write queue is full (" +
+                                       std::to_string(options_.max_queue) +
+                                       " batches pending); retry later");
+    }
+    queue_.push_back(Pending{std::move(*batch), std::move(done)});
   }
   cv_.notify_one();
+  return Status::Ok();
 }
 
 void Applier::Stop() {

@@ -47,6 +47,11 @@ class Applier {
   using Callback = std::function<void(Result<Revision>)>;
   void SubmitAsync(CommandBatch batch, Callback done);
 
+  // As SubmitAsync, but a refusal is returned instead of reported to `done`, and leaves
+  // `*batch` as it was, so that a producer that can wait (the ZMQ ingest) retries the same
+  // batch later. On success `*batch` is moved from and `done` will be called.
+  [[nodiscard]] Status TrySubmitAsync(CommandBatch* batch, Callback done);
+
   // Applies what is queued, then stops the thread. Idempotent.
   void Stop();
 

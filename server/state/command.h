@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvatlas/common/types.h"
+#include "server/state/registration.h"
 
 namespace kvatlas::server {
 
@@ -23,6 +24,11 @@ enum class KeyMode : uint8_t {
   // the parent's block key is only known to the state machine (through the alias of the
   // parent's engine hash), so chaining has to happen at apply time to be deterministic.
   kLocal = 1,
+  // hashes[i] are engine hashes of blocks this holder stored before (in any tier): each is
+  // resolved through the holder's alias (or as a block key) and the block gets a copy in
+  // this command's tier. Hashes that resolve to nothing are skipped: without tokens their
+  // block key is unknown. Used for engine offload events (BlockStored without token_ids).
+  kAlias = 2,
 };
 
 // A holder stores consecutive blocks of one chain in one tier.
@@ -67,11 +73,35 @@ struct ClearCommand {
   friend bool operator==(const ClearCommand&, const ClearCommand&) = default;
 };
 
-using Command = std::variant<StoreCommand, RemoveCommand, ClearCommand>;
+// Follow a publisher (replacing the registration with the same Key()).
+struct RegisterCommand {
+  Registration registration;
+
+  friend bool operator==(const RegisterCommand&, const RegisterCommand&) = default;
+};
+
+// Stop following the publisher registered under Key() = "<instance>|<tenant>|<rank>": drops
+// the registration, its stream position and every entry of its holder {instance, rank}
+// (an unfollowed engine's cache can no longer be kept in sync). Unknown keys change nothing.
+struct UnregisterCommand {
+  std::string instance_id;
+  std::string tenant_id;
+  uint32_t dp_rank = 0;
+
+  friend bool operator==(const UnregisterCommand&, const UnregisterCommand&) = default;
+};
+
+// Store/Remove/Clear change the Index; Register/Unregister change the Registry. The order of
+// the alternatives is the command-batch wire tag minus one (docs/storage.md).
+using Command =
+    std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand, UnregisterCommand>;
 
 // What one log entry carries: commands applied atomically, in order, at one revision.
 struct CommandBatch {
   std::vector<Command> commands;
+  // Set for batches that came from a publisher's stream: the batch is applied only if it
+  // is new for that stream (registration.h StreamPosition).
+  std::optional<StreamPosition> position;
 
   friend bool operator==(const CommandBatch&, const CommandBatch&) = default;
 };

@@ -16,10 +16,18 @@ namespace kvatlas::server {
 namespace {
 
 // The tag of a command is its index in the Command variant plus one.
-enum class CommandTag : uint8_t { kStore = 1, kRemove = 2, kClear = 3 };
+enum class CommandTag : uint8_t {
+  kStore = 1,
+  kRemove = 2,
+  kClear = 3,
+  kRegister = 4,    // version 2
+  kUnregister = 5,  // version 2
+};
 static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreCommand> &&
               std::is_same_v<std::variant_alternative_t<1, Command>, RemoveCommand> &&
-              std::is_same_v<std::variant_alternative_t<2, Command>, ClearCommand>);
+              std::is_same_v<std::variant_alternative_t<2, Command>, ClearCommand> &&
+              std::is_same_v<std::variant_alternative_t<3, Command>, RegisterCommand> &&
+              std::is_same_v<std::variant_alternative_t<4, Command>, UnregisterCommand>);
 
 // The smallest encoded command (a Clear of an empty holder id, without context or tier):
 // tag, holder id length, dp_rank, two absent flags. Bounds the command count of a batch.
@@ -37,6 +45,8 @@ class FieldWriter {
   void operator()(uint64_t v) { PutFixed64(out_, v); }  // hashes: fixed width
   void operator()(uint32_t v) { PutVarint64(out_, v); }
   void operator()(const std::string& v) { PutLengthPrefixed(out_, v); }
+  void operator()(const Registration& v) { PutRegistration(out_, v); }
+  void operator()(bool v) { PutFlag(out_, v); }
   template <typename T>
   void operator()(const std::optional<T>& v) {
     PutFlag(out_, v.has_value());
@@ -62,12 +72,14 @@ class FieldReader {
   void operator()(Tier& v) { v = ReadTier(in_); }
   void operator()(KeyMode& v) {
     const uint8_t mode = in_->U8();
-    if (mode > static_cast<uint8_t>(KeyMode::kLocal)) in_->Fail();
+    if (mode > static_cast<uint8_t>(KeyMode::kAlias)) in_->Fail();
     v = static_cast<KeyMode>(mode);
   }
   void operator()(uint64_t& v) { v = in_->Fixed64(); }
   void operator()(uint32_t& v) { v = in_->Varint32(); }
   void operator()(std::string& v) { v = in_->LengthPrefixed(); }
+  void operator()(Registration& v) { v = ReadRegistration(in_); }
+  void operator()(bool& v) { v = in_->Flag(); }
   template <typename T>
   void operator()(std::optional<T>& v) {
     v.reset();
@@ -108,11 +120,21 @@ void VisitFields(Io& io, C& c) {
     io(c.holder);
     io(c.tier);  // optional
     io(c.hashes);
-  } else {
-    static_assert(std::is_same_v<T, ClearCommand>);
+  } else if constexpr (std::is_same_v<T, ClearCommand>) {
     io(c.holder);
     io(c.context);  // optional
     io(c.tier);     // optional
+  } else if constexpr (std::is_same_v<T, RegisterCommand>) {
+    io(c.registration);
+  } else if constexpr (std::is_same_v<T, UnregisterCommand>) {
+    io(c.instance_id);
+    io(c.tenant_id);
+    io(c.dp_rank);  // varint32
+  } else {
+    static_assert(std::is_same_v<T, StreamPosition>);
+    io(c.stream);
+    io(c.sequence);  // fixed64
+    io(c.restart);   // flag
   }
 }
 
@@ -126,17 +148,33 @@ void ReadInto(CommandBatch* batch, ByteReader* in) {
   VisitFields(reader, std::get<C>(batch->commands.emplace_back(std::in_place_type<C>)));
 }
 
+// Batches are written in the oldest version that can hold them, so that the encoding stays
+// canonical (one byte string per batch) and old logs and new ones agree byte for byte.
+bool NeedsVersion2(const CommandBatch& batch) {
+  if (batch.position) return true;
+  for (const Command& command : batch.commands) {
+    if (TagOf(command) >= CommandTag::kRegister) return true;
+    const auto* store = std::get_if<StoreCommand>(&command);
+    if (store && store->mode == KeyMode::kAlias) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string EncodeCommandBatch(const CommandBatch& batch) {
   std::string out;
-  out.push_back(static_cast<char>(kCommandBatchVersion));
+  const uint8_t version = NeedsVersion2(batch) ? 2 : 1;
+  out.push_back(static_cast<char>(version));
   PutVarint64(&out, batch.commands.size());
   FieldWriter writer(&out);
   for (const Command& command : batch.commands) {
     out.push_back(static_cast<char>(TagOf(command)));
     std::visit([&writer](const auto& c) { VisitFields(writer, c); }, command);
   }
+  if (version == 1) return out;
+  PutFlag(&out, batch.position.has_value());
+  if (batch.position) VisitFields(writer, *batch.position);
   return out;
 }
 
@@ -144,7 +182,7 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
   ByteReader in(bytes);
   const uint8_t version = in.U8();
   if (!in.ok()) return Status::Corruption("command batch is empty");
-  if (version != kCommandBatchVersion) {
+  if (version < kOldestCommandBatchVersion || version > kCommandBatchVersion) {
     return Status::Corruption("command batch has unknown version " + std::to_string(version));
   }
   const uint64_t count = in.Count(kMinCommandBytes);
@@ -162,6 +200,14 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
       case CommandTag::kClear:
         ReadInto<ClearCommand>(&batch, &in);
         break;
+      case CommandTag::kRegister:
+        if (version < 2) in.Fail();
+        if (in.ok()) ReadInto<RegisterCommand>(&batch, &in);
+        break;
+      case CommandTag::kUnregister:
+        if (version < 2) in.Fail();
+        if (in.ok()) ReadInto<UnregisterCommand>(&batch, &in);
+        break;
       default:
         in.Fail();
     }
@@ -170,6 +216,17 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
                                 std::to_string(count) + " (tag " + std::to_string(tag) +
                                 ") is truncated or malformed");
     }
+  }
+  if (version >= 2 && in.Flag()) {
+    FieldReader reader(&in);
+    VisitFields(reader, batch.position.emplace());
+  }
+  if (!in.ok()) return Status::Corruption("command batch has a truncated or malformed position");
+  if (version == 2 && !NeedsVersion2(batch)) {
+    return Status::Corruption("command batch is version 2 but holds nothing version 1 cannot");
+  }
+  if (version == 1 && NeedsVersion2(batch)) {
+    return Status::Corruption("command batch is version 1 but uses key mode kAlias");
   }
   if (!in.Done()) {
     return Status::Corruption("command batch has " + std::to_string(in.remaining()) +

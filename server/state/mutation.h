@@ -19,6 +19,11 @@ enum class MutationKind : uint8_t {
   kDeleteBlock = 4,  // context, key
   kPutEntry = 5,     // context, key, holder, tier, refcount, engine_hash, location
   kDeleteEntry = 6,  // context, key, holder, tier
+  // Registry records (registration.h); `location` holds the record's name.
+  kPutRegistration = 7,        // location = registration key, registration
+  kDeleteRegistration = 8,     // location = registration key
+  kPutStreamPosition = 9,      // location = stream key, stamp = last applied sequence
+  kDeleteStreamPosition = 10,  // location = stream key
 };
 
 // Why a record went away (or came), for metrics and the change feed.
@@ -40,6 +45,7 @@ struct Mutation {
   // strings out of every Mutation halves the size of the list one apply group writes.
   std::shared_ptr<const ContextKey> context_key;
   std::shared_ptr<const HolderKey> holder_key;
+  std::shared_ptr<const Registration> registration;  // kPutRegistration only
 };
 
 using MutationList = std::vector<Mutation>;

@@ -1,6 +1,9 @@
 #include "server/state/state_machine.h"
 
+#include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 
 namespace kvatlas::server {
 
@@ -13,7 +16,13 @@ enum CounterSlot : int {
   kEntriesAdded,
   kEntriesRemoved,
   kEntriesEvicted,
+  kDuplicateBatches,
+  kOrphanBatches,
 };
+
+bool IsListenerStream(std::string_view stream) {
+  return stream.substr(0, kListenerStreamPrefix.size()) == kListenerStreamPrefix;
+}
 
 }  // namespace
 
@@ -26,6 +35,7 @@ Status StateMachine::Recover() {
   KVATLAS_ASSIGN_OR_RETURN(Revision applied, storage_->AppliedIndex());
   std::unique_lock lock(mu_);
   KVATLAS_RETURN_IF_ERROR(storage_->LoadInto(&index_));
+  KVATLAS_RETURN_IF_ERROR(storage_->LoadRegistry(&registry_));
   applied_.store(applied, std::memory_order_release);
   return Status::Ok();
 }
@@ -33,17 +43,12 @@ Status StateMachine::Recover() {
 Result<Revision> StateMachine::Apply(std::span<const CommandBatch* const> batches) {
   scratch_.clear();
   Revision revision = applied_.load(std::memory_order_relaxed);
+  bool registry_changed = false;
   {
     std::unique_lock lock(mu_);
     for (const CommandBatch* batch : batches) {
-      ++revision;
-      for (const Command& command : batch->commands) {
-        index_.Apply(command, options_.hash_seed, &scratch_);
-        const int slot = std::holds_alternative<StoreCommand>(command)    ? kStoredCommands
-                         : std::holds_alternative<RemoveCommand>(command) ? kRemovedCommands
-                                                                          : kClearedCommands;
-        counters_[slot].fetch_add(1, std::memory_order_relaxed);
-      }
+      ++revision;  // a skipped batch still takes its revision: revisions are log positions
+      registry_changed |= ApplyBatch(*batch);
     }
     applied_.store(revision, std::memory_order_release);
   }
@@ -64,7 +69,86 @@ Result<Revision> StateMachine::Apply(std::span<const CommandBatch* const> batche
     Status s = storage_->Write(revision, scratch_);
     if (!s.ok()) return s.WithContext("writing revision " + std::to_string(revision));
   }
+  if (registry_changed && registry_listener_) registry_listener_();
   return revision;
+}
+
+bool StateMachine::ApplyBatch(const CommandBatch& batch) {
+  if (batch.position) {
+    const StreamPosition& p = *batch.position;
+    auto it = registry_.positions.find(p.stream);
+    if (p.restart) {
+      if (it != registry_.positions.end()) {
+        registry_.positions.erase(it);
+        Mutation m;
+        m.kind = MutationKind::kDeleteStreamPosition;
+        m.location = p.stream;
+        scratch_.push_back(std::move(m));
+      }
+    } else if (it != registry_.positions.end() && p.sequence <= it->second) {
+      counters_[kDuplicateBatches].fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    // A batch that was in flight when its publisher was unregistered must not bring the
+    // holder's entries back.
+    if (!IsListenerStream(p.stream) && !registry_.registrations.contains(p.stream)) {
+      counters_[kOrphanBatches].fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+  }
+  bool registry_changed = false;
+  for (const Command& command : batch.commands) {
+    if (const auto* reg = std::get_if<RegisterCommand>(&command)) {
+      ApplyRegister(*reg);
+      registry_changed = true;
+      continue;
+    }
+    if (const auto* unreg = std::get_if<UnregisterCommand>(&command)) {
+      ApplyUnregister(*unreg);
+      registry_changed = true;
+      continue;
+    }
+    index_.Apply(command, options_.hash_seed, &scratch_);
+    const int slot = std::holds_alternative<StoreCommand>(command)    ? kStoredCommands
+                     : std::holds_alternative<RemoveCommand>(command) ? kRemovedCommands
+                                                                      : kClearedCommands;
+    counters_[slot].fetch_add(1, std::memory_order_relaxed);
+  }
+  if (batch.position && !batch.position->restart) {
+    registry_.positions[batch.position->stream] = batch.position->sequence;
+    Mutation m;
+    m.kind = MutationKind::kPutStreamPosition;
+    m.location = batch.position->stream;
+    m.stamp = batch.position->sequence;
+    scratch_.push_back(std::move(m));
+  }
+  return registry_changed;
+}
+
+void StateMachine::ApplyRegister(const RegisterCommand& c) {
+  std::string key = c.registration.Key();
+  Mutation m;
+  m.kind = MutationKind::kPutRegistration;
+  m.location = key;
+  m.registration = std::make_shared<const Registration>(c.registration);
+  scratch_.push_back(std::move(m));
+  registry_.registrations.insert_or_assign(std::move(key), c.registration);
+}
+
+void StateMachine::ApplyUnregister(const UnregisterCommand& c) {
+  const std::string key = Registration::RegistrationKey(c.instance_id, c.tenant_id, c.dp_rank);
+  if (registry_.registrations.erase(key) == 0) return;
+  Mutation m;
+  m.kind = MutationKind::kDeleteRegistration;
+  m.location = key;
+  scratch_.push_back(m);
+  if (registry_.positions.erase(key) > 0) {
+    m.kind = MutationKind::kDeleteStreamPosition;
+    scratch_.push_back(std::move(m));
+  }
+  index_.Apply(ClearCommand{HolderKey{c.instance_id, c.dp_rank}, std::nullopt, std::nullopt},
+               options_.hash_seed, &scratch_);
+  counters_[kClearedCommands].fetch_add(1, std::memory_order_relaxed);
 }
 
 ApplyCounters StateMachine::counters() const {
@@ -75,6 +159,8 @@ ApplyCounters StateMachine::counters() const {
   c.entries_added = counters_[kEntriesAdded].load(std::memory_order_relaxed);
   c.entries_removed = counters_[kEntriesRemoved].load(std::memory_order_relaxed);
   c.entries_evicted = counters_[kEntriesEvicted].load(std::memory_order_relaxed);
+  c.duplicate_batches = counters_[kDuplicateBatches].load(std::memory_order_relaxed);
+  c.orphan_batches = counters_[kOrphanBatches].load(std::memory_order_relaxed);
   return c;
 }
 

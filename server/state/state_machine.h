@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <shared_mutex>
 #include <span>
@@ -34,6 +35,10 @@ struct ApplyCounters {
   uint64_t entries_added = 0;
   uint64_t entries_removed = 0;
   uint64_t entries_evicted = 0;
+  // Stream batches skipped because their sequence was already applied.
+  uint64_t duplicate_batches = 0;
+  // Stream batches skipped because their stream's registration is gone.
+  uint64_t orphan_batches = 0;
 };
 
 class StateMachine {
@@ -61,6 +66,20 @@ class StateMachine {
     return f(static_cast<const Index&>(index_), applied_.load(std::memory_order_relaxed));
   }
 
+  // Runs f(const Registry&, Revision) under the read lock and returns its result.
+  template <typename F>
+  auto ReadRegistry(F&& f) const {
+    std::shared_lock lock(mu_);
+    return f(static_cast<const Registry&>(registry_), applied_.load(std::memory_order_relaxed));
+  }
+
+  // Called on the applying thread after every Apply that changed a registration (and not
+  // at Recover). It must be quick and must not call back into the StateMachine: the ZMQ
+  // ingest uses it to wake up and re-read the registry. Set before the first Apply.
+  void SetRegistryListener(std::function<void()> listener) {
+    registry_listener_ = std::move(listener);
+  }
+
   ApplyCounters counters() const;
 
  private:
@@ -68,10 +87,18 @@ class StateMachine {
   Storage* storage_;
   BlockHasher hasher_;
   mutable std::shared_mutex mu_;
+  // Applies one batch's commands (and its stream position) under the write lock. Returns
+  // whether a registration changed.
+  bool ApplyBatch(const CommandBatch& batch);
+  void ApplyRegister(const RegisterCommand& c);
+  void ApplyUnregister(const UnregisterCommand& c);
+
   Index index_;
+  Registry registry_;
+  std::function<void()> registry_listener_;
   std::atomic<Revision> applied_{0};
   MutationList scratch_;
-  std::atomic<uint64_t> counters_[6] = {};
+  std::atomic<uint64_t> counters_[8] = {};
 };
 
 }  // namespace kvatlas::server

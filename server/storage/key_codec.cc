@@ -93,6 +93,38 @@ Tier ReadTier(ByteReader* in) {
   return static_cast<Tier>(b);
 }
 
+void PutRegistration(std::string* out, const Registration& r) {
+  PutLengthPrefixed(out, r.endpoint);
+  PutLengthPrefixed(out, r.replay_endpoint);
+  out->push_back(static_cast<char>(r.type));
+  PutLengthPrefixed(out, r.model);
+  PutLengthPrefixed(out, r.lora_name);
+  PutLengthPrefixed(out, r.tenant_id);
+  PutLengthPrefixed(out, r.instance_id);
+  PutVarint64(out, r.block_size);
+  PutVarint64(out, r.dp_rank);
+  PutLengthPrefixed(out, r.additional_salt);
+  PutLengthPrefixed(out, r.topic);
+}
+
+Registration ReadRegistration(ByteReader* in) {
+  Registration r;
+  r.endpoint = in->LengthPrefixed();
+  r.replay_endpoint = in->LengthPrefixed();
+  const uint8_t type = in->U8();
+  if (type > static_cast<uint8_t>(EngineType::kMooncake)) in->Fail();
+  r.type = static_cast<EngineType>(type);
+  r.model = in->LengthPrefixed();
+  r.lora_name = in->LengthPrefixed();
+  r.tenant_id = in->LengthPrefixed();
+  r.instance_id = in->LengthPrefixed();
+  r.block_size = in->Varint32();
+  r.dp_rank = in->Varint32();
+  r.additional_salt = in->LengthPrefixed();
+  r.topic = in->LengthPrefixed();
+  return r;
+}
+
 // --- record keys ------------------------------------------------------------------------
 
 void AppendMetaKey(std::string_view name, std::string* out) {
@@ -122,6 +154,23 @@ void AppendEntryKey(uint32_t context, BlockKey key, uint32_t holder, Tier tier, 
   PutBigEndian64(out, key);
   PutBigEndian32(out, holder);
   PutTier(out, tier);
+}
+
+void AppendRegistrationKey(std::string_view registration_key, std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kRegistration));
+  out->append(registration_key);
+}
+
+void AppendStreamPositionKey(std::string_view stream, std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kStreamPosition));
+  out->append(stream);
+}
+
+Result<std::string_view> DecodeNamedRecordKey(std::string_view key, RecordType type) {
+  if (key.size() < 2 || key[0] != static_cast<char>(type)) {
+    return Status::Corruption("malformed record key " + DescribeKey(key));
+  }
+  return key.substr(1);
 }
 
 Result<uint32_t> DecodeContextRecordKey(std::string_view key) {
@@ -166,6 +215,9 @@ std::string DescribeKey(std::string_view key) {
       if (!printable) break;
       return out + "/" + std::string(name);
     }
+    case RecordType::kRegistration:
+    case RecordType::kStreamPosition:
+      return out + "/" + std::string(key.substr(1));
     case RecordType::kContext:
     case RecordType::kHolder:
       if (key.size() != kContextKeyBytes) break;
@@ -232,6 +284,16 @@ Result<EntryValue> DecodeEntryValue(std::string_view key, std::string_view value
     v.location = in->LengthPrefixed();
     return v;
   });
+}
+
+Result<Registration> DecodeRegistrationValue(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "registration", ReadRegistration);
+}
+
+void AppendStreamPositionValue(uint64_t sequence, std::string* out) { PutFixed64(out, sequence); }
+
+Result<uint64_t> DecodeStreamPositionValue(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "stream position", [](ByteReader* in) { return in->Fixed64(); });
 }
 
 Result<uint32_t> DecodeMetaFixed32(std::string_view key, std::string_view value) {

@@ -19,6 +19,7 @@
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
+#include "server/state/registration.h"
 
 namespace kvatlas::server {
 
@@ -34,6 +35,10 @@ HolderKey ReadHolderKey(ByteReader* in);
 // One byte, the Tier's numeric value; values >= kNumTiers fail the reader.
 void PutTier(std::string* out, Tier tier);
 Tier ReadTier(ByteReader* in);
+// endpoint, replay_endpoint (length-prefixed), type (u8), model, lora_name, tenant_id,
+// instance_id (length-prefixed), block_size, dp_rank (varints), additional_salt, topic.
+void PutRegistration(std::string* out, const Registration& registration);
+Registration ReadRegistration(ByteReader* in);
 
 // ---------------------------------------------------------------------------------------
 // Record keys. The first byte is the record type.
@@ -44,6 +49,8 @@ enum class RecordType : char {
   kHolder = 'H',
   kBlock = 'B',
   kEntry = 'E',
+  kRegistration = 'R',
+  kStreamPosition = 'S',
 };
 
 // Meta record names (the rest of an `M` key).
@@ -51,8 +58,10 @@ inline constexpr std::string_view kMetaFormatVersion = "format_version";
 inline constexpr std::string_view kMetaHashSeed = "hash_seed";
 inline constexpr std::string_view kMetaAppliedIndex = "applied_index";
 
-// The format this build writes and the only one it reads (docs/storage.md §Versions).
-inline constexpr uint32_t kStorageFormatVersion = 1;
+// The format this build writes (docs/storage.md §Versions). Version 1 databases (before
+// `R`/`S` records) are upgraded at open by rewriting the version.
+inline constexpr uint32_t kStorageFormatVersion = 2;
+inline constexpr uint32_t kOldestStorageFormatVersion = 1;
 
 inline constexpr size_t kContextKeyBytes = 1 + 4;
 inline constexpr size_t kHolderKeyBytes = 1 + 4;
@@ -65,6 +74,9 @@ void AppendContextKey(uint32_t context, std::string* out);
 void AppendHolderKey(uint32_t holder, std::string* out);
 void AppendBlockKey(uint32_t context, BlockKey key, std::string* out);
 void AppendEntryKey(uint32_t context, BlockKey key, uint32_t holder, Tier tier, std::string* out);
+// `R` + registration key bytes; `S` + stream key bytes (both non-empty strings).
+void AppendRegistrationKey(std::string_view registration_key, std::string* out);
+void AppendStreamPositionKey(std::string_view stream, std::string* out);
 
 struct BlockRecordKey {
   uint32_t context = 0;
@@ -85,6 +97,8 @@ struct EntryRecordKey {
 [[nodiscard]] Result<uint32_t> DecodeHolderRecordKey(std::string_view key);
 [[nodiscard]] Result<BlockRecordKey> DecodeBlockRecordKey(std::string_view key);
 [[nodiscard]] Result<EntryRecordKey> DecodeEntryRecordKey(std::string_view key);
+// The name after the type byte of an `R` or `S` key; kCorruption when empty.
+[[nodiscard]] Result<std::string_view> DecodeNamedRecordKey(std::string_view key, RecordType type);
 
 // A readable rendering of any record key, for error messages: "E/ctx=3/key=0x00ab…/
 // holder=7/tier=CPU", "M/applied_index", or the type followed by hex bytes when malformed.
@@ -117,6 +131,12 @@ void AppendEntryValue(uint32_t refcount, uint64_t engine_hash, std::string_view 
 [[nodiscard]] Result<HolderKey> DecodeHolderValue(std::string_view key, std::string_view value);
 [[nodiscard]] Result<BlockValue> DecodeBlockValue(std::string_view key, std::string_view value);
 [[nodiscard]] Result<EntryValue> DecodeEntryValue(std::string_view key, std::string_view value);
+[[nodiscard]] Result<Registration> DecodeRegistrationValue(std::string_view key,
+                                                           std::string_view value);
+// A stream position value is the fixed64 last applied sequence.
+void AppendStreamPositionValue(uint64_t sequence, std::string* out);
+[[nodiscard]] Result<uint64_t> DecodeStreamPositionValue(std::string_view key,
+                                                         std::string_view value);
 // Meta values are fixed32 (format_version) or fixed64 (hash_seed, applied_index).
 [[nodiscard]] Result<uint32_t> DecodeMetaFixed32(std::string_view key, std::string_view value);
 [[nodiscard]] Result<uint64_t> DecodeMetaFixed64(std::string_view key, std::string_view value);

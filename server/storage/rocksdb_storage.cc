@@ -115,8 +115,9 @@ class RocksDbStorage final : public Storage {
   RocksDbStorage(const RocksDbStorage&) = delete;
   RocksDbStorage& operator=(const RocksDbStorage&) = delete;
 
-  // Stamps a new database with the current format version; accepts an existing one only
-  // when it carries exactly that version.
+  // Stamps a new database with the current format version; accepts an existing one when it
+  // carries a version this build reads, upgrading version 1 (which differs only by lacking
+  // the `R`/`S` records) by rewriting the version record.
   Status CheckFormatVersion() {
     KVATLAS_ASSIGN_OR_RETURN(std::optional<std::string> stored, GetMeta(kMetaFormatVersion));
     if (!stored.has_value()) {
@@ -133,12 +134,16 @@ class RocksDbStorage final : public Storage {
     }
     KVATLAS_ASSIGN_OR_RETURN(uint32_t version,
                              DecodeMetaFixed32(MetaKey(kMetaFormatVersion), *stored));
-    if (version != kStorageFormatVersion) {
+    if (version < kOldestStorageFormatVersion || version > kStorageFormatVersion) {
       return Status::Corruption("data directory " + path_ + " has storage format version " +
-                                std::to_string(version) + "; this build reads only version " +
+                                std::to_string(version) + "; this build reads versions " +
+                                std::to_string(kOldestStorageFormatVersion) + " to " +
                                 std::to_string(kStorageFormatVersion));
     }
-    return Status::Ok();
+    if (version == kStorageFormatVersion) return Status::Ok();
+    std::string value;
+    PutFixed32(&value, kStorageFormatVersion);
+    return PutMeta(kMetaFormatVersion, value);
   }
 
   Status CheckHashSeed(uint64_t hash_seed) override {
@@ -179,8 +184,9 @@ class RocksDbStorage final : public Storage {
                                 std::to_string(static_cast<int>(m.tier)));
       }
       if ((m.kind == MutationKind::kPutContext && !m.context_key) ||
-          (m.kind == MutationKind::kPutHolder && !m.holder_key)) {
-        return Status::Internal("context or holder mutation without its key");
+          (m.kind == MutationKind::kPutHolder && !m.holder_key) ||
+          (m.kind == MutationKind::kPutRegistration && !m.registration)) {
+        return Status::Internal("context, holder or registration mutation without its value");
       }
       rocksdb::Status s;
       switch (m.kind) {
@@ -210,6 +216,24 @@ class RocksDbStorage final : public Storage {
           break;
         case MutationKind::kDeleteEntry:
           AppendEntryKey(m.context, m.key, m.holder, m.tier, &key);
+          s = batch.Delete(ToSlice(key));
+          break;
+        case MutationKind::kPutRegistration:
+          AppendRegistrationKey(m.location, &key);
+          PutRegistration(&value, *m.registration);
+          s = batch.Put(ToSlice(key), ToSlice(value));
+          break;
+        case MutationKind::kDeleteRegistration:
+          AppendRegistrationKey(m.location, &key);
+          s = batch.Delete(ToSlice(key));
+          break;
+        case MutationKind::kPutStreamPosition:
+          AppendStreamPositionKey(m.location, &key);
+          AppendStreamPositionValue(m.stamp, &value);
+          s = batch.Put(ToSlice(key), ToSlice(value));
+          break;
+        case MutationKind::kDeleteStreamPosition:
+          AppendStreamPositionKey(m.location, &key);
           s = batch.Delete(ToSlice(key));
           break;
         default:
@@ -246,6 +270,29 @@ class RocksDbStorage final : public Storage {
     KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kHolder, load_holder));
     KVATLAS_RETURN_IF_ERROR(LoadBlocks(index));
     return Scan(RecordType::kEntry, load_entry);
+  }
+
+  Status LoadRegistry(Registry* registry) const override {
+    auto load_registration = [registry](std::string_view k, std::string_view v) -> Status {
+      KVATLAS_ASSIGN_OR_RETURN(std::string_view name,
+                               DecodeNamedRecordKey(k, RecordType::kRegistration));
+      KVATLAS_ASSIGN_OR_RETURN(Registration r, DecodeRegistrationValue(k, v));
+      if (r.Key() != name) {
+        return Status::Corruption("record " + DescribeKey(k) + " holds the registration of " +
+                                  r.Key());
+      }
+      registry->registrations.emplace(std::string(name), std::move(r));
+      return Status::Ok();
+    };
+    auto load_position = [registry](std::string_view k, std::string_view v) -> Status {
+      KVATLAS_ASSIGN_OR_RETURN(std::string_view name,
+                               DecodeNamedRecordKey(k, RecordType::kStreamPosition));
+      KVATLAS_ASSIGN_OR_RETURN(uint64_t sequence, DecodeStreamPositionValue(k, v));
+      registry->positions.emplace(std::string(name), sequence);
+      return Status::Ok();
+    };
+    KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kRegistration, load_registration));
+    return Scan(RecordType::kStreamPosition, load_position);
   }
 
   Status Flush() override { return FromRocks(db_->FlushWAL(/*sync=*/true), "syncing WAL"); }

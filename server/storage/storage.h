@@ -54,6 +54,9 @@ class Storage {
   // Loads every record into `index` (which must be empty) in the order Index::Load* requires.
   [[nodiscard]] virtual Status LoadInto(Index* index) const = 0;
 
+  // Loads every registration and stream position into `registry` (which must be empty).
+  [[nodiscard]] virtual Status LoadRegistry(Registry* registry) const = 0;
+
   // Makes all writes so far durable (WAL fsync). Called at shutdown.
   [[nodiscard]] virtual Status Flush() = 0;
 

@@ -239,6 +239,12 @@ Index Replay(const MutationList& log, const IndexOptions& options) {
       case MutationKind::kDeleteEntry:
         entries.erase({m.context, m.key, m.holder, static_cast<int>(m.tier)});
         break;
+      case MutationKind::kPutRegistration:
+      case MutationKind::kDeleteRegistration:
+      case MutationKind::kPutStreamPosition:
+      case MutationKind::kDeleteStreamPosition:
+        FAIL("the Index emitted a registry mutation");
+        break;
     }
   }
   Index index(options);

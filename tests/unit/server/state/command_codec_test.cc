@@ -57,7 +57,7 @@ StoreCommand RandomStore(Rng& rng) {
   c.context = RandomContext(rng);
   c.holder = RandomHolder(rng);
   c.tier = RandomTier(rng);
-  c.mode = rng() % 2 ? KeyMode::kLocal : KeyMode::kSequence;
+  c.mode = static_cast<KeyMode>(rng() % 3);
   if (rng() % 2) c.parent = RandomInt(rng);
   if (rng() % 2) c.base_depth = static_cast<uint32_t>(RandomInt(rng));
   c.hashes = RandomInts(rng, 20);
@@ -86,11 +86,38 @@ ClearCommand RandomClear(Rng& rng) {
   return c;
 }
 
+RegisterCommand RandomRegister(Rng& rng) {
+  RegisterCommand c;
+  Registration& r = c.registration;
+  r.endpoint = RandomString(rng, 20);
+  r.replay_endpoint = RandomString(rng, 20);
+  r.type = static_cast<EngineType>(rng() % 3);
+  r.model = RandomString(rng, 10);
+  r.lora_name = RandomString(rng, 5);
+  r.tenant_id = RandomString(rng, 5);
+  r.instance_id = RandomString(rng, 10);
+  r.block_size = static_cast<uint32_t>(RandomInt(rng));
+  r.dp_rank = static_cast<uint32_t>(RandomInt(rng));
+  r.additional_salt = RandomString(rng, 5);
+  r.topic = RandomString(rng, 5);
+  return c;
+}
+
 CommandBatch RandomBatch(Rng& rng, size_t max_commands) {
   CommandBatch batch;
   const size_t n = rng() % (max_commands + 1);
+  if (rng() % 3 == 0) {
+    batch.position = StreamPosition{RandomString(rng, 12), RandomInt(rng), rng() % 2 == 0};
+  }
   for (size_t i = 0; i < n; ++i) {
-    switch (rng() % 3) {
+    switch (rng() % 5) {
+      case 3:
+        batch.commands.emplace_back(RandomRegister(rng));
+        break;
+      case 4:
+        batch.commands.emplace_back(UnregisterCommand{RandomString(rng, 10), RandomString(rng, 5),
+                                                      static_cast<uint32_t>(RandomInt(rng))});
+        break;
       case 0:
         batch.commands.emplace_back(RandomStore(rng));
         break;
@@ -172,6 +199,28 @@ TEST_SUITE("command_codec") {
       batch.commands.emplace_back(c);
       CHECK(EncodeCommandBatch(batch) == Bytes("\x01\x01\x02\x00\x00\x00\x00\x00\x00\x01\x00\x00"));
     }
+  }
+
+  TEST_CASE("CommandCodec: registry commands and positions use version 2") {
+    CommandBatch batch;
+    batch.commands.emplace_back(UnregisterCommand{"i", "t", 2});
+    batch.position = StreamPosition{"s", 5, true};
+    CHECK(EncodeCommandBatch(batch) == Bytes("\x02\x01"                         // version, count
+                                             "\x05\x01i\x01t\x02"               // Unregister
+                                             "\x01\x01s\x05\0\0\0\0\0\0\0\x01"  // position
+                                             ));
+    // A version-2 batch that version 1 could hold is not canonical.
+    CHECK(DecodeCommandBatch(Bytes("\x02\x00\x00")).error().code() == StatusCode::kCorruption);
+    // Version 1 has no registry tags.
+    CHECK(DecodeCommandBatch(Bytes("\x01\x01\x05\x01i\x01t\x02")).error().code() ==
+          StatusCode::kCorruption);
+    RegisterCommand reg;
+    reg.registration.instance_id = "i";
+    CommandBatch with_register;
+    with_register.commands.emplace_back(reg);
+    const std::string bytes = EncodeCommandBatch(with_register);
+    CHECK(bytes[0] == 2);
+    CHECK(DecodeCommandBatch(bytes).value() == with_register);
   }
 
   TEST_CASE("CommandCodec: truncation at every byte offset is kCorruption") {

@@ -253,7 +253,7 @@ std::unique_ptr<Index> LoadedIndex(const Storage& storage, const IndexOptions& o
 }
 
 TEST_SUITE("rocksdb_storage") {
-  TEST_CASE("RocksDbStorage: a new database is at applied index 0 with format version 1") {
+  TEST_CASE("RocksDbStorage: a new database is at applied index 0 with format version 2") {
     TempDir dir;
     const StorageOptions options = SmallOptions(dir);
     {
@@ -262,7 +262,78 @@ TEST_SUITE("rocksdb_storage") {
     }
     std::map<std::string, std::string> records = Dump(options.path);
     REQUIRE(records.size() == 1);
-    CHECK(records[Key(kMetaFormatVersion)] == std::string("\x01\x00\x00\x00", 4));
+    CHECK(records[Key(kMetaFormatVersion)] == std::string("\x02\x00\x00\x00", 4));
+  }
+
+  TEST_CASE("RocksDbStorage: a version 1 database is upgraded to version 2 at open") {
+    TempDir dir;
+    const StorageOptions options = SmallOptions(dir);
+    {
+      auto storage = OpenOk(options);
+      REQUIRE(storage->Write(5, OneOfEach()).ok());
+    }
+    RawPut(options.path, Key(kMetaFormatVersion), std::string("\x01\x00\x00\x00", 4));
+    {
+      auto storage = OpenOk(options);
+      CHECK(storage->AppliedIndex().value() == 5);
+    }
+    CHECK(Dump(options.path)[Key(kMetaFormatVersion)] == std::string("\x02\x00\x00\x00", 4));
+  }
+
+  TEST_CASE("RocksDbStorage: registrations and stream positions round-trip") {
+    TempDir dir;
+    const StorageOptions options = SmallOptions(dir);
+    Registration r;
+    r.endpoint = "tcp://127.0.0.1:5557";
+    r.replay_endpoint = "tcp://127.0.0.1:5558";
+    r.type = EngineType::kSglang;
+    r.model = "m";
+    r.instance_id = "i";
+    r.block_size = 16;
+    r.dp_rank = 3;
+    r.topic = "kv@";
+    auto put = [](const std::string& name, std::shared_ptr<const Registration> reg) {
+      Mutation m;
+      m.kind = reg ? MutationKind::kPutRegistration : MutationKind::kDeleteRegistration;
+      m.location = name;
+      m.registration = std::move(reg);
+      return m;
+    };
+    auto position = [](const std::string& name, std::optional<uint64_t> seq) {
+      Mutation m;
+      m.kind = seq ? MutationKind::kPutStreamPosition : MutationKind::kDeleteStreamPosition;
+      m.location = name;
+      m.stamp = seq.value_or(0);
+      return m;
+    };
+    Registration other = r;
+    other.instance_id = "j";
+    {
+      auto storage = OpenOk(options);
+      REQUIRE(storage
+                  ->Write(1, std::vector<Mutation>{put(r.Key(), std::make_shared<Registration>(r)),
+                                                   put(other.Key(),
+                                                       std::make_shared<Registration>(other)),
+                                                   position(r.Key(), 41), position("x", 7)})
+                  .ok());
+      REQUIRE(
+          storage
+              ->Write(2, std::vector<Mutation>{put(other.Key(), nullptr),
+                                               position("x", std::nullopt), position(r.Key(), 42)})
+              .ok());
+    }
+    auto storage = OpenOk(options);
+    Registry registry;
+    REQUIRE(storage->LoadRegistry(&registry).ok());
+    REQUIRE(registry.registrations.size() == 1);
+    CHECK(registry.registrations.at("i|default|3") == r);
+    CHECK(registry.positions == std::map<std::string, uint64_t, std::less<>>{{"i|default|3", 42}});
+    // A registration stored under another registration's key is corruption, not a mix-up.
+    storage.reset();
+    RawPut(options.path, "Rnot-the-key", Dump(options.path)["Ri|default|3"]);
+    storage = OpenOk(options);
+    Registry again;
+    CheckError(storage->LoadRegistry(&again), StatusCode::kCorruption, "R/not-the-key");
   }
 
   TEST_CASE("RocksDbStorage: Write persists mutations and applied_index across reopen") {
@@ -352,8 +423,8 @@ TEST_SUITE("rocksdb_storage") {
     TempDir dir;
     const StorageOptions options = SmallOptions(dir);
     OpenOk(options).reset();
-    RawPut(options.path, Key(kMetaFormatVersion), std::string("\x02\x00\x00\x00", 4));
-    CheckError(OpenStatus(options), StatusCode::kCorruption, "storage format version 2");
+    RawPut(options.path, Key(kMetaFormatVersion), std::string("\x03\x00\x00\x00", 4));
+    CheckError(OpenStatus(options), StatusCode::kCorruption, "storage format version 3");
   }
 
   TEST_CASE("RocksDbStorage: records without a format version are kCorruption") {

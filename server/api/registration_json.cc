@@ -1,0 +1,131 @@
+#include "server/api/registration_json.h"
+
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "server/zmq/zmq_ingest.h"
+
+namespace kvatlas::server {
+namespace {
+
+// Reads the fields of one JSON object with uniform error messages.
+class Fields {
+ public:
+  Fields(const nlohmann::json& json, std::string_view path) : json_(json), path_(path) {}
+
+  Status Check() const {
+    if (!json_.is_object())
+      return Status::InvalidArgument(std::string(path_) + ": expected an object");
+    return Status::Ok();
+  }
+
+  Status Invalid(std::string_view field, std::string_view problem) const {
+    return Status::InvalidArgument(std::string(path_) + "." + std::string(field) + ": " +
+                                   std::string(problem));
+  }
+
+  // A string field; `fallback` when absent or null. Required fields must be non-empty.
+  Status String(std::string_view field, bool required, std::string* out) const {
+    auto it = json_.find(field);
+    if (it == json_.end() || it->is_null()) {
+      return required ? Invalid(field, "is required") : Status::Ok();
+    }
+    if (!it->is_string()) return Invalid(field, "must be a string");
+    *out = it->get<std::string>();
+    if (required && out->empty()) return Invalid(field, "must be a non-empty string");
+    return Status::Ok();
+  }
+
+  Status Uint32(std::string_view field, bool required, bool positive, uint32_t* out) const {
+    auto it = json_.find(field);
+    if (it == json_.end() || it->is_null()) {
+      return required ? Invalid(field, "is required") : Status::Ok();
+    }
+    const std::string_view what =
+        positive ? "must be a positive integer" : "must be an integer >= 0";
+    if (!it->is_number_integer()) return Invalid(field, what);
+    if (it->is_number_unsigned()) {
+      const uint64_t v = it->get<uint64_t>();
+      if (v > std::numeric_limits<uint32_t>::max()) return Invalid(field, "is too large");
+      *out = static_cast<uint32_t>(v);
+    } else {
+      const int64_t v = it->get<int64_t>();
+      if (v < 0 || v > std::numeric_limits<uint32_t>::max()) return Invalid(field, what);
+      *out = static_cast<uint32_t>(v);
+    }
+    if (positive && *out == 0) return Invalid(field, what);
+    return Status::Ok();
+  }
+
+ private:
+  const nlohmann::json& json_;
+  std::string_view path_;
+};
+
+}  // namespace
+
+Result<Registration> RegistrationFromJson(const nlohmann::json& json, std::string_view path) {
+  const Fields f(json, path);
+  KVATLAS_RETURN_IF_ERROR(f.Check());
+  Registration r;
+  KVATLAS_RETURN_IF_ERROR(f.String("endpoint", true, &r.endpoint));
+  if (Status s = ZmqIngest::ValidateEndpoint(r.endpoint, /*for_bind=*/false); !s.ok()) {
+    return f.Invalid("endpoint", s.message());
+  }
+  KVATLAS_RETURN_IF_ERROR(f.String("replay_endpoint", false, &r.replay_endpoint));
+  if (!r.replay_endpoint.empty()) {
+    if (Status s = ZmqIngest::ValidateEndpoint(r.replay_endpoint, false); !s.ok()) {
+      return f.Invalid("replay_endpoint", s.message());
+    }
+  }
+  std::string type;
+  KVATLAS_RETURN_IF_ERROR(f.String("type", true, &type));
+  const std::optional<EngineType> parsed = ParseEngineType(type);
+  if (!parsed) return f.Invalid("type", "must be \"vLLM\", \"SGLang\" or \"Mooncake\"");
+  r.type = *parsed;
+  KVATLAS_RETURN_IF_ERROR(f.String("modelname", true, &r.model));
+  KVATLAS_RETURN_IF_ERROR(f.String("lora_name", false, &r.lora_name));
+  KVATLAS_RETURN_IF_ERROR(f.String("tenant_id", false, &r.tenant_id));
+  if (r.tenant_id.empty()) r.tenant_id = "default";
+  KVATLAS_RETURN_IF_ERROR(f.String("instance_id", true, &r.instance_id));
+  if (r.instance_id.find('|') != std::string::npos) {
+    return f.Invalid("instance_id", "must not contain '|' (it separates the registration key)");
+  }
+  KVATLAS_RETURN_IF_ERROR(f.Uint32("block_size", true, /*positive=*/true, &r.block_size));
+  KVATLAS_RETURN_IF_ERROR(f.Uint32("dp_rank", false, /*positive=*/false, &r.dp_rank));
+  KVATLAS_RETURN_IF_ERROR(f.String("additionalsalt", false, &r.additional_salt));
+  KVATLAS_RETURN_IF_ERROR(f.String("topic", false, &r.topic));
+  return r;
+}
+
+nlohmann::json RegistrationToJson(const Registration& r) {
+  return {
+      {"key", r.Key()},
+      {"endpoint", r.endpoint},
+      {"replay_endpoint",
+       r.replay_endpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.replay_endpoint)},
+      {"type", std::string(EngineTypeName(r.type))},
+      {"modelname", r.model},
+      {"lora_name", r.lora_name.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.lora_name)},
+      {"tenant_id", r.tenant_id},
+      {"instance_id", r.instance_id},
+      {"block_size", r.block_size},
+      {"dp_rank", r.dp_rank},
+      {"additionalsalt",
+       r.additional_salt.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.additional_salt)},
+      {"topic", r.topic}};
+}
+
+Result<UnregisterRequest> UnregisterRequestFromJson(const nlohmann::json& json) {
+  const Fields f(json, "body");
+  KVATLAS_RETURN_IF_ERROR(f.Check());
+  UnregisterRequest request;
+  KVATLAS_RETURN_IF_ERROR(f.String("instance_id", true, &request.instance_id));
+  KVATLAS_RETURN_IF_ERROR(f.String("tenant_id", false, &request.tenant_id));
+  if (request.tenant_id.empty()) request.tenant_id = "default";
+  KVATLAS_RETURN_IF_ERROR(f.Uint32("dp_rank", false, false, &request.dp_rank));
+  return request;
+}
+
+}  // namespace kvatlas::server

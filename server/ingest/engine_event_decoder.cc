@@ -1,0 +1,644 @@
+#include "server/ingest/engine_event_decoder.h"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <exception>
+#include <limits>
+#include <msgpack.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kvatlas::server {
+namespace {
+
+using Obj = msgpack::object;
+namespace mt = msgpack::type;
+
+// Bytes of repeated Mooncake locations (one string sent for several blocks) a batch may
+// expand to: 16 per payload byte plus 1 MiB, far above real use (one block per event).
+constexpr size_t kLocationBudgetPerByte = 16;
+constexpr size_t kLocationBudgetBase = size_t{1} << 20;
+
+// ---- Pre-pass ------------------------------------------------------------------------------
+
+// Walks the payload without building anything, to prove that it is exactly one complete
+// msgpack value no deeper than kMaxEngineBatchDepth. msgpack::unpack allocates a container's
+// element storage when it reads the header, before the elements; once the walk has seen every
+// declared element, the object tree is bounded by the payload size (each element costs at
+// least one payload byte and 16 bytes of msgpack::object).
+class ShapeCheck : public msgpack::null_visitor {
+ public:
+  enum class Error : uint8_t { kNone, kTooDeep, kInvalid, kTruncated };
+
+  bool start_array(uint32_t /*num_elements*/) { return Enter(); }
+  bool end_array() { return Leave(); }
+  bool start_map(uint32_t /*num_kv_pairs*/) { return Enter(); }
+  bool end_map() { return Leave(); }
+  void parse_error(size_t /*parsed_offset*/, size_t error_offset) {
+    error_ = Error::kInvalid;
+    offset_ = error_offset;
+  }
+  void insufficient_bytes(size_t /*parsed_offset*/, size_t error_offset) {
+    error_ = Error::kTruncated;
+    offset_ = error_offset;
+  }
+
+  Error error() const { return error_; }
+  size_t offset() const { return offset_; }
+
+ private:
+  bool Enter() {
+    if (++depth_ > kMaxEngineBatchDepth) {
+      error_ = Error::kTooDeep;
+      return false;
+    }
+    return true;
+  }
+  bool Leave() {
+    --depth_;
+    return true;
+  }
+
+  uint32_t depth_ = 0;
+  Error error_ = Error::kNone;
+  size_t offset_ = 0;
+};
+
+// Strings and byte strings in the object tree point into the payload instead of being
+// copied: the tree never outlives DecodeEngineBatch.
+bool ReferenceAll(mt::object_type /*type*/, size_t /*size*/, void* /*user_data*/) { return true; }
+
+// ---- Scalar readers (false: wrong type or out of range) ------------------------------------
+
+const char* TypeName(const Obj& o) {
+  switch (o.type) {
+    case mt::NIL:
+      return "nil";
+    case mt::BOOLEAN:
+      return "bool";
+    case mt::POSITIVE_INTEGER:
+    case mt::NEGATIVE_INTEGER:
+      return "int";
+    case mt::FLOAT32:
+    case mt::FLOAT64:
+      return "float";
+    case mt::STR:
+      return "str";
+    case mt::BIN:
+      return "bin";
+    case mt::ARRAY:
+      return "array";
+    case mt::MAP:
+      return "map";
+    default:
+      return "ext";
+  }
+}
+
+std::span<const Obj> Items(const Obj& o) { return {o.via.array.ptr, o.via.array.size}; }
+std::span<const msgpack::object_kv> Pairs(const Obj& o) { return {o.via.map.ptr, o.via.map.size}; }
+std::string_view Str(const Obj& o) { return {o.via.str.ptr, o.via.str.size}; }
+bool IsNil(const Obj* o) { return o == nullptr || o->type == mt::NIL; }
+bool IsStr(const Obj& o) { return o.type == mt::STR; }
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           const auto lower = [](char c) {
+             return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+           };
+           return lower(x) == lower(y);
+         });
+}
+
+// Engine hash folded to 64 bits: see EngineEvent::block_hashes.
+bool ReadHash(const Obj& o, uint64_t* out) {
+  switch (o.type) {
+    case mt::POSITIVE_INTEGER:
+      *out = o.via.u64;
+      return true;
+    case mt::NEGATIVE_INTEGER:
+      *out = static_cast<uint64_t>(o.via.i64);  // two's-complement bits
+      return true;
+    case mt::BIN: {
+      const uint32_t n = o.via.bin.size;
+      const uint32_t from = n > 8 ? n - 8 : 0;
+      uint64_t v = 0;
+      for (uint32_t i = from; i < n; ++i) v = (v << 8) | static_cast<uint8_t>(o.via.bin.ptr[i]);
+      *out = v;
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+bool ReadHashes(const Obj& o, std::vector<uint64_t>* out) {
+  if (o.type != mt::ARRAY) return false;
+  out->resize(o.via.array.size);
+  uint64_t* dst = out->data();
+  for (const Obj& item : Items(o)) {
+    if (!ReadHash(item, dst++)) return false;
+  }
+  return true;
+}
+
+// nil or absent → nullopt.
+bool ReadOptHash(const Obj* o, std::optional<uint64_t>* out) {
+  if (IsNil(o)) return true;
+  uint64_t v = 0;
+  if (!ReadHash(*o, &v)) return false;
+  *out = v;
+  return true;
+}
+
+// An array of uint32 (nil or absent → empty).
+bool ReadTokens(const Obj* o, std::vector<uint32_t>* out) {
+  if (IsNil(o)) return true;
+  if (o->type != mt::ARRAY) return false;
+  out->resize(o->via.array.size);
+  uint32_t* dst = out->data();
+  for (const Obj& item : Items(*o)) {
+    if (item.type != mt::POSITIVE_INTEGER || item.via.u64 > std::numeric_limits<uint32_t>::max()) {
+      return false;
+    }
+    *dst++ = static_cast<uint32_t>(item.via.u64);
+  }
+  return true;
+}
+
+bool ReadInt64(const Obj& o, int64_t* out) {
+  if (o.type == mt::NEGATIVE_INTEGER) {
+    *out = o.via.i64;
+    return true;
+  }
+  if (o.type == mt::POSITIVE_INTEGER &&
+      o.via.u64 <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    *out = static_cast<int64_t>(o.via.u64);
+    return true;
+  }
+  return false;
+}
+
+bool ReadOptInt64(const Obj* o, std::optional<int64_t>* out) {
+  if (IsNil(o)) return true;
+  int64_t v = 0;
+  if (!ReadInt64(*o, &v)) return false;
+  *out = v;
+  return true;
+}
+
+bool ReadOptU32(const Obj* o, std::optional<uint32_t>* out) {
+  if (IsNil(o)) return true;
+  if (o->type != mt::POSITIVE_INTEGER || o->via.u64 > std::numeric_limits<uint32_t>::max()) {
+    return false;
+  }
+  *out = static_cast<uint32_t>(o->via.u64);
+  return true;
+}
+
+bool ReadOptString(const Obj* o, std::optional<std::string>* out) {
+  if (IsNil(o)) return true;
+  if (!IsStr(*o)) return false;
+  out->emplace(Str(*o));
+  return true;
+}
+
+// ---- vLLM / SGLang events ------------------------------------------------------------------
+
+// Field slots in the BlockStored positional order (docs/engine-events.md §Decoding); a
+// tagged map or a BlockRemoved array is first rearranged into these slots, so one reader
+// serves every encoding.
+enum Slot : uint8_t {
+  kTag = 0,
+  kBlockHashes,
+  kParentBlockHash,
+  kTokenIds,
+  kBlockSize,
+  kLoraId,
+  kMedium,
+  kLoraName,
+  kExtraKeys,
+  kGroupIdx,
+  kSpecKind,
+  kSlidingWindow,
+  kLocality,
+  kSlotCount,
+};
+using Slots = std::array<const Obj*, kSlotCount>;
+
+constexpr std::array<std::string_view, kSlotCount> kSlotNames = {
+    "type",      "block_hashes",       "parent_block_hash",
+    "token_ids", "block_size",         "lora_id",
+    "medium",    "lora_name",          "extra_keys",
+    "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
+    "locality"};
+
+// BlockRemoved's positional fields after the tag.
+constexpr std::array<Slot, 3> kRemovedSlots = {kBlockHashes, kMedium, kGroupIdx};
+
+std::optional<EngineEventKind> VllmKind(std::string_view tag) {
+  if (tag == "BlockStored") return EngineEventKind::kStored;
+  if (tag == "BlockRemoved") return EngineEventKind::kRemoved;
+  if (tag == "AllBlocksCleared") return EngineEventKind::kCleared;
+  return std::nullopt;
+}
+
+std::optional<EngineEventKind> MooncakeKind(std::string_view type) {
+  if (EqualsIgnoreCase(type, "stored")) return EngineEventKind::kStored;
+  if (EqualsIgnoreCase(type, "removed")) return EngineEventKind::kRemoved;
+  if (EqualsIgnoreCase(type, "cleared")) return EngineEventKind::kCleared;
+  return std::nullopt;
+}
+
+bool SlotAllowed(EngineEventKind kind, size_t slot) {
+  switch (kind) {
+    case EngineEventKind::kStored:
+      return slot != kTag;
+    case EngineEventKind::kRemoved:
+      return std::find(kRemovedSlots.begin(), kRemovedSlots.end(), slot) != kRemovedSlots.end();
+    case EngineEventKind::kCleared:
+      return false;
+  }
+  return false;
+}
+
+// True when `o` is a bare string item equal to `s`, or a [identifier, offset] tuple whose
+// identifier is `s`.
+bool NamesItem(const Obj& o, std::string_view s) {
+  if (IsStr(o)) return Str(o) == s;
+  return o.type == mt::ARRAY && o.via.array.size == 2 && IsStr(o.via.array.ptr[0]) &&
+         Str(o.via.array.ptr[0]) == s;
+}
+
+// Reads vLLM's extra_keys: derives cache_salt (when not already set) and
+// has_multimodal_extra_keys. The heuristic and its limits: docs/engine-events.md §Extra keys.
+bool ReadExtraKeys(const Obj* o, EngineEvent* e) {
+  if (IsNil(o)) return true;
+  if (o->type != mt::ARRAY) return false;
+  const std::span<const Obj> entries = Items(*o);
+  for (const Obj& entry : entries) {
+    if (entry.type != mt::NIL && entry.type != mt::ARRAY) return false;
+  }
+  const auto is_lora_key = [&](std::span<const Obj> items, size_t j) {
+    return j == 0 && e->lora_name && IsStr(items[0]) && Str(items[0]) == *e->lora_name;
+  };
+  // The salt: the last bare string of block 0 (after its LoRA key) when the run starts at
+  // token 0, unless block 1 names it too (then it is a multimodal item spanning blocks).
+  const Obj* salt = nullptr;
+  if (!e->parent_hash && !e->cache_salt && !entries.empty() && entries[0].type == mt::ARRAY) {
+    const std::span<const Obj> items = Items(entries[0]);
+    for (size_t j = items.size(); j-- > 0;) {
+      if (is_lora_key(items, j)) break;
+      if (!IsStr(items[j])) continue;
+      salt = &items[j];
+      if (entries.size() > 1 && entries[1].type == mt::ARRAY) {
+        for (const Obj& next : Items(entries[1])) {
+          if (NamesItem(next, Str(*salt))) {
+            salt = nullptr;
+            break;
+          }
+        }
+      }
+      break;
+    }
+    if (salt != nullptr) e->cache_salt.emplace(Str(*salt));
+  }
+  for (const Obj& entry : entries) {
+    if (entry.type != mt::ARRAY) continue;
+    const std::span<const Obj> items = Items(entry);
+    for (size_t j = 0; j < items.size(); ++j) {
+      if (is_lora_key(items, j) || &items[j] == salt) continue;
+      e->has_multimodal_extra_keys = true;  // multimodal id, tuple, prompt-embeds hash, other
+      return true;
+    }
+  }
+  return true;
+}
+
+// SGLang's BlockStoredWithMetadata: index 7 is {cache_salt: str[, session_id: str]}.
+bool ReadSglangMetadata(const Obj& map, EngineEvent* e, uint32_t* unknown) {
+  for (const msgpack::object_kv& kv : Pairs(map)) {
+    const std::string_view key = IsStr(kv.key) ? Str(kv.key) : std::string_view();
+    if (key == "cache_salt") {
+      if (!ReadOptString(&kv.val, &e->cache_salt)) return false;
+    } else if (key != "session_id") {
+      ++*unknown;
+    }
+  }
+  return true;
+}
+
+// Fills `e` (kind already set) from vLLM/SGLang field slots; false when malformed.
+bool ReadVllmSlots(const Slots& s, EngineEvent* e, uint32_t* unknown) {
+  if (e->kind == EngineEventKind::kCleared) return true;
+  if (s[kBlockHashes] == nullptr || !ReadHashes(*s[kBlockHashes], &e->block_hashes)) {
+    return false;
+  }
+  if (!ReadOptString(s[kMedium], &e->medium) || !ReadOptInt64(s[kGroupIdx], &e->group_idx)) {
+    return false;
+  }
+  if (e->kind == EngineEventKind::kRemoved) return true;
+  std::optional<uint32_t> block_size;
+  if (!ReadOptHash(s[kParentBlockHash], &e->parent_hash) ||
+      !ReadTokens(s[kTokenIds], &e->token_ids) || !ReadOptU32(s[kBlockSize], &block_size) ||
+      !ReadOptInt64(s[kLoraId], &e->lora_id) ||
+      !ReadOptString(s[kSpecKind], &e->kv_cache_spec_kind) ||
+      !ReadOptInt64(s[kSlidingWindow], &e->kv_cache_spec_sliding_window)) {
+    return false;
+  }
+  e->block_size = block_size.value_or(0);
+  if (const Obj* lora = s[kLoraName]; lora != nullptr && lora->type == mt::MAP) {
+    if (!ReadSglangMetadata(*lora, e, unknown)) return false;
+  } else if (!ReadOptString(lora, &e->lora_name)) {
+    return false;
+  }
+  // `locality` (vLLM 0.28?, unconfirmed) is ignored when it has the expected type.
+  if (const Obj* locality = s[kLocality]; !IsNil(locality) && !IsStr(*locality)) ++*unknown;
+  return ReadExtraKeys(s[kExtraKeys], e);
+}
+
+// [tag, fields...]: false when the event is malformed or its tag unknown.
+bool ReadVllmArray(const Obj& event, EngineEvent* e, uint32_t* unknown) {
+  const std::span<const Obj> f = Items(event);
+  if (f.empty() || !IsStr(f[0])) return false;
+  const std::optional<EngineEventKind> kind = VllmKind(Str(f[0]));
+  if (!kind) return false;
+  e->kind = *kind;
+  Slots slots{};
+  size_t known = 1;
+  if (*kind == EngineEventKind::kStored) {
+    known = std::min<size_t>(f.size(), kSlotCount);
+    for (size_t i = 1; i < known; ++i) slots[i] = &f[i];
+  } else if (*kind == EngineEventKind::kRemoved) {
+    known = std::min<size_t>(f.size(), kRemovedSlots.size() + 1);
+    for (size_t i = 1; i < known; ++i) slots[kRemovedSlots[i - 1]] = &f[i];
+  }
+  uint32_t extra = static_cast<uint32_t>(f.size() - known);
+  if (!ReadVllmSlots(slots, e, &extra)) return false;
+  *unknown += extra;
+  return true;
+}
+
+// {type: tag, field: value, ...} with `kind` read from "type" by the caller.
+bool ReadVllmMap(const Obj& event, EngineEventKind kind, EngineEvent* e, uint32_t* unknown) {
+  e->kind = kind;
+  Slots slots{};
+  uint32_t extra = 0;
+  for (const msgpack::object_kv& kv : Pairs(event)) {
+    if (!IsStr(kv.key)) {
+      ++extra;
+      continue;
+    }
+    const std::string_view key = Str(kv.key);
+    if (key == kSlotNames[kTag]) continue;
+    const auto it = std::find(kSlotNames.begin() + 1, kSlotNames.end(), key);
+    const size_t slot = static_cast<size_t>(it - kSlotNames.begin());
+    if (it == kSlotNames.end() || !SlotAllowed(kind, slot)) {
+      ++extra;
+      continue;
+    }
+    slots[slot] = &kv.val;
+  }
+  if (!ReadVllmSlots(slots, e, &extra)) return false;
+  *unknown += extra;
+  return true;
+}
+
+// ---- Mooncake RFC #1527 events -------------------------------------------------------------
+
+// object_key / location: a string (repeated for each block) or an array (one per block).
+// `budget` bounds the bytes that repeating one string may create across the batch: the
+// only place where the output could grow faster than the payload.
+bool ReadLocations(const Obj* o, EngineEvent* e, size_t* budget) {
+  if (IsNil(o)) return true;
+  if (IsStr(*o)) {
+    const size_t copies = std::max<size_t>(e->block_hashes.size(), 1);
+    const size_t cost = copies * (sizeof(std::string) + o->via.str.size);
+    if (copies > 1 && cost > *budget) return false;
+    if (copies > 1) *budget -= cost;
+    e->locations.assign(copies, std::string(Str(*o)));
+    return true;
+  }
+  if (o->type != mt::ARRAY) return false;
+  if (!e->block_hashes.empty() && o->via.array.size != e->block_hashes.size()) return false;
+  e->locations.reserve(o->via.array.size);
+  for (const Obj& item : Items(*o)) {
+    if (!IsStr(item)) return false;
+    e->locations.emplace_back(Str(item));
+  }
+  return true;
+}
+
+// Mooncake keys read into slots; kMooncakeIgnored ones are known but unused.
+enum MooncakeSlot : uint8_t {
+  kEventType = 0,
+  kType,
+  kSeqHashes,
+  kBlockHashesAlias,
+  kBaseBlockIdx,
+  kParentHash,
+  kMcTokenIds,
+  kMcMedium,
+  kMcBlockSize,
+  kModelName,
+  kTenantId,
+  kMcLoraName,
+  kObjectKey,
+  kLocation,
+  kMooncakeSlotCount,
+};
+constexpr std::array<std::string_view, kMooncakeSlotCount> kMooncakeNames = {
+    "event_type",  "type",      "seq_hashes", "block_hashes", "base_block_idx",
+    "parent_hash", "token_ids", "medium",     "block_size",   "model_name",
+    "tenant_id",   "lora_name", "object_key", "location"};
+constexpr std::array<std::string_view, 5> kMooncakeIgnored = {"dp_rank", "event_id", "timestamp",
+                                                              "backend_id", "additional_salt"};
+
+// A map with "event_type" (or a "type" of stored|removed|cleared); false when malformed or
+// the type is unknown.
+bool ReadMooncakeMap(const Obj& event, EngineEvent* e, uint32_t* unknown, size_t* budget) {
+  std::array<const Obj*, kMooncakeSlotCount> f{};
+  uint32_t extra = 0;
+  for (const msgpack::object_kv& kv : Pairs(event)) {
+    const std::string_view key = IsStr(kv.key) ? Str(kv.key) : std::string_view();
+    const auto it = std::find(kMooncakeNames.begin(), kMooncakeNames.end(), key);
+    if (it != kMooncakeNames.end()) {
+      f[static_cast<size_t>(it - kMooncakeNames.begin())] = &kv.val;
+    } else if (std::find(kMooncakeIgnored.begin(), kMooncakeIgnored.end(), key) ==
+               kMooncakeIgnored.end()) {
+      ++extra;
+    }
+  }
+  const Obj* tag = f[kEventType] != nullptr ? f[kEventType] : f[kType];
+  if (tag == nullptr || !IsStr(*tag)) return false;
+  const std::optional<EngineEventKind> kind = MooncakeKind(Str(*tag));
+  if (!kind) return false;
+  e->kind = *kind;
+  e->standard_hashes = true;
+  std::optional<uint32_t> block_size;
+  if (!ReadOptString(f[kMcMedium], &e->medium) || !ReadOptU32(f[kMcBlockSize], &block_size) ||
+      !ReadOptString(f[kModelName], &e->model_name) ||
+      !ReadOptString(f[kTenantId], &e->tenant_id) ||
+      !ReadOptString(f[kMcLoraName], &e->lora_name)) {
+    return false;
+  }
+  e->block_size = block_size.value_or(0);
+  if (*kind != EngineEventKind::kCleared) {  // cleared: envelope only
+    const Obj* hashes = f[kSeqHashes] != nullptr ? f[kSeqHashes] : f[kBlockHashesAlias];
+    if (hashes != nullptr && !ReadHashes(*hashes, &e->block_hashes)) return false;
+    if (!ReadOptU32(f[kBaseBlockIdx], &e->base_block_idx) ||
+        !ReadOptHash(f[kParentHash], &e->parent_hash) ||
+        !ReadTokens(f[kMcTokenIds], &e->token_ids) ||
+        !ReadLocations(f[kObjectKey] != nullptr ? f[kObjectKey] : f[kLocation], e, budget)) {
+      return false;
+    }
+    // Removed needs its hashes; stored needs hashes or tokens to say what was stored.
+    if (e->block_hashes.empty() && (*kind == EngineEventKind::kRemoved || e->token_ids.empty())) {
+      return false;
+    }
+  }
+  *unknown += extra;
+  return true;
+}
+
+// ---- Dispatch ------------------------------------------------------------------------------
+
+// Decodes one element of the events array into `e`; false when it is to be skipped.
+bool ReadEvent(const Obj& event, EngineEvent* e, uint32_t* unknown, size_t* budget) {
+  if (event.type == mt::ARRAY) return ReadVllmArray(event, e, unknown);
+  if (event.type != mt::MAP) return false;
+  const Obj* type = nullptr;
+  for (const msgpack::object_kv& kv : Pairs(event)) {
+    if (!IsStr(kv.key)) continue;
+    if (Str(kv.key) == "event_type") return ReadMooncakeMap(event, e, unknown, budget);
+    if (Str(kv.key) == "type") type = &kv.val;
+  }
+  if (type == nullptr || !IsStr(*type)) return false;
+  if (const std::optional<EngineEventKind> kind = VllmKind(Str(*type))) {
+    return ReadVllmMap(event, *kind, e, unknown);
+  }
+  return ReadMooncakeMap(event, e, unknown, budget);  // "type": "stored" etc. without event_type
+}
+
+Status BatchError(std::string_view path, std::string_view expected, const Obj& got) {
+  return Status::InvalidArgument(std::string(path) + ": expected " + std::string(expected) +
+                                 ", got " + TypeName(got));
+}
+
+Result<EngineBatch> DecodeBatch(const Obj& root, size_t payload_size) {
+  EngineBatch batch;
+  const Obj* ts = nullptr;
+  const Obj* events = nullptr;
+  const Obj* dp_rank = nullptr;
+  bool positional = true;
+  if (root.type == mt::ARRAY) {
+    const std::span<const Obj> f = Items(root);
+    if (f.size() != 2 && f.size() != 3) {
+      return Status::InvalidArgument("batch: expected an array of 2 or 3 elements, got " +
+                                     std::to_string(f.size()));
+    }
+    ts = &f[0];
+    events = &f[1];
+    if (f.size() == 3) dp_rank = &f[2];
+  } else if (root.type == mt::MAP) {
+    positional = false;
+    for (const msgpack::object_kv& kv : Pairs(root)) {
+      const std::string_view key = IsStr(kv.key) ? Str(kv.key) : std::string_view();
+      if (key == "ts") {
+        ts = &kv.val;
+      } else if (key == "events") {
+        events = &kv.val;
+      } else if (key == "data_parallel_rank" || key == "attn_dp_rank") {
+        dp_rank = &kv.val;
+      } else {
+        ++batch.unknown_fields;
+      }
+    }
+    if (events == nullptr) return Status::InvalidArgument("batch: map without \"events\"");
+  } else {
+    return BatchError("batch", "an array [ts, events, dp_rank] or a map", root);
+  }
+
+  if (ts != nullptr) {
+    if (ts->type == mt::FLOAT32 || ts->type == mt::FLOAT64) {
+      batch.timestamp = ts->via.f64;
+    } else if (ts->type == mt::POSITIVE_INTEGER) {
+      batch.timestamp = static_cast<double>(ts->via.u64);
+    } else if (ts->type == mt::NEGATIVE_INTEGER) {
+      batch.timestamp = static_cast<double>(ts->via.i64);
+    } else {
+      return BatchError(positional ? "batch[0]" : "batch.ts", "a number (timestamp)", *ts);
+    }
+  }
+  if (events->type != mt::ARRAY) {
+    return BatchError(positional ? "batch[1]" : "batch.events", "an array of events", *events);
+  }
+  if (!ReadOptInt64(dp_rank, &batch.dp_rank)) {
+    return BatchError(positional ? "batch[2]" : "batch.data_parallel_rank",
+                      "an int64 or nil (dp rank)", *dp_rank);
+  }
+
+  // The smallest decodable event, ["AllBlocksCleared"], takes 18 bytes: reserving more would
+  // let a hostile array of empty events allocate ~sizeof(EngineEvent) per payload byte.
+  batch.events.reserve(std::min<size_t>(events->via.array.size, payload_size / 16));
+  size_t location_budget = kLocationBudgetPerByte * payload_size + kLocationBudgetBase;
+  for (const Obj& event : Items(*events)) {
+    EngineEvent& e = batch.events.emplace_back();
+    if (!ReadEvent(event, &e, &batch.unknown_fields, &location_budget)) {
+      batch.events.pop_back();
+      ++batch.skipped_events;
+    }
+  }
+  return batch;
+}
+
+}  // namespace
+
+Result<EngineBatch> DecodeEngineBatch(std::span<const uint8_t> payload) {
+  if (payload.empty()) return Status::InvalidArgument("engine batch: empty payload");
+  const char* data = reinterpret_cast<const char*>(payload.data());
+  const size_t len = payload.size();
+  try {
+    ShapeCheck check;
+    size_t end = 0;
+    const bool complete = msgpack::parse(data, len, end, check);
+    switch (check.error()) {
+      case ShapeCheck::Error::kTooDeep:
+        return Status::InvalidArgument("engine batch: msgpack nested deeper than " +
+                                       std::to_string(kMaxEngineBatchDepth) + " levels");
+      case ShapeCheck::Error::kInvalid:
+        return Status::InvalidArgument("engine batch: invalid msgpack at byte " +
+                                       std::to_string(check.offset()));
+      case ShapeCheck::Error::kTruncated:
+        return Status::InvalidArgument("engine batch: truncated msgpack (" + std::to_string(len) +
+                                       " bytes, value incomplete at byte " +
+                                       std::to_string(check.offset()) + ")");
+      case ShapeCheck::Error::kNone:
+        break;
+    }
+    if (!complete) return Status::InvalidArgument("engine batch: invalid msgpack");
+    if (end != len) {
+      return Status::InvalidArgument("engine batch: " + std::to_string(len - end) +
+                                     " trailing bytes after the value at byte " +
+                                     std::to_string(end));
+    }
+    // The pre-pass proved the value complete: every container's element count is backed by
+    // payload bytes, so the limits below only restate what the payload bounds.
+    const msgpack::unpack_limit limit(len, len / 2, len, len, len, kMaxEngineBatchDepth + 1);
+    size_t off = 0;
+    const msgpack::object_handle handle =
+        msgpack::unpack(data, len, off, &ReferenceAll, nullptr, limit);
+    return DecodeBatch(handle.get(), len);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("engine batch: undecodable msgpack: ") + e.what());
+  } catch (...) {
+    return Status::InvalidArgument("engine batch: undecodable msgpack");
+  }
+}
+
+}  // namespace kvatlas::server

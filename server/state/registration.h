@@ -1,0 +1,90 @@
+// Registrations and stream positions: the part of the replicated state that says which
+// engine publishers kvatlas follows (POST /register, the config file) and how far each of
+// their event streams has been applied. They change only through commands (command.h), so
+// they are persisted with the map (docs/storage.md `R`/`S` records) and, under raft,
+// replicated: a new leader resumes every stream where the old one stopped.
+// Plain values: thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kvatlas/common/types.h"
+
+namespace kvatlas::server {
+
+enum class EngineType : uint8_t { kVllm = 0, kSglang = 1, kMooncake = 2 };
+
+// The Conductor wire names: "vLLM", "SGLang", "Mooncake".
+std::string_view EngineTypeName(EngineType type);
+// Case-insensitive; nullopt for anything else.
+std::optional<EngineType> ParseEngineType(std::string_view name);
+
+// One followed publisher: an engine process (one data-parallel rank) or a storage daemon.
+// Its events update holder {instance_id, dp_rank} in the contexts of `tenant_id`/`model`.
+struct Registration {
+  // ZMQ endpoint of the publisher's PUB socket, which kvatlas connects a SUB socket to
+  // (e.g. "tcp://10.0.0.5:5557").
+  std::string endpoint;
+  // ZMQ endpoint of its replay ROUTER socket; empty = the publisher cannot replay.
+  std::string replay_endpoint;
+  EngineType type = EngineType::kVllm;
+  std::string model;
+  std::string lora_name;  // default LoRA of the stream's events (events may name their own)
+  std::string tenant_id = "default";
+  std::string instance_id;
+  uint32_t block_size = 0;
+  uint32_t dp_rank = 0;
+  std::string additional_salt;
+  // SUB topic prefix filter; empty = every topic.
+  std::string topic;
+
+  friend bool operator==(const Registration&, const Registration&) = default;
+
+  // The Conductor identity of a registration: "<instance>|<tenant>|<rank>". Registering
+  // the same key again replaces the registration.
+  std::string Key() const { return RegistrationKey(instance_id, tenant_id, dp_rank); }
+  HolderKey Holder() const { return HolderKey{instance_id, dp_rank}; }
+
+  static std::string RegistrationKey(std::string_view instance, std::string_view tenant,
+                                     uint32_t dp_rank) {
+    std::string key(instance);
+    key += '|';
+    key += tenant;
+    key += '|';
+    key += std::to_string(dp_rank);
+    return key;
+  }
+};
+
+// Streams of bound (centralized-mode) listeners are keyed "listen:<endpoint>|<topic>|<rank>";
+// every other stream key is the key of the registration it belongs to.
+inline constexpr std::string_view kListenerStreamPrefix = "listen:";
+
+// Where a batch sits in its publisher's stream. The StateMachine applies a batch carrying
+// a position only if its sequence is past the stream's recorded one, then records it: a
+// batch delivered twice (a replay overlapping live traffic, a retried submission, a new
+// leader replaying a gap) changes nothing the second time.
+struct StreamPosition {
+  std::string stream;  // a stream key (a registration key, or a listener's topic key)
+  uint64_t sequence = 0;
+  // The publisher restarted (its sequence went backwards): forget the recorded position,
+  // apply the batch (typically a clear of the holder) and record no position, so that the
+  // new sequence, which starts again at 0, is accepted. `sequence` is then unused.
+  bool restart = false;
+
+  friend bool operator==(const StreamPosition&, const StreamPosition&) = default;
+};
+
+// The registry part of the state: registrations by key, last applied sequence by stream.
+struct Registry {
+  std::map<std::string, Registration, std::less<>> registrations;
+  std::map<std::string, uint64_t, std::less<>> positions;
+
+  friend bool operator==(const Registry&, const Registry&) = default;
+};
+
+}  // namespace kvatlas::server

@@ -1,0 +1,79 @@
+// Per-stream counters of the ZMQ ingest, shared between the ingest thread (which owns the
+// stream), applier callbacks (which count what was applied) and HTTP handlers (which read
+// them for GET /v1/streams and /metrics). Counters are relaxed atomics: each is exact, a
+// snapshot of several is not atomic as a whole.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "nlohmann/json_fwd.hpp"
+
+namespace kvatlas::server {
+
+struct StreamCounters {
+  std::atomic<uint64_t> batches_received{0};  // 3-frame messages, live and replayed
+  std::atomic<uint64_t> batches_applied{0};
+  std::atomic<uint64_t> stored_events{0};  // applied, by type
+  std::atomic<uint64_t> removed_events{0};
+  std::atomic<uint64_t> cleared_events{0};
+  std::atomic<uint64_t> block_events{0};    // blocks named by applied stored/removed events
+  std::atomic<uint64_t> skipped_events{0};  // unknown tag, malformed, or not mappable
+  std::atomic<uint64_t> unknown_fields{0};
+  std::atomic<uint64_t> decode_failures{0};     // whole batches that did not decode
+  std::atomic<uint64_t> malformed_messages{0};  // not 3 frames / bad sequence frame
+  std::atomic<uint64_t> apply_failures{0};      // batches the applier refused or failed
+  std::atomic<uint64_t> duplicates{0};          // batches dropped: sequence already seen
+  std::atomic<uint64_t> gaps{0};                // sequence jumps detected
+  std::atomic<uint64_t> lost_batches{0};        // sequences never received (gap not replayed)
+  std::atomic<uint64_t> replays{0};             // replay requests sent
+  std::atomic<uint64_t> replay_failures{0};     // replays that timed out or returned nothing
+  std::atomic<uint64_t> replayed_batches{0};    // batches received over replay
+  std::atomic<uint64_t> restarts{0};            // engine restarts detected (sequence went back)
+  std::atomic<int64_t> last_sequence{-1};       // last sequence handed to the applier, -1 none
+  std::atomic<int64_t> last_event_unix_ms{0};   // wall clock of the last message received
+  std::atomic<bool> replaying{false};
+};
+
+// A stream as GET /v1/streams shows it: identity (fixed at creation) plus counters.
+struct StreamView {
+  std::string key;
+  std::string mode;  // "connect" (registered publisher) or "bind" (listener)
+  std::string endpoint;
+  std::string replay_endpoint;
+  std::string type;
+  std::string instance_id;
+  std::string tenant_id;
+  std::string model;
+  uint32_t dp_rank = 0;
+  std::string topic;
+  StreamCounters counters;
+
+  // The status line ("ok" or the last socket error) is set by the ingest thread.
+  void SetError(std::string error) {
+    std::lock_guard lock(mu_);
+    error_ = std::move(error);
+  }
+  std::string error() const {
+    std::lock_guard lock(mu_);
+    return error_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string error_;
+};
+
+// JSON of one stream for GET /v1/streams (docs/api.md). `now_unix_ms` gives lag_seconds.
+nlohmann::json StreamViewJson(const StreamView& view, int64_t now_unix_ms);
+
+// The kvatlas_zmq_* families of /metrics (Prometheus text format, docs/api.md), one
+// sample per stream labelled stream="<key>".
+std::string RenderStreamMetrics(std::span<const std::shared_ptr<const StreamView>> views,
+                                int64_t now_unix_ms);
+
+}  // namespace kvatlas::server

@@ -1,0 +1,663 @@
+#include "server/zmq/zmq_ingest.h"
+
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "kvatlas/common/log.h"
+#include "server/ingest/engine_event_decoder.h"
+#include "server/zmq/sequence_tracker.h"
+
+namespace kvatlas::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// vLLM's end-of-replay sequence: -1 as a big-endian int64.
+constexpr uint64_t kEndSequence = ~uint64_t{0};
+// The poll timeout bounds how late timers (replay timeouts) and registry changes are seen.
+constexpr std::chrono::milliseconds kPollInterval{50};
+// Largest message a SUB or DEALER socket accepts; bigger ones are dropped by ZMQ.
+constexpr int64_t kMaxMessageBytes = 64 << 20;
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::optional<uint64_t> ReadSequence(const zmq::message_t& frame) {
+  if (frame.size() != 8) return std::nullopt;
+  const auto* p = static_cast<const uint8_t*>(frame.data());
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+std::span<const uint8_t> Bytes(const zmq::message_t& m) {
+  return {static_cast<const uint8_t*>(m.data()), m.size()};
+}
+
+// A live batch waiting while its stream replays.
+struct BufferedBatch {
+  uint64_t sequence;
+  zmq::message_t payload;
+};
+
+// What one submitted batch counts once applied.
+struct Tally {
+  uint64_t stored = 0;
+  uint64_t removed = 0;
+  uint64_t cleared = 0;
+  uint64_t blocks = 0;
+};
+
+}  // namespace
+
+// One publisher stream: a registered publisher (owning its SUB socket) or one topic/rank
+// on a listener's socket.
+struct ZmqStream {
+  std::string key;
+  StreamIdentity identity;
+  std::string replay_endpoint;
+  std::shared_ptr<StreamView> view;
+  Registration registration;           // registered streams only
+  std::unique_ptr<zmq::socket_t> sub;  // registered streams only
+  SequenceTracker tracker;
+  StreamMapState map_state;
+
+  enum class Replay { kNone, kWaiting, kRunning };
+  Replay replay = Replay::kNone;
+  std::unique_ptr<zmq::socket_t> dealer;
+  uint64_t replay_from = 0;
+  uint64_t replay_received = 0;
+  Clock::time_point replay_started;
+  Clock::time_point replay_last;
+  Clock::time_point cooldown_until;
+  std::deque<BufferedBatch> buffered;
+};
+
+struct ZmqListener {
+  ZmqListenerConfig config;
+  std::unique_ptr<zmq::socket_t> sub;
+  std::map<std::string, std::unique_ptr<ZmqStream>, std::less<>> streams;
+};
+
+class ZmqIngest::Loop {
+ public:
+  explicit Loop(ZmqIngest* owner)
+      : owner_(owner), mapper_(&owner->machine_->hasher(), owner->options_.mapper) {}
+
+  ~Loop() {
+    // Sockets first (linger 0), then the context: zmq_ctx_term waits for open sockets.
+    streams_.clear();
+    listeners_.clear();
+  }
+
+  Status BindListeners() {
+    for (const ZmqListenerConfig& config : owner_->options_.listeners) {
+      auto listener = std::make_unique<ZmqListener>();
+      listener->config = config;
+      try {
+        listener->sub = MakeSubSocket(config.topic);
+        listener->sub->bind(config.bind);
+      } catch (const zmq::error_t& e) {
+        return Status::Unavailable("cannot bind ZMQ listener " + config.bind + ": " + e.what());
+      }
+      LogInfo("zmq: listening for KV events on " + config.bind +
+              (config.topic.empty() ? "" : " (topic prefix \"" + config.topic + "\")"));
+      listeners_.push_back(std::move(listener));
+    }
+    return Status::Ok();
+  }
+
+  void Run() {
+    while (!owner_->stopping_.load(std::memory_order_acquire)) {
+      if (owner_->registry_dirty_.exchange(false, std::memory_order_acq_rel)) SyncRegistrations();
+      PollOnce();
+      CheckReplayTimeouts();
+      LaunchWaitingReplays();
+    }
+  }
+
+ private:
+  std::unique_ptr<zmq::socket_t> MakeSubSocket(const std::string& topic) {
+    auto sub = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::sub);
+    sub->set(zmq::sockopt::linger, 0);
+    sub->set(zmq::sockopt::rcvhwm, owner_->options_.receive_hwm);
+    sub->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
+    sub->set(zmq::sockopt::subscribe, topic);
+    return sub;
+  }
+
+  // --- registrations --------------------------------------------------------------------
+
+  void SyncRegistrations() {
+    auto [registrations, positions] = owner_->machine_->ReadRegistry(
+        [](const Registry& r, Revision) { return std::pair(r.registrations, r.positions); });
+    bool changed = false;
+    for (auto it = streams_.begin(); it != streams_.end();) {
+      auto reg = registrations.find(it->first);
+      if (reg != registrations.end() && reg->second == it->second->registration) {
+        ++it;
+        continue;
+      }
+      LogInfo("zmq: stopped following " + it->second->registration.endpoint + " (" + it->first +
+              ")");
+      if (it->second->replay == ZmqStream::Replay::kRunning) --running_replays_;
+      it = streams_.erase(it);
+      changed = true;
+    }
+    for (auto& [key, registration] : registrations) {
+      if (streams_.contains(key)) continue;
+      auto position = positions.find(key);
+      streams_.emplace(
+          key, MakeRegisteredStream(registration, position == positions.end()
+                                                      ? std::nullopt
+                                                      : std::optional<uint64_t>(position->second)));
+      changed = true;
+    }
+    if (changed) PublishViews();
+  }
+
+  std::unique_ptr<ZmqStream> MakeRegisteredStream(const Registration& r,
+                                                  std::optional<uint64_t> position) {
+    auto stream = std::make_unique<ZmqStream>();
+    stream->key = r.Key();
+    stream->registration = r;
+    stream->identity.context =
+        ContextKey{r.tenant_id, r.model, r.lora_name, r.block_size, r.additional_salt};
+    stream->identity.holder = r.Holder();
+    stream->replay_endpoint = r.replay_endpoint;
+    stream->tracker = SequenceTracker(position);
+    stream->view = std::make_shared<StreamView>();
+    StreamView& v = *stream->view;
+    v.key = stream->key;
+    v.mode = "connect";
+    v.endpoint = r.endpoint;
+    v.replay_endpoint = r.replay_endpoint;
+    v.type = std::string(EngineTypeName(r.type));
+    v.instance_id = r.instance_id;
+    v.tenant_id = r.tenant_id;
+    v.model = r.model;
+    v.dp_rank = r.dp_rank;
+    v.topic = r.topic;
+    if (position) v.counters.last_sequence.store(static_cast<int64_t>(*position));
+    try {
+      stream->sub = MakeSubSocket(r.topic);
+      stream->sub->connect(r.endpoint);
+      LogInfo("zmq: following " + r.endpoint + " (" + stream->key + ", " + v.type + ")");
+    } catch (const zmq::error_t& e) {
+      stream->sub.reset();
+      v.SetError(std::string("cannot connect to ") + r.endpoint + ": " + e.what());
+      LogWarning("zmq: " + v.error());
+    }
+    return stream;
+  }
+
+  ZmqStream& ListenerStream(ZmqListener& listener, std::string_view topic, uint32_t dp_rank) {
+    std::string key = std::string(kListenerStreamPrefix) + listener.config.bind + "|" +
+                      std::string(topic) + "|" + std::to_string(dp_rank);
+    auto it = listener.streams.find(key);
+    if (it != listener.streams.end()) return *it->second;
+    const ZmqListenerConfig& c = listener.config;
+    auto stream = std::make_unique<ZmqStream>();
+    stream->key = key;
+    // llm-d's topic "kv@<pod>@<model>" names the holder and the model.
+    std::string holder(topic), model = c.model;
+    const size_t first = topic.find('@');
+    const size_t second = first == std::string_view::npos ? first : topic.find('@', first + 1);
+    if (second != std::string_view::npos && topic.find('@', second + 1) == std::string_view::npos) {
+      holder = std::string(topic.substr(first + 1, second - first - 1));
+      model = std::string(topic.substr(second + 1));
+    }
+    if (holder.empty()) holder = c.bind;
+    stream->identity.context =
+        ContextKey{c.tenant_id, model, c.lora_name, c.block_size, c.additional_salt};
+    stream->identity.holder = HolderKey{holder, dp_rank};
+    auto persisted = owner_->machine_->ReadRegistry(
+        [&key](const Registry& r, Revision) -> std::optional<uint64_t> {
+          auto p = r.positions.find(key);
+          return p == r.positions.end() ? std::nullopt : std::optional<uint64_t>(p->second);
+        });
+    stream->tracker = SequenceTracker(persisted);
+    stream->view = std::make_shared<StreamView>();
+    StreamView& v = *stream->view;
+    v.key = key;
+    v.mode = "bind";
+    v.endpoint = c.bind;
+    v.type = std::string(EngineTypeName(c.type));
+    v.instance_id = holder;
+    v.tenant_id = c.tenant_id;
+    v.model = model;
+    v.dp_rank = dp_rank;
+    v.topic = std::string(topic);
+    LogInfo("zmq: new stream " + key + " on listener " + c.bind);
+    ZmqStream& ref = *stream;
+    listener.streams.emplace(std::move(key), std::move(stream));
+    PublishViews();
+    return ref;
+  }
+
+  void PublishViews() {
+    std::vector<std::shared_ptr<StreamView>> views;
+    for (auto& [key, stream] : streams_) views.push_back(stream->view);
+    for (auto& listener : listeners_) {
+      for (auto& [key, stream] : listener->streams) views.push_back(stream->view);
+    }
+    std::lock_guard lock(owner_->views_mu_);
+    owner_->views_ = std::move(views);
+  }
+
+  // --- receiving ------------------------------------------------------------------------
+
+  void PollOnce() {
+    // Items are rebuilt every round: streams come and go between rounds.
+    items_.clear();
+    targets_.clear();
+    for (auto& [key, stream] : streams_) {
+      if (stream->sub) AddItem(*stream->sub, Target{stream.get(), nullptr, false});
+      if (stream->dealer) AddItem(*stream->dealer, Target{stream.get(), nullptr, true});
+    }
+    for (auto& listener : listeners_) {
+      AddItem(*listener->sub, Target{nullptr, listener.get(), false});
+    }
+    try {
+      zmq::poll(items_, kPollInterval);
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) LogWarning(std::string("zmq: poll failed: ") + e.what());
+      return;
+    }
+    for (size_t i = 0; i < items_.size(); ++i) {
+      if ((items_[i].revents & ZMQ_POLLIN) == 0) continue;
+      const Target& t = targets_[i];
+      if (t.listener) {
+        DrainListener(*t.listener);
+      } else if (t.replay) {
+        DrainReplay(*t.stream);
+      } else {
+        DrainLive(*t.stream);
+      }
+    }
+  }
+
+  struct Target {
+    ZmqStream* stream;
+    ZmqListener* listener;
+    bool replay;
+  };
+
+  void AddItem(zmq::socket_t& socket, Target target) {
+    items_.push_back(zmq::pollitem_t{socket.handle(), 0, ZMQ_POLLIN, 0});
+    targets_.push_back(target);
+  }
+
+  // Receives one multipart message without blocking; false when none is waiting.
+  bool Receive(zmq::socket_t& socket, std::vector<zmq::message_t>* frames) {
+    frames->clear();
+    try {
+      return zmq::recv_multipart(socket, std::back_inserter(*frames), zmq::recv_flags::dontwait)
+          .has_value();
+    } catch (const zmq::error_t& e) {
+      LogWarning(std::string("zmq: receive failed: ") + e.what());
+      return false;
+    }
+  }
+
+  void DrainLive(ZmqStream& stream) {
+    std::vector<zmq::message_t> frames;
+    for (size_t n = 0; n < owner_->options_.max_messages_per_round; ++n) {
+      if (!stream.sub || !Receive(*stream.sub, &frames)) return;
+      StreamCounters& c = stream.view->counters;
+      std::optional<uint64_t> sequence;
+      if (frames.size() == 3) sequence = ReadSequence(frames[1]);
+      if (!sequence) {
+        c.malformed_messages.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      OnLive(stream, *sequence, std::move(frames[2]), nullptr);
+      // A registry change may have removed the stream while handling: re-check each time.
+      if (stream.sub == nullptr) return;
+    }
+  }
+
+  void DrainListener(ZmqListener& listener) {
+    std::vector<zmq::message_t> frames;
+    for (size_t n = 0; n < owner_->options_.max_messages_per_round; ++n) {
+      if (!Receive(*listener.sub, &frames)) return;
+      std::optional<uint64_t> sequence;
+      if (frames.size() == 3) sequence = ReadSequence(frames[1]);
+      if (!sequence) {
+        ++listener_malformed_;
+        continue;
+      }
+      // The stream is (topic, dp rank), and the rank is inside the payload.
+      Result<EngineBatch> decoded = DecodeEngineBatch(Bytes(frames[2]));
+      uint32_t rank = 0;
+      if (decoded.has_value() && decoded->dp_rank && *decoded->dp_rank > 0) {
+        rank = static_cast<uint32_t>(std::min<int64_t>(*decoded->dp_rank, UINT32_MAX));
+      }
+      ZmqStream& stream = ListenerStream(listener, frames[0].to_string_view(), rank);
+      OnLive(stream, *sequence, std::move(frames[2]), &decoded);
+    }
+  }
+
+  // A live batch. `decoded` is the payload already decoded (listeners), or null.
+  void OnLive(ZmqStream& stream, uint64_t sequence, zmq::message_t payload,
+              Result<EngineBatch>* decoded) {
+    StreamCounters& c = stream.view->counters;
+    c.batches_received.fetch_add(1, std::memory_order_relaxed);
+    c.last_event_unix_ms.store(NowUnixMs(), std::memory_order_relaxed);
+    if (stream.replay != ZmqStream::Replay::kNone) {
+      Buffer(stream, sequence, std::move(payload));
+      return;
+    }
+    switch (stream.tracker.Observe(sequence)) {
+      case SequenceVerdict::kNext:
+        Apply(stream, sequence, payload, decoded);
+        return;
+      case SequenceVerdict::kAhead:
+        OnGap(stream, sequence, std::move(payload), decoded);
+        return;
+      case SequenceVerdict::kBehind:
+        // Live traffic never repeats itself: the publisher started counting again.
+        c.restarts.fetch_add(1, std::memory_order_relaxed);
+        LogInfo("zmq: " + stream.key + " restarted (sequence " + std::to_string(sequence) +
+                " after " + std::to_string(*stream.tracker.last()) + "); clearing its blocks");
+        SubmitRestart(stream);
+        stream.tracker.Reset();
+        if (sequence == 0) {
+          Apply(stream, sequence, payload, decoded);
+        } else {
+          OnGap(stream, sequence, std::move(payload), decoded);
+        }
+        return;
+    }
+  }
+
+  void OnGap(ZmqStream& stream, uint64_t sequence, zmq::message_t payload,
+             Result<EngineBatch>* decoded) {
+    StreamCounters& c = stream.view->counters;
+    c.gaps.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t from = stream.tracker.Expected();
+    if (!stream.replay_endpoint.empty() && Clock::now() >= stream.cooldown_until) {
+      stream.replay = ZmqStream::Replay::kWaiting;
+      stream.replay_from = from;
+      c.replaying.store(true, std::memory_order_relaxed);
+      Buffer(stream, sequence, std::move(payload));
+      LaunchWaitingReplays();
+      return;
+    }
+    c.lost_batches.fetch_add(sequence - from, std::memory_order_relaxed);
+    Apply(stream, sequence, payload, decoded);
+  }
+
+  void Buffer(ZmqStream& stream, uint64_t sequence, zmq::message_t payload) {
+    if (stream.buffered.size() >= owner_->options_.max_buffered_batches) {
+      stream.view->counters.lost_batches.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    stream.buffered.push_back(BufferedBatch{sequence, std::move(payload)});
+  }
+
+  // --- replay ---------------------------------------------------------------------------
+
+  void LaunchWaitingReplays() {
+    for (auto& [key, stream] : streams_) {
+      if (running_replays_ >= owner_->options_.max_concurrent_replays) return;
+      if (stream->replay == ZmqStream::Replay::kWaiting) StartReplay(*stream);
+    }
+  }
+
+  void StartReplay(ZmqStream& stream) {
+    StreamCounters& c = stream.view->counters;
+    c.replays.fetch_add(1, std::memory_order_relaxed);
+    stream.replay_received = 0;
+    stream.replay_started = stream.replay_last = Clock::now();
+    try {
+      stream.dealer = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+      stream.dealer->set(zmq::sockopt::linger, 0);
+      // A ROUTER drops replies silently when the reader's pipe is full: never let it be.
+      stream.dealer->set(zmq::sockopt::rcvhwm, 0);
+      stream.dealer->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
+      stream.dealer->connect(stream.replay_endpoint);
+      std::string request(8, '\0');
+      for (int i = 0; i < 8; ++i) {
+        request[i] = static_cast<char>((stream.replay_from >> (56 - 8 * i)) & 0xff);
+      }
+      std::array<zmq::const_buffer, 2> parts{zmq::const_buffer(nullptr, 0), zmq::buffer(request)};
+      if (!zmq::send_multipart(*stream.dealer, parts, zmq::send_flags::dontwait)) {
+        throw zmq::error_t();
+      }
+    } catch (const zmq::error_t& e) {
+      LogWarning("zmq: replay request to " + stream.replay_endpoint + " failed: " + e.what());
+      stream.dealer.reset();
+      FinishReplay(stream, /*completed=*/false);
+      return;
+    }
+    stream.replay = ZmqStream::Replay::kRunning;
+    ++running_replays_;
+    LogInfo("zmq: " + stream.key + ": replaying from sequence " +
+            std::to_string(stream.replay_from) + " (" + stream.replay_endpoint + ")");
+  }
+
+  void DrainReplay(ZmqStream& stream) {
+    std::vector<zmq::message_t> frames;
+    StreamCounters& c = stream.view->counters;
+    for (size_t n = 0; n < owner_->options_.max_messages_per_round; ++n) {
+      if (!stream.dealer || !Receive(*stream.dealer, &frames)) return;
+      stream.replay_last = Clock::now();
+      // Replies are [empty, seq, payload] (vLLM < 0.26) or [empty, topic, seq, payload].
+      size_t first = !frames.empty() && frames[0].size() == 0 ? 1 : 0;
+      const size_t parts = frames.size() - first;
+      if (parts != 2 && parts != 3) {
+        c.malformed_messages.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      const zmq::message_t& seq_frame = frames[first + parts - 2];
+      const zmq::message_t& payload = frames[first + parts - 1];
+      const std::optional<uint64_t> sequence = ReadSequence(seq_frame);
+      if (!sequence) {
+        c.malformed_messages.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      if (*sequence == kEndSequence || payload.size() == 0) {
+        FinishReplay(stream, /*completed=*/true);
+        return;
+      }
+      ++stream.replay_received;
+      c.replayed_batches.fetch_add(1, std::memory_order_relaxed);
+      c.batches_received.fetch_add(1, std::memory_order_relaxed);
+      Deliver(stream, *sequence, payload);
+    }
+  }
+
+  // A batch from a replay or the buffer: applied if it is next, dropped if already seen;
+  // if it is further ahead, what is missing is lost (the publisher's buffer no longer has
+  // it, or this is after a failed replay).
+  void Deliver(ZmqStream& stream, uint64_t sequence, const zmq::message_t& payload) {
+    StreamCounters& c = stream.view->counters;
+    switch (stream.tracker.Observe(sequence)) {
+      case SequenceVerdict::kNext:
+        break;
+      case SequenceVerdict::kBehind:
+        c.duplicates.fetch_add(1, std::memory_order_relaxed);
+        return;
+      case SequenceVerdict::kAhead:
+        c.gaps.fetch_add(1, std::memory_order_relaxed);
+        c.lost_batches.fetch_add(sequence - stream.tracker.Expected(), std::memory_order_relaxed);
+        break;
+    }
+    Apply(stream, sequence, payload, nullptr);
+  }
+
+  void FinishReplay(ZmqStream& stream, bool completed) {
+    StreamCounters& c = stream.view->counters;
+    if (stream.replay == ZmqStream::Replay::kRunning) --running_replays_;
+    stream.dealer.reset();
+    stream.replay = ZmqStream::Replay::kNone;
+    // "Replayed nothing though batches were missing" is how an expired publisher buffer
+    // (or a publisher without replay) shows itself.
+    if (!completed || (stream.replay_received == 0 && !stream.buffered.empty() &&
+                       stream.buffered.front().sequence > stream.tracker.Expected())) {
+      c.replay_failures.fetch_add(1, std::memory_order_relaxed);
+      stream.cooldown_until = Clock::now() + owner_->options_.replay_cooldown;
+      LogWarning("zmq: " + stream.key + ": replay from " + std::to_string(stream.replay_from) +
+                 (completed ? " returned nothing" : " failed") + "; continuing without it");
+    }
+    std::deque<BufferedBatch> buffered = std::move(stream.buffered);
+    stream.buffered.clear();
+    for (BufferedBatch& b : buffered) Deliver(stream, b.sequence, b.payload);
+    c.replaying.store(false, std::memory_order_relaxed);
+  }
+
+  void CheckReplayTimeouts() {
+    const Clock::time_point now = Clock::now();
+    const ZmqIngestOptions& o = owner_->options_;
+    for (auto& [key, stream] : streams_) {
+      if (stream->replay != ZmqStream::Replay::kRunning) continue;
+      if (now - stream->replay_last > o.replay_idle_timeout ||
+          now - stream->replay_started > o.replay_total_timeout) {
+        FinishReplay(*stream, /*completed=*/false);
+      }
+    }
+  }
+
+  // --- applying -------------------------------------------------------------------------
+
+  void Apply(ZmqStream& stream, uint64_t sequence, const zmq::message_t& payload,
+             Result<EngineBatch>* decoded) {
+    StreamCounters& c = stream.view->counters;
+    stream.tracker.Advance(sequence);
+    c.last_sequence.store(static_cast<int64_t>(sequence), std::memory_order_relaxed);
+    std::optional<Result<EngineBatch>> own;
+    if (decoded == nullptr) decoded = &own.emplace(DecodeEngineBatch(Bytes(payload)));
+    Result<EngineBatch>& batch = *decoded;
+    if (!batch.has_value()) {
+      c.decode_failures.fetch_add(1, std::memory_order_relaxed);
+      LogWarning("zmq: " + stream.key + ": batch " + std::to_string(sequence) +
+                 " does not decode: " + batch.error().ToString());
+      return;
+    }
+    c.skipped_events.fetch_add(batch->skipped_events, std::memory_order_relaxed);
+    c.unknown_fields.fetch_add(batch->unknown_fields, std::memory_order_relaxed);
+    MappedBatch mapped = mapper_.Map(*batch, stream.identity, &stream.map_state);
+    c.skipped_events.fetch_add(mapped.skipped_not_whole_blocks + mapped.skipped_sliding_or_mamba +
+                                   mapped.skipped_too_large + mapped.skipped_empty,
+                               std::memory_order_relaxed);
+    mapped.batch.position = StreamPosition{stream.key, sequence, false};
+    Submit(stream, std::move(mapped.batch),
+           Tally{mapped.stored, mapped.removed, mapped.cleared, mapped.blocks});
+  }
+
+  void SubmitRestart(ZmqStream& stream) {
+    CommandBatch batch;
+    batch.commands.emplace_back(ClearCommand{stream.identity.holder, std::nullopt, std::nullopt});
+    batch.position = StreamPosition{stream.key, 0, /*restart=*/true};
+    stream.map_state = StreamMapState{};
+    Submit(stream, std::move(batch), Tally{});
+  }
+
+  // Hands a batch to the applier, waiting while its queue is full: backpressure goes to
+  // the publishers' send buffers, whose overflow shows up as gaps that are replayed.
+  void Submit(ZmqStream& stream, CommandBatch batch, Tally tally) {
+    std::shared_ptr<StreamView> view = stream.view;
+    auto done = [view, tally](Result<Revision> r) {
+      StreamCounters& c = view->counters;
+      if (!r.has_value()) {
+        c.apply_failures.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      c.batches_applied.fetch_add(1, std::memory_order_relaxed);
+      c.stored_events.fetch_add(tally.stored, std::memory_order_relaxed);
+      c.removed_events.fetch_add(tally.removed, std::memory_order_relaxed);
+      c.cleared_events.fetch_add(tally.cleared, std::memory_order_relaxed);
+      c.block_events.fetch_add(tally.blocks, std::memory_order_relaxed);
+    };
+    while (true) {
+      Status s = owner_->applier_->TrySubmitAsync(&batch, done);
+      if (s.ok()) return;
+      if (s.code() != StatusCode::kResourceExhausted ||
+          owner_->stopping_.load(std::memory_order_acquire)) {
+        view->counters.apply_failures.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  ZmqIngest* owner_;
+  EngineEventMapper mapper_;
+  zmq::context_t context_{1};
+  std::map<std::string, std::unique_ptr<ZmqStream>, std::less<>> streams_;
+  std::vector<std::unique_ptr<ZmqListener>> listeners_;
+  size_t running_replays_ = 0;
+  uint64_t listener_malformed_ = 0;
+  std::vector<zmq::pollitem_t> items_;
+  std::vector<Target> targets_;
+};
+
+ZmqIngest::ZmqIngest(StateMachine* machine, Applier* applier, ZmqIngestOptions options)
+    : machine_(machine), applier_(applier), options_(std::move(options)) {}
+
+ZmqIngest::~ZmqIngest() { Stop(); }
+
+Status ZmqIngest::Start() {
+  loop_ = std::make_unique<Loop>(this);
+  Status s = loop_->BindListeners();
+  if (!s.ok()) {
+    loop_.reset();
+    return s;
+  }
+  thread_ = std::thread([this] { loop_->Run(); });
+  return Status::Ok();
+}
+
+void ZmqIngest::Stop() {
+  stopping_.store(true, std::memory_order_release);
+  if (thread_.joinable()) thread_.join();
+  loop_.reset();
+}
+
+std::vector<std::shared_ptr<const StreamView>> ZmqIngest::Streams() const {
+  std::lock_guard lock(views_mu_);
+  return {views_.begin(), views_.end()};
+}
+
+Status ZmqIngest::ValidateEndpoint(std::string_view endpoint, bool for_bind) {
+  auto invalid = [&](const std::string& why) {
+    return Status::InvalidArgument("endpoint \"" + std::string(endpoint) + "\": " + why);
+  };
+  const size_t scheme_end = endpoint.find("://");
+  if (scheme_end == std::string_view::npos) {
+    return invalid("expected tcp://HOST:PORT, ipc://PATH or inproc://NAME");
+  }
+  const std::string_view scheme = endpoint.substr(0, scheme_end);
+  const std::string_view rest = endpoint.substr(scheme_end + 3);
+  if (scheme == "ipc" || scheme == "inproc") {
+    if (rest.empty()) return invalid("the " + std::string(scheme) + " name is empty");
+    return Status::Ok();
+  }
+  if (scheme != "tcp") return invalid("unsupported scheme \"" + std::string(scheme) + "\"");
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return invalid("expected tcp://HOST:PORT");
+  const std::string_view host = rest.substr(0, colon);
+  const std::string_view port = rest.substr(colon + 1);
+  if (host == "*" && !for_bind) return invalid("cannot connect to host *");
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    return invalid("the port must be a number");
+  }
+  const int number = std::stoi(std::string(port));
+  if (number > 65535 || (number == 0 && !for_bind)) return invalid("port out of range");
+  return Status::Ok();
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,121 @@
+// ZmqIngest: follows engine KV-event publishers over ZMQ (docs/engine-events.md) and turns
+// their batches into commands for the Applier.
+//
+// Two ways to receive: for every registration in the state machine's Registry (POST
+// /register, or the config file) kvatlas connects a SUB socket to the publisher's PUB
+// endpoint (vLLM's default: the engine binds tcp://*:5557); for every configured listener
+// it binds a SUB socket that publishers connect to (centralized mode), and tells streams
+// apart by topic and data-parallel rank.
+//
+// Per stream it tracks the sequence: a gap is replayed from the publisher's replay ROUTER
+// over a DEALER socket while live batches wait in a bounded buffer; a sequence that goes
+// backwards means the engine restarted, so its holder is cleared and its buffer replayed
+// from 0. Every batch carries its stream position into the state machine, which applies a
+// sequence at most once (registration.h), so replays and retries never double-count.
+//
+// Threading: one thread owns every ZMQ socket and all stream state; it decodes, maps and
+// hands batches to the Applier with TrySubmitAsync, waiting (bounded queue: backpressure
+// reaches the publisher's HWM, whose drops become gaps that are replayed) when the applier
+// is full. Applier callbacks only bump atomic counters. Registry changes reach the thread
+// through an atomic flag (NotifyRegistryChanged) read on every poll round.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvatlas/common/status.h"
+#include "server/ingest/engine_event_mapper.h"
+#include "server/state/applier.h"
+#include "server/state/registration.h"
+#include "server/state/state_machine.h"
+#include "server/zmq/stream_stats.h"
+
+namespace kvatlas::server {
+
+// A SUB socket kvatlas binds and publishers connect to (centralized mode). Streams on it
+// are told apart by topic and dp rank; identity comes from the topic when it has the llm-d
+// form "kv@<pod>@<model>" (holder <pod>, model <model>), else the whole topic is the holder
+// and `model` the model.
+struct ZmqListenerConfig {
+  std::string bind;   // e.g. "tcp://*:5557"
+  std::string topic;  // subscription prefix; empty = every topic
+  EngineType type = EngineType::kVllm;
+  std::string model;
+  std::string tenant_id = "default";
+  std::string lora_name;
+  uint32_t block_size = 16;
+  std::string additional_salt;
+
+  friend bool operator==(const ZmqListenerConfig&, const ZmqListenerConfig&) = default;
+};
+
+struct ZmqIngestOptions {
+  std::vector<ZmqListenerConfig> listeners;
+  // Replays running at once; more gaps wait (their live batches buffered) for a slot.
+  size_t max_concurrent_replays = 4;
+  // A replay that receives nothing for this long, or runs longer than the total, is
+  // abandoned: the stream goes on from its buffered live batches and counts the loss.
+  std::chrono::milliseconds replay_idle_timeout{2'000};
+  std::chrono::milliseconds replay_total_timeout{30'000};
+  // After a failed replay, gaps on that stream are not replayed for this long.
+  std::chrono::milliseconds replay_cooldown{30'000};
+  // Live batches held per stream while it replays; past it they are dropped (and counted
+  // as lost, since the next replay starts after them).
+  size_t max_buffered_batches = 10'000;
+  // ZMQ receive high-water mark of every SUB socket, in messages.
+  int receive_hwm = 100'000;
+  // Messages taken from one socket per poll round, so one busy publisher cannot starve
+  // the others.
+  size_t max_messages_per_round = 256;
+  MapperOptions mapper;
+};
+
+class ZmqIngest {
+ public:
+  // The pointers must outlive the ZmqIngest. Nothing runs before Start().
+  ZmqIngest(StateMachine* machine, Applier* applier, ZmqIngestOptions options);
+  ~ZmqIngest();  // Stop()s
+  ZmqIngest(const ZmqIngest&) = delete;
+  ZmqIngest& operator=(const ZmqIngest&) = delete;
+
+  // Binds the configured listeners (kUnavailable naming the endpoint if one cannot be
+  // bound), then starts the ingest thread, which connects to every registered publisher.
+  [[nodiscard]] Status Start();
+
+  // Stops the thread and closes every socket. Batches already handed to the Applier are
+  // applied by it. Idempotent.
+  void Stop();
+
+  // Registrations changed: the thread re-reads the Registry on its next round (within
+  // ~50 ms). Cheap and non-blocking; safe from the applier thread.
+  void NotifyRegistryChanged() { registry_dirty_.store(true, std::memory_order_release); }
+
+  // Every stream, registered ones first (by key), then listener streams as they appeared.
+  std::vector<std::shared_ptr<const StreamView>> Streams() const;
+
+  // Checks that `endpoint` is a ZMQ endpoint kvatlas can connect to or bind:
+  // tcp://HOST:PORT (HOST may be * for binds), ipc://PATH or inproc://NAME.
+  [[nodiscard]] static Status ValidateEndpoint(std::string_view endpoint, bool for_bind);
+
+ private:
+  class Loop;
+
+  StateMachine* machine_;
+  Applier* applier_;
+  ZmqIngestOptions options_;
+  std::atomic<bool> registry_dirty_{true};
+  std::atomic<bool> stopping_{false};
+  std::unique_ptr<Loop> loop_;
+  std::thread thread_;
+
+  mutable std::mutex views_mu_;
+  std::vector<std::shared_ptr<StreamView>> views_;  // guarded by views_mu_
+};
+
+}  // namespace kvatlas::server

@@ -1,0 +1,338 @@
+#!/usr/bin/python3
+"""ZMQ ingestion against the real kvatlas-server binary and fake engines.
+
+usage: zmq_ingest_test.py KVATLAS_SERVER_BINARY [CASE...]
+
+Each case starts its own server (127.0.0.1, port 0, temporary data directory) and fake
+engines (fake_engine_publisher.py: vLLM's PUB + ROUTER replay behaviour), registers the
+engines over POST /register and checks what the server answers over POST /query,
+GET /v1/streams and GET /v1/blocks. Runs under Debian's /usr/bin/python3 (python3-zmq,
+python3-msgpack). Every wait is bounded; a failure prints the server's log tail.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PUBLISHER = os.path.join(HERE, "fake_engine_publisher.py")
+DEADLINE_S = 10.0
+BS = 4  # tokens per block in these tests
+
+
+class Server:
+    """A kvatlas-server process on a temporary (or given) data directory."""
+
+    def __init__(self, binary, data_dir=None, extra=()):
+        self.owns_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="kvatlas-zmq-")
+        self.log_path = os.path.join(self.data_dir, "server.log")
+        addr_file = os.path.join(self.data_dir, "http.addr")
+        if os.path.exists(addr_file):
+            os.remove(addr_file)
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [binary, "--data-dir", self.data_dir, "--http-listen", "127.0.0.1:0",
+             "--rpc-listen", "127.0.0.1:0", "--storage-sync", "false", *extra],
+            stdout=self.log, stderr=self.log)
+        deadline = time.time() + DEADLINE_S
+        while not os.path.exists(addr_file):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise AssertionError("server did not start:\n" + self.log_tail())
+            time.sleep(0.02)
+        with open(addr_file) as f:
+            self.base = "http://" + f.read().strip()
+
+    def log_tail(self):
+        with open(self.log_path, "rb") as f:
+            return f.read()[-3000:].decode(errors="replace")
+
+    def request(self, method, path, body=None, expect=200):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=DEADLINE_S) as resp:
+                status, text = resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            status, text = e.code, e.read()
+        answer = json.loads(text) if text else None
+        assert status == expect, f"{method} {path}: {status} {answer}, expected {expect}"
+        return answer
+
+    def register(self, fake, instance, **extra):
+        body = {"endpoint": fake.endpoint, "replay_endpoint": fake.replay_endpoint,
+                "type": "vLLM", "modelname": "m", "instance_id": instance,
+                "block_size": BS, "dp_rank": 0}
+        body.update(extra)
+        answer = self.request("POST", "/register", body)
+        assert answer["status"] == "registered successfully", answer
+        # The publisher sees the server's SUB socket once it has connected.
+        assert fake.cmd(op="wait_peer", count=1, timeout_ms=5000)["ok"], "server did not connect"
+
+    def query(self, tokens, **extra):
+        body = {"model": "m", "token_ids": tokens, "block_size": BS}
+        body.update(extra)
+        return self.request("POST", "/query", body)
+
+    def stream(self, key):
+        for s in self.request("GET", "/v1/streams")["streams"]:
+            if s["key"] == key:
+                return s
+        raise AssertionError(f"no stream {key}")
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+    def cleanup(self):
+        self.stop()
+        if self.owns_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+class Fake:
+    """A fake engine driven through its JSON-lines control protocol."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen(
+            ["/usr/bin/python3", PUBLISHER, "--replay-endpoint", "tcp://127.0.0.1:0", *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        ready = json.loads(self.proc.stdout.readline())
+        assert ready["ready"], ready
+        self.endpoint = ready["endpoint"]
+        self.replay_endpoint = ready["replay_endpoint"]
+
+    def cmd(self, **command):
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        reply = json.loads(self.proc.stdout.readline())
+        assert "error" not in reply, reply
+        return reply
+
+    def store(self, tokens, **extra):
+        return self.cmd(op="store", tokens=tokens, block_size=BS, **extra)
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.cmd(op="quit")
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def wait_for(what, predicate, server):
+    deadline = time.time() + DEADLINE_S
+    last = None
+    while time.time() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what} (last: {last})\n" + server.log_tail())
+
+
+def match(server, tokens, instance, **extra):
+    """The instance's answer for `tokens`, or {} when it matches nothing."""
+    return server.query(tokens, **extra).get(extra.get("tenant_id", "default"), {}).get(instance, {})
+
+
+PROMPT = list(range(100, 100 + 6 * BS))  # 6 blocks
+
+
+def case_store_offload_remove_clear(binary, encoding):
+    server, fake = Server(binary), Fake("--encoding", encoding)
+    try:
+        server.register(fake, "e1")
+        first = fake.store(PROMPT[:3 * BS])
+        wait_for("3 blocks", lambda: match(server, PROMPT, "e1").get("GPU") == 3 * BS, server)
+        # The continuation names its parent by engine hash: the server chains through it.
+        fake.store(PROMPT, from_block=3)
+        wait_for("6 blocks", lambda: match(server, PROMPT, "e1").get("GPU") == 6 * BS, server)
+        # Offload (no tokens) resolves the engine hashes through the aliases. The Conductor
+        # answer's per-medium keys count each medium alone.
+        fake.cmd(op="offload", hashes=first["hashes"][:2], medium="CPU")
+        wait_for("CPU copies", lambda: match(server, PROMPT, "e1").get("CPU") == 2 * BS, server)
+        # Removing the GPU copy of block 1 leaves its CPU copy: the GPU prefix is 1 block,
+        # and the longest prefix over all media is still 6 blocks.
+        fake.cmd(op="remove", hashes=[first["hashes"][1]], medium="GPU")
+        wait_for("GPU prefix of 1 block",
+                 lambda: match(server, PROMPT, "e1").get("GPU") == 1 * BS, server)
+        answer = match(server, PROMPT, "e1")
+        assert answer["longest_matched"] == 6 * BS, answer
+        fake.cmd(op="clear")
+        wait_for("clear", lambda: match(server, PROMPT, "e1") == {}, server)
+        s = server.stream("e1|default|0")
+        assert s["events"]["stored"] == 3 and s["events"]["removed"] == 1, s
+        assert s["events"]["cleared"] == 1 and s["gaps"] == 0 and s["last_seq"] == 4, s
+        # Unregister drops the stream (and would drop its entries).
+        fake.store(PROMPT[:BS])
+        wait_for("re-store", lambda: match(server, PROMPT, "e1").get("GPU") == BS, server)
+        server.request("POST", "/unregister", {"instance_id": "e1", "type": "vLLM",
+                                               "modelname": "m", "block_size": BS})
+        assert match(server, PROMPT, "e1") == {}
+        wait_for("stream gone", lambda: not server.request("GET", "/v1/streams")["streams"],
+                 server)
+        server.request("POST", "/unregister", {"instance_id": "e1"}, expect=404)
+    finally:
+        fake.close()
+        server.cleanup()
+
+
+def case_gap_is_replayed(binary):
+    server, fake = Server(binary), Fake("--replay-style", "old")
+    try:
+        server.register(fake, "e1")
+        fake.store(PROMPT[:BS])
+        wait_for("block 0", lambda: match(server, PROMPT, "e1").get("GPU") == BS, server)
+        fake.cmd(op="drop_next")
+        fake.store(PROMPT[:2 * BS], from_block=1)  # lost on the wire, kept for replay
+        fake.store(PROMPT[:3 * BS], from_block=2)  # seq jumps: the server replays the gap
+        wait_for("3 blocks", lambda: match(server, PROMPT, "e1").get("GPU") == 3 * BS, server)
+        s = server.stream("e1|default|0")
+        assert s["gaps"] >= 1 and s["replays"] >= 1 and s["replayed_batches"] >= 1, s
+        assert s["lost_batches"] == 0 and s["last_seq"] == 2, s
+    finally:
+        fake.close()
+        server.cleanup()
+
+
+def case_engine_restart_resets(binary):
+    server, fake = Server(binary), Fake()
+    try:
+        server.register(fake, "e1")
+        fake.store(PROMPT[:2 * BS])
+        fake.store(PROMPT[:3 * BS], from_block=2)
+        wait_for("3 blocks", lambda: match(server, PROMPT, "e1").get("GPU") == 3 * BS, server)
+        # The engine restarts: its sequence starts again at 0 and its cache is empty.
+        fake.cmd(op="restart")
+        other = list(range(900, 900 + 2 * BS))
+        fake.store(other)
+        wait_for("new block", lambda: match(server, other, "e1").get("GPU") == 2 * BS, server)
+        assert match(server, PROMPT, "e1") == {}, "the restarted engine's old blocks remain"
+        s = server.stream("e1|default|0")
+        assert s["restarts"] == 1 and s["last_seq"] == 0, s
+    finally:
+        fake.close()
+        server.cleanup()
+
+
+def case_sglang_salt_and_dp_ranks(binary):
+    server = Server(binary)
+    rank0, rank1 = Fake("--encoding", "sglang"), Fake("--encoding", "sglang", "--dp-rank", "1")
+    try:
+        server.register(rank0, "e1", type="SGLang")
+        server.register(rank1, "e1", type="SGLang", dp_rank=1)
+        rank0.store(PROMPT[:2 * BS], cache_salt="s1")
+        rank1.store(PROMPT[:4 * BS])
+        wait_for("rank 1", lambda: match(server, PROMPT, "e1").get("GPU") == 4 * BS, server)
+        answer = match(server, PROMPT, "e1")
+        assert answer["DP"] == {"1": 4 * BS}, answer
+        salted = wait_for("salted rank 0",
+                          lambda: match(server, PROMPT, "e1", cache_salt="s1").get("DP"), server)
+        assert salted == {"0": 2 * BS}, salted
+    finally:
+        rank0.close()
+        rank1.close()
+        server.cleanup()
+
+
+def case_positions_survive_server_restart(binary):
+    server, fake = Server(binary), Fake()
+    data_dir = server.data_dir
+    try:
+        server.register(fake, "e1")
+        fake.store(PROMPT[:BS])
+        fake.store(PROMPT[:2 * BS], from_block=1)
+        wait_for("2 blocks", lambda: match(server, PROMPT, "e1").get("GPU") == 2 * BS, server)
+        server.stop()
+        # While the server is down the engine publishes; the restarted server sees the next
+        # sequence past its recorded position and replays exactly the missing batch.
+        fake.store(PROMPT[:3 * BS], from_block=2)
+        server = Server(binary, data_dir=data_dir)
+        server.owns_dir = True
+        assert fake.cmd(op="wait_peer", count=1, timeout_ms=5000)["ok"]
+        assert match(server, PROMPT, "e1").get("GPU") == 2 * BS  # recovered from disk
+        fake.store(PROMPT[:4 * BS], from_block=3)
+        wait_for("4 blocks", lambda: match(server, PROMPT, "e1").get("GPU") == 4 * BS, server)
+        s = server.stream("e1|default|0")
+        # The replay from 2 also returns 3, which arrived live meanwhile: one duplicate.
+        assert s["replays"] == 1 and s["lost_batches"] == 0 and s["last_seq"] == 3, s
+        # No block was applied twice: every refcount is still 1.
+        blocks = server.request("GET", "/v1/holders")
+        assert any(h["holder_id"] == "e1" and h["entries"] == 4 for h in blocks["holders"]), blocks
+    finally:
+        fake.close()
+        server.cleanup()
+
+
+def case_bad_registrations(binary):
+    server = Server(binary)
+    try:
+        good = {"endpoint": "tcp://127.0.0.1:5557", "type": "vLLM", "modelname": "m",
+                "instance_id": "e1", "block_size": 16}
+        for field, value, needle in [("endpoint", "localhost:5557", "endpoint"),
+                                     ("endpoint", "tcp://*:5557", "endpoint"),
+                                     ("type", "TensorRT", "type"),
+                                     ("block_size", 0, "block_size"),
+                                     ("block_size", "16", "block_size"),
+                                     ("instance_id", "", "instance_id"),
+                                     ("dp_rank", -1, "dp_rank")]:
+            body = dict(good, **{field: value})
+            answer = server.request("POST", "/register", body, expect=400)
+            assert needle in answer["message"], answer
+        del good["modelname"]
+        assert "modelname" in server.request("POST", "/register", good, expect=400)["message"]
+        assert server.request("GET", "/v1/registrations")["registrations"] == []
+    finally:
+        server.cleanup()
+
+
+CASES = {
+    "vllm_array": lambda b: case_store_offload_remove_clear(b, "vllm-array"),
+    "vllm_map": lambda b: case_store_offload_remove_clear(b, "vllm-map"),
+    "vllm_legacy": lambda b: case_store_offload_remove_clear(b, "vllm-legacy"),
+    "gap_replay": case_gap_is_replayed,
+    "engine_restart": case_engine_restart_resets,
+    "sglang_salt_dp": case_sglang_salt_and_dp_ranks,
+    "server_restart": case_positions_survive_server_restart,
+    "bad_registrations": case_bad_registrations,
+}
+
+
+def main():
+    binary = sys.argv[1]
+    names = sys.argv[2:] or list(CASES)
+    failed = []
+    for name in names:
+        start = time.time()
+        try:
+            CASES[name](binary)
+            print(f"PASS {name} ({time.time() - start:.1f}s)", flush=True)
+        except Exception as e:  # noqa: BLE001 - report every case
+            failed.append(name)
+            print(f"FAIL {name}: {e}", flush=True)
+    print(f"{len(names) - len(failed)}/{len(names)} cases passed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+#include "server/state/state_machine.h"
+
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <vector>
+
+#include "tests/support/temp_dir.h"
+
+namespace kvatlas::server {
+namespace {
+
+const ContextKey kContext{"default", "m", "", 2, ""};
+
+Registration MakeRegistration(const std::string& instance) {
+  Registration r;
+  r.endpoint = "tcp://127.0.0.1:5557";
+  r.model = "m";
+  r.instance_id = instance;
+  r.block_size = 2;
+  return r;
+}
+
+CommandBatch Register(const Registration& r) {
+  CommandBatch batch;
+  batch.commands.emplace_back(RegisterCommand{r});
+  return batch;
+}
+
+// One stored block with key `key` for `instance`, at `sequence` of the instance's stream.
+CommandBatch StreamStore(const std::string& instance, uint64_t key,
+                         std::optional<uint64_t> sequence, bool restart = false) {
+  StoreCommand store;
+  store.context = kContext;
+  store.holder = HolderKey{instance, 0};
+  store.hashes = {key};
+  CommandBatch batch;
+  batch.commands.emplace_back(std::move(store));
+  if (sequence || restart) {
+    batch.position =
+        StreamPosition{MakeRegistration(instance).Key(), sequence.value_or(0), restart};
+  }
+  return batch;
+}
+
+Result<Revision> ApplyOne(StateMachine& machine, const CommandBatch& batch) {
+  const CommandBatch* one[] = {&batch};
+  return machine.Apply(one);
+}
+
+uint64_t Entries(const StateMachine& machine) {
+  return machine.Read([](const Index& index, Revision) { return index.Stats().entries; });
+}
+
+TEST_SUITE("StateMachine") {
+  TEST_CASE("StateMachine: a stream batch applies once per sequence and restarts reset it") {
+    StateMachine machine({}, nullptr);
+    REQUIRE(ApplyOne(machine, Register(MakeRegistration("a"))).has_value());
+    REQUIRE(ApplyOne(machine, StreamStore("a", 100, 0)).has_value());
+    REQUIRE(ApplyOne(machine, StreamStore("a", 101, 1)).has_value());
+    // Delivered again (a replay overlapping live traffic): nothing changes.
+    REQUIRE(ApplyOne(machine, StreamStore("a", 100, 0)).has_value());
+    REQUIRE(ApplyOne(machine, StreamStore("a", 101, 1)).has_value());
+    CHECK(machine.counters().duplicate_batches == 2);
+    CHECK(machine.Read([](const Index& index, Revision) {
+      return index.Locate(101, &kContext).at(0).refcount;
+    }) == 1);
+    CHECK(machine.ReadRegistry(
+              [](const Registry& r, Revision) { return r.positions.at("a|default|0"); }) == 1);
+    // The engine restarted: a restart batch clears and forgets the position; 0 is new again.
+    CommandBatch restart;
+    restart.commands.emplace_back(ClearCommand{HolderKey{"a", 0}, std::nullopt, std::nullopt});
+    restart.position = StreamPosition{"a|default|0", 0, true};
+    REQUIRE(ApplyOne(machine, restart).has_value());
+    CHECK(Entries(machine) == 0);
+    CHECK(machine.ReadRegistry([](const Registry& r, Revision) { return r.positions.size(); }) ==
+          0);
+    REQUIRE(ApplyOne(machine, StreamStore("a", 200, 0)).has_value());
+    CHECK(Entries(machine) == 1);
+    CHECK(machine.applied_revision() == 7);  // skipped batches still take their revision
+  }
+
+  TEST_CASE("StateMachine: unregister drops the registration, its position and its entries") {
+    StateMachine machine({}, nullptr);
+    int notified = 0;
+    machine.SetRegistryListener([&] { ++notified; });
+    REQUIRE(ApplyOne(machine, Register(MakeRegistration("a"))).has_value());
+    REQUIRE(ApplyOne(machine, Register(MakeRegistration("b"))).has_value());
+    CHECK(notified == 2);
+    REQUIRE(ApplyOne(machine, StreamStore("a", 1, 0)).has_value());
+    REQUIRE(ApplyOne(machine, StreamStore("b", 1, 0)).has_value());
+    CHECK(notified == 2);  // data batches do not wake the listener
+    CommandBatch unregister;
+    unregister.commands.emplace_back(UnregisterCommand{"a", "default", 0});
+    REQUIRE(ApplyOne(machine, unregister).has_value());
+    CHECK(notified == 3);
+    CHECK(Entries(machine) == 1);
+    CHECK(machine.ReadRegistry([](const Registry& r, Revision) {
+      return r.registrations.size() == 1 && r.positions.size() == 1 &&
+             r.registrations.contains("b|default|0");
+    }));
+    // A batch still in flight from the unregistered stream does not bring it back.
+    REQUIRE(ApplyOne(machine, StreamStore("a", 2, 1)).has_value());
+    CHECK(machine.counters().orphan_batches == 1);
+    CHECK(Entries(machine) == 1);
+  }
+
+  TEST_CASE("StateMachine: registrations and positions survive a restart") {
+    testing::TempDir dir;
+    StorageOptions options;
+    options.path = dir.str();
+    options.sync_writes = false;
+    {
+      auto storage = Storage::Open(options);
+      REQUIRE(storage.has_value());
+      StateMachine machine({}, storage->get());
+      REQUIRE(machine.Recover().ok());
+      REQUIRE(ApplyOne(machine, Register(MakeRegistration("a"))).has_value());
+      REQUIRE(ApplyOne(machine, StreamStore("a", 1, 7)).has_value());
+    }
+    auto storage = Storage::Open(options);
+    REQUIRE(storage.has_value());
+    StateMachine machine({}, storage->get());
+    REQUIRE(machine.Recover().ok());
+    CHECK(machine.ReadRegistry([](const Registry& r, Revision) {
+      return r.registrations.at("a|default|0") == MakeRegistration("a") &&
+             r.positions.at("a|default|0") == 7;
+    }));
+    REQUIRE(ApplyOne(machine, StreamStore("a", 2, 7)).has_value());
+    CHECK(machine.counters().duplicate_batches == 1);
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas::server
