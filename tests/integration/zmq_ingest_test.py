@@ -284,6 +284,75 @@ def case_positions_survive_server_restart(binary):
         server.cleanup()
 
 
+def case_mooncake(binary):
+    server, fake = Server(binary), Fake("--encoding", "mooncake")
+    try:
+        server.register(fake, "store1", type="Mooncake")
+        fake.cmd(op="set", model_name="m")  # RFC events name their model themselves
+        first = fake.store(PROMPT[:3 * BS], medium="cpu")
+        wait_for("3 blocks", lambda: match(server, PROMPT, "store1").get("CPU") == 3 * BS, server)
+        fake.cmd(op="remove", hashes=[first["hashes"][2]], medium="cpu")
+        wait_for("2 blocks", lambda: match(server, PROMPT, "store1").get("CPU") == 2 * BS, server)
+        fake.cmd(op="clear")
+        wait_for("clear", lambda: match(server, PROMPT, "store1") == {}, server)
+    finally:
+        fake.close()
+        server.cleanup()
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def case_listener_and_config_publishers(binary):
+    """Centralized mode (engines connect to kvatlas) and publishers from the config file."""
+    import msgpack
+    import zmq
+    fake = Fake()
+    port = free_port()
+    config = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump({"zmq_listen": f"tcp://127.0.0.1:{port}", "zmq_listen_model": "fallback",
+               "zmq_listen_block_size": BS,
+               "publishers": [{"endpoint": fake.endpoint, "type": "vLLM", "modelname": "m",
+                               "instance_id": "cfg", "block_size": BS}]}, config)
+    config.close()
+    server = Server(binary, extra=("--config", config.name))
+    context = zmq.Context()
+    pub = context.socket(zmq.PUB)
+    try:
+        regs = server.request("GET", "/v1/registrations")["registrations"]
+        assert [r["instance_id"] for r in regs] == ["cfg"], regs
+        assert fake.cmd(op="wait_peer", count=1, timeout_ms=5000)["ok"]
+        fake.store(PROMPT[:BS])
+        wait_for("config publisher", lambda: match(server, PROMPT, "cfg").get("GPU") == BS, server)
+        # An engine that connects to kvatlas, llm-d topic "kv@<pod>@<model>", dp rank 2.
+        pub.connect(f"tcp://127.0.0.1:{port}")
+        stored = ["BlockStored", [11, 12], None, PROMPT[:2 * BS], BS, None, "GPU"]
+
+        def send(seq):
+            pub.send_multipart([b"kv@pod-a@m", seq.to_bytes(8, "big"),
+                                msgpack.packb([time.time(), [stored], 2])])
+
+        # PUB drops until the connection is up: resend (same sequence 0) until seen.
+        wait_for("listener stream",
+                 lambda: send(0) or match(server, PROMPT, "pod-a").get("DP") == {"2": 2 * BS},
+                 server)
+        keys = [s["key"] for s in server.request("GET", "/v1/streams")["streams"]]
+        assert f"listen:tcp://127.0.0.1:{port}|kv@pod-a@m|2" in keys, keys
+        metrics = urllib.request.urlopen(server.base + "/metrics", timeout=5).read().decode()
+        assert 'kvatlas_zmq_events_applied_total{stream="cfg|default|0",event_type="stored"} 1' \
+            in metrics, metrics[-2000:]
+    finally:
+        pub.close(0)
+        context.term()
+        fake.close()
+        server.cleanup()
+        os.unlink(config.name)
+
+
 def case_bad_registrations(binary):
     server = Server(binary)
     try:
@@ -314,6 +383,8 @@ CASES = {
     "engine_restart": case_engine_restart_resets,
     "sglang_salt_dp": case_sglang_salt_and_dp_ranks,
     "server_restart": case_positions_survive_server_restart,
+    "mooncake": case_mooncake,
+    "listener_and_config": case_listener_and_config_publishers,
     "bad_registrations": case_bad_registrations,
 }
 
