@@ -1,5 +1,6 @@
 #include "server/runtime/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -78,6 +79,19 @@ const Field kFields[] = {
      "write batches queued for the applier (else 429)"},
     {"applier_max_group_batches", &Config::applier_max_group_batches, 1, 1'000'000,
      "batches per group commit"},
+    {"id", &Config::id, 1, kNoMax, "this server's raft id (> 0)"},
+    {"raft_listen", &Config::raft_listen, 0, 0,
+     "raft transport HOST:PORT; empty = this id's --peers entry (single server: any port)"},
+    {"peers", &Config::peers, 0, 0,
+     "initial voters 1@host:port,2@host:port,...; empty = single server"},
+    {"raft_election_timeout_ms", &Config::raft_election_timeout_ms, 50, 60'000,
+     "raft election timeout (randomised up to 2x)"},
+    {"raft_heartbeat_timeout_ms", &Config::raft_heartbeat_timeout_ms, 10, 10'000,
+     "raft leader heartbeat interval"},
+    {"raft_snapshot_threshold", &Config::raft_snapshot_threshold, 16, 1'000'000,
+     "log entries between snapshots"},
+    {"raft_snapshot_trailing", &Config::raft_snapshot_trailing, 0, 1'000'000,
+     "log entries kept after a snapshot"},
     {"zmq_listen", &Config::zmq_listen, 0, 0,
      "bind a ZMQ SUB socket for engines that connect (e.g. tcp://*:5557); empty = none"},
     {"zmq_listen_model", &Config::zmq_listen_model, 0, 0,
@@ -331,11 +345,57 @@ Status ValidateConfig(const Config& config) {
       KVATLAS_RETURN_IF_ERROR(CheckRange(field, config.**member));
     }
   }
+  KVATLAS_ASSIGN_OR_RETURN(auto peers, ParsePeers(config.peers));
+  if (!config.raft_listen.empty()) {
+    KVATLAS_RETURN_IF_ERROR(ParseHostPort(config.raft_listen).status().WithContext("raft_listen"));
+  }
+  if (!peers.empty()) {
+    auto own = std::find_if(peers.begin(), peers.end(),
+                            [&](const auto& p) { return p.first == config.id; });
+    if (own == peers.end()) {
+      return Status::InvalidArgument("peers: has no entry for this server's id " +
+                                     std::to_string(config.id));
+    }
+    if (!config.raft_listen.empty() && config.raft_listen != own->second) {
+      return Status::InvalidArgument("raft_listen: " + config.raft_listen +
+                                     " differs from this server's peers entry " + own->second);
+    }
+  }
   if (!config.zmq_listen.empty()) {
     KVATLAS_RETURN_IF_ERROR(ZmqIngest::ValidateEndpoint(config.zmq_listen, /*for_bind=*/true)
                                 .WithContext("zmq_listen"));
   }
   return Status::Ok();
+}
+
+Result<std::vector<std::pair<uint64_t, std::string>>> ParsePeers(std::string_view text) {
+  std::vector<std::pair<uint64_t, std::string>> peers;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = text.substr(start, end - start);
+    start = end + 1;
+    const auto bad = [&](const std::string& why) {
+      return Status::InvalidArgument("peers: \"" + std::string(item) + "\": " + why +
+                                     " (expected ID@HOST:PORT)");
+    };
+    const size_t at = item.find('@');
+    if (at == std::string_view::npos) return bad("no '@'");
+    uint64_t id = 0;
+    const std::string_view id_text = item.substr(0, at);
+    const auto [ptr, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
+    if (id_text.empty() || ec != std::errc() || ptr != id_text.data() + id_text.size() || id == 0) {
+      return bad("the id must be a positive integer");
+    }
+    const std::string_view address = item.substr(at + 1);
+    if (!ParseHostPort(address).has_value()) return bad("bad HOST:PORT");
+    for (const auto& [other, unused] : peers) {
+      if (other == id) return bad("id " + std::to_string(id) + " appears twice");
+    }
+    peers.emplace_back(id, std::string(address));
+  }
+  return peers;
 }
 
 std::string ConfigToJson(const Config& config) {

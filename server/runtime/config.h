@@ -38,9 +38,10 @@ struct Config {
   uint64_t max_entries_per_context = 16'000'000;
   // Longest key chain a lookup walks; longer queries are cut.
   uint64_t max_lookup_blocks = 8'192;
-  // fsync the RocksDB WAL on every applied group. Off, an acknowledged write survives a
-  // process crash but not a power loss.
-  bool storage_sync = true;
+  // fsync the RocksDB WAL on every applied group. Off by default: a write is acknowledged
+  // once its raft log entry is fsynced (on a majority), and RocksDB, which may lose its
+  // last writes in a power loss, is brought up to date from the log at restart.
+  bool storage_sync = false;
   uint64_t storage_block_cache_bytes = 64ull << 20;
   uint64_t storage_write_buffer_bytes = 64ull << 20;
   // HTTP worker threads: requests served at once (a write waiting for its group commit
@@ -70,6 +71,19 @@ struct Config {
   uint64_t applier_max_queue = 1'024;
   // Batches applied together as one storage write (group commit).
   uint64_t applier_max_group_batches = 256;
+
+  // Replication (docs/replication.md). This server's id, and the HOST:PORT its raft
+  // transport listens on; empty = the --peers entry of this id, or, for a single server,
+  // 127.0.0.1 on any free port.
+  uint64_t id = 1;
+  std::string raft_listen;
+  // The initial voters "1@host:port,2@host:port,3@host:port", the same on every server;
+  // empty = a single-server (one-voter) cluster. Used to bootstrap a new data directory.
+  std::string peers;
+  uint64_t raft_election_timeout_ms = 1'000;
+  uint64_t raft_heartbeat_timeout_ms = 100;
+  uint64_t raft_snapshot_threshold = 8'192;
+  uint64_t raft_snapshot_trailing = 2'048;
 
   // ZMQ engine events (docs/engine-events.md). A SUB socket kvatlas binds for publishers
   // that connect to it (vLLM with a non-wildcard endpoint), e.g. "tcp://*:5557"; empty =
@@ -108,8 +122,13 @@ struct HostPort {
 [[nodiscard]] Result<Config> LoadConfigFile(const std::string& path, Config base = {});
 
 // Checks ranges and formats (http_listen, rpc_listen, log_level, non-empty data_dir,
-// ZMQ endpoints).
+// ZMQ endpoints, peers and raft_listen).
 [[nodiscard]] Status ValidateConfig(const Config& config);
+
+// "1@host:port,2@host:port" → {id, address} pairs (ids > 0, distinct; addresses
+// HOST:PORT). kInvalidArgument naming the bad element.
+[[nodiscard]] Result<std::vector<std::pair<uint64_t, std::string>>> ParsePeers(
+    std::string_view text);
 
 // The config as a JSON object with every key (pretty-printed).
 [[nodiscard]] std::string ConfigToJson(const Config& config);

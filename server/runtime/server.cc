@@ -64,10 +64,11 @@ Status Server::Init() {
   KVATLAS_RETURN_IF_ERROR(machine_->Recover());
   LogInfo("recovered at revision " + std::to_string(machine_->applied_revision()));
 
+  KVATLAS_RETURN_IF_ERROR(StartRaft());
   ApplierOptions applier_options;
   applier_options.max_queue = config_.applier_max_queue;
   applier_options.max_group_batches = config_.applier_max_group_batches;
-  applier_ = std::make_unique<Applier>(machine_.get(), applier_options);
+  applier_ = std::make_unique<Applier>(machine_.get(), applier_options, raft_.get());
 
   KVATLAS_RETURN_IF_ERROR(StartZmqIngest());
 
@@ -127,29 +128,91 @@ Status Server::StartZmqIngest() {
   options.replay_cooldown = std::chrono::milliseconds(config_.zmq_replay_cooldown_ms);
   options.receive_hwm = static_cast<int>(config_.zmq_receive_hwm);
   options.mapper.max_blocks_per_event = config_.max_blocks_per_event;
+  RaftLog* raft = raft_.get();
+  options.is_leader = [raft] { return raft->is_leader(); };
   zmq_ = std::make_unique<ZmqIngest>(machine_.get(), applier_.get(), std::move(options));
-  ZmqIngest* zmq = zmq_.get();
-  machine_->SetRegistryListener([zmq] { zmq->NotifyRegistryChanged(); });
+  KVATLAS_RETURN_IF_ERROR(zmq_->Start());
+  zmq_notify_.store(zmq_.get(), std::memory_order_release);
+  zmq_->NotifyRegistryChanged();
+  if (!config_.publishers.empty()) registrar_ = std::thread([this] { RegisterConfigPublishers(); });
+  return Status::Ok();
+}
 
+void Server::RegisterConfigPublishers() {
   // Publishers listed in the config are registered like POST /register would, unless the
-  // state already holds exactly that registration (a restart must not rewrite it).
-  CommandBatch batch;
-  machine_->ReadRegistry([&](const Registry& registry, Revision) {
-    for (const Registration& r : config_.publishers) {
-      auto it = registry.registrations.find(r.Key());
-      if (it == registry.registrations.end() || !(it->second == r)) {
-        batch.commands.emplace_back(RegisterCommand{r});
+  // state already holds exactly that registration (a restart must not rewrite it). Only
+  // the leader can write, and a cluster may not have one yet: retry until done.
+  std::unique_lock lock(registrar_mu_);
+  for (;;) {
+    CommandBatch batch;
+    machine_->ReadRegistry([&](const Registry& registry, Revision) {
+      for (const Registration& r : config_.publishers) {
+        auto it = registry.registrations.find(r.Key());
+        if (it == registry.registrations.end() || !(it->second == r)) {
+          batch.commands.emplace_back(RegisterCommand{r});
+        }
+      }
+    });
+    if (batch.commands.empty()) return;
+    if (raft_->is_leader()) {
+      lock.unlock();
+      Result<Revision> applied = applier_->Submit(std::move(batch)).get();
+      lock.lock();
+      if (applied.has_value()) {
+        LogInfo("registered the config file's publishers at revision " + std::to_string(*applied));
+      } else {
+        LogWarning("registering the config file's publishers: " + applied.error().ToString());
       }
     }
-  });
-  if (!batch.commands.empty()) {
-    Result<Revision> applied = applier_->Submit(std::move(batch)).get();
-    if (!applied.has_value()) {
-      return applied.error().WithContext("registering the config file's publishers");
+    if (registrar_cv_.wait_for(lock, std::chrono::milliseconds(100),
+                               [this] { return registrar_stop_; })) {
+      return;
     }
-    LogInfo("registered the config file's publishers at revision " + std::to_string(*applied));
   }
-  return zmq_->Start();
+}
+
+Status Server::StartRaft() {
+  KVATLAS_ASSIGN_OR_RETURN(auto peers, ParsePeers(config_.peers));
+  RaftOptions options;
+  options.id = config_.id;
+  options.dir = (std::filesystem::path(config_.data_dir) / "raft").string();
+  options.address = config_.raft_listen;
+  if (peers.empty()) {
+    // A single server is a one-voter cluster: nobody connects to it, any port will do.
+    if (options.address.empty()) options.address = "127.0.0.1:0";
+    options.bootstrap = {{config_.id, options.address}};
+  } else {
+    for (const auto& [id, address] : peers) {
+      if (id == config_.id) options.address = address;
+    }
+    options.bootstrap = peers;
+  }
+  options.election_timeout_ms = static_cast<unsigned>(config_.raft_election_timeout_ms);
+  options.heartbeat_timeout_ms = static_cast<unsigned>(config_.raft_heartbeat_timeout_ms);
+  options.snapshot_threshold = static_cast<unsigned>(config_.raft_snapshot_threshold);
+  options.snapshot_trailing = static_cast<unsigned>(config_.raft_snapshot_trailing);
+  LogInfo("raft: server " + std::to_string(options.id) + " at " + options.address +
+          (peers.empty() ? " (single server)"
+                         : " (" + std::to_string(peers.size()) + " initial voters)"));
+  // Registry changes reach the ZMQ ingest once it exists; raft may apply entries (replay
+  // past the persisted state) as soon as it starts.
+  machine_->SetRegistryListener([this] {
+    if (ZmqIngest* zmq = zmq_notify_.load(std::memory_order_acquire)) zmq->NotifyRegistryChanged();
+  });
+  const bool single = peers.empty();
+  const auto patience = std::chrono::milliseconds(10 * options.election_timeout_ms);
+  KVATLAS_ASSIGN_OR_RETURN(raft_, RaftLog::Start(std::move(options), machine_.get()));
+  if (single) {
+    // A one-voter cluster elects itself within an election timeout: wait for it, so that
+    // the first write after start-up is not refused as "not leader".
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    while (!raft_->is_leader() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (!raft_->is_leader())
+      return Status::Unavailable("raft: the single server did not elect itself");
+  }
+  return Status::Ok();
 }
 
 Status Server::Shutdown() {
@@ -159,11 +222,22 @@ Status Server::Shutdown() {
   // are answered), then the applier drains its queue, then what it wrote is made durable.
   // The RPC server is destroyed only after the applier stopped: ingest callbacks post into
   // its io_context.
+  if (registrar_.joinable()) {
+    {
+      std::lock_guard lock(registrar_mu_);
+      registrar_stop_ = true;
+    }
+    registrar_cv_.notify_all();
+    registrar_.join();
+  }
   if (rpc_) rpc_->Stop();
   if (http_) http_->Stop();
   // The ingest thread may be waiting for room in the applier's queue: stop it first.
   if (zmq_) zmq_->Stop();
+  // The applier stops taking batches; what it proposed completes (or fails) when raft
+  // stops, on raft's thread, while the applier object still exists.
   if (applier_) applier_->Stop();
+  if (raft_) raft_->Stop();
   rpc_.reset();
   Status flushed;
   if (storage_) flushed = storage_->Flush();

@@ -6,13 +6,18 @@
 // Thread-safety: Start/Shutdown from the owning (main) thread; failed() from any thread.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "kvatlas/common/result.h"
 #include "server/api/http_server.h"
 #include "server/api/metrics.h"
 #include "server/api/routes.h"
+#include "server/replication/raft_log.h"
 #include "server/rpc/rpc_server.h"
 #include "server/runtime/config.h"
 #include "server/state/applier.h"
@@ -43,7 +48,7 @@ class Server {
 
   // True once a storage write failed: the process must exit (a restart rebuilds the index
   // from disk, which is behind the memory index after the failure).
-  bool failed() const { return applier_ && applier_->failed(); }
+  bool failed() const { return (applier_ && applier_->failed()) || (raft_ && raft_->failed()); }
 
   // Stops the binary protocol and HTTP (in-flight requests are answered), drains and stops
   // the applier, flushes storage and removes DATA_DIR/rpc.addr and DATA_DIR/http.addr.
@@ -55,12 +60,18 @@ class Server {
   Status Init();
   // Creates the ZMQ ingest, registers the config file's publishers and starts following.
   Status StartZmqIngest();
+  // Opens DATA_DIR/raft and starts this server's member of the raft cluster.
+  Status StartRaft();
+  // Registers the config file's publishers once this server leads (background thread).
+  void RegisterConfigPublishers();
 
   Config config_;
   std::unique_ptr<Storage> storage_;
   std::unique_ptr<StateMachine> machine_;
+  std::unique_ptr<RaftLog> raft_;
   std::unique_ptr<Applier> applier_;
   std::unique_ptr<ZmqIngest> zmq_;
+  std::atomic<ZmqIngest*> zmq_notify_{nullptr};  // zmq_ once started, for the registry listener
   Metrics metrics_;
   ApiServices api_;
   std::unique_ptr<RpcServer> rpc_;
@@ -70,6 +81,10 @@ class Server {
   bool wrote_address_ = false;
   bool wrote_rpc_address_ = false;
   bool shut_down_ = false;
+  std::thread registrar_;
+  std::mutex registrar_mu_;
+  std::condition_variable registrar_cv_;
+  bool registrar_stop_ = false;
 };
 
 }  // namespace kvatlas::server

@@ -1,11 +1,19 @@
 #include "server/state/applier.h"
 
+#include <chrono>
+#include <memory>
+#include <string>
 #include <vector>
+
+#include "server/state/command_codec.h"
 
 namespace kvatlas::server {
 
-Applier::Applier(StateMachine* machine, ApplierOptions options)
-    : machine_(machine), options_(options), thread_([this] { Run(); }) {}
+Applier::Applier(StateMachine* machine, ApplierOptions options, ReplicatedLog* log)
+    : machine_(machine),
+      options_(options),
+      log_(log),
+      thread_([this] { log_ ? RunReplicated() : Run(); }) {}
 
 Applier::~Applier() { Stop(); }
 
@@ -24,8 +32,8 @@ void Applier::SubmitAsync(CommandBatch batch, Callback done) {
 Status Applier::TrySubmitAsync(CommandBatch* batch, Callback done) {
   {
     std::lock_guard lock(mu_);
-    if (stopping_ || failed_) {
-      return Status::Unavailable(failed_
+    if (stopping_ || failed_ || machine_->failed()) {
+      return Status::Unavailable(!stopping_
                                      ? "the server stopped taking writes after a storage failure"
                                      : "the server is shutting down");
     }
@@ -51,6 +59,7 @@ void Applier::Stop() {
 }
 
 bool Applier::failed() const {
+  if (machine_->failed()) return true;
   std::lock_guard lock(mu_);
   return failed_;
 }
@@ -90,6 +99,64 @@ void Applier::Run() {
       }
     }
     group.clear();
+  }
+}
+
+void Applier::RunReplicated() {
+  for (;;) {
+    std::vector<Pending> group;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] {
+        return (stopping_ && queue_.empty()) ||
+               (!queue_.empty() && in_flight_ < options_.max_in_flight_groups);
+      });
+      // Stopping with nothing queued: proposals in flight complete on the log's thread.
+      if (queue_.empty()) return;
+      while (!queue_.empty() && group.size() < options_.max_group_batches) {
+        group.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      ++in_flight_;
+    }
+    Propose(std::move(group));
+  }
+}
+
+void Applier::Propose(std::vector<Pending> group) {
+  std::vector<const CommandBatch*> batches;
+  batches.reserve(group.size());
+  for (const Pending& p : group) batches.push_back(&p.batch);
+  std::string entry = EncodeLogEntry(batches);
+  auto shared = std::make_shared<std::vector<Pending>>(std::move(group));
+  // Runs on the log's thread once the entry is applied there (or failed).
+  auto done = [this, shared](Result<uint64_t> index) {
+    for (Pending& p : *shared) {
+      if (index.has_value()) {
+        p.done(static_cast<Revision>(*index));
+      } else {
+        p.done(index.error());
+      }
+    }
+    {
+      std::lock_guard lock(mu_);
+      --in_flight_;
+    }
+    cv_.notify_all();
+  };
+  for (;;) {
+    Status s = log_->Propose(&entry, done);
+    if (s.ok()) return;
+    bool stopping = false;
+    {
+      std::lock_guard lock(mu_);
+      stopping = stopping_;
+    }
+    if (s.code() != StatusCode::kResourceExhausted || stopping) {
+      done(s);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 

@@ -14,9 +14,11 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "kvatlas/common/result.h"
 #include "server/state/command.h"
+#include "server/state/replicated_log.h"
 #include "server/state/state_machine.h"
 
 namespace kvatlas::server {
@@ -25,13 +27,20 @@ struct ApplierOptions {
   // Pending batches; past it Submit answers kResourceExhausted at once (the HTTP layer
   // turns it into 429) instead of queueing without bound.
   size_t max_queue = 1024;
-  // Batches applied per group (one storage write).
+  // Batches applied per group (one storage write; with a replicated log, one log entry).
   size_t max_group_batches = 256;
+  // With a replicated log: groups proposed and not yet committed. Pipelining hides the
+  // commit latency (an fsync and a round trip) behind the next groups.
+  size_t max_in_flight_groups = 32;
 };
 
 class Applier {
  public:
-  Applier(StateMachine* machine, ApplierOptions options = {});
+  // Without `log`, groups are applied to `machine` directly (tests, benchmarks). With it,
+  // each group is proposed as one log entry and acknowledged once the log committed and
+  // applied it (the log drives `machine`); revisions are then log indexes, shared by the
+  // batches of one group. `log` must outlive the Applier.
+  Applier(StateMachine* machine, ApplierOptions options = {}, ReplicatedLog* log = nullptr);
   ~Applier();  // Stop()s
   Applier(const Applier&) = delete;
   Applier& operator=(const Applier&) = delete;
@@ -67,9 +76,14 @@ class Applier {
     Callback done;
   };
   void Run();
+  void RunReplicated();
+  // Proposes one group, retrying while the log's queue is full.
+  void Propose(std::vector<Pending> group);
 
   StateMachine* machine_;
   ApplierOptions options_;
+  ReplicatedLog* log_;
+  size_t in_flight_ = 0;  // guarded by mu_
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;

@@ -235,4 +235,38 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
   return batch;
 }
 
+std::string EncodeLogEntry(std::span<const CommandBatch* const> batches) {
+  std::string out;
+  out.push_back(static_cast<char>(kLogEntryVersion));
+  PutVarint64(&out, batches.size());
+  for (const CommandBatch* batch : batches) PutLengthPrefixed(&out, EncodeCommandBatch(*batch));
+  return out;
+}
+
+Result<std::vector<CommandBatch>> DecodeLogEntry(std::string_view bytes) {
+  ByteReader in(bytes);
+  if (in.U8() != kLogEntryVersion || !in.ok()) {
+    return Status::Corruption("log entry is empty or has an unknown version");
+  }
+  // Each batch takes at least three bytes (length, version, count).
+  const uint64_t n = in.Count(3);
+  std::vector<CommandBatch> batches;
+  for (uint64_t i = 0; i < n && in.ok(); ++i) {
+    const std::string_view encoded = in.LengthPrefixed();
+    if (!in.ok()) break;
+    Result<CommandBatch> batch = DecodeCommandBatch(encoded);
+    if (!batch.has_value()) {
+      return batch.error().WithContext("log entry batch " + std::to_string(i));
+    }
+    batches.push_back(std::move(*batch));
+  }
+  if (!in.ok()) return Status::Corruption("log entry is truncated or malformed");
+  // The log pads entries with up to 7 zero bytes (8-byte alignment).
+  if (in.remaining() >= 8) return Status::Corruption("log entry has trailing bytes");
+  while (in.remaining() > 0) {
+    if (in.U8() != 0) return Status::Corruption("log entry has non-zero trailing bytes");
+  }
+  return batches;
+}
+
 }  // namespace kvatlas::server

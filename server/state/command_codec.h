@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvatlas/common/result.h"
 #include "server/state/command.h"
@@ -27,5 +29,13 @@ inline constexpr uint8_t kOldestCommandBatchVersion = 1;
 // larger than the remaining bytes can hold, or trailing bytes. Never reads out of bounds;
 // memory allocated is proportional to the input size.
 [[nodiscard]] Result<CommandBatch> DecodeCommandBatch(std::string_view bytes);
+
+// A replicated-log entry: a group of batches committed and applied together at one index
+// (group commit). u8 version (= 1), varint n, then n × (varint length, encoded batch),
+// then up to 7 zero bytes of padding (raft_uv needs 8-byte aligned entries).
+inline constexpr uint8_t kLogEntryVersion = 1;
+[[nodiscard]] std::string EncodeLogEntry(std::span<const CommandBatch* const> batches);
+// kCorruption for anything EncodeLogEntry cannot produce.
+[[nodiscard]] Result<std::vector<CommandBatch>> DecodeLogEntry(std::string_view bytes);
 
 }  // namespace kvatlas::server

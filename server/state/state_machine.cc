@@ -4,6 +4,9 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "server/state/command_codec.h"
 
 namespace kvatlas::server {
 
@@ -41,15 +44,75 @@ Status StateMachine::Recover() {
 }
 
 Result<Revision> StateMachine::Apply(std::span<const CommandBatch* const> batches) {
+  Revision revision = applied_.load(std::memory_order_relaxed);
+  if (batches.empty()) return revision;
+  return ApplyBatches(batches, [&revision] { return ++revision; });
+}
+
+Status StateMachine::ApplyAt(Revision index, std::span<const CommandBatch* const> batches) {
+  if (index <= applied_.load(std::memory_order_relaxed)) return Status::Ok();  // replayed
+  return ApplyBatches(batches, [index] { return index; }).status();
+}
+
+Status StateMachine::ApplyEntry(uint64_t index, std::string_view entry) {
+  if (index <= applied_.load(std::memory_order_relaxed)) return Status::Ok();  // replayed
+  KVATLAS_ASSIGN_OR_RETURN(std::vector<CommandBatch> batches, DecodeLogEntry(entry));
+  std::vector<const CommandBatch*> pointers;
+  pointers.reserve(batches.size());
+  for (const CommandBatch& batch : batches) pointers.push_back(&batch);
+  return ApplyBatches(pointers, [index] { return index; }).status();
+}
+
+Result<std::unique_ptr<LogStateMachine::Capture>> StateMachine::CaptureState() {
+  if (!storage_) return Status::FailedPrecondition("an in-memory state machine has no snapshots");
+  // Adapts the storage capture: the snapshot is exactly the database's records.
+  class StorageBacked final : public Capture {
+   public:
+    explicit StorageBacked(std::unique_ptr<Storage::Capture> capture)
+        : capture_(std::move(capture)) {}
+    Result<std::string> Serialize() override { return capture_->Serialize(); }
+
+   private:
+    std::unique_ptr<Storage::Capture> capture_;
+  };
+  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, storage_->CaptureAll());
+  return std::unique_ptr<Capture>(std::make_unique<StorageBacked>(std::move(capture)));
+}
+
+Status StateMachine::Restore(std::string_view snapshot) {
+  if (!storage_) return Status::FailedPrecondition("an in-memory state machine has no snapshots");
+  KVATLAS_ASSIGN_OR_RETURN(Revision index, Storage::SnapshotAppliedIndex(snapshot));
+  // The state is persistent: a snapshot that is not newer than it (the one raft restores
+  // at every start) changes nothing.
+  if (index <= applied_.load(std::memory_order_relaxed)) return Status::Ok();
+  KVATLAS_RETURN_IF_ERROR(storage_->ReplaceAll(snapshot));
+  {
+    std::unique_lock lock(mu_);
+    index_ = Index(options_.index);
+    registry_ = Registry{};
+    KVATLAS_RETURN_IF_ERROR(storage_->LoadInto(&index_));
+    KVATLAS_RETURN_IF_ERROR(storage_->LoadRegistry(&registry_));
+    applied_.store(index, std::memory_order_release);
+  }
+  if (registry_listener_) registry_listener_();
+  return Status::Ok();
+}
+
+template <typename NextRevision>
+Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const> batches,
+                                            NextRevision next) {
   scratch_.clear();
   Revision revision = applied_.load(std::memory_order_relaxed);
   bool registry_changed = false;
   {
     std::unique_lock lock(mu_);
     for (const CommandBatch* batch : batches) {
-      ++revision;  // a skipped batch still takes its revision: revisions are log positions
+      // A skipped batch still takes its revision: revisions are log positions.
+      revision = next();
       registry_changed |= ApplyBatch(*batch);
     }
+    // An empty entry (a group of nothing) still advances the revision to its index.
+    if (batches.empty()) revision = next();
     applied_.store(revision, std::memory_order_release);
   }
   uint64_t added = 0, removed = 0, evicted = 0;
@@ -67,7 +130,10 @@ Result<Revision> StateMachine::Apply(std::span<const CommandBatch* const> batche
   // this write, and a failure stops the server, whose restart rebuilds from disk.
   if (storage_) {
     Status s = storage_->Write(revision, scratch_);
-    if (!s.ok()) return s.WithContext("writing revision " + std::to_string(revision));
+    if (!s.ok()) {
+      failed_.store(true, std::memory_order_release);
+      return s.WithContext("writing revision " + std::to_string(revision));
+    }
   }
   if (registry_changed && registry_listener_) registry_listener_();
   return revision;

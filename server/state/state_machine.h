@@ -12,12 +12,14 @@
 #include <memory>
 #include <shared_mutex>
 #include <span>
+#include <string_view>
 
 #include "kvatlas/common/block_hasher.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "server/index/index.h"
 #include "server/state/command.h"
+#include "server/state/replicated_log.h"
 #include "server/storage/storage.h"
 
 namespace kvatlas::server {
@@ -41,7 +43,7 @@ struct ApplyCounters {
   uint64_t orphan_batches = 0;
 };
 
-class StateMachine {
+class StateMachine final : public LogStateMachine {
  public:
   // `storage` may be null: an in-memory state machine (tests, benchmarks).
   StateMachine(StateMachineOptions options, Storage* storage);
@@ -54,6 +56,23 @@ class StateMachine {
   // is returned as kIOError; the memory index then is ahead of disk, so the caller must stop
   // serving writes (the server exits; restart rebuilds from disk).
   [[nodiscard]] Result<Revision> Apply(std::span<const CommandBatch* const> batches);
+
+  // LogStateMachine: decodes a log entry (command_codec.h EncodeLogEntry) and applies all
+  // of its batches at revision `index`; entries at or below applied_revision() are skipped
+  // (a restarted server replays the log from its last snapshot). kCorruption for an entry
+  // that does not decode, kIOError when storage fails: either way the server must stop.
+  [[nodiscard]] Status ApplyEntry(uint64_t index, std::string_view entry) override;
+  // As ApplyEntry, for already decoded batches.
+  [[nodiscard]] Status ApplyAt(Revision index, std::span<const CommandBatch* const> batches);
+  // A storage capture (Storage::CaptureAll); call on the applying thread.
+  [[nodiscard]] Result<std::unique_ptr<Capture>> CaptureState() override;
+  // Replaces storage with the snapshot and rebuilds the index and registry from it, unless
+  // the state is already at or past the snapshot's applied index. Applying thread only.
+  [[nodiscard]] Status Restore(std::string_view snapshot) override;
+
+  // True once a storage write failed: the memory state is ahead of disk, so the server
+  // must stop taking writes (its restart rebuilds from disk and replays the log).
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
 
   Revision applied_revision() const { return applied_.load(std::memory_order_acquire); }
   uint64_t hash_seed() const { return options_.hash_seed; }
@@ -87,6 +106,10 @@ class StateMachine {
   Storage* storage_;
   BlockHasher hasher_;
   mutable std::shared_mutex mu_;
+  // Applies `batches` under the write lock at revisions next(1), next(2), ... and writes
+  // them to storage; returns the last revision.
+  template <typename NextRevision>
+  Result<Revision> ApplyBatches(std::span<const CommandBatch* const> batches, NextRevision next);
   // Applies one batch's commands (and its stream position) under the write lock. Returns
   // whether a registration changed.
   bool ApplyBatch(const CommandBatch& batch);
@@ -97,6 +120,7 @@ class StateMachine {
   Registry registry_;
   std::function<void()> registry_listener_;
   std::atomic<Revision> applied_{0};
+  std::atomic<bool> failed_{false};
   MutationList scratch_;
   std::atomic<uint64_t> counters_[8] = {};
 };

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -89,6 +90,37 @@ rocksdb::Options MakeOptions(const StorageOptions& options) {
   o.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
   o.allow_concurrent_memtable_write = false;
   return o;
+}
+
+constexpr std::string_view kSnapshotMagic = "KVSN";
+constexpr uint8_t kSnapshotVersion = 1;
+
+// Checks a serialized capture and calls fn(key, value) for every record (fn may be null).
+// Returns its applied_index.
+Result<Revision> WalkSnapshot(std::string_view snapshot,
+                              const std::function<Status(std::string_view, std::string_view)>& fn) {
+  const auto corrupt = [](const std::string& what) {
+    return Status::Corruption("snapshot: " + what);
+  };
+  if (snapshot.size() < kSnapshotMagic.size() + 1 + 8 + 8 ||
+      snapshot.substr(0, kSnapshotMagic.size()) != kSnapshotMagic) {
+    return corrupt("bad magic or too short");
+  }
+  ByteReader in(
+      snapshot.substr(kSnapshotMagic.size(), snapshot.size() - kSnapshotMagic.size() - 8));
+  if (in.U8() != kSnapshotVersion) return corrupt("unknown version");
+  const Revision applied = in.Fixed64();
+  uint64_t count = 0;
+  while (in.ok() && in.remaining() > 0) {
+    const std::string_view key = in.LengthPrefixed();
+    const std::string_view value = in.LengthPrefixed();
+    if (!in.ok() || key.empty()) return corrupt("truncated record " + std::to_string(count));
+    if (fn) KVATLAS_RETURN_IF_ERROR(fn(key, value));
+    ++count;
+  }
+  ByteReader trailer(snapshot.substr(snapshot.size() - 8));
+  if (!in.ok() || trailer.Fixed64() != count) return corrupt("record count mismatch");
+  return applied;
 }
 
 // One element of the boot-time block sort. Sorting 10M of them takes 240 MB transiently,
@@ -295,6 +327,25 @@ class RocksDbStorage final : public Storage {
     return Scan(RecordType::kStreamPosition, load_position);
   }
 
+  Result<std::unique_ptr<Capture>> CaptureAll() const override;
+
+  Status ReplaceAll(std::string_view snapshot) override {
+    KVATLAS_RETURN_IF_ERROR(Storage::SnapshotAppliedIndex(snapshot).status());
+    rocksdb::WriteBatch batch;
+    // Every record type is an ASCII letter: [0x00, 0xff) covers the whole key space.
+    const std::string begin(1, '\0'), end(1, '\xff');
+    KVATLAS_RETURN_IF_ERROR(
+        FromRocks(batch.DeleteRange(ToSlice(begin), ToSlice(end)), "building restore batch"));
+    Result<Revision> walked =
+        WalkSnapshot(snapshot, [&batch](std::string_view k, std::string_view v) {
+          return FromRocks(batch.Put(ToSlice(k), ToSlice(v)), "building restore batch");
+        });
+    KVATLAS_RETURN_IF_ERROR(walked.status());
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    return FromRocks(db_->Write(sync, &batch), "restoring a snapshot into " + path_);
+  }
+
   Status Flush() override { return FromRocks(db_->FlushWAL(/*sync=*/true), "syncing WAL"); }
 
   uint64_t ApproximateSizeBytes() const override {
@@ -384,7 +435,50 @@ class RocksDbStorage final : public Storage {
   std::string path_;
 };
 
+class RocksDbCapture final : public Storage::Capture {
+ public:
+  RocksDbCapture(rocksdb::DB* db, Revision applied)
+      : db_(db), snapshot_(db->GetSnapshot()), applied_(applied) {}
+  ~RocksDbCapture() override { db_->ReleaseSnapshot(snapshot_); }
+
+  Result<std::string> Serialize() const override {
+    std::string out(kSnapshotMagic);
+    out.push_back(static_cast<char>(kSnapshotVersion));
+    PutFixed64(&out, applied_);
+    rocksdb::ReadOptions read;
+    read.snapshot = snapshot_;
+    read.fill_cache = false;
+    read.readahead_size = 2 << 20;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
+    uint64_t count = 0;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      PutLengthPrefixed(&out, View(it->key()));
+      PutLengthPrefixed(&out, View(it->value()));
+      ++count;
+    }
+    KVATLAS_RETURN_IF_ERROR(FromRocks(it->status(), "reading a snapshot"));
+    PutFixed64(&out, count);
+    return out;
+  }
+
+ private:
+  rocksdb::DB* db_;
+  const rocksdb::Snapshot* snapshot_;
+  Revision applied_;
+};
+
+Result<std::unique_ptr<Storage::Capture>> RocksDbStorage::CaptureAll() const {
+  // Writes happen on the applying thread, which is the one calling this: the applied index
+  // read here is the one the pinned snapshot holds.
+  KVATLAS_ASSIGN_OR_RETURN(Revision applied, AppliedIndex());
+  return std::unique_ptr<Capture>(std::make_unique<RocksDbCapture>(db_.get(), applied));
+}
+
 }  // namespace
+
+Result<Revision> Storage::SnapshotAppliedIndex(std::string_view snapshot) {
+  return WalkSnapshot(snapshot, nullptr);
+}
 
 Result<std::unique_ptr<Storage>> Storage::Open(const StorageOptions& options) {
   if (options.path.empty()) return Status::InvalidArgument("storage path is empty");

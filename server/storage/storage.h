@@ -57,6 +57,26 @@ class Storage {
   // Loads every registration and stream position into `registry` (which must be empty).
   [[nodiscard]] virtual Status LoadRegistry(Registry* registry) const = 0;
 
+  // A consistent point-in-time image of the whole database (a replicated-log snapshot).
+  // Capture() is cheap (pins a RocksDB snapshot); Serialize() reads everything and may run
+  // on another thread, concurrently with later Writes.
+  class Capture {
+   public:
+    virtual ~Capture() = default;
+    // docs/storage.md §Snapshots: "KVSN", u8 version, le64 applied_index, then every record
+    // as (varint key length, key, varint value length, value), then le64 record count.
+    [[nodiscard]] virtual Result<std::string> Serialize() const = 0;
+  };
+  [[nodiscard]] virtual Result<std::unique_ptr<Capture>> CaptureAll() const = 0;
+
+  // Reads the applied_index a serialized capture was taken at (kCorruption if malformed).
+  [[nodiscard]] static Result<Revision> SnapshotAppliedIndex(std::string_view snapshot);
+
+  // Replaces every record with those of a serialized capture, atomically (one WriteBatch):
+  // after a crash the database holds either the old records or the new ones. Checks the
+  // whole snapshot before writing anything (kCorruption naming the problem).
+  [[nodiscard]] virtual Status ReplaceAll(std::string_view snapshot) = 0;
+
   // Makes all writes so far durable (WAL fsync). Called at shutdown.
   [[nodiscard]] virtual Status Flush() = 0;
 

@@ -120,6 +120,14 @@ class ZmqIngest::Loop {
 
   void Run() {
     while (!owner_->stopping_.load(std::memory_order_acquire)) {
+      const bool leading = !owner_->options_.is_leader || owner_->options_.is_leader();
+      if (leading != leading_) {
+        leading_ = leading;
+        LogInfo(leading ? "zmq: this server leads: following publishers"
+                        : "zmq: this server does not lead: publishers are left to the leader");
+        if (!leading) DropAll();
+        owner_->registry_dirty_.store(true, std::memory_order_release);
+      }
       if (owner_->registry_dirty_.exchange(false, std::memory_order_acq_rel)) SyncRegistrations();
       PollOnce();
       CheckReplayTimeouts();
@@ -139,7 +147,17 @@ class ZmqIngest::Loop {
 
   // --- registrations --------------------------------------------------------------------
 
+  // Closes every stream (this server stopped leading). Listener sockets stay bound, but
+  // their streams are forgotten and their messages ignored until it leads again.
+  void DropAll() {
+    streams_.clear();
+    for (auto& listener : listeners_) listener->streams.clear();
+    running_replays_ = 0;
+    PublishViews();
+  }
+
   void SyncRegistrations() {
+    if (!leading_) return;
     auto [registrations, positions] = owner_->machine_->ReadRegistry(
         [](const Registry& r, Revision) { return std::pair(r.registrations, r.positions); });
     bool changed = false;
@@ -332,6 +350,7 @@ class ZmqIngest::Loop {
     std::vector<zmq::message_t> frames;
     for (size_t n = 0; n < owner_->options_.max_messages_per_round; ++n) {
       if (!Receive(*listener.sub, &frames)) return;
+      if (!leading_) continue;  // the leader ingests; a follower only keeps its socket drained
       std::optional<uint64_t> sequence;
       if (frames.size() == 3) sequence = ReadSequence(frames[1]);
       if (!sequence) {
@@ -599,6 +618,7 @@ class ZmqIngest::Loop {
   std::map<std::string, std::unique_ptr<ZmqStream>, std::less<>> streams_;
   std::vector<std::unique_ptr<ZmqListener>> listeners_;
   size_t running_replays_ = 0;
+  bool leading_ = false;
   uint64_t listener_malformed_ = 0;
   std::vector<zmq::pollitem_t> items_;
   std::vector<Target> targets_;

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -74,6 +75,10 @@ struct ZmqIngestOptions {
   // the others.
   size_t max_messages_per_round = 256;
   MapperOptions mapper;
+  // Whether this server may write (leads the cluster). Only the leader follows publishers:
+  // the others drop their sockets, and a new leader resumes every stream from the
+  // replicated positions (replaying the gap from the engine). Null = always.
+  std::function<bool()> is_leader;
 };
 
 class ZmqIngest {

@@ -1,0 +1,96 @@
+// RaftLog: the ReplicatedLog over canonical/raft 0.15 (Debian libraft-dev) with its libuv
+// disk and TCP I/O (raft_uv, raft_uv_tcp). docs/replication.md has the guarantees and the
+// library's known limits.
+//
+// Threading: one thread runs the libuv loop, and every raft call and callback happens on
+// it — including LogStateMachine::ApplyEntry/CaptureState/Restore; snapshot serialisation
+// runs in libuv's thread pool. Other threads hand work in through a bounded queue and
+// uv_async_send. Raft is never re-entered from a raft callback (0.15 crashes when an apply
+// is issued from the callback of an apply failed by a step-down): follow-up work is queued.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kvatlas/common/result.h"
+#include "server/state/replicated_log.h"
+
+namespace kvatlas::server {
+
+struct RaftOptions {
+  uint64_t id = 1;
+  // HOST:PORT this server's raft transport listens on and peers reach it at.
+  std::string address;
+  // Directory of the raft log segments, metadata and snapshots (created if missing).
+  std::string dir;
+  // The initial voters {id, address}, the same on every server. Used only to bootstrap a
+  // pristine directory; ignored once the log exists.
+  std::vector<std::pair<uint64_t, std::string>> bootstrap;
+  unsigned election_timeout_ms = 1000;
+  unsigned heartbeat_timeout_ms = 100;
+  // Entries between snapshots, and entries kept after one (for followers slightly behind).
+  unsigned snapshot_threshold = 8192;
+  unsigned snapshot_trailing = 2048;
+  // Proposals queued for the loop thread; past it Propose returns kResourceExhausted.
+  size_t max_queue = 4096;
+};
+
+class RaftLog final : public ReplicatedLog {
+ public:
+  // Starts the loop thread, opens (or bootstraps) the log and starts raft; returns once
+  // raft runs, or the error that prevented it (kIOError for the directory, kUnavailable if
+  // the address cannot be bound). The machine must outlive the RaftLog.
+  [[nodiscard]] static Result<std::unique_ptr<RaftLog>> Start(RaftOptions options,
+                                                              LogStateMachine* machine);
+  ~RaftLog() override;  // Stop()s
+  RaftLog(const RaftLog&) = delete;
+  RaftLog& operator=(const RaftLog&) = delete;
+
+  // Closes raft (pending proposals fail with kUnavailable) and joins the loop thread.
+  void Stop();
+
+  // True once the state machine failed to apply an entry: the server must stop.
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Whether this server led the cluster at the last status refresh (every 50 ms).
+  bool is_leader() const { return leader_.load(std::memory_order_acquire); }
+
+  [[nodiscard]] Status Propose(std::string* entry,
+                               std::function<void(Result<uint64_t>)> done) override;
+  [[nodiscard]] ClusterStatus GetStatus() const override;
+  void AddServer(uint64_t id, std::string raft_address, Done done) override;
+  void RemoveServer(uint64_t id, Done done) override;
+  void TransferLeadership(uint64_t id, Done done) override;
+
+ private:
+  class Loop;
+  explicit RaftLog(RaftOptions options, LogStateMachine* machine);
+
+  // Queues `op` for the loop thread. False when stopped (op is not run).
+  bool Post(std::function<void()> op, bool is_proposal);
+  // Loop thread: runs the queued ops.
+  void DrainOps();
+
+  RaftOptions options_;
+  LogStateMachine* machine_;
+  std::unique_ptr<Loop> loop_;
+  std::thread thread_;
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> leader_{false};
+
+  mutable std::mutex mu_;
+  std::deque<std::function<void()>> ops_;  // guarded by mu_
+  size_t queued_proposals_ = 0;            // guarded by mu_
+  bool stopped_ = false;                   // guarded by mu_
+  ClusterStatus status_;                   // guarded by mu_; refreshed by the loop
+};
+
+}  // namespace kvatlas::server

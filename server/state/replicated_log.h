@@ -1,0 +1,89 @@
+// ReplicatedLog: the seam between writers and the state machine (docs/replication.md).
+// Every state change is an entry appended to this log; once an entry is committed, every
+// server applies it to its state machine at the entry's index, which becomes the state's
+// revision. The implementation over canonical/raft is server/replication/raft_log.h; a
+// single server is a one-voter cluster on the same code path.
+//
+// Thread-safety: Propose, Status and the membership calls from any thread. Callbacks run
+// on the log's own thread and must be quick and must not call back into the log.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/status.h"
+
+namespace kvatlas::server {
+
+// What a replicated log drives: the state machine side of a server.
+class LogStateMachine {
+ public:
+  virtual ~LogStateMachine() = default;
+
+  // Applies the committed entry at `index`. Entries arrive in index order, each once per
+  // process; after a restart, entries at or below the state's persisted applied index may
+  // arrive again and must be skipped. A non-OK Status means the state can no longer follow
+  // the log (e.g. its storage failed): the server must stop.
+  [[nodiscard]] virtual Status ApplyEntry(uint64_t index, std::string_view entry) = 0;
+
+  // A consistent image of the whole state for a snapshot, in two steps so that the log's
+  // thread only pays for the cheap one: Capture() on the log's thread (pins a consistent
+  // view), then Serialize() on a worker thread.
+  class Capture {
+   public:
+    virtual ~Capture() = default;
+    [[nodiscard]] virtual Result<std::string> Serialize() = 0;
+  };
+  [[nodiscard]] virtual Result<std::unique_ptr<Capture>> CaptureState() = 0;
+
+  // Replaces the state with a snapshot's, unless the state is already at or past the
+  // snapshot's applied index (then it is a no-op: the state is persistent).
+  [[nodiscard]] virtual Status Restore(std::string_view snapshot) = 0;
+};
+
+struct ClusterMember {
+  uint64_t id = 0;
+  std::string raft_address;
+  std::string role;  // "voter", "standby", "spare"
+};
+
+struct ClusterStatus {
+  uint64_t id = 0;
+  std::string raft_address;
+  std::string state;       // "leader", "follower", "candidate", "unavailable"
+  uint64_t leader_id = 0;  // 0 when unknown
+  std::string leader_raft_address;
+  uint64_t term = 0;
+  uint64_t commit_index = 0;
+  uint64_t applied_index = 0;
+  uint64_t last_index = 0;
+  std::vector<ClusterMember> members;
+};
+
+class ReplicatedLog {
+ public:
+  virtual ~ReplicatedLog() = default;
+
+  // Appends `entry`; `done` runs once it is committed and applied here, with its index —
+  // or with kNotLeader (this server is not the leader; the message names the leader when
+  // known), kUnavailable (stopping, or leadership lost before commit: the entry may or may
+  // not be applied later). Returns kResourceExhausted without taking `entry` when too many
+  // proposals are queued, and kUnavailable when stopped.
+  [[nodiscard]] virtual Status Propose(std::string* entry,
+                                       std::function<void(Result<uint64_t>)> done) = 0;
+
+  [[nodiscard]] virtual ClusterStatus GetStatus() const = 0;
+
+  // Membership, leader only (kNotLeader otherwise); `done` reports the outcome.
+  using Done = std::function<void(Status)>;
+  virtual void AddServer(uint64_t id, std::string raft_address, Done done) = 0;
+  virtual void RemoveServer(uint64_t id, Done done) = 0;
+  // id 0: any up-to-date voter.
+  virtual void TransferLeadership(uint64_t id, Done done) = 0;
+};
+
+}  // namespace kvatlas::server
