@@ -51,6 +51,9 @@ Status Server::Init() {
   StorageOptions storage_options;
   storage_options.path = (data_dir / "db").string();
   storage_options.sync_writes = config_.storage_sync;
+  // The raft log is the durable record (docs/replication.md): RocksDB's own WAL would only
+  // write everything a second time.
+  storage_options.disable_wal = !config_.storage_sync;
   storage_options.block_cache_bytes = config_.storage_block_cache_bytes;
   storage_options.write_buffer_bytes = config_.storage_write_buffer_bytes;
   KVATLAS_ASSIGN_OR_RETURN(storage_, Storage::Open(storage_options));

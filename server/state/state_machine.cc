@@ -104,17 +104,18 @@ Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const>
   scratch_.clear();
   Revision revision = applied_.load(std::memory_order_relaxed);
   bool registry_changed = false;
-  {
+  // The write lock is taken per batch, not per group: a group (one log entry) can hold
+  // hundreds of batches, and lookups must not wait for all of them. Readers therefore see
+  // whole batches; applied_revision() advances once the whole group is applied.
+  for (const CommandBatch* batch : batches) {
+    // A skipped batch still takes its revision: revisions are log positions.
+    revision = next();
     std::unique_lock lock(mu_);
-    for (const CommandBatch* batch : batches) {
-      // A skipped batch still takes its revision: revisions are log positions.
-      revision = next();
-      registry_changed |= ApplyBatch(*batch);
-    }
-    // An empty entry (a group of nothing) still advances the revision to its index.
-    if (batches.empty()) revision = next();
-    applied_.store(revision, std::memory_order_release);
+    registry_changed |= ApplyBatch(*batch);
   }
+  // An empty entry (a group of nothing) still advances the revision to its index.
+  if (batches.empty()) revision = next();
+  applied_.store(revision, std::memory_order_release);
   uint64_t added = 0, removed = 0, evicted = 0;
   for (const Mutation& m : scratch_) {
     if (m.kind == MutationKind::kPutEntry && m.refcount == 1 && m.cause == MutationCause::kStored) {

@@ -3,7 +3,8 @@
 // atomically with the revision. Later a raft log feeds it; today the Applier does.
 //
 // Thread-safety: Apply/Recover from one thread (the applier); Read() from any thread.
-// Readers see whole applied groups only (a shared_mutex around the index).
+// Readers see whole applied batches only (a shared_mutex around the index, taken per batch
+// so that a large group never stalls lookups for long).
 #pragma once
 
 #include <atomic>

@@ -88,6 +88,10 @@ rocksdb::Options MakeOptions(const StorageOptions& options) {
   // at flush, where the default skip list spent ~70% of the server's ingest CPU on ordered
   // inserts of random keys. Writes come from one thread (the applier), as it requires.
   o.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
+  // Flushes (mostly the vector memtable's sort) and compactions are catch-up work: on a
+  // small machine they must not take CPU from lookups.
+  o.env->LowerThreadPoolCPUPriority(rocksdb::Env::HIGH);
+  o.env->LowerThreadPoolCPUPriority(rocksdb::Env::LOW);
   o.allow_concurrent_memtable_write = false;
   return o;
 }
@@ -135,7 +139,8 @@ class RocksDbStorage final : public Storage {
  public:
   RocksDbStorage(std::unique_ptr<rocksdb::DB> db, const StorageOptions& options)
       : db_(std::move(db)), path_(options.path) {
-    write_options_.sync = options.sync_writes;
+    write_options_.sync = options.sync_writes && !options.disable_wal;
+    write_options_.disableWAL = options.disable_wal;
   }
 
   ~RocksDbStorage() override {
@@ -346,7 +351,15 @@ class RocksDbStorage final : public Storage {
     return FromRocks(db_->Write(sync, &batch), "restoring a snapshot into " + path_);
   }
 
-  Status Flush() override { return FromRocks(db_->FlushWAL(/*sync=*/true), "syncing WAL"); }
+  Status Flush() override {
+    if (write_options_.disableWAL) {
+      // Without a WAL, durability at a clean stop means flushing the memtables.
+      rocksdb::FlushOptions wait;
+      wait.wait = true;
+      return FromRocks(db_->Flush(wait), "flushing memtables");
+    }
+    return FromRocks(db_->FlushWAL(/*sync=*/true), "syncing WAL");
+  }
 
   uint64_t ApproximateSizeBytes() const override {
     uint64_t sst = 0;

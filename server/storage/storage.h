@@ -26,6 +26,10 @@ struct StorageOptions {
   // fsync the WAL on every Write. Off, an acknowledged write survives a process crash but
   // not a power loss (the OS may not have written the WAL yet).
   bool sync_writes = true;
+  // Skip RocksDB's own WAL. Only when another log is the durable record and can replay
+  // what a crash loses (the raft log: a crash reopens RocksDB at its last flush, a
+  // consistent earlier applied_index, and raft re-applies or restores from there).
+  bool disable_wal = false;
   // RocksDB block cache and write buffer, in bytes.
   uint64_t block_cache_bytes = 64ull << 20;
   uint64_t write_buffer_bytes = 64ull << 20;
