@@ -13,6 +13,7 @@
 #include "server/api/router.h"
 #include "server/ingest/event_converter.h"
 #include "server/state/applier.h"
+#include "server/state/replicated_log.h"
 #include "server/state/state_machine.h"
 #include "server/storage/storage.h"
 #include "server/zmq/zmq_ingest.h"
@@ -35,7 +36,11 @@ struct ApiServices {
   Applier* applier = nullptr;
   const Storage* storage = nullptr;  // null for an in-memory server
   Metrics* metrics = nullptr;
-  ZmqIngest* zmq = nullptr;  // null when ZMQ ingest is not running (tests)
+  ZmqIngest* zmq = nullptr;            // null when ZMQ ingest is not running (tests)
+  const ReplicatedLog* log = nullptr;  // null without replication (tests)
+  uint64_t server_id = 1;
+  std::string http_address;  // this server's, for GET /v1/cluster
+  std::string rpc_address;
   ApiOptions options;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };

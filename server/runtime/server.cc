@@ -80,6 +80,8 @@ Status Server::Init() {
   api_.storage = storage_.get();
   api_.metrics = &metrics_;
   api_.zmq = zmq_.get();
+  api_.log = raft_.get();
+  api_.server_id = config_.id;
   api_.options.converter.max_events_per_batch = config_.max_events_per_batch;
   api_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
   api_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
@@ -95,6 +97,7 @@ Status Server::Init() {
   rpc_ = std::make_unique<RpcServer>(rpc_options, &api_);
   KVATLAS_RETURN_IF_ERROR(rpc_->Start());
   rpc_listen_address_ = HostPort{rpc_listen.host, rpc_->port()}.ToString();
+  api_.rpc_address = rpc_listen_address_;
   KVATLAS_RETURN_IF_ERROR(WriteFileAtomically(data_dir / "rpc.addr", rpc_listen_address_ + "\n"));
   wrote_rpc_address_ = true;
 
@@ -111,6 +114,9 @@ Status Server::Init() {
   http_ = std::make_unique<HttpServer>(http_options, std::move(router), &metrics_);
   KVATLAS_RETURN_IF_ERROR(http_->Start());
   listen_address_ = HostPort{listen.host, http_->port()}.ToString();
+  // Set before the address is published (http.addr, the log line): no client can reach
+  // a handler that reads it earlier.
+  api_.http_address = listen_address_;
   KVATLAS_RETURN_IF_ERROR(WriteFileAtomically(data_dir / "http.addr", listen_address_ + "\n"));
   wrote_address_ = true;
   return Status::Ok();

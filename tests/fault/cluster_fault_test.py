@@ -1,0 +1,278 @@
+#!/usr/bin/python3
+"""Replication under faults: a 3-server kvatlas cluster on loopback, real processes.
+
+usage: cluster_fault_test.py KVATLAS_SERVER_BINARY [CASE...]
+
+Writers record every acknowledged write (a unique prompt per write) and the checker asks
+every server for every acknowledged prompt afterwards: acked ⊆ applied on every survivor and
+on restarted servers (the Jepsen "set" check), and the servers agree on the index size.
+Bounded in time; only 127.0.0.1 ports picked free by the test; every process and directory
+it creates is removed at the end.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+DEADLINE_S = 20.0
+BS = 4
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Node:
+    def __init__(self, binary, node_id, peers, data_dir):
+        self.binary, self.id, self.peers, self.data_dir = binary, node_id, peers, data_dir
+        self.proc = None
+        self.base = None
+
+    def start(self):
+        addr_file = os.path.join(self.data_dir, "http.addr")
+        if os.path.exists(addr_file):
+            os.remove(addr_file)
+        self.log = open(os.path.join(self.data_dir, "server.log"), "ab")
+        self.proc = subprocess.Popen(
+            [self.binary, "--data-dir", self.data_dir, "--id", str(self.id), "--peers", self.peers,
+             "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
+             "--raft-election-timeout-ms", "500"],
+            stdout=self.log, stderr=self.log)
+        deadline = time.time() + DEADLINE_S
+        while not os.path.exists(addr_file):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise AssertionError(f"server {self.id} did not start:\n" + self.log_tail())
+            time.sleep(0.02)
+        with open(addr_file) as f:
+            self.base = "http://" + f.read().strip()
+
+    def log_tail(self):
+        with open(os.path.join(self.data_dir, "server.log"), "rb") as f:
+            return f.read()[-2500:].decode(errors="replace")
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.alive():
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=DEADLINE_S)
+        self.log.close()
+
+    def request(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+            return 0, {"message": str(e)}
+
+
+class Cluster:
+    def __init__(self, binary, n=3):
+        self.root = tempfile.mkdtemp(prefix="kvatlas-cluster-")
+        ports = free_ports(n)
+        peers = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+        self.nodes = []
+        for i in range(n):
+            d = os.path.join(self.root, f"n{i + 1}")
+            os.makedirs(d)
+            self.nodes.append(Node(binary, i + 1, peers, d))
+        for node in self.nodes:
+            node.start()
+
+    def leader(self, exclude=()):
+        """The node every live node agrees leads, once there is one (bounded wait)."""
+        deadline = time.time() + DEADLINE_S
+        while time.time() < deadline:
+            for node in self.nodes:
+                if not node.alive() or node.id in exclude:
+                    continue
+                status, body = node.request("GET", "/v1/cluster")
+                if status == 200 and body["state"] == "leader" and body["id"] == node.id:
+                    return node
+            time.sleep(0.05)
+        raise AssertionError("no leader elected:\n" + "\n".join(n.log_tail() for n in self.nodes))
+
+    def cleanup(self):
+        for node in self.nodes:
+            try:
+                node.kill(signal.SIGKILL)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def prompt(i):
+    return [1_000_000 + i * 16 + k for k in range(2 * BS)]
+
+
+def write(node, i):
+    """One write (a unique 2-block prompt held by holder 'w'); the revision if acked."""
+    event = {"event_type": "stored", "model_name": "m", "block_size": BS, "backend_id": "w",
+             "token_ids": prompt(i)}
+    status, body = node.request("POST", "/v1/events", {"events": [event]})
+    return body["revision"] if status == 200 else None
+
+
+def holds(node, i):
+    status, body = node.request("POST", "/query", {"model": "m", "token_ids": prompt(i),
+                                                   "block_size": BS})
+    return status == 200 and body.get("default", {}).get("w", {}).get("GPU") == 2 * BS
+
+
+def wait_applied(node, revision):
+    deadline = time.time() + DEADLINE_S
+    while time.time() < deadline:
+        status, body = node.request("GET", "/v1/cluster")
+        if status == 200 and body["revision"] >= revision:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"server {node.id} did not reach revision {revision}")
+
+
+def check_acked(cluster, acked, nodes):
+    last = max(rev for _, rev in acked)
+    for node in nodes:
+        wait_applied(node, last)
+        missing = [i for i, _ in acked if not holds(node, i)]
+        assert not missing, f"server {node.id} lost acked writes {missing[:10]}"
+    sizes = set()
+    for node in nodes:
+        status, body = node.request("GET", "/v1/stats")
+        sizes.add(body["index"]["entries"])
+    assert len(sizes) == 1, f"servers disagree on the index size: {sizes}"
+
+
+def case_replicate_and_follower_refuses(binary):
+    cluster = Cluster(binary)
+    try:
+        leader = cluster.leader()
+        acked = [(i, write(leader, i)) for i in range(50)]
+        assert all(rev for _, rev in acked), acked
+        follower = next(n for n in cluster.nodes if n is not leader)
+        status, body = follower.request("POST", "/v1/events", {"events": [
+            {"event_type": "stored", "model_name": "m", "block_size": BS, "backend_id": "x",
+             "token_ids": prompt(999)}]})
+        assert status == 421 and body["code"] == "not_leader", (status, body)
+        assert f"server {leader.id}" in body["message"], body
+        check_acked(cluster, acked, cluster.nodes)
+        status, body = follower.request("GET", "/v1/cluster")
+        assert body["leader_id"] == leader.id and len(body["members"]) == 3, body
+    finally:
+        cluster.cleanup()
+
+
+def case_kill_leader_under_load(binary):
+    cluster = Cluster(binary)
+    try:
+        leader = cluster.leader()
+        acked, lock, stop = [], threading.Lock(), threading.Event()
+        counter = [0]
+
+        def writer():
+            while not stop.is_set():
+                with lock:
+                    i = counter[0]
+                    counter[0] += 1
+                target = None
+                for node in cluster.nodes:
+                    if node.alive():
+                        status, body = node.request("GET", "/v1/cluster")
+                        if status == 200 and body["state"] == "leader":
+                            target = node
+                            break
+                if target is None:
+                    time.sleep(0.02)
+                    continue
+                rev = write(target, i)
+                if rev:
+                    with lock:
+                        acked.append((i, rev))
+
+        threads = [threading.Thread(target=writer) for _ in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+        killed_at = time.time()
+        leader.kill(signal.SIGKILL)
+        new_leader = cluster.leader(exclude=(leader.id,))
+        failover = time.time() - killed_at
+        time.sleep(1.5)
+        stop.set()
+        for t in threads:
+            t.join(timeout=DEADLINE_S)
+        survivors = [n for n in cluster.nodes if n.alive()]
+        check_acked(cluster, acked, survivors)
+        leader.start()  # the killed leader comes back on its data directory
+        check_acked(cluster, acked, cluster.nodes)
+        print(f"  {len(acked)} acked writes, failover {failover:.2f}s "
+              f"(new leader {new_leader.id})", flush=True)
+        assert failover < 5, failover
+    finally:
+        cluster.cleanup()
+
+
+def case_kill_all_and_restart(binary):
+    cluster = Cluster(binary)
+    try:
+        leader = cluster.leader()
+        acked = [(i, write(leader, i)) for i in range(100)]
+        assert all(rev for _, rev in acked)
+        for node in cluster.nodes:
+            node.kill(signal.SIGKILL)
+        for node in cluster.nodes:
+            node.start()
+        cluster.leader()
+        check_acked(cluster, acked, cluster.nodes)
+    finally:
+        cluster.cleanup()
+
+
+CASES = {
+    "replicate": case_replicate_and_follower_refuses,
+    "kill_leader": case_kill_leader_under_load,
+    "kill_all": case_kill_all_and_restart,
+}
+
+
+def main():
+    binary = sys.argv[1]
+    names = sys.argv[2:] or list(CASES)
+    failed = []
+    for name in names:
+        start = time.time()
+        try:
+            CASES[name](binary)
+            print(f"PASS {name} ({time.time() - start:.1f}s)", flush=True)
+        except Exception as e:  # noqa: BLE001 - report every case
+            failed.append(name)
+            print(f"FAIL {name}: {e}", flush=True)
+    print(f"{len(names) - len(failed)}/{len(names)} cases passed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
