@@ -28,7 +28,8 @@ int WaitForShutdown(const Server& server, const sigset_t& signals) {
       return 0;
     }
     if (server.failed()) {
-      kvatlas::LogError("a storage write failed; stopping (restart to recover from disk)");
+      kvatlas::LogError(
+          "a storage write or the raft log failed; stopping (restart to recover from disk)");
       return 1;
     }
   }

@@ -9,11 +9,13 @@ extern "C" {
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <optional>
 #include <string_view>
 
 #include "kvatlas/common/log.h"
+#include "server/replication/fsm_adapter.h"
 
 namespace kvatlas::server {
 namespace {
@@ -52,7 +54,7 @@ std::string_view RoleName(int role) {
 // address is stable for the callbacks (each C struct's `data` points back here).
 class RaftLog::Loop {
  public:
-  Loop(RaftLog* owner) : owner_(owner) {}
+  explicit Loop(RaftLog* owner) : owner_(owner), fsm_(owner->machine_, /*async_snapshots=*/true) {}
 
   // Runs on the loop thread: sets everything up, reports the outcome through `started`,
   // then runs the loop until Stop closes every handle.
@@ -291,21 +293,14 @@ class RaftLog::Loop {
     // 0.15.0 implements async work but reports version 1, which makes raft_init refuse an
     // FSM with async snapshots (fixed upstream in v0.17.1).
     io_.version = 2;
-    std::memset(&fsm_, 0, sizeof(fsm_));
-    fsm_.version = 3;
-    fsm_.data = this;
-    fsm_.apply = &Loop::FsmApply;
-    fsm_.snapshot = &Loop::FsmSnapshot;
-    fsm_.snapshot_async = &Loop::FsmSnapshotAsync;
-    fsm_.snapshot_finalize = &Loop::FsmSnapshotFinalize;
-    fsm_.restore = &Loop::FsmRestore;
-    if ((rv = raft_init(&raft_, &io_, &fsm_, o.id, o.address.c_str())) != 0) {
+    if ((rv = raft_init(&raft_, &io_, fsm_.fsm(), o.id, o.address.c_str())) != 0) {
       const std::string message = raft_errmsg(&raft_);
       raft_uv_close(&io_);
       raft_uv_tcp_close(&transport_);
       return fail(Status::Internal("raft_init: " + message));
     }
     raft_.data = this;
+    fsm_.set_raft(&raft_);
     raft_set_election_timeout(&raft_, o.election_timeout_ms);
     raft_set_heartbeat_timeout(&raft_, o.heartbeat_timeout_ms);
     raft_set_snapshot_threshold(&raft_, o.snapshot_threshold);
@@ -370,92 +365,18 @@ class RaftLog::Loop {
           {server.id, server.address ? server.address : "", std::string(RoleName(server.role))});
     }
     owner_->leader_.store(raft_state(&raft_) == RAFT_LEADER, std::memory_order_release);
+    if (raft_state(&raft_) == RAFT_UNAVAILABLE && !closing_ &&
+        !owner_->unavailable_.exchange(true, std::memory_order_acq_rel)) {
+      // 0.15 turns a server unavailable for good after a failed disk write of its log, and
+      // as leader it may have applied entries nobody committed. Stop, and have the next
+      // start rebuild the state from the log.
+      LogError(std::string("raft became unavailable: ") + raft_errmsg(&raft_) +
+               "; stopping (the next start rebuilds the state from the log)");
+      std::ofstream(std::filesystem::path(owner_->options_.dir) / kRebuildMarker)
+          << raft_errmsg(&raft_) << "\n";
+    }
     std::lock_guard lock(owner_->mu_);
     owner_->status_ = std::move(s);
-  }
-
-  // --- FSM callbacks (loop thread, except snapshot_async) -------------------------------
-
-  static int FsmApply(struct raft_fsm* fsm, const struct raft_buffer* buf, void** result) {
-    Loop* self = static_cast<Loop*>(fsm->data);
-    *result = nullptr;
-    // Inside apply, the entry's index is the last applied one plus one (checked against
-    // raft_apply's req->index in the fixture tests).
-    const uint64_t index = raft_last_applied(&self->raft_) + 1;
-    if (self->owner_->failed()) return 0;
-    Status s = self->owner_->machine_->ApplyEntry(
-        index, std::string_view(static_cast<const char*>(buf->base), buf->len));
-    if (!s.ok()) {
-      // The state can no longer follow the log. Returning an error into 0.15's apply loop
-      // has no defined recovery, so mark the log failed: the server refuses writes and
-      // exits, and its restart re-applies from the persisted applied index.
-      LogError("applying log entry " + std::to_string(index) + ": " + s.ToString());
-      self->owner_->failed_.store(true, std::memory_order_release);
-    }
-    return 0;
-  }
-
-  static int FsmSnapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n) {
-    Loop* self = static_cast<Loop*>(fsm->data);
-    *bufs = nullptr;
-    *n = 0;
-    Result<std::unique_ptr<LogStateMachine::Capture>> capture =
-        self->owner_->machine_->CaptureState();
-    if (!capture.has_value()) {
-      LogWarning("snapshot: " + capture.error().ToString());
-      return RAFT_IOERR;
-    }
-    self->capture_ = std::move(*capture);
-    return 0;
-  }
-
-  // Thread pool: serialises the capture taken by FsmSnapshot.
-  static int FsmSnapshotAsync(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n) {
-    Loop* self = static_cast<Loop*>(fsm->data);
-    if (!self->capture_) return RAFT_IOERR;
-    Result<std::string> bytes = self->capture_->Serialize();
-    if (!bytes.has_value()) {
-      LogWarning("snapshot: " + bytes.error().ToString());
-      return RAFT_IOERR;
-    }
-    auto* array = static_cast<struct raft_buffer*>(raft_malloc(sizeof(struct raft_buffer)));
-    void* base = raft_malloc(bytes->empty() ? 1 : bytes->size());
-    if (array == nullptr || base == nullptr) {
-      raft_free(array);
-      raft_free(base);
-      return RAFT_NOMEM;
-    }
-    std::memcpy(base, bytes->data(), bytes->size());
-    array[0].base = base;
-    array[0].len = bytes->size();
-    *bufs = array;
-    *n = 1;
-    return 0;
-  }
-
-  static int FsmSnapshotFinalize(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n) {
-    Loop* self = static_cast<Loop*>(fsm->data);
-    if (*bufs != nullptr) {
-      for (unsigned i = 0; i < *n; ++i) raft_free((*bufs)[i].base);
-      raft_free(*bufs);
-    }
-    *bufs = nullptr;
-    *n = 0;
-    self->capture_.reset();
-    return 0;
-  }
-
-  static int FsmRestore(struct raft_fsm* fsm, struct raft_buffer* buf) {
-    Loop* self = static_cast<Loop*>(fsm->data);
-    Status s = self->owner_->machine_->Restore(
-        std::string_view(static_cast<const char*>(buf->base), buf->len));
-    raft_free(buf->base);
-    if (!s.ok()) {
-      LogError("restoring a snapshot: " + s.ToString());
-      self->owner_->failed_.store(true, std::memory_order_release);
-      return RAFT_IOERR;
-    }
-    return 0;
   }
 
   RaftLog* owner_;
@@ -464,9 +385,8 @@ class RaftLog::Loop {
   uv_timer_t timer_;
   struct raft_uv_transport transport_;
   struct raft_io io_;
-  struct raft_fsm fsm_;
+  FsmAdapter fsm_;
   struct raft raft_;
-  std::unique_ptr<LogStateMachine::Capture> capture_;
   bool closing_ = false;
   uint64_t close_started_ = 0;
 
@@ -496,6 +416,10 @@ Result<std::unique_ptr<RaftLog>> RaftLog::Start(RaftOptions options, LogStateMac
 }
 
 RaftLog::~RaftLog() { Stop(); }
+
+bool RaftLog::failed() const {
+  return unavailable_.load(std::memory_order_acquire) || (loop_ && loop_->fsm_.failed());
+}
 
 void RaftLog::Stop() {
   {

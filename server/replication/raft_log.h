@@ -58,8 +58,15 @@ class RaftLog final : public ReplicatedLog {
   // Closes raft (pending proposals fail with kUnavailable) and joins the loop thread.
   void Stop();
 
-  // True once the state machine failed to apply an entry: the server must stop.
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // True once the state machine failed to apply an entry, or raft turned unavailable (a
+  // disk write of its log failed): the server must stop. In the second case the RaftLog
+  // also leaves kRebuildMarker in its directory, because 0.15.0 may have applied entries
+  // that were never committed (docs/replication.md): the next start must rebuild the state
+  // from the log instead of trusting it.
+  bool failed() const;
+
+  // File name, in RaftOptions::dir, of the "rebuild the state from the log" marker.
+  static constexpr const char* kRebuildMarker = "REBUILD_STATE";
   // Whether this server led the cluster at the last status refresh (every 50 ms).
   bool is_leader() const { return leader_.load(std::memory_order_acquire); }
 
@@ -83,8 +90,8 @@ class RaftLog final : public ReplicatedLog {
   LogStateMachine* machine_;
   std::unique_ptr<Loop> loop_;
   std::thread thread_;
-  std::atomic<bool> failed_{false};
   std::atomic<bool> leader_{false};
+  std::atomic<bool> unavailable_{false};
 
   mutable std::mutex mu_;
   std::deque<std::function<void()>> ops_;  // guarded by mu_

@@ -50,6 +50,16 @@ Status Server::Init() {
 
   StorageOptions storage_options;
   storage_options.path = (data_dir / "db").string();
+  const fs::path rebuild = data_dir / "raft" / RaftLog::kRebuildMarker;
+  if (fs::exists(rebuild)) {
+    // The last run stopped because its raft log failed (RaftLog::failed): the database may
+    // hold entries that were never committed. Start from nothing; raft restores its latest
+    // snapshot and replays the log.
+    LogWarning("rebuilding the state from the raft log (" + rebuild.string() + ")");
+    fs::remove_all(storage_options.path, ec);
+    if (ec) return Status::IOError("cannot remove " + storage_options.path + ": " + ec.message());
+    fs::remove(rebuild, ec);
+  }
   storage_options.sync_writes = config_.storage_sync;
   // The raft log is the durable record (docs/replication.md): RocksDB's own WAL would only
   // write everything a second time.

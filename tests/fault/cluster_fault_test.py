@@ -251,10 +251,28 @@ def case_kill_all_and_restart(binary):
         cluster.cleanup()
 
 
+def case_rebuild_from_log(binary):
+    """A server marked for rebuild (its raft log failed) restarts from an empty database."""
+    cluster = Cluster(binary)
+    try:
+        leader = cluster.leader()
+        acked = [(i, write(leader, i)) for i in range(60)]
+        follower = next(n for n in cluster.nodes if n is not leader)
+        follower.kill(signal.SIGTERM)
+        open(os.path.join(follower.data_dir, "raft", "REBUILD_STATE"), "w").close()
+        follower.start()
+        check_acked(cluster, acked, cluster.nodes)
+        assert not os.path.exists(os.path.join(follower.data_dir, "raft", "REBUILD_STATE"))
+        assert "rebuilding the state from the raft log" in follower.log_tail()
+    finally:
+        cluster.cleanup()
+
+
 CASES = {
     "replicate": case_replicate_and_follower_refuses,
     "kill_leader": case_kill_leader_under_load,
     "kill_all": case_kill_all_and_restart,
+    "rebuild": case_rebuild_from_log,
 }
 
 

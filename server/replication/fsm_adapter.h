@@ -1,0 +1,59 @@
+// FsmAdapter: presents a LogStateMachine to canonical/raft as a `struct raft_fsm`. Shared by
+// RaftLog (libuv I/O, async snapshots) and the deterministic raft_fixture tests (in-memory
+// I/O, synchronous snapshots), so that the tests drive exactly the production callbacks.
+//
+// Thread-safety: raft calls the callbacks on its loop thread, except snapshot_async, which
+// runs in the libuv thread pool; failed() may be read from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "server/state/replicated_log.h"
+
+extern "C" {
+struct raft;
+struct raft_fsm;
+struct raft_buffer;
+}
+
+namespace kvatlas::server {
+
+class FsmAdapter {
+ public:
+  // `async_snapshots`: serialise snapshots in snapshot_async (version-3 FSM; needs an io
+  // with async work), else inside snapshot() on the loop thread (version 2).
+  FsmAdapter(LogStateMachine* machine, bool async_snapshots);
+  ~FsmAdapter();
+  FsmAdapter(const FsmAdapter&) = delete;
+  FsmAdapter& operator=(const FsmAdapter&) = delete;
+
+  struct raft_fsm* fsm() {
+    return fsm_.get();
+  }
+  // The raft instance applying through this FSM: apply derives entry indexes from it. Set
+  // after raft_init (or raft_fixture_grow), before raft_start.
+  void set_raft(struct raft* r) { raft_ = r; }
+
+  // True once the state machine failed to apply an entry or a snapshot: the server must
+  // stop (its restart re-applies from the persisted applied index).
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+
+ private:
+  static int Apply(struct raft_fsm* fsm, const struct raft_buffer* buf, void** result);
+  static int Snapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n);
+  static int SnapshotAsync(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n);
+  static int SnapshotFinalize(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n);
+  static int Restore(struct raft_fsm* fsm, struct raft_buffer* buf);
+  // Serialises capture_ into one raft_malloc'd buffer.
+  int Serialize(struct raft_buffer* bufs[], unsigned* n);
+
+  LogStateMachine* machine_;
+  bool async_;
+  std::unique_ptr<struct raft_fsm> fsm_;
+  struct raft* raft_ = nullptr;
+  std::unique_ptr<LogStateMachine::Capture> capture_;
+  std::atomic<bool> failed_{false};
+};
+
+}  // namespace kvatlas::server
