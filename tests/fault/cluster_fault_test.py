@@ -268,11 +268,60 @@ def case_rebuild_from_log(binary):
         cluster.cleanup()
 
 
+def case_engine_stream_fails_over(binary):
+    """Only the leader follows an engine; a new leader resumes from the replicated position."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "integration"))
+    import zmq_ingest_test as z  # the fake engine driver
+    cluster = Cluster(binary)
+    fake = z.Fake()
+    try:
+        leader = cluster.leader()
+        status, body = leader.request("POST", "/register", {
+            "endpoint": fake.endpoint, "replay_endpoint": fake.replay_endpoint, "type": "vLLM",
+            "modelname": "m", "instance_id": "e1", "block_size": z.BS})
+        assert status == 200, body
+        assert fake.cmd(op="wait_peer", count=1, timeout_ms=5000)["ok"]
+        fake.store(z.PROMPT[:2 * z.BS])
+
+        def gpu(node):
+            status, body = node.request("POST", "/query", {"model": "m", "block_size": z.BS,
+                                                           "token_ids": z.PROMPT})
+            return body.get("default", {}).get("e1", {}).get("GPU") if status == 200 else None
+
+        deadline = time.time() + DEADLINE_S
+        while not all(gpu(n) == 2 * z.BS for n in cluster.nodes) and time.time() < deadline:
+            time.sleep(0.05)
+        assert all(gpu(n) == 2 * z.BS for n in cluster.nodes), "not replicated"
+        leader.kill(signal.SIGKILL)
+        # While no leader follows it, the engine goes on; the new leader connects, sees a
+        # sequence past the replicated position and replays exactly the gap.
+        fake.store(z.PROMPT[:3 * z.BS], from_block=2)
+        new_leader = cluster.leader(exclude=(leader.id,))
+        assert fake.cmd(op="wait_peer", count=1, timeout_ms=10000)["ok"]
+        fake.store(z.PROMPT[:4 * z.BS], from_block=3)
+        deadline = time.time() + DEADLINE_S
+        survivors = [n for n in cluster.nodes if n.alive()]
+        while not all(gpu(n) == 4 * z.BS for n in survivors) and time.time() < deadline:
+            time.sleep(0.05)
+        assert all(gpu(n) == 4 * z.BS for n in survivors), [gpu(n) for n in survivors]
+        status, streams = new_leader.request("GET", "/v1/streams")
+        stream = streams["streams"][0]
+        assert stream["last_seq"] == 2 and stream["lost_batches"] == 0, stream
+        status, holders = new_leader.request("GET", "/v1/holders")
+        entries = [h["entries"] for h in holders["holders"] if h["holder_id"] == "e1"]
+        assert entries == [4], holders  # no block applied twice
+    finally:
+        fake.close()
+        cluster.cleanup()
+
+
 CASES = {
     "replicate": case_replicate_and_follower_refuses,
     "kill_leader": case_kill_leader_under_load,
     "kill_all": case_kill_all_and_restart,
     "rebuild": case_rebuild_from_log,
+    "engine_failover": case_engine_stream_fails_over,
 }
 
 
