@@ -61,6 +61,7 @@ void AddAllRoutes(const ApiServices* api, Router* router) {
   AddConductorRoutes(api, router);
   AddOpsRoutes(api, router);
   AddRegistrationRoutes(api, router);
+  AddClusterRoutes(api, router);
 }
 
 }  // namespace kvatlas::server

@@ -1,6 +1,6 @@
 // Publisher registration (Mooncake Conductor dialect) and stream status:
 // POST /register, POST /unregister, GET /v1/registrations, GET /v1/streams (docs/api.md
-// §Engine streams), and GET /v1/cluster (docs/replication.md). Registrations are state: they go
+// §Engine streams). Registrations are state: they go
 // through the applier like any write.
 #include <httplib.h>
 
@@ -79,36 +79,6 @@ Result<HttpReply> HandleStreams(const ApiServices& api) {
   return JsonReply(out.dump());
 }
 
-Result<HttpReply> HandleCluster(const ApiServices& api) {
-  if (api.log == nullptr) return Status::Unavailable("this server runs without replication");
-  const ClusterStatus s = api.log->GetStatus();
-  nlohmann::json members = nlohmann::json::array();
-  for (const ClusterMember& m : s.members) {
-    const bool self = m.id == s.id;
-    members.push_back({{"id", m.id},
-                       {"raft_address", m.raft_address},
-                       // Only this server's own addresses are known here so far.
-                       {"http_address", self ? nlohmann::json(api.http_address) : nullptr},
-                       {"rpc_address", self ? nlohmann::json(api.rpc_address) : nullptr},
-                       {"role", m.role},
-                       {"state", self                  ? nlohmann::json(s.state)
-                                 : m.id == s.leader_id ? nlohmann::json("leader")
-                                                       : nlohmann::json(nullptr)},
-                       {"applied_index", self ? nlohmann::json(s.applied_index) : nullptr}});
-  }
-  nlohmann::json out = {{"id", s.id},
-                        {"state", s.state},
-                        {"leader_id", s.leader_id},
-                        {"leader_raft_address", s.leader_raft_address},
-                        {"term", s.term},
-                        {"commit_index", s.commit_index},
-                        {"applied_index", s.applied_index},
-                        {"last_index", s.last_index},
-                        {"revision", api.machine->applied_revision()},
-                        {"members", std::move(members)}};
-  return JsonReply(out.dump());
-}
-
 }  // namespace
 
 void AddRegistrationRoutes(const ApiServices* api, Router* router) {
@@ -120,8 +90,6 @@ void AddRegistrationRoutes(const ApiServices* api, Router* router) {
                [api](const RouteRequest&) { return HandleRegistrations(*api); }});
   router->Add(
       {"GET", "/v1/streams", false, [api](const RouteRequest&) { return HandleStreams(*api); }});
-  router->Add(
-      {"GET", "/v1/cluster", false, [api](const RouteRequest&) { return HandleCluster(*api); }});
 }
 
 }  // namespace kvatlas::server

@@ -37,7 +37,7 @@ struct ApiServices {
   const Storage* storage = nullptr;  // null for an in-memory server
   Metrics* metrics = nullptr;
   ZmqIngest* zmq = nullptr;            // null when ZMQ ingest is not running (tests)
-  const ReplicatedLog* log = nullptr;  // null without replication (tests)
+  ReplicatedLog* log = nullptr;  // null without replication (tests)
   uint64_t server_id = 1;
   std::string http_address;  // this server's, for GET /v1/cluster
   std::string rpc_address;
@@ -53,6 +53,7 @@ void AddQueryRoutes(const ApiServices* api, Router* router);
 void AddConductorRoutes(const ApiServices* api, Router* router);
 void AddOpsRoutes(const ApiServices* api, Router* router);
 void AddRegistrationRoutes(const ApiServices* api, Router* router);
+void AddClusterRoutes(const ApiServices* api, Router* router);
 
 // Submits `batch` to the applier and waits up to options.apply_timeout for its revision.
 // Shared by the write routes.

@@ -221,11 +221,22 @@ class RaftLog::Loop {
       done(NotLeader());
       return;
     }
-    auto* request = new TransferRequest{{}, std::move(done)};
+    auto* request = new TransferRequest{{}, this, id, std::move(done)};
     request->req.data = request;
     const int rv = raft_transfer(&raft_, &request->req, id, [](struct raft_transfer* req) {
+      // Fires when the target led, or after an election timeout: ask who leads now (a
+      // read-only query, not a re-entry).
       auto* r = static_cast<TransferRequest*>(req->data);
-      r->done(Status::Ok());
+      raft_id leader = 0;
+      const char* address = nullptr;
+      raft_leader(&r->loop->raft_, &leader, &address);
+      if (r->target == 0 ? leader != r->loop->raft_.id : leader == r->target) {
+        r->done(Status::Ok());
+      } else {
+        r->done(Status::Unavailable("leadership did not move" +
+                                    (r->target ? " to server " + std::to_string(r->target) : "") +
+                                    " (leader now: " + std::to_string(leader) + ")"));
+      }
       delete r;
     });
     if (rv != 0) {
@@ -254,6 +265,8 @@ class RaftLog::Loop {
   };
   struct TransferRequest {
     struct raft_transfer req;
+    Loop* loop;
+    uint64_t target;
     Done done;
   };
 

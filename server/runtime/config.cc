@@ -352,11 +352,12 @@ Status ValidateConfig(const Config& config) {
   if (!peers.empty()) {
     auto own = std::find_if(peers.begin(), peers.end(),
                             [&](const auto& p) { return p.first == config.id; });
-    if (own == peers.end()) {
-      return Status::InvalidArgument("peers: has no entry for this server's id " +
-                                     std::to_string(config.id));
+    if (own == peers.end() && config.raft_listen.empty()) {
+      return Status::InvalidArgument(
+          "peers: has no entry for this server's id " + std::to_string(config.id) +
+          " (a server joining an existing cluster needs raft_listen)");
     }
-    if (!config.raft_listen.empty() && config.raft_listen != own->second) {
+    if (own != peers.end() && !config.raft_listen.empty() && config.raft_listen != own->second) {
       return Status::InvalidArgument("raft_listen: " + config.raft_listen +
                                      " differs from this server's peers entry " + own->second);
     }

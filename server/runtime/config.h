@@ -78,7 +78,9 @@ struct Config {
   uint64_t id = 1;
   std::string raft_listen;
   // The initial voters "1@host:port,2@host:port,3@host:port", the same on every server;
-  // empty = a single-server (one-voter) cluster. Used to bootstrap a new data directory.
+  // empty = a single-server (one-voter) cluster. Used to bootstrap a new data directory. A
+  // server whose id is not listed joins a running cluster (set raft_listen; the leader
+  // adds it with POST /v1/cluster/members).
   std::string peers;
   uint64_t raft_election_timeout_ms = 1'000;
   uint64_t raft_heartbeat_timeout_ms = 100;

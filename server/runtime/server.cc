@@ -201,10 +201,16 @@ Status Server::StartRaft() {
     if (options.address.empty()) options.address = "127.0.0.1:0";
     options.bootstrap = {{config_.id, options.address}};
   } else {
+    bool member = false;
     for (const auto& [id, address] : peers) {
-      if (id == config_.id) options.address = address;
+      if (id == config_.id) {
+        options.address = address;
+        member = true;
+      }
     }
-    options.bootstrap = peers;
+    // Not among the initial voters: a server joining a running cluster. It starts with an
+    // empty configuration and waits for the leader to add it (POST /v1/cluster/members).
+    if (member) options.bootstrap = peers;
   }
   options.election_timeout_ms = static_cast<unsigned>(config_.raft_election_timeout_ms);
   options.heartbeat_timeout_ms = static_cast<unsigned>(config_.raft_heartbeat_timeout_ms);

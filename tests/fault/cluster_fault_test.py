@@ -40,8 +40,9 @@ def free_ports(n):
 
 
 class Node:
-    def __init__(self, binary, node_id, peers, data_dir):
+    def __init__(self, binary, node_id, peers, data_dir, raft_listen=None):
         self.binary, self.id, self.peers, self.data_dir = binary, node_id, peers, data_dir
+        self.raft_listen = raft_listen
         self.proc = None
         self.base = None
 
@@ -53,7 +54,8 @@ class Node:
         self.proc = subprocess.Popen(
             [self.binary, "--data-dir", self.data_dir, "--id", str(self.id), "--peers", self.peers,
              "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
-             "--raft-election-timeout-ms", "500"],
+             "--raft-election-timeout-ms", "500",
+             *(["--raft-listen", self.raft_listen] if self.raft_listen else [])],
             stdout=self.log, stderr=self.log)
         deadline = time.time() + DEADLINE_S
         while not os.path.exists(addr_file):
@@ -316,12 +318,50 @@ def case_engine_stream_fails_over(binary):
         cluster.cleanup()
 
 
+def case_membership(binary):
+    """Add a fourth server at run time, move leadership to it, remove an original one."""
+    cluster = Cluster(binary)
+    try:
+        leader = cluster.leader()
+        acked = [(i, write(leader, i)) for i in range(40)]
+        port = free_ports(1)[0]
+        d = os.path.join(cluster.root, "n4")
+        os.makedirs(d)
+        joiner = Node(binary, 4, cluster.nodes[0].peers, d, raft_listen=f"127.0.0.1:{port}")
+        joiner.start()
+        cluster.nodes.append(joiner)
+        status, body = leader.request("POST", "/v1/cluster/members",
+                                      {"id": 4, "raft_address": f"127.0.0.1:{port}"})
+        assert status == 200, body
+        check_acked(cluster, acked, cluster.nodes)  # the new server caught up
+        status, body = leader.request("POST", "/v1/cluster/transfer", {"id": 4})
+        assert status == 200, body
+        deadline = time.time() + DEADLINE_S
+        while joiner.request("GET", "/v1/cluster")[1]["state"] != "leader":
+            assert time.time() < deadline, "server 4 did not take over"
+            time.sleep(0.05)
+        status, body = joiner.request("DELETE", "/v1/cluster/members/2")
+        assert status == 200, body
+        deadline = time.time() + DEADLINE_S  # the status refreshes every 50 ms
+        while sorted(m["id"] for m in joiner.request("GET", "/v1/cluster")[1]["members"]) != [1, 3, 4]:
+            assert time.time() < deadline, joiner.request("GET", "/v1/cluster")
+            time.sleep(0.05)
+        acked += [(i, write(joiner, i)) for i in range(40, 60)]
+        assert all(rev for _, rev in acked)
+        check_acked(cluster, acked, [n for n in cluster.nodes if n.id != 2])
+        status, body = leader.request("POST", "/v1/cluster/members", {"id": 0})
+        assert status in (400, 421), (status, body)
+    finally:
+        cluster.cleanup()
+
+
 CASES = {
     "replicate": case_replicate_and_follower_refuses,
     "kill_leader": case_kill_leader_under_load,
     "kill_all": case_kill_all_and_restart,
     "rebuild": case_rebuild_from_log,
     "engine_failover": case_engine_stream_fails_over,
+    "membership": case_membership,
 }
 
 
@@ -336,7 +376,9 @@ def main():
             print(f"PASS {name} ({time.time() - start:.1f}s)", flush=True)
         except Exception as e:  # noqa: BLE001 - report every case
             failed.append(name)
-            print(f"FAIL {name}: {e}", flush=True)
+            print(f"FAIL {name}: {e!r}", flush=True)
+            import traceback
+            traceback.print_exc()
     print(f"{len(names) - len(failed)}/{len(names)} cases passed")
     sys.exit(1 if failed else 0)
 

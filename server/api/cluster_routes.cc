@@ -1,0 +1,128 @@
+// The raft cluster over REST (docs/replication.md): GET /v1/cluster, and membership
+// changes on the leader: POST /v1/cluster/members, DELETE /v1/cluster/members/{id},
+// POST /v1/cluster/transfer. A change is answered once raft has committed it.
+#include <httplib.h>
+
+#include <charconv>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
+#include "server/api/routes.h"
+
+namespace kvatlas::server {
+namespace {
+
+Result<HttpReply> HandleCluster(const ApiServices& api) {
+  if (api.log == nullptr) return Status::Unavailable("this server runs without replication");
+  const ClusterStatus s = api.log->GetStatus();
+  nlohmann::json members = nlohmann::json::array();
+  for (const ClusterMember& m : s.members) {
+    const bool self = m.id == s.id;
+    members.push_back({{"id", m.id},
+                       {"raft_address", m.raft_address},
+                       // Only this server's own addresses are known here so far.
+                       {"http_address", self ? nlohmann::json(api.http_address) : nullptr},
+                       {"rpc_address", self ? nlohmann::json(api.rpc_address) : nullptr},
+                       {"role", m.role},
+                       {"state", self                  ? nlohmann::json(s.state)
+                                 : m.id == s.leader_id ? nlohmann::json("leader")
+                                                       : nlohmann::json(nullptr)},
+                       {"applied_index", self ? nlohmann::json(s.applied_index) : nullptr}});
+  }
+  nlohmann::json out = {{"id", s.id},
+                        {"state", s.state},
+                        {"leader_id", s.leader_id},
+                        {"leader_raft_address", s.leader_raft_address},
+                        {"term", s.term},
+                        {"commit_index", s.commit_index},
+                        {"applied_index", s.applied_index},
+                        {"last_index", s.last_index},
+                        {"revision", api.machine->applied_revision()},
+                        {"members", std::move(members)}};
+  return JsonReply(out.dump());
+}
+
+Result<nlohmann::json> ParseBody(const RouteRequest& request) {
+  nlohmann::json body =
+      nlohmann::json::parse(request.http.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    return Status::InvalidArgument("body: expected a JSON object");
+  }
+  return body;
+}
+
+Result<uint64_t> ServerId(const nlohmann::json& value, std::string_view field, bool allow_zero) {
+  if (!value.is_number_unsigned() || (!allow_zero && value.get<uint64_t>() == 0)) {
+    return Status::InvalidArgument("body." + std::string(field) + ": must be a positive integer");
+  }
+  return value.get<uint64_t>();
+}
+
+// Runs a membership change and waits for its outcome (up to apply_timeout).
+template <typename Start>
+Result<HttpReply> Change(const ApiServices& api, Start start, nlohmann::json answer) {
+  if (api.log == nullptr) return Status::Unavailable("this server runs without replication");
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = done->get_future();
+  start([done](Status s) { done->set_value(std::move(s)); });
+  if (result.wait_for(api.options.apply_timeout) != std::future_status::ready) {
+    return ApplyDeadlineExceeded(api);
+  }
+  KVATLAS_RETURN_IF_ERROR(result.get());
+  answer["status"] = "ok";
+  return JsonReply(answer.dump());
+}
+
+Result<HttpReply> HandleAdd(const ApiServices& api, const RouteRequest& request) {
+  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseBody(request));
+  KVATLAS_ASSIGN_OR_RETURN(uint64_t id, ServerId(body.value("id", nlohmann::json()), "id", false));
+  const nlohmann::json address = body.value("raft_address", nlohmann::json());
+  if (!address.is_string() || address.get<std::string>().find(':') == std::string::npos) {
+    return Status::InvalidArgument("body.raft_address: must be HOST:PORT");
+  }
+  std::string raft_address = address.get<std::string>();
+  return Change(
+      api, [&](ReplicatedLog::Done done) { api.log->AddServer(id, raft_address, std::move(done)); },
+      {{"added", id}, {"raft_address", raft_address}});
+}
+
+Result<HttpReply> HandleRemove(const ApiServices& api, const RouteRequest& request) {
+  uint64_t id = 0;
+  const std::string_view text = request.path_param;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || id == 0) {
+    return Status::InvalidArgument("path: the server id must be a positive integer");
+  }
+  return Change(api, [&](ReplicatedLog::Done done) { api.log->RemoveServer(id, std::move(done)); },
+                {{"removed", id}});
+}
+
+Result<HttpReply> HandleTransfer(const ApiServices& api, const RouteRequest& request) {
+  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseBody(request));
+  uint64_t id = 0;
+  if (body.contains("id")) {
+    KVATLAS_ASSIGN_OR_RETURN(id, ServerId(body["id"], "id", /*allow_zero=*/true));
+  }
+  return Change(api,
+                [&](ReplicatedLog::Done done) { api.log->TransferLeadership(id, std::move(done)); },
+                {{"transfer_to", id}});
+}
+
+}  // namespace
+
+void AddClusterRoutes(const ApiServices* api, Router* router) {
+  router->Add(
+      {"GET", "/v1/cluster", false, [api](const RouteRequest&) { return HandleCluster(*api); }});
+  router->Add({"POST", "/v1/cluster/members", /*json_body=*/true,
+               [api](const RouteRequest& request) { return HandleAdd(*api, request); }});
+  router->Add({"DELETE", "/v1/cluster/members/{id}", false,
+               [api](const RouteRequest& request) { return HandleRemove(*api, request); }});
+  router->Add({"POST", "/v1/cluster/transfer", /*json_body=*/true,
+               [api](const RouteRequest& request) { return HandleTransfer(*api, request); }});
+}
+
+}  // namespace kvatlas::server
