@@ -353,9 +353,9 @@ Status ValidateConfig(const Config& config) {
     auto own = std::find_if(peers.begin(), peers.end(),
                             [&](const auto& p) { return p.first == config.id; });
     if (own == peers.end() && config.raft_listen.empty()) {
-      return Status::InvalidArgument(
-          "peers: has no entry for this server's id " + std::to_string(config.id) +
-          " (a server joining an existing cluster needs raft_listen)");
+      return Status::InvalidArgument("peers: has no entry for this server's id " +
+                                     std::to_string(config.id) +
+                                     " (a server joining an existing cluster needs raft_listen)");
     }
     if (own != peers.end() && !config.raft_listen.empty() && config.raft_listen != own->second) {
       return Status::InvalidArgument("raft_listen: " + config.raft_listen +
