@@ -36,7 +36,7 @@ struct ApiServices {
   Applier* applier = nullptr;
   const Storage* storage = nullptr;  // null for an in-memory server
   Metrics* metrics = nullptr;
-  ZmqIngest* zmq = nullptr;            // null when ZMQ ingest is not running (tests)
+  ZmqIngest* zmq = nullptr;      // null when ZMQ ingest is not running (tests)
   ReplicatedLog* log = nullptr;  // null without replication (tests)
   uint64_t server_id = 1;
   std::string http_address;  // this server's, for GET /v1/cluster
