@@ -5,9 +5,13 @@
 //   rpc_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID [--entries N]
 //             [--rates 10000,20000,50000] [--seconds S]
 #include <httplib.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -83,6 +87,16 @@ double ServerCpuSeconds(long pid) {
   return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// This process's CPU seconds (user + system, all threads): the client library's cost.
+double SelfCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 double Pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -91,8 +105,9 @@ double Pct(std::vector<double> v, double p) {
 
 void Ingest(kvatlas::Client& client, uint64_t chains) {
   constexpr uint64_t kPerBatch = 64;
-  const auto t0 = Clock::now();
-  std::deque<std::future<kvatlas::Result<kvatlas::IngestAnswer>>> inflight;
+  // The batches are built before the clock starts: generating test data is not the client's
+  // or the server's work, and on a 2-core machine it would take CPU from both.
+  std::vector<std::vector<BlockEvent>> batches;
   for (uint64_t c = 0; c < chains; c += kPerBatch) {
     std::vector<BlockEvent> events;
     for (uint64_t i = c; i < std::min(chains, c + kPerBatch); ++i) {
@@ -103,6 +118,11 @@ void Ingest(kvatlas::Client& client, uint64_t chains) {
       e.seq_hashes = ChainKeys(i);
       events.push_back(std::move(e));
     }
+    batches.push_back(std::move(events));
+  }
+  const auto t0 = Clock::now();
+  std::deque<std::future<kvatlas::Result<kvatlas::IngestAnswer>>> inflight;
+  for (std::vector<BlockEvent>& events : batches) {
     inflight.push_back(client.IngestAsync(std::move(events), std::chrono::seconds(60)));
     while (inflight.size() > 8) {
       auto r = inflight.front().get();
@@ -119,42 +139,84 @@ void Ingest(kvatlas::Client& client, uint64_t chains) {
       static_cast<double>(chains * kChain) / s / 1e3);
 }
 
+// Waits (up to 30 s) until the server is idle — under 5% of a core over 250 ms — so that the
+// lookups below do not compete with the background work the bulk ingest left behind
+// (RocksDB memtable flushes and compactions, which took ~30% of the server's CPU samples
+// during the first lookup phase when measured without this wait).
+void WaitForQuietServer(long pid) {
+  const auto start = Clock::now();
+  double cpu = ServerCpuSeconds(pid);
+  while (Clock::now() - start < std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    const double now = ServerCpuSeconds(pid);
+    const bool quiet = now - cpu < 0.0125;
+    cpu = now;
+    if (quiet) break;
+  }
+  std::printf("(server quiet %.1f s after the ingest)\n",
+              std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+// Sleeps until `t` (CLOCK_MONOTONIC, which steady_clock is on Linux) without spinning: on
+// a 2-core machine a spinning sender takes a core from the server it is measuring.
+void SleepUntil(Clock::time_point t) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(ns.count() % 1'000'000'000);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
 // Open loop: request i is due at t0 + i/rate; latency counts from when it was due, so a
-// stalled server is charged for the requests it delayed (no coordinated omission).
-void OpenLoop(kvatlas::Client& client, uint64_t chains, uint64_t rate, double seconds) {
+// stalled server (or a late sender) is charged for the requests it delayed (no coordinated
+// omission). The sender sleeps to absolute deadlines and sends every request already due
+// when it wakes; nothing spins.
+void OpenLoop(kvatlas::Client& client, uint64_t chains, uint64_t rate, double seconds, long pid) {
   const uint64_t n = static_cast<uint64_t>(static_cast<double>(rate) * seconds);
   std::vector<double> latency(n);
   std::vector<Clock::time_point> due(n);
   std::vector<std::future<kvatlas::Result<kvatlas::LookupAnswer>>> futures(n);
-  std::atomic<uint64_t> issued{0};
+  std::atomic<uint32_t> issued{0};
   std::mt19937_64 rng(rate);
   std::vector<LookupRequest> requests;
   for (int i = 0; i < 4096; ++i) requests.push_back(Lookup(rng() % chains));
   const auto t0 = Clock::now() + std::chrono::milliseconds(10);
+  for (uint64_t i = 0; i < n; ++i) {
+    due[i] = t0 + std::chrono::nanoseconds(static_cast<int64_t>(1e9 * static_cast<double>(i) /
+                                                                static_cast<double>(rate)));
+  }
+  const double server_cpu0 = ServerCpuSeconds(pid);
+  const double client_cpu0 = SelfCpuSeconds();
   std::thread sender([&] {
+    // Default timer slack is 50 us, as long as the interval at 20k req/s.
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     for (uint64_t i = 0; i < n; ++i) {
-      due[i] = t0 + std::chrono::nanoseconds(static_cast<int64_t>(1e9 * static_cast<double>(i) /
-                                                                  static_cast<double>(rate)));
-      while (Clock::now() < due[i]) {
-      }
+      if (Clock::now() < due[i]) SleepUntil(due[i]);
       futures[i] = client.LookupAsync(requests[i % requests.size()], std::chrono::seconds(5));
-      issued.store(i + 1, std::memory_order_release);
+      issued.store(static_cast<uint32_t>(i + 1), std::memory_order_release);
+      issued.notify_one();
     }
   });
   uint64_t errors = 0;
   for (uint64_t i = 0; i < n; ++i) {
-    while (issued.load(std::memory_order_acquire) <= i) std::this_thread::yield();
+    for (uint32_t seen = issued.load(std::memory_order_acquire); seen <= i;
+         seen = issued.load(std::memory_order_acquire)) {
+      issued.wait(seen, std::memory_order_acquire);
+    }
     auto r = futures[i].get();
     latency[i] = std::chrono::duration<double, std::micro>(Clock::now() - due[i]).count();
     errors += r.has_value() ? 0 : 1;
   }
   sender.join();
+  const double server_cpu_us = (ServerCpuSeconds(pid) - server_cpu0) / static_cast<double>(n) * 1e6;
+  const double client_cpu_us = (SelfCpuSeconds() - client_cpu0) / static_cast<double>(n) * 1e6;
   std::printf(
       "binary lookup at %6llu req/s: p50 %7.1f us  p99 %7.1f us  p999 %7.1f us  "
-      "(%llu requests, %llu errors)\n",
+      "(%llu requests, %llu errors; CPU/request server %.1f us, client %.1f us)\n",
       static_cast<unsigned long long>(rate), Pct(latency, 0.5), Pct(latency, 0.99),
       Pct(latency, 0.999), static_cast<unsigned long long>(n),
-      static_cast<unsigned long long>(errors));
+      static_cast<unsigned long long>(errors), server_cpu_us, client_cpu_us);
 }
 
 // Closed loop with `depth` calls in flight: throughput and server CPU per lookup.
@@ -164,6 +226,7 @@ double BinarySaturation(kvatlas::Client& client, uint64_t chains, long pid) {
   std::mt19937_64 rng(1);
   std::deque<std::future<kvatlas::Result<kvatlas::LookupAnswer>>> inflight;
   const double cpu0 = ServerCpuSeconds(pid);
+  const double client_cpu0 = SelfCpuSeconds();
   const auto t0 = Clock::now();
   for (uint64_t i = 0; i < kCount; ++i) {
     inflight.push_back(client.LookupAsync(Lookup(rng() % chains), std::chrono::seconds(5)));
@@ -175,10 +238,11 @@ double BinarySaturation(kvatlas::Client& client, uint64_t chains, long pid) {
   for (auto& f : inflight) (void)f.get();
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   const double cpu_us = (ServerCpuSeconds(pid) - cpu0) / kCount * 1e6;
+  const double client_cpu_us = (SelfCpuSeconds() - client_cpu0) / kCount * 1e6;
   std::printf(
       "binary lookup saturation (%d in flight, 1 connection): %.0f k lookups/s, "
-      "server CPU %.1f us/lookup\n",
-      kDepth, static_cast<double>(kCount) / s / 1e3, cpu_us);
+      "server CPU %.1f us/lookup, client CPU %.1f us/lookup\n",
+      kDepth, static_cast<double>(kCount) / s / 1e3, cpu_us, client_cpu_us);
   return cpu_us;
 }
 
@@ -271,8 +335,9 @@ int main(int argc, char** argv) {
   }
   const uint64_t chains = a.entries / kChain;
   Ingest(**client, chains);
+  WaitForQuietServer(a.server_pid);
   BinarySequential(**client, chains);
-  for (uint64_t rate : a.rates) OpenLoop(**client, chains, rate, a.seconds);
+  for (uint64_t rate : a.rates) OpenLoop(**client, chains, rate, a.seconds, a.server_pid);
   const double binary_cpu = BinarySaturation(**client, chains, a.server_pid);
   const double rest_cpu = RestLookups(a.http, chains, a.server_pid);
   if (binary_cpu > 0) {

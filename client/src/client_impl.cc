@@ -1,9 +1,12 @@
 #include "client/src/client_impl.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
 #include <future>
 
 namespace kvatlas {
@@ -19,7 +22,10 @@ Status Unavailable(std::string what) { return Status::Unavailable(std::move(what
 }  // namespace
 
 Client::Impl::Impl(ClientOptions options, std::vector<client::Endpoint> endpoints)
-    : options_(std::move(options)), endpoints_(std::move(endpoints)), work_(io_.get_executor()) {
+    : options_(std::move(options)),
+      endpoints_(std::move(endpoints)),
+      work_(io_.get_executor()),
+      deadline_timer_(io_) {
   for (size_t i = 0; i < options_.connections; ++i) {
     auto conn = std::make_unique<Connection>(io_);
     conn->backoff = options_.reconnect_backoff_min;
@@ -29,10 +35,21 @@ Client::Impl::Impl(ClientOptions options, std::vector<client::Endpoint> endpoint
 
 Client::Impl::~Impl() {
   if (thread_.joinable()) {
-    asio::post(io_, [this] { Shutdown(); });
+    asio::post(io_, [this] { Locked([this] { Shutdown(); }); });
     work_.reset();
     thread_.join();
   }
+}
+
+template <typename F>
+void Client::Impl::Locked(F&& f) {
+  std::vector<Ready> ready;
+  {
+    std::lock_guard lock(mu_);
+    f();
+    ready.swap(ready_);
+  }
+  for (Ready& r : ready) r.done(std::move(r.result));
 }
 
 Status Client::Impl::Start() {
@@ -46,11 +63,13 @@ Status Client::Impl::Start() {
   std::vector<std::future<Status>> results;
   for (auto& p : rounds) results.push_back(p.get_future());
   asio::post(io_, [this, &rounds] {
-    for (size_t c = 0; c < connections_.size(); ++c) {
-      connections_[c]->on_round_done.push_back(
-          [&rounds, c](const Status& s) { rounds[c].set_value(s); });
-      StartConnectRound(c);
-    }
+    Locked([this, &rounds] {
+      for (size_t c = 0; c < connections_.size(); ++c) {
+        connections_[c]->on_round_done.push_back(
+            [&rounds, c](const Status& s) { rounds[c].set_value(s); });
+        StartConnectRound(c);
+      }
+    });
   });
   Status last;
   bool any_open = false;
@@ -82,27 +101,136 @@ void Client::Impl::Call(protocol::MessageType type, std::string_view payload,
     return;
   }
   const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
-  protocol::FrameHeader header;
-  header.type = type;
-  header.request_id = id;
-  protocol::AppendFrame(header, payload, &call->frame);
-  asio::post(io_, [this, id, c = std::move(call)]() mutable { Submit(id, std::move(c)); });
-}
-
-void Client::Impl::Submit(uint64_t id, std::unique_ptr<PendingCall> call) {
-  if (shut_down_) {
-    call->done(Unavailable("the client is closing"));
-    return;
-  }
+  // A deadline already past (e.g. 1 µs) fails without a round trip.
   if (Clock::now() >= call->deadline) {
     call->done(Status(StatusCode::kDeadlineExceeded, "deadline exceeded before the call was sent"));
     return;
   }
-  call->timer = std::make_unique<asio::steady_timer>(io_, call->deadline);
-  call->timer->async_wait([this, id](const error_code& ec) {
-    if (ec) return;  // cancelled: the call completed first
-    Complete(id, Status(StatusCode::kDeadlineExceeded, "deadline exceeded waiting for the answer"));
+  protocol::FrameHeader header;
+  header.type = type;
+  header.request_id = id;
+  protocol::AppendFrame(header, payload, &call->frame);
+  {
+    std::unique_lock lock(mu_);
+    if (shut_down_) {
+      lock.unlock();
+      call->done(Unavailable("the client is closing"));
+      return;
+    }
+    if (TrySendNow(id, call, lock)) return;
+    ++queued_;
+  }
+  asio::post(io_, [this, id, c = std::move(call)]() mutable {
+    Locked([&] { Submit(id, std::move(c)); });
   });
+}
+
+bool Client::Impl::TrySendNow(uint64_t id, std::unique_ptr<PendingCall>& call,
+                              std::unique_lock<std::mutex>& lock) {
+  // Calls queued through the I/O thread go first: one thread's calls stay in order.
+  if (queued_ > 0) return false;
+  const size_t c = PickConnection();
+  Connection& conn = *connections_[c];
+  if (conn.state != Connection::State::kOpen || !conn.waiting.empty() ||
+      conn.in_flight.size() >= options_.max_in_flight) {
+    return false;
+  }
+  call->connection = c;
+  AddDeadline(id, *call);
+  conn.in_flight.insert(id);
+  const std::string frame = std::exchange(call->frame, std::string());
+  calls_.emplace(id, std::move(call));
+  if (conn.writing || !conn.out.empty()) {
+    // A write is in progress (or posted): it takes everything in `out`, in order.
+    conn.out.append(frame);
+    return true;
+  }
+  // Claim the socket's write side, then send without mu_, so that the I/O thread can
+  // complete other calls meanwhile (a loopback send() runs the receiver's TCP path too).
+  // Calls made meanwhile queue behind this frame in `out`; send_mu keeps Close() from
+  // closing (and a reconnect from reusing) the descriptor under the send.
+  conn.writing = true;
+  const uint64_t generation = conn.generation;
+  std::unique_lock send_lock(conn.send_mu);
+  const int fd = conn.socket.native_handle();
+  lock.unlock();
+  // Non-blocking for this send only (MSG_DONTWAIT): what the kernel does not take at once,
+  // and any error, is left to the I/O thread's asynchronous write, which reports errors by
+  // closing the connection (failing its calls) on the I/O thread.
+  size_t sent = 0;
+  while (sent < frame.size()) {
+    const ssize_t n =
+        ::send(fd, frame.data() + sent, frame.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;
+    }
+  }
+  send_lock.unlock();
+  lock.lock();
+  if (conn.generation != generation) return true;  // closed meanwhile; Close failed the call
+  conn.writing = false;
+  if (sent < frame.size()) conn.out.insert(0, frame, sent);  // ahead of frames queued since
+  if (!conn.out.empty()) {
+    asio::post(io_, [this, c, generation] {
+      Locked([this, c, generation] {
+        if (connections_[c]->generation == generation) StartWrite(c);
+      });
+    });
+  }
+  return true;
+}
+
+void Client::Impl::AddDeadline(uint64_t id, PendingCall& call) {
+  call.deadline_entry = deadlines_.emplace(call.deadline, id).first;
+  if (call.deadline >= timer_expiry_) return;
+  // Re-arming cancels the earlier wait (its handler sees operation_aborted). The timer is
+  // only touched under mu_, which serialises it as a strand would.
+  timer_expiry_ = call.deadline;
+  deadline_timer_.expires_at(call.deadline);
+  deadline_timer_.async_wait([this](const error_code& ec) {
+    if (ec) return;  // re-armed or shut down
+    Locked([this] { OnDeadlineTimer(); });
+  });
+}
+
+void Client::Impl::OnDeadlineTimer() {
+  timer_expiry_ = Clock::time_point::max();
+  if (shut_down_) return;
+  const auto now = Clock::now();
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    const uint64_t id = deadlines_.begin()->second;
+    deadlines_.erase(deadlines_.begin());
+    const auto it = calls_.find(id);
+    if (it == calls_.end()) continue;
+    it->second->deadline_entry = deadlines_.end();
+    Complete(id, Status(StatusCode::kDeadlineExceeded, "deadline exceeded waiting for the answer"));
+  }
+  if (deadlines_.empty()) return;
+  const auto [next, next_id] = *deadlines_.begin();
+  timer_expiry_ = next;
+  deadline_timer_.expires_at(next);
+  deadline_timer_.async_wait([this](const error_code& ec) {
+    if (ec) return;
+    Locked([this] { OnDeadlineTimer(); });
+  });
+}
+
+void Client::Impl::Submit(uint64_t id, std::unique_ptr<PendingCall> call) {
+  --queued_;
+  if (shut_down_) {
+    ready_.push_back({std::move(call->done), Unavailable("the client is closing")});
+    return;
+  }
+  if (Clock::now() >= call->deadline) {
+    ready_.push_back({std::move(call->done), Status(StatusCode::kDeadlineExceeded,
+                                                    "deadline exceeded before the call was sent")});
+    return;
+  }
+  AddDeadline(id, *call);
   const size_t c = PickConnection();
   call->connection = c;
   calls_.emplace(id, std::move(call));
@@ -129,10 +257,10 @@ void Client::Impl::Complete(uint64_t id, Result<protocol::Frame> result) {
   if (it == calls_.end()) return;  // already completed (e.g. an answer after the deadline)
   std::unique_ptr<PendingCall> call = std::move(it->second);
   calls_.erase(it);
-  if (call->timer) call->timer->cancel();
+  if (call->deadline_entry != deadlines_.end()) deadlines_.erase(call->deadline_entry);
   Connection& conn = *connections_[call->connection];
   const bool had_slot = conn.in_flight.erase(id) > 0;
-  call->done(std::move(result));
+  ready_.push_back({std::move(call->done), std::move(result)});
   // A freed slot lets a waiting call go; a call that expired while waiting leaves its id in
   // `waiting`, where Pump skips it.
   if (had_slot && !conn.waiting.empty()) Pump(call->connection);
@@ -182,8 +310,9 @@ void Client::Impl::TryEndpoint(size_t c) {
   const uint64_t gen = ++conn.generation;
   conn.socket = Tcp::socket(io_);
   const client::Endpoint& endpoint = endpoints_[conn.endpoint];
-  // Numeric hosts (the common case) resolve without a lookup; names block this thread for
-  // the resolver's duration, which the connect deadline below cannot bound.
+  // Numeric hosts (the common case) resolve without a lookup; names block this thread (and,
+  // since mu_ is held, callers) for the resolver's duration, which the connect deadline
+  // below cannot bound.
   error_code ec;
   auto resolved = Tcp::resolver(io_).resolve(endpoint.host, std::to_string(endpoint.port), ec);
   if (ec) {
@@ -193,25 +322,30 @@ void Client::Impl::TryEndpoint(size_t c) {
   }
   conn.connect_timer.expires_after(options_.connect_timeout);
   conn.connect_timer.async_wait([this, c, gen](const error_code& timer_ec) {
-    Connection& k = *connections_[c];
-    if (timer_ec || k.generation != gen || k.state != Connection::State::kConnecting) return;
-    error_code ignored;
-    k.socket.close(ignored);  // the connect completes with operation_aborted
+    if (timer_ec) return;
+    Locked([this, c, gen] {
+      Connection& k = *connections_[c];
+      if (k.generation != gen || k.state != Connection::State::kConnecting) return;
+      error_code ignored;
+      k.socket.close(ignored);  // the connect completes with operation_aborted
+    });
   });
   asio::async_connect(
       conn.socket, resolved, [this, c, gen](const error_code& connect_ec, const Tcp::endpoint&) {
-        Connection& k = *connections_[c];
-        if (k.generation != gen) return;
-        k.connect_timer.cancel();
-        if (connect_ec) {
-          const std::string why =
-              connect_ec == asio::error::operation_aborted ? "timed out" : connect_ec.message();
-          OnConnectFailed(
-              c, gen,
-              Unavailable("cannot connect to " + endpoints_[k.endpoint].ToString() + ": " + why));
-          return;
-        }
-        OnConnected(c);
+        Locked([&] {
+          Connection& k = *connections_[c];
+          if (k.generation != gen) return;
+          k.connect_timer.cancel();
+          if (connect_ec) {
+            const std::string why =
+                connect_ec == asio::error::operation_aborted ? "timed out" : connect_ec.message();
+            OnConnectFailed(
+                c, gen,
+                Unavailable("cannot connect to " + endpoints_[k.endpoint].ToString() + ": " + why));
+            return;
+          }
+          OnConnected(c);
+        });
       });
 }
 
@@ -242,6 +376,7 @@ void Client::Impl::OnConnected(size_t c) {
   conn.state = Connection::State::kOpen;
   conn.backoff = options_.reconnect_backoff_min;
   conn.decoder = protocol::FrameDecoder(protocol::kMaxPayloadBytes);
+  conn.read_buffer = std::make_shared<std::vector<char>>(kReadChunkBytes);
   conn.out.clear();
   conn.writing = false;
   open_connections_.fetch_add(1, std::memory_order_relaxed);
@@ -253,48 +388,63 @@ void Client::Impl::OnConnected(size_t c) {
 void Client::Impl::StartRead(size_t c) {
   Connection& conn = *connections_[c];
   const uint64_t gen = conn.generation;
-  // The buffer belongs to the operation, so a handler finishing after a reconnect never
-  // touches the new socket's state.
-  auto buffer = std::make_shared<std::vector<char>>(kReadChunkBytes);
+  // The buffer belongs to the connection's generation (one allocation per connect, not per
+  // read); the handler holds it, so a handler finishing after a reconnect never touches the
+  // new socket's state.
+  std::shared_ptr<std::vector<char>> buffer = conn.read_buffer;
   conn.socket.async_read_some(
       asio::buffer(*buffer), [this, c, gen, buffer](const error_code& ec, size_t n) {
-        Connection& k = *connections_[c];
-        if (k.generation != gen) return;
         if (ec) {
-          Close(c, Unavailable(ec == asio::error::eof ? "the server closed the connection"
-                                                      : "connection lost: " + ec.message()));
+          Locked([&] {
+            if (connections_[c]->generation != gen) return;
+            Close(c, Unavailable(ec == asio::error::eof ? "the server closed the connection"
+                                                        : "connection lost: " + ec.message()));
+          });
           return;
         }
-        OnBytes(c, buffer->data(), n);
-        if (k.generation == gen) StartRead(c);
+        OnBytes(c, gen, buffer->data(), n);
       });
 }
 
-void Client::Impl::OnBytes(size_t c, const char* data, size_t size) {
+void Client::Impl::OnBytes(size_t c, uint64_t generation, const char* data, size_t size) {
   Connection& conn = *connections_[c];
+  // `generation` and the decoder change only on this thread: no lock needed to read them.
+  if (conn.generation != generation) return;
   conn.decoder.Feed(std::string_view(data, size));
+  std::vector<protocol::Frame> frames;
+  Status malformed;
   while (true) {
     Result<std::optional<protocol::Frame>> next = conn.decoder.Next();
     if (!next) {
-      Close(c, Unavailable("malformed frame from the server: " + next.error().ToString()));
+      malformed = Unavailable("malformed frame from the server: " + next.error().ToString());
+      break;
+    }
+    if (!next->has_value()) break;
+    frames.push_back(std::move(**next));
+  }
+  Locked([&] {
+    if (conn.generation != generation) return;
+    for (protocol::Frame& frame : frames) {
+      const uint64_t id = frame.header.request_id;
+      const auto it = calls_.find(id);
+      if (it == calls_.end() || it->second->connection != c) continue;  // late: deadline passed
+      if (frame.header.status != StatusCode::kOk) {
+        Complete(id, protocol::DecodeErrorPayload(frame.header.status, frame.payload));
+      } else if (!frame.header.is_response() || frame.header.type != it->second->type) {
+        Complete(id, Status::Corruption("the server answered a request of type " +
+                                        std::to_string(static_cast<int>(it->second->type)) +
+                                        " with a frame of type " +
+                                        std::to_string(static_cast<int>(frame.header.type))));
+      } else {
+        Complete(id, std::move(frame));
+      }
+    }
+    if (!malformed.ok()) {
+      Close(c, malformed);
       return;
     }
-    if (!next->has_value()) return;
-    protocol::Frame frame = std::move(**next);
-    const uint64_t id = frame.header.request_id;
-    const auto it = calls_.find(id);
-    if (it == calls_.end() || it->second->connection != c) continue;  // late: deadline passed
-    if (frame.header.status != StatusCode::kOk) {
-      Complete(id, protocol::DecodeErrorPayload(frame.header.status, frame.payload));
-    } else if (!frame.header.is_response() || frame.header.type != it->second->type) {
-      Complete(id, Status::Corruption("the server answered a request of type " +
-                                      std::to_string(static_cast<int>(it->second->type)) +
-                                      " with a frame of type " +
-                                      std::to_string(static_cast<int>(frame.header.type))));
-    } else {
-      Complete(id, std::move(frame));
-    }
-  }
+    if (conn.generation == generation) StartRead(c);
+  });
 }
 
 void Client::Impl::StartWrite(size_t c) {
@@ -307,14 +457,16 @@ void Client::Impl::StartWrite(size_t c) {
   conn.out = std::string();
   asio::async_write(conn.socket, asio::buffer(*buffer),
                     [this, c, gen, buffer](const error_code& ec, size_t) {
-                      Connection& k = *connections_[c];
-                      if (k.generation != gen) return;
-                      k.writing = false;
-                      if (ec) {
-                        Close(c, Unavailable("connection lost while sending: " + ec.message()));
-                        return;
-                      }
-                      StartWrite(c);
+                      Locked([&] {
+                        Connection& k = *connections_[c];
+                        if (k.generation != gen) return;
+                        k.writing = false;
+                        if (ec) {
+                          Close(c, Unavailable("connection lost while sending: " + ec.message()));
+                          return;
+                        }
+                        StartWrite(c);
+                      });
                     });
 }
 
@@ -323,7 +475,11 @@ void Client::Impl::Close(size_t c, const Status& reason) {
   if (conn.state != Connection::State::kOpen) return;
   ++conn.generation;
   error_code ignored;
-  conn.socket.close(ignored);
+  {
+    // Waits out a caller's send() in progress (TrySendNow) before the descriptor goes.
+    std::lock_guard send_lock(conn.send_mu);
+    conn.socket.close(ignored);
+  }
   conn.state = Connection::State::kIdle;
   conn.last_error = reason;
   // The server went away: the next call reconnects at once (backoff only after a round
@@ -364,6 +520,8 @@ void Client::Impl::Shutdown() {
   std::vector<uint64_t> rest;
   for (const auto& [id, call] : calls_) rest.push_back(id);
   for (const uint64_t id : rest) Complete(id, closing);
+  deadline_timer_.cancel();
+  timer_expiry_ = Clock::time_point::max();
   io_.stop();  // handlers still queued only hold buffers and check generations
 }
 

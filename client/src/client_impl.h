@@ -1,12 +1,19 @@
 // Client::Impl: the transport of kvatlas::Client. One Asio io_context run by one I/O thread
-// owns every connection, call and timer, so that state needs no locks: public methods only
-// encode on the caller's thread and post the call to the I/O thread.
+// reads every connection and runs every timer and asynchronous write; all call and
+// connection state is guarded by one mutex, so that a caller can send its own request.
 //
-// A call's life: Call() assigns a request id and posts; Submit() (I/O thread) registers it
-// with a deadline timer and queues it on a connection; Pump() writes it once the connection
-// is open and has an in-flight slot; the answer frame, the deadline, a lost connection or
-// shutdown completes it — exactly once, whichever comes first; later events find no call
-// under that id and are ignored (a late answer is dropped).
+// A call's life: Call() (caller's thread) encodes the frame, assigns a request id and
+// registers the call with its deadline. On the fast path — a connection open, nothing
+// queued before it, a free in-flight slot and no write in progress — the caller writes the
+// frame itself with a non-blocking send(), so a call crosses threads once (the answer's
+// completion), not twice. Otherwise it is queued: Submit() (I/O thread) puts it on a
+// connection, Pump() writes it once the connection is open and has a slot. The answer frame,
+// the deadline, a lost connection or shutdown completes it — exactly once, whichever comes
+// first; later events find no call under that id and are ignored (a late answer is dropped).
+//
+// Completions (`done`) run on the I/O thread, never under the mutex: the I/O thread's
+// handlers collect them in `ready_` and run them after unlocking, so decoding an answer
+// never holds up callers.
 #pragma once
 
 #include <atomic>
@@ -19,6 +26,8 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -47,8 +56,9 @@ class Client::Impl {
   // one connection is open, else the last connect error (kUnavailable).
   [[nodiscard]] Status Start();
 
-  // Sends a request of `type` with `payload`; `done` runs exactly once, on the I/O thread.
-  // Thread-safe.
+  // Sends a request of `type` with `payload`; `done` runs exactly once, on the I/O thread
+  // (or at once on the caller's thread when the call fails before it is registered: too
+  // large, its deadline already past, or the client is closing). Thread-safe.
   void Call(protocol::MessageType type, std::string_view payload, Client::Timeout timeout,
             Done done);
 
@@ -58,13 +68,21 @@ class Client::Impl {
   using Clock = std::chrono::steady_clock;
   using Tcp = boost::asio::ip::tcp;
 
+  using Deadlines = std::set<std::pair<Clock::time_point, uint64_t>>;
+
   struct PendingCall {
     protocol::MessageType type = protocol::MessageType::kPing;
     std::string frame;  // the encoded request; emptied once written
     Done done;
     Clock::time_point deadline;
-    std::unique_ptr<boost::asio::steady_timer> timer;
+    Deadlines::iterator deadline_entry;  // in deadlines_ once registered
     size_t connection = 0;
+  };
+
+  // A completion to run once the mutex is released.
+  struct Ready {
+    Done done;
+    Result<protocol::Frame> result;
   };
 
   struct Connection {
@@ -81,15 +99,31 @@ class Client::Impl {
     Clock::time_point retry_after;  // no connect round before this (backoff)
     Clock::duration backoff{};
     Status last_error;
-    protocol::FrameDecoder decoder{protocol::kMaxPayloadBytes};
-    std::string out;  // frames waiting for the current write to finish
+    protocol::FrameDecoder decoder{protocol::kMaxPayloadBytes};  // I/O thread only
+    std::string out;  // frames waiting for the current (or a posted) write
+    // An async_write, or a caller's send(), is in progress: nobody else may write.
     bool writing = false;
+    // Held by a caller across its send() (without mu_), and by Close() around closing the
+    // socket. Order: mu_ before send_mu.
+    std::mutex send_mu;
     std::unordered_set<uint64_t> in_flight;  // written, not answered
     std::deque<uint64_t> waiting;            // not written yet (connecting, or no slot)
     std::vector<std::function<void(const Status&)>> on_round_done;
+    std::shared_ptr<std::vector<char>> read_buffer;  // of the current generation
   };
 
-  // All below run on the I/O thread only.
+  // Runs `f` under mu_ (on the I/O thread), then the completions it produced, unlocked.
+  template <typename F>
+  void Locked(F&& f);
+  // Caller's thread, `lock` (on mu_) held: registers `call` and writes it, if the fast path
+  // applies (see the file comment); the send itself runs with `lock` released. True: the
+  // call is registered (and `lock` is held again). False leaves `call` untouched.
+  bool TrySendNow(uint64_t id, std::unique_ptr<PendingCall>& call,
+                  std::unique_lock<std::mutex>& lock);
+  void AddDeadline(uint64_t id, PendingCall& call);
+  void OnDeadlineTimer();
+
+  // All below run with mu_ held, on the I/O thread only.
   void Submit(uint64_t id, std::unique_ptr<PendingCall> call);
   void Complete(uint64_t id, Result<protocol::Frame> result);
   size_t PickConnection();
@@ -99,7 +133,8 @@ class Client::Impl {
   void OnConnectFailed(size_t c, uint64_t generation, const Status& error);
   void OnConnected(size_t c);
   void StartRead(size_t c);
-  void OnBytes(size_t c, const char* data, size_t size);
+  // Decodes without the lock (the decoder is the I/O thread's), completes under it.
+  void OnBytes(size_t c, uint64_t generation, const char* data, size_t size);
   void StartWrite(size_t c);
   // Closes the socket and fails its in-flight calls with kUnavailable (`reason`).
   void Close(size_t c, const Status& reason);
@@ -114,10 +149,18 @@ class Client::Impl {
   std::atomic<uint64_t> next_id_{1};
   std::atomic<size_t> open_connections_{0};
 
-  // I/O-thread state.
+  // Guarded by mu_ (the decoders excepted).
+  std::mutex mu_;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::unordered_map<uint64_t, std::unique_ptr<PendingCall>> calls_;
+  // Every registered call's deadline. One timer, armed for the earliest, replaces a timer
+  // per call (whose arming and cancelling cost the I/O thread two reactor operations each).
+  Deadlines deadlines_;
+  boost::asio::steady_timer deadline_timer_;
+  Clock::time_point timer_expiry_ = Clock::time_point::max();  // max: not armed
+  std::vector<Ready> ready_;
   size_t next_connection_ = 0;
+  size_t queued_ = 0;  // calls posted to Submit and not yet submitted
   bool shut_down_ = false;
 };
 

@@ -268,6 +268,12 @@ Result<LookupRequest> DecodeQuery(std::string_view body, const ContextNames& nam
   LookupRequest request;
   KVATLAS_ASSIGN_OR_RETURN(request.context, DecodeContext(fields, names));
   KVATLAS_ASSIGN_OR_RETURN(request.instance_id, fields.String("instance_id", ""));
+  KVATLAS_ASSIGN_OR_RETURN(request.min_revision, fields.OptionalU64("min_revision"));
+  KVATLAS_ASSIGN_OR_RETURN(const std::string consistency, fields.String("consistency", "any"));
+  if (consistency != "any" && consistency != "linearizable") {
+    return Invalid("consistency", "must be \"any\" or \"linearizable\"");
+  }
+  request.linearizable = consistency == "linearizable";
   // lora_id (Conductor, deprecated) is ignored, as the Conductor documents.
   std::optional<std::vector<uint32_t>> tokens;
   std::optional<std::vector<uint64_t>> hashes;

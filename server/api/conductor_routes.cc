@@ -14,6 +14,7 @@ using Decoder = Result<LookupRequest> (*)(std::string_view body);
 Result<HttpReply> HandleQuery(const ApiServices& api, const RouteRequest& request, Decoder decode) {
   KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, decode(request.http.body));
   lookup.include_locations = false;  // the Conductor answer has no place for them
+  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(api, lookup));
   return JsonReply(EncodeConductorAnswer(RunLookup(api, lookup)));
 }
 

@@ -63,6 +63,11 @@ void AddClusterRoutes(const ApiServices* api, Router* router);
 // counters, storage size, applier health and uptime: /v1/stats and /metrics.
 [[nodiscard]] StateGauges ReadGauges(const ApiServices& api);
 
+// Waits until the request's read consistency holds here: min_revision applied, or, for a
+// linearizable read, an empty entry committed through the leader and applied (kNotLeader
+// on followers). kDeadlineExceeded past options.apply_timeout.
+[[nodiscard]] Status AwaitReadConsistency(const ApiServices& api, const LookupRequest& request);
+
 // Hashes the request's tokens (outside any lock), runs Index::Lookup under the read lock
 // and shapes the result (lookup_answer.h). Shared by /v1/lookup and the Conductor routes.
 [[nodiscard]] LookupAnswer RunLookup(const ApiServices& api, const LookupRequest& request);

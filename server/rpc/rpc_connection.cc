@@ -1,5 +1,6 @@
 #include "server/rpc/rpc_connection.h"
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -59,6 +60,10 @@ RpcConnection::RpcConnection(asio::ip::tcp::socket socket, const RpcHandler* han
 RpcConnection::~RpcConnection() = default;
 
 void RpcConnection::Start() {
+  // Non-blocking for the direct sends of Flush(); Asio's asynchronous operations work on
+  // either kind of socket.
+  error_code ec;
+  socket_.non_blocking(true, ec);
   auto self = shared_from_this();
   asio::co_spawn(socket_.get_executor(), AsyncRead(), LogExceptions(self, "reader"));
   asio::co_spawn(socket_.get_executor(), AsyncWrite(), LogExceptions(self, "writer"));
@@ -130,7 +135,7 @@ bool RpcConnection::DrainDecoder() {
       writer_wake_.cancel();
       return false;
     }
-    if (!next->has_value()) return true;
+    if (!next->has_value()) break;
     ++in_flight_;
     std::optional<PendingIngest> pending = handler_->Handle(**next, &out_);
     if (pending) {
@@ -139,11 +144,34 @@ bool RpcConnection::DrainDecoder() {
       Answered();
     }
   }
+  // Everything one read produced goes out together (pipelined answers coalesce).
+  Flush();
   return true;
 }
 
-void RpcConnection::Answered() {
-  ++out_answers_;
+void RpcConnection::Answered() { ++out_answers_; }
+
+void RpcConnection::Flush() {
+  if (closed_ || out_.empty()) return;
+  if (!write_pending_) {
+    // Send from here when no write is in progress: a lookup's answer then leaves in the
+    // handler that read its request, instead of one more handler run (and reactor round) to
+    // resume the writer. What the socket does not take is left to the writer.
+    error_code ec;
+    const size_t n = socket_.send(asio::buffer(out_), 0, ec);
+    if (!ec && n == out_.size()) {
+      out_.clear();
+      in_flight_ -= out_answers_;
+      out_answers_ = 0;
+      last_activity_ = Clock::now();
+      reader_wake_.cancel();
+      // A draining connection (shutdown, or the peer stopped sending) may be finished now.
+      if (reading_done_) writer_wake_.cancel();
+      return;
+    }
+    // would_block or an error: the writer's write retries and reports the error.
+    if (!ec) out_.erase(0, n);
+  }
   writer_wake_.cancel();
 }
 
@@ -168,6 +196,7 @@ void RpcConnection::SubmitIngest(PendingIngest pending) {
     self->handler_->AppendIngestAnswer(wait->ingest, ApplyDeadlineExceeded(self->handler_->api()),
                                        &self->out_);
     self->Answered();
+    self->Flush();
   });
   api.metrics->ApplyStarted();
   // Runs on the applier thread (or here, at once, when refused): only post from it.
@@ -179,6 +208,7 @@ void RpcConnection::SubmitIngest(PendingIngest pending) {
       wait->deadline.cancel();
       self->handler_->AppendIngestAnswer(wait->ingest, applied, &self->out_);
       self->Answered();
+      self->Flush();
     });
   });
 }
@@ -196,8 +226,11 @@ asio::awaitable<void> RpcConnection::AsyncWrite() {
     out_.clear();
     const size_t answers = out_answers_;
     out_answers_ = 0;
+    write_pending_ = true;
+    write_started_ = Clock::now();
     co_await asio::async_write(socket_, asio::buffer(writing_),
                                asio::redirect_error(asio::use_awaitable, ec));
+    write_pending_ = false;
     if (ec) {
       if (!closed_) LogDebug("rpc " + peer_ + ": write failed: " + ec.message());
       break;
@@ -213,8 +246,15 @@ asio::awaitable<void> RpcConnection::AsyncWrite() {
 asio::awaitable<void> RpcConnection::AsyncWatchdog() {
   error_code ec;
   while (!closed_) {
+    const Clock::time_point now = Clock::now();
+    if (write_pending_ && now - write_started_ >= options_.write_timeout) {
+      LogWarning("rpc " + peer_ + ": closing the connection: answers not read by the client for " +
+                 std::to_string(options_.write_timeout.count()) + " ms (write timeout)");
+      Close("write timeout");
+      co_return;
+    }
     const Clock::time_point idle_at = last_activity_ + options_.idle_timeout;
-    if (Clock::now() >= idle_at) {
+    if (now >= idle_at) {
       if (in_flight_ == 0) {
         LogInfo("rpc " + peer_ + ": closing the connection: idle for " +
                 std::to_string(options_.idle_timeout.count()) + " ms (rpc_idle_timeout_ms)");
@@ -225,7 +265,10 @@ asio::awaitable<void> RpcConnection::AsyncWatchdog() {
       last_activity_ = Clock::now();
       continue;
     }
-    idle_timer_.expires_at(idle_at);
+    // Wake for whichever comes first: the idle deadline, or the write deadline of a write in
+    // progress (one that starts while we sleep is checked within write_timeout after it).
+    idle_timer_.expires_at(
+        std::min(idle_at, (write_pending_ ? write_started_ : now) + options_.write_timeout));
     co_await idle_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
 }

@@ -1,13 +1,15 @@
 // RpcConnection: one binary-protocol client connection. Three coroutines share the
 // connection's strand (so its members need no lock): a reader that feeds the FrameDecoder
 // and dispatches requests through the RpcHandler, a writer that sends the queued answers
-// (coalesced: everything queued goes out in one write), and an idle watchdog. Ingest
+// (coalesced: everything queued goes out in one write), and an idle watchdog. When no write
+// is in progress, answers are first sent directly (non-blocking) from the handler that
+// produced them; the writer takes over whatever the socket does not accept at once. Ingest
 // answers come back from the Applier thread by a post to the strand.
 //
 // Backpressure: a request is in flight from the moment it is decoded until its answer has
 // been written. At max_in_flight (or with max_pending_output_bytes of answers unsent) the
 // reader stops decoding and reading, so a client that does not read its answers stalls
-// itself, not the server's memory.
+// itself, not the server's memory; a write stuck for write_timeout closes the connection.
 //
 // Thread-safety: Start() once after construction; Shutdown() from any thread.
 #pragma once
@@ -38,11 +40,16 @@ struct RpcConnectionOptions {
   size_t max_pending_output_bytes = 8u << 20;
   // A connection with no request in flight and no bytes received for this long is closed.
   std::chrono::milliseconds idle_timeout{300'000};
+  // A write of queued answers that has not completed for this long (the client stopped
+  // reading, so its receive window stays full) closes the connection: backpressure already
+  // stops such a client from growing the server's memory, this frees the connection too.
+  std::chrono::milliseconds write_timeout{30'000};
 };
 
 class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
  public:
-  // `socket`'s executor must be a strand; `handler` must outlive the connection's
+  // `socket`'s executor must be a strand, or an io_context run by exactly one thread (an
+  // implicit strand); `handler` must outlive the connection's
   // coroutines, and so must `on_closed` (called once, on the strand, when it closes).
   RpcConnection(boost::asio::ip::tcp::socket socket, const RpcHandler* handler,
                 RpcConnectionOptions options, std::function<void()> on_closed);
@@ -71,6 +78,9 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   void SubmitIngest(PendingIngest pending);
   // One answer was appended to out_.
   void Answered();
+  // Sends out_ now if no write is in progress and the socket takes it all, else wakes the
+  // writer. Call after appending answers.
+  void Flush();
   bool ReadPaused() const;
   // Done reading and every answer that will be written has been.
   bool Finished() const;
@@ -90,6 +100,8 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   bool reading_done_ = false;
   bool close_after_flush_ = false;  // stream error: close once the error answer is out
   bool closed_ = false;
+  bool write_pending_ = false;  // a write of writing_ is in progress, since write_started_
+  std::chrono::steady_clock::time_point write_started_;
   std::chrono::steady_clock::time_point last_activity_;
   // Timers used as condition variables (cancel() wakes the waiter) and the idle deadline.
   boost::asio::steady_timer writer_wake_;

@@ -1,10 +1,10 @@
 #include "server/rpc/rpc_server.h"
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <exception>
 #include <utility>
@@ -34,15 +34,20 @@ Result<tcp::endpoint> Resolve(asio::io_context& io, const std::string& host, uin
 }  // namespace
 
 RpcServer::RpcServer(RpcServerOptions options, const ApiServices* api)
-    : options_(std::move(options)), handler_(api), io_(static_cast<int>(options_.threads)) {}
+    : options_(std::move(options)), handler_(api) {
+  // Concurrency hint 1: each io_context is run by one thread, which lets Asio skip locking
+  // on that thread's own queue (posts from other threads, e.g. the applier, stay safe).
+  const size_t n = std::max<size_t>(1, options_.threads);
+  for (size_t i = 0; i < n; ++i) ios_.push_back(std::make_unique<asio::io_context>(1));
+}
 
 RpcServer::~RpcServer() { Stop(); }
 
 Status RpcServer::Start() {
   KVATLAS_ASSIGN_OR_RETURN(const tcp::endpoint endpoint,
-                           Resolve(io_, options_.host, options_.port));
+                           Resolve(*ios_[0], options_.host, options_.port));
   const std::string where = options_.host + ":" + std::to_string(options_.port);
-  acceptor_.emplace(io_);
+  acceptor_.emplace(*ios_[0]);
   error_code ec;
   acceptor_->open(endpoint.protocol(), ec);
   if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
@@ -51,8 +56,8 @@ Status RpcServer::Start() {
   if (ec) return Status::Unavailable("rpc_listen: cannot listen on " + where + ": " + ec.message());
   port_ = acceptor_->local_endpoint().port();
 
-  work_.emplace(io_.get_executor());
-  asio::co_spawn(io_, AsyncAccept(), [](std::exception_ptr e) {
+  for (const auto& io : ios_) work_.emplace_back(io->get_executor());
+  asio::co_spawn(*ios_[0], AsyncAccept(), [](std::exception_ptr e) {
     if (!e) return;
     try {
       std::rethrow_exception(e);
@@ -60,16 +65,16 @@ Status RpcServer::Start() {
       LogError(std::string("rpc accept loop failed: ") + ex.what());
     }
   });
-  for (size_t i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { RunThread(); });
+  for (const auto& io : ios_) threads_.emplace_back([this, &io = *io] { RunThread(io); });
   return Status::Ok();
 }
 
-void RpcServer::RunThread() {
+void RpcServer::RunThread(asio::io_context& io) {
   // Handlers report their errors themselves; an exception here is a bug in one handler and
   // must not take the other connections down with the thread.
   for (;;) {
     try {
-      io_.run();
+      io.run();
       return;
     } catch (const std::exception& e) {
       LogError(std::string("rpc io thread: unexpected exception: ") + e.what());
@@ -78,10 +83,12 @@ void RpcServer::RunThread() {
 }
 
 asio::awaitable<void> RpcServer::AsyncAccept() {
-  asio::steady_timer backoff(io_);
+  asio::steady_timer backoff(*ios_[0]);
   for (;;) {
-    // Each connection gets its own strand: its reader, writer and watchdog never overlap.
-    tcp::socket socket(asio::make_strand(io_));
+    // Each connection lives on one single-threaded io_context, its implicit strand: its
+    // reader, writer and watchdog never overlap.
+    asio::io_context& io = *ios_[next_io_++ % ios_.size()];
+    tcp::socket socket(io);
     error_code ec;
     co_await acceptor_->async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted || !acceptor_->is_open()) co_return;
@@ -128,7 +135,7 @@ void RpcServer::Stop() {
       if (auto connection = weak.lock()) connections.push_back(std::move(connection));
     }
   }
-  asio::post(io_, [this] {
+  asio::post(*ios_[0], [this] {
     error_code ec;
     acceptor_->close(ec);
   });
@@ -141,8 +148,8 @@ void RpcServer::Stop() {
                  " connection(s) still answering after the shutdown grace; closing them");
     }
   }
-  work_.reset();
-  io_.stop();
+  work_.clear();
+  for (const auto& io : ios_) io->stop();
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();
 }

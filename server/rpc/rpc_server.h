@@ -1,9 +1,14 @@
 // RpcServer: serves the binary protocol (docs/protocol.md) on a TCP port with Boost.Asio
-// C++20 coroutines. One io_context is run by `threads` threads; each connection lives on
-// its own strand (rpc_connection.h), so a connection's coroutines never run concurrently
-// while different connections use all threads. Requests are answered by RpcHandler: reads
-// inline on the io thread, ingests through Applier::SubmitAsync, whose callback posts the
-// answer back to the connection's strand (no io thread ever waits on the Applier).
+// C++20 coroutines. `threads` io_contexts, each run by exactly one thread; connections are
+// dealt to them round robin and live on theirs for good, so a connection's coroutines never
+// run concurrently (the single thread is the connection's strand) while different
+// connections use all threads. One thread per io_context, rather than one io_context run by
+// every thread with a strand per connection, keeps a request's reader -> writer handoff on
+// one thread: with a shared io_context each completion could wake another thread (a futex
+// round trip, tens of µs on a VM) and the two threads contended for the scheduler's lock. Requests
+// are answered by RpcHandler: reads inline on the io thread, ingests through Applier::SubmitAsync,
+// whose callback posts the answer back to the connection's strand (no io thread ever waits on the
+// Applier).
 //
 // Thread-safety: Start/Stop from one owner thread.
 #pragma once
@@ -32,7 +37,8 @@ namespace kvatlas::server {
 struct RpcServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 7071;  // 0 = any free port (see port() after Start)
-  // io threads. Lookups run on them (µs each), so more threads than cores buys nothing.
+  // io threads (each with its own io_context). Lookups run on them (µs each), so more
+  // threads than cores buys nothing; one connection is served by one thread.
   size_t threads = 2;
   RpcConnectionOptions connection;
   // How long Stop() lets connections answer their in-flight requests before it closes
@@ -64,7 +70,7 @@ class RpcServer {
 
  private:
   boost::asio::awaitable<void> AsyncAccept();
-  void RunThread();
+  void RunThread(boost::asio::io_context& io);
 
   RpcServerOptions options_;
   RpcHandler handler_;
@@ -77,11 +83,13 @@ class RpcServer {
   std::unordered_map<uint64_t, std::weak_ptr<RpcConnection>> live_;  // guarded by mu_
   bool accepting_ = true;                                            // guarded by mu_
 
-  // Declared last: destroyed first, so handlers it still holds (connections) are gone
-  // before the members above.
-  boost::asio::io_context io_;
+  // Declared last: destroyed first, so handlers they still hold (connections) are gone
+  // before the members above. The acceptor runs on ios_[0].
+  using WorkGuard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
+  std::vector<std::unique_ptr<boost::asio::io_context>> ios_;
+  size_t next_io_ = 0;  // accept loop only
   std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
-  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::vector<WorkGuard> work_;
   std::vector<std::thread> threads_;
 };
 

@@ -54,7 +54,7 @@ class Node:
         self.proc = subprocess.Popen(
             [self.binary, "--data-dir", self.data_dir, "--id", str(self.id), "--peers", self.peers,
              "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
-             "--raft-election-timeout-ms", "500",
+             "--raft-election-timeout-ms", "500", "--apply-timeout-ms", "3000",
              *(["--raft-listen", self.raft_listen] if self.raft_listen else [])],
             stdout=self.log, stderr=self.log)
         deadline = time.time() + DEADLINE_S
@@ -183,6 +183,24 @@ def case_replicate_and_follower_refuses(binary):
         check_acked(cluster, acked, cluster.nodes)
         status, body = follower.request("GET", "/v1/cluster")
         assert body["leader_id"] == leader.id and len(body["members"]) == 3, body
+        # Read your writes on a follower: wait for the revision the write was answered with.
+        rev = write(leader, 500)
+        query = {"model": "m", "token_ids": prompt(500), "block_size": BS, "min_revision": rev}
+        status, body = follower.request("POST", "/query", query)
+        assert status == 200 and body["default"]["w"]["GPU"] == 2 * BS, (status, body)
+        # Linearizable reads go through the leader.
+        query = {"model": "m", "token_ids": prompt(500), "block_size": BS,
+                 "consistency": "linearizable"}
+        assert follower.request("POST", "/query", query)[0] == 421
+        status, body = leader.request("POST", "/query", query)
+        assert status == 200 and body["default"]["w"]["GPU"] == 2 * BS, (status, body)
+        query["consistency"] = "strong"
+        status, body = leader.request("POST", "/query", query)
+        assert status == 400 and "consistency" in body["message"], body
+        query = {"model": "m", "token_ids": prompt(500), "block_size": BS,
+                 "min_revision": 10**9}
+        status, body = follower.request("POST", "/v1/lookup", dict(query, model_name="m"))
+        assert status == 504 and "min_revision" in body["message"], (status, body)
     finally:
         cluster.cleanup()
 

@@ -3,8 +3,10 @@
 // concurrent calls over them (answers are matched by request id, in any order), enforces a
 // deadline per call and reconnects after a connection is lost.
 //
-// Thread-safety: every method may be called from any number of threads at once. Calls
-// complete on the client's own I/O thread; the futures they return may be waited on from
+// Thread-safety: every method may be called from any number of threads at once. A call
+// writes its request from the caller's thread when its connection is free (else the
+// client's I/O thread sends it) and completes on the client's I/O thread (a call refused
+// before it is sent completes at once); the futures they return may be waited on from
 // anywhere. Errors are values: no method throws.
 #pragma once
 

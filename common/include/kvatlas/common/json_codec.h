@@ -39,10 +39,16 @@ struct LookupRequest {
   std::string instance_id;
   // Report the per-block locations of shared-backend matches.
   bool include_locations = true;
+  // Read consistency (kvatlas extension, every dialect): answer only once this server has
+  // applied at least this revision (read-your-writes after a write answered revision R)...
+  std::optional<uint64_t> min_revision;
+  // ...or linearizably: through the leader, after everything committed before the request
+  // ("consistency": "linearizable"; default "any" = this server's applied state).
+  bool linearizable = false;
 };
 
 // POST /v1/lookup: tenant_id?, model_name, lora_name?, block_size, additional_salt?,
-// token_ids | seq_hashes, instance_id?, include_locations?.
+// token_ids | seq_hashes, instance_id?, include_locations?, min_revision?, consistency?.
 [[nodiscard]] Result<LookupRequest> DecodeLookupRequest(std::string_view body);
 // POST /query: model, lora_name?, lora_id? (deprecated, ignored), token_ids, tenant_id?,
 // instance_id?, block_size, cache_salt?.
