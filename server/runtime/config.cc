@@ -92,6 +92,8 @@ const Field kFields[] = {
      "log entries between snapshots"},
     {"raft_snapshot_trailing", &Config::raft_snapshot_trailing, 0, 1'000'000,
      "log entries kept after a snapshot"},
+    {"min_free_disk_bytes", &Config::min_free_disk_bytes, 0, kNoMax,
+     "refuse writes and give up leadership below this much free disk"},
     {"zmq_listen", &Config::zmq_listen, 0, 0,
      "bind a ZMQ SUB socket for engines that connect (e.g. tcp://*:5557); empty = none"},
     {"zmq_listen_model", &Config::zmq_listen_model, 0, 0,

@@ -86,6 +86,10 @@ struct Config {
   uint64_t raft_heartbeat_timeout_ms = 100;
   uint64_t raft_snapshot_threshold = 8'192;
   uint64_t raft_snapshot_trailing = 2'048;
+  // Below this many free bytes on the data directory's filesystem the server refuses new
+  // writes (429 resource_exhausted) and hands leadership away; it accepts them again once
+  // 10% more than this is free. libraft 0.15 crashes when its disk actually fills.
+  uint64_t min_free_disk_bytes = 256ull << 20;
 
   // ZMQ engine events (docs/engine-events.md). A SUB socket kvatlas binds for publishers
   // that connect to it (vLLM with a non-wildcard endpoint), e.g. "tcp://*:5557"; empty =

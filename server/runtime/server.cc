@@ -1,5 +1,8 @@
 #include "server/runtime/server.h"
 
+#include <sys/statvfs.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -154,7 +157,44 @@ Status Server::StartZmqIngest() {
   zmq_notify_.store(zmq_.get(), std::memory_order_release);
   zmq_->NotifyRegistryChanged();
   if (!config_.publishers.empty()) registrar_ = std::thread([this] { RegisterConfigPublishers(); });
+  disk_watcher_ = std::thread([this] { WatchDiskSpace(); });
   return Status::Ok();
+}
+
+void Server::WatchDiskSpace() {
+  const uint64_t low = config_.min_free_disk_bytes;
+  const uint64_t recovered = low + low / 10;  // hysteresis: no flapping at the boundary
+  bool refusing = false;
+  std::unique_lock lock(registrar_mu_);
+  while (!registrar_cv_.wait_for(lock, std::chrono::milliseconds(250),
+                                 [this] { return registrar_stop_; })) {
+    struct statvfs fs_stat;
+    if (statvfs(config_.data_dir.c_str(), &fs_stat) != 0) continue;
+    const uint64_t free_bytes = static_cast<uint64_t>(fs_stat.f_bavail) * fs_stat.f_frsize;
+    if (!refusing && free_bytes < low) {
+      refusing = true;
+      const std::string reason = "disk space low: " + std::to_string(free_bytes) +
+                                 " bytes free in " + config_.data_dir + " (min_free_disk_bytes " +
+                                 std::to_string(low) + "); writes are refused until space returns";
+      LogError(reason);
+      applier_->SetWritesRefused(reason);
+    } else if (refusing && free_bytes >= recovered) {
+      refusing = false;
+      LogInfo("disk space recovered (" + std::to_string(free_bytes) +
+              " bytes free); accepting writes");
+      applier_->SetWritesRefused("");
+    }
+    // A leader that cannot write must not lead: hand over to any up-to-date voter (retried
+    // every round while space is low, since there may be none at first).
+    const ClusterStatus status = raft_->GetStatus();
+    const auto voters = std::count_if(status.members.begin(), status.members.end(),
+                                      [](const ClusterMember& m) { return m.role == "voter"; });
+    if (refusing && raft_->is_leader() && voters > 1) {
+      raft_->TransferLeadership(0, [](Status s) {
+        if (!s.ok()) LogWarning("disk space low, leadership transfer: " + s.ToString());
+      });
+    }
+  }
 }
 
 void Server::RegisterConfigPublishers() {
@@ -247,14 +287,13 @@ Status Server::Shutdown() {
   // are answered), then the applier drains its queue, then what it wrote is made durable.
   // The RPC server is destroyed only after the applier stopped: ingest callbacks post into
   // its io_context.
-  if (registrar_.joinable()) {
-    {
-      std::lock_guard lock(registrar_mu_);
-      registrar_stop_ = true;
-    }
-    registrar_cv_.notify_all();
-    registrar_.join();
+  {
+    std::lock_guard lock(registrar_mu_);
+    registrar_stop_ = true;
   }
+  registrar_cv_.notify_all();
+  if (registrar_.joinable()) registrar_.join();
+  if (disk_watcher_.joinable()) disk_watcher_.join();
   if (rpc_) rpc_->Stop();
   if (http_) http_->Stop();
   // The ingest thread may be waiting for room in the applier's queue: stop it first.

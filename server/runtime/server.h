@@ -64,6 +64,8 @@ class Server {
   Status StartRaft();
   // Registers the config file's publishers once this server leads (background thread).
   void RegisterConfigPublishers();
+  // Watches the data directory's free space (background thread, every 250 ms).
+  void WatchDiskSpace();
 
   Config config_;
   std::unique_ptr<Storage> storage_;
@@ -85,6 +87,7 @@ class Server {
   std::mutex registrar_mu_;
   std::condition_variable registrar_cv_;
   bool registrar_stop_ = false;
+  std::thread disk_watcher_;  // shares registrar_mu_/registrar_cv_/registrar_stop_
 };
 
 }  // namespace kvatlas::server

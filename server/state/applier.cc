@@ -37,6 +37,7 @@ Status Applier::TrySubmitAsync(CommandBatch* batch, Callback done) {
                                      ? "the server stopped taking writes after a storage failure"
                                      : "the server is shutting down");
     }
+    if (!refused_reason_.empty()) return Status::ResourceExhausted(refused_reason_);
     if (queue_.size() >= options_.max_queue) {
       return Status::ResourceExhausted("write queue is full (" +
                                        std::to_string(options_.max_queue) +
@@ -46,6 +47,11 @@ Status Applier::TrySubmitAsync(CommandBatch* batch, Callback done) {
   }
   cv_.notify_one();
   return Status::Ok();
+}
+
+void Applier::SetWritesRefused(std::string reason) {
+  std::lock_guard lock(mu_);
+  refused_reason_ = std::move(reason);
 }
 
 void Applier::Stop() {

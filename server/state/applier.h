@@ -63,6 +63,10 @@ class Applier {
   // batch later. On success `*batch` is moved from and `done` will be called.
   [[nodiscard]] Status TrySubmitAsync(CommandBatch* batch, Callback done);
 
+  // Refuses new writes with `reason` (kResourceExhausted) until called with an empty
+  // reason; queued and in-flight batches are unaffected. For the disk-space watermark.
+  void SetWritesRefused(std::string reason);
+
   // Applies what is queued, then stops the thread. Idempotent.
   void Stop();
 
@@ -85,7 +89,8 @@ class Applier {
   StateMachine* machine_;
   ApplierOptions options_;
   ReplicatedLog* log_;
-  size_t in_flight_ = 0;  // guarded by mu_
+  size_t in_flight_ = 0;        // guarded by mu_
+  std::string refused_reason_;  // guarded by mu_; empty = writes accepted
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;

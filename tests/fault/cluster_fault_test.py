@@ -43,6 +43,7 @@ class Node:
     def __init__(self, binary, node_id, peers, data_dir, raft_listen=None):
         self.binary, self.id, self.peers, self.data_dir = binary, node_id, peers, data_dir
         self.raft_listen = raft_listen
+        self.extra = []
         self.proc = None
         self.base = None
 
@@ -55,7 +56,7 @@ class Node:
             [self.binary, "--data-dir", self.data_dir, "--id", str(self.id), "--peers", self.peers,
              "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
              "--raft-election-timeout-ms", "500", "--apply-timeout-ms", "3000",
-             *(["--raft-listen", self.raft_listen] if self.raft_listen else [])],
+             *(["--raft-listen", self.raft_listen] if self.raft_listen else []), *self.extra],
             stdout=self.log, stderr=self.log)
         deadline = time.time() + DEADLINE_S
         while not os.path.exists(addr_file):
@@ -373,6 +374,48 @@ def case_membership(binary):
         cluster.cleanup()
 
 
+def case_disk_low(binary):
+    """Below the free-space watermark writes are refused, and accepted again after."""
+    root = tempfile.mkdtemp(prefix="kvatlas-disk-")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", root],
+                             capture_output=True).returncode == 0
+    if not mounted:
+        print("  SKIP disk_low: cannot mount a tmpfs here (needs root)", flush=True)
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    node = None
+    try:
+        d = os.path.join(root, "n1")
+        os.makedirs(d)
+        node = Node(binary, 1, "", d)
+        node.extra = ["--min-free-disk-bytes", str(100 << 20)]
+        node.start()
+        assert write(node, 1)
+        with open(os.path.join(root, "balloon"), "wb") as f:
+            f.write(b"\0" * (100 << 20))
+        deadline = time.time() + DEADLINE_S
+        while True:
+            event = {"event_type": "stored", "model_name": "m", "block_size": BS,
+                     "backend_id": "w", "token_ids": prompt(2)}
+            status, body = node.request("POST", "/v1/events", {"events": [event]})
+            if status == 429 and "disk space low" in body["message"]:
+                break
+            assert time.time() < deadline, (status, body)
+            time.sleep(0.1)
+        assert holds(node, 1)  # reads go on
+        os.remove(os.path.join(root, "balloon"))
+        deadline = time.time() + DEADLINE_S
+        while not write(node, 3):
+            assert time.time() < deadline, "writes not accepted after space returned"
+            time.sleep(0.1)
+        assert node.alive()
+    finally:
+        if node:
+            node.kill(signal.SIGKILL)
+        subprocess.run(["umount", root], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 CASES = {
     "replicate": case_replicate_and_follower_refuses,
     "kill_leader": case_kill_leader_under_load,
@@ -380,6 +423,7 @@ CASES = {
     "rebuild": case_rebuild_from_log,
     "engine_failover": case_engine_stream_fails_over,
     "membership": case_membership,
+    "disk_low": case_disk_low,
 }
 
 
