@@ -349,13 +349,7 @@ class RaftLog::Loop {
   // After raft_init succeeded: close raft and then the handles (the loop then exits).
   void StartClose() {
     closing_ = true;
-    raft_close(&raft_, [](struct raft* r) {
-      Loop* self = static_cast<Loop*>(r->data);
-      raft_uv_close(&self->io_);
-      raft_uv_tcp_close(&self->transport_);
-      uv_close(reinterpret_cast<uv_handle_t*>(&self->wake_), nullptr);
-      uv_close(reinterpret_cast<uv_handle_t*>(&self->timer_), nullptr);
-    });
+    CloseRaft();
   }
 
   void RefreshStatus() {
