@@ -46,15 +46,6 @@ Result<HttpReply> HandleCluster(const ApiServices& api) {
   return JsonReply(out.dump());
 }
 
-Result<nlohmann::json> ParseBody(const RouteRequest& request) {
-  nlohmann::json body =
-      nlohmann::json::parse(request.http.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
-    return Status::InvalidArgument("body: expected a JSON object");
-  }
-  return body;
-}
-
 Result<uint64_t> ServerId(const nlohmann::json& value, std::string_view field, bool allow_zero) {
   if (!value.is_number_unsigned() || (!allow_zero && value.get<uint64_t>() == 0)) {
     return Status::InvalidArgument("body." + std::string(field) + ": must be a positive integer");
@@ -78,7 +69,7 @@ Result<HttpReply> Change(const ApiServices& api, Start start, nlohmann::json ans
 }
 
 Result<HttpReply> HandleAdd(const ApiServices& api, const RouteRequest& request) {
-  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseBody(request));
+  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
   KVATLAS_ASSIGN_OR_RETURN(uint64_t id, ServerId(body.value("id", nlohmann::json()), "id", false));
   const nlohmann::json address = body.value("raft_address", nlohmann::json());
   if (!address.is_string() || address.get<std::string>().find(':') == std::string::npos) {
@@ -102,7 +93,7 @@ Result<HttpReply> HandleRemove(const ApiServices& api, const RouteRequest& reque
 }
 
 Result<HttpReply> HandleTransfer(const ApiServices& api, const RouteRequest& request) {
-  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseBody(request));
+  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
   uint64_t id = 0;
   if (body.contains("id")) {
     KVATLAS_ASSIGN_OR_RETURN(id, ServerId(body["id"], "id", /*allow_zero=*/true));

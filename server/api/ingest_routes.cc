@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <future>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <utility>
@@ -42,6 +43,14 @@ Result<HttpReply> HandleEvents(const ApiServices& api, const RouteRequest& reque
 }
 
 }  // namespace
+
+Result<nlohmann::json> ParseJsonObjectBody(const RouteRequest& request) {
+  nlohmann::json body =
+      nlohmann::json::parse(request.http.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return Status::InvalidArgument("body: not valid JSON");
+  if (!body.is_object()) return Status::InvalidArgument("body: expected a JSON object");
+  return body;
+}
 
 Result<Revision> SubmitAndWait(const ApiServices& api, CommandBatch batch) {
   InFlight in_flight(api.metrics);

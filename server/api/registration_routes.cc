@@ -15,15 +15,8 @@
 namespace kvatlas::server {
 namespace {
 
-Result<nlohmann::json> ParseBody(const RouteRequest& request) {
-  nlohmann::json body =
-      nlohmann::json::parse(request.http.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return Status::InvalidArgument("body: not valid JSON");
-  return body;
-}
-
 Result<HttpReply> HandleRegister(const ApiServices& api, const RouteRequest& request) {
-  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseBody(request));
+  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
   KVATLAS_ASSIGN_OR_RETURN(Registration registration, RegistrationFromJson(body));
   const std::string instance = registration.instance_id;
   CommandBatch batch;
@@ -35,7 +28,7 @@ Result<HttpReply> HandleRegister(const ApiServices& api, const RouteRequest& req
 }
 
 Result<HttpReply> HandleUnregister(const ApiServices& api, const RouteRequest& request) {
-  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseBody(request));
+  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
   KVATLAS_ASSIGN_OR_RETURN(UnregisterRequest req, UnregisterRequestFromJson(body));
   const std::string key =
       Registration::RegistrationKey(req.instance_id, req.tenant_id, req.dp_rank);

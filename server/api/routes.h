@@ -55,6 +55,10 @@ void AddOpsRoutes(const ApiServices* api, Router* router);
 void AddRegistrationRoutes(const ApiServices* api, Router* router);
 void AddClusterRoutes(const ApiServices* api, Router* router);
 
+// The request body as a JSON object; kInvalidArgument ("body: ...") when it is not valid
+// JSON or not an object. For the routes that read their fields directly.
+[[nodiscard]] Result<nlohmann::json> ParseJsonObjectBody(const RouteRequest& request);
+
 // Submits `batch` to the applier and waits up to options.apply_timeout for its revision.
 // Shared by the write routes.
 [[nodiscard]] Result<Revision> SubmitAndWait(const ApiServices& api, CommandBatch batch);
