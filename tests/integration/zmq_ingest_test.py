@@ -323,8 +323,10 @@ def case_listener_and_config_publishers(binary):
     context = zmq.Context()
     pub = context.socket(zmq.PUB)
     try:
-        regs = server.request("GET", "/v1/registrations")["registrations"]
-        assert [r["instance_id"] for r in regs] == ["cfg"], regs
+        # Config publishers are registered by the leader once it leads (in the background).
+        wait_for("config publisher registered", lambda: [
+            r["instance_id"] for r in server.request("GET", "/v1/registrations")["registrations"]
+        ] == ["cfg"], server)
         assert fake.cmd(op="wait_peer", count=1, timeout_ms=5000)["ok"]
         fake.store(PROMPT[:BS])
         wait_for("config publisher", lambda: match(server, PROMPT, "cfg").get("GPU") == BS, server)
