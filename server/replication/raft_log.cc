@@ -116,12 +116,8 @@ class RaftLog::Loop {
   // --- operations (loop thread) ---------------------------------------------------------
 
   void Propose(std::string entry, std::function<void(Result<uint64_t>)> done) {
-    if (closing_) {
-      done(Status::Unavailable("the replicated log is stopping"));
-      return;
-    }
-    if (raft_state(&raft_) != RAFT_LEADER) {
-      done(NotLeader());
+    if (Status s = CheckLeading(); !s.ok()) {
+      done(std::move(s));
       return;
     }
     struct raft_buffer buf;
@@ -162,12 +158,8 @@ class RaftLog::Loop {
   }
 
   void ChangeMembership(int kind, uint64_t id, std::string address, Done done) {
-    if (closing_) {
-      done(Status::Unavailable("the replicated log is stopping"));
-      return;
-    }
-    if (raft_state(&raft_) != RAFT_LEADER) {
-      done(NotLeader());
+    if (Status s = CheckLeading(); !s.ok()) {
+      done(std::move(s));
       return;
     }
     auto* request = new ChangeRequest{{}, this, kind, id, std::move(address), std::move(done)};
@@ -213,12 +205,8 @@ class RaftLog::Loop {
   }
 
   void Transfer(uint64_t id, Done done) {
-    if (closing_) {
-      done(Status::Unavailable("the replicated log is stopping"));
-      return;
-    }
-    if (raft_state(&raft_) != RAFT_LEADER) {
-      done(NotLeader());
+    if (Status s = CheckLeading(); !s.ok()) {
+      done(std::move(s));
       return;
     }
     auto* request = new TransferRequest{{}, this, id, std::move(done)};
@@ -269,6 +257,13 @@ class RaftLog::Loop {
     uint64_t target;
     Done done;
   };
+
+  // Ok when this server may act as leader now: not stopping, and leading.
+  Status CheckLeading() {
+    if (closing_) return Status::Unavailable("the replicated log is stopping");
+    if (raft_state(&raft_) != RAFT_LEADER) return NotLeader();
+    return Status::Ok();
+  }
 
   Status NotLeader() {
     raft_id id = 0;
