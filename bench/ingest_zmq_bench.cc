@@ -41,7 +41,12 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "bench/bench_util.h"
+
 namespace {
+
+using kvatlas::bench::CpuSeconds;
+using kvatlas::bench::Pct;
 
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
@@ -161,28 +166,6 @@ std::vector<Batch> MakeBatches(const Args& a, int p, uint64_t max_blocks) {
     batches.push_back(std::move(batch));
   }
   return batches;
-}
-
-// Server CPU seconds (user + system) from /proc/PID/stat.
-double CpuSeconds(long pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(f, line);
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; rest >> field && i <= 15; ++i) {
-    if (i == 14 || i == 15) ticks += std::strtod(field.c_str(), nullptr);
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-double Pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
 std::unique_ptr<httplib::Client> Http(const std::string& addr) {

@@ -25,9 +25,13 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "kvatlas/client/client.h"
 
 namespace {
+
+using kvatlas::bench::CpuSeconds;
+using kvatlas::bench::Pct;
 
 using Clock = std::chrono::steady_clock;
 using kvatlas::BlockEvent;
@@ -67,26 +71,6 @@ LookupRequest Lookup(uint64_t c) {
   return r;
 }
 
-// Server CPU seconds (user + system) from /proc/PID/stat.
-double ServerCpuSeconds(long pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(f, line);
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  double utime = 0, stime = 0;
-  for (int i = 3; rest >> field; ++i) {
-    if (i == 14) utime = std::strtod(field.c_str(), nullptr);
-    if (i == 15) {
-      stime = std::strtod(field.c_str(), nullptr);
-      break;
-    }
-  }
-  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 // This process's CPU seconds (user + system, all threads): the client library's cost.
 double SelfCpuSeconds() {
   rusage usage{};
@@ -95,12 +79,6 @@ double SelfCpuSeconds() {
     return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
   };
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
-
-double Pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
 void Ingest(kvatlas::Client& client, uint64_t chains) {
@@ -145,10 +123,10 @@ void Ingest(kvatlas::Client& client, uint64_t chains) {
 // during the first lookup phase when measured without this wait).
 void WaitForQuietServer(long pid) {
   const auto start = Clock::now();
-  double cpu = ServerCpuSeconds(pid);
+  double cpu = CpuSeconds(pid);
   while (Clock::now() - start < std::chrono::seconds(30)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    const double now = ServerCpuSeconds(pid);
+    const double now = CpuSeconds(pid);
     const bool quiet = now - cpu < 0.0125;
     cpu = now;
     if (quiet) break;
@@ -186,7 +164,7 @@ void OpenLoop(kvatlas::Client& client, uint64_t chains, uint64_t rate, double se
     due[i] = t0 + std::chrono::nanoseconds(static_cast<int64_t>(1e9 * static_cast<double>(i) /
                                                                 static_cast<double>(rate)));
   }
-  const double server_cpu0 = ServerCpuSeconds(pid);
+  const double server_cpu0 = CpuSeconds(pid);
   const double client_cpu0 = SelfCpuSeconds();
   std::thread sender([&] {
     // Default timer slack is 50 us, as long as the interval at 20k req/s.
@@ -209,7 +187,7 @@ void OpenLoop(kvatlas::Client& client, uint64_t chains, uint64_t rate, double se
     errors += r.has_value() ? 0 : 1;
   }
   sender.join();
-  const double server_cpu_us = (ServerCpuSeconds(pid) - server_cpu0) / static_cast<double>(n) * 1e6;
+  const double server_cpu_us = (CpuSeconds(pid) - server_cpu0) / static_cast<double>(n) * 1e6;
   const double client_cpu_us = (SelfCpuSeconds() - client_cpu0) / static_cast<double>(n) * 1e6;
   std::printf(
       "binary lookup at %6llu req/s: p50 %7.1f us  p99 %7.1f us  p999 %7.1f us  "
@@ -225,7 +203,7 @@ double BinarySaturation(kvatlas::Client& client, uint64_t chains, long pid) {
   constexpr uint64_t kCount = 100000;
   std::mt19937_64 rng(1);
   std::deque<std::future<kvatlas::Result<kvatlas::LookupAnswer>>> inflight;
-  const double cpu0 = ServerCpuSeconds(pid);
+  const double cpu0 = CpuSeconds(pid);
   const double client_cpu0 = SelfCpuSeconds();
   const auto t0 = Clock::now();
   for (uint64_t i = 0; i < kCount; ++i) {
@@ -237,7 +215,7 @@ double BinarySaturation(kvatlas::Client& client, uint64_t chains, long pid) {
   }
   for (auto& f : inflight) (void)f.get();
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double cpu_us = (ServerCpuSeconds(pid) - cpu0) / kCount * 1e6;
+  const double cpu_us = (CpuSeconds(pid) - cpu0) / kCount * 1e6;
   const double client_cpu_us = (SelfCpuSeconds() - client_cpu0) / kCount * 1e6;
   std::printf(
       "binary lookup saturation (%d in flight, 1 connection): %.0f k lookups/s, "
@@ -262,7 +240,7 @@ double RestLookups(const std::string& http, uint64_t chains, long pid) {
     bodies.push_back(std::move(body));
   }
   std::vector<double> latency;
-  const double cpu0 = ServerCpuSeconds(pid);
+  const double cpu0 = CpuSeconds(pid);
   const auto t0 = Clock::now();
   for (uint64_t i = 0; i < kCount; ++i) {
     const auto a = Clock::now();
@@ -274,7 +252,7 @@ double RestLookups(const std::string& http, uint64_t chains, long pid) {
     }
   }
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double cpu_us = (ServerCpuSeconds(pid) - cpu0) / kCount * 1e6;
+  const double cpu_us = (CpuSeconds(pid) - cpu0) / kCount * 1e6;
   std::printf(
       "REST lookup (1 client, sequential): p50 %.1f us, p99 %.1f us, %.1f k/s, "
       "server CPU %.1f us/lookup\n",

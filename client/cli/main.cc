@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "client/cli/args.h"
+#include "client/cli/cluster_command.h"
 #include "kvatlas/client/client.h"
 #include "kvatlas/common/json_codec.h"
 
@@ -43,6 +44,11 @@ commands:
       every copy of one block key (decimal or 0x-hex), in one context or all
   ping
       round-trip time to the server
+  cluster status | add ID RAFT_ADDRESS | remove ID | transfer [ID]  [--http HOST:PORT] [--json]
+      the raft cluster over the REST admin API (not the binary protocol): members, leader
+      and addresses; add or remove a server; hand leadership to server ID (or any voter).
+      The REST address defaults to $KVATLAS_HTTP, else 127.0.0.1:7070; any server will do
+      (followers forward changes to the leader)
 )";
 
 constexpr size_t kIngestBatchEvents = 1000;
@@ -357,10 +363,14 @@ int Main(int argc, char** argv) {
       {"ingest", {}},
       {"stats", {}},
       {"blocks", {"model", "block-size", "tenant", "lora", "salt", "json"}},
-      {"ping", {}}};
+      {"ping", {}},
+      {"cluster", {std::begin(kClusterFlags), std::end(kClusterFlags)}}};
   const auto known = kFlags.find(args.command);
   if (known == kFlags.end()) return Usage("unknown command \"" + args.command + "\"");
   if (Status s = args.CheckFlags(known->second); !s.ok()) return Usage(s.message());
+  if (args.command == "cluster") {
+    return RunCluster(args, std::chrono::milliseconds(*timeout_ms), kUsage);
+  }
   if (args.command != "ingest" && args.command != "blocks" && !args.positional.empty()) {
     return Usage(args.command + ": unexpected argument \"" + args.positional[0] + "\"");
   }

@@ -76,27 +76,47 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     endpoints.push_back(std::move(endpoint));
   }
   auto impl = std::make_unique<Impl>(std::move(options), std::move(endpoints));
+  impl->FollowLeaders();
   KVATLAS_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
+
+namespace {
+
+std::future<Result<IngestAnswer>> IngestCall(Client::Impl& impl, protocol::IngestRequest request,
+                                             Client::Timeout timeout) {
+  for (size_t i = 0; i < request.events.size(); ++i) {
+    Status valid = ValidateBlockEvent(request.events[i], "events[" + std::to_string(i) + "]");
+    if (!valid.ok()) return Ready<IngestAnswer>(std::move(valid));
+  }
+  return CallFor<IngestAnswer>(impl, MessageType::kIngest, protocol::EncodeIngestRequest(request),
+                               timeout, protocol::DecodeIngestAnswerBinary, "ingest");
+}
+
+}  // namespace
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
 std::future<Result<IngestAnswer>> Client::IngestAsync(std::vector<BlockEvent> events,
                                                       Timeout timeout) {
-  for (size_t i = 0; i < events.size(); ++i) {
-    Status valid = ValidateBlockEvent(events[i], "events[" + std::to_string(i) + "]");
-    if (!valid.ok()) return Ready<IngestAnswer>(std::move(valid));
-  }
-  const std::string payload =
-      protocol::EncodeIngestRequest(protocol::IngestRequest{std::move(events)});
-  return CallFor<IngestAnswer>(*impl_, MessageType::kIngest, payload, timeout,
-                               protocol::DecodeIngestAnswerBinary, "ingest");
+  return IngestCall(*impl_, protocol::IngestRequest{std::move(events), std::nullopt}, timeout);
 }
 
 Result<IngestAnswer> Client::Ingest(std::vector<BlockEvent> events, Timeout timeout) {
   return IngestAsync(std::move(events), timeout).get();
+}
+
+std::future<Result<IngestAnswer>> Client::IngestAsync(std::vector<BlockEvent> events,
+                                                      WriterPosition writer, Timeout timeout) {
+  Status valid = ValidateWriterPosition(writer, "");
+  if (!valid.ok()) return Ready<IngestAnswer>(std::move(valid));
+  return IngestCall(*impl_, protocol::IngestRequest{std::move(events), std::move(writer)}, timeout);
+}
+
+Result<IngestAnswer> Client::Ingest(std::vector<BlockEvent> events, WriterPosition writer,
+                                    Timeout timeout) {
+  return IngestAsync(std::move(events), std::move(writer), timeout).get();
 }
 
 std::future<Result<LookupAnswer>> Client::LookupAsync(LookupRequest request, Timeout timeout) {
@@ -111,6 +131,26 @@ std::future<Result<LookupAnswer>> Client::LookupAsync(LookupRequest request, Tim
 
 Result<LookupAnswer> Client::Lookup(LookupRequest request, Timeout timeout) {
   return LookupAsync(std::move(request), timeout).get();
+}
+
+std::future<Result<RoutingAnswer>> Client::RouteAsync(RoutingRequest request, Timeout timeout) {
+  if (request.lookup.context.model.empty() || request.lookup.context.block_size == 0) {
+    return Ready<RoutingAnswer>(
+        Status::InvalidArgument("route: the context needs a model name and a positive block_size"));
+  }
+  if (request.candidates.empty()) {
+    return Ready<RoutingAnswer>(Status::InvalidArgument("candidates: at least one is needed"));
+  }
+  if (Status valid = ValidateRoutingOptions(request.options); !valid.ok()) {
+    return Ready<RoutingAnswer>(std::move(valid));
+  }
+  return CallFor<RoutingAnswer>(*impl_, MessageType::kRoute,
+                                protocol::EncodeRouteRequestBinary(request), timeout,
+                                protocol::DecodeRouteAnswerBinary, "route");
+}
+
+Result<RoutingAnswer> Client::Route(RoutingRequest request, Timeout timeout) {
+  return RouteAsync(std::move(request), timeout).get();
 }
 
 std::future<Result<LocateAnswer>> Client::LocateAsync(LocateRequest request, Timeout timeout) {

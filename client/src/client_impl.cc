@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <future>
 
+#include "client/src/leader_redirect.h"
+
 namespace kvatlas {
 namespace {
 
@@ -33,7 +35,13 @@ Client::Impl::Impl(ClientOptions options, std::vector<client::Endpoint> endpoint
   }
 }
 
+void Client::Impl::FollowLeaders() {
+  redirector_ = std::make_unique<client::LeaderRedirector>(options_);
+}
+
 Client::Impl::~Impl() {
+  // Retries waiting for a leader connection complete first (with their not_leader error).
+  if (redirector_) redirector_->Stop();
   if (thread_.joinable()) {
     asio::post(io_, [this] { Locked([this] { Shutdown(); }); });
     work_.reset();
@@ -94,6 +102,9 @@ void Client::Impl::Call(protocol::MessageType type, std::string_view payload,
       now + (timeout.count() > 0
                  ? std::chrono::duration_cast<Clock::duration>(timeout)
                  : std::chrono::duration_cast<Clock::duration>(options_.default_deadline));
+  if (redirector_ && type == protocol::MessageType::kIngest) {
+    call->done = redirector_->Wrap(type, payload, call->deadline, std::move(call->done));
+  }
   if (payload.size() > options_.max_request_bytes) {
     call->done(Status::PayloadTooLarge("request payload of " + std::to_string(payload.size()) +
                                        " bytes is over max_request_bytes (" +
@@ -424,11 +435,16 @@ void Client::Impl::OnBytes(size_t c, uint64_t generation, const char* data, size
   }
   Locked([&] {
     if (conn.generation != generation) return;
+    const auto now = Clock::now();
     for (protocol::Frame& frame : frames) {
       const uint64_t id = frame.header.request_id;
       const auto it = calls_.find(id);
       if (it == calls_.end() || it->second->connection != c) continue;  // late: deadline passed
-      if (frame.header.status != StatusCode::kOk) {
+      if (now >= it->second->deadline) {
+        // The deadline timer has not run yet: the answer is late all the same.
+        Complete(id,
+                 Status(StatusCode::kDeadlineExceeded, "deadline exceeded waiting for the answer"));
+      } else if (frame.header.status != StatusCode::kOk) {
         Complete(id, protocol::DecodeErrorPayload(frame.header.status, frame.payload));
       } else if (!frame.header.is_response() || frame.header.type != it->second->type) {
         Complete(id, Status::Corruption("the server answered a request of type " +

@@ -40,6 +40,9 @@
 #include "kvatlas/common/protocol.h"
 
 namespace kvatlas {
+namespace client {
+class LeaderRedirector;
+}
 
 class Client::Impl {
  public:
@@ -55,6 +58,11 @@ class Client::Impl {
   // Starts the I/O thread and runs one connect round on every connection; OK when at least
   // one connection is open, else the last connect error (kUnavailable).
   [[nodiscard]] Status Start();
+
+  // Makes writes (kIngest) follow not_leader answers to the leader (leader_redirect.h).
+  // Call before Start. Impls that the redirector itself opens to leaders do not call it:
+  // the redirector counts their hops.
+  void FollowLeaders();
 
   // Sends a request of `type` with `payload`; `done` runs exactly once, on the I/O thread
   // (or at once on the caller's thread when the call fails before it is registered: too
@@ -162,6 +170,8 @@ class Client::Impl {
   size_t next_connection_ = 0;
   size_t queued_ = 0;  // calls posted to Submit and not yet submitted
   bool shut_down_ = false;
+  // Set by FollowLeaders; stopped first in ~Impl, destroyed after the I/O thread joined.
+  std::unique_ptr<client::LeaderRedirector> redirector_;
 };
 
 }  // namespace kvatlas

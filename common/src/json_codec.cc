@@ -327,9 +327,26 @@ json MatchJson(const TierBlocks& blocks, uint32_t block_size) {
       {"media", {{"GPU", blocks.gpu}, {"CPU", blocks.cpu_only}, {"DISK", blocks.disk_only}}}};
 }
 
+// "writer_id" + "writer_sequence" of a POST /v1/events object: both or neither.
+Result<std::optional<WriterPosition>> DecodeWriter(const json& doc) {
+  const auto id = doc.find("writer_id");
+  const auto sequence = doc.find("writer_sequence");
+  if (id == doc.end() && sequence == doc.end()) return std::optional<WriterPosition>();
+  if (id == doc.end()) return Invalid("writer_id", "is required with writer_sequence");
+  if (sequence == doc.end()) return Invalid("writer_sequence", "is required with writer_id");
+  if (!id->is_string()) return InvalidValue("writer_id", "must be a string", *id);
+  if (!sequence->is_number_unsigned()) {
+    return InvalidValue("writer_sequence", "must be a positive integer", *sequence);
+  }
+  WriterPosition writer{id->get<std::string>(), sequence->get<uint64_t>()};
+  KVATLAS_RETURN_IF_ERROR(ValidateWriterPosition(writer, ""));
+  return std::optional<WriterPosition>(std::move(writer));
+}
+
 }  // namespace
 
-Result<std::vector<BlockEvent>> DecodeEventBatch(std::string_view body) {
+Result<std::vector<BlockEvent>> DecodeEventBatch(std::string_view body,
+                                                 std::optional<WriterPosition>* writer) {
   return Guarded([&]() -> Result<std::vector<BlockEvent>> {
     json doc;
     KVATLAS_RETURN_IF_ERROR(ParseJson(body, &doc));
@@ -339,6 +356,8 @@ Result<std::vector<BlockEvent>> DecodeEventBatch(std::string_view body) {
       if (it == doc.end()) return Invalid("events", "is required (an array of events)");
       events = &*it;
       if (!events->is_array()) return InvalidValue("events", "must be an array of events", *events);
+      KVATLAS_ASSIGN_OR_RETURN(std::optional<WriterPosition> position, DecodeWriter(doc));
+      if (writer != nullptr) *writer = std::move(position);
     } else if (!doc.is_array()) {
       return InvalidValue("body", "must be a JSON array of events or {\"events\": [...]}", doc);
     }

@@ -10,9 +10,12 @@
 
 #include "kvatlas/common/bytes.h"
 #include "kvatlas/common/protocol.h"
+#include "payload_reader.h"
 
 namespace kvatlas::protocol {
 namespace {
+
+using Reader = PayloadReader;
 
 // Lower bounds of one encoded element, for ByteReader::Count: a count larger than the bytes
 // left could describe is rejected before anything is reserved.
@@ -21,68 +24,6 @@ constexpr size_t kMinInstanceBytes = 7;
 constexpr size_t kMinRankBytes = 6;
 constexpr size_t kMinSharedBytes = 4;
 constexpr size_t kMinCopyBytes = 19;
-
-// A ByteReader that remembers which field failed first. Field paths are built only on
-// failure: the ingest path decodes millions of fields per second.
-class Reader {
- public:
-  explicit Reader(std::string_view payload) : in_(payload) {}
-
-  // Names the list element the next fields belong to ("events[3]"); Scope({}, 0) clears.
-  void Scope(std::string_view list, size_t index) {
-    list_ = list;
-    index_ = index;
-  }
-
-  uint8_t U8(std::string_view field) { return Checked(in_.U8(), field); }
-  uint64_t Fixed64(std::string_view field) { return Checked(in_.Fixed64(), field); }
-  uint32_t Varint32(std::string_view field) { return Checked(in_.Varint32(), field); }
-  uint64_t Varint64(std::string_view field) { return Checked(in_.Varint64(), field); }
-  bool Flag(std::string_view field) { return Checked(in_.Flag(), field); }
-  std::string String(std::string_view field) {
-    return std::string(Checked(in_.LengthPrefixed(), field));
-  }
-  uint64_t Count(size_t min_element_bytes, std::string_view field) {
-    return Checked(in_.Count(min_element_bytes), field);
-  }
-
-  // Fails the reader with `problem` for a value that decoded but is not allowed.
-  void Reject(std::string_view field, std::string_view problem) {
-    if (!error_) error_ = Status::InvalidArgument(Path(field) + ": " + std::string(problem));
-    in_.Fail();
-  }
-
-  bool ok() const { return in_.ok(); }
-
-  // OK when every read succeeded and consumed the whole payload.
-  Status Finish() const {
-    if (error_) return *error_;
-    if (in_.remaining() != 0) {
-      return Status::InvalidArgument("payload: " + std::to_string(in_.remaining()) +
-                                     " trailing bytes");
-    }
-    return Status::Ok();
-  }
-
- private:
-  template <typename T>
-  T Checked(T value, std::string_view field) {
-    if (!in_.ok() && !error_) {
-      error_ = Status::InvalidArgument(Path(field) + ": truncated or malformed");
-    }
-    return value;
-  }
-
-  std::string Path(std::string_view field) const {
-    if (list_.empty()) return std::string(field);
-    return std::string(list_) + "[" + std::to_string(index_) + "]." + std::string(field);
-  }
-
-  ByteReader in_;
-  std::string_view list_;
-  size_t index_ = 0;
-  std::optional<Status> error_;
-};
 
 // Runs `read` over the whole payload; its value counts only if Finish() is OK.
 template <typename F>
@@ -325,21 +266,42 @@ bool SameEvent(const BlockEvent& a, const BlockEvent& b) {
 }  // namespace
 
 bool operator==(const IngestRequest& a, const IngestRequest& b) {
-  return std::equal(a.events.begin(), a.events.end(), b.events.begin(), b.events.end(), SameEvent);
+  return a.writer == b.writer &&
+         std::equal(a.events.begin(), a.events.end(), b.events.begin(), b.events.end(), SameEvent);
 }
 
 std::string EncodeIngestRequest(const IngestRequest& request) {
   std::string out;
   PutVarint64(&out, request.events.size());
   for (const BlockEvent& event : request.events) PutEvent(event, &out);
+  // The writer is an optional trailer, so that a request without one is the same bytes
+  // as before writers existed.
+  if (request.writer) {
+    PutFlag(&out, true);
+    PutLengthPrefixed(&out, request.writer->writer_id);
+    PutVarint64(&out, request.writer->sequence);
+  }
   return out;
 }
 
 Result<IngestRequest> DecodeIngestRequest(std::string_view payload) {
-  KVATLAS_ASSIGN_OR_RETURN(
-      IngestRequest request, DecodeWhole(payload, [](Reader* in) {
-        return IngestRequest{ReadList<BlockEvent>(in, "events", kMinEventBytes, ReadEvent)};
-      }));
+  KVATLAS_ASSIGN_OR_RETURN(IngestRequest request, DecodeWhole(payload, [](Reader* in) {
+                             IngestRequest r{
+                                 ReadList<BlockEvent>(in, "events", kMinEventBytes, ReadEvent),
+                                 std::nullopt};
+                             if (in->ok() && !in->AtEnd()) {
+                               if (!in->Flag("writer")) {
+                                 in->Reject("writer", "must be 0x01 when present");
+                                 return r;
+                               }
+                               WriterPosition writer;
+                               writer.writer_id = in->String("writer_id");
+                               writer.sequence = in->Varint64("writer_sequence");
+                               r.writer = std::move(writer);
+                             }
+                             return r;
+                           }));
+  if (request.writer) KVATLAS_RETURN_IF_ERROR(ValidateWriterPosition(*request.writer, ""));
   // The same check as POST /v1/events, with the same field paths.
   for (size_t i = 0; i < request.events.size(); ++i) {
     KVATLAS_RETURN_IF_ERROR(

@@ -24,7 +24,18 @@ thread_local std::optional<Clock::time_point> t_request_start;
 void WriteReply(const HttpReply& reply, httplib::Response& response) {
   response.status = reply.status;
   for (const auto& [name, value] : reply.headers) response.set_header(name, value);
-  response.set_content(reply.body, reply.content_type.c_str());
+  if (!reply.stream) {
+    response.set_content(reply.body, reply.content_type.c_str());
+    return;
+  }
+  response.set_chunked_content_provider(
+      reply.content_type, [stream = reply.stream](size_t, httplib::DataSink& sink) {
+        const bool more = stream([&sink](std::string_view data) {
+          return sink.is_writable() && sink.write(data.data(), data.size());
+        });
+        if (!more) sink.done();
+        return true;
+      });
 }
 
 std::string Lower(std::string_view text) {
@@ -57,14 +68,19 @@ Status CheckJsonContentType(const httplib::Request& request) {
                                                        "\"");
 }
 
-HttpReply RunRoute(const Route& route, const httplib::Request& request,
+HttpReply RunRoute(const Router& router, const Route& route, const httplib::Request& request,
                    std::string_view path_param) {
   if (route.json_body) {
     if (Status s = CheckJsonContentType(request); !s.ok()) return ErrorReply(s);
   }
   try {
-    Result<HttpReply> reply = route.handler(RouteRequest{request, path_param});
-    return reply.has_value() ? std::move(reply).value() : ErrorReply(reply.error());
+    const RouteRequest route_request{request, path_param};
+    Result<HttpReply> reply = route.handler(route_request);
+    if (reply.has_value()) return std::move(reply).value();
+    if (reply.error().code() == StatusCode::kNotLeader && router.not_leader_handler()) {
+      return router.not_leader_handler()(route_request, reply.error());
+    }
+    return ErrorReply(reply.error());
   } catch (const std::exception& e) {
     LogError("handler " + request.method + " " + request.path + " threw: " + e.what());
     return ErrorReply(Status::Internal(std::string("unexpected error: ") + e.what()));
@@ -87,7 +103,7 @@ void HttpServer::Dispatch(const httplib::Request& request, httplib::Response& re
   if (method == "HEAD") method = "GET";
   const RouteMatch match = router_.Find(method, request.path);
   if (match.route != nullptr) {
-    WriteReply(RunRoute(*match.route, request, match.path_param), response);
+    WriteReply(RunRoute(router_, *match.route, request, match.path_param), response);
     return;
   }
   if (match.allowed.empty()) {

@@ -4,6 +4,7 @@
 
 #include <future>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -30,9 +31,12 @@ class InFlight {
 };
 
 Result<HttpReply> HandleEvents(const ApiServices& api, const RouteRequest& request) {
-  KVATLAS_ASSIGN_OR_RETURN(std::vector<BlockEvent> events, DecodeEventBatch(request.http.body));
+  std::optional<WriterPosition> writer;
+  KVATLAS_ASSIGN_OR_RETURN(std::vector<BlockEvent> events,
+                           DecodeEventBatch(request.http.body, &writer));
   const EventConverter converter(&api.machine->hasher(), api.options.converter);
   KVATLAS_ASSIGN_OR_RETURN(ConvertedBatch converted, converter.Convert(events));
+  if (writer) converted.batch.position = WriterStreamPosition(*writer);
   IngestAnswer answer{api.machine->applied_revision(), converted.events, converted.blocks};
   // An empty batch changes nothing: it answers the current revision without a log entry.
   if (!converted.batch.commands.empty()) {

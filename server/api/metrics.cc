@@ -93,6 +93,8 @@ std::string_view RpcTypeName(size_t type) {
       return "stats";
     case protocol::MessageType::kPing:
       return "ping";
+    case protocol::MessageType::kRoute:
+      return "route";
   }
   return "other";
 }

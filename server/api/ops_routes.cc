@@ -5,6 +5,7 @@
 #include <tuple>
 #include <utility>
 
+#include "server/api/forwarding.h"
 #include "server/api/routes.h"
 
 namespace kvatlas::server {
@@ -50,6 +51,7 @@ void AddOpsRoutes(const ApiServices* api, Router* router) {
                                            .count();
                    reply.body += RenderStreamMetrics(api->zmq->Streams(), now);
                  }
+                 if (api->feed != nullptr) reply.body += RenderFeedMetrics(api->feed->Stats());
                  reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
                  return reply;
                }});
@@ -62,6 +64,12 @@ void AddAllRoutes(const ApiServices* api, Router* router) {
   AddOpsRoutes(api, router);
   AddRegistrationRoutes(api, router);
   AddClusterRoutes(api, router);
+  // Every route that needs the leader fails with kNotLeader on a follower: proxy it.
+  router->SetNotLeaderHandler([api](const RouteRequest& request, const Status& not_leader) {
+    return AnswerNotLeader(*api, request, not_leader);
+  });
+  AddRouteRoutes(api, router);
+  AddWatchRoutes(api, router);
 }
 
 }  // namespace kvatlas::server

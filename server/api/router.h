@@ -23,6 +23,11 @@ struct HttpReply {
   std::string body;
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;
+  // A streamed answer (Server-Sent Events) instead of `body`: called again and again on
+  // the request's thread; it sends with `write` (which returns false once the client is
+  // gone) and returns false when the stream is over.
+  using Write = std::function<bool(std::string_view)>;
+  std::function<bool(const Write& write)> stream;
 };
 
 // The one mapping of a Status to an HTTP answer: HttpStatusOf(code) with the body
@@ -65,11 +70,18 @@ class Router {
   // bounded cardinality.
   [[nodiscard]] std::string_view Label(std::string_view path) const;
 
+  // Answers a route that failed with kNotLeader, instead of ErrorReply (a follower forwards
+  // such requests to the leader: forwarding.h). Unset: ErrorReply.
+  using NotLeaderHandler = std::function<HttpReply(const RouteRequest&, const Status&)>;
+  void SetNotLeaderHandler(NotLeaderHandler handler) { not_leader_ = std::move(handler); }
+  const NotLeaderHandler& not_leader_handler() const { return not_leader_; }
+
  private:
   // The captured parameter when `pattern` matches `path`; false otherwise.
   static bool Matches(const Route& route, std::string_view path, std::string_view* param);
 
   std::vector<Route> routes_;
+  NotLeaderHandler not_leader_;
 };
 
 }  // namespace kvatlas::server

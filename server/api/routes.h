@@ -9,8 +9,10 @@
 #include <span>
 
 #include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/routing.h"
 #include "server/api/metrics.h"
 #include "server/api/router.h"
+#include "server/feed/change_feed.h"
 #include "server/ingest/event_converter.h"
 #include "server/state/applier.h"
 #include "server/state/replicated_log.h"
@@ -28,6 +30,10 @@ struct ApiOptions {
   // The index's IndexOptions::max_lookup_blocks: tokens past that many blocks are not even
   // hashed, so a huge query costs no more than a capped one.
   uint32_t max_lookup_blocks = IndexOptions{}.max_lookup_blocks;
+  // GET /v1/watch streams open at once (each holds an HTTP worker thread).
+  size_t max_watch_streams = 4;
+  // Copies GET /v1/snapshot answers at most (payload_too_large past it).
+  size_t max_snapshot_copies = 4'000'000;
 };
 
 // What the handlers use. Pointers are not owned and must outlive the HTTP server.
@@ -38,8 +44,11 @@ struct ApiServices {
   Metrics* metrics = nullptr;
   ZmqIngest* zmq = nullptr;      // null when ZMQ ingest is not running (tests)
   ReplicatedLog* log = nullptr;  // null without replication (tests)
+  ChangeFeed* feed = nullptr;    // null without a change feed (tests)
   uint64_t server_id = 1;
-  std::string http_address;  // this server's, for GET /v1/cluster
+  // This server's addresses as it announces them (GET /v1/cluster, AnnounceCommand): the
+  // bound ones, with a wildcard host replaced by the raft address's host.
+  std::string http_address;
   std::string rpc_address;
   ApiOptions options;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
@@ -54,6 +63,8 @@ void AddConductorRoutes(const ApiServices* api, Router* router);
 void AddOpsRoutes(const ApiServices* api, Router* router);
 void AddRegistrationRoutes(const ApiServices* api, Router* router);
 void AddClusterRoutes(const ApiServices* api, Router* router);
+void AddRouteRoutes(const ApiServices* api, Router* router);  // route_routes.cc
+void AddWatchRoutes(const ApiServices* api, Router* router);  // watch_routes.cc
 
 // The request body as a JSON object; kInvalidArgument ("body: ...") when it is not valid
 // JSON or not an object. For the routes that read their fields directly.
@@ -75,6 +86,10 @@ void AddClusterRoutes(const ApiServices* api, Router* router);
 // Hashes the request's tokens (outside any lock), runs Index::Lookup under the read lock
 // and shapes the result (lookup_answer.h). Shared by /v1/lookup and the Conductor routes.
 [[nodiscard]] LookupAnswer RunLookup(const ApiServices& api, const LookupRequest& request);
+
+// A routing decision (docs/routing.md): RunLookup over every instance, then the candidates
+// scored with the common cost (routing.h). Shared by POST /v1/route and the binary kRoute.
+[[nodiscard]] Result<RoutingAnswer> RunRoute(const ApiServices& api, const RoutingRequest& request);
 
 // Accepted events whose medium is not a known name were indexed in the nearest tier: counts
 // them in the metrics and logs each new medium string once. Shared by REST and RPC ingest.

@@ -33,6 +33,8 @@ void Index::Apply(const Command& command, uint64_t seed, MutationList* out) {
                  // Registry commands are the StateMachine's; they never reach the Index.
                  [](const RegisterCommand&) {},
                  [](const UnregisterCommand&) {},
+                 [](const AnnounceCommand&) {},
+                 [](const ForgetServerCommand&) {},
              },
              command);
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -119,6 +120,11 @@ class Index {
   // Every copy of `key`, in `context` or (when null) in every context.
   std::vector<BlockLocation> Locate(BlockKey key, const ContextKey* context = nullptr) const;
 
+  // Every copy in `context` (none for an unknown context): blocks in creation order, each
+  // block's copies in chain order; `visit(key, copy)` gets copies whose `context` is left
+  // empty (it is `context`). For GET /v1/snapshot; runs under the caller's read lock.
+  void ForEachCopy(const ContextKey& context,
+                   const std::function<void(BlockKey, const BlockCopy&)>& visit) const;
   std::vector<HolderInfo> Holders() const;
   std::vector<ContextInfo> Contexts() const;
   IndexStats Stats() const;

@@ -183,6 +183,27 @@ std::vector<BlockLocation> Index::Locate(BlockKey key, const ContextKey* context
   return out;
 }
 
+void Index::ForEachCopy(const ContextKey& context,
+                        const std::function<void(BlockKey, const BlockCopy&)>& visit) const {
+  const Impl& m = *impl_;
+  const uint32_t c = m.FindContext(context);
+  if (c == kNil) return;
+  BlockCopy copy;
+  for (uint32_t b = m.contexts_[c].fifo_head; b != kNil; b = m.blocks_[b].fifo_next) {
+    const BlockRec& block = m.blocks_[b];
+    for (uint32_t e = block.head; e != kNil; e = m.entries_[e].next_in_block) {
+      const EntryRec& rec = m.entries_[e];
+      copy.holder = m.holders_[rec.holder].key;
+      copy.tier = static_cast<Tier>(rec.tier);
+      copy.depth = block.depth;
+      copy.refcount = rec.refcount;
+      copy.engine_hash = rec.engine_hash;
+      copy.location = m.LocationOf(e);
+      visit(block.key, copy);
+    }
+  }
+}
+
 std::vector<HolderInfo> Index::Holders() const {
   std::vector<HolderInfo> out;
   for (uint32_t h = 0; h < impl_->holders_.size(); ++h) {

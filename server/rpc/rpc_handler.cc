@@ -4,8 +4,11 @@
 #include <utility>
 #include <vector>
 
+#include "kvatlas/common/not_leader.h"
+#include "server/api/forwarding.h"
 #include "server/api/stats_json.h"
 #include "server/ingest/event_converter.h"
+#include "server/state/registration.h"
 
 namespace kvatlas::server {
 namespace {
@@ -20,6 +23,7 @@ bool KnownRequestType(MessageType type) {
     case MessageType::kLocate:
     case MessageType::kStats:
     case MessageType::kPing:
+    case MessageType::kRoute:
       return true;
     case MessageType::kError:
       break;
@@ -95,6 +99,16 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
                    protocol::EncodeLookupAnswerBinary(RunLookup(api, lookup)), out);
       return answered();
     }
+    case MessageType::kRoute: {
+      KVATLAS_ASSIGN_OR_RETURN(RoutingRequest route,
+                               protocol::DecodeRouteRequestBinary(request.payload));
+      if (route.lookup.context.block_size == 0) {
+        return Status::InvalidArgument("lookup.block_size: must be a positive integer, got 0");
+      }
+      KVATLAS_ASSIGN_OR_RETURN(RoutingAnswer answer, RunRoute(api, route));
+      AppendAnswer(header.type, header.request_id, protocol::EncodeRouteAnswerBinary(answer), out);
+      return answered();
+    }
     case MessageType::kLocate: {
       KVATLAS_ASSIGN_OR_RETURN(protocol::LocateRequest locate,
                                protocol::DecodeLocateRequest(request.payload));
@@ -107,6 +121,7 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
                                protocol::DecodeIngestRequest(request.payload));
       const EventConverter converter(&api.machine->hasher(), api.options.converter);
       KVATLAS_ASSIGN_OR_RETURN(ConvertedBatch converted, converter.Convert(ingest.events));
+      if (ingest.writer) converted.batch.position = WriterStreamPosition(*ingest.writer);
       NoteUnknownMedia(api, ingest.events);
       PendingIngest pending{
           header.request_id, std::move(converted.batch),
@@ -166,7 +181,16 @@ void RpcHandler::AppendError(MessageType type, uint64_t request_id, const Status
   header.flags = protocol::kFlagResponse;
   header.status = status.code();
   header.request_id = request_id;
-  protocol::AppendFrame(header, protocol::EncodeErrorPayload(status), out);
+  if (status.code() == StatusCode::kNotLeader) {
+    // Tell the client where to go (docs/protocol.md §Not leader).
+    const LeaderAddresses leader = FindLeader(*api_);
+    const Status hinted(
+        status.code(), protocol::AppendNotLeaderHint(status.message(),
+                                                     {leader.id, leader.rpc_address.value_or("")}));
+    protocol::AppendFrame(header, protocol::EncodeErrorPayload(hinted), out);
+  } else {
+    protocol::AppendFrame(header, protocol::EncodeErrorPayload(status), out);
+  }
   api_->metrics->RecordRpcRequest(static_cast<uint8_t>(type), status.code());
 }
 

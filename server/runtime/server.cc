@@ -8,10 +8,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <optional>
 #include <system_error>
 #include <utility>
 
 #include "kvatlas/common/log.h"
+#include "server/api/forwarding.h"
 
 namespace kvatlas::server {
 namespace {
@@ -31,6 +34,16 @@ Status WriteFileAtomically(const fs::path& path, const std::string& content) {
   fs::rename(tmp, path, ec);
   if (ec) return Status::IOError("cannot rename " + tmp.string() + ": " + ec.message());
   return Status::Ok();
+}
+
+// The address other servers and clients reach `bound` at: a wildcard host (0.0.0.0, ::)
+// is replaced by the host of this server's raft address, which its peers already reach.
+std::string Advertised(const std::string& bound, const std::string& raft_address) {
+  Result<HostPort> b = ParseHostPort(bound);
+  Result<HostPort> r = ParseHostPort(raft_address);
+  if (!b.has_value() || !r.has_value()) return bound;
+  if (b->host != "0.0.0.0" && b->host != "::") return bound;
+  return HostPort{r->host, b->port}.ToString();
 }
 
 }  // namespace
@@ -76,6 +89,8 @@ Status Server::Init() {
   machine_options.index.max_entries_per_context = config_.max_entries_per_context;
   machine_options.index.max_lookup_blocks = static_cast<uint32_t>(config_.max_lookup_blocks);
   machine_ = std::make_unique<StateMachine>(machine_options, storage_.get());
+  feed_ = std::make_unique<ChangeFeed>();
+  machine_->SetApplyObserver(feed_.get());
   LogInfo("recovering state from " + storage_options.path);
   KVATLAS_RETURN_IF_ERROR(machine_->Recover());
   LogInfo("recovered at revision " + std::to_string(machine_->applied_revision()));
@@ -94,6 +109,9 @@ Status Server::Init() {
   api_.metrics = &metrics_;
   api_.zmq = zmq_.get();
   api_.log = raft_.get();
+  api_.feed = feed_.get();
+  // Watch streams hold HTTP workers: at most half of them.
+  api_.options.max_watch_streams = std::max<size_t>(1, config_.http_threads / 2);
   api_.server_id = config_.id;
   api_.options.converter.max_events_per_batch = config_.max_events_per_batch;
   api_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
@@ -110,7 +128,7 @@ Status Server::Init() {
   rpc_ = std::make_unique<RpcServer>(rpc_options, &api_);
   KVATLAS_RETURN_IF_ERROR(rpc_->Start());
   rpc_listen_address_ = HostPort{rpc_listen.host, rpc_->port()}.ToString();
-  api_.rpc_address = rpc_listen_address_;
+  api_.rpc_address = Advertised(rpc_listen_address_, raft_address_);
   KVATLAS_RETURN_IF_ERROR(WriteFileAtomically(data_dir / "rpc.addr", rpc_listen_address_ + "\n"));
   wrote_rpc_address_ = true;
 
@@ -129,10 +147,64 @@ Status Server::Init() {
   listen_address_ = HostPort{listen.host, http_->port()}.ToString();
   // Set before the address is published (http.addr, the log line): no client can reach
   // a handler that reads it earlier.
-  api_.http_address = listen_address_;
+  api_.http_address = Advertised(listen_address_, raft_address_);
   KVATLAS_RETURN_IF_ERROR(WriteFileAtomically(data_dir / "http.addr", listen_address_ + "\n"));
   wrote_address_ = true;
+  announcer_ = std::thread([this] { AnnounceAddresses(); });
   return Status::Ok();
+}
+
+void Server::AnnounceAddresses() {
+  const ServerAddresses mine{api_.http_address, api_.rpc_address};
+  constexpr auto kPoll = std::chrono::milliseconds(250);
+  constexpr auto kMaxBackoff = std::chrono::milliseconds(5'000);
+  // Bounded so that Shutdown never waits long for this thread.
+  const auto timeout = std::min<std::chrono::milliseconds>(
+      std::chrono::milliseconds(config_.apply_timeout_ms), std::chrono::milliseconds(2'000));
+  auto delay = kPoll;
+  std::string last_error;
+  std::unique_lock lock(registrar_mu_);
+  while (!registrar_cv_.wait_for(lock, delay, [this] { return registrar_stop_; })) {
+    const ClusterStatus status = raft_->GetStatus();
+    // In a one-server cluster nobody needs the addresses: no log entry for them.
+    if (status.members.size() < 2 || machine_->AddressesOf(config_.id) == mine) {
+      delay = kPoll;
+      continue;
+    }
+    lock.unlock();
+    Status announced;
+    if (raft_->is_leader()) {
+      CommandBatch batch;
+      batch.commands.emplace_back(AnnounceCommand{config_.id, mine.http_address, mine.rpc_address});
+      std::future<Result<Revision>> applied = applier_->Submit(std::move(batch));
+      announced = applied.wait_for(timeout) == std::future_status::ready
+                      ? applied.get().status()
+                      : Status(StatusCode::kDeadlineExceeded, "not applied in time");
+    } else if (status.leader_id == 0) {
+      announced = Status::Unavailable("no leader is known yet");
+    } else if (std::optional<ServerAddresses> leader = machine_->AddressesOf(status.leader_id);
+               !leader || leader->http_address.empty()) {
+      announced = Status::Unavailable("the leader (server " + std::to_string(status.leader_id) +
+                                      ") has not announced its HTTP address yet");
+    } else {
+      announced = PostAnnounce(leader->http_address, config_.id, mine.http_address,
+                               mine.rpc_address, timeout);
+    }
+    lock.lock();
+    if (announced.ok()) {
+      LogInfo("announced this server's addresses (http " + mine.http_address + ", rpc " +
+              mine.rpc_address + ")");
+      last_error.clear();
+      delay = kPoll;
+    } else {
+      // Expected while the cluster elects or the leader announces itself: log changes only.
+      if (announced.ToString() != last_error) {
+        last_error = announced.ToString();
+        LogInfo("announcing this server's addresses: " + last_error + " (retrying)");
+      }
+      delay = std::min<std::chrono::milliseconds>(delay * 2, kMaxBackoff);
+    }
+  }
 }
 
 Status Server::StartZmqIngest() {
@@ -265,6 +337,7 @@ Status Server::StartRaft() {
     if (ZmqIngest* zmq = zmq_notify_.load(std::memory_order_acquire)) zmq->NotifyRegistryChanged();
   });
   const bool single = peers.empty();
+  raft_address_ = options.address;
   const auto patience = std::chrono::milliseconds(10 * options.election_timeout_ms);
   KVATLAS_ASSIGN_OR_RETURN(raft_, RaftLog::Start(std::move(options), machine_.get()));
   if (single) {
@@ -294,6 +367,7 @@ Status Server::Shutdown() {
   registrar_cv_.notify_all();
   if (registrar_.joinable()) registrar_.join();
   if (disk_watcher_.joinable()) disk_watcher_.join();
+  if (announcer_.joinable()) announcer_.join();
   if (rpc_) rpc_->Stop();
   if (http_) http_->Stop();
   // The ingest thread may be waiting for room in the applier's queue: stop it first.

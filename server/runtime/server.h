@@ -17,6 +17,7 @@
 #include "server/api/http_server.h"
 #include "server/api/metrics.h"
 #include "server/api/routes.h"
+#include "server/feed/change_feed.h"
 #include "server/replication/raft_log.h"
 #include "server/rpc/rpc_server.h"
 #include "server/runtime/config.h"
@@ -66,9 +67,14 @@ class Server {
   void RegisterConfigPublishers();
   // Watches the data directory's free space (background thread, every 250 ms).
   void WatchDiskSpace();
+  // Makes this server's REST and RPC addresses part of the replicated state (background
+  // thread): the leader submits an AnnounceCommand for itself, a follower POSTs them to the
+  // leader's /v1/cluster/announce; retried with backoff until recorded.
+  void AnnounceAddresses();
 
   Config config_;
   std::unique_ptr<Storage> storage_;
+  std::unique_ptr<ChangeFeed> feed_;  // outlives the state machine and the HTTP server
   std::unique_ptr<StateMachine> machine_;
   std::unique_ptr<RaftLog> raft_;
   std::unique_ptr<Applier> applier_;
@@ -80,6 +86,7 @@ class Server {
   std::unique_ptr<HttpServer> http_;
   std::string listen_address_;
   std::string rpc_listen_address_;
+  std::string raft_address_;  // this server's raft address, as configured
   bool wrote_address_ = false;
   bool wrote_rpc_address_ = false;
   bool shut_down_ = false;
@@ -88,6 +95,7 @@ class Server {
   std::condition_variable registrar_cv_;
   bool registrar_stop_ = false;
   std::thread disk_watcher_;  // shares registrar_mu_/registrar_cv_/registrar_stop_
+  std::thread announcer_;     // likewise
 };
 
 }  // namespace kvatlas::server

@@ -91,10 +91,32 @@ struct UnregisterCommand {
   friend bool operator==(const UnregisterCommand&, const UnregisterCommand&) = default;
 };
 
-// Store/Remove/Clear change the Index; Register/Unregister change the Registry. The order of
-// the alternatives is the command-batch wire tag minus one (docs/storage.md).
-using Command =
-    std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand, UnregisterCommand>;
+// A cluster member's client-facing addresses (registration.h ServerAddresses), replicated so
+// that every server can name the leader's REST and binary-protocol endpoints (GET
+// /v1/cluster, follower forwarding, not-leader answers). Replaces what was recorded for
+// `server_id`. Submitted by the leader, for itself or on a member's behalf (POST
+// /v1/cluster/announce); addresses are "HOST:PORT".
+struct AnnounceCommand {
+  uint64_t server_id = 0;
+  std::string http_address;
+  std::string rpc_address;
+
+  friend bool operator==(const AnnounceCommand&, const AnnounceCommand&) = default;
+};
+
+// Drops the recorded addresses of `server_id` (a server removed from the cluster). Unknown
+// ids change nothing.
+struct ForgetServerCommand {
+  uint64_t server_id = 0;
+
+  friend bool operator==(const ForgetServerCommand&, const ForgetServerCommand&) = default;
+};
+
+// Store/Remove/Clear change the Index; Register/Unregister/Announce/ForgetServer change the
+// Registry. The order of the alternatives is the command-batch wire tag minus one
+// (docs/storage.md).
+using Command = std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand,
+                             UnregisterCommand, AnnounceCommand, ForgetServerCommand>;
 
 // What one log entry carries: commands applied atomically, in order, at one revision.
 struct CommandBatch {

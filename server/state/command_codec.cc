@@ -20,14 +20,18 @@ enum class CommandTag : uint8_t {
   kStore = 1,
   kRemove = 2,
   kClear = 3,
-  kRegister = 4,    // version 2
-  kUnregister = 5,  // version 2
+  kRegister = 4,      // version 2
+  kUnregister = 5,    // version 2
+  kAnnounce = 6,      // version 3
+  kForgetServer = 7,  // version 3
 };
 static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreCommand> &&
               std::is_same_v<std::variant_alternative_t<1, Command>, RemoveCommand> &&
               std::is_same_v<std::variant_alternative_t<2, Command>, ClearCommand> &&
               std::is_same_v<std::variant_alternative_t<3, Command>, RegisterCommand> &&
-              std::is_same_v<std::variant_alternative_t<4, Command>, UnregisterCommand>);
+              std::is_same_v<std::variant_alternative_t<4, Command>, UnregisterCommand> &&
+              std::is_same_v<std::variant_alternative_t<5, Command>, AnnounceCommand> &&
+              std::is_same_v<std::variant_alternative_t<6, Command>, ForgetServerCommand>);
 
 // The smallest encoded command (a Clear of an empty holder id, without context or tier):
 // tag, holder id length, dp_rank, two absent flags. Bounds the command count of a batch.
@@ -130,6 +134,12 @@ void VisitFields(Io& io, C& c) {
     io(c.instance_id);
     io(c.tenant_id);
     io(c.dp_rank);  // varint32
+  } else if constexpr (std::is_same_v<T, AnnounceCommand>) {
+    io(c.server_id);  // fixed64
+    io(c.http_address);
+    io(c.rpc_address);
+  } else if constexpr (std::is_same_v<T, ForgetServerCommand>) {
+    io(c.server_id);  // fixed64
   } else {
     static_assert(std::is_same_v<T, StreamPosition>);
     io(c.stream);
@@ -149,22 +159,26 @@ void ReadInto(CommandBatch* batch, ByteReader* in) {
 }
 
 // Batches are written in the oldest version that can hold them, so that the encoding stays
-// canonical (one byte string per batch) and old logs and new ones agree byte for byte.
-bool NeedsVersion2(const CommandBatch& batch) {
-  if (batch.position) return true;
+// canonical (one byte string per batch) and old logs and new ones agree byte for byte:
+// 3 with server-address commands, else 2 with a position, registry commands or kAlias
+// stores, else 1. Versions 2 and 3 share the layout; 3 only adds tags.
+uint8_t NeededVersion(const CommandBatch& batch) {
+  uint8_t version = batch.position ? 2 : 1;
   for (const Command& command : batch.commands) {
-    if (TagOf(command) >= CommandTag::kRegister) return true;
+    if (TagOf(command) >= CommandTag::kAnnounce) return 3;
     const auto* store = std::get_if<StoreCommand>(&command);
-    if (store && store->mode == KeyMode::kAlias) return true;
+    if (TagOf(command) >= CommandTag::kRegister || (store && store->mode == KeyMode::kAlias)) {
+      version = 2;
+    }
   }
-  return false;
+  return version;
 }
 
 }  // namespace
 
 std::string EncodeCommandBatch(const CommandBatch& batch) {
   std::string out;
-  const uint8_t version = NeedsVersion2(batch) ? 2 : 1;
+  const uint8_t version = NeededVersion(batch);
   out.push_back(static_cast<char>(version));
   PutVarint64(&out, batch.commands.size());
   FieldWriter writer(&out);
@@ -208,6 +222,14 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
         if (version < 2) in.Fail();
         if (in.ok()) ReadInto<UnregisterCommand>(&batch, &in);
         break;
+      case CommandTag::kAnnounce:
+        if (version < 3) in.Fail();
+        if (in.ok()) ReadInto<AnnounceCommand>(&batch, &in);
+        break;
+      case CommandTag::kForgetServer:
+        if (version < 3) in.Fail();
+        if (in.ok()) ReadInto<ForgetServerCommand>(&batch, &in);
+        break;
       default:
         in.Fail();
     }
@@ -222,11 +244,12 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
     VisitFields(reader, batch.position.emplace());
   }
   if (!in.ok()) return Status::Corruption("command batch has a truncated or malformed position");
-  if (version == 2 && !NeedsVersion2(batch)) {
-    return Status::Corruption("command batch is version 2 but holds nothing version 1 cannot");
-  }
-  if (version == 1 && NeedsVersion2(batch)) {
-    return Status::Corruption("command batch is version 1 but uses key mode kAlias");
+  // Tags are checked against the version while reading, so a batch can only need a lower
+  // version than it declares (or, for version 1, a kAlias store).
+  if (const uint8_t needed = NeededVersion(batch); needed != version) {
+    return Status::Corruption("command batch is version " + std::to_string(version) +
+                              " but its content needs version " + std::to_string(needed) +
+                              " (the encoding is canonical)");
   }
   if (!in.Done()) {
     return Status::Corruption("command batch has " + std::to_string(in.remaining()) +

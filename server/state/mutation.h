@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvatlas/common/types.h"
+#include "server/state/registration.h"
 
 namespace kvatlas::server {
 
@@ -20,10 +21,12 @@ enum class MutationKind : uint8_t {
   kPutEntry = 5,     // context, key, holder, tier, refcount, engine_hash, location
   kDeleteEntry = 6,  // context, key, holder, tier
   // Registry records (registration.h); `location` holds the record's name.
-  kPutRegistration = 7,        // location = registration key, registration
-  kDeleteRegistration = 8,     // location = registration key
-  kPutStreamPosition = 9,      // location = stream key, stamp = last applied sequence
-  kDeleteStreamPosition = 10,  // location = stream key
+  kPutRegistration = 7,         // location = registration key, registration
+  kDeleteRegistration = 8,      // location = registration key
+  kPutStreamPosition = 9,       // location = stream key, stamp = last applied sequence
+  kDeleteStreamPosition = 10,   // location = stream key
+  kPutServerAddresses = 11,     // stamp = raft server id, server_addresses
+  kDeleteServerAddresses = 12,  // stamp = raft server id
 };
 
 // Why a record went away (or came), for metrics and the change feed.
@@ -45,7 +48,8 @@ struct Mutation {
   // strings out of every Mutation halves the size of the list one apply group writes.
   std::shared_ptr<const ContextKey> context_key;
   std::shared_ptr<const HolderKey> holder_key;
-  std::shared_ptr<const Registration> registration;  // kPutRegistration only
+  std::shared_ptr<const Registration> registration;         // kPutRegistration only
+  std::shared_ptr<const ServerAddresses> server_addresses;  // kPutServerAddresses only
 };
 
 using MutationList = std::vector<Mutation>;

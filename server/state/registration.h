@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "kvatlas/common/events.h"
 #include "kvatlas/common/types.h"
 
 namespace kvatlas::server {
@@ -61,8 +62,18 @@ struct Registration {
 };
 
 // Streams of bound (centralized-mode) listeners are keyed "listen:<endpoint>|<topic>|<rank>";
-// every other stream key is the key of the registration it belongs to.
+// the batches of a REST or binary-protocol writer (events.h WriterPosition) are keyed
+// "writer:<writer_id>"; every other stream key is the key of the registration it belongs
+// to. Listener and writer streams need no registration.
 inline constexpr std::string_view kListenerStreamPrefix = "listen:";
+inline constexpr std::string_view kWriterStreamPrefix = "writer:";
+
+inline bool IsListenerStream(std::string_view stream) {
+  return stream.substr(0, kListenerStreamPrefix.size()) == kListenerStreamPrefix;
+}
+inline bool IsWriterStream(std::string_view stream) {
+  return stream.substr(0, kWriterStreamPrefix.size()) == kWriterStreamPrefix;
+}
 
 // Where a batch sits in its publisher's stream. The StateMachine applies a batch carrying
 // a position only if its sequence is past the stream's recorded one, then records it: a
@@ -79,10 +90,27 @@ struct StreamPosition {
   friend bool operator==(const StreamPosition&, const StreamPosition&) = default;
 };
 
-// The registry part of the state: registrations by key, last applied sequence by stream.
+// Where a cluster member serves clients (AnnounceCommand): "HOST:PORT" of its REST API and
+// of its binary protocol.
+struct ServerAddresses {
+  std::string http_address;
+  std::string rpc_address;
+
+  friend bool operator==(const ServerAddresses&, const ServerAddresses&) = default;
+};
+
+// The stream position of a writer's batch (events.h WriterPosition).
+inline StreamPosition WriterStreamPosition(const WriterPosition& writer) {
+  return StreamPosition{std::string(kWriterStreamPrefix) + writer.writer_id, writer.sequence,
+                        /*restart=*/false};
+}
+
+// The registry part of the state: registrations by key, last applied sequence by stream,
+// and the announced addresses of cluster members by raft server id.
 struct Registry {
   std::map<std::string, Registration, std::less<>> registrations;
   std::map<std::string, uint64_t, std::less<>> positions;
+  std::map<uint64_t, ServerAddresses> servers;
 
   friend bool operator==(const Registry&, const Registry&) = default;
 };

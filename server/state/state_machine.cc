@@ -23,23 +23,24 @@ enum CounterSlot : int {
   kOrphanBatches,
 };
 
-bool IsListenerStream(std::string_view stream) {
-  return stream.substr(0, kListenerStreamPrefix.size()) == kListenerStreamPrefix;
-}
-
 }  // namespace
 
 StateMachine::StateMachine(StateMachineOptions options, Storage* storage)
     : options_(options), storage_(storage), hasher_(options.hash_seed), index_(options.index) {}
 
 Status StateMachine::Recover() {
-  if (!storage_) return Status::Ok();
+  if (!storage_) {
+    std::unique_lock lock(mu_);
+    if (observer_) observer_->OnReset(applied_.load(std::memory_order_relaxed), index_);
+    return Status::Ok();
+  }
   KVATLAS_RETURN_IF_ERROR(storage_->CheckHashSeed(options_.hash_seed));
   KVATLAS_ASSIGN_OR_RETURN(Revision applied, storage_->AppliedIndex());
   std::unique_lock lock(mu_);
   KVATLAS_RETURN_IF_ERROR(storage_->LoadInto(&index_));
   KVATLAS_RETURN_IF_ERROR(storage_->LoadRegistry(&registry_));
   applied_.store(applied, std::memory_order_release);
+  if (observer_) observer_->OnReset(applied, index_);
   return Status::Ok();
 }
 
@@ -93,6 +94,7 @@ Status StateMachine::Restore(std::string_view snapshot) {
     KVATLAS_RETURN_IF_ERROR(storage_->LoadInto(&index_));
     KVATLAS_RETURN_IF_ERROR(storage_->LoadRegistry(&registry_));
     applied_.store(index, std::memory_order_release);
+    if (observer_) observer_->OnReset(index, index_);
   }
   if (registry_listener_) registry_listener_();
   return Status::Ok();
@@ -136,6 +138,7 @@ Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const>
       return s.WithContext("writing revision " + std::to_string(revision));
     }
   }
+  if (observer_) observer_->OnApplied(revision, scratch_);
   if (registry_changed && registry_listener_) registry_listener_();
   return revision;
 }
@@ -158,7 +161,8 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch) {
     }
     // A batch that was in flight when its publisher was unregistered must not bring the
     // holder's entries back.
-    if (!IsListenerStream(p.stream) && !registry_.registrations.contains(p.stream)) {
+    if (!IsListenerStream(p.stream) && !IsWriterStream(p.stream) &&
+        !registry_.registrations.contains(p.stream)) {
       counters_[kOrphanBatches].fetch_add(1, std::memory_order_relaxed);
       return false;
     }
@@ -173,6 +177,15 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch) {
     if (const auto* unreg = std::get_if<UnregisterCommand>(&command)) {
       ApplyUnregister(*unreg);
       registry_changed = true;
+      continue;
+    }
+    // Server addresses are not registrations: the registry listener (ZMQ) ignores them.
+    if (const auto* announce = std::get_if<AnnounceCommand>(&command)) {
+      ApplyAnnounce(*announce);
+      continue;
+    }
+    if (const auto* forget = std::get_if<ForgetServerCommand>(&command)) {
+      ApplyForgetServer(*forget);
       continue;
     }
     index_.Apply(command, options_.hash_seed, &scratch_);
@@ -216,6 +229,36 @@ void StateMachine::ApplyUnregister(const UnregisterCommand& c) {
   index_.Apply(ClearCommand{HolderKey{c.instance_id, c.dp_rank}, std::nullopt, std::nullopt},
                options_.hash_seed, &scratch_);
   counters_[kClearedCommands].fetch_add(1, std::memory_order_relaxed);
+}
+
+void StateMachine::ApplyAnnounce(const AnnounceCommand& c) {
+  ServerAddresses addresses{c.http_address, c.rpc_address};
+  Mutation m;
+  m.kind = MutationKind::kPutServerAddresses;
+  m.stamp = c.server_id;
+  m.server_addresses = std::make_shared<const ServerAddresses>(addresses);
+  scratch_.push_back(std::move(m));
+  registry_.servers.insert_or_assign(c.server_id, std::move(addresses));
+}
+
+void StateMachine::ApplyForgetServer(const ForgetServerCommand& c) {
+  if (registry_.servers.erase(c.server_id) == 0) return;
+  Mutation m;
+  m.kind = MutationKind::kDeleteServerAddresses;
+  m.stamp = c.server_id;
+  scratch_.push_back(std::move(m));
+}
+
+std::map<uint64_t, ServerAddresses> StateMachine::ServerAddressMap() const {
+  std::shared_lock lock(mu_);
+  return registry_.servers;
+}
+
+std::optional<ServerAddresses> StateMachine::AddressesOf(uint64_t server_id) const {
+  std::shared_lock lock(mu_);
+  auto it = registry_.servers.find(server_id);
+  if (it == registry_.servers.end()) return std::nullopt;
+  return it->second;
 }
 
 ApplyCounters StateMachine::counters() const {

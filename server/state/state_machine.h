@@ -10,7 +10,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 #include <string_view>
@@ -42,6 +44,20 @@ struct ApplyCounters {
   uint64_t duplicate_batches = 0;
   // Stream batches skipped because their stream's registration is gone.
   uint64_t orphan_batches = 0;
+};
+
+// Told, on the applying thread, about every applied group and every wholesale replacement
+// of the state: the change feed (server/feed/). Calls must be quick and must not call back
+// into the StateMachine.
+class ApplyObserver {
+ public:
+  virtual ~ApplyObserver() = default;
+  // After a group is applied and written to storage: what it changed. `revision` is the
+  // group's last revision (with a replicated log, the one revision of all its batches).
+  virtual void OnApplied(Revision revision, const MutationList& mutations) = 0;
+  // After Recover() and after Restore() replaced the state: `index` is the whole new state
+  // at `revision`, readable during the call only (under the state's write lock).
+  virtual void OnReset(Revision revision, const Index& index) = 0;
 };
 
 class StateMachine final : public LogStateMachine {
@@ -93,12 +109,20 @@ class StateMachine final : public LogStateMachine {
     return f(static_cast<const Registry&>(registry_), applied_.load(std::memory_order_relaxed));
   }
 
+  // The announced addresses of every cluster member (AnnounceCommand), a copy taken under
+  // the read lock. Any thread.
+  std::map<uint64_t, ServerAddresses> ServerAddressMap() const;
+  // One member's announced addresses; nullopt when it has announced none. Any thread.
+  std::optional<ServerAddresses> AddressesOf(uint64_t server_id) const;
+
   // Called on the applying thread after every Apply that changed a registration (and not
   // at Recover). It must be quick and must not call back into the StateMachine: the ZMQ
   // ingest uses it to wake up and re-read the registry. Set before the first Apply.
   void SetRegistryListener(std::function<void()> listener) {
     registry_listener_ = std::move(listener);
   }
+  // Set before Recover(); null = none. `observer` must outlive the StateMachine's use.
+  void SetApplyObserver(ApplyObserver* observer) { observer_ = observer; }
 
   ApplyCounters counters() const;
 
@@ -116,10 +140,13 @@ class StateMachine final : public LogStateMachine {
   bool ApplyBatch(const CommandBatch& batch);
   void ApplyRegister(const RegisterCommand& c);
   void ApplyUnregister(const UnregisterCommand& c);
+  void ApplyAnnounce(const AnnounceCommand& c);
+  void ApplyForgetServer(const ForgetServerCommand& c);
 
   Index index_;
   Registry registry_;
   std::function<void()> registry_listener_;
+  ApplyObserver* observer_ = nullptr;
   std::atomic<Revision> applied_{0};
   std::atomic<bool> failed_{false};
   MutationList scratch_;

@@ -166,6 +166,17 @@ void AppendStreamPositionKey(std::string_view stream, std::string* out) {
   out->append(stream);
 }
 
+void AppendServerAddressesKey(uint64_t server_id, std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kServerAddresses));
+  PutBigEndian64(out, server_id);
+}
+
+Result<uint64_t> DecodeServerAddressesRecordKey(std::string_view key) {
+  KVATLAS_ASSIGN_OR_RETURN(ByteReader in,
+                           OpenKey(key, RecordType::kServerAddresses, kServerAddressesKeyBytes));
+  return in.BigEndian64();
+}
+
 Result<std::string_view> DecodeNamedRecordKey(std::string_view key, RecordType type) {
   if (key.size() < 2 || key[0] != static_cast<char>(type)) {
     return Status::Corruption("malformed record key " + DescribeKey(key));
@@ -218,6 +229,9 @@ std::string DescribeKey(std::string_view key) {
     case RecordType::kRegistration:
     case RecordType::kStreamPosition:
       return out + "/" + std::string(key.substr(1));
+    case RecordType::kServerAddresses:
+      if (key.size() != kServerAddressesKeyBytes) break;
+      return out + "/server=" + std::to_string(in.BigEndian64());
     case RecordType::kContext:
     case RecordType::kHolder:
       if (key.size() != kContextKeyBytes) break;
@@ -294,6 +308,20 @@ void AppendStreamPositionValue(uint64_t sequence, std::string* out) { PutFixed64
 
 Result<uint64_t> DecodeStreamPositionValue(std::string_view key, std::string_view value) {
   return DecodeValue(key, value, "stream position", [](ByteReader* in) { return in->Fixed64(); });
+}
+
+void AppendServerAddressesValue(const ServerAddresses& addresses, std::string* out) {
+  PutLengthPrefixed(out, addresses.http_address);
+  PutLengthPrefixed(out, addresses.rpc_address);
+}
+
+Result<ServerAddresses> DecodeServerAddressesValue(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "server addresses", [](ByteReader* in) {
+    ServerAddresses a;
+    a.http_address = std::string(in->LengthPrefixed());
+    a.rpc_address = std::string(in->LengthPrefixed());
+    return a;
+  });
 }
 
 Result<uint32_t> DecodeMetaFixed32(std::string_view key, std::string_view value) {

@@ -51,6 +51,7 @@ enum class RecordType : char {
   kEntry = 'E',
   kRegistration = 'R',
   kStreamPosition = 'S',
+  kServerAddresses = 'A',
 };
 
 // Meta record names (the rest of an `M` key).
@@ -67,6 +68,7 @@ inline constexpr size_t kContextKeyBytes = 1 + 4;
 inline constexpr size_t kHolderKeyBytes = 1 + 4;
 inline constexpr size_t kBlockKeyBytes = 1 + 4 + 8;
 inline constexpr size_t kEntryKeyBytes = 1 + 4 + 8 + 4 + 1;
+inline constexpr size_t kServerAddressesKeyBytes = 1 + 8;
 
 // The encoders append to `out` (callers reuse one buffer per record).
 void AppendMetaKey(std::string_view name, std::string* out);
@@ -77,6 +79,8 @@ void AppendEntryKey(uint32_t context, BlockKey key, uint32_t holder, Tier tier, 
 // `R` + registration key bytes; `S` + stream key bytes (both non-empty strings).
 void AppendRegistrationKey(std::string_view registration_key, std::string* out);
 void AppendStreamPositionKey(std::string_view stream, std::string* out);
+// `A` + be64 raft server id.
+void AppendServerAddressesKey(uint64_t server_id, std::string* out);
 
 struct BlockRecordKey {
   uint32_t context = 0;
@@ -99,6 +103,7 @@ struct EntryRecordKey {
 [[nodiscard]] Result<EntryRecordKey> DecodeEntryRecordKey(std::string_view key);
 // The name after the type byte of an `R` or `S` key; kCorruption when empty.
 [[nodiscard]] Result<std::string_view> DecodeNamedRecordKey(std::string_view key, RecordType type);
+[[nodiscard]] Result<uint64_t> DecodeServerAddressesRecordKey(std::string_view key);
 
 // A readable rendering of any record key, for error messages: "E/ctx=3/key=0x00ab…/
 // holder=7/tier=CPU", "M/applied_index", or the type followed by hex bytes when malformed.
@@ -137,6 +142,10 @@ void AppendEntryValue(uint32_t refcount, uint64_t engine_hash, std::string_view 
 void AppendStreamPositionValue(uint64_t sequence, std::string* out);
 [[nodiscard]] Result<uint64_t> DecodeStreamPositionValue(std::string_view key,
                                                          std::string_view value);
+// A server addresses value: http_address, rpc_address (length-prefixed).
+void AppendServerAddressesValue(const ServerAddresses& addresses, std::string* out);
+[[nodiscard]] Result<ServerAddresses> DecodeServerAddressesValue(std::string_view key,
+                                                                 std::string_view value);
 // Meta values are fixed32 (format_version) or fixed64 (hash_seed, applied_index).
 [[nodiscard]] Result<uint32_t> DecodeMetaFixed32(std::string_view key, std::string_view value);
 [[nodiscard]] Result<uint64_t> DecodeMetaFixed64(std::string_view key, std::string_view value);

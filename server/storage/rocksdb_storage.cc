@@ -222,8 +222,10 @@ class RocksDbStorage final : public Storage {
       }
       if ((m.kind == MutationKind::kPutContext && !m.context_key) ||
           (m.kind == MutationKind::kPutHolder && !m.holder_key) ||
-          (m.kind == MutationKind::kPutRegistration && !m.registration)) {
-        return Status::Internal("context, holder or registration mutation without its value");
+          (m.kind == MutationKind::kPutRegistration && !m.registration) ||
+          (m.kind == MutationKind::kPutServerAddresses && !m.server_addresses)) {
+        return Status::Internal(
+            "context, holder, registration or server addresses mutation without its value");
       }
       rocksdb::Status s;
       switch (m.kind) {
@@ -271,6 +273,15 @@ class RocksDbStorage final : public Storage {
           break;
         case MutationKind::kDeleteStreamPosition:
           AppendStreamPositionKey(m.location, &key);
+          s = batch.Delete(ToSlice(key));
+          break;
+        case MutationKind::kPutServerAddresses:
+          AppendServerAddressesKey(m.stamp, &key);
+          AppendServerAddressesValue(*m.server_addresses, &value);
+          s = batch.Put(ToSlice(key), ToSlice(value));
+          break;
+        case MutationKind::kDeleteServerAddresses:
+          AppendServerAddressesKey(m.stamp, &key);
           s = batch.Delete(ToSlice(key));
           break;
         default:
@@ -328,8 +339,15 @@ class RocksDbStorage final : public Storage {
       registry->positions.emplace(std::string(name), sequence);
       return Status::Ok();
     };
+    auto load_server = [registry](std::string_view k, std::string_view v) -> Status {
+      KVATLAS_ASSIGN_OR_RETURN(uint64_t id, DecodeServerAddressesRecordKey(k));
+      KVATLAS_ASSIGN_OR_RETURN(ServerAddresses addresses, DecodeServerAddressesValue(k, v));
+      registry->servers.emplace(id, std::move(addresses));
+      return Status::Ok();
+    };
     KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kRegistration, load_registration));
-    return Scan(RecordType::kStreamPosition, load_position);
+    KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kStreamPosition, load_position));
+    return Scan(RecordType::kServerAddresses, load_server);
   }
 
   Result<std::unique_ptr<Capture>> CaptureAll() const override;

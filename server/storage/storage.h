@@ -58,7 +58,8 @@ class Storage {
   // Loads every record into `index` (which must be empty) in the order Index::Load* requires.
   [[nodiscard]] virtual Status LoadInto(Index* index) const = 0;
 
-  // Loads every registration and stream position into `registry` (which must be empty).
+  // Loads every registration, stream position and server addresses record into `registry`
+  // (which must be empty).
   [[nodiscard]] virtual Status LoadRegistry(Registry* registry) const = 0;
 
   // A consistent point-in-time image of the whole database (a replicated-log snapshot).

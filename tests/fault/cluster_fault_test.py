@@ -47,19 +47,23 @@ class Node:
         self.proc = None
         self.base = None
 
+    def command(self, http_listen="127.0.0.1:0"):
+        """The server's argv; subclasses wrap it (e.g. `ip netns exec`)."""
+        return [self.binary, "--data-dir", self.data_dir, "--id", str(self.id),
+                "--peers", self.peers, "--http-listen", http_listen,
+                "--rpc-listen", "127.0.0.1:0", "--raft-election-timeout-ms", "500",
+                "--apply-timeout-ms", "3000",
+                *(["--raft-listen", self.raft_listen] if self.raft_listen else []), *self.extra]
+
     def start(self):
         addr_file = os.path.join(self.data_dir, "http.addr")
         if os.path.exists(addr_file):
             os.remove(addr_file)
         self.log = open(os.path.join(self.data_dir, "server.log"), "ab")
-        self.proc = subprocess.Popen(
-            [self.binary, "--data-dir", self.data_dir, "--id", str(self.id), "--peers", self.peers,
-             "--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
-             "--raft-election-timeout-ms", "500", "--apply-timeout-ms", "3000",
-             *(["--raft-listen", self.raft_listen] if self.raft_listen else []), *self.extra],
-            stdout=self.log, stderr=self.log)
+        self.proc = subprocess.Popen(self.command(), stdout=self.log, stderr=self.log)
         deadline = time.time() + DEADLINE_S
-        while not os.path.exists(addr_file):
+        # The file is written whole (rename) once the server listens.
+        while not (os.path.exists(addr_file) and os.path.getsize(addr_file) > 0):
             if self.proc.poll() is not None or time.time() > deadline:
                 raise AssertionError(f"server {self.id} did not start:\n" + self.log_tail())
             time.sleep(0.02)
@@ -128,6 +132,16 @@ class Cluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def current_leader(nodes):
+    """The live node that says it leads right now, or None (no waiting)."""
+    for node in nodes:
+        if node.alive():
+            status, body = node.request("GET", "/v1/cluster")
+            if status == 200 and body["state"] == "leader":
+                return node
+    return None
+
+
 def prompt(i):
     return [1_000_000 + i * 16 + k for k in range(2 * BS)]
 
@@ -169,6 +183,40 @@ def check_acked(cluster, acked, nodes):
     assert len(sizes) == 1, f"servers disagree on the index size: {sizes}"
 
 
+def request_with_headers(node, method, path, body, headers):
+    """Like Node.request, with extra request headers; also returns the answer's headers."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(node.base + path, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    for name, value in headers.items():
+        req.add_header(name, value)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, json.loads(resp.read() or b"null"), dict(resp.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null"), dict(e.headers)
+
+
+def addr_of(node, name):
+    with open(os.path.join(node.data_dir, name)) as f:
+        return f.read().strip()
+
+
+def wait_addresses_known(cluster, nodes=None):
+    """Until every live server's GET /v1/cluster names every member's addresses."""
+    nodes = [n for n in (nodes or cluster.nodes) if n.alive()]
+    deadline = time.time() + DEADLINE_S
+    while True:
+        bodies = [node.request("GET", "/v1/cluster") for node in nodes]
+        if all(status == 200 and body["leader_http_address"] and all(
+                m["http_address"] and m["rpc_address"] for m in body["members"])
+               for status, body in bodies):
+            return [body for _, body in bodies]
+        assert time.time() < deadline, bodies
+        time.sleep(0.05)
+
+
 def case_replicate_and_follower_refuses(binary):
     cluster = Cluster(binary)
     try:
@@ -176,11 +224,22 @@ def case_replicate_and_follower_refuses(binary):
         acked = [(i, write(leader, i)) for i in range(50)]
         assert all(rev for _, rev in acked), acked
         follower = next(n for n in cluster.nodes if n is not leader)
-        status, body = follower.request("POST", "/v1/events", {"events": [
-            {"event_type": "stored", "model_name": "m", "block_size": BS, "backend_id": "x",
-             "token_ids": prompt(999)}]})
+        wait_addresses_known(cluster)
+        # A write to a follower is forwarded to the leader and answered with its answer.
+        event = {"event_type": "stored", "model_name": "m", "block_size": BS, "backend_id": "w",
+                 "token_ids": prompt(999)}
+        status, body, headers = request_with_headers(follower, "POST", "/v1/events",
+                                                     {"events": [event]}, {})
+        assert status == 200 and body["revision"] > 0, (status, body)
+        assert headers.get("X-Kvatlas-Forwarded-From") == str(follower.id), headers
+        acked.append((999, body["revision"]))
+        # A request a follower already forwarded is never forwarded again.
+        status, body, headers = request_with_headers(
+            follower, "POST", "/v1/events", {"events": [event]}, {"X-Kvatlas-Forwarded": "7"})
         assert status == 421 and body["code"] == "not_leader", (status, body)
-        assert f"server {leader.id}" in body["message"], body
+        assert body["leader_id"] == leader.id, body
+        assert body["leader_http_address"] == addr_of(leader, "http.addr"), body
+        assert body["leader_rpc_address"] == addr_of(leader, "rpc.addr"), body
         check_acked(cluster, acked, cluster.nodes)
         status, body = follower.request("GET", "/v1/cluster")
         assert body["leader_id"] == leader.id and len(body["members"]) == 3, body
@@ -189,10 +248,12 @@ def case_replicate_and_follower_refuses(binary):
         query = {"model": "m", "token_ids": prompt(500), "block_size": BS, "min_revision": rev}
         status, body = follower.request("POST", "/query", query)
         assert status == 200 and body["default"]["w"]["GPU"] == 2 * BS, (status, body)
-        # Linearizable reads go through the leader.
+        # Linearizable reads go through the leader: a follower forwards them.
         query = {"model": "m", "token_ids": prompt(500), "block_size": BS,
                  "consistency": "linearizable"}
-        assert follower.request("POST", "/query", query)[0] == 421
+        status, body, headers = request_with_headers(follower, "POST", "/query", query, {})
+        assert status == 200 and body["default"]["w"]["GPU"] == 2 * BS, (status, body)
+        assert headers.get("X-Kvatlas-Forwarded-From") == str(follower.id), headers
         status, body = leader.request("POST", "/query", query)
         assert status == 200 and body["default"]["w"]["GPU"] == 2 * BS, (status, body)
         query["consistency"] = "strong"
@@ -202,6 +263,97 @@ def case_replicate_and_follower_refuses(binary):
                  "min_revision": 10**9}
         status, body = follower.request("POST", "/v1/lookup", dict(query, model_name="m"))
         assert status == 504 and "min_revision" in body["message"], (status, body)
+    finally:
+        cluster.cleanup()
+
+
+def cli_binary(server_binary):
+    cli = os.environ.get("KVATLAS_CLI") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(server_binary))), "client", "kvatlas")
+    assert os.access(cli, os.X_OK), f"no kvatlas CLI at {cli} (set KVATLAS_CLI)"
+    return cli
+
+
+def run_cli(cli, *args, stdin=None):
+    env = dict(os.environ)
+    env.pop("KVATLAS_HTTP", None)
+    env.pop("KVATLAS_SERVER", None)
+    done = subprocess.run([cli, "--timeout-ms", "5000", *args], input=stdin,
+                          capture_output=True, text=True, timeout=DEADLINE_S, env=env)
+    return done.returncode, done.stdout, done.stderr
+
+
+def case_addresses_cli_and_client(binary):
+    """Every server names every member's addresses; the CLI's cluster commands; the client
+    library follows not_leader from a follower's binary-protocol endpoint to the leader."""
+    cli = cli_binary(binary)
+    cluster = Cluster(binary)
+    try:
+        leader = cluster.leader()
+        bodies = wait_addresses_known(cluster)
+        for body in bodies:
+            by_id = {m["id"]: m for m in body["members"]}
+            assert sorted(by_id) == [1, 2, 3], body
+            for node in cluster.nodes:
+                assert by_id[node.id]["http_address"] == addr_of(node, "http.addr"), body
+                assert by_id[node.id]["rpc_address"] == addr_of(node, "rpc.addr"), body
+            assert body["leader_id"] == leader.id, body
+            assert body["leader_http_address"] == addr_of(leader, "http.addr"), body
+            assert body["leader_rpc_address"] == addr_of(leader, "rpc.addr"), body
+        follower = next(n for n in cluster.nodes if n is not leader)
+
+        # CLI status, through a follower, human and JSON.
+        code, out, err = run_cli(cli, "cluster", "status", "--http", addr_of(follower, "http.addr"))
+        assert code == 0, (out, err)
+        assert f"leader {leader.id}" in out and addr_of(leader, "http.addr") in out, out
+        code, out, err = run_cli(cli, "cluster", "status", "--json",
+                                 "--http", addr_of(follower, "http.addr"))
+        assert code == 0 and json.loads(out)["leader_id"] == leader.id, (out, err)
+
+        # The client library, given only a follower's RPC endpoint, follows not_leader.
+        events = "\n".join(json.dumps({"event_type": "stored", "model_name": "m",
+                                       "block_size": BS, "backend_id": "w",
+                                       "token_ids": prompt(i)}) for i in range(700, 710))
+        code, out, err = run_cli(cli, "--server", addr_of(follower, "rpc.addr"), "ingest", "-",
+                                 stdin=events + "\n")
+        assert code == 0 and "ingested 10 events" in out, (code, out, err)
+        revision = int(out.rsplit("revision ", 1)[1].rstrip(")\n"))
+        check_acked(cluster, [(i, revision) for i in range(700, 710)], cluster.nodes)
+
+        # Transfer through a follower: the change is forwarded to the leader.
+        code, out, err = run_cli(cli, "cluster", "transfer", "--http",
+                                 addr_of(follower, "http.addr"))
+        assert code == 0 and "transferred" in out, (code, out, err)
+        new_leader = cluster.leader(exclude=(leader.id,))
+        assert new_leader is not leader
+        # The new leader's addresses are known everywhere already.
+        deadline = time.time() + DEADLINE_S
+        while True:
+            status, body = leader.request("GET", "/v1/cluster")
+            if status == 200 and body["leader_id"] == new_leader.id:
+                break
+            assert time.time() < deadline, body
+            time.sleep(0.05)
+        assert body["leader_http_address"] == addr_of(new_leader, "http.addr"), body
+
+        # Remove a follower through the other follower (forwarded), with --json.
+        victim = next(n for n in cluster.nodes if n is not new_leader and n is not leader)
+        code, out, err = run_cli(cli, "cluster", "remove", str(victim.id), "--json",
+                                 "--http", addr_of(leader, "http.addr"))
+        assert code == 0 and json.loads(out)["removed"] == victim.id, (code, out, err)
+        deadline = time.time() + DEADLINE_S
+        while sorted(m["id"] for m in new_leader.request("GET", "/v1/cluster")[1]["members"]) \
+                != sorted([leader.id, new_leader.id]):
+            assert time.time() < deadline, new_leader.request("GET", "/v1/cluster")
+            time.sleep(0.05)
+        assert write(leader, 800), "a write through the remaining follower after the removal"
+
+        # Errors: a bad command line is 2, an unreachable server 1 with an explanation.
+        code, out, err = run_cli(cli, "cluster", "remove", "zero")
+        assert code == 2 and "remove ID" in err, (code, err)
+        port = free_ports(1)[0]
+        code, out, err = run_cli(cli, "cluster", "status", "--http", f"127.0.0.1:{port}")
+        assert code == 1 and "cannot reach" in err, (code, err)
     finally:
         cluster.cleanup()
 
@@ -218,13 +370,7 @@ def case_kill_leader_under_load(binary):
                 with lock:
                     i = counter[0]
                     counter[0] += 1
-                target = None
-                for node in cluster.nodes:
-                    if node.alive():
-                        status, body = node.request("GET", "/v1/cluster")
-                        if status == 200 and body["state"] == "leader":
-                            target = node
-                            break
+                target = current_leader(cluster.nodes)
                 if target is None:
                     time.sleep(0.02)
                     continue
@@ -418,6 +564,7 @@ def case_disk_low(binary):
 
 CASES = {
     "replicate": case_replicate_and_follower_refuses,
+    "addresses": case_addresses_cli_and_client,
     "kill_leader": case_kill_leader_under_load,
     "kill_all": case_kill_all_and_restart,
     "rebuild": case_rebuild_from_log,
@@ -427,14 +574,17 @@ CASES = {
 }
 
 
-def main():
+def run_cases(cases):
+    """The fault tests' main: argv = BINARY [CASE...]; runs the named cases (default all),
+    reports each, exits non-zero if any failed. SIGTERM (ctest's timeout) runs cleanups."""
     binary = sys.argv[1]
-    names = sys.argv[2:] or list(CASES)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    names = sys.argv[2:] or list(cases)
     failed = []
     for name in names:
         start = time.time()
         try:
-            CASES[name](binary)
+            cases[name](binary)
             print(f"PASS {name} ({time.time() - start:.1f}s)", flush=True)
         except Exception as e:  # noqa: BLE001 - report every case
             failed.append(name)
@@ -446,4 +596,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_cases(CASES)

@@ -57,6 +57,16 @@ void DecodeEveryPayload(std::string_view p) {
   CheckStable(
       p, DecodeStatsAnswer, EncodeStatsAnswer,
       [](const StatsAnswer& a, const StatsAnswer& b) { return a.json == b.json; }, "stats answer");
+  CheckStable(
+      p, DecodeRouteRequestBinary, EncodeRouteRequestBinary,
+      [](const RoutingRequest& a, const RoutingRequest& b) {
+        return a.lookup.context == b.lookup.context && a.lookup.by_hash == b.lookup.by_hash &&
+               a.lookup.token_ids == b.lookup.token_ids &&
+               a.lookup.seq_hashes == b.lookup.seq_hashes && a.candidates == b.candidates &&
+               a.options == b.options;
+      },
+      "route request");
+  CheckStable(p, DecodeRouteAnswerBinary, EncodeRouteAnswerBinary, eq, "route answer");
   Check(!DecodeErrorPayload(StatusCode::kOk, p).ok(), "an error payload read as success");
 }
 
@@ -93,7 +103,7 @@ void WriteSeeds(const std::string& dir) {
     return out;
   };
   const std::string seeds[] = {
-      frame(MessageType::kIngest, 1, EncodeIngestRequest({{stored, removed}}), 0),
+      frame(MessageType::kIngest, 1, EncodeIngestRequest({{stored, removed}, std::nullopt}), 0),
       frame(MessageType::kLookup, 2, EncodeLookupRequestBinary(lookup), 0) +
           frame(MessageType::kLocate, 3, EncodeLocateRequest({11, stored.context}), 0) +
           frame(MessageType::kPing, 4, "", 0),

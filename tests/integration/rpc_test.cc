@@ -107,7 +107,7 @@ json Event(const std::string& backend, const std::string& medium,
 std::string IngestPayload(const json& events) {
   Result<std::vector<BlockEvent>> decoded = DecodeEventBatch(events.dump());
   REQUIRE(decoded.has_value());
-  return protocol::EncodeIngestRequest({std::move(*decoded)});
+  return protocol::EncodeIngestRequest({std::move(*decoded), std::nullopt});
 }
 
 json LookupJson(const std::vector<uint32_t>& tokens) {

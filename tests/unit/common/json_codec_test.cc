@@ -71,6 +71,36 @@ TEST_SUITE("JsonCodec") {
     CHECK(EventError(json(5)) == "events[0]: must be a JSON object, got 5");
   }
 
+  TEST_CASE("JsonCodec: an events object may name its writer") {
+    json body = {{"events", {StoredEvent()}}, {"writer_id", "sched-1"}, {"writer_sequence", 7}};
+    std::optional<WriterPosition> writer;
+    REQUIRE(DecodeEventBatch(body.dump(), &writer).has_value());
+    CHECK(writer == WriterPosition{"sched-1", 7});
+    writer.reset();
+    REQUIRE(DecodeEventBatch(json{{"events", json::array()}}.dump(), &writer).has_value());
+    CHECK_FALSE(writer.has_value());
+    const auto error = [](json doc) {
+      std::optional<WriterPosition> w;
+      return DecodeEventBatch(doc.dump(), &w).status().message();
+    };
+    CHECK(error({{"events", json::array()}, {"writer_id", "a"}}) ==
+          "writer_sequence: is required with writer_id");
+    CHECK(error({{"events", json::array()}, {"writer_sequence", 1}}) ==
+          "writer_id: is required with writer_sequence");
+    CHECK(error({{"events", json::array()}, {"writer_id", "a"}, {"writer_sequence", -1}}) ==
+          "writer_sequence: must be a positive integer, got -1");
+    CHECK(error({{"events", json::array()}, {"writer_id", "a"}, {"writer_sequence", 0}}) ==
+          "writer_sequence: must be a positive integer");
+    CHECK(error({{"events", json::array()}, {"writer_id", 5}, {"writer_sequence", 1}}) ==
+          "writer_id: must be a string, got 5");
+    CHECK(error({{"events", json::array()}, {"writer_id", "a b"}, {"writer_sequence", 1}})
+              .starts_with("writer_id: only letters"));
+    CHECK(error({{"events", json::array()},
+                 {"writer_id", std::string(129, 'a')},
+                 {"writer_sequence", 1}})
+              .starts_with("writer_id: must be 1 to 128 bytes"));
+  }
+
   TEST_CASE("JsonCodec: envelope defaults apply to absent and null fields") {
     json event = StoredEvent();
     for (const char* key : {"tenant_id", "dp_rank", "medium", "event_id", "timestamp",

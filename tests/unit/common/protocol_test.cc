@@ -310,15 +310,16 @@ TEST_SUITE("protocol") {
       e.context = ContextKey{"t", "m", "", 4, ""};
       e.holder = HolderKey{"h", 1};
       e.tier = Tier::kDisk;
-      CHECK(EncodeIngestRequest(IngestRequest{{e}}) == Bytes("\x01"                    // 1 event
-                                                             "\x02"                    // cleared
-                                                             "\x00\x00"                // id, time
-                                                             "\x01t\x01m\x00\x04\x00"  // ctx
-                                                             "\x01h\x01"               // holder
-                                                             "\x00\x02"      // medium, tier
-                                                             "\x00"          // seq_hashes
-                                                             "\x00\x00\x00"  // optionals
-                                                             "\x00"));       // locations
+      CHECK(EncodeIngestRequest(IngestRequest{{e}, std::nullopt}) ==
+            Bytes("\x01"                    // 1 event
+                  "\x02"                    // cleared
+                  "\x00\x00"                // id, time
+                  "\x01t\x01m\x00\x04\x00"  // ctx
+                  "\x01h\x01"               // holder
+                  "\x00\x02"                // medium, tier
+                  "\x00"                    // seq_hashes
+                  "\x00\x00\x00"            // optionals
+                  "\x00"));                 // locations
     }
     SUBCASE("error and stats") {
       CHECK(EncodeErrorPayload(Status::NotFound("gone")) == "gone");
@@ -570,15 +571,15 @@ TEST_SUITE("protocol") {
     e.holder = HolderKey{"h", 0};
     e.seq_hashes = {1, 2};
     const auto error_of = [](const BlockEvent& event) {
-      Result<IngestRequest> r =
-          DecodeIngestRequest(EncodeIngestRequest(IngestRequest{{BlockEvent(), event}}));
+      Result<IngestRequest> r = DecodeIngestRequest(
+          EncodeIngestRequest(IngestRequest{{BlockEvent(), event}, std::nullopt}));
       return r.has_value() ? std::string("ok") : r.error().ToString();
     };
     REQUIRE(error_of(e).find("events[0].") != std::string::npos);  // a default event is invalid
     const auto second_error = [&](const BlockEvent& event) {
       BlockEvent valid = e;
       Result<IngestRequest> r =
-          DecodeIngestRequest(EncodeIngestRequest(IngestRequest{{valid, event}}));
+          DecodeIngestRequest(EncodeIngestRequest(IngestRequest{{valid, event}, std::nullopt}));
       return r.has_value() ? std::string("ok") : r.error().ToString();
     };
     CHECK(second_error(e) == "ok");
@@ -614,7 +615,7 @@ TEST_SUITE("protocol") {
       CHECK(second_error(bad).starts_with("invalid_argument: events[1].tier:"));
     }
     SUBCASE("an unknown tier or event type byte") {
-      std::string payload = EncodeIngestRequest(IngestRequest{{e}});
+      std::string payload = EncodeIngestRequest(IngestRequest{{e}, std::nullopt});
       std::string tier_bad = payload;
       // count, type, 2 presence bytes, context (1+1 +1+1 +1 +1 +1), holder (1+1 +1), medium
       const size_t tier_at = 1 + 1 + 2 + 7 + 3 + 1;
@@ -637,7 +638,8 @@ TEST_SUITE("protocol") {
     e.token_ids = std::vector<uint32_t>{};
     e.locations = {"x"};
     e.base_block_idx = 3;
-    Result<IngestRequest> r = DecodeIngestRequest(EncodeIngestRequest(IngestRequest{{e}}));
+    Result<IngestRequest> r =
+        DecodeIngestRequest(EncodeIngestRequest(IngestRequest{{e}, std::nullopt}));
     REQUIRE(r.has_value());
     const BlockEvent& d = r->events[0];
     CHECK(d.context.tenant == "default");  // empty tenant = the default one
@@ -646,6 +648,35 @@ TEST_SUITE("protocol") {
     CHECK_FALSE(d.token_ids.has_value());
     CHECK_FALSE(d.base_block_idx.has_value());
     CHECK(d.locations.empty());
+  }
+
+  TEST_CASE("Protocol: the ingest writer is an optional trailer") {
+    BlockEvent e;
+    e.type = EventType::kCleared;
+    e.context = ContextKey{"t", "m", "", 4, ""};
+    e.holder = HolderKey{"h", 1};
+    const std::string plain = EncodeIngestRequest(IngestRequest{{e}, std::nullopt});
+    const IngestRequest with{{e}, WriterPosition{"w-1", 300}};
+    const std::string trailed = EncodeIngestRequest(with);
+    // The same bytes as a request without a writer, then flag, str writer_id, varint seq.
+    CHECK(trailed == plain + Bytes("\x01\x03w-1\xac\x02"));
+    CHECK(DecodeIngestRequest(trailed).value() == with);
+    CHECK_FALSE(DecodeIngestRequest(plain).value().writer.has_value());
+    CHECK(DecodeIngestRequest(plain + Bytes("\x00")).error().message() ==
+          "writer: must be 0x01 when present");
+    CHECK(DecodeIngestRequest(plain + Bytes("\x01\x03w-1")).error().message() ==
+          "writer_sequence: truncated or malformed");
+    CHECK(DecodeIngestRequest(plain + Bytes("\x01\x03w-1\x00")).error().message() ==
+          "writer_sequence: must be a positive integer");
+    CHECK(DecodeIngestRequest(plain + Bytes("\x01\x03w/1\x01"))
+              .error()
+              .message()
+              .starts_with("writer_id: only letters"));
+    CHECK(DecodeIngestRequest(plain + Bytes("\x01\x00\x01"))
+              .error()
+              .message()
+              .starts_with("writer_id: must be 1 to 128 bytes"));
+    CHECK(DecodeIngestRequest(trailed + "x").error().message() == "payload: 1 trailing bytes");
   }
 
   TEST_CASE("Protocol: the lookup and locate decoders check the context") {

@@ -22,6 +22,7 @@
 #include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/protocol.h"
 #include "kvatlas/common/result.h"
+#include "kvatlas/common/routing.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 
@@ -96,10 +97,23 @@ class Client {
   std::future<Result<IngestAnswer>> IngestAsync(std::vector<BlockEvent> events,
                                                 Timeout timeout = {});
   [[nodiscard]] Result<IngestAnswer> Ingest(std::vector<BlockEvent> events, Timeout timeout = {});
+  // As above, applied at most once per (writer_id, sequence): a resent batch whose first
+  // send was applied changes nothing (events.h WriterPosition; kvatlas::Writer in
+  // writer.h numbers and resends batches for you).
+  std::future<Result<IngestAnswer>> IngestAsync(std::vector<BlockEvent> events,
+                                                WriterPosition writer, Timeout timeout = {});
+  [[nodiscard]] Result<IngestAnswer> Ingest(std::vector<BlockEvent> events, WriterPosition writer,
+                                            Timeout timeout = {});
 
   // The longest cached prefix per instance and tier (POST /v1/lookup). Read-only.
   std::future<Result<LookupAnswer>> LookupAsync(LookupRequest request, Timeout timeout = {});
   [[nodiscard]] Result<LookupAnswer> Lookup(LookupRequest request, Timeout timeout = {});
+
+  // A routing decision (POST /v1/route, docs/routing.md): the candidates ranked by the
+  // common cost over the server's index, with the per-candidate breakdown. Read-only.
+  // kInvalidArgument without a model, block_size or candidates, or with invalid options.
+  std::future<Result<RoutingAnswer>> RouteAsync(RoutingRequest request, Timeout timeout = {});
+  [[nodiscard]] Result<RoutingAnswer> Route(RoutingRequest request, Timeout timeout = {});
 
   // Every copy of one block key (GET /v1/blocks/{key}). Read-only.
   std::future<Result<LocateAnswer>> LocateAsync(LocateRequest request, Timeout timeout = {});

@@ -114,4 +114,40 @@ struct BlockEvent {
   return Status::Ok();
 }
 
+// Exactly-once writes (docs/api.md §Idempotent writes): a writer names itself and numbers
+// its batches 1, 2, 3...; the server applies a batch only if its sequence is past the
+// last one applied for that writer, so resending a batch whose answer was lost is safe.
+// A writer must resend a failed sequence before sending a higher one (one batch in flight
+// per writer, or pipelined on one connection without gaps).
+struct WriterPosition {
+  std::string writer_id;  // 1..kMaxWriterIdBytes bytes of [A-Za-z0-9._:-]
+  uint64_t sequence = 0;  // >= 1
+  friend bool operator==(const WriterPosition&, const WriterPosition&) = default;
+};
+inline constexpr size_t kMaxWriterIdBytes = 128;
+
+// kInvalidArgument naming "<path>.writer_id" or "<path>.writer_sequence".
+[[nodiscard]] inline Status ValidateWriterPosition(const WriterPosition& writer,
+                                                   std::string_view path) {
+  const std::string prefix = path.empty() ? std::string() : std::string(path) + ".";
+  const std::string_view id = writer.writer_id;
+  if (id.empty() || id.size() > kMaxWriterIdBytes) {
+    return Status::InvalidArgument(prefix + "writer_id: must be 1 to " +
+                                   std::to_string(kMaxWriterIdBytes) + " bytes");
+  }
+  for (const char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == ':' || c == '-';
+    if (!ok) {
+      return Status::InvalidArgument(prefix +
+                                     "writer_id: only letters, digits and . _ : - "
+                                     "are allowed");
+    }
+  }
+  if (writer.sequence == 0) {
+    return Status::InvalidArgument(prefix + "writer_sequence: must be a positive integer");
+  }
+  return Status::Ok();
+}
+
 }  // namespace kvatlas

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,7 +27,11 @@ namespace kvatlas {
 
 // A POST /v1/events body: a JSON array of RFC #1527 events, or {"events": [...]}.
 // Every event is checked with ValidateBlockEvent; one bad event rejects the batch.
-[[nodiscard]] Result<std::vector<BlockEvent>> DecodeEventBatch(std::string_view body);
+// The object form may name its writer for exactly-once application: "writer_id" and
+// "writer_sequence" (both or neither; events.h WriterPosition), stored in `*writer` when
+// given (left empty otherwise).
+[[nodiscard]] Result<std::vector<BlockEvent>> DecodeEventBatch(
+    std::string_view body, std::optional<WriterPosition>* writer = nullptr);
 
 // A prefix lookup, from any of the three request dialects.
 struct LookupRequest {

@@ -17,6 +17,7 @@
 #include "kvatlas/common/events.h"
 #include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/result.h"
+#include "kvatlas/common/routing.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 
@@ -37,7 +38,8 @@ enum class MessageType : uint8_t {
   kLocate = 3,  // request: LocateRequest → response: LocateAnswer
   kStats = 4,   // request: empty → response: StatsAnswer
   kPing = 5,    // request: empty → response: empty (liveness, round-trip time)
-  // Reserved for later issues: kRoute = 6, kWatch = 7, kSnapshot = 8.
+  kRoute = 6,   // request: RoutingRequest → response: RoutingAnswer (routing.h)
+  // Reserved for later issues: kWatch = 7, kSnapshot = 8.
 };
 
 inline constexpr uint8_t kFlagResponse = 1;  // set on every frame the server sends
@@ -117,6 +119,8 @@ class FrameDecoder {
 // a medium it must equal TierFromMedium(medium), which also sets medium_known.
 struct IngestRequest {
   std::vector<BlockEvent> events;
+  // Exactly-once application (events.h WriterPosition); an optional trailer on the wire.
+  std::optional<WriterPosition> writer;
   // Every field of every event (BlockEvent has no operator== of its own); for tests.
   friend bool operator==(const IngestRequest& a, const IngestRequest& b);
 };
@@ -163,5 +167,13 @@ struct StatsAnswer {
 // code is the header's status. Decoding with kOk gives kInternal: an error is never success.
 [[nodiscard]] std::string EncodeErrorPayload(const Status& status);
 [[nodiscard]] Status DecodeErrorPayload(StatusCode code, std::string_view payload);
+
+// kRoute (protocol_route.cc): RoutingRequest / RoutingAnswer of routing.h. The request nests a
+// kLookup request payload (its instance_id and include_locations are ignored) and is checked
+// as POST /v1/route checks its body.
+[[nodiscard]] std::string EncodeRouteRequestBinary(const RoutingRequest& request);
+[[nodiscard]] Result<RoutingRequest> DecodeRouteRequestBinary(std::string_view payload);
+[[nodiscard]] std::string EncodeRouteAnswerBinary(const RoutingAnswer& answer);
+[[nodiscard]] Result<RoutingAnswer> DecodeRouteAnswerBinary(std::string_view payload);
 
 }  // namespace kvatlas::protocol

@@ -90,6 +90,28 @@ TEST_SUITE("HttpServer") {
     CHECK(client.Get("/item/1")->status == 200);
   }
 
+  TEST_CASE("HttpServer: a kNotLeader route error goes to the not-leader handler") {
+    Router router = StubRouter();
+    router.Add({"POST", "/write", /*json_body=*/true, [](const RouteRequest&) -> Result<HttpReply> {
+                  return Status(StatusCode::kNotLeader, "not the leader");
+                }});
+    router.SetNotLeaderHandler([](const RouteRequest& r, const Status& s) {
+      HttpReply reply = JsonReply(json{{"relayed", r.http.body}, {"why", s.message()}}.dump());
+      reply.status = 202;
+      return reply;
+    });
+    Metrics metrics;
+    HttpServer server(Fixture::Options(), std::move(router), &metrics);
+    REQUIRE(server.Start().ok());
+    httplib::Client client("127.0.0.1", server.port());
+    auto relayed = client.Post("/write", R"({"a":1})", "application/json");
+    REQUIRE(relayed);
+    CHECK(relayed->status == 202);
+    CHECK(json::parse(relayed->body) == json{{"relayed", R"({"a":1})"}, {"why", "not the leader"}});
+    // Other errors are not its business.
+    CheckError(client.Get("/fail"), 503, "unavailable");
+  }
+
   TEST_CASE("HttpServer: bodies over the limit get 413 before any handler runs") {
     Fixture f;
     auto client = f.Client();

@@ -243,6 +243,8 @@ Index Replay(const MutationList& log, const IndexOptions& options) {
       case MutationKind::kDeleteRegistration:
       case MutationKind::kPutStreamPosition:
       case MutationKind::kDeleteStreamPosition:
+      case MutationKind::kPutServerAddresses:
+      case MutationKind::kDeleteServerAddresses:
         FAIL("the Index emitted a registry mutation");
         break;
     }

@@ -89,7 +89,8 @@ TEST_SUITE("RpcHandler") {
          StatusCode::kInvalidArgument},
         {Request(MessageType::kLocate, 3, ""), MessageType::kLocate, StatusCode::kInvalidArgument},
         {Request(MessageType::kPing, 4, "x"), MessageType::kPing, StatusCode::kInvalidArgument},
-        {Request(static_cast<MessageType>(6), 5, ""), MessageType::kError,
+        {Request(MessageType::kRoute, 7, ""), MessageType::kRoute, StatusCode::kInvalidArgument},
+        {Request(static_cast<MessageType>(7), 5, ""), MessageType::kError,
          StatusCode::kInvalidArgument},
         {Request(MessageType::kError, 6, ""), MessageType::kError, StatusCode::kInvalidArgument},
     };
@@ -119,7 +120,8 @@ TEST_SUITE("RpcHandler") {
     Services s;
     const RpcHandler handler(&s.api);
     std::string out;
-    const std::string payload = protocol::EncodeIngestRequest({{Stored({1, 2, 3, 4, 5, 6, 7, 8})}});
+    const std::string payload =
+        protocol::EncodeIngestRequest({{Stored({1, 2, 3, 4, 5, 6, 7, 8})}, std::nullopt});
     std::optional<PendingIngest> pending =
         handler.Handle(Request(MessageType::kIngest, 11, payload), &out);
     REQUIRE(pending.has_value());

@@ -110,7 +110,14 @@ CommandBatch RandomBatch(Rng& rng, size_t max_commands) {
     batch.position = StreamPosition{RandomString(rng, 12), RandomInt(rng), rng() % 2 == 0};
   }
   for (size_t i = 0; i < n; ++i) {
-    switch (rng() % 5) {
+    switch (rng() % 7) {
+      case 5:
+        batch.commands.emplace_back(
+            AnnounceCommand{RandomInt(rng), RandomString(rng, 20), RandomString(rng, 20)});
+        break;
+      case 6:
+        batch.commands.emplace_back(ForgetServerCommand{RandomInt(rng)});
+        break;
       case 3:
         batch.commands.emplace_back(RandomRegister(rng));
         break;
@@ -221,6 +228,31 @@ TEST_SUITE("command_codec") {
     const std::string bytes = EncodeCommandBatch(with_register);
     CHECK(bytes[0] == 2);
     CHECK(DecodeCommandBatch(bytes).value() == with_register);
+  }
+
+  TEST_CASE("CommandCodec: server address commands use version 3") {
+    CommandBatch batch;
+    batch.commands.emplace_back(AnnounceCommand{2, "h:1", "r:2"});
+    batch.commands.emplace_back(ForgetServerCommand{0x0102});
+    const std::string expected = Bytes(
+        "\x03\x02"                  // version 3, count
+        "\x06\x02\0\0\0\0\0\0\0"    // Announce, server_id 2
+        "\x03h:1\x03r:2"            // http_address, rpc_address
+        "\x07\x02\x01\0\0\0\0\0\0"  // ForgetServer 0x0102
+        "\x00");                    // no position
+    CHECK(EncodeCommandBatch(batch) == expected);
+    CHECK(DecodeCommandBatch(expected).value() == batch);
+    // Versions 1 and 2 have no server-address tags.
+    std::string old = expected;
+    old[0] = 2;
+    CHECK(DecodeCommandBatch(old).error().code() == StatusCode::kCorruption);
+    CHECK(DecodeCommandBatch(Bytes("\x01\x01\x07\x02\0\0\0\0\0\0\0")).error().code() ==
+          StatusCode::kCorruption);
+    // A version-3 batch that version 2 could hold is not canonical.
+    CHECK(DecodeCommandBatch(Bytes("\x03\x01\x05\x01i\x01t\x02\x00")).error().code() ==
+          StatusCode::kCorruption);
+    // Old batches still decode as before.
+    CHECK(DecodeCommandBatch(Bytes("\x02\x01\x05\x01i\x01t\x02\x00")).has_value());
   }
 
   TEST_CASE("CommandCodec: truncation at every byte offset is kCorruption") {

@@ -2,7 +2,10 @@
 
 #include <doctest/doctest.h>
 
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "tests/support/temp_dir.h"
@@ -105,6 +108,27 @@ TEST_SUITE("StateMachine") {
     CHECK(Entries(machine) == 1);
   }
 
+  TEST_CASE("StateMachine: a writer's batches need no registration and apply once") {
+    StateMachine machine({}, nullptr);
+    CommandBatch batch = StreamStore("w", 7, std::nullopt);
+    batch.position = WriterStreamPosition(WriterPosition{"sched-1", 1});
+    CHECK(batch.position->stream == "writer:sched-1");
+    REQUIRE(ApplyOne(machine, batch).has_value());
+    REQUIRE(ApplyOne(machine, batch).has_value());  // a resend after a lost answer
+    CHECK(machine.counters().duplicate_batches == 1);
+    CHECK(machine.counters().orphan_batches == 0);
+    CHECK(machine.Read([](const Index& index, Revision) {
+      return index.Locate(7, &kContext).at(0).refcount;
+    }) == 1);
+    batch.position->sequence = 2;
+    REQUIRE(ApplyOne(machine, batch).has_value());
+    CHECK(machine.Read([](const Index& index, Revision) {
+      return index.Locate(7, &kContext).at(0).refcount;
+    }) == 2);
+    CHECK(machine.ReadRegistry(
+              [](const Registry& r, Revision) { return r.positions.at("writer:sched-1"); }) == 2);
+  }
+
   TEST_CASE("StateMachine: registrations and positions survive a restart") {
     testing::TempDir dir;
     StorageOptions options;
@@ -128,6 +152,63 @@ TEST_SUITE("StateMachine") {
     }));
     REQUIRE(ApplyOne(machine, StreamStore("a", 2, 7)).has_value());
     CHECK(machine.counters().duplicate_batches == 1);
+  }
+
+  TEST_CASE("StateMachine: server addresses are announced, forgotten, persisted, snapshotted") {
+    testing::TempDir dir;
+    StorageOptions options;
+    options.path = (dir.path() / "a").string();
+    options.sync_writes = false;
+    const ServerAddresses one{"127.0.0.1:7201", "127.0.0.1:7301"};
+    const ServerAddresses two{"127.0.0.1:7202", "127.0.0.1:7302"};
+    std::string snapshot;
+    {
+      auto storage = Storage::Open(options);
+      REQUIRE(storage.has_value());
+      StateMachine machine({}, storage->get());
+      REQUIRE(machine.Recover().ok());
+      CHECK(machine.ServerAddressMap().empty());
+      CommandBatch batch;
+      batch.commands.emplace_back(AnnounceCommand{1, "old:1", "old:2"});
+      batch.commands.emplace_back(AnnounceCommand{1, one.http_address, one.rpc_address});
+      batch.commands.emplace_back(AnnounceCommand{2, two.http_address, two.rpc_address});
+      batch.commands.emplace_back(AnnounceCommand{3, "x:1", "x:2"});
+      REQUIRE(ApplyOne(machine, batch).has_value());
+      CommandBatch forget;
+      forget.commands.emplace_back(ForgetServerCommand{3});
+      forget.commands.emplace_back(ForgetServerCommand{9});  // unknown: nothing
+      REQUIRE(ApplyOne(machine, forget).has_value());
+      const std::map<uint64_t, ServerAddresses> expected{{1, one}, {2, two}};
+      CHECK(machine.ServerAddressMap() == expected);
+      CHECK(machine.AddressesOf(2) == std::optional<ServerAddresses>(two));
+      CHECK_FALSE(machine.AddressesOf(3).has_value());
+      auto capture = machine.CaptureState();
+      REQUIRE(capture.has_value());
+      auto bytes = (*capture)->Serialize();
+      REQUIRE(bytes.has_value());
+      snapshot = std::move(*bytes);
+    }
+    {
+      // Reopened: the records are loaded with the registry.
+      auto storage = Storage::Open(options);
+      REQUIRE(storage.has_value());
+      StateMachine machine({}, storage->get());
+      REQUIRE(machine.Recover().ok());
+      CHECK(machine.ServerAddressMap() == std::map<uint64_t, ServerAddresses>{{1, one}, {2, two}});
+    }
+    // A fresh replica restored from the snapshot has them too, and a snapshot replaces
+    // addresses a replica had before.
+    StorageOptions other = options;
+    other.path = (dir.path() / "b").string();
+    auto storage = Storage::Open(other);
+    REQUIRE(storage.has_value());
+    StateMachine machine({}, storage->get());
+    REQUIRE(machine.Recover().ok());
+    CommandBatch stale;
+    stale.commands.emplace_back(AnnounceCommand{5, "stale:1", "stale:2"});
+    REQUIRE(ApplyOne(machine, stale).has_value());
+    REQUIRE(machine.Restore(snapshot).ok());
+    CHECK(machine.ServerAddressMap() == std::map<uint64_t, ServerAddresses>{{1, one}, {2, two}});
   }
 }
 

@@ -180,6 +180,26 @@ TEST_SUITE("key_codec") {
     CHECK(v == Bytes("\x02id\x01"));
   }
 
+  TEST_CASE("KeyCodec: server addresses records have the documented bytes") {
+    std::string key;
+    AppendServerAddressesKey(0x0102, &key);
+    CHECK(key == Bytes("A\x00\x00\x00\x00\x00\x00\x01\x02"));
+    CHECK(DecodeServerAddressesRecordKey(key).value() == 0x0102);
+    CHECK(DescribeKey(key) == "A/server=258");
+    CHECK(DecodeServerAddressesRecordKey(key + "x").error().code() == StatusCode::kCorruption);
+    CHECK(DecodeServerAddressesRecordKey(Bytes("C\0\0\0\0\0\0\0\x01")).error().code() ==
+          StatusCode::kCorruption);
+    std::string v;
+    AppendServerAddressesValue(ServerAddresses{"h:1", "r:2"}, &v);
+    CHECK(v == Bytes("\x03h:1\x03r:2"));
+    CHECK(DecodeServerAddressesValue(key, v).value() == ServerAddresses{"h:1", "r:2"});
+    Result<ServerAddresses> bad = DecodeServerAddressesValue(key, v + "x");
+    REQUIRE_FALSE(bad.has_value());
+    CHECK(bad.error().message().find("A/server=258") != std::string::npos);
+    CHECK(DecodeServerAddressesValue(key, Bytes("\x03h:1")).error().code() ==
+          StatusCode::kCorruption);
+  }
+
   TEST_CASE("KeyCodec: truncated or padded values are kCorruption naming the key") {
     std::string key = EntryKeyBytes(9, 0x1234, 5, Tier::kDisk);
     std::string v;

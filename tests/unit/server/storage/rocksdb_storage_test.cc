@@ -336,6 +336,45 @@ TEST_SUITE("rocksdb_storage") {
     CheckError(storage->LoadRegistry(&again), StatusCode::kCorruption, "R/not-the-key");
   }
 
+  TEST_CASE("RocksDbStorage: server addresses round-trip as A records") {
+    TempDir dir;
+    const StorageOptions options = SmallOptions(dir);
+    auto put = [](uint64_t id, std::shared_ptr<const ServerAddresses> addresses) {
+      Mutation m;
+      m.kind = addresses ? MutationKind::kPutServerAddresses : MutationKind::kDeleteServerAddresses;
+      m.stamp = id;
+      m.server_addresses = std::move(addresses);
+      return m;
+    };
+    {
+      auto storage = OpenOk(options);
+      REQUIRE(
+          storage
+              ->Write(
+                  1, std::vector<Mutation>{put(1, std::make_shared<ServerAddresses>("a:1", "a:2")),
+                                           put(2, std::make_shared<ServerAddresses>("b:1", "b:2"))})
+              .ok());
+      REQUIRE(storage->Write(2, std::vector<Mutation>{put(2, nullptr)}).ok());
+      // A put without its value is a bug, refused without writing.
+      Mutation missing;
+      missing.kind = MutationKind::kPutServerAddresses;
+      CHECK(storage->Write(3, std::vector<Mutation>{missing}).code() == StatusCode::kInternal);
+    }
+    CHECK(Dump(options.path)[std::string("A\0\0\0\0\0\0\0\x01", 9)] ==
+          "\x03"
+          "a:1\x03"
+          "a:2");
+    auto storage = OpenOk(options);
+    Registry registry;
+    REQUIRE(storage->LoadRegistry(&registry).ok());
+    CHECK(registry.servers == std::map<uint64_t, ServerAddresses>{{1, {"a:1", "a:2"}}});
+    storage.reset();
+    RawPut(options.path, std::string("A\0\0\0\0\0\0\0\x05", 9), "\x09short");
+    storage = OpenOk(options);
+    Registry again;
+    CheckError(storage->LoadRegistry(&again), StatusCode::kCorruption, "A/server=5");
+  }
+
   TEST_CASE("RocksDbStorage: Write persists mutations and applied_index across reopen") {
     TempDir dir;
     const StorageOptions options = SmallOptions(dir);

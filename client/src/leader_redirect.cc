@@ -1,0 +1,121 @@
+#include "client/src/leader_redirect.h"
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "client/src/endpoint.h"
+#include "kvatlas/common/not_leader.h"
+
+namespace kvatlas::client {
+
+LeaderRedirector::LeaderRedirector(ClientOptions options)
+    : options_(std::move(options)), worker_([this] { Run(); }) {}
+
+LeaderRedirector::~LeaderRedirector() { Stop(); }
+
+void LeaderRedirector::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !worker_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  // Closing a leader connection completes its calls (kUnavailable) on its I/O thread; a
+  // not_leader among them finds stopping_ set and completes at once. Destroyed unlocked.
+  std::map<std::string, std::unique_ptr<Client::Impl>> leaders = std::move(leaders_);
+  leaders.clear();
+}
+
+Client::Impl::Done LeaderRedirector::Wrap(protocol::MessageType type, std::string_view payload,
+                                          Clock::time_point deadline, Client::Impl::Done done) {
+  auto call = std::make_shared<Call>();
+  call->type = type;
+  call->payload = std::string(payload);
+  call->deadline = deadline;
+  call->done = std::move(done);
+  return WrapCall(std::move(call));
+}
+
+Client::Impl::Done LeaderRedirector::WrapCall(std::shared_ptr<Call> call) {
+  return [this, call](Result<protocol::Frame> frame) {
+    if (frame.has_value() || frame.error().code() != StatusCode::kNotLeader ||
+        call->hops_left <= 0 || Clock::now() >= call->deadline) {
+      call->done(std::move(frame));
+      return;
+    }
+    const std::optional<protocol::NotLeaderHint> hint =
+        protocol::ParseNotLeaderHint(frame.error().message());
+    if (!hint || hint->leader_rpc_address.empty()) {
+      call->done(std::move(frame));
+      return;
+    }
+    Status not_leader = frame.error();
+    std::string address = hint->leader_rpc_address;
+    std::unique_lock lock(mu_);
+    if (stopping_) {
+      lock.unlock();
+      call->done(std::move(not_leader));
+      return;
+    }
+    queue_.push_back(
+        [this, call, address = std::move(address), not_leader = std::move(not_leader)](bool run) {
+          if (run) {
+            Resend(call, address, not_leader);
+          } else {
+            call->done(not_leader);
+          }
+        });
+    lock.unlock();
+    cv_.notify_one();
+  };
+}
+
+void LeaderRedirector::Resend(std::shared_ptr<Call> call, const std::string& address,
+                              const Status& not_leader) {
+  auto it = leaders_.find(address);
+  if (it == leaders_.end()) {
+    Result<Endpoint> endpoint = ParseEndpoint(address);
+    if (!endpoint.has_value()) {
+      call->done(not_leader.WithContext("the leader's address is malformed"));
+      return;
+    }
+    ClientOptions options = options_;
+    options.endpoints = {address};
+    options.connections = 1;
+    auto impl = std::make_unique<Client::Impl>(std::move(options),
+                                               std::vector<Endpoint>{std::move(*endpoint)});
+    // Start fails only when no connection opened; the Impl then keeps retrying with its
+    // backoff, so it is kept either way and the call below reports the outcome.
+    (void)impl->Start();
+    it = leaders_.emplace(address, std::move(impl)).first;
+  }
+  const auto remaining = call->deadline - Clock::now();
+  if (remaining <= Clock::duration::zero()) {
+    call->done(Status(StatusCode::kDeadlineExceeded,
+                      "deadline exceeded while following not_leader to " + address));
+    return;
+  }
+  --call->hops_left;
+  it->second->Call(
+      call->type, call->payload,
+      std::max(std::chrono::duration_cast<Client::Timeout>(remaining), Client::Timeout(1)),
+      WrapCall(call));
+}
+
+void LeaderRedirector::Run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, nothing left
+    std::function<void(bool)> task = std::move(queue_.front());
+    queue_.pop_front();
+    const bool run = !stopping_;
+    lock.unlock();
+    task(run);
+    lock.lock();
+  }
+}
+
+}  // namespace kvatlas::client

@@ -1,0 +1,87 @@
+#include "client/tools/replay/report.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace kvatlas::replay {
+namespace {
+
+std::string Fixed(double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", digits, value);
+  return buffer;
+}
+
+double Ratio(uint64_t part, uint64_t whole) {
+  return whole == 0 ? 0 : static_cast<double>(part) / static_cast<double>(whole);
+}
+
+}  // namespace
+
+std::string FormatTable(const std::vector<PolicyResult>& results) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-14s %8s %9s %7s %7s %7s %9s %11s %11s %11s %11s\n", "policy",
+                "requests", "hit_ratio", "gpu", "cpu", "shared", "imbalance", "ttft_p50_ms",
+                "ttft_p99_ms", "lookup_p50", "lookup_p99");
+  out += line;
+  for (const PolicyResult& r : results) {
+    const std::string p50 = r.has_latency ? Fixed(r.lookup_p50_us, 0) + " us" : "-";
+    const std::string p99 = r.has_latency ? Fixed(r.lookup_p99_us, 0) + " us" : "-";
+    std::snprintf(line, sizeof(line),
+                  "%-14s %8zu %9.3f %7.3f %7.3f %7.3f %9.2f %11.0f %11.0f %11s %11s\n",
+                  r.policy.c_str(), r.requests, r.hit_ratio, Ratio(r.gpu_hits, r.prompt_blocks),
+                  Ratio(r.cpu_hits, r.prompt_blocks), Ratio(r.shared_hits, r.prompt_blocks),
+                  r.load_imbalance, r.ttft_p50_ms, r.ttft_p99_ms, p50.c_str(), p99.c_str());
+    out += line;
+  }
+  return out;
+}
+
+std::string FormatCsv(const std::vector<PolicyResult>& results) {
+  std::string out =
+      "policy,requests,prompt_blocks,hit_blocks,hit_ratio,gpu_hits,cpu_hits,shared_hits,"
+      "load_imbalance,ttft_p50_ms,ttft_p99_ms,ttft_mean_ms,lookup_p50_us,lookup_p99_us,"
+      "index_mismatches\n";
+  for (const PolicyResult& r : results) {
+    out += r.policy + "," + std::to_string(r.requests) + "," + std::to_string(r.prompt_blocks) +
+           "," + std::to_string(r.hit_blocks) + "," + Fixed(r.hit_ratio, 4) + "," +
+           std::to_string(r.gpu_hits) + "," + std::to_string(r.cpu_hits) + "," +
+           std::to_string(r.shared_hits) + "," + Fixed(r.load_imbalance, 3) + "," +
+           Fixed(r.ttft_p50_ms, 1) + "," + Fixed(r.ttft_p99_ms, 1) + "," +
+           Fixed(r.ttft_mean_ms, 1) + "," + (r.has_latency ? Fixed(r.lookup_p50_us, 1) : "") + "," +
+           (r.has_latency ? Fixed(r.lookup_p99_us, 1) : "") + "," + std::to_string(r.mismatches) +
+           "\n";
+  }
+  return out;
+}
+
+std::string FormatJsonLines(const std::vector<PolicyResult>& results) {
+  std::string out;
+  for (const PolicyResult& r : results) {
+    nlohmann::json doc = {{"policy", r.policy},
+                          {"requests", r.requests},
+                          {"prompt_blocks", r.prompt_blocks},
+                          {"hit_blocks", r.hit_blocks},
+                          {"hit_ratio", r.hit_ratio},
+                          {"gpu_hits", r.gpu_hits},
+                          {"cpu_hits", r.cpu_hits},
+                          {"shared_hits", r.shared_hits},
+                          {"load_imbalance", r.load_imbalance},
+                          {"ttft_p50_ms", r.ttft_p50_ms},
+                          {"ttft_p99_ms", r.ttft_p99_ms},
+                          {"ttft_mean_ms", r.ttft_mean_ms},
+                          {"lookup_p50_us", nullptr},
+                          {"lookup_p99_us", nullptr},
+                          {"index_mismatches", r.mismatches},
+                          {"requests_per_instance", r.requests_per_instance}};
+    if (r.has_latency) {
+      doc["lookup_p50_us"] = r.lookup_p50_us;
+      doc["lookup_p99_us"] = r.lookup_p99_us;
+    }
+    out += doc.dump() + "\n";
+  }
+  return out;
+}
+
+}  // namespace kvatlas::replay

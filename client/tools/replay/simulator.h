@@ -1,0 +1,107 @@
+// The trace-replay simulator (docs/routing.md §Trace replay): N instances with a GPU and a
+// CPU tier (cache_model.h) and optionally one shared storage backend, a prefill-time model,
+// and a routing policy that picks an instance for each request in trace order. Time is
+// simulated (trace timestamps, optionally compressed); only the policy's own calls (a
+// kvatlas route) take wall-clock time, which the policy measures.
+//
+// Timing model: an instance prefills one request at a time, first come first served. A
+// request's prefill takes overhead + ms_per_token · (uncached tokens + cpu_load_fraction ·
+// tokens loaded from CPU + shared_load_fraction · tokens loaded from shared storage); its
+// TTFT is its wait for the instance plus that. It then decodes output_length tokens at
+// decode_ms_per_token, occupying its prompt + output blocks until done.
+//
+// Not thread-safe: Run() drives one policy on one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/tools/replay/cache_model.h"
+#include "client/tools/replay/trace.h"
+#include "kvatlas/common/result.h"
+
+namespace kvatlas::replay {
+
+struct SimOptions {
+  size_t instances = 8;
+  size_t gpu_blocks = 2000;
+  size_t cpu_blocks = 8000;
+  size_t shared_blocks = 0;  // 0 = no shared storage backend
+  uint32_t block_tokens = 512;
+  double time_scale = 1.0;  // multiplies trace timestamps (< 1 compresses)
+  double prefill_overhead_ms = 10;
+  double prefill_ms_per_token = 0.1;  // 10k tokens/s per instance
+  double cpu_load_fraction = 0.1;
+  double shared_load_fraction = 0.25;
+  double decode_ms_per_token = 20;
+};
+
+// What a policy sees of one instance when it picks.
+struct InstanceView {
+  size_t index = 0;
+  std::string id;                      // "inst-<index>"
+  uint64_t queued_prefill_tokens = 0;  // prefill work not yet done, incl. a running prefill
+  uint64_t active_decode_blocks = 0;   // blocks of requests decoding now
+  const InstanceCache* cache = nullptr;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view name() const = 0;
+  // Picks an instance index for `request` (its position in the trace is `sequence`).
+  // `shared` is the shared storage backend or null.
+  [[nodiscard]] virtual Result<size_t> Pick(size_t sequence, const TraceRequest& request,
+                                            std::span<const InstanceView> instances,
+                                            const LruBlocks* shared) = 0;
+  // After the pick is served: the prefix the simulator found on the picked instance and
+  // what serving it changed on that instance (and the shared backend, `shared_holder`).
+  [[nodiscard]] virtual Status OnServed(size_t /*instance*/, const TraceRequest& /*request*/,
+                                        const TierMatch& /*match*/,
+                                        const CacheChanges& /*changes*/) {
+    return Status::Ok();
+  }
+  // Wall-clock latencies (µs) of the index calls the policy made; empty for baselines.
+  virtual std::vector<double> LatenciesUs() const { return {}; }
+  // Picks whose index answer disagreed with the simulator's own cache (kvatlas policies).
+  virtual size_t Mismatches() const { return 0; }
+};
+
+struct PolicyResult {
+  std::string policy;
+  size_t requests = 0;
+  uint64_t prompt_blocks = 0;
+  uint64_t hit_blocks = 0;  // reused prefix blocks, all tiers
+  uint64_t gpu_hits = 0, cpu_hits = 0, shared_hits = 0;
+  double hit_ratio = 0;       // hit_blocks / prompt_blocks
+  double load_imbalance = 0;  // max / mean of per-instance prefill busy time
+  double ttft_p50_ms = 0, ttft_p99_ms = 0, ttft_mean_ms = 0;
+  bool has_latency = false;  // the policy called kvatlas
+  double lookup_p50_us = 0, lookup_p99_us = 0;
+  size_t mismatches = 0;
+  std::vector<size_t> requests_per_instance;
+  std::vector<double> busy_ms_per_instance;
+};
+
+// The q-quantile (0..1) of `values` by nearest rank; 0 for none.
+[[nodiscard]] double Quantile(std::vector<double> values, double q);
+
+// Replays `trace` with `policy`. kInvalidArgument for bad options; a policy's error stops
+// the run and is returned.
+[[nodiscard]] Result<PolicyResult> Simulate(const SimOptions& options,
+                                            std::span<const TraceRequest> trace, Policy& policy);
+
+// --- Baseline policies -------------------------------------------------------------------
+
+std::unique_ptr<Policy> MakeRoundRobinPolicy();
+std::unique_ptr<Policy> MakeRandomPolicy(uint64_t seed);
+// The instance with the least queued prefill plus decode work (in blocks); ties: lowest
+// index.
+std::unique_ptr<Policy> MakeLeastLoadedPolicy(uint32_t block_tokens);
+
+}  // namespace kvatlas::replay

@@ -1,0 +1,153 @@
+// Routing decisions (docs/routing.md): scores candidate instances for a request from their
+// cached prefix per tier (a lookup's answer) and their current load, with a cost like
+// Dynamo's KV router:
+//
+//   credit     = w_gpu·gpu + w_cpu·cpu + w_disk·disk + w_shared·shared
+//                (blocks served from each tier, each block counted once, in the first tier
+//                 of GPU, CPU, DISK, SHARED that covers it)
+//   new_blocks = max(prompt_blocks − credit, 0)
+//   cost       = prefill_scale · (queued_prefill_blocks + new_blocks)
+//              + decode_scale · active_decode_blocks
+//
+// The lowest cost wins (temperature 0), or a candidate is sampled with probability
+// ∝ exp(−normalised_cost / temperature) from a seeded generator. The same code runs in the
+// server (POST /v1/route, the binary kRoute op) and in a scheduler (kvatlas::Scorer).
+//
+// Pure functions and plain values: safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/types.h"
+
+namespace kvatlas {
+
+// How much one matched block in each tier saves, as a fraction of computing it. Dynamo's
+// defaults: device 1.0, host 0.75, disk 0.25, shared 0.5.
+struct TierWeights {
+  double gpu = 1.0;
+  double cpu = 0.75;
+  double disk = 0.25;
+  double shared = 0.5;
+
+  friend bool operator==(const TierWeights&, const TierWeights&) = default;
+};
+
+struct RoutingOptions {
+  TierWeights weights;
+  // Weight of the prefill term (queued + new prefill blocks); Dynamo's prefill_load_scale.
+  double prefill_scale = 1.0;
+  // Weight of the decode term (active decode blocks).
+  double decode_scale = 1.0;
+  // 0 = deterministic: lowest cost first, ties in candidate order. > 0 = softmax sampling.
+  double temperature = 0.0;
+  // Seed of the sampler (temperature > 0 only): equal inputs and seed give equal answers.
+  // Absent: a fresh seed from std::random_device per call.
+  std::optional<uint64_t> seed;
+
+  friend bool operator==(const RoutingOptions&, const RoutingOptions&) = default;
+};
+
+// Checks ranges: weights finite and in [0, 1], scales finite and >= 0, temperature finite
+// and >= 0. kInvalidArgument naming the field ("weights.cpu: ...").
+[[nodiscard]] Status ValidateRoutingOptions(const RoutingOptions& options);
+
+// A routing target and its current load.
+struct RouteCandidate {
+  std::string instance_id;
+  // A data-parallel rank: its own match is used. Absent: the instance's best over ranks.
+  std::optional<uint32_t> dp_rank;
+  uint64_t queued_prefill_tokens = 0;  // prefill work waiting on the candidate
+  uint64_t active_decode_blocks = 0;   // KV blocks of requests it is decoding
+
+  friend bool operator==(const RouteCandidate&, const RouteCandidate&) = default;
+};
+
+// A candidate's cached prefix of the request, in blocks from block 0. gpu <= cpu <= disk
+// are cumulative (GPU, GPU ∪ CPU, GPU ∪ CPU ∪ DISK), as in TierBlocks; shared is the longest
+// prefix some shared backend (reachable by every candidate) holds.
+struct PrefixMatch {
+  uint32_t gpu = 0;
+  uint32_t cpu = 0;
+  uint32_t disk = 0;
+  uint32_t shared = 0;
+
+  friend bool operator==(const PrefixMatch&, const PrefixMatch&) = default;
+};
+
+// The matches of `candidates` in a lookup answer (one that reported every instance), in
+// candidate order: the instance's values, or its rank's when dp_rank is set; zeros for an
+// instance the answer does not name. shared is the longest shared-backend match.
+[[nodiscard]] std::vector<PrefixMatch> MatchesFromLookup(
+    const LookupAnswer& answer, std::span<const RouteCandidate> candidates);
+
+// One candidate's score and how it was reached.
+struct ScoredCandidate {
+  size_t index = 0;  // position in the request's candidate list
+  RouteCandidate candidate;
+  PrefixMatch matched;
+  // Blocks served from each tier (non-overlapping: gpu + cpu + disk + shared <= prompt).
+  uint32_t gpu_blocks = 0;
+  uint32_t cpu_blocks = 0;
+  uint32_t disk_blocks = 0;
+  uint32_t shared_blocks = 0;
+  double credit = 0;                 // Σ weight · blocks
+  double new_prefill_blocks = 0;     // max(prompt_blocks − credit, 0)
+  double queued_prefill_blocks = 0;  // queued_prefill_tokens / block_size
+  double prefill_cost = 0;           // prefill_scale · (queued + new)
+  double decode_cost = 0;            // decode_scale · active_decode_blocks
+  double cost = 0;                   // prefill_cost + decode_cost
+  double probability = 0;            // of being picked: 1 for the winner at temperature 0
+
+  friend bool operator==(const ScoredCandidate&, const ScoredCandidate&) = default;
+};
+
+// Scores every candidate. `matches` is parallel to `candidates`; prompt_blocks is the
+// request's length in blocks (partial blocks included: they are computed too); block_size
+// converts queued tokens to blocks. The answer is ranked: the pick first, then by cost
+// (ties in candidate order). kInvalidArgument for no candidates, mismatched sizes, a zero
+// block_size or invalid options.
+[[nodiscard]] Result<std::vector<ScoredCandidate>> ScoreCandidates(
+    const RoutingOptions& options, uint32_t prompt_blocks, uint32_t block_size,
+    std::span<const RouteCandidate> candidates, std::span<const PrefixMatch> matches);
+
+// POST /v1/route and the binary kRoute request: a lookup (tokens or block keys in a
+// context; instance_id and include_locations are ignored), the candidates, the options.
+struct RoutingRequest {
+  LookupRequest lookup;
+  std::vector<RouteCandidate> candidates;
+  RoutingOptions options;
+};
+
+// The request's length in blocks for the prefill term: ceil(tokens / block_size) for a
+// token query, the number of keys for a key query.
+[[nodiscard]] uint32_t PromptBlocks(const LookupRequest& request);
+
+struct RoutingAnswer {
+  Revision revision = 0;
+  uint32_t prompt_blocks = 0;
+  uint32_t blocks_found = 0;  // leading blocks some holder has (the lookup's)
+  std::vector<ScoredCandidate> ranked;
+
+  friend bool operator==(const RoutingAnswer&, const RoutingAnswer&) = default;
+};
+
+// The route answer for `request` given its lookup answer (shared by the server and
+// kvatlas::Scorer callers that have a LookupAnswer).
+[[nodiscard]] Result<RoutingAnswer> RouteFromLookup(const RoutingRequest& request,
+                                                    const LookupAnswer& lookup);
+
+// POST /v1/route body: the /v1/lookup fields, "candidates": [{instance_id, dp_rank?,
+// queued_prefill_tokens?, active_decode_blocks?}], "weights": {GPU?, CPU?, DISK?, SHARED?},
+// prefill_scale?, decode_scale?, temperature?, seed?. kInvalidArgument naming the field.
+[[nodiscard]] Result<RoutingRequest> DecodeRouteRequest(std::string_view body);
+// The JSON answer (docs/api.md §Routing).
+[[nodiscard]] std::string EncodeRouteAnswer(const RoutingAnswer& answer);
+
+}  // namespace kvatlas

@@ -1,0 +1,151 @@
+// The kRoute payloads of the binary protocol (docs/protocol.md §kRoute). The request nests
+// a kLookup request payload (length-prefixed), so that its validation is the lookup's.
+#include <bit>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "kvatlas/common/bytes.h"
+#include "kvatlas/common/protocol.h"
+#include "payload_reader.h"
+
+namespace kvatlas::protocol {
+namespace {
+
+// Smallest encodings, for ByteReader::Count.
+constexpr size_t kMinCandidateBytes = 4;  // instance_id, dp_rank?, two varints
+constexpr size_t kMinScoredBytes = 70;    // index, id, dp_rank?, 2 + 8 varints, 7 f64
+constexpr size_t kMaxRouteCandidates = 65536;
+
+void PutDouble(std::string* out, double v) { PutFixed64(out, std::bit_cast<uint64_t>(v)); }
+
+void PutCandidate(const RouteCandidate& c, std::string* out) {
+  PutLengthPrefixed(out, c.instance_id);
+  PutFlag(out, c.dp_rank.has_value());
+  if (c.dp_rank) PutVarint64(out, *c.dp_rank);
+  PutVarint64(out, c.queued_prefill_tokens);
+  PutVarint64(out, c.active_decode_blocks);
+}
+
+RouteCandidate ReadCandidate(PayloadReader* in) {
+  RouteCandidate c;
+  c.instance_id = in->String("instance_id");
+  if (in->ok() && c.instance_id.empty()) in->Reject("instance_id", "must be a non-empty string");
+  if (in->Flag("dp_rank")) c.dp_rank = in->Varint32("dp_rank");
+  c.queued_prefill_tokens = in->Varint64("queued_prefill_tokens");
+  c.active_decode_blocks = in->Varint64("active_decode_blocks");
+  return c;
+}
+
+void PutFour(std::string* out, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  for (uint32_t v : {a, b, c, d}) PutVarint64(out, v);
+}
+
+}  // namespace
+
+std::string EncodeRouteRequestBinary(const RoutingRequest& request) {
+  std::string out;
+  PutLengthPrefixed(&out, EncodeLookupRequestBinary(request.lookup));
+  PutVarint64(&out, request.candidates.size());
+  for (const RouteCandidate& c : request.candidates) PutCandidate(c, &out);
+  const RoutingOptions& o = request.options;
+  for (double v : {o.weights.gpu, o.weights.cpu, o.weights.disk, o.weights.shared, o.prefill_scale,
+                   o.decode_scale, o.temperature}) {
+    PutDouble(&out, v);
+  }
+  PutFlag(&out, o.seed.has_value());
+  if (o.seed) PutFixed64(&out, *o.seed);
+  return out;
+}
+
+Result<RoutingRequest> DecodeRouteRequestBinary(std::string_view payload) {
+  PayloadReader in(payload);
+  RoutingRequest request;
+  const std::string_view lookup = in.Bytes("lookup");
+  if (in.ok()) {
+    Result<LookupRequest> decoded = DecodeLookupRequestBinary(lookup);
+    if (decoded) {
+      request.lookup = std::move(*decoded);
+      request.lookup.instance_id.clear();
+      request.lookup.include_locations = false;
+    } else {
+      in.Fail(decoded.error().WithContext("lookup"));
+    }
+  }
+  const uint64_t count = in.Count(kMinCandidateBytes, "candidates");
+  if (in.ok() && count == 0) in.Reject("candidates", "at least one is needed");
+  if (in.ok() && count > kMaxRouteCandidates) {
+    in.Reject("candidates", "at most " + std::to_string(kMaxRouteCandidates) + " candidates");
+  }
+  for (uint64_t i = 0; i < count && in.ok(); ++i) {
+    in.Scope("candidates", i);
+    request.candidates.push_back(ReadCandidate(&in));
+  }
+  in.Scope({}, 0);
+  RoutingOptions& o = request.options;
+  o.weights.gpu = in.Double("weights.GPU");
+  o.weights.cpu = in.Double("weights.CPU");
+  o.weights.disk = in.Double("weights.DISK");
+  o.weights.shared = in.Double("weights.SHARED");
+  o.prefill_scale = in.Double("prefill_scale");
+  o.decode_scale = in.Double("decode_scale");
+  o.temperature = in.Double("temperature");
+  if (in.Flag("seed")) o.seed = in.Fixed64("seed");
+  KVATLAS_RETURN_IF_ERROR(in.Finish());
+  KVATLAS_RETURN_IF_ERROR(ValidateRoutingOptions(o));
+  return request;
+}
+
+std::string EncodeRouteAnswerBinary(const RoutingAnswer& answer) {
+  std::string out;
+  PutFixed64(&out, answer.revision);
+  PutVarint64(&out, answer.prompt_blocks);
+  PutVarint64(&out, answer.blocks_found);
+  PutVarint64(&out, answer.ranked.size());
+  for (const ScoredCandidate& s : answer.ranked) {
+    PutVarint64(&out, s.index);
+    PutCandidate(s.candidate, &out);
+    PutFour(&out, s.matched.gpu, s.matched.cpu, s.matched.disk, s.matched.shared);
+    PutFour(&out, s.gpu_blocks, s.cpu_blocks, s.disk_blocks, s.shared_blocks);
+    for (double v : {s.credit, s.new_prefill_blocks, s.queued_prefill_blocks, s.prefill_cost,
+                     s.decode_cost, s.cost, s.probability}) {
+      PutDouble(&out, v);
+    }
+  }
+  return out;
+}
+
+Result<RoutingAnswer> DecodeRouteAnswerBinary(std::string_view payload) {
+  PayloadReader in(payload);
+  RoutingAnswer answer;
+  answer.revision = in.Fixed64("revision");
+  answer.prompt_blocks = in.Varint32("prompt_blocks");
+  answer.blocks_found = in.Varint32("blocks_found");
+  const uint64_t count = in.Count(kMinScoredBytes, "ranked");
+  for (uint64_t i = 0; i < count && in.ok(); ++i) {
+    in.Scope("ranked", i);
+    ScoredCandidate s;
+    s.index = in.Varint64("index");
+    s.candidate = ReadCandidate(&in);
+    s.matched.gpu = in.Varint32("matched.gpu");
+    s.matched.cpu = in.Varint32("matched.cpu");
+    s.matched.disk = in.Varint32("matched.disk");
+    s.matched.shared = in.Varint32("matched.shared");
+    s.gpu_blocks = in.Varint32("gpu_blocks");
+    s.cpu_blocks = in.Varint32("cpu_blocks");
+    s.disk_blocks = in.Varint32("disk_blocks");
+    s.shared_blocks = in.Varint32("shared_blocks");
+    s.credit = in.Double("credit");
+    s.new_prefill_blocks = in.Double("new_prefill_blocks");
+    s.queued_prefill_blocks = in.Double("queued_prefill_blocks");
+    s.prefill_cost = in.Double("prefill_cost");
+    s.decode_cost = in.Double("decode_cost");
+    s.cost = in.Double("cost");
+    s.probability = in.Double("probability");
+    answer.ranked.push_back(std::move(s));
+  }
+  KVATLAS_RETURN_IF_ERROR(in.Finish());
+  return answer;
+}
+
+}  // namespace kvatlas::protocol

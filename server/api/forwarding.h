@@ -1,0 +1,54 @@
+// Writes on a follower (docs/replication.md §Writes on followers): a REST route that needs
+// the leader (a write, a membership change, a linearizable read) and fails here with
+// kNotLeader is proxied to the leader's REST address, which every server knows from the
+// replicated member addresses (AnnounceCommand). A proxied request carries
+// kForwardedHeader and is never forwarded again, so a request crosses at most one hop.
+//
+// Runs on HTTP worker threads only (never on the raft or applier threads): the proxy blocks
+// its worker for up to options.apply_timeout. Stateless: safe from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kvatlas/common/status.h"
+#include "server/api/router.h"
+#include "server/api/routes.h"
+
+namespace kvatlas::server {
+
+// Set on a request a follower forwards (value: the follower's id). A request that carries
+// it is answered 421 not_leader instead of being forwarded again.
+inline constexpr char kForwardedHeader[] = "X-Kvatlas-Forwarded";
+// Set on the answer a follower relays (value: the follower's id).
+inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
+
+// The leader as this server knows it: raft's view of who leads, and the replicated
+// addresses it announced. id 0 = unknown; an address is nullopt until announced.
+struct LeaderAddresses {
+  uint64_t id = 0;
+  std::optional<std::string> http_address;
+  std::optional<std::string> rpc_address;
+};
+[[nodiscard]] LeaderAddresses FindLeader(const ApiServices& api);
+
+// The answer to a request whose route failed with `not_leader` (a kNotLeader Status):
+// the leader's answer (status and body, plus kForwardedFromHeader) when it can be
+// forwarded, else 421 with the body {"code": "not_leader", "message", "leader_id",
+// "leader_http_address", "leader_rpc_address"} (null when unknown). An unreachable leader
+// is 503 unavailable naming it.
+[[nodiscard]] HttpReply AnswerNotLeader(const ApiServices& api, const RouteRequest& request,
+                                        const Status& not_leader);
+
+// POSTs {"id", "http_address", "rpc_address"} to http://<leader_http>/v1/cluster/announce.
+// OK on 200; otherwise the leader's error (or kUnavailable when unreachable).
+[[nodiscard]] Status PostAnnounce(const std::string& leader_http, uint64_t id,
+                                  const std::string& http_address, const std::string& rpc_address,
+                                  std::chrono::milliseconds timeout);
+
+// True for "HOST:PORT" with a non-empty host and a port in 1..65535 ("[v6]:port" too).
+[[nodiscard]] bool IsHostPort(std::string_view address);
+
+}  // namespace kvatlas::server

@@ -1,0 +1,216 @@
+// The change feed over REST (docs/api.md §Change feed): GET /v1/watch streams the records
+// after a revision as Server-Sent Events; GET /v1/snapshot lists a context's copies at one
+// revision, so that a client can list, then watch from that revision, and miss nothing.
+#include <httplib.h>
+
+#include <atomic>
+#include <charconv>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/api/routes.h"
+#include "server/feed/change_feed.h"
+
+namespace kvatlas::server {
+namespace {
+
+using nlohmann::json;
+
+// Keep-alive comment when no record came for this long: detects clients that went away
+// and keeps proxies from closing an idle stream.
+constexpr std::chrono::milliseconds kKeepAlive{1000};
+
+Result<uint64_t> ParseUnsigned(std::string_view name, const std::string& text) {
+  uint64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    return Status::InvalidArgument(std::string(name) + ": must be an unsigned integer, got \"" +
+                                   text.substr(0, 32) + "\"");
+  }
+  return value;
+}
+
+std::optional<std::string> Param(const httplib::Request& request, const char* name) {
+  if (!request.has_param(name)) return std::nullopt;
+  return request.get_param_value(name);
+}
+
+Result<uint32_t> ParseU32(std::string_view name, const std::string& text) {
+  KVATLAS_ASSIGN_OR_RETURN(uint64_t value, ParseUnsigned(name, text));
+  if (value > UINT32_MAX) return Status::InvalidArgument(std::string(name) + ": too large");
+  return static_cast<uint32_t>(value);
+}
+
+Result<FeedFilter> ParseFilter(const httplib::Request& request) {
+  FeedFilter f;
+  f.tenant = Param(request, "tenant_id");
+  f.model = Param(request, "model_name");
+  f.lora_name = Param(request, "lora_name");
+  f.salt = Param(request, "additional_salt");
+  f.holder_id = Param(request, "backend_id");
+  if (auto text = Param(request, "block_size")) {
+    KVATLAS_ASSIGN_OR_RETURN(f.block_size, ParseU32("block_size", *text));
+  }
+  if (auto text = Param(request, "dp_rank")) {
+    KVATLAS_ASSIGN_OR_RETURN(f.dp_rank, ParseU32("dp_rank", *text));
+  }
+  if (auto text = Param(request, "medium")) {
+    bool known = false;
+    f.tier = TierFromMedium(*text, &known);
+    if (!known) return Status::InvalidArgument("medium: unknown medium \"" + *text + "\"");
+  }
+  return f;
+}
+
+json RecordJson(const FeedRecord& r) {
+  json out = {{"revision", r.revision},
+              {"op", FeedOpName(r.op)},
+              {"tenant_id", r.context.tenant},
+              {"model_name", r.context.model},
+              {"lora_name", r.context.lora_name},
+              {"block_size", r.context.block_size},
+              {"additional_salt", r.context.salt},
+              {"backend_id", r.holder.id},
+              {"dp_rank", r.holder.dp_rank},
+              {"medium", TierName(r.tier)},
+              {"keys", r.keys}};
+  if (!r.locations.empty()) out["locations"] = r.locations;
+  return out;
+}
+
+// One SSE stream: records as `data:` lines; the last record of each revision also carries
+// `id: <revision>`, so an EventSource's Last-Event-ID resumes exactly after it.
+class WatchStream {
+ public:
+  WatchStream(std::unique_ptr<Watcher> watcher, std::shared_ptr<std::atomic<int>> streams)
+      : watcher_(std::move(watcher)), streams_(std::move(streams)) {}
+  ~WatchStream() { streams_->fetch_sub(1); }
+
+  bool Pump(const HttpReply::Write& write) {
+    Result<std::vector<FeedRecord>> records = watcher_->Next(kKeepAlive);
+    if (!records.has_value()) {
+      const Status& s = records.error();
+      json error = {{"code", WireNameOf(s.code())},
+                    {"message", s.message()},
+                    {"resume_from", watcher_->ResumeFrom()}};
+      write("event: error\ndata: " + error.dump() + "\n\n");
+      return false;
+    }
+    if (records->empty()) return write(": keep-alive\n\n");
+    std::string out;
+    for (size_t i = 0; i < records->size(); ++i) {
+      const FeedRecord& r = (*records)[i];
+      const bool last_of_revision =
+          i + 1 == records->size() || (*records)[i + 1].revision != r.revision;
+      if (last_of_revision) out += "id: " + std::to_string(r.revision) + "\n";
+      out += "data: " + RecordJson(r).dump() + "\n\n";
+    }
+    return write(out);
+  }
+
+ private:
+  std::unique_ptr<Watcher> watcher_;
+  std::shared_ptr<std::atomic<int>> streams_;  // open streams, this one included
+};
+
+Result<HttpReply> HandleWatch(const ApiServices& api,
+                              const std::shared_ptr<std::atomic<int>>& streams,
+                              const RouteRequest& request) {
+  if (api.feed == nullptr) return Status::Unavailable("this server has no change feed");
+  KVATLAS_ASSIGN_OR_RETURN(FeedFilter filter, ParseFilter(request.http));
+  std::optional<Revision> from;
+  std::string from_text = request.http.get_param_value("from");
+  if (from_text.empty()) from_text = request.http.get_header_value("Last-Event-ID");
+  if (!from_text.empty() && from_text != "now") {
+    KVATLAS_ASSIGN_OR_RETURN(from, ParseUnsigned("from", from_text));
+  }
+  // Each stream holds an HTTP worker thread for its whole life: keep some for the others.
+  if (streams->fetch_add(1) >= static_cast<int>(api.options.max_watch_streams)) {
+    streams->fetch_sub(1);
+    return Status::ResourceExhausted("too many watch streams (max_watch_streams = " +
+                                     std::to_string(api.options.max_watch_streams) +
+                                     "); use the binary protocol for more watchers");
+  }
+  Result<std::unique_ptr<Watcher>> watcher = api.feed->Subscribe(from, std::move(filter));
+  if (!watcher.has_value()) {
+    streams->fetch_sub(1);
+    return watcher.error();
+  }
+  auto stream = std::make_shared<WatchStream>(std::move(watcher).value(), streams);
+  HttpReply reply;
+  reply.content_type = "text/event-stream";
+  reply.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+  reply.stream = [stream](const HttpReply::Write& write) { return stream->Pump(write); };
+  return reply;
+}
+
+Result<HttpReply> HandleSnapshot(const ApiServices& api, const RouteRequest& request) {
+  ContextKey context;
+  context.tenant = Param(request.http, "tenant_id").value_or("default");
+  if (context.tenant.empty()) context.tenant = "default";
+  context.model = Param(request.http, "model_name").value_or("");
+  if (context.model.empty()) return Status::InvalidArgument("model_name: is required");
+  context.lora_name = Param(request.http, "lora_name").value_or("");
+  context.salt = Param(request.http, "additional_salt").value_or("");
+  const std::optional<std::string> block_size = Param(request.http, "block_size");
+  if (!block_size) return Status::InvalidArgument("block_size: is required");
+  KVATLAS_ASSIGN_OR_RETURN(context.block_size, ParseU32("block_size", *block_size));
+  if (context.block_size == 0) return Status::InvalidArgument("block_size: must be positive");
+
+  // Copied under the read lock, serialized after it: a large context must not hold up the
+  // applying thread for the JSON encoding.
+  const size_t limit = api.options.max_snapshot_copies;
+  std::vector<std::pair<BlockKey, BlockCopy>> copies;
+  bool too_large = false;
+  const Revision revision = api.machine->Read([&](const Index& index, Revision at) {
+    index.ForEachCopy(context, [&](BlockKey key, const BlockCopy& copy) {
+      if (copies.size() >= limit) {
+        too_large = true;
+        return;
+      }
+      copies.emplace_back(key, copy);
+    });
+    return at;
+  });
+  if (too_large) {
+    return Status(StatusCode::kPayloadTooLarge, "the context has more than max_snapshot_copies (" +
+                                                    std::to_string(limit) + ") copies");
+  }
+  json list = json::array();
+  for (const auto& [key, c] : copies) {
+    json item = {{"key", key},
+                 {"depth", c.depth},
+                 {"backend_id", c.holder.id},
+                 {"dp_rank", c.holder.dp_rank},
+                 {"medium", TierName(c.tier)},
+                 {"refcount", c.refcount},
+                 {"engine_hash", c.engine_hash}};
+    if (!c.location.empty()) item["location"] = c.location;
+    list.push_back(std::move(item));
+  }
+  json out = {{"revision", revision},
+              {"tenant_id", context.tenant},
+              {"model_name", context.model},
+              {"lora_name", context.lora_name},
+              {"block_size", context.block_size},
+              {"additional_salt", context.salt},
+              {"copies", std::move(list)}};
+  return JsonReply(out.dump());
+}
+
+}  // namespace
+
+void AddWatchRoutes(const ApiServices* api, Router* router) {
+  auto streams = std::make_shared<std::atomic<int>>(0);
+  router->Add({"GET", "/v1/watch", false, [api, streams](const RouteRequest& request) {
+                 return HandleWatch(*api, streams, request);
+               }});
+  router->Add({"GET", "/v1/snapshot", false,
+               [api](const RouteRequest& request) { return HandleSnapshot(*api, request); }});
+}
+
+}  // namespace kvatlas::server

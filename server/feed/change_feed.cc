@@ -1,0 +1,268 @@
+#include "server/feed/change_feed.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+namespace kvatlas::server {
+namespace {
+
+// The record a mutation contributes to, or nullopt for mutations the feed does not
+// report (blocks, registry records, a refcount change that leaves the copy in place).
+std::optional<FeedOp> OpOf(const Mutation& m) {
+  if (m.kind == MutationKind::kPutEntry) {
+    if (m.cause == MutationCause::kStored && m.refcount == 1) return FeedOp::kStored;
+    return std::nullopt;
+  }
+  if (m.kind != MutationKind::kDeleteEntry) return std::nullopt;
+  switch (m.cause) {
+    case MutationCause::kCleared:
+      return FeedOp::kCleared;
+    case MutationCause::kEvicted:
+      return FeedOp::kEvicted;
+    case MutationCause::kStored:
+    case MutationCause::kRemoved:
+      break;
+  }
+  return FeedOp::kRemoved;
+}
+
+}  // namespace
+
+std::string_view FeedOpName(FeedOp op) {
+  switch (op) {
+    case FeedOp::kStored:
+      return "stored";
+    case FeedOp::kRemoved:
+      return "removed";
+    case FeedOp::kCleared:
+      return "cleared";
+    case FeedOp::kEvicted:
+      return "evicted";
+  }
+  return "unknown";
+}
+
+bool FeedFilter::Matches(const FeedRecord& r) const {
+  return (!tenant || *tenant == r.context.tenant) && (!model || *model == r.context.model) &&
+         (!lora_name || *lora_name == r.context.lora_name) &&
+         (!block_size || *block_size == r.context.block_size) &&
+         (!salt || *salt == r.context.salt) && (!holder_id || *holder_id == r.holder.id) &&
+         (!dp_rank || *dp_rank == r.holder.dp_rank) && (!tier || *tier == r.tier);
+}
+
+// --- Watcher -----------------------------------------------------------------------------
+
+Watcher::Watcher(ChangeFeed* feed, FeedFilter filter, Revision from, size_t max_chunks)
+    : feed_(feed), filter_(std::move(filter)), max_chunks_(max_chunks), delivered_(from) {}
+
+Watcher::~Watcher() { feed_->Unsubscribe(this); }
+
+Revision Watcher::ResumeFrom() const {
+  std::lock_guard lock(mu_);
+  return delivered_;
+}
+
+Result<std::vector<FeedRecord>> Watcher::Next(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return !queue_.empty() || cut_ || closed_; });
+  // What was queued before a cut is still delivered: the cut only means nothing after it
+  // will be, so the resume point stays exact.
+  if (queue_.empty()) {
+    if (cut_) {
+      return Status(StatusCode::kWatchCut,
+                    "the watcher fell behind (more than " + std::to_string(max_chunks_) +
+                        " applied groups queued) and was cut; watch again from revision " +
+                        std::to_string(delivered_));
+    }
+    if (closed_) return Status::Unavailable("the change feed is shutting down");
+    return std::vector<FeedRecord>();
+  }
+  std::vector<std::shared_ptr<const FeedChunk>> chunks(queue_.begin(), queue_.end());
+  queue_.clear();
+  delivered_ = chunks.back()->revision;
+  lock.unlock();
+  std::vector<FeedRecord> out;
+  for (const auto& chunk : chunks) {
+    for (const FeedRecord& record : chunk->records) {
+      if (filter_.Matches(record)) out.push_back(record);
+    }
+  }
+  feed_->CountDelivery(out.size(), chunks.back()->published);
+  return out;
+}
+
+// --- ChangeFeed --------------------------------------------------------------------------
+
+ChangeFeed::ChangeFeed(ChangeFeedOptions options) : options_(options) {}
+
+ChangeFeed::~ChangeFeed() {
+  std::lock_guard lock(mu_);
+  for (Watcher* w : watchers_) {
+    std::lock_guard wl(w->mu_);
+    w->closed_ = true;
+    w->cv_.notify_all();
+  }
+}
+
+void ChangeFeed::OnReset(Revision revision, const Index& index) {
+  contexts_.clear();
+  holders_.clear();
+  for (const ContextInfo& c : index.Contexts()) contexts_.emplace(c.id, c.context);
+  for (const HolderInfo& h : index.Holders()) holders_.emplace(h.id, h.holder);
+  std::lock_guard lock(mu_);
+  // The state was replaced wholesale (boot, or a snapshot installed on a lagging follower):
+  // there are no records for what happened before `revision`, so the window restarts and
+  // watchers that expected continuity are cut.
+  window_.clear();
+  window_keys_ = 0;
+  revision_ = revision;
+  compacted_through_ = revision;
+  for (Watcher* w : watchers_) {
+    std::lock_guard wl(w->mu_);
+    if (!w->cut_) ++cuts_;
+    w->cut_ = true;
+    w->cv_.notify_all();
+  }
+}
+
+void ChangeFeed::OnApplied(Revision revision, const MutationList& mutations) {
+  auto chunk = std::make_shared<FeedChunk>();
+  chunk->revision = revision;
+  FeedRecord* open = nullptr;  // the record consecutive mutations extend
+  for (const Mutation& m : mutations) {
+    if (m.kind == MutationKind::kPutContext && m.context_key) {
+      contexts_[m.context] = *m.context_key;
+      continue;
+    }
+    if (m.kind == MutationKind::kPutHolder && m.holder_key) {
+      holders_[m.holder] = *m.holder_key;
+      continue;
+    }
+    const std::optional<FeedOp> op = OpOf(m);
+    if (!op) continue;
+    const auto context = contexts_.find(m.context);
+    const auto holder = holders_.find(m.holder);
+    if (context == contexts_.end() || holder == holders_.end()) continue;  // cannot happen
+    if (open == nullptr || open->op != *op || open->tier != m.tier ||
+        !(open->context == context->second) || !(open->holder == holder->second)) {
+      chunk->records.push_back(
+          FeedRecord{revision, *op, context->second, holder->second, m.tier, {}, {}});
+      open = &chunk->records.back();
+    }
+    if (*op == FeedOp::kStored && (!m.location.empty() || !open->locations.empty())) {
+      open->locations.resize(open->keys.size());  // earlier keys had no location
+      open->locations.push_back(m.location);
+    }
+    open->keys.push_back(m.key);
+    ++chunk->keys;
+  }
+  for (FeedRecord& r : chunk->records) {
+    if (!r.locations.empty()) r.locations.resize(r.keys.size());
+  }
+  chunk->published = std::chrono::steady_clock::now();
+
+  std::lock_guard lock(mu_);
+  revision_ = revision;
+  if (chunk->records.empty()) return;  // nothing to report; the revision still advances
+  records_published_ += chunk->records.size();
+  window_keys_ += chunk->keys;
+  window_.push_back(chunk);
+  while (window_keys_ > options_.window_keys && window_.size() > 1) {
+    window_keys_ -= window_.front()->keys;
+    compacted_through_ = window_.front()->revision;
+    window_.pop_front();
+  }
+  for (Watcher* w : watchers_) {
+    std::lock_guard wl(w->mu_);
+    if (w->cut_ || w->closed_) continue;
+    if (w->queue_.size() >= w->max_chunks_) {
+      w->cut_ = true;
+      ++cuts_;
+    } else {
+      w->queue_.push_back(chunk);
+    }
+    w->cv_.notify_all();
+  }
+}
+
+Result<std::unique_ptr<Watcher>> ChangeFeed::Subscribe(std::optional<Revision> from,
+                                                       FeedFilter filter) {
+  std::lock_guard lock(mu_);
+  if (watchers_.size() >= options_.max_watchers) {
+    return Status::ResourceExhausted("too many watchers (" + std::to_string(watchers_.size()) +
+                                     "); the limit is " + std::to_string(options_.max_watchers));
+  }
+  const Revision start = from.value_or(revision_);
+  if (start > revision_) {
+    return Status::InvalidArgument("from: revision " + std::to_string(start) +
+                                   " is in the future; the current revision is " +
+                                   std::to_string(revision_));
+  }
+  if (start < compacted_through_) {
+    return Status(StatusCode::kCompacted,
+                  "from: revision " + std::to_string(start) +
+                      " is compacted; the oldest revision to watch from is " +
+                      std::to_string(compacted_through_) + ", the current revision is " +
+                      std::to_string(revision_) + " (list with GET /v1/snapshot, then watch)");
+  }
+  // The backlog the watcher starts with may exceed its queue bound; it is cut only if it
+  // keeps falling behind after that.
+  std::unique_ptr<Watcher> w(
+      new Watcher(this, std::move(filter), start, options_.watcher_queue_chunks));
+  const auto first = std::upper_bound(
+      window_.begin(), window_.end(), start,
+      [](Revision r, const std::shared_ptr<const FeedChunk>& c) { return r < c->revision; });
+  w->queue_.assign(first, window_.end());
+  watchers_.push_back(w.get());
+  return w;
+}
+
+void ChangeFeed::Unsubscribe(Watcher* watcher) {
+  std::lock_guard lock(mu_);
+  std::erase(watchers_, watcher);
+}
+
+void ChangeFeed::CountDelivery(size_t records, std::chrono::steady_clock::time_point published) {
+  const double lag =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - published).count();
+  std::lock_guard lock(mu_);
+  records_sent_ += records;
+  last_lag_seconds_ = lag;
+}
+
+FeedStats ChangeFeed::Stats() const {
+  std::lock_guard lock(mu_);
+  return FeedStats{revision_,        compacted_through_, window_.size(), window_keys_,
+                   watchers_.size(), records_published_, records_sent_,  cuts_,
+                   last_lag_seconds_};
+}
+
+std::string RenderFeedMetrics(const FeedStats& s) {
+  std::string out;
+  const auto metric = [&out](const char* name, const char* type, const char* help, double value) {
+    char number[32];
+    std::snprintf(number, sizeof(number), "%.17g", value);
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+           name + " " + number + "\n";
+  };
+  metric("kvatlas_feed_revision", "gauge", "Last revision published on the change feed.",
+         static_cast<double>(s.revision));
+  metric("kvatlas_feed_compacted_revision", "gauge",
+         "Records at or below this revision are no longer in the feed's window.",
+         static_cast<double>(s.compacted_through));
+  metric("kvatlas_feed_window_keys", "gauge", "Block keys held in the feed's window.",
+         static_cast<double>(s.window_keys));
+  metric("kvatlas_feed_watchers", "gauge", "Open watchers.", static_cast<double>(s.watchers));
+  metric("kvatlas_feed_records_published_total", "counter", "Records published.",
+         static_cast<double>(s.records_published));
+  metric("kvatlas_feed_records_sent_total", "counter",
+         "Records handed to watchers (after their filters).", static_cast<double>(s.records_sent));
+  metric("kvatlas_feed_watcher_cuts_total", "counter", "Watchers cut for falling behind.",
+         static_cast<double>(s.cuts));
+  metric("kvatlas_feed_lag_seconds", "gauge",
+         "Publish-to-watcher delay of the most recent delivery.", s.last_lag_seconds);
+  return out;
+}
+
+}  // namespace kvatlas::server

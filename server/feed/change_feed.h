@@ -1,0 +1,171 @@
+// ChangeFeed: every applied change to the map, as records a client can follow
+// (docs/feed.md). The state machine reports each applied group (ApplyObserver, on the
+// applying thread); the feed turns its mutations into records, keeps a bounded window of
+// recent ones, and hands them to watchers, each with a bounded queue of its own.
+//
+// Threading: OnApplied/OnReset run on the applying thread and never block on a watcher:
+// publishing appends one shared chunk to the window and to each watcher's queue (a short
+// lock each). A watcher whose queue is full is cut: it stops receiving and reports the
+// revision to resume from; it cannot slow ingestion or other watchers. Subscribe, Next and
+// the accessors from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/types.h"
+#include "server/state/state_machine.h"
+
+namespace kvatlas::server {
+
+enum class FeedOp : uint8_t {
+  kStored = 0,   // the holder now has these blocks in this tier (a first reference)
+  kRemoved = 1,  // the holder dropped them (last reference removed)
+  kCleared = 2,  // dropped by a clear of the holder (AllBlocksCleared, engine restart)
+  kEvicted = 3,  // dropped by the per-context entry cap (FIFO eviction)
+};
+std::string_view FeedOpName(FeedOp op);
+
+// One change: `op` on `keys` of `holder` in `tier` of `context`, applied at `revision`.
+struct FeedRecord {
+  Revision revision = 0;
+  FeedOp op = FeedOp::kStored;
+  ContextKey context;
+  HolderKey holder;
+  Tier tier = Tier::kGpu;
+  std::vector<BlockKey> keys;
+  // kStored only: empty, or one location per key (SHARED-tier descriptors).
+  std::vector<std::string> locations;
+};
+
+// The records of one applied group, shared by the window and every watcher's queue.
+struct FeedChunk {
+  Revision revision = 0;
+  std::vector<FeedRecord> records;
+  size_t keys = 0;  // Σ records[i].keys.size(), for the window's bound
+  std::chrono::steady_clock::time_point published;
+};
+
+// Which records a watcher wants; an unset field matches everything.
+struct FeedFilter {
+  std::optional<std::string> tenant;
+  std::optional<std::string> model;
+  std::optional<std::string> lora_name;
+  std::optional<uint32_t> block_size;
+  std::optional<std::string> salt;
+  std::optional<std::string> holder_id;
+  std::optional<uint32_t> dp_rank;
+  std::optional<Tier> tier;
+  bool Matches(const FeedRecord& record) const;
+};
+
+struct ChangeFeedOptions {
+  // Block keys kept in the window of recent records; older chunks are dropped (compacted)
+  // and a watch from before them fails with kCompacted.
+  size_t window_keys = 4'000'000;
+  // Chunks (applied groups) a watcher may have queued; past it the watcher is cut.
+  size_t watcher_queue_chunks = 4096;
+  // Watchers at once; further Subscribe calls fail with kResourceExhausted.
+  size_t max_watchers = 64;
+};
+
+struct FeedStats {
+  Revision revision = 0;           // last published
+  Revision compacted_through = 0;  // records at or below are gone from the window
+  size_t window_chunks = 0;
+  size_t window_keys = 0;
+  size_t watchers = 0;
+  uint64_t records_published = 0;
+  uint64_t records_sent = 0;    // delivered to watchers (after their filters)
+  uint64_t cuts = 0;            // watchers cut for falling behind
+  double last_lag_seconds = 0;  // publish → handed to a watcher, most recent delivery
+};
+
+// The feed's Prometheus metrics (kvatlas_feed_*), for GET /metrics.
+std::string RenderFeedMetrics(const FeedStats& stats);
+
+class ChangeFeed;
+
+// One subscription. Next() hands out records in revision order, each revision whole.
+class Watcher {
+ public:
+  ~Watcher();  // unsubscribes
+  Watcher(const Watcher&) = delete;
+  Watcher& operator=(const Watcher&) = delete;
+
+  // Waits up to `timeout` for more records and returns them (possibly none: a timeout).
+  // kWatchCut once the watcher was cut for falling behind (the message says why and the
+  // revision to resume from: ResumeFrom()), kUnavailable once the feed shut down.
+  [[nodiscard]] Result<std::vector<FeedRecord>> Next(std::chrono::milliseconds timeout);
+
+  // The revision a new watch should start after to miss nothing this one did not deliver:
+  // the last revision fully handed out.
+  Revision ResumeFrom() const;
+
+ private:
+  friend class ChangeFeed;
+  Watcher(ChangeFeed* feed, FeedFilter filter, Revision from, size_t max_chunks);
+
+  ChangeFeed* const feed_;
+  const FeedFilter filter_;
+  const size_t max_chunks_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<const FeedChunk>> queue_;
+  Revision delivered_;  // last revision handed out by Next
+  bool cut_ = false;
+  bool closed_ = false;
+};
+
+class ChangeFeed final : public ApplyObserver {
+ public:
+  explicit ChangeFeed(ChangeFeedOptions options = {});
+  ~ChangeFeed() override;  // cuts every watcher with kUnavailable
+  ChangeFeed(const ChangeFeed&) = delete;
+  ChangeFeed& operator=(const ChangeFeed&) = delete;
+
+  // ApplyObserver (the applying thread).
+  void OnApplied(Revision revision, const MutationList& mutations) override;
+  void OnReset(Revision revision, const Index& index) override;
+
+  // A watcher of the records after revision `from` (nullopt = from now). kCompacted when
+  // `from` is older than the window (the message names the oldest revision available and
+  // the current one), kInvalidArgument when it is in the future, kResourceExhausted past
+  // max_watchers.
+  [[nodiscard]] Result<std::unique_ptr<Watcher>> Subscribe(std::optional<Revision> from,
+                                                           FeedFilter filter);
+
+  FeedStats Stats() const;
+
+ private:
+  friend class Watcher;
+  void Unsubscribe(Watcher* watcher);
+  void CountDelivery(size_t records, std::chrono::steady_clock::time_point published);
+
+  const ChangeFeedOptions options_;
+  mutable std::mutex mu_;
+  std::deque<std::shared_ptr<const FeedChunk>> window_;
+  size_t window_keys_ = 0;
+  Revision revision_ = 0;
+  Revision compacted_through_ = 0;
+  std::vector<Watcher*> watchers_;
+  // Interned ids of the state's contexts and holders → keys, kept in step with the state
+  // from kPutContext/kPutHolder mutations and OnReset. Applying thread only.
+  std::unordered_map<uint32_t, ContextKey> contexts_;
+  std::unordered_map<uint32_t, HolderKey> holders_;
+  uint64_t records_published_ = 0;
+  uint64_t records_sent_ = 0;
+  uint64_t cuts_ = 0;
+  double last_lag_seconds_ = 0;
+};
+
+}  // namespace kvatlas::server

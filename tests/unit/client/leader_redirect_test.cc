@@ -1,0 +1,145 @@
+// kvatlas::Client following binary-protocol not_leader answers (docs/protocol.md §Not
+// leader) between FakeServers, and the hint's encoding (kvatlas/common/not_leader.h).
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvatlas/client/client.h"
+#include "kvatlas/common/not_leader.h"
+#include "tests/unit/client/fake_server.h"
+
+namespace kvatlas {
+namespace {
+
+using protocol::Frame;
+using protocol::MessageType;
+using testing::FakeServer;
+
+BlockEvent Event() {
+  BlockEvent event;
+  event.context.model = "llama";
+  event.context.block_size = 4;
+  event.holder.id = "e";
+  event.seq_hashes = {1};
+  return event;
+}
+
+Frame NotLeader(const Frame& request, const protocol::NotLeaderHint& hint) {
+  const std::string message =
+      protocol::AppendNotLeaderHint("not the leader; the leader is server 2", hint);
+  return FakeServer::Answer(request,
+                            protocol::EncodeErrorPayload(Status(StatusCode::kNotLeader, message)),
+                            StatusCode::kNotLeader);
+}
+
+std::unique_ptr<Client> ConnectTo(const std::string& endpoint) {
+  ClientOptions options;
+  options.endpoints = {endpoint};
+  Result<std::unique_ptr<Client>> client = Client::Connect(std::move(options));
+  REQUIRE_MESSAGE(client.has_value(), client.status().ToString());
+  return std::move(client).value();
+}
+
+TEST_SUITE("LeaderRedirect") {
+  TEST_CASE("NotLeaderHint: appended lines parse back, messages without them do not") {
+    const std::string full = protocol::AppendNotLeaderHint("m", {7, "10.0.0.2:7071"});
+    CHECK(full == "m\nleader_id=7\nleader_rpc_address=10.0.0.2:7071");
+    const auto parsed = protocol::ParseNotLeaderHint(full);
+    REQUIRE(parsed.has_value());
+    CHECK(parsed->leader_id == 7);
+    CHECK(parsed->leader_rpc_address == "10.0.0.2:7071");
+    const auto unknown = protocol::ParseNotLeaderHint(protocol::AppendNotLeaderHint("m", {}));
+    REQUIRE(unknown.has_value());
+    CHECK(unknown->leader_id == 0);
+    CHECK(unknown->leader_rpc_address.empty());
+    CHECK_FALSE(protocol::ParseNotLeaderHint("not the leader; the leader is server 2"));
+    CHECK_FALSE(protocol::ParseNotLeaderHint("m\nleader_id=x"));
+  }
+
+  TEST_CASE("Client: an ingest answered not_leader is resent to the named leader") {
+    std::atomic<int> leader_ingests{0};
+    FakeServer leader([&](Frame request) {
+      if (request.header.type == MessageType::kIngest) ++leader_ingests;
+      IngestAnswer answer;
+      answer.revision = 42;
+      answer.events = 1;
+      answer.blocks = 1;
+      return FakeServer::Action{
+          {FakeServer::Answer(request, protocol::EncodeIngestAnswerBinary(answer))}};
+    });
+    std::atomic<int> follower_ingests{0};
+    FakeServer follower([&](Frame request) {
+      if (request.header.type != MessageType::kIngest) {
+        return FakeServer::Action{{FakeServer::Answer(request, "")}};
+      }
+      ++follower_ingests;
+      return FakeServer::Action{{NotLeader(request, {2, leader.endpoint()})}};
+    });
+    auto client = ConnectTo(follower.endpoint());
+    for (int i = 0; i < 3; ++i) {
+      Result<IngestAnswer> answer = client->Ingest({Event()});
+      REQUIRE_MESSAGE(answer.has_value(), answer.status().ToString());
+      CHECK(answer->revision == 42);
+    }
+    CHECK(follower_ingests == 3);
+    CHECK(leader_ingests == 3);
+    // One connection to the leader, reused.
+    CHECK(leader.connections_accepted() == 1);
+  }
+
+  TEST_CASE("Client: not_leader redirects are bounded and errors without a hint pass") {
+    // A chain of servers, each naming the next as the leader (FakeServer serves one
+    // connection at a time, so no server is visited twice).
+    constexpr int kServers = 5;
+    std::atomic<int> requests[kServers] = {};
+    std::vector<std::unique_ptr<FakeServer>> chain(kServers);
+    std::string next_endpoint[kServers];
+    for (int i = kServers - 1; i >= 0; --i) {
+      chain[i] = std::make_unique<FakeServer>([&requests, &next_endpoint, i](Frame request) {
+        ++requests[i];
+        return FakeServer::Action{
+            {NotLeader(request, {static_cast<uint64_t>(i + 2), next_endpoint[i]})}};
+      });
+      if (i + 1 < kServers) next_endpoint[i] = chain[i + 1]->endpoint();
+    }
+    next_endpoint[kServers - 1] = chain[0]->endpoint();
+    auto client = ConnectTo(chain[0]->endpoint());
+    Result<IngestAnswer> answer = client->Ingest({Event()});
+    REQUIRE_FALSE(answer.has_value());
+    CHECK(answer.error().code() == StatusCode::kNotLeader);
+    // The call and 3 hops; the fifth server is never asked.
+    for (int i = 0; i < 4; ++i) CHECK(requests[i] == 1);
+    CHECK(requests[4] == 0);
+
+    std::atomic<int> unknown_requests{0};
+    FakeServer unknown([&](Frame request) {
+      ++unknown_requests;
+      return FakeServer::Action{{NotLeader(request, {0, ""})}};
+    });
+    auto lost = ConnectTo(unknown.endpoint());
+    answer = lost->Ingest({Event()});
+    REQUIRE_FALSE(answer.has_value());
+    CHECK(answer.error().code() == StatusCode::kNotLeader);
+    CHECK(unknown_requests == 1);
+  }
+
+  TEST_CASE("Client: an unreachable leader fails the call within its deadline") {
+    FakeServer follower([&](Frame request) {
+      // A port nothing listens on (the FakeServer's own port once it is gone is racy).
+      return FakeServer::Action{{NotLeader(request, {2, "127.0.0.1:1"})}};
+    });
+    auto client = ConnectTo(follower.endpoint());
+    const auto start = std::chrono::steady_clock::now();
+    Result<IngestAnswer> answer = client->Ingest({Event()}, std::chrono::milliseconds(2000));
+    REQUIRE_FALSE(answer.has_value());
+    CHECK(answer.error().code() != StatusCode::kOk);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(4));
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas

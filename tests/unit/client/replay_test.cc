@@ -1,0 +1,239 @@
+// The trace-replay simulator (client/tools/replay): cache model, timing and policies on
+// small synthetic traces with known answers.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <vector>
+
+#include "client/tools/replay/cache_model.h"
+#include "client/tools/replay/kvatlas_policy.h"
+#include "client/tools/replay/report.h"
+#include "client/tools/replay/simulator.h"
+#include "client/tools/replay/trace.h"
+
+namespace kvatlas::replay {
+namespace {
+
+TraceRequest Request(double t, uint32_t input, std::vector<uint32_t> ids, uint32_t output = 0) {
+  TraceRequest r;
+  r.timestamp_ms = t;
+  r.input_length = input;
+  r.output_length = output;
+  r.hash_ids = std::move(ids);
+  return r;
+}
+
+TEST_CASE("LruBlocks evicts the least recently used") {
+  LruBlocks lru(2);
+  std::vector<uint32_t> evicted;
+  CHECK(lru.Touch(1, &evicted));
+  CHECK(lru.Touch(2, &evicted));
+  CHECK_FALSE(lru.Touch(1, &evicted));  // already there: now most recent
+  CHECK(lru.Touch(3, &evicted));
+  CHECK(evicted == std::vector<uint32_t>{2});
+  CHECK(lru.Contains(1));
+  CHECK(lru.Contains(3));
+  CHECK(lru.Erase(3));
+  CHECK_FALSE(lru.Erase(3));
+  LruBlocks none(0);
+  CHECK_FALSE(none.Touch(1, &evicted));
+  CHECK_FALSE(none.Contains(1));
+}
+
+TEST_CASE("InstanceCache: GPU then CPU, offload on eviction, net changes") {
+  InstanceCache cache(/*gpu_blocks=*/2, /*cpu_blocks=*/3);
+  // A 3-block prompt on a 2-block GPU: touched tail first, so block 3 is evicted to CPU.
+  CacheChanges c = cache.Admit(std::vector<uint32_t>{1, 2, 3}, nullptr);
+  CHECK(c.gpu_stored == std::vector<uint32_t>{2, 1});
+  CHECK(c.gpu_removed.empty());  // 3 was stored and evicted in one step: never visible
+  CHECK(c.cpu_stored == std::vector<uint32_t>{3});
+  CHECK(cache.Match(std::vector<uint32_t>{1, 2, 3, 4}, nullptr) == TierMatch{2, 1, 0});
+
+  c = cache.Admit(std::vector<uint32_t>{5, 6}, nullptr);
+  CHECK(c.gpu_stored == std::vector<uint32_t>{6, 5});
+  CHECK(c.gpu_removed == std::vector<uint32_t>{2, 1});
+  CHECK(c.cpu_stored == std::vector<uint32_t>{2, 1});
+  CHECK(cache.Match(std::vector<uint32_t>{1, 2, 3}, nullptr) == TierMatch{0, 3, 0});
+  CHECK(cache.Match(std::vector<uint32_t>{5, 6, 7}, nullptr) == TierMatch{2, 0, 0});
+  CHECK(cache.Match(std::vector<uint32_t>{2, 1}, nullptr) == TierMatch{0, 2, 0});
+  CHECK(cache.Match(std::vector<uint32_t>{9, 1}, nullptr) == TierMatch{});  // prefix only
+
+  // GPU full (5 most recent, 6 least): 6 goes to a full CPU, which drops its oldest (3).
+  c = cache.Admit(std::vector<uint32_t>{7}, nullptr);
+  CHECK(c.gpu_removed == std::vector<uint32_t>{6});
+  CHECK(c.cpu_stored == std::vector<uint32_t>{6});
+  CHECK(c.cpu_removed == std::vector<uint32_t>{3});
+}
+
+TEST_CASE("InstanceCache: the shared backend stores computed blocks for everyone") {
+  LruBlocks shared(10);
+  InstanceCache a(4, 4), b(4, 4);
+  CacheChanges c = a.Admit(std::vector<uint32_t>{1, 2}, &shared);
+  CHECK(c.shared_stored == std::vector<uint32_t>{1, 2});
+  CHECK(b.Match(std::vector<uint32_t>{1, 2, 3}, &shared) == TierMatch{0, 0, 2});
+  c = b.Admit(std::vector<uint32_t>{1, 2, 3}, &shared);
+  CHECK(c.shared_stored == std::vector<uint32_t>{3});  // 1 and 2 were loaded, not computed
+  CHECK(c.gpu_stored == std::vector<uint32_t>{3, 2, 1});
+}
+
+SimOptions Timing() {
+  SimOptions o;
+  o.instances = 2;
+  o.gpu_blocks = 10;
+  o.cpu_blocks = 10;
+  o.block_tokens = 4;
+  o.prefill_overhead_ms = 0;
+  o.prefill_ms_per_token = 1;
+  o.decode_ms_per_token = 0;
+  return o;
+}
+
+std::vector<TraceRequest> SmallTrace() {
+  return {Request(0, 8, {1, 2}), Request(1, 8, {1, 2}), Request(2, 12, {1, 2, 3}),
+          Request(3, 4, {9})};
+}
+
+TEST_CASE("Simulate: round-robin, with the timing model's known answers") {
+  std::unique_ptr<Policy> policy = MakeRoundRobinPolicy();
+  Result<PolicyResult> r = Simulate(Timing(), SmallTrace(), *policy);
+  REQUIRE_MESSAGE(r.has_value(), r.status().ToString());
+  // inst0: t=0 computes 8 tokens (TTFT 8); t=2 reuses blocks 1-2, computes 4 after waiting
+  // until 8 (TTFT 10). inst1: t=1 computes 8 (TTFT 8); t=3 waits until 9, computes 4 (10).
+  CHECK(r->requests == 4);
+  CHECK(r->prompt_blocks == 8);
+  CHECK(r->hit_blocks == 2);
+  CHECK(r->gpu_hits == 2);
+  CHECK(r->hit_ratio == doctest::Approx(0.25));
+  CHECK(r->ttft_p50_ms == doctest::Approx(8));
+  CHECK(r->ttft_p99_ms == doctest::Approx(10));
+  CHECK(r->ttft_mean_ms == doctest::Approx(9));
+  CHECK(r->load_imbalance == doctest::Approx(1.0));
+  CHECK(r->requests_per_instance == std::vector<size_t>{2, 2});
+  CHECK_FALSE(r->has_latency);
+}
+
+TEST_CASE("Simulate: CPU and shared loads cost their fraction") {
+  SimOptions o = Timing();
+  o.instances = 1;
+  o.gpu_blocks = 1;
+  o.cpu_load_fraction = 0.5;
+  std::unique_ptr<Policy> policy = MakeRoundRobinPolicy();
+  // t=0 computes [1, 2] (8 ms; block 2 ends on GPU... the tail is evicted first: 2 → CPU).
+  // t=100: block 1 on GPU, block 2 on CPU: 0 + 0.5 · 4 = 2 ms.
+  Result<PolicyResult> r = Simulate(
+      o, std::vector<TraceRequest>{Request(0, 8, {1, 2}), Request(100, 8, {1, 2})}, *policy);
+  REQUIRE(r.has_value());
+  CHECK(r->gpu_hits == 1);
+  CHECK(r->cpu_hits == 1);
+  CHECK(r->ttft_p50_ms == doctest::Approx(2));
+  CHECK(r->ttft_p99_ms == doctest::Approx(8));
+}
+
+TEST_CASE("least-loaded and kvatlas-local pick by load and by cached prefix") {
+  std::unique_ptr<Policy> least = MakeLeastLoadedPolicy(4);
+  Result<PolicyResult> r = Simulate(Timing(), SmallTrace(), *least);
+  REQUIRE(r.has_value());
+  // t=0 → inst0 (tie); t=1 → inst1 (inst0 busy); t=2 → inst0 (7 tokens queued on inst0...
+  // vs 7 on inst1: tie → inst0, which has the prefix by luck); t=3 → inst1 ... as counted:
+  CHECK(r->requests_per_instance.size() == 2);
+  CHECK(r->requests_per_instance[0] + r->requests_per_instance[1] == 4);
+
+  RoutingOptions routing;
+  routing.decode_scale = 0;
+  Result<std::unique_ptr<Policy>> local = MakeLocalScorerPolicy(routing, 4);
+  REQUIRE(local.has_value());
+  r = Simulate(Timing(), SmallTrace(), **local);
+  REQUIRE(r.has_value());
+  // t=1: inst0 has both blocks (cost = 7 queued tokens = 1.75 blocks) vs inst1 idle but
+  // uncached (2 blocks): inst0. t=2: inst0 has blocks 1-2, queued until 8 → cost 1.5 + 1
+  // vs inst1 3 → inst0. t=3: block 9 is nowhere; inst1 is idle → inst1.
+  CHECK(r->requests_per_instance == std::vector<size_t>{3, 1});
+  CHECK(r->hit_blocks == 4);
+  CHECK(r->hit_ratio == doctest::Approx(0.5));
+
+  std::unique_ptr<Policy> rr = MakeRoundRobinPolicy();
+  Result<PolicyResult> baseline = Simulate(Timing(), SmallTrace(), *rr);
+  REQUIRE(baseline.has_value());
+  CHECK(r->hit_ratio > baseline->hit_ratio);
+}
+
+TEST_CASE("kvatlas-local beats round-robin on a multi-turn synthetic trace") {
+  // 15 sessions of 6 turns, each turn extending its session's prefix by 2 blocks,
+  // interleaved, 1 s apart (no queues); 4 instances whose GPUs hold 4 sessions each.
+  // Round-robin moves a session to another instance at every turn (15 mod 4 = 3).
+  std::vector<TraceRequest> trace;
+  for (uint32_t turn = 0; turn < 6; ++turn) {
+    for (uint32_t s = 0; s < 15; ++s) {
+      std::vector<uint32_t> ids;
+      for (uint32_t b = 0; b < 2 * (turn + 1); ++b) ids.push_back(s * 100 + b);
+      trace.push_back(
+          Request(1000.0 * (turn * 16 + s), 4 * static_cast<uint32_t>(ids.size()), ids));
+    }
+  }
+  SimOptions o = Timing();
+  o.instances = 4;
+  o.gpu_blocks = 48;
+  o.cpu_blocks = 0;
+  std::unique_ptr<Policy> rr = MakeRoundRobinPolicy();
+  Result<PolicyResult> base = Simulate(o, trace, *rr);
+  Result<std::unique_ptr<Policy>> local = MakeLocalScorerPolicy({}, 4);
+  REQUIRE(local.has_value());
+  Result<PolicyResult> kv = Simulate(o, trace, **local);
+  REQUIRE(base.has_value());
+  REQUIRE(kv.has_value());
+  // Every turn after the first can reuse its previous turn: (1+2+3+4+5) · 2 / (2+...+12).
+  CHECK(kv->hit_ratio == doctest::Approx(30.0 / 42.0));
+  CHECK(base->hit_ratio < kv->hit_ratio);
+  CHECK(kv->ttft_p50_ms < base->ttft_p50_ms);
+}
+
+TEST_CASE("Trace lines, token mapping and block keys") {
+  Result<TraceRequest> r =
+      ParseTraceLine(R"({"timestamp": 40, "input_length": 700, "output_length": 3,
+                         "hash_ids": [5, 6]})");
+  REQUIRE(r.has_value());
+  CHECK(r->timestamp_ms == 40);
+  CHECK(r->input_length == 700);
+  CHECK(r->hash_ids == std::vector<uint32_t>{5, 6});
+  CHECK(ParseTraceLine(R"({"timestamp": 1, "input_length": 1, "output_length": 1})")
+            .status()
+            .message()
+            .starts_with("hash_ids:"));
+  CHECK(ParseTraceLine(R"({"input_length": 1})").status().message().starts_with("timestamp:"));
+  CHECK(ParseTraceLine("{").status().message().starts_with("line: invalid JSON"));
+
+  CHECK(BlockTokens(5, 8) == BlockTokens(5, 8));
+  CHECK(BlockTokens(5, 8) != BlockTokens(6, 8));
+  const std::vector<TraceRequest> trace = {Request(0, 16, {1, 2}), Request(1, 16, {1, 3}),
+                                           Request(2, 8, {4, 2})};
+  const BlockHasher hasher;
+  const BlockTable table(trace, 8, hasher);
+  CHECK(table.size() == 4);
+  CHECK(table.inconsistent() == 1);  // block 2 under parents 1 and 4
+  const std::vector<BlockKey> keys = hasher.SequenceHashes(RequestTokens(trace[1], 8), 8);
+  CHECK(table.Get(1).key == keys[0]);
+  CHECK(table.Get(3).key == keys[1]);
+  CHECK(table.Get(3).parent_key == keys[0]);
+  CHECK(table.Get(3).depth == 1);
+  CHECK_FALSE(table.Get(1).parent_key.has_value());
+}
+
+TEST_CASE("Quantile and the report formats") {
+  CHECK(Quantile({}, 0.5) == 0);
+  CHECK(Quantile({3, 1, 2, 4}, 0.5) == 2);
+  CHECK(Quantile({3, 1, 2, 4}, 0.99) == 4);
+  CHECK(Quantile({7}, 0.0) == 7);
+  PolicyResult r;
+  r.policy = "kvatlas";
+  r.hit_ratio = 0.5;
+  r.has_latency = true;
+  r.lookup_p99_us = 120;
+  const std::string json = FormatJsonLines({r});
+  CHECK(json.find("\"policy\":\"kvatlas\"") != std::string::npos);
+  CHECK(json.find("\"lookup_p99_us\":120.0") != std::string::npos);
+  CHECK(FormatCsv({r}).starts_with("policy,requests,"));
+  CHECK(FormatTable({r}).find("kvatlas") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvatlas::replay

@@ -1,0 +1,367 @@
+#include "kvatlas/common/routing.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kvatlas/common/protocol.h"
+
+namespace kvatlas {
+namespace {
+
+RouteCandidate Candidate(std::string id, uint64_t queued_tokens = 0, uint64_t decode = 0) {
+  RouteCandidate c;
+  c.instance_id = std::move(id);
+  c.queued_prefill_tokens = queued_tokens;
+  c.active_decode_blocks = decode;
+  return c;
+}
+
+std::vector<ScoredCandidate> Score(const RoutingOptions& options, uint32_t prompt_blocks,
+                                   const std::vector<RouteCandidate>& candidates,
+                                   const std::vector<PrefixMatch>& matches) {
+  Result<std::vector<ScoredCandidate>> scored =
+      ScoreCandidates(options, prompt_blocks, 16, candidates, matches);
+  REQUIRE_MESSAGE(scored.has_value(), scored.status().ToString());
+  return *scored;
+}
+
+TEST_CASE("ScoreCandidates: Dynamo's cost with the default tier weights") {
+  // Prompt of 10 blocks of 16 tokens.
+  // a: 4 blocks on GPU, 2 more on CPU, 2 more on DISK; 2 blocks queued, 5 decoding:
+  //    credit 4 + 0.75·2 + 0.25·2 = 6, new 4, prefill 2 + 4 = 6, cost 11.
+  // b: nothing cached, idle: new 10, cost 10.
+  // c: everything on GPU, 10 blocks queued, 3 decoding: new 0, prefill 10, cost 13.
+  const std::vector<RouteCandidate> candidates = {Candidate("a", 32, 5), Candidate("b"),
+                                                  Candidate("c", 160, 3)};
+  const std::vector<PrefixMatch> matches = {{4, 6, 8, 0}, {}, {10, 10, 10, 0}};
+  const std::vector<ScoredCandidate> ranked = Score({}, 10, candidates, matches);
+  REQUIRE(ranked.size() == 3);
+  CHECK(ranked[0].candidate.instance_id == "b");
+  CHECK(ranked[0].index == 1);
+  CHECK(ranked[0].cost == doctest::Approx(10));
+  CHECK(ranked[0].probability == 1.0);
+  CHECK(ranked[1].candidate.instance_id == "a");
+  CHECK(ranked[1].gpu_blocks == 4);
+  CHECK(ranked[1].cpu_blocks == 2);
+  CHECK(ranked[1].disk_blocks == 2);
+  CHECK(ranked[1].shared_blocks == 0);
+  CHECK(ranked[1].credit == doctest::Approx(6));
+  CHECK(ranked[1].new_prefill_blocks == doctest::Approx(4));
+  CHECK(ranked[1].queued_prefill_blocks == doctest::Approx(2));
+  CHECK(ranked[1].prefill_cost == doctest::Approx(6));
+  CHECK(ranked[1].decode_cost == doctest::Approx(5));
+  CHECK(ranked[1].cost == doctest::Approx(11));
+  CHECK(ranked[1].probability == 0.0);
+  CHECK(ranked[2].candidate.instance_id == "c");
+  CHECK(ranked[2].new_prefill_blocks == doctest::Approx(0));
+  CHECK(ranked[2].cost == doctest::Approx(13));
+}
+
+TEST_CASE("ScoreCandidates: scales, shared blocks, clamping and ties") {
+  RoutingOptions options;
+  options.prefill_scale = 2;
+  options.decode_scale = 0.5;
+  // Shared backend has 8 of 10 blocks: blocks 2..7 come from it (weight 0.5): credit 5.
+  std::vector<ScoredCandidate> ranked =
+      Score(options, 10, {Candidate("d", 0, 4)}, {PrefixMatch{2, 2, 2, 8}});
+  CHECK(ranked[0].shared_blocks == 6);
+  CHECK(ranked[0].credit == doctest::Approx(5));
+  CHECK(ranked[0].prefill_cost == doctest::Approx(10));
+  CHECK(ranked[0].decode_cost == doctest::Approx(2));
+  CHECK(ranked[0].cost == doctest::Approx(12));
+
+  // Matches past the prompt and non-cumulative values are clamped.
+  ranked = Score({}, 10, {Candidate("e")}, {PrefixMatch{20, 3, 1, 0}});
+  CHECK(ranked[0].gpu_blocks == 10);
+  CHECK(ranked[0].cpu_blocks == 0);
+  CHECK(ranked[0].new_prefill_blocks == doctest::Approx(0));
+
+  // Equal costs keep the candidates' order.
+  ranked = Score({}, 4, {Candidate("x"), Candidate("y"), Candidate("z")}, {{}, {}, {}});
+  CHECK(ranked[0].candidate.instance_id == "x");
+  CHECK(ranked[1].candidate.instance_id == "y");
+  CHECK(ranked[2].candidate.instance_id == "z");
+
+  // A zero GPU weight ignores GPU matches.
+  options = {};
+  options.weights.gpu = 0;
+  ranked = Score(options, 4, {Candidate("g"), Candidate("h", 16)}, {{4, 4, 4, 0}, {}});
+  CHECK(ranked[0].candidate.instance_id == "g");
+  CHECK(ranked[0].cost == doctest::Approx(4));
+  CHECK(ranked[1].cost == doctest::Approx(5));
+}
+
+TEST_CASE("ScoreCandidates: invalid input names the field") {
+  const std::vector<RouteCandidate> one = {Candidate("a")};
+  const std::vector<PrefixMatch> match = {{}};
+  CHECK(ScoreCandidates({}, 1, 16, {}, {}).status().message().starts_with("candidates:"));
+  CHECK(ScoreCandidates({}, 1, 16, one, {}).status().message().starts_with("matches:"));
+  CHECK(ScoreCandidates({}, 1, 0, one, match).status().message().starts_with("block_size:"));
+  RoutingOptions bad;
+  bad.weights.cpu = 1.5;
+  CHECK(ScoreCandidates(bad, 1, 16, one, match).status().message().starts_with("weights.CPU:"));
+  bad = {};
+  bad.temperature = -1;
+  CHECK(ScoreCandidates(bad, 1, 16, one, match).status().message().starts_with("temperature:"));
+  bad = {};
+  bad.prefill_scale = std::nan("");
+  CHECK(ScoreCandidates(bad, 1, 16, one, match).status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("ScoreCandidates: softmax sampling is seeded and follows the probabilities") {
+  // Costs 0 and 4 blocks normalise to 0 and 1; at temperature 1, p(cheap) = 1 / (1 + e^-1).
+  const std::vector<RouteCandidate> candidates = {Candidate("cheap"), Candidate("dear", 64)};
+  const std::vector<PrefixMatch> matches = {{4, 4, 4, 0}, {4, 4, 4, 0}};
+  RoutingOptions options;
+  options.temperature = 1;
+  const double expected = 1 / (1 + std::exp(-1.0));
+  int cheap = 0;
+  for (uint64_t seed = 0; seed < 4000; ++seed) {
+    options.seed = seed;
+    const std::vector<ScoredCandidate> ranked = Score(options, 4, candidates, matches);
+    const std::vector<ScoredCandidate> again = Score(options, 4, candidates, matches);
+    REQUIRE(ranked == again);  // same seed, same pick
+    double total = 0;
+    for (const ScoredCandidate& s : ranked) total += s.probability;
+    REQUIRE(total == doctest::Approx(1.0));
+    const ScoredCandidate& cheap_entry =
+        ranked[0].candidate.instance_id == "cheap" ? ranked[0] : ranked[1];
+    REQUIRE(cheap_entry.probability == doctest::Approx(expected));
+    if (ranked[0].candidate.instance_id == "cheap") ++cheap;
+  }
+  CHECK(cheap / 4000.0 == doctest::Approx(expected).epsilon(0.05));
+}
+
+LookupAnswer SampleLookup() {
+  LookupAnswer answer;
+  answer.revision = 9;
+  answer.context.model = "m";
+  answer.context.block_size = 16;
+  answer.blocks_found = 6;
+  InstanceMatch a;
+  a.instance_id = "a";
+  a.blocks = {3, 5, 6, 0, 0};
+  a.dp_ranks = {{0, {1, 1, 1, 0, 0}}, {1, {3, 5, 6, 0, 0}}};
+  answer.instances.push_back(a);
+  answer.shared.push_back({"pool", 0, 4, {}});
+  answer.shared.push_back({"pool2", 0, 2, {}});
+  return answer;
+}
+
+TEST_CASE("MatchesFromLookup: instances, ranks, absent instances, shared backends") {
+  RouteCandidate rank0 = Candidate("a");
+  rank0.dp_rank = 0;
+  RouteCandidate rank7 = Candidate("a");
+  rank7.dp_rank = 7;
+  const std::vector<RouteCandidate> candidates = {Candidate("a"), rank0, rank7, Candidate("zz")};
+  const std::vector<PrefixMatch> m = MatchesFromLookup(SampleLookup(), candidates);
+  REQUIRE(m.size() == 4);
+  CHECK(m[0] == PrefixMatch{3, 5, 6, 4});
+  CHECK(m[1] == PrefixMatch{1, 1, 1, 4});
+  CHECK(m[2] == PrefixMatch{0, 0, 0, 4});
+  CHECK(m[3] == PrefixMatch{0, 0, 0, 4});
+}
+
+TEST_CASE("RouteFromLookup and PromptBlocks") {
+  RoutingRequest request;
+  request.lookup.context.model = "m";
+  request.lookup.context.block_size = 16;
+  request.lookup.token_ids.assign(97, 1);  // 6 full blocks and a partial one
+  CHECK(PromptBlocks(request.lookup) == 7);
+  request.candidates = {Candidate("zz"), Candidate("a")};
+  Result<RoutingAnswer> answer = RouteFromLookup(request, SampleLookup());
+  REQUIRE(answer.has_value());
+  CHECK(answer->revision == 9);
+  CHECK(answer->prompt_blocks == 7);
+  CHECK(answer->blocks_found == 6);
+  // a: 3 GPU + 2 CPU + 1 DISK = 3 + 1.5 + 0.25 = 4.75 → cost 2.25; zz: 4 shared · 0.5 → 5.
+  REQUIRE(answer->ranked.size() == 2);
+  CHECK(answer->ranked[0].candidate.instance_id == "a");
+  CHECK(answer->ranked[0].cost == doctest::Approx(2.25));
+  CHECK(answer->ranked[1].cost == doctest::Approx(5));
+  request.lookup.by_hash = true;
+  request.lookup.seq_hashes = {1, 2};
+  CHECK(PromptBlocks(request.lookup) == 2);
+}
+
+TEST_CASE("DecodeRouteRequest: fields, defaults and errors naming the field") {
+  Result<RoutingRequest> r = DecodeRouteRequest(R"({"model_name": "m", "block_size": 4,
+      "token_ids": [1,2,3,4,5], "instance_id": "ignored",
+      "candidates": [{"instance_id": "a", "dp_rank": 1, "queued_prefill_tokens": 8,
+                      "active_decode_blocks": 3}, {"instance_id": "b"}],
+      "weights": {"CPU": 0.5, "shared": 0}, "prefill_scale": 2, "decode_scale": 0.25,
+      "temperature": 0.5, "seed": 7})");
+  REQUIRE_MESSAGE(r.has_value(), r.status().ToString());
+  CHECK(r->lookup.context.model == "m");
+  CHECK(r->lookup.token_ids.size() == 5);
+  CHECK(r->lookup.instance_id.empty());
+  REQUIRE(r->candidates.size() == 2);
+  CHECK(r->candidates[0].dp_rank == 1u);
+  CHECK(r->candidates[0].queued_prefill_tokens == 8);
+  CHECK(r->candidates[0].active_decode_blocks == 3);
+  CHECK_FALSE(r->candidates[1].dp_rank.has_value());
+  CHECK(r->options.weights.gpu == 1.0);
+  CHECK(r->options.weights.cpu == 0.5);
+  CHECK(r->options.weights.shared == 0.0);
+  CHECK(r->options.prefill_scale == 2);
+  CHECK(r->options.decode_scale == 0.25);
+  CHECK(r->options.temperature == 0.5);
+  CHECK(r->options.seed == 7u);
+
+  const auto error = [](std::string body) { return DecodeRouteRequest(body).status().message(); };
+  const std::string base = R"("model_name": "m", "block_size": 4, "token_ids": [1])";
+  CHECK(error("{" + base + "}").starts_with("candidates: is required"));
+  CHECK(error("{" + base + R"(, "candidates": []})").starts_with("candidates:"));
+  CHECK(error("{" + base + R"(, "candidates": [{"instance_id": "a"}, {}]})")
+            .starts_with("candidates[1].instance_id:"));
+  CHECK(error("{" + base + R"(, "candidates": [{"instance_id": "a", "dp_rank": -1}]})")
+            .starts_with("candidates[0].dp_rank:"));
+  CHECK(error("{" + base + R"(, "candidates": [{"instance_id": "a"}], "weights": {"HBM": 1}})")
+            .starts_with("weights.HBM:"));
+  CHECK(error("{" + base + R"(, "candidates": [{"instance_id": "a"}], "weights": {"GPU": 2}})")
+            .starts_with("weights.GPU:"));
+  CHECK(error("{" + base + R"(, "candidates": [{"instance_id": "a"}], "temperature": "hot"})")
+            .starts_with("temperature:"));
+  CHECK(error(R"({"block_size": 4, "token_ids": [1], "candidates": [{"instance_id": "a"}]})")
+            .starts_with("model_name:"));
+  CHECK(error("[1]").starts_with("body:"));
+}
+
+TEST_CASE("EncodeRouteAnswer: ranked candidates with the breakdown") {
+  RoutingRequest request;
+  request.lookup.context.model = "m";
+  request.lookup.context.block_size = 16;
+  request.lookup.token_ids.assign(96, 1);
+  RouteCandidate a = Candidate("a", 16, 0);
+  a.dp_rank = 1;
+  request.candidates = {Candidate("zz"), a};
+  Result<RoutingAnswer> answer = RouteFromLookup(request, SampleLookup());
+  REQUIRE(answer.has_value());
+  const nlohmann::json doc = nlohmann::json::parse(EncodeRouteAnswer(*answer));
+  CHECK(doc["revision"] == 9);
+  CHECK(doc["prompt_blocks"] == 6);
+  CHECK(doc["instance_id"] == "a");
+  CHECK(doc["dp_rank"] == 1);
+  const nlohmann::json& first = doc["candidates"][0];
+  CHECK(first["rank"] == 0);
+  CHECK(first["index"] == 1);
+  CHECK(first["matched"] == nlohmann::json({{"GPU", 3}, {"CPU", 5}, {"DISK", 6}, {"SHARED", 4}}));
+  CHECK(first["blocks_from"] ==
+        nlohmann::json({{"GPU", 3}, {"CPU", 2}, {"DISK", 1}, {"SHARED", 0}}));
+  // rank 1 of a: 3 GPU + 2 CPU + 1 DISK → credit 4.75, new 1.25, queued 1: cost 2.25;
+  // zz: 4 shared blocks · 0.5 → new 4, cost 4.
+  CHECK(first["credit"].get<double>() == doctest::Approx(4.75));
+  CHECK(first["cost"].get<double>() == doctest::Approx(2.25));
+  CHECK(first["queued_prefill_tokens"] == 16);
+  CHECK(first["active_decode_blocks"] == 0);
+  CHECK(doc["candidates"][1]["instance_id"] == "zz");
+}
+
+std::string Le64(double v) {
+  std::string out(8, '\0');
+  uint64_t bits;
+  std::memcpy(&bits, &v, 8);
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(bits >> (8 * i));
+  return out;
+}
+
+TEST_CASE("kRoute request: the documented bytes and a round trip") {
+  RoutingRequest request;
+  request.lookup.context.model = "m";
+  request.lookup.context.block_size = 2;
+  request.lookup.by_hash = true;
+  request.lookup.seq_hashes = {1};
+  RouteCandidate a = Candidate("a", 32, 5);
+  a.dp_rank = 2;
+  request.candidates = {a};
+  const std::string lookup = std::string("\x07", 1) + "default" + std::string("\x01", 1) + "m" +
+                             std::string("\x00\x02\x00", 3) + std::string("\x01\x01", 2) +
+                             std::string("\x01\x00\x00\x00\x00\x00\x00\x00", 8) +
+                             std::string("\x00\x01", 2);
+  REQUIRE(lookup.size() == 25);
+  const std::string expected = std::string("\x19", 1) + lookup +
+                               std::string(
+                                   "\x01\x01"
+                                   "a"
+                                   "\x01\x02\x20\x05",
+                                   7) +
+                               Le64(1.0) + Le64(0.75) + Le64(0.25) + Le64(0.5) + Le64(1.0) +
+                               Le64(1.0) + Le64(0.0) + std::string("\x00", 1);
+  const std::string encoded = protocol::EncodeRouteRequestBinary(request);
+  CHECK(encoded == expected);
+  Result<RoutingRequest> decoded = protocol::DecodeRouteRequestBinary(encoded);
+  REQUIRE_MESSAGE(decoded.has_value(), decoded.status().ToString());
+  CHECK(decoded->lookup.seq_hashes == request.lookup.seq_hashes);
+  CHECK(decoded->candidates == request.candidates);
+  CHECK(decoded->options == request.options);
+
+  request.options.seed = 42;
+  request.options.temperature = 0.3;
+  decoded = protocol::DecodeRouteRequestBinary(protocol::EncodeRouteRequestBinary(request));
+  REQUIRE(decoded.has_value());
+  CHECK(decoded->options == request.options);
+}
+
+TEST_CASE("kRoute request: malformed payloads name the field") {
+  RoutingRequest request;
+  request.lookup.context.model = "m";
+  request.lookup.context.block_size = 2;
+  request.lookup.token_ids = {1, 2};
+  request.candidates = {Candidate("a")};
+  const std::string good = protocol::EncodeRouteRequestBinary(request);
+  CHECK(protocol::DecodeRouteRequestBinary(good + "x").status().message() ==
+        "payload: 1 trailing bytes");
+  CHECK(protocol::DecodeRouteRequestBinary(good.substr(0, good.size() - 3))
+            .status()
+            .message()
+            .starts_with("temperature:"));
+  request.candidates[0].instance_id = "";
+  CHECK(protocol::DecodeRouteRequestBinary(protocol::EncodeRouteRequestBinary(request))
+            .status()
+            .message()
+            .starts_with("candidates[0].instance_id:"));
+  request.candidates.clear();
+  CHECK(protocol::DecodeRouteRequestBinary(protocol::EncodeRouteRequestBinary(request))
+            .status()
+            .message()
+            .starts_with("candidates:"));
+  request.candidates = {Candidate("a")};
+  request.lookup.context.model = "";
+  CHECK(protocol::DecodeRouteRequestBinary(protocol::EncodeRouteRequestBinary(request))
+            .status()
+            .message()
+            .starts_with("lookup: model_name:"));
+  request.lookup.context.model = "m";
+  request.options.weights.disk = 3;
+  CHECK(protocol::DecodeRouteRequestBinary(protocol::EncodeRouteRequestBinary(request))
+            .status()
+            .message()
+            .starts_with("weights.DISK:"));
+}
+
+TEST_CASE("kRoute answer: round trip and truncation") {
+  RoutingRequest request;
+  request.lookup.context.model = "m";
+  request.lookup.context.block_size = 16;
+  request.lookup.token_ids.assign(96, 1);
+  RouteCandidate a = Candidate("a", 16, 2);
+  a.dp_rank = 1;
+  request.candidates = {Candidate("zz"), a};
+  Result<RoutingAnswer> answer = RouteFromLookup(request, SampleLookup());
+  REQUIRE(answer.has_value());
+  const std::string bytes = protocol::EncodeRouteAnswerBinary(*answer);
+  Result<RoutingAnswer> decoded = protocol::DecodeRouteAnswerBinary(bytes);
+  REQUIRE_MESSAGE(decoded.has_value(), decoded.status().ToString());
+  CHECK(*decoded == *answer);
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    REQUIRE_FALSE(protocol::DecodeRouteAnswerBinary(bytes.substr(0, cut)).has_value());
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas
