@@ -93,6 +93,14 @@ rocksdb::Options MakeOptions(const StorageOptions& options) {
   o.env->LowerThreadPoolCPUPriority(rocksdb::Env::HIGH);
   o.env->LowerThreadPoolCPUPriority(rocksdb::Env::LOW);
   o.allow_concurrent_memtable_write = false;
+  // A write that RocksDB stalls (full memtables waiting for a flush, too many L0 files
+  // waiting for a compaction) blocks the applying thread, which under raft is the raft
+  // loop: heartbeats stop and followers start elections. Since that flush and compaction
+  // run at low CPU priority, give them room to fall behind under a burst instead: more
+  // memtables (each write_buffer_size) and later L0 slowdown/stop triggers.
+  o.max_write_buffer_number = 6;
+  o.level0_slowdown_writes_trigger = 48;
+  o.level0_stop_writes_trigger = 96;
   return o;
 }
 
