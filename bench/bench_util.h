@@ -1,9 +1,12 @@
 // Measurement helpers shared by the benchmark programs under bench/.
 #pragma once
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -35,6 +38,17 @@ inline double CpuSeconds(long pid) {
     if (i == 14 || i == 15) ticks += std::strtod(field.c_str(), nullptr);  // utime, stime
   }
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Sleeps until `t` (steady_clock is CLOCK_MONOTONIC on Linux) without spinning: a spinning
+// load generator takes a core from the server on a small machine.
+inline void SleepUntil(std::chrono::steady_clock::time_point t) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(ns.count() % 1'000'000'000);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
 }
 
 }  // namespace kvatlas::bench

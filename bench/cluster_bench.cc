@@ -46,6 +46,7 @@ namespace {
 
 using kvatlas::bench::CpuSeconds;
 using kvatlas::bench::Pct;
+using kvatlas::bench::SleepUntil;
 
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
@@ -194,16 +195,6 @@ void WaitForQuietCluster(const std::vector<Server>& servers, int leader) {
   }
   std::printf("(followers caught up %.1f s after the phase, cluster quiet %.1f s later)\n",
               caught_up, Seconds(Clock::now() - quiet_start));
-}
-
-// Sleeps until `t` (CLOCK_MONOTONIC, which steady_clock is on Linux) without spinning.
-void SleepUntil(Clock::time_point t) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
-  timespec ts{};
-  ts.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
-  ts.tv_nsec = static_cast<long>(ns.count() % 1'000'000'000);
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-  }
 }
 
 // (a) Closed loop: `clients` clients, one connection and `in_flight` calls each.

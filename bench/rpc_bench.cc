@@ -32,6 +32,7 @@ namespace {
 
 using kvatlas::bench::CpuSeconds;
 using kvatlas::bench::Pct;
+using kvatlas::bench::SleepUntil;
 
 using Clock = std::chrono::steady_clock;
 using kvatlas::BlockEvent;
@@ -133,17 +134,6 @@ void WaitForQuietServer(long pid) {
   }
   std::printf("(server quiet %.1f s after the ingest)\n",
               std::chrono::duration<double>(Clock::now() - start).count());
-}
-
-// Sleeps until `t` (CLOCK_MONOTONIC, which steady_clock is on Linux) without spinning: on
-// a 2-core machine a spinning sender takes a core from the server it is measuring.
-void SleepUntil(Clock::time_point t) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
-  timespec ts{};
-  ts.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
-  ts.tv_nsec = static_cast<long>(ns.count() % 1'000'000'000);
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-  }
 }
 
 // Open loop: request i is due at t0 + i/rate; latency counts from when it was due, so a

@@ -86,6 +86,24 @@ Result<Args> ParseArgs(int argc, const char* const* argv) {
   return args;
 }
 
+std::optional<std::pair<std::string, int>> SplitHostPort(std::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  std::string_view host = address.substr(0, colon);
+  int port = 0;
+  const std::string_view port_text = address.substr(colon + 1);
+  const auto [ptr, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || ec != std::errc() || ptr != port_text.data() + port_text.size() ||
+      port < 1 || port > 65535) {
+    return std::nullopt;
+  }
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return std::pair{std::string(host), port};
+}
+
 Result<uint32_t> ParseU32(std::string_view text, std::string_view what) {
   uint32_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvatlas/common/events.h"
@@ -29,6 +30,9 @@ struct Args {
 // value), anywhere
 // on the line. kInvalidArgument for a value flag without its value.
 [[nodiscard]] Result<Args> ParseArgs(int argc, const char* const* argv);
+
+// "host:port" or "[v6]:port" → (host, port); nullopt when malformed.
+[[nodiscard]] std::optional<std::pair<std::string, int>> SplitHostPort(std::string_view address);
 
 // A decimal u32; kInvalidArgument naming `what` otherwise.
 [[nodiscard]] Result<uint32_t> ParseU32(std::string_view text, std::string_view what);

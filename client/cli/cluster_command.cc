@@ -31,25 +31,6 @@ std::optional<uint64_t> ParseId(std::string_view text) {
   return id;
 }
 
-// "host:port" or "[v6]:port" → (host, port); nullopt when malformed.
-std::optional<std::pair<std::string, int>> SplitHostPort(std::string_view address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
-  std::string_view host = address.substr(0, colon);
-  int port = 0;
-  const std::string_view port_text = address.substr(colon + 1);
-  const auto [ptr, ec] =
-      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (port_text.empty() || ec != std::errc() || ptr != port_text.data() + port_text.size() ||
-      port < 1 || port > 65535) {
-    return std::nullopt;
-  }
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return std::pair{std::string(host), port};
-}
-
 std::string Text(const json& value) {
   if (value.is_null()) return "-";
   if (value.is_string()) return value.get<std::string>();

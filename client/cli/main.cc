@@ -1,4 +1,5 @@
-// kvatlas: the command-line client of a kvatlas server, over the binary protocol.
+// kvatlas: the command-line client of a kvatlas server, over the binary protocol (and REST
+// for `cluster` and `watch`).
 //
 //   kvatlas [--server HOST:PORT] [--timeout-ms N] <command> [args]
 //
@@ -18,6 +19,7 @@
 
 #include "client/cli/args.h"
 #include "client/cli/cluster_command.h"
+#include "client/cli/watch_command.h"
 #include "kvatlas/client/client.h"
 #include "kvatlas/common/json_codec.h"
 
@@ -49,6 +51,14 @@ commands:
       and addresses; add or remove a server; hand leadership to server ID (or any voter).
       The REST address defaults to $KVATLAS_HTTP, else 127.0.0.1:7070; any server will do
       (followers forward changes to the leader)
+  watch [--from REV|now] [--model M] [--block-size N] [--tenant T] [--lora L] [--salt S]
+        [--backend ID] [--dp-rank R] [--medium GPU|CPU|DISK|...] [--json] [--count N]
+        [--http HOST:PORT]
+      follows the change feed (REST GET /v1/watch, docs/feed.md): one line per record
+      (revision, op, holder/rank, medium, model, keys) or --json the record as sent; from
+      the records after revision REV (default: now), filters combined with AND; reconnects
+      by itself when the server cuts a slow watcher; --count N exits after N records.
+      The REST address is as for `cluster`
 )";
 
 constexpr size_t kIngestBatchEvents = 1000;
@@ -364,12 +374,16 @@ int Main(int argc, char** argv) {
       {"stats", {}},
       {"blocks", {"model", "block-size", "tenant", "lora", "salt", "json"}},
       {"ping", {}},
-      {"cluster", {std::begin(kClusterFlags), std::end(kClusterFlags)}}};
+      {"cluster", {std::begin(kClusterFlags), std::end(kClusterFlags)}},
+      {"watch", {std::begin(kWatchFlags), std::end(kWatchFlags)}}};
   const auto known = kFlags.find(args.command);
   if (known == kFlags.end()) return Usage("unknown command \"" + args.command + "\"");
   if (Status s = args.CheckFlags(known->second); !s.ok()) return Usage(s.message());
   if (args.command == "cluster") {
     return RunCluster(args, std::chrono::milliseconds(*timeout_ms), kUsage);
+  }
+  if (args.command == "watch") {
+    return RunWatch(args, std::chrono::milliseconds(*timeout_ms), kUsage);
   }
   if (args.command != "ingest" && args.command != "blocks" && !args.positional.empty()) {
     return Usage(args.command + ": unexpected argument \"" + args.positional[0] + "\"");

@@ -138,6 +138,100 @@ TEST_SUITE("Integration.ClientTools") {
     CHECK(rejected.output.find("bad.jsonl:1: block_size") != std::string::npos);
   }
 
+  TEST_CASE("CLI: watch prints the records of later ingests, as JSON lines") {
+    TempDir dir;
+    ServerProcess server(dir.path() / "data");
+    const std::string http = server.host() + ":" + std::to_string(server.port());
+    const std::string out = (dir.path() / "watch.out").string();
+    // In the background, through the shell: the test ingests while it watches.
+    const std::string command = "'" + std::string(KVATLAS_CLI) + "' watch --http " + http +
+                                " --json --count 2 --from 0 --model llama >'" + out +
+                                "' 2>&1 </dev/null";
+    FILE* watcher = popen(command.c_str(), "r");
+    REQUIRE(watcher != nullptr);
+    httplib::Client rest = server.Client();
+    const json first = Ingest(rest, json::array({json{{"event_type", "stored"},
+                                                      {"model_name", "llama"},
+                                                      {"block_size", 4},
+                                                      {"backend_id", "engine-a"},
+                                                      {"medium", "gpu"},
+                                                      {"token_ids", Tokens(1, 8)}}}));
+    Ingest(rest, json::array({json{{"event_type", "stored"},
+                                   {"model_name", "other"},  // filtered out
+                                   {"block_size", 4},
+                                   {"backend_id", "engine-a"},
+                                   {"token_ids", Tokens(1, 4)}}}));
+    const json second =
+        Ingest(rest, json::array({json{{"event_type", "removed"},
+                                       {"model_name", "llama"},
+                                       {"block_size", 4},
+                                       {"backend_id", "engine-a"},
+                                       {"medium", "gpu"},
+                                       {"seq_hashes", ReferenceSeqHashes(Tokens(1, 8), 4)}}}));
+    const int status = pclose(watcher);  // --count 2: it exits by itself
+    std::ifstream in(out);
+    std::vector<json> records;
+    std::string all;
+    for (std::string line; std::getline(in, line);) {
+      all += line + "\n";
+      records.push_back(json::parse(line, nullptr, /*allow_exceptions=*/false));
+    }
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), all);
+    REQUIRE_MESSAGE(records.size() == 2, all);
+    CHECK(records[0]["op"] == "stored");
+    CHECK(records[0]["revision"] == first["revision"]);
+    CHECK(records[0]["backend_id"] == "engine-a");
+    CHECK(records[0]["medium"] == "GPU");
+    CHECK(records[0]["keys"] == json(ReferenceSeqHashes(Tokens(1, 8), 4)));
+    CHECK(records[1]["op"] == "removed");
+    CHECK(records[1]["revision"] == second["revision"]);
+
+    // The human form, from the start again: one line per record with its revision and op.
+    Run human = RunProgram({KVATLAS_CLI, "watch", "--http", http, "--from", "0", "--count", "3"});
+    CHECK_MESSAGE(human.exit_code == 0, human.output);
+    CHECK(human.output.find(first["revision"].dump() + " ") == 0);
+    CHECK(human.output.find("stored   engine-a/0") != std::string::npos);
+    CHECK(human.output.find("removed  engine-a/0") != std::string::npos);
+    CHECK(human.output.find("2 keys, first " + std::to_string(ReferenceSeqHashes(
+                                                   Tokens(1, 8), 4)[0])) != std::string::npos);
+
+    // Server-side errors end it with the server's message.
+    Run future = RunProgram({KVATLAS_CLI, "watch", "--http", http, "--from", "1000000"});
+    CHECK(future.exit_code == 1);
+    CHECK(future.output.find("in the future") != std::string::npos);
+    Run medium = RunProgram({KVATLAS_CLI, "watch", "--http", http, "--medium", "warp"});
+    CHECK(medium.exit_code == 1);
+    CHECK(medium.output.find("unknown medium") != std::string::npos);
+  }
+
+  TEST_CASE("CLI: watch with a bad flag or no server is a clear error") {
+    TempDir dir;
+    const std::string cli = KVATLAS_CLI;
+    Run bad_flag = RunProgram({cli, "watch", "--modle", "llama"});
+    CHECK(bad_flag.exit_code == 2);
+    CHECK(bad_flag.output.find("unknown flag --modle") != std::string::npos);
+    Run bad_from = RunProgram({cli, "watch", "--from", "yesterday"});
+    CHECK(bad_from.exit_code == 2);
+    CHECK(bad_from.output.find("--from") != std::string::npos);
+    CHECK(RunProgram({cli, "watch", "--count", "0"}).exit_code == 2);
+    CHECK(RunProgram({cli, "watch", "--block-size", "x"}).exit_code == 2);
+
+    std::string dead;
+    {
+      ServerProcess server(dir.path() / "dead");
+      dead = server.host() + ":" + std::to_string(server.port());
+      REQUIRE(server.Terminate() == 0);
+    }
+    Run down = RunProgram({cli, "watch", "--http", dead, "--count", "1"});
+    CHECK(down.exit_code == 1);
+    CHECK(down.output.find("cannot reach the kvatlas REST API at " + dead) != std::string::npos);
+    setenv("KVATLAS_HTTP", dead.c_str(), 1);  // the same through the environment
+    Run env = RunProgram({cli, "watch"});
+    unsetenv("KVATLAS_HTTP");
+    CHECK(env.exit_code == 1);
+    CHECK(env.output.find("at " + dead) != std::string::npos);
+  }
+
   TEST_CASE("CLI: an unreachable server and a bad command line are clear errors") {
     TempDir dir;
     const std::string dead = DeadEndpoint(dir);

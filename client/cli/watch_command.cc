@@ -1,0 +1,299 @@
+#include "client/cli/watch_command.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "kvatlas/common/result.h"
+
+namespace kvatlas::cli {
+
+void SseParser::Feed(std::string_view chunk) {
+  for (const char c : chunk) {
+    if (after_cr_) {
+      after_cr_ = false;
+      if (c == '\n') continue;  // the "\n" of a "\r\n" split across chunks, or not
+    }
+    if (c == '\r' || c == '\n') {
+      after_cr_ = c == '\r';
+      Line(line_);
+      line_.clear();
+      continue;
+    }
+    line_.push_back(c);
+  }
+}
+
+void SseParser::Line(std::string_view line) {
+  if (line.empty()) {  // end of an event
+    if (has_data_) on_event_(event_);
+    event_ = SseEvent();
+    has_data_ = false;
+    return;
+  }
+  if (line.front() == ':') return;  // a comment (": keep-alive")
+  const size_t colon = line.find(':');
+  const std::string_view field = line.substr(0, colon);
+  std::string_view value = colon == std::string_view::npos ? "" : line.substr(colon + 1);
+  if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  if (field == "data") {
+    if (has_data_) event_.data.push_back('\n');
+    event_.data.append(value);
+    has_data_ = true;
+  } else if (field == "event") {
+    event_.event = std::string(value);
+  } else if (field == "id") {
+    event_.id = std::string(value);
+  }
+}
+
+namespace {
+
+using nlohmann::json;
+
+int Usage(const std::string& problem, const char* usage) {
+  std::fprintf(stderr, "kvatlas: watch: %s\n\n%s", problem.c_str(), usage);
+  return 2;
+}
+
+Result<uint64_t> ParseU64(std::string_view text, std::string_view what) {
+  uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    return Status::InvalidArgument(std::string(what) + ": \"" + std::string(text) +
+                                   "\" is not an unsigned integer");
+  }
+  return value;
+}
+
+struct WatchOptions {
+  std::string address;
+  std::optional<uint64_t> from;  // nullopt = now
+  httplib::Params filters;
+  uint64_t count = 0;  // 0 = no limit
+  bool json = false;
+};
+
+Result<WatchOptions> BuildWatch(const Args& args) {
+  if (!args.positional.empty()) {
+    return Status::InvalidArgument("unexpected argument \"" + args.positional[0] + "\"");
+  }
+  WatchOptions options;
+  const char* env = std::getenv("KVATLAS_HTTP");
+  options.address =
+      args.Flag("http").value_or(env != nullptr && env[0] != '\0' ? env : "127.0.0.1:7070");
+  if (!SplitHostPort(options.address)) {
+    return Status::InvalidArgument("--http must be HOST:PORT, got \"" + options.address + "\"");
+  }
+  if (const std::optional<std::string> from = args.Flag("from"); from && *from != "now") {
+    Result<uint64_t> revision = ParseU64(*from, "--from");
+    if (!revision) return Status::InvalidArgument("--from: give a revision or \"now\"");
+    options.from = *revision;
+  }
+  if (const std::optional<std::string> count = args.Flag("count")) {
+    KVATLAS_ASSIGN_OR_RETURN(options.count, ParseU64(*count, "--count"));
+    if (options.count == 0) return Status::InvalidArgument("--count must be positive");
+  }
+  // Flag → query parameter of GET /v1/watch; the numeric ones are checked here so that a
+  // typo is a usage error, the medium by the server (it knows the names).
+  static constexpr std::pair<const char*, const char*> kFilters[] = {
+      {"model", "model_name"},      {"tenant", "tenant_id"},     {"lora", "lora_name"},
+      {"block-size", "block_size"}, {"salt", "additional_salt"}, {"backend", "backend_id"},
+      {"dp-rank", "dp_rank"},       {"medium", "medium"}};
+  for (const auto& [flag, param] : kFilters) {
+    const std::optional<std::string> value = args.Flag(flag);
+    if (!value) continue;
+    if (std::string_view(flag) == "block-size" || std::string_view(flag) == "dp-rank") {
+      KVATLAS_RETURN_IF_ERROR(ParseU32(*value, std::string("--") + flag).status());
+    }
+    options.filters.emplace(param, *value);
+  }
+  options.json = args.Has("json");
+  return options;
+}
+
+// "42 stored vllm-0/0 GPU llama 2 keys, first 1464...": one line per record.
+void PrintHuman(const std::string& data) {
+  const json r = json::parse(data, nullptr, /*allow_exceptions=*/false);
+  if (!r.is_object()) {
+    std::printf("%s\n", data.c_str());
+    return;
+  }
+  const auto text = [&](const char* name) {
+    const auto it = r.find(name);
+    if (it == r.end() || it->is_null()) return std::string("-");
+    return it->is_string() ? it->get<std::string>() : it->dump();
+  };
+  const json keys = r.value("keys", json::array());
+  const std::string first = keys.is_array() && !keys.empty() ? keys.front().dump() : "-";
+  const std::string holder = text("backend_id") + "/" + text("dp_rank");
+  std::printf("%-10s %-8s %-24s %-5s %-24s %5zu keys, first %s\n", text("revision").c_str(),
+              text("op").c_str(), holder.c_str(), text("medium").c_str(),
+              text("model_name").c_str(), keys.is_array() ? keys.size() : 0, first.c_str());
+}
+
+// One GET /v1/watch from `from`. Its outcome: the records reached --count, the server cut
+// the watcher (reconnect from `resume_from`), the stream broke after it had started
+// (reconnect from the last revision printed whole), or a failure that ends the command.
+struct StreamEnd {
+  enum Kind { kCountReached, kCut, kBroken, kFailed } kind = kFailed;
+  uint64_t resume_from = 0;
+  std::string message;
+};
+
+class Watch {
+ public:
+  explicit Watch(WatchOptions options) : options_(std::move(options)) {}
+
+  int Run(std::chrono::milliseconds timeout) {
+    std::optional<uint64_t> from = options_.from;
+    while (true) {
+      const StreamEnd end = Stream(from, timeout);
+      switch (end.kind) {
+        case StreamEnd::kCountReached:
+          return 0;
+        case StreamEnd::kCut:
+        // A watcher that stops reading (a stalled terminal or pipe) is cut by the server
+        // too, but its full socket gets the connection closed rather than the error event.
+        case StreamEnd::kBroken:
+          std::fprintf(stderr, "kvatlas: watch: %s; reconnecting from revision %llu\n",
+                       end.message.c_str(), static_cast<unsigned long long>(end.resume_from));
+          from = end.resume_from;
+          break;
+        case StreamEnd::kFailed:
+          std::fprintf(stderr, "kvatlas: watch: %s\n", end.message.c_str());
+          return 1;
+      }
+    }
+  }
+
+ private:
+  StreamEnd Stream(std::optional<uint64_t> from, std::chrono::milliseconds timeout) {
+    const auto [host, port] = *SplitHostPort(options_.address);
+    httplib::Client client(host, port);
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+    client.set_connection_timeout(std::clamp<std::chrono::seconds>(seconds, std::chrono::seconds(1),
+                                                                   std::chrono::seconds(3)));
+    // The server sends a keep-alive comment every second: a read timeout means it is gone.
+    const auto read_timeout = std::max<std::chrono::seconds>(seconds, std::chrono::seconds(5));
+    client.set_read_timeout(read_timeout.count(), 0);
+    client.set_tcp_nodelay(true);
+    httplib::Params params = options_.filters;
+    params.emplace("from", from ? std::to_string(*from) : "now");
+
+    int status = 0;
+    std::string error_body;  // the body of a non-200 answer
+    StreamEnd end;
+    bool ended = false;
+    bool got_bytes = false;
+    if (from) last_revision_ = from;
+    // Records of revision from + 1 printed before the previous stream broke: they come again.
+    uint64_t skip = std::exchange(partial_, 0);
+    SseParser parser([&](const SseEvent& e) {
+      if (ended) return;
+      if (e.event == "error") {
+        ended = true;
+        const json error = json::parse(e.data, nullptr, /*allow_exceptions=*/false);
+        const std::string code = error.is_object() ? error.value("code", "") : "";
+        const std::string message = error.is_object() ? error.value("message", e.data) : e.data;
+        const json resume = error.is_object() ? error.value("resume_from", json()) : json();
+        if (code == "watch_cut" && resume.is_number_unsigned()) {
+          end = {StreamEnd::kCut, resume.get<uint64_t>(), message};
+        } else {
+          end = {StreamEnd::kFailed, 0, (code.empty() ? "error" : code) + ": " + message};
+        }
+        return;
+      }
+      if (!e.event.empty() && e.event != "message") return;  // an event type we do not know
+      if (skip > 0) {
+        --skip;
+        ++partial_;
+        if (!e.id.empty()) partial_ = 0;
+        return;
+      }
+      if (options_.json) {
+        std::printf("%s\n", e.data.c_str());
+      } else {
+        PrintHuman(e.data);
+      }
+      std::fflush(stdout);
+      ++partial_;
+      if (!e.id.empty()) {
+        if (Result<uint64_t> id = ParseU64(e.id, "id")) last_revision_ = *id;
+        partial_ = 0;
+      }
+      if (options_.count > 0 && ++printed_ >= options_.count) {
+        ended = true;
+        end = {StreamEnd::kCountReached, 0, ""};
+      }
+    });
+    httplib::Result result = client.Get(
+        "/v1/watch", params, httplib::Headers{{"Accept", "text/event-stream"}},
+        [&](const httplib::Response& response) {
+          status = response.status;
+          return true;
+        },
+        [&](const char* data, size_t size) {
+          got_bytes = true;
+          if (status != 200) {
+            error_body.append(data, size);
+            return true;
+          }
+          parser.Feed(std::string_view(data, size));
+          return !ended;
+        });
+    if (ended) return end;
+    if (!result) {
+      if (status == 200) {
+        const std::string why = "the stream from " + options_.address + " broke (" +
+                                httplib::to_string(result.error()) + " error)";
+        // Reconnecting is worth it only if this stream had got going.
+        if (last_revision_ && got_bytes) return {StreamEnd::kBroken, *last_revision_, why};
+        partial_ = 0;
+        return {StreamEnd::kFailed, 0,
+                why + (last_revision_ ? "; resume with --from " + std::to_string(*last_revision_)
+                                      : std::string(" before a whole revision came"))};
+      }
+      return {StreamEnd::kFailed, 0,
+              "cannot reach the kvatlas REST API at " + options_.address + ": " +
+                  httplib::to_string(result.error()) +
+                  "\n  Is kvatlas-server running with --http-listen " + options_.address +
+                  "? Pick the server with --http HOST:PORT or KVATLAS_HTTP."};
+    }
+    if (status != 200) {
+      const json answer = json::parse(error_body, nullptr, /*allow_exceptions=*/false);
+      const std::string code = answer.is_object() ? answer.value("code", "error") : "error";
+      const std::string message =
+          answer.is_object() ? answer.value("message", error_body) : error_body;
+      return {StreamEnd::kFailed, 0,
+              "HTTP " + std::to_string(status) + " " + code + ": " + message};
+    }
+    const std::string resume =
+        last_revision_ ? "; resume with --from " + std::to_string(*last_revision_) : "";
+    return {StreamEnd::kFailed, 0, "the server ended the stream without an error" + resume};
+  }
+
+  const WatchOptions options_;
+  uint64_t printed_ = 0;
+  // The last revision printed whole (an `id:` field closes each revision), and how many
+  // records of the next one were printed since.
+  std::optional<uint64_t> last_revision_;
+  uint64_t partial_ = 0;
+};
+
+}  // namespace
+
+int RunWatch(const Args& args, std::chrono::milliseconds timeout, const char* usage) {
+  Result<WatchOptions> options = BuildWatch(args);
+  if (!options) return Usage(options.error().message(), usage);
+  return Watch(std::move(options).value()).Run(timeout);
+}
+
+}  // namespace kvatlas::cli
