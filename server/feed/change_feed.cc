@@ -129,7 +129,8 @@ void ChangeFeed::OnReset(Revision revision, const Index& index) {
 void ChangeFeed::OnApplied(Revision revision, const MutationList& mutations) {
   auto chunk = std::make_shared<FeedChunk>();
   chunk->revision = revision;
-  FeedRecord* open = nullptr;  // the record consecutive mutations extend
+  FeedRecord* open = nullptr;                  // the record consecutive mutations extend
+  uint32_t open_context = 0, open_holder = 0;  // its interned ids: no string compares
   for (const Mutation& m : mutations) {
     if (m.kind == MutationKind::kPutContext && m.context_key) {
       contexts_[m.context] = *m.context_key;
@@ -141,14 +142,16 @@ void ChangeFeed::OnApplied(Revision revision, const MutationList& mutations) {
     }
     const std::optional<FeedOp> op = OpOf(m);
     if (!op) continue;
-    const auto context = contexts_.find(m.context);
-    const auto holder = holders_.find(m.holder);
-    if (context == contexts_.end() || holder == holders_.end()) continue;  // cannot happen
-    if (open == nullptr || open->op != *op || open->tier != m.tier ||
-        !(open->context == context->second) || !(open->holder == holder->second)) {
+    if (open == nullptr || open->op != *op || open->tier != m.tier || open_context != m.context ||
+        open_holder != m.holder) {
+      const auto context = contexts_.find(m.context);
+      const auto holder = holders_.find(m.holder);
+      if (context == contexts_.end() || holder == holders_.end()) continue;  // cannot happen
       chunk->records.push_back(
           FeedRecord{revision, *op, context->second, holder->second, m.tier, {}, {}});
       open = &chunk->records.back();
+      open_context = m.context;
+      open_holder = m.holder;
     }
     if (*op == FeedOp::kStored && (!m.location.empty() || !open->locations.empty())) {
       open->locations.resize(open->keys.size());  // earlier keys had no location
