@@ -180,6 +180,10 @@ def case_store_offload_remove_clear(binary, encoding):
         assert answer["longest_matched"] == 6 * BS, answer
         fake.cmd(op="clear")
         wait_for("clear", lambda: match(server, PROMPT, "e1") == {}, server)
+        # The stream's counters are updated by the apply callback, just after readers can
+        # see the batch's effect.
+        wait_for("clear counted",
+                 lambda: server.stream("e1|default|0")["events"]["cleared"] == 1, server)
         s = server.stream("e1|default|0")
         assert s["events"]["stored"] == 3 and s["events"]["removed"] == 1, s
         assert s["events"]["cleared"] == 1 and s["gaps"] == 0 and s["last_seq"] == 4, s
