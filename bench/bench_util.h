@@ -1,16 +1,20 @@
 // Measurement helpers shared by the benchmark programs under bench/.
 #pragma once
 
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace kvatlas::bench {
@@ -49,6 +53,40 @@ inline void SleepUntil(std::chrono::steady_clock::time_point t) {
   ts.tv_nsec = static_cast<long>(ns.count() % 1'000'000'000);
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
   }
+}
+
+// Open loop: a sender thread makes call i at `t0 + i / per_second` with `send(i)` (which
+// returns a future), whatever the answers do; this thread takes the futures in order and
+// hands each to `on_answer(i, future.get(), due_i)`. Returns when all n are answered.
+template <typename Send, typename OnAnswer>
+void RunOpenLoop(uint64_t n, double per_second, std::chrono::steady_clock::time_point t0, Send send,
+                 OnAnswer on_answer) {
+  using Future = std::invoke_result_t<Send&, uint64_t>;
+  std::vector<std::chrono::steady_clock::time_point> due(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    due[i] = t0 + std::chrono::nanoseconds(
+                      static_cast<int64_t>(1e9 * static_cast<double>(i) / per_second));
+  }
+  std::vector<Future> futures(n);
+  std::atomic<uint64_t> issued{0};
+  std::thread sender([&] {
+    // The default timer slack (50 us) is as long as the interval at 20k calls/s.
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (std::chrono::steady_clock::now() < due[i]) SleepUntil(due[i]);
+      futures[i] = send(i);
+      issued.store(i + 1, std::memory_order_release);
+      issued.notify_one();
+    }
+  });
+  for (uint64_t i = 0; i < n; ++i) {
+    for (uint64_t seen = issued.load(std::memory_order_acquire); seen <= i;
+         seen = issued.load(std::memory_order_acquire)) {
+      issued.wait(seen, std::memory_order_acquire);
+    }
+    on_answer(i, futures[i].get(), due[i]);
+  }
+  sender.join();
 }
 
 }  // namespace kvatlas::bench

@@ -17,7 +17,6 @@
 //                 [--latency-batch-events N] [--no-failover]
 #include <httplib.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +45,7 @@ namespace {
 
 using kvatlas::bench::CpuSeconds;
 using kvatlas::bench::Pct;
+using kvatlas::bench::RunOpenLoop;
 using kvatlas::bench::SleepUntil;
 
 using Clock = std::chrono::steady_clock;
@@ -283,35 +283,18 @@ OpenLoopResult OpenLoop(kvatlas::Client& client, std::vector<std::vector<BlockEv
   const size_t n = batches.size();
   OpenLoopResult result;
   result.latency_us.resize(n);
-  std::vector<Clock::time_point> due(n);
-  std::vector<std::future<kvatlas::Result<kvatlas::IngestAnswer>>> futures(n);
-  std::atomic<uint32_t> issued{0};
-  const auto t0 = Clock::now() + std::chrono::milliseconds(10);
-  for (size_t i = 0; i < n; ++i) {
-    due[i] = t0 + std::chrono::nanoseconds(
-                      static_cast<int64_t>(1e9 * static_cast<double>(i) / calls_per_second));
-  }
-  std::thread sender([&] {
-    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-    for (size_t i = 0; i < n; ++i) {
-      if (Clock::now() < due[i]) SleepUntil(due[i]);
-      futures[i] = client.IngestAsync(std::move(batches[i]), std::chrono::seconds(10));
-      issued.store(static_cast<uint32_t>(i + 1), std::memory_order_release);
-      issued.notify_one();
-    }
-  });
-  for (size_t i = 0; i < n; ++i) {
-    for (uint32_t seen = issued.load(std::memory_order_acquire); seen <= i;
-         seen = issued.load(std::memory_order_acquire)) {
-      issued.wait(seen, std::memory_order_acquire);
-    }
-    auto r = futures[i].get();
-    result.latency_us[i] = std::chrono::duration<double, std::micro>(Clock::now() - due[i]).count();
-    if (!r.has_value() && result.errors++ < 3) {
-      std::fprintf(stderr, "ingest: %s\n", OneLine(r.error()).c_str());
-    }
-  }
-  sender.join();
+  RunOpenLoop(
+      n, calls_per_second, Clock::now() + std::chrono::milliseconds(10),
+      [&](uint64_t i) {
+        return client.IngestAsync(std::move(batches[i]), std::chrono::seconds(10));
+      },
+      [&](uint64_t i, kvatlas::Result<kvatlas::IngestAnswer> r, Clock::time_point due) {
+        result.latency_us[i] =
+            std::chrono::duration<double, std::micro>(Clock::now() - due).count();
+        if (!r.has_value() && result.errors++ < 3) {
+          std::fprintf(stderr, "ingest: %s\n", OneLine(r.error()).c_str());
+        }
+      });
   return result;
 }
 

@@ -9,7 +9,6 @@
 //   feed_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID [--rate BLOCKS_PER_S]
 //              [--seconds S] [--batch-blocks N] [--saturation-seconds S]
 #include <httplib.h>
-#include <sys/prctl.h>
 #include <time.h>
 
 #include <algorithm>
@@ -38,6 +37,7 @@ namespace {
 
 using kvatlas::bench::CpuSeconds;
 using kvatlas::bench::Pct;
+using kvatlas::bench::RunOpenLoop;
 using kvatlas::bench::SleepUntil;
 using Clock = std::chrono::steady_clock;
 
@@ -223,38 +223,23 @@ void FeedLag(kvatlas::Client& client, const Args& a) {
 
   std::vector<Clock::time_point> due(n), ack(n);
   std::vector<uint64_t> revision(n, 0);
-  std::vector<std::future<kvatlas::Result<kvatlas::IngestAnswer>>> futures(n);
-  std::atomic<uint64_t> issued{0};
   const auto t0 = Clock::now() + std::chrono::milliseconds(20);
-  for (uint64_t i = 0; i < n; ++i) {
-    due[i] = t0 + std::chrono::nanoseconds(
-                      static_cast<int64_t>(1e9 * static_cast<double>(i) / batches_per_s));
-  }
   const double cpu0 = CpuSeconds(a.server_pid);
-  std::thread sender([&] {
-    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-    for (uint64_t i = 0; i < n; ++i) {
-      if (Clock::now() < due[i]) SleepUntil(due[i]);
-      futures[i] = client.IngestAsync(std::move(batches[i]), std::chrono::seconds(30));
-      issued.store(i + 1, std::memory_order_release);
-      issued.notify_one();
-    }
-  });
   uint64_t errors = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    for (uint64_t seen = issued.load(std::memory_order_acquire); seen <= i;
-         seen = issued.load(std::memory_order_acquire)) {
-      issued.wait(seen, std::memory_order_acquire);
-    }
-    auto r = futures[i].get();
-    ack[i] = Clock::now();
-    if (r.has_value()) {
-      revision[i] = r->revision;
-    } else {
-      ++errors;
-    }
-  }
-  sender.join();
+  RunOpenLoop(
+      n, batches_per_s, t0,
+      [&](uint64_t i) {
+        return client.IngestAsync(std::move(batches[i]), std::chrono::seconds(30));
+      },
+      [&](uint64_t i, kvatlas::Result<kvatlas::IngestAnswer> r, Clock::time_point due_at) {
+        due[i] = due_at;
+        ack[i] = Clock::now();
+        if (r.has_value()) {
+          revision[i] = r->revision;
+        } else {
+          ++errors;
+        }
+      });
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   const double server_cpu = CpuSeconds(a.server_pid) - cpu0;
   const uint64_t last = *std::max_element(revision.begin(), revision.end());

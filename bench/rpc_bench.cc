@@ -5,7 +5,6 @@
 //   rpc_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID [--entries N]
 //             [--rates 10000,20000,50000] [--seconds S]
 #include <httplib.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -32,6 +31,7 @@ namespace {
 
 using kvatlas::bench::CpuSeconds;
 using kvatlas::bench::Pct;
+using kvatlas::bench::RunOpenLoop;
 using kvatlas::bench::SleepUntil;
 
 using Clock = std::chrono::steady_clock;
@@ -143,40 +143,21 @@ void WaitForQuietServer(long pid) {
 void OpenLoop(kvatlas::Client& client, uint64_t chains, uint64_t rate, double seconds, long pid) {
   const uint64_t n = static_cast<uint64_t>(static_cast<double>(rate) * seconds);
   std::vector<double> latency(n);
-  std::vector<Clock::time_point> due(n);
-  std::vector<std::future<kvatlas::Result<kvatlas::LookupAnswer>>> futures(n);
-  std::atomic<uint32_t> issued{0};
   std::mt19937_64 rng(rate);
   std::vector<LookupRequest> requests;
   for (int i = 0; i < 4096; ++i) requests.push_back(Lookup(rng() % chains));
-  const auto t0 = Clock::now() + std::chrono::milliseconds(10);
-  for (uint64_t i = 0; i < n; ++i) {
-    due[i] = t0 + std::chrono::nanoseconds(static_cast<int64_t>(1e9 * static_cast<double>(i) /
-                                                                static_cast<double>(rate)));
-  }
   const double server_cpu0 = CpuSeconds(pid);
   const double client_cpu0 = SelfCpuSeconds();
-  std::thread sender([&] {
-    // Default timer slack is 50 us, as long as the interval at 20k req/s.
-    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-    for (uint64_t i = 0; i < n; ++i) {
-      if (Clock::now() < due[i]) SleepUntil(due[i]);
-      futures[i] = client.LookupAsync(requests[i % requests.size()], std::chrono::seconds(5));
-      issued.store(static_cast<uint32_t>(i + 1), std::memory_order_release);
-      issued.notify_one();
-    }
-  });
   uint64_t errors = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    for (uint32_t seen = issued.load(std::memory_order_acquire); seen <= i;
-         seen = issued.load(std::memory_order_acquire)) {
-      issued.wait(seen, std::memory_order_acquire);
-    }
-    auto r = futures[i].get();
-    latency[i] = std::chrono::duration<double, std::micro>(Clock::now() - due[i]).count();
-    errors += r.has_value() ? 0 : 1;
-  }
-  sender.join();
+  RunOpenLoop(
+      n, static_cast<double>(rate), Clock::now() + std::chrono::milliseconds(10),
+      [&](uint64_t i) {
+        return client.LookupAsync(requests[i % requests.size()], std::chrono::seconds(5));
+      },
+      [&](uint64_t i, kvatlas::Result<kvatlas::LookupAnswer> r, Clock::time_point due) {
+        latency[i] = std::chrono::duration<double, std::micro>(Clock::now() - due).count();
+        errors += r.has_value() ? 0 : 1;
+      });
   const double server_cpu_us = (CpuSeconds(pid) - server_cpu0) / static_cast<double>(n) * 1e6;
   const double client_cpu_us = (SelfCpuSeconds() - client_cpu0) / static_cast<double>(n) * 1e6;
   std::printf(
