@@ -95,6 +95,12 @@ std::string_view RpcTypeName(size_t type) {
       return "ping";
     case protocol::MessageType::kRoute:
       return "route";
+    case protocol::MessageType::kWatch:
+      return "watch";
+    case protocol::MessageType::kSnapshot:
+      return "snapshot";
+    case protocol::MessageType::kHeartbeat:
+      return "heartbeat";
   }
   return "other";
 }

@@ -29,28 +29,6 @@ std::optional<FeedOp> OpOf(const Mutation& m) {
 
 }  // namespace
 
-std::string_view FeedOpName(FeedOp op) {
-  switch (op) {
-    case FeedOp::kStored:
-      return "stored";
-    case FeedOp::kRemoved:
-      return "removed";
-    case FeedOp::kCleared:
-      return "cleared";
-    case FeedOp::kEvicted:
-      return "evicted";
-  }
-  return "unknown";
-}
-
-bool FeedFilter::Matches(const FeedRecord& r) const {
-  return (!tenant || *tenant == r.context.tenant) && (!model || *model == r.context.model) &&
-         (!lora_name || *lora_name == r.context.lora_name) &&
-         (!block_size || *block_size == r.context.block_size) &&
-         (!salt || *salt == r.context.salt) && (!holder_id || *holder_id == r.holder.id) &&
-         (!dp_rank || *dp_rank == r.holder.dp_rank) && (!tier || *tier == r.tier);
-}
-
 // --- Watcher -----------------------------------------------------------------------------
 
 Watcher::Watcher(ChangeFeed* feed, FeedFilter filter, Revision from, size_t max_chunks)

@@ -21,31 +21,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kvatlas/common/feed.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/types.h"
 #include "server/state/state_machine.h"
 
 namespace kvatlas::server {
-
-enum class FeedOp : uint8_t {
-  kStored = 0,   // the holder now has these blocks in this tier (a first reference)
-  kRemoved = 1,  // the holder dropped them (last reference removed)
-  kCleared = 2,  // dropped by a clear of the holder (AllBlocksCleared, engine restart)
-  kEvicted = 3,  // dropped by the per-context entry cap (FIFO eviction)
-};
-std::string_view FeedOpName(FeedOp op);
-
-// One change: `op` on `keys` of `holder` in `tier` of `context`, applied at `revision`.
-struct FeedRecord {
-  Revision revision = 0;
-  FeedOp op = FeedOp::kStored;
-  ContextKey context;
-  HolderKey holder;
-  Tier tier = Tier::kGpu;
-  std::vector<BlockKey> keys;
-  // kStored only: empty, or one location per key (SHARED-tier descriptors).
-  std::vector<std::string> locations;
-};
 
 // The records of one applied group, shared by the window and every watcher's queue.
 struct FeedChunk {
@@ -53,19 +34,6 @@ struct FeedChunk {
   std::vector<FeedRecord> records;
   size_t keys = 0;  // Σ records[i].keys.size(), for the window's bound
   std::chrono::steady_clock::time_point published;
-};
-
-// Which records a watcher wants; an unset field matches everything.
-struct FeedFilter {
-  std::optional<std::string> tenant;
-  std::optional<std::string> model;
-  std::optional<std::string> lora_name;
-  std::optional<uint32_t> block_size;
-  std::optional<std::string> salt;
-  std::optional<std::string> holder_id;
-  std::optional<uint32_t> dp_rank;
-  std::optional<Tier> tier;
-  bool Matches(const FeedRecord& record) const;
 };
 
 struct ChangeFeedOptions {

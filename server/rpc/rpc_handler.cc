@@ -25,6 +25,9 @@ bool KnownRequestType(MessageType type) {
     case MessageType::kPing:
     case MessageType::kRoute:
       return true;
+    case MessageType::kWatch:  // not served yet
+    case MessageType::kSnapshot:
+    case MessageType::kHeartbeat:
     case MessageType::kError:
       break;
   }
@@ -131,6 +134,9 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
       AppendIngestAnswer(pending, pending.answer.revision, out);
       return answered();
     }
+    case MessageType::kWatch:
+    case MessageType::kSnapshot:
+    case MessageType::kHeartbeat:
     case MessageType::kError:
       break;
   }

@@ -32,14 +32,16 @@ inline constexpr uint32_t kMaxPayloadBytes = 256u << 20;
 
 // Stable numbers: never renumber or reuse. A response carries its request's type.
 enum class MessageType : uint8_t {
-  kError = 0,   // response to a frame that could not be read as a request (type unknown)
-  kIngest = 1,  // request: IngestRequest → response: IngestAnswer
-  kLookup = 2,  // request: LookupRequest → response: LookupAnswer
-  kLocate = 3,  // request: LocateRequest → response: LocateAnswer
-  kStats = 4,   // request: empty → response: StatsAnswer
-  kPing = 5,    // request: empty → response: empty (liveness, round-trip time)
-  kRoute = 6,   // request: RoutingRequest → response: RoutingAnswer (routing.h)
-  // Reserved for later issues: kWatch = 7, kSnapshot = 8.
+  kError = 0,      // response to a frame that could not be read as a request (type unknown)
+  kIngest = 1,     // request: IngestRequest → response: IngestAnswer
+  kLookup = 2,     // request: LookupRequest → response: LookupAnswer
+  kLocate = 3,     // request: LocateRequest → response: LocateAnswer
+  kStats = 4,      // request: empty → response: StatsAnswer
+  kPing = 5,       // request: empty → response: empty (liveness, round-trip time)
+  kRoute = 6,      // request: RoutingRequest → response: RoutingAnswer (routing.h)
+  kWatch = 7,      // request: WatchRequest → a stream of response frames (docs/protocol.md)
+  kSnapshot = 8,   // request: SnapshotRequest → one or more SnapshotPart response frames
+  kHeartbeat = 9,  // request: HeartbeatRequest → response: HeartbeatAnswer (holder leases)
 };
 
 inline constexpr uint8_t kFlagResponse = 1;  // set on every frame the server sends

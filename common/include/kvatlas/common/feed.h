@@ -1,0 +1,52 @@
+// The change feed's record: one applied change to the map (docs/feed.md). Shared by the
+// server's ChangeFeed, the watch codecs (SSE JSON and the binary kWatch stream) and the
+// client library's watchers and LocalIndex.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvatlas/common/types.h"
+
+namespace kvatlas {
+
+enum class FeedOp : uint8_t {
+  kStored = 0,   // the holder now has these blocks in this tier (a first reference)
+  kRemoved = 1,  // the holder dropped them (last reference removed)
+  kCleared = 2,  // dropped by a clear of the holder (AllBlocksCleared, engine restart)
+  kEvicted = 3,  // dropped by the per-context entry cap (FIFO eviction)
+  kExpired = 4,  // dropped because the holder's lease expired ("holder-expired")
+};
+std::string_view FeedOpName(FeedOp op);
+
+// One change: `op` on `keys` of `holder` in `tier` of `context`, applied at `revision`.
+struct FeedRecord {
+  Revision revision = 0;
+  FeedOp op = FeedOp::kStored;
+  ContextKey context;
+  HolderKey holder;
+  Tier tier = Tier::kGpu;
+  std::vector<BlockKey> keys;
+  // kStored only: empty, or one location per key (SHARED-tier descriptors).
+  std::vector<std::string> locations;
+
+  friend bool operator==(const FeedRecord&, const FeedRecord&) = default;
+};
+
+// Which records a watcher wants; an unset field matches everything.
+struct FeedFilter {
+  std::optional<std::string> tenant;
+  std::optional<std::string> model;
+  std::optional<std::string> lora_name;
+  std::optional<uint32_t> block_size;
+  std::optional<std::string> salt;
+  std::optional<std::string> holder_id;
+  std::optional<uint32_t> dp_rank;
+  std::optional<Tier> tier;
+  bool Matches(const FeedRecord& record) const;
+};
+
+}  // namespace kvatlas
