@@ -4,10 +4,12 @@
 //      ingest's acknowledgement to the watcher receiving the record of its revision;
 //  (b) records/s and block keys/s delivered to 1 and to 16 concurrent SSE watchers while
 //      ingest runs closed-loop at saturation;
-//  (c) LocalIndex lookups: not measured (kvatlas::LocalIndex does not exist yet).
+//  (c) kvatlas::LocalIndex lookups of 128-block chains over a ~1M-copy replica
+//      (bench/local_index_bench.cc).
 // Prints figures; asserts nothing.
 //   feed_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID [--rate BLOCKS_PER_S]
-//              [--seconds S] [--batch-blocks N] [--saturation-seconds S]
+//              [--seconds S] [--batch-blocks N] [--saturation-seconds S] [--local-chains N]
+//              [--local-only 1]
 #include <httplib.h>
 #include <time.h>
 
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/local_index_bench.h"
 #include "kvatlas/client/client.h"
 
 namespace {
@@ -48,6 +51,8 @@ struct Args {
   double seconds = 10;
   uint32_t batch_blocks = 64;
   double saturation_seconds = 5;
+  uint64_t local_chains = 8192;  // 128-block chains replicated by the LocalIndex phase
+  bool local_only = false;       // --local-only 1: only phase (c)
 };
 
 uint64_t Mix(uint64_t x) {
@@ -384,6 +389,10 @@ int main(int argc, char** argv) {
       a.batch_blocks = static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 10));
     } else if (k == "--saturation-seconds") {
       a.saturation_seconds = std::atof(v.c_str());
+    } else if (k == "--local-chains") {
+      a.local_chains = std::strtoull(v.c_str(), nullptr, 10);
+    } else if (k == "--local-only") {
+      a.local_only = v == "1";
     } else {
       std::fprintf(stderr, "unknown argument %s\n", k.c_str());
       return 2;
@@ -393,7 +402,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: feed_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID "
                  "[--rate BLOCKS_PER_S] [--seconds S] [--batch-blocks N] "
-                 "[--saturation-seconds S]\n");
+                 "[--saturation-seconds S] [--local-chains N] [--local-only 1]\n");
     return 2;
   }
   kvatlas::ClientOptions options;
@@ -405,11 +414,13 @@ int main(int argc, char** argv) {
   }
   std::printf("load average before: %s (%u cores)\n", LoadAverage().c_str(),
               std::thread::hardware_concurrency());
-  FeedLag(**client, a);
-  uint64_t next_chain = 1ULL << 32;  // keys distinct from the lag phase's
-  Saturation(**client, a, 1, &next_chain);
-  Saturation(**client, a, 16, &next_chain);
-  std::printf("(c) LocalIndex lookup p99: not measured (LocalIndex not built yet)\n");
+  if (!a.local_only) {
+    FeedLag(**client, a);
+    uint64_t next_chain = 1ULL << 32;  // keys distinct from the lag phase's
+    Saturation(**client, a, 1, &next_chain);
+    Saturation(**client, a, 16, &next_chain);
+  }
+  kvatlas::bench::LocalIndexLookups(**client, a.rpc, a.local_chains);
   std::printf("load average after: %s\n", LoadAverage().c_str());
   return 0;
 }

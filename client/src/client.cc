@@ -169,6 +169,28 @@ std::future<Result<StatsAnswer>> Client::StatsAsync(Timeout timeout) {
 
 Result<StatsAnswer> Client::Stats(Timeout timeout) { return StatsAsync(timeout).get(); }
 
+std::future<Result<HeartbeatAnswer>> Client::HeartbeatAsync(std::vector<HolderKey> holders,
+                                                            Timeout timeout) {
+  if (holders.size() > protocol::kMaxHeartbeatHolders) {
+    return Ready<HeartbeatAnswer>(Status::PayloadTooLarge(
+        "holders: " + std::to_string(holders.size()) + " holders; one heartbeat names at most " +
+        std::to_string(protocol::kMaxHeartbeatHolders)));
+  }
+  for (size_t i = 0; i < holders.size(); ++i) {
+    if (holders[i].id.empty()) {
+      return Ready<HeartbeatAnswer>(Status::InvalidArgument("holders[" + std::to_string(i) +
+                                                            "].backend_id: must not be empty"));
+    }
+  }
+  return CallFor<HeartbeatAnswer>(*impl_, MessageType::kHeartbeat,
+                                  protocol::EncodeHeartbeatRequest({std::move(holders)}), timeout,
+                                  protocol::DecodeHeartbeatAnswer, "heartbeat");
+}
+
+Result<HeartbeatAnswer> Client::Heartbeat(std::vector<HolderKey> holders, Timeout timeout) {
+  return HeartbeatAsync(std::move(holders), timeout).get();
+}
+
 std::future<Status> Client::PingAsync(Timeout timeout) {
   auto promise = std::make_shared<std::promise<Status>>();
   std::future<Status> future = promise->get_future();

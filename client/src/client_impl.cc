@@ -94,15 +94,71 @@ Status Client::Impl::Start() {
 
 void Client::Impl::Call(protocol::MessageType type, std::string_view payload,
                         Client::Timeout timeout, Done done) {
-  const auto now = Clock::now();
   auto call = std::make_unique<PendingCall>();
   call->type = type;
   call->done = std::move(done);
+  StartCall(NewRequestId(), payload, timeout, std::move(call));
+}
+
+void Client::Impl::CallStream(uint64_t id, protocol::MessageType type, std::string_view payload,
+                              Client::Timeout timeout, bool open_ended, std::string cancel,
+                              Done done) {
+  auto call = std::make_unique<PendingCall>();
+  call->type = type;
+  call->done = std::move(done);
+  call->stream = true;
+  call->open_ended = open_ended;
+  call->cancel = std::move(cancel);
+  StartCall(id, payload, timeout, std::move(call));
+}
+
+void Client::Impl::CancelStream(uint64_t id) {
+  asio::post(io_, [this, id] {
+    Locked([this, id] {
+      const auto it = calls_.find(id);
+      if (it == calls_.end()) return;  // finished (or failed) already
+      PendingCall& call = *it->second;
+      if (!connections_[call.connection]->in_flight.contains(id)) {
+        // Never sent: the server knows nothing of it.
+        Complete(id, Status(StatusCode::kCancelled, "cancelled before it was sent"));
+        return;
+      }
+      if (call.cancel.empty()) return;  // sent already (or not a cancellable stream)
+      SendCancel(id, call);
+      // The server's final frame completes the call; should it never come, this does.
+      if (call.deadline_entry == deadlines_.end()) {
+        call.deadline = Clock::now() + options_.default_deadline;
+        AddDeadline(id, call);
+      }
+    });
+  });
+}
+
+void Client::Impl::SendCancel(uint64_t id, PendingCall& call) {
+  if (call.cancel.empty()) return;
+  Connection& conn = *connections_[call.connection];
+  // Only a request the server may have read (written, on the connection it was written to)
+  // has anything to cancel there.
+  if (conn.state != Connection::State::kOpen || !conn.in_flight.contains(id)) return;
+  protocol::FrameHeader header;
+  header.type = call.type;
+  header.request_id = id;
+  protocol::AppendFrame(header, call.cancel, &conn.out);
+  call.cancel.clear();
+  StartWrite(call.connection);
+}
+
+void Client::Impl::StartCall(uint64_t id, std::string_view payload, Client::Timeout timeout,
+                             std::unique_ptr<PendingCall> call) {
+  const auto now = Clock::now();
+  const protocol::MessageType type = call->type;
   call->deadline =
       now + (timeout.count() > 0
                  ? std::chrono::duration_cast<Clock::duration>(timeout)
                  : std::chrono::duration_cast<Clock::duration>(options_.default_deadline));
-  if (redirector_ && type == protocol::MessageType::kIngest) {
+  // Writes and heartbeats must reach the leader: follow a follower's not_leader answer.
+  if (redirector_ &&
+      (type == protocol::MessageType::kIngest || type == protocol::MessageType::kHeartbeat)) {
     call->done = redirector_->Wrap(type, payload, call->deadline, std::move(call->done));
   }
   if (payload.size() > options_.max_request_bytes) {
@@ -111,7 +167,6 @@ void Client::Impl::Call(protocol::MessageType type, std::string_view payload,
                                        std::to_string(options_.max_request_bytes) + ")"));
     return;
   }
-  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
   // A deadline already past (e.g. 1 µs) fails without a round trip.
   if (Clock::now() >= call->deadline) {
     call->done(Status(StatusCode::kDeadlineExceeded, "deadline exceeded before the call was sent"));
@@ -269,6 +324,8 @@ void Client::Impl::Complete(uint64_t id, Result<protocol::Frame> result) {
   std::unique_ptr<PendingCall> call = std::move(it->second);
   calls_.erase(it);
   if (call->deadline_entry != deadlines_.end()) deadlines_.erase(call->deadline_entry);
+  // A stream abandoned by the client (its deadline) may be running on the server: stop it.
+  if (call->stream && !result.has_value()) SendCancel(id, *call);
   Connection& conn = *connections_[call->connection];
   const bool had_slot = conn.in_flight.erase(id) > 0;
   ready_.push_back({std::move(call->done), std::move(result)});
@@ -444,15 +501,8 @@ void Client::Impl::OnBytes(size_t c, uint64_t generation, const char* data, size
         // The deadline timer has not run yet: the answer is late all the same.
         Complete(id,
                  Status(StatusCode::kDeadlineExceeded, "deadline exceeded waiting for the answer"));
-      } else if (frame.header.status != StatusCode::kOk) {
-        Complete(id, protocol::DecodeErrorPayload(frame.header.status, frame.payload));
-      } else if (!frame.header.is_response() || frame.header.type != it->second->type) {
-        Complete(id, Status::Corruption("the server answered a request of type " +
-                                        std::to_string(static_cast<int>(it->second->type)) +
-                                        " with a frame of type " +
-                                        std::to_string(static_cast<int>(frame.header.type))));
       } else {
-        Complete(id, std::move(frame));
+        Deliver(id, std::move(frame));
       }
     }
     if (!malformed.ok()) {
@@ -461,6 +511,40 @@ void Client::Impl::OnBytes(size_t c, uint64_t generation, const char* data, size
     }
     if (conn.generation == generation) StartRead(c);
   });
+}
+
+void Client::Impl::Deliver(uint64_t id, protocol::Frame frame) {
+  PendingCall& call = *calls_.at(id);
+  const bool ok = frame.header.status == StatusCode::kOk;
+  if (ok && (!frame.header.is_response() || frame.header.type != call.type)) {
+    Complete(id, Status::Corruption("the server answered a request of type " +
+                                    std::to_string(static_cast<int>(call.type)) +
+                                    " with a frame of type " +
+                                    std::to_string(static_cast<int>(frame.header.type))));
+    return;
+  }
+  if (!call.stream) {
+    if (ok) {
+      Complete(id, std::move(frame));
+    } else {
+      Complete(id, protocol::DecodeErrorPayload(frame.header.status, frame.payload));
+    }
+    return;
+  }
+  // A stream's frames all go to `done`, error answers included (a watch's carries hints).
+  if (protocol::IsFinalStreamFrame(frame.header.status, frame.payload)) {
+    Complete(id, std::move(frame));
+    return;
+  }
+  if (call.open_ended) {
+    // The first frame: from now on the stream runs until it ends (a deadline set later by
+    // CancelStream stays).
+    call.open_ended = false;
+    if (call.deadline_entry != deadlines_.end()) deadlines_.erase(call.deadline_entry);
+    call.deadline_entry = deadlines_.end();
+    call.deadline = Clock::time_point::max();
+  }
+  ready_.push_back({call.done, std::move(frame)});
 }
 
 void Client::Impl::StartWrite(size_t c) {

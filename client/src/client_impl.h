@@ -14,6 +14,10 @@
 // Completions (`done`) run on the I/O thread, never under the mutex: the I/O thread's
 // handlers collect them in `ready_` and run them after unlocking, so decoding an answer
 // never holds up callers.
+//
+// Streams (kWatch, kSnapshot; CallStream) are calls answered by several frames: `done` runs
+// for each, in order, and the call stays registered (holding its in-flight slot) until the
+// final one (protocol::IsFinalStreamFrame), a failure or shutdown.
 #pragma once
 
 #include <atomic>
@@ -70,6 +74,24 @@ class Client::Impl {
   void Call(protocol::MessageType type, std::string_view payload, Client::Timeout timeout,
             Done done);
 
+  // An id for CallStream, so that the caller knows it before any frame can arrive.
+  uint64_t NewRequestId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+
+  // A stream call under request id `id` (from NewRequestId): `done` runs for every answer
+  // frame in order, on the I/O thread, error answers included (as frames with their
+  // status), then no more after the final frame, or runs once with the call's failure (as
+  // Call's). `open_ended`: the deadline applies only until the first frame (a watch runs
+  // until it ends). `cancel` is the payload that cancels the stream on the server (empty:
+  // none); it is sent by CancelStream, and when the call is abandoned after its request was
+  // sent (deadline passed). Thread-safe.
+  void CallStream(uint64_t id, protocol::MessageType type, std::string_view payload,
+                  Client::Timeout timeout, bool open_ended, std::string cancel, Done done);
+
+  // Cancels the stream call `id`: a request not yet sent completes at once (kCancelled);
+  // else its cancel payload is sent under its id, and the server's final frame (or
+  // default_deadline) completes it. No effect on a finished call. Thread-safe, asynchronous.
+  void CancelStream(uint64_t id);
+
   size_t OpenConnections() const { return open_connections_.load(std::memory_order_relaxed); }
 
  private:
@@ -82,6 +104,9 @@ class Client::Impl {
     protocol::MessageType type = protocol::MessageType::kPing;
     std::string frame;  // the encoded request; emptied once written
     Done done;
+    bool stream = false;      // CallStream: several answer frames
+    bool open_ended = false;  // a stream whose deadline ends with its first frame (not yet)
+    std::string cancel;       // a stream's cancel payload; empty once sent (or none)
     Clock::time_point deadline;
     Deadlines::iterator deadline_entry;  // in deadlines_ once registered
     size_t connection = 0;
@@ -119,6 +144,15 @@ class Client::Impl {
     std::vector<std::function<void(const Status&)>> on_round_done;
     std::shared_ptr<std::vector<char>> read_buffer;  // of the current generation
   };
+
+  // Call and CallStream: the deadline, size checks and registration of `call` under `id`.
+  void StartCall(uint64_t id, std::string_view payload, Client::Timeout timeout,
+                 std::unique_ptr<PendingCall> call);
+  // A frame of a registered call, under mu_: completes it or, for a stream's frame that
+  // is not final, hands the frame to its `done` and keeps it.
+  void Deliver(uint64_t id, protocol::Frame frame);
+  // Sends the cancel frame of stream call `id` if it has one and its request was sent.
+  void SendCancel(uint64_t id, PendingCall& call);
 
   // Runs `f` under mu_ (on the I/O thread), then the completions it produced, unlocked.
   template <typename F>

@@ -26,4 +26,14 @@ bool FeedFilter::Matches(const FeedRecord& r) const {
          (!dp_rank || *dp_rank == r.holder.dp_rank) && (!tier || *tier == r.tier);
 }
 
+FeedFilter FeedFilter::ForContext(const ContextKey& context) {
+  FeedFilter filter;
+  filter.tenant = context.tenant;
+  filter.model = context.model;
+  filter.lora_name = context.lora_name;
+  filter.block_size = context.block_size;
+  filter.salt = context.salt;
+  return filter;
+}
+
 }  // namespace kvatlas

@@ -1,5 +1,6 @@
 // PayloadReader: the field-naming reader every binary-protocol payload decoder uses
-// (protocol_payloads.cc, protocol_route.cc). Private to common/src.
+// (protocol_payloads.cc, protocol_route.cc, protocol_feed.cc), and the encodings of the keys
+// several payloads carry (context, holder). Private to common/src.
 #pragma once
 
 #include <bit>
@@ -12,6 +13,7 @@
 
 #include "kvatlas/common/bytes.h"
 #include "kvatlas/common/status.h"
+#include "kvatlas/common/types.h"
 
 namespace kvatlas::protocol {
 
@@ -88,5 +90,37 @@ class PayloadReader {
   size_t index_ = 0;
   std::optional<Status> error_;
 };
+
+// A context: tenant, model, lora_name (strings), block_size (varint), salt (string).
+inline void PutContext(const ContextKey& context, std::string* out) {
+  PutLengthPrefixed(out, context.tenant);
+  PutLengthPrefixed(out, context.model);
+  PutLengthPrefixed(out, context.lora_name);
+  PutVarint64(out, context.block_size);
+  PutLengthPrefixed(out, context.salt);
+}
+
+inline ContextKey ReadContext(PayloadReader* in) {
+  ContextKey context;
+  context.tenant = in->String("tenant_id");
+  context.model = in->String("model_name");
+  context.lora_name = in->String("lora_name");
+  context.block_size = in->Varint32("block_size");
+  context.salt = in->String("additional_salt");
+  return context;
+}
+
+// A holder: id (string), dp_rank (varint).
+inline void PutHolder(const HolderKey& holder, std::string* out) {
+  PutLengthPrefixed(out, holder.id);
+  PutVarint64(out, holder.dp_rank);
+}
+
+inline HolderKey ReadHolder(PayloadReader* in) {
+  HolderKey holder;
+  holder.id = in->String("backend_id");
+  holder.dp_rank = in->Varint32("dp_rank");
+  return holder;
+}
 
 }  // namespace kvatlas::protocol

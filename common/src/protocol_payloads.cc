@@ -37,24 +37,6 @@ auto DecodeWhole(std::string_view payload, F read)
 
 // --- shared pieces ----------------------------------------------------------------------
 
-void PutContext(const ContextKey& context, std::string* out) {
-  PutLengthPrefixed(out, context.tenant);
-  PutLengthPrefixed(out, context.model);
-  PutLengthPrefixed(out, context.lora_name);
-  PutVarint64(out, context.block_size);
-  PutLengthPrefixed(out, context.salt);
-}
-
-ContextKey ReadContext(Reader* in) {
-  ContextKey context;
-  context.tenant = in->String("tenant_id");
-  context.model = in->String("model_name");
-  context.lora_name = in->String("lora_name");
-  context.block_size = in->Varint32("block_size");
-  context.salt = in->String("additional_salt");
-  return context;
-}
-
 // A request's context, checked as the REST decoders check it (an empty tenant is the
 // default one).
 ContextKey ReadRequestContext(Reader* in) {
@@ -63,18 +45,6 @@ ContextKey ReadRequestContext(Reader* in) {
   if (in->ok() && context.model.empty()) in->Reject("model_name", "must be a non-empty string");
   if (in->ok() && context.block_size == 0) in->Reject("block_size", "must be a positive integer");
   return context;
-}
-
-void PutHolder(const HolderKey& holder, std::string* out) {
-  PutLengthPrefixed(out, holder.id);
-  PutVarint64(out, holder.dp_rank);
-}
-
-HolderKey ReadHolder(Reader* in) {
-  HolderKey holder;
-  holder.id = in->String("backend_id");
-  holder.dp_rank = in->Varint32("dp_rank");
-  return holder;
 }
 
 void PutTierByte(Tier tier, std::string* out) { out->push_back(static_cast<char>(tier)); }

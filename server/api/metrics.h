@@ -81,7 +81,7 @@ class Metrics {
   std::atomic<uint64_t> in_flight_{0};
   // RPC answers by [message type][status code]; larger numbers count in the last slot.
   static constexpr size_t kRpcTypes = 16;
-  static constexpr size_t kRpcCodes = 16;
+  static constexpr size_t kRpcCodes = 32;  // above every StatusCode number
   std::atomic<uint64_t> rpc_requests_[kRpcTypes][kRpcCodes] = {};
   std::atomic<uint64_t> rpc_connections_open_{0};
   std::atomic<uint64_t> rpc_connections_total_{0};

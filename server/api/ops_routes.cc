@@ -70,6 +70,7 @@ void AddAllRoutes(const ApiServices* api, Router* router) {
   });
   AddRouteRoutes(api, router);
   AddWatchRoutes(api, router);
+  AddLeaseRoutes(api, router);
 }
 
 }  // namespace kvatlas::server

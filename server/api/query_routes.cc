@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kvatlas/common/json_codec.h"
-#include "server/api/lookup_answer.h"
+#include "kvatlas/common/prefix_match.h"
 #include "server/api/routes.h"
 #include "server/api/stats_json.h"
 
@@ -89,13 +89,22 @@ Result<HttpReply> HandleBlock(const ApiServices& api, const RouteRequest& reques
 Result<HttpReply> HandleHolders(const ApiServices& api) {
   auto [holders, revision] = api.machine->Read(
       [](const Index& index, Revision rev) { return std::make_pair(index.Holders(), rev); });
+  // With holder leases on, the leader adds each holder's seconds since activity.
+  std::optional<std::vector<double>> idle;
+  if (api.leases != nullptr) {
+    std::vector<HolderKey> keys;
+    for (const HolderInfo& h : holders) keys.push_back(h.holder);
+    idle = api.leases->IdleSeconds(keys, std::chrono::steady_clock::now());
+  }
   json out = json::array();
-  for (const HolderInfo& h : holders) {
+  for (size_t i = 0; i < holders.size(); ++i) {
+    const HolderInfo& h = holders[i];
     out.push_back({{"id", h.id},
                    {"holder_id", h.holder.id},
                    {"dp_rank", h.holder.dp_rank},
                    {"entries", h.entries},
                    {"entries_by_tier", TierCounts(h.entries_by_tier)}});
+    if (idle) out.back()["idle_seconds"] = (*idle)[i];
   }
   return JsonReply(DumpJson({{"revision", revision}, {"holders", std::move(out)}}));
 }

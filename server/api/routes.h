@@ -15,6 +15,7 @@
 #include "server/feed/change_feed.h"
 #include "server/ingest/event_converter.h"
 #include "server/state/applier.h"
+#include "server/state/lease_tracker.h"
 #include "server/state/replicated_log.h"
 #include "server/state/state_machine.h"
 #include "server/storage/storage.h"
@@ -42,9 +43,10 @@ struct ApiServices {
   Applier* applier = nullptr;
   const Storage* storage = nullptr;  // null for an in-memory server
   Metrics* metrics = nullptr;
-  ZmqIngest* zmq = nullptr;      // null when ZMQ ingest is not running (tests)
-  ReplicatedLog* log = nullptr;  // null without replication (tests)
-  ChangeFeed* feed = nullptr;    // null without a change feed (tests)
+  ZmqIngest* zmq = nullptr;        // null when ZMQ ingest is not running (tests)
+  ReplicatedLog* log = nullptr;    // null without replication (tests)
+  ChangeFeed* feed = nullptr;      // null without a change feed (tests)
+  LeaseTracker* leases = nullptr;  // null = holder leases off (tests)
   uint64_t server_id = 1;
   // This server's addresses as it announces them (GET /v1/cluster, AnnounceCommand): the
   // bound ones, with a wildcard host replaced by the raft address's host.
@@ -65,6 +67,7 @@ void AddRegistrationRoutes(const ApiServices* api, Router* router);
 void AddClusterRoutes(const ApiServices* api, Router* router);
 void AddRouteRoutes(const ApiServices* api, Router* router);  // route_routes.cc
 void AddWatchRoutes(const ApiServices* api, Router* router);  // watch_routes.cc
+void AddLeaseRoutes(const ApiServices* api, Router* router);  // lease_routes.cc
 
 // The request body as a JSON object; kInvalidArgument ("body: ...") when it is not valid
 // JSON or not an object. For the routes that read their fields directly.

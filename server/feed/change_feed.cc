@@ -8,10 +8,14 @@ namespace kvatlas::server {
 namespace {
 
 // The record a mutation contributes to, or nullopt for mutations the feed does not
-// report (blocks, registry records, a refcount change that leaves the copy in place).
+// report (blocks, registry records, a refcount change that leaves the copy in place). A
+// repeated store of a copy that has a location is reported again (with the location,
+// which that store may have changed), so that a follower's copy of the location is current.
 std::optional<FeedOp> OpOf(const Mutation& m) {
   if (m.kind == MutationKind::kPutEntry) {
-    if (m.cause == MutationCause::kStored && m.refcount == 1) return FeedOp::kStored;
+    if (m.cause == MutationCause::kStored && (m.refcount == 1 || !m.location.empty())) {
+      return FeedOp::kStored;
+    }
     return std::nullopt;
   }
   if (m.kind != MutationKind::kDeleteEntry) return std::nullopt;
@@ -20,6 +24,8 @@ std::optional<FeedOp> OpOf(const Mutation& m) {
       return FeedOp::kCleared;
     case MutationCause::kEvicted:
       return FeedOp::kEvicted;
+    case MutationCause::kExpired:
+      return FeedOp::kExpired;
     case MutationCause::kStored:
     case MutationCause::kRemoved:
       break;
@@ -41,19 +47,74 @@ Revision Watcher::ResumeFrom() const {
   return delivered_;
 }
 
+Status Watcher::EndStatus() const {
+  if (cut_) {
+    return Status(StatusCode::kWatchCut,
+                  "the watcher fell behind (more than " + std::to_string(max_chunks_) +
+                      " applied groups queued) and was cut; watch again from revision " +
+                      std::to_string(delivered_));
+  }
+  return Status::Unavailable("the change feed is shutting down");
+}
+
+void Watcher::Signal() {
+  cv_.notify_all();
+  if (notify_armed_ && notify_) {
+    notify_armed_ = false;
+    notify_();
+  }
+}
+
+void Watcher::SetNotify(std::function<void()> notify) {
+  std::lock_guard lock(mu_);
+  notify_ = std::move(notify);
+  notify_armed_ = true;
+  if (!queue_.empty() || cut_ || closed_) Signal();
+}
+
+Result<Watcher::Take> Watcher::TryTake(size_t max_keys) {
+  std::unique_lock lock(mu_);
+  // With nothing queued (and not cut), every record up to the feed's published revision
+  // has been handed out: revisions without records count as delivered too.
+  const auto drained = [this] {
+    delivered_ = std::max(delivered_, feed_->published_.load(std::memory_order_acquire));
+    notify_armed_ = true;
+  };
+  if (queue_.empty()) {
+    // As in Next: what was queued before a cut is delivered first.
+    if (cut_ || closed_) return EndStatus();
+    drained();
+    return Take{{}, delivered_, false};
+  }
+  std::vector<std::shared_ptr<const FeedChunk>> chunks;
+  size_t keys = 0;
+  while (!queue_.empty() && (chunks.empty() || keys + queue_.front()->keys <= max_keys)) {
+    keys += queue_.front()->keys;
+    chunks.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  delivered_ = chunks.back()->revision;
+  Take take;
+  take.more = !queue_.empty() || cut_ || closed_;
+  if (!take.more) drained();
+  take.through = delivered_;
+  lock.unlock();
+  for (const auto& chunk : chunks) {
+    for (const FeedRecord& record : chunk->records) {
+      if (filter_.Matches(record)) take.records.push_back(record);
+    }
+  }
+  feed_->CountDelivery(take.records.size(), chunks.back()->published);
+  return take;
+}
+
 Result<std::vector<FeedRecord>> Watcher::Next(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [this] { return !queue_.empty() || cut_ || closed_; });
   // What was queued before a cut is still delivered: the cut only means nothing after it
   // will be, so the resume point stays exact.
   if (queue_.empty()) {
-    if (cut_) {
-      return Status(StatusCode::kWatchCut,
-                    "the watcher fell behind (more than " + std::to_string(max_chunks_) +
-                        " applied groups queued) and was cut; watch again from revision " +
-                        std::to_string(delivered_));
-    }
-    if (closed_) return Status::Unavailable("the change feed is shutting down");
+    if (cut_ || closed_) return EndStatus();
     return std::vector<FeedRecord>();
   }
   std::vector<std::shared_ptr<const FeedChunk>> chunks(queue_.begin(), queue_.end());
@@ -79,7 +140,7 @@ ChangeFeed::~ChangeFeed() {
   for (Watcher* w : watchers_) {
     std::lock_guard wl(w->mu_);
     w->closed_ = true;
-    w->cv_.notify_all();
+    w->Signal();
   }
 }
 
@@ -95,12 +156,13 @@ void ChangeFeed::OnReset(Revision revision, const Index& index) {
   window_.clear();
   window_keys_ = 0;
   revision_ = revision;
+  published_.store(revision, std::memory_order_release);
   compacted_through_ = revision;
   for (Watcher* w : watchers_) {
     std::lock_guard wl(w->mu_);
     if (!w->cut_) ++cuts_;
     w->cut_ = true;
-    w->cv_.notify_all();
+    w->Signal();
   }
 }
 
@@ -145,7 +207,16 @@ void ChangeFeed::OnApplied(Revision revision, const MutationList& mutations) {
 
   std::lock_guard lock(mu_);
   revision_ = revision;
-  if (chunk->records.empty()) return;  // nothing to report; the revision still advances
+  if (chunk->records.empty()) {
+    // Nothing to report, but the revision advances: idle event-driven watchers are told,
+    // so that their clients see it reached (a take's `through`). No queue grows.
+    published_.store(revision, std::memory_order_release);
+    for (Watcher* w : watchers_) {
+      std::lock_guard wl(w->mu_);
+      if (w->notify_armed_ && !w->cut_ && !w->closed_) w->Signal();
+    }
+    return;
+  }
   records_published_ += chunk->records.size();
   window_keys_ += chunk->keys;
   window_.push_back(chunk);
@@ -163,8 +234,10 @@ void ChangeFeed::OnApplied(Revision revision, const MutationList& mutations) {
     } else {
       w->queue_.push_back(chunk);
     }
-    w->cv_.notify_all();
+    w->Signal();
   }
+  // After every queue has the chunk: a watcher that reads it drained has all of it.
+  published_.store(revision, std::memory_order_release);
 }
 
 Result<std::unique_ptr<Watcher>> ChangeFeed::Subscribe(std::optional<Revision> from,

@@ -7,13 +7,17 @@
 // publishing appends one shared chunk to the window and to each watcher's queue (a short
 // lock each). A watcher whose queue is full is cut: it stops receiving and reports the
 // revision to resume from; it cannot slow ingestion or other watchers. Subscribe, Next and
-// the accessors from any thread.
+// the accessors from any thread. A watcher is consumed either by blocking Next (the SSE
+// stream) or by TryTake with a notify hook (the binary protocol's io threads, which must
+// never wait).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -79,9 +83,40 @@ class Watcher {
   // the last revision fully handed out.
   Revision ResumeFrom() const;
 
+  // What TryTake hands out: the matching records of whole revisions, in order, and the
+  // revision they complete (ResumeFrom() after the take: it also passes revisions whose
+  // records were all filtered out and, once the queue is drained, revisions that had no
+  // records at all).
+  struct Take {
+    std::vector<FeedRecord> records;
+    Revision through = 0;
+    // More is queued, or the end (a cut, the feed's shutdown) is still to be reported: take
+    // again. When false, the notify hook runs once something arrives.
+    bool more = false;
+  };
+
+  // Next without waiting, for event-driven consumers (the binary protocol's watches): takes
+  // queued applied groups worth at most `max_keys` block keys (at least one group), or
+  // nothing. The same errors as Next once the queue is drained.
+  [[nodiscard]] Result<Take> TryTake(size_t max_keys);
+
+  // Sets the hook that runs when the watcher has something to take (records, a cut, the
+  // feed's end, or only a newer revision: one applied without records) after a TryTake left
+  // it with nothing: once per such transition, and at once if something is queued already. It runs
+  // on the publishing (applying) thread under the feed's locks, so it must only schedule work (e.g.
+  // post to an executor): never block, never call into the feed or a watcher. Set it once, before
+  // the first TryTake.
+  void SetNotify(std::function<void()> notify);
+
  private:
   friend class ChangeFeed;
   Watcher(ChangeFeed* feed, FeedFilter filter, Revision from, size_t max_chunks);
+
+  // Wakes Next and runs the notify hook if it is armed. REQUIRES: mu_ held.
+  void Signal();
+  // The error a drained watcher reports (kWatchCut, kUnavailable). REQUIRES: mu_ held, and
+  // cut_ or closed_.
+  Status EndStatus() const;
 
   ChangeFeed* const feed_;
   const FeedFilter filter_;
@@ -92,6 +127,8 @@ class Watcher {
   Revision delivered_;  // last revision handed out by Next
   bool cut_ = false;
   bool closed_ = false;
+  std::function<void()> notify_;
+  bool notify_armed_ = false;  // notify_ runs on the next Signal()
 };
 
 class ChangeFeed final : public ApplyObserver {
@@ -124,6 +161,9 @@ class ChangeFeed final : public ApplyObserver {
   std::deque<std::shared_ptr<const FeedChunk>> window_;
   size_t window_keys_ = 0;
   Revision revision_ = 0;
+  // revision_, stored once a revision's chunk is in every watcher's queue: a watcher whose
+  // queue is empty has been handed every record up to it (TryTake's `through`).
+  std::atomic<Revision> published_{0};
   Revision compacted_through_ = 0;
   std::vector<Watcher*> watchers_;
   // Interned ids of the state's contexts and holders → keys, kept in step with the state

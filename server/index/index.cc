@@ -2,6 +2,7 @@
 #include "server/index/index.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "kvatlas/common/block_hasher.h"
@@ -18,6 +19,26 @@ struct Overloaded : Ts... {
 template <typename... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
+// Deletes the entries of `holder` (interned) in `context` (kNil = every context) and `tier`
+// (nullopt = every tier), ignoring refcounts: the one path of ClearCommand and
+// ExpireHolderCommand, which differ only in the cause they report. O(the holder's entries).
+// A template so that it can take the private Index::Impl without naming it.
+template <typename Impl>
+void DeleteHolderEntries(Impl& m, uint32_t holder, uint32_t context, std::optional<Tier> tier,
+                         MutationCause cause, MutationList* out) {
+  uint32_t e = m.holders_[holder].head;
+  while (e != kNil) {
+    const EntryRec& rec = m.entries_[e];
+    const uint32_t next = rec.holder_next;
+    const bool context_ok = context == kNil || m.blocks_[rec.block].context == context;
+    const bool tier_ok = !tier || rec.tier == static_cast<uint8_t>(*tier);
+    // Deleting e never frees `next`: it belongs to this holder, and the block cascade only
+    // frees e's block record.
+    if (context_ok && tier_ok) m.DeleteEntry(e, cause, out);
+    e = next;
+  }
+}
+
 }  // namespace
 
 Index::Index(IndexOptions options) : options_(options), impl_(std::make_unique<Impl>(options)) {}
@@ -30,6 +51,14 @@ void Index::Apply(const Command& command, uint64_t seed, MutationList* out) {
                  [&](const StoreCommand& c) { impl_->ApplyStore(c, seed, out); },
                  [&](const RemoveCommand& c) { impl_->ApplyRemove(c, out); },
                  [&](const ClearCommand& c) { impl_->ApplyClear(c, out); },
+                 // The StateMachine decides whether an expiry applies (its race guard); here
+                 // it is a clear of everything the holder has, reported as expired.
+                 [&](const ExpireHolderCommand& c) {
+                   const uint32_t holder = impl_->FindHolder(c.holder);
+                   if (holder == kNil) return;
+                   DeleteHolderEntries(*impl_, holder, kNil, std::nullopt, MutationCause::kExpired,
+                                       out);
+                 },
                  // Registry commands are the StateMachine's; they never reach the Index.
                  [](const RegisterCommand&) {},
                  [](const UnregisterCommand&) {},
@@ -430,17 +459,7 @@ void Index::Impl::ApplyClear(const ClearCommand& c, MutationList* out) {
     context = FindContext(*c.context);
     if (context == kNil) return;
   }
-  uint32_t e = holders_[holder].head;
-  while (e != kNil) {
-    const EntryRec& rec = entries_[e];
-    const uint32_t next = rec.holder_next;
-    const bool context_ok = context == kNil || blocks_[rec.block].context == context;
-    const bool tier_ok = !c.tier || rec.tier == static_cast<uint8_t>(*c.tier);
-    // Deleting e never frees `next`: it belongs to this holder, and the block cascade only
-    // frees e's block record.
-    if (context_ok && tier_ok) DeleteEntry(e, MutationCause::kCleared, out);
-    e = next;
-  }
+  DeleteHolderEntries(*this, holder, context, c.tier, MutationCause::kCleared, out);
 }
 
 // ---------------------------------------------------------------------------------------

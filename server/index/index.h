@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kvatlas/common/prefix_match.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 #include "server/state/command.h"
@@ -35,28 +36,6 @@ struct LookupOptions {
   std::string instance_id;
   // Include per-block locations of SHARED-tier matches.
   bool include_locations = true;
-};
-
-// One holder's match, in blocks from block 0. Cumulative: gpu ≤ cpu ≤ disk.
-struct HolderMatch {
-  uint32_t holder_id = 0;
-  HolderKey holder;
-  uint32_t gpu = 0;     // contiguous prefix in GPU
-  uint32_t cpu = 0;     // contiguous prefix in GPU ∪ CPU
-  uint32_t disk = 0;    // contiguous prefix in GPU ∪ CPU ∪ DISK (= longest for an instance)
-  uint32_t shared = 0;  // contiguous prefix in SHARED
-  // Per medium alone (the Conductor API's per-medium keys); gpu is both.
-  uint32_t cpu_only = 0;   // contiguous prefix in CPU
-  uint32_t disk_only = 0;  // contiguous prefix in DISK
-  // Location of each of the first `shared` blocks (when requested; "" when none recorded).
-  std::vector<std::string> shared_locations;
-};
-
-struct LookupResult {
-  uint32_t blocks_queried = 0;  // keys considered (after max_lookup_blocks)
-  uint32_t blocks_found = 0;    // leading keys that some holder has (any tier), contiguous
-  // Holders with a non-zero match, ordered by holder id.
-  std::vector<HolderMatch> holders;
 };
 
 using BlockLocation = BlockCopy;

@@ -10,40 +10,15 @@ namespace kvatlas::server {
 
 namespace {
 
-constexpr uint8_t Bit(Tier t) { return static_cast<uint8_t>(1u << static_cast<int>(t)); }
-constexpr uint8_t kGpuMask = Bit(Tier::kGpu);
-constexpr uint8_t kCpuMask = kGpuMask | Bit(Tier::kCpu);
-constexpr uint8_t kDiskMask = kCpuMask | Bit(Tier::kDisk);
-constexpr uint8_t kSharedMask = Bit(Tier::kShared);
-
-// Per-holder progress of one lookup. Runs are contiguous prefixes from block 0.
-struct Run {
-  uint32_t holder;
-  uint32_t gpu, cpu, disk, shared, cpu_only, disk_only;
-  uint8_t mask;  // tiers seen at the current depth
-};
-
-// Scratch reused by the lookups of one thread: slot_of[h] indexes `runs` when
-// epoch_of[h] == epoch, so a lookup never clears per-holder arrays.
+// Scratch reused by the lookups of one thread.
 struct LookupScratch {
-  std::vector<uint32_t> epoch_of;
-  std::vector<uint32_t> slot_of;
-  std::vector<Run> runs;
+  PrefixWalk walk;
   std::vector<uint32_t> chain;  // block ids of the walked prefix
-  uint32_t epoch = 0;
 };
 
 LookupScratch& Scratch(size_t holders) {
   thread_local LookupScratch s;
-  if (s.epoch_of.size() < holders) {
-    s.epoch_of.resize(holders, 0);
-    s.slot_of.resize(holders, 0);
-  }
-  if (++s.epoch == 0) {  // wrapped: reset so stale epochs cannot alias
-    std::fill(s.epoch_of.begin(), s.epoch_of.end(), 0);
-    s.epoch = 1;
-  }
-  s.runs.clear();
+  s.walk.Reset(holders);
   s.chain.clear();
   return s;
 }
@@ -108,51 +83,23 @@ LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockK
     }
     const uint32_t b = m.FindBlock(context, keys[depth]);
     if (b == kNil) break;
-    // Collect the tiers each holder has at this depth. Holders first seen below depth 0
-    // cannot extend a prefix from block 0, so they are not tracked.
     for (uint32_t e = m.blocks_[b].head; e != kNil; e = m.entries_[e].next_in_block) {
       const EntryRec& rec = m.entries_[e];
-      if (s.epoch_of[rec.holder] != s.epoch) {
-        if (depth != 0) continue;
-        if (!options.instance_id.empty() && m.holders_[rec.holder].key.id != options.instance_id) {
-          continue;
-        }
-        s.epoch_of[rec.holder] = s.epoch;
-        s.slot_of[rec.holder] = static_cast<uint32_t>(s.runs.size());
-        s.runs.push_back(Run{rec.holder, 0, 0, 0, 0, 0, 0, 0});
+      if (depth == 0 && !options.instance_id.empty() &&
+          m.holders_[rec.holder].key.id != options.instance_id) {
+        continue;
       }
-      s.runs[s.slot_of[rec.holder]].mask |= Bit(static_cast<Tier>(rec.tier));
+      s.walk.Add(rec.holder, static_cast<Tier>(rec.tier));
     }
-    const auto d = static_cast<uint32_t>(depth);
-    bool extended = false;
-    for (Run& r : s.runs) {
-      if (r.gpu == d && (r.mask & kGpuMask)) ++r.gpu;
-      if (r.cpu == d && (r.mask & kCpuMask)) ++r.cpu;
-      if (r.disk == d && (r.mask & kDiskMask)) ++r.disk;
-      if (r.shared == d && (r.mask & kSharedMask)) ++r.shared;
-      if (r.cpu_only == d && (r.mask & Bit(Tier::kCpu))) ++r.cpu_only;
-      if (r.disk_only == d && (r.mask & Bit(Tier::kDisk))) ++r.disk_only;
-      r.mask = 0;
-      extended |= r.disk == d + 1 || r.shared == d + 1;
-    }
-    if (!extended) break;
+    if (!s.walk.EndDepth()) break;
     s.chain.push_back(b);
   }
 
   result.blocks_found = static_cast<uint32_t>(s.chain.size());
-  std::sort(s.runs.begin(), s.runs.end(),
-            [](const Run& a, const Run& b) { return a.holder < b.holder; });
-  for (const Run& r : s.runs) {
+  for (const PrefixWalk::Run& r : s.walk.SortedRuns()) {
     if (r.disk == 0 && r.shared == 0) continue;
-    HolderMatch match;
-    match.holder_id = r.holder;
+    HolderMatch match = PrefixWalk::MatchOf(r);
     match.holder = m.holders_[r.holder].key;
-    match.gpu = r.gpu;
-    match.cpu = r.cpu;
-    match.disk = r.disk;
-    match.shared = r.shared;
-    match.cpu_only = r.cpu_only;
-    match.disk_only = r.disk_only;
     if (options.include_locations && r.shared > 0) {
       match.shared_locations.reserve(r.shared);
       for (uint32_t i = 0; i < r.shared; ++i) {

@@ -20,6 +20,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kReadChunkBytes = 64 << 10;
 
+bool IsStreamRequest(const protocol::FrameHeader& header) {
+  return !header.is_response() && (header.type == protocol::MessageType::kWatch ||
+                                   header.type == protocol::MessageType::kSnapshot);
+}
+
 // The completion handler of every connection coroutine: expected failures are error codes
 // handled inside; anything thrown is a bug, logged here, and closes the connection.
 auto LogExceptions(std::shared_ptr<RpcConnection> connection, std::string_view what) {
@@ -51,6 +56,7 @@ RpcConnection::RpcConnection(asio::ip::tcp::socket socket, const RpcHandler* han
       on_closed_(std::move(on_closed)),
       peer_(PeerOf(socket_)),
       decoder_(options.max_frame_bytes),
+      streams_(&handler->api(), options.max_watches),
       read_buffer_(kReadChunkBytes),
       last_activity_(Clock::now()),
       writer_wake_(socket_.get_executor()),
@@ -65,6 +71,13 @@ void RpcConnection::Start() {
   error_code ec;
   socket_.non_blocking(true, ec);
   auto self = shared_from_this();
+  // Called by watchers' notify hooks on the applying thread: only a post, never a wait.
+  streams_.SetWake(
+      [weak = weak_from_this(), executor = socket_.get_executor()](uint64_t id, uint64_t serial) {
+        asio::post(executor, [weak, id, serial] {
+          if (auto connection = weak.lock()) connection->OnWatchReady(id, serial);
+        });
+      });
   asio::co_spawn(socket_.get_executor(), AsyncRead(), LogExceptions(self, "reader"));
   asio::co_spawn(socket_.get_executor(), AsyncWrite(), LogExceptions(self, "writer"));
   asio::co_spawn(socket_.get_executor(), AsyncWatchdog(), LogExceptions(self, "watchdog"));
@@ -78,6 +91,7 @@ void RpcConnection::Shutdown() {
     error_code ec;
     self->socket_.shutdown(asio::ip::tcp::socket::shutdown_receive, ec);
     self->reading_done_ = true;
+    self->EndWatches("the server is shutting down");
     self->reader_wake_.cancel();
     self->writer_wake_.cancel();
   });
@@ -120,6 +134,7 @@ asio::awaitable<void> RpcConnection::AsyncRead() {
   }
   // The peer stopped sending (or we stopped reading): answer what is in flight, then close.
   reading_done_ = true;
+  EndWatches("the connection is closing (the client stopped sending)");
   writer_wake_.cancel();
 }
 
@@ -137,6 +152,19 @@ bool RpcConnection::DrainDecoder() {
     }
     if (!next->has_value()) break;
     ++in_flight_;
+    if (IsStreamRequest((*next)->header)) {
+      switch (streams_.Handle(**next, &out_)) {
+        case RpcStreams::Handled::kAnswered:
+          Answered();
+          break;
+        case RpcStreams::Handled::kPending:  // answered by its last frame (PumpStreams)
+          break;
+        case RpcStreams::Handled::kIgnored:
+          --in_flight_;
+          break;
+      }
+      continue;
+    }
     std::optional<PendingIngest> pending = handler_->Handle(**next, &out_);
     if (pending) {
       SubmitIngest(std::move(*pending));
@@ -151,7 +179,26 @@ bool RpcConnection::DrainDecoder() {
 
 void RpcConnection::Answered() { ++out_answers_; }
 
+void RpcConnection::PumpStreams() {
+  if (closed_ || close_after_flush_ || !streams_.pending()) return;
+  const size_t finished = streams_.Produce(options_.max_pending_output_bytes / 2, &out_);
+  for (size_t i = 0; i < finished; ++i) Answered();
+}
+
+void RpcConnection::OnWatchReady(uint64_t request_id, uint64_t serial) {
+  if (closed_) return;
+  streams_.OnReady(request_id, serial);
+  Flush();
+}
+
+void RpcConnection::EndWatches(std::string_view why) {
+  if (closed_ || !streams_.has_watches()) return;
+  streams_.EndWatches(Status::Unavailable(std::string(why)), &out_);
+  Flush();
+}
+
 void RpcConnection::Flush() {
+  PumpStreams();
   if (closed_ || out_.empty()) return;
   if (!write_pending_) {
     // Send from here when no write is in progress: a lookup's answer then leaves in the
@@ -165,8 +212,9 @@ void RpcConnection::Flush() {
       out_answers_ = 0;
       last_activity_ = Clock::now();
       reader_wake_.cancel();
-      // A draining connection (shutdown, or the peer stopped sending) may be finished now.
-      if (reading_done_) writer_wake_.cancel();
+      // A draining connection (shutdown, or the peer stopped sending) may be finished now;
+      // streams with more to send continue from the writer (one handler run later).
+      if (reading_done_ || streams_.pending()) writer_wake_.cancel();
       return;
     }
     // would_block or an error: the writer's write retries and reports the error.
@@ -216,6 +264,7 @@ void RpcConnection::SubmitIngest(PendingIngest pending) {
 asio::awaitable<void> RpcConnection::AsyncWrite() {
   error_code ec;
   while (!closed_) {
+    PumpStreams();
     if (out_.empty()) {
       if (Finished()) break;
       writer_wake_.expires_at(Clock::time_point::max());
@@ -255,13 +304,19 @@ asio::awaitable<void> RpcConnection::AsyncWatchdog() {
     }
     const Clock::time_point idle_at = last_activity_ + options_.idle_timeout;
     if (now >= idle_at) {
-      if (in_flight_ == 0) {
+      if (in_flight_ == 0 && !streams_.has_watches()) {
         LogInfo("rpc " + peer_ + ": closing the connection: idle for " +
                 std::to_string(options_.idle_timeout.count()) + " ms (rpc_idle_timeout_ms)");
         Close("idle");
         co_return;
       }
-      // Requests in flight (e.g. an ingest waiting for the applier): not idle.
+      // Requests in flight (e.g. an ingest waiting for the applier) or open watches: not
+      // idle. A quiet watch gets an empty frame, so that a vanished client is found by the
+      // write failing rather than holding its watcher for good.
+      if (in_flight_ == 0) {
+        streams_.KeepAlive(&out_);
+        Flush();
+      }
       last_activity_ = Clock::now();
       continue;
     }
@@ -281,6 +336,7 @@ void RpcConnection::Close(std::string_view reason) {
   error_code ec;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   socket_.close(ec);
+  streams_.Clear();  // unsubscribes the watchers
   writer_wake_.cancel();
   reader_wake_.cancel();
   idle_timer_.cancel();

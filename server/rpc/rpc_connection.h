@@ -11,6 +11,14 @@
 // reader stops decoding and reading, so a client that does not read its answers stalls
 // itself, not the server's memory; a write stuck for write_timeout closes the connection.
 //
+// Streams (kWatch, kSnapshot; RpcStreams): a watch is answered by its first frame and then
+// pushes records as the ChangeFeed publishes them (its notify hook posts to the strand); a
+// snapshot is in flight until its last part is queued. Their frames are produced only while
+// less than half of max_pending_output_bytes is queued, so they never pause the reading of
+// other requests and a slow reader's backlog stays in its watchers' bounded queues. Open
+// watches keep the connection from being idle; they end with `unavailable` when the server
+// shuts down or the client stops sending.
+//
 // Thread-safety: Start() once after construction; Shutdown() from any thread.
 #pragma once
 
@@ -28,6 +36,7 @@
 
 #include "kvatlas/common/protocol.h"
 #include "server/rpc/rpc_handler.h"
+#include "server/rpc/rpc_streams.h"
 
 namespace kvatlas::server {
 
@@ -44,6 +53,9 @@ struct RpcConnectionOptions {
   // reading, so its receive window stays full) closes the connection: backpressure already
   // stops such a client from growing the server's memory, this frees the connection too.
   std::chrono::milliseconds write_timeout{30'000};
+  // Watches open at once on one connection (kResourceExhausted past it); the ChangeFeed's
+  // max_watchers bounds them over all connections.
+  size_t max_watches = 16;
 };
 
 class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
@@ -76,6 +88,12 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   // (the error answer is queued and the connection closes once it is written).
   bool DrainDecoder();
   void SubmitIngest(PendingIngest pending);
+  // Appends frames of the streams that are ready, within the streams' output budget.
+  void PumpStreams();
+  // A watch has records (or its end) to send: RpcStreams' wake, posted to the strand.
+  void OnWatchReady(uint64_t request_id, uint64_t serial);
+  // The connection stops reading (shutdown, or the client stopped sending): its watches end.
+  void EndWatches(std::string_view why);
   // One answer was appended to out_.
   void Answered();
   // Sends out_ now if no write is in progress and the socket takes it all, else wakes the
@@ -92,6 +110,7 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   std::function<void()> on_closed_;
   std::string peer_;
   protocol::FrameDecoder decoder_;
+  RpcStreams streams_;
   std::vector<char> read_buffer_;
   std::string out_;         // answers queued for the next write
   std::string writing_;     // answers of the write in progress

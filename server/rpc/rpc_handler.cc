@@ -1,5 +1,6 @@
 #include "server/rpc/rpc_handler.h"
 
+#include <chrono>
 #include <exception>
 #include <utility>
 #include <vector>
@@ -24,10 +25,10 @@ bool KnownRequestType(MessageType type) {
     case MessageType::kStats:
     case MessageType::kPing:
     case MessageType::kRoute:
-      return true;
-    case MessageType::kWatch:  // not served yet
+    case MessageType::kWatch:
     case MessageType::kSnapshot:
     case MessageType::kHeartbeat:
+      return true;
     case MessageType::kError:
       break;
   }
@@ -136,7 +137,22 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
     }
     case MessageType::kWatch:
     case MessageType::kSnapshot:
-    case MessageType::kHeartbeat:
+      // Streams: their state is the connection's (RpcStreams), which answers them.
+      return Status::Internal("kWatch and kSnapshot are served by the connection, not here");
+    case MessageType::kHeartbeat: {
+      KVATLAS_ASSIGN_OR_RETURN(protocol::HeartbeatRequest heartbeat,
+                               protocol::DecodeHeartbeatRequest(request.payload));
+      protocol::HeartbeatAnswer answer;
+      answer.holders = static_cast<uint32_t>(heartbeat.holders.size());
+      // Leases off: nothing to keep alive (and nothing to send to the leader for).
+      if (api.leases != nullptr && api.leases->enabled()) {
+        KVATLAS_RETURN_IF_ERROR(api.leases->Heartbeat(heartbeat.holders));  // not_leader hints
+        answer.ttl_seconds = static_cast<uint32_t>(
+            std::chrono::duration_cast<std::chrono::seconds>(api.leases->ttl()).count());
+      }
+      AppendAnswer(header.type, header.request_id, protocol::EncodeHeartbeatAnswer(answer), out);
+      return answered();
+    }
     case MessageType::kError:
       break;
   }

@@ -3,7 +3,8 @@
 // locate, stats and ping are answered at once (reads run under the state machine's read
 // lock and take microseconds); an ingest is decoded and converted here and handed back as
 // a PendingIngest, because its answer waits for the Applier and the connection owns that
-// asynchronous path and its deadline. Every answer is counted in the metrics.
+// asynchronous path and its deadline. Every answer is counted in the metrics. The streams
+// (kWatch, kSnapshot) keep per-connection state and are served by RpcStreams instead.
 //
 // Immutable after construction: safe from any thread.
 #pragma once

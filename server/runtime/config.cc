@@ -26,14 +26,16 @@ constexpr uint64_t kMaxMillis = 3'600'000;
 using Member = std::variant<std::string Config::*, uint64_t Config::*, bool Config::*>;
 
 // One setting: its JSON key (the flag is the key with '-' for '_'), the Config member,
-// the accepted range of an integer, and the --help line. The one list of settings: the
-// config file, the flags, --help and --print-config all read it.
+// the accepted range of an integer, the --help line, and optionally a second, shorter flag
+// for the same setting. The one list of settings: the config file, the flags, --help and
+// --print-config all read it.
 struct Field {
   std::string_view key;
   Member member;
   uint64_t min = 0;
   uint64_t max = kNoMax;
   std::string_view help;
+  std::string_view alias = {};
 };
 
 const Field kFields[] = {
@@ -94,6 +96,8 @@ const Field kFields[] = {
      "log entries kept after a snapshot"},
     {"min_free_disk_bytes", &Config::min_free_disk_bytes, 0, kNoMax,
      "refuse writes and give up leadership below this much free disk"},
+    {"holder_ttl_seconds", &Config::holder_ttl_seconds, 0, 7 * 24 * 3600,
+     "expire holders silent (no event, no heartbeat) this long; 0 = leases off", "--holder-ttl"},
     {"zmq_listen", &Config::zmq_listen, 0, 0,
      "bind a ZMQ SUB socket for engines that connect (e.g. tcp://*:5557); empty = none"},
     {"zmq_listen_model", &Config::zmq_listen_model, 0, 0,
@@ -200,7 +204,7 @@ const Field* FindByKey(std::string_view key) {
 
 const Field* FindByFlag(std::string_view flag) {
   for (const Field& field : kFields) {
-    if (FlagOf(field.key) == flag) return &field;
+    if (FlagOf(field.key) == flag || (!field.alias.empty() && field.alias == flag)) return &field;
   }
   return nullptr;
 }
@@ -475,8 +479,9 @@ std::string UsageText() {
   add("--config FILE", "read settings from a JSON config file");
   const Config defaults;
   for (const Field& field : kFields) {
-    add(FlagOf(field.key) + " VALUE",
-        std::string(field.help) + " (default: " + FieldToJson(field, defaults).dump() + ")");
+    const std::string alias = field.alias.empty() ? "" : " (also " + std::string(field.alias) + ")";
+    add(FlagOf(field.key) + " VALUE", std::string(field.help) + alias + " (default: " +
+                                          FieldToJson(field, defaults).dump() + ")");
   }
   return out;
 }

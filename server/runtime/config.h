@@ -90,6 +90,10 @@ struct Config {
   // writes (429 resource_exhausted) and hands leadership away; it accepts them again once
   // 10% more than this is free. libraft 0.15 crashes when its disk actually fills.
   uint64_t min_free_disk_bytes = 256ull << 20;
+  // Holder leases (docs/leases.md): a holder with no applied event and no heartbeat
+  // (POST /v1/heartbeat) for this many seconds is expired by the leader, which drops its
+  // entries. 0 = off. Holders of registered publishers are exempt. Flag: --holder-ttl too.
+  uint64_t holder_ttl_seconds = 0;
 
   // ZMQ engine events (docs/engine-events.md). A SUB socket kvatlas binds for publishers
   // that connect to it (vLLM with a non-wildcard endpoint), e.g. "tcp://*:5557"; empty =

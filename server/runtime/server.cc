@@ -103,6 +103,17 @@ Status Server::Init() {
 
   KVATLAS_RETURN_IF_ERROR(StartZmqIngest());
 
+  LeaseOptions lease_options;
+  lease_options.ttl = std::chrono::seconds(config_.holder_ttl_seconds);
+  // The term from one status snapshot: a term in which this server leads is a stretch of
+  // leadership with no other leader in between.
+  leases_ = std::make_unique<LeaseTracker>(lease_options, machine_.get(),
+                                           [raft = raft_.get()]() -> std::optional<uint64_t> {
+                                             const ClusterStatus status = raft->GetStatus();
+                                             if (status.state != "leader") return std::nullopt;
+                                             return status.term;
+                                           });
+
   api_.machine = machine_.get();
   api_.applier = applier_.get();
   api_.storage = storage_.get();
@@ -110,6 +121,7 @@ Status Server::Init() {
   api_.zmq = zmq_.get();
   api_.log = raft_.get();
   api_.feed = feed_.get();
+  api_.leases = leases_.get();
   // Watch streams hold HTTP workers: at most half of them.
   api_.options.max_watch_streams = std::max<size_t>(1, config_.http_threads / 2);
   api_.server_id = config_.id;
@@ -151,7 +163,49 @@ Status Server::Init() {
   KVATLAS_RETURN_IF_ERROR(WriteFileAtomically(data_dir / "http.addr", listen_address_ + "\n"));
   wrote_address_ = true;
   announcer_ = std::thread([this] { AnnounceAddresses(); });
+  if (leases_->enabled()) {
+    LogInfo("holder leases on: holders silent for " + std::to_string(config_.holder_ttl_seconds) +
+            " s are expired");
+    lease_keeper_ = std::thread([this] { ExpireSilentHolders(); });
+  }
   return Status::Ok();
+}
+
+void Server::ExpireSilentHolders() {
+  // Bounded so that Shutdown never waits long for this thread; an expiry not applied in
+  // time is simply proposed again by a later check if the holder still has entries (a
+  // second one clears nothing).
+  const auto timeout = std::min<std::chrono::milliseconds>(
+      std::chrono::milliseconds(config_.apply_timeout_ms), std::chrono::milliseconds(2'000));
+  std::unique_lock lock(registrar_mu_);
+  while (!registrar_cv_.wait_for(lock, leases_->check_interval(),
+                                 [this] { return registrar_stop_; })) {
+    lock.unlock();
+    std::vector<ExpireHolderCommand> due = leases_->DueExpiries(std::chrono::steady_clock::now());
+    if (!due.empty()) {
+      std::string names;
+      CommandBatch batch;
+      for (ExpireHolderCommand& expire : due) {
+        names += (names.empty() ? "" : ", ") + expire.holder.ToString();
+        batch.commands.emplace_back(std::move(expire));
+      }
+      std::future<Result<Revision>> applied = applier_->Submit(std::move(batch));
+      const Result<Revision> result =
+          applied.wait_for(timeout) == std::future_status::ready
+              ? applied.get()
+              : Result<Revision>(Status(StatusCode::kDeadlineExceeded, "not applied in time"));
+      if (result.has_value()) {
+        // Applied: each expiry dropped its holder's entries unless the race guard or the
+        // publisher exemption skipped it (kvatlas_holder_expiries_skipped_total).
+        LogInfo("expiry of silent holder(s) " + names + " applied at revision " +
+                std::to_string(*result));
+      } else {
+        // Expected around a change of leader; the next check tries again.
+        LogWarning("expiring silent holder(s) " + names + ": " + result.error().ToString());
+      }
+    }
+    lock.lock();
+  }
 }
 
 void Server::AnnounceAddresses() {
@@ -368,6 +422,7 @@ Status Server::Shutdown() {
   if (registrar_.joinable()) registrar_.join();
   if (disk_watcher_.joinable()) disk_watcher_.join();
   if (announcer_.joinable()) announcer_.join();
+  if (lease_keeper_.joinable()) lease_keeper_.join();
   if (rpc_) rpc_->Stop();
   if (http_) http_->Stop();
   // The ingest thread may be waiting for room in the applier's queue: stop it first.

@@ -22,6 +22,7 @@
 #include "server/rpc/rpc_server.h"
 #include "server/runtime/config.h"
 #include "server/state/applier.h"
+#include "server/state/lease_tracker.h"
 #include "server/state/state_machine.h"
 #include "server/storage/storage.h"
 #include "server/zmq/zmq_ingest.h"
@@ -71,6 +72,11 @@ class Server {
   // thread): the leader submits an AnnounceCommand for itself, a follower POSTs them to the
   // leader's /v1/cluster/announce; retried with backoff until recorded.
   void AnnounceAddresses();
+  // Holder leases (docs/leases.md), background thread, only when holder_ttl_seconds > 0:
+  // every check interval, the leader proposes an ExpireHolderCommand for each holder whose
+  // lease ran out (LeaseTracker::DueExpiries) and waits, bounded, for it to be applied.
+  // Does nothing on a follower.
+  void ExpireSilentHolders();
 
   Config config_;
   std::unique_ptr<Storage> storage_;
@@ -79,6 +85,7 @@ class Server {
   std::unique_ptr<RaftLog> raft_;
   std::unique_ptr<Applier> applier_;
   std::unique_ptr<ZmqIngest> zmq_;
+  std::unique_ptr<LeaseTracker> leases_;
   std::atomic<ZmqIngest*> zmq_notify_{nullptr};  // zmq_ once started, for the registry listener
   Metrics metrics_;
   ApiServices api_;
@@ -96,6 +103,7 @@ class Server {
   bool registrar_stop_ = false;
   std::thread disk_watcher_;  // shares registrar_mu_/registrar_cv_/registrar_stop_
   std::thread announcer_;     // likewise
+  std::thread lease_keeper_;  // likewise
 };
 
 }  // namespace kvatlas::server

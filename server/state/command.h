@@ -112,11 +112,26 @@ struct ForgetServerCommand {
   friend bool operator==(const ForgetServerCommand&, const ForgetServerCommand&) = default;
 };
 
-// Store/Remove/Clear change the Index; Register/Unregister/Announce/ForgetServer change the
-// Registry. The order of the alternatives is the command-batch wire tag minus one
+// The leader found `holder` silent for its lease TTL (docs/leases.md): drops every entry of
+// the holder, in every context and tier (change feed op "holder-expired"). Skipped, on every
+// replica alike, when an event naming the holder (a Store, Remove or Clear command) was
+// applied after `last_activity_revision` — the holder came back while the expiry was in
+// flight — or when the holder is a registered publisher's {instance_id, dp_rank} (exempt).
+// `last_activity_revision` is the revision of the holder's last event as the leader saw it,
+// or, when the leader saw none since it loaded its state, the revision it loaded at.
+struct ExpireHolderCommand {
+  HolderKey holder;
+  Revision last_activity_revision = 0;
+
+  friend bool operator==(const ExpireHolderCommand&, const ExpireHolderCommand&) = default;
+};
+
+// Store/Remove/Clear/ExpireHolder change the Index; Register/Unregister/Announce/ForgetServer
+// change the Registry. The order of the alternatives is the command-batch wire tag minus one
 // (docs/storage.md).
-using Command = std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand,
-                             UnregisterCommand, AnnounceCommand, ForgetServerCommand>;
+using Command =
+    std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand, UnregisterCommand,
+                 AnnounceCommand, ForgetServerCommand, ExpireHolderCommand>;
 
 // What one log entry carries: commands applied atomically, in order, at one revision.
 struct CommandBatch {

@@ -3,6 +3,7 @@
 // the same bytes in a log entry and in its `C` record.
 #include "server/state/command_codec.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -24,6 +25,7 @@ enum class CommandTag : uint8_t {
   kUnregister = 5,    // version 2
   kAnnounce = 6,      // version 3
   kForgetServer = 7,  // version 3
+  kExpireHolder = 8,  // version 4
 };
 static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreCommand> &&
               std::is_same_v<std::variant_alternative_t<1, Command>, RemoveCommand> &&
@@ -31,7 +33,8 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreComman
               std::is_same_v<std::variant_alternative_t<3, Command>, RegisterCommand> &&
               std::is_same_v<std::variant_alternative_t<4, Command>, UnregisterCommand> &&
               std::is_same_v<std::variant_alternative_t<5, Command>, AnnounceCommand> &&
-              std::is_same_v<std::variant_alternative_t<6, Command>, ForgetServerCommand>);
+              std::is_same_v<std::variant_alternative_t<6, Command>, ForgetServerCommand> &&
+              std::is_same_v<std::variant_alternative_t<7, Command>, ExpireHolderCommand>);
 
 // The smallest encoded command (a Clear of an empty holder id, without context or tier):
 // tag, holder id length, dp_rank, two absent flags. Bounds the command count of a batch.
@@ -140,6 +143,9 @@ void VisitFields(Io& io, C& c) {
     io(c.rpc_address);
   } else if constexpr (std::is_same_v<T, ForgetServerCommand>) {
     io(c.server_id);  // fixed64
+  } else if constexpr (std::is_same_v<T, ExpireHolderCommand>) {
+    io(c.holder);
+    io(c.last_activity_revision);  // fixed64
   } else {
     static_assert(std::is_same_v<T, StreamPosition>);
     io(c.stream);
@@ -158,19 +164,23 @@ void ReadInto(CommandBatch* batch, ByteReader* in) {
   VisitFields(reader, std::get<C>(batch->commands.emplace_back(std::in_place_type<C>)));
 }
 
+// The first version that has `command`.
+uint8_t VersionOf(const Command& command) {
+  const CommandTag tag = TagOf(command);
+  if (tag >= CommandTag::kExpireHolder) return 4;
+  if (tag >= CommandTag::kAnnounce) return 3;
+  const auto* store = std::get_if<StoreCommand>(&command);
+  if (tag >= CommandTag::kRegister || (store && store->mode == KeyMode::kAlias)) return 2;
+  return 1;
+}
+
 // Batches are written in the oldest version that can hold them, so that the encoding stays
 // canonical (one byte string per batch) and old logs and new ones agree byte for byte:
-// 3 with server-address commands, else 2 with a position, registry commands or kAlias
-// stores, else 1. Versions 2 and 3 share the layout; 3 only adds tags.
+// 4 with an expiry, else 3 with server-address commands, else 2 with a position, registry
+// commands or kAlias stores, else 1. Versions 2 to 4 share the layout; 3 and 4 only add tags.
 uint8_t NeededVersion(const CommandBatch& batch) {
   uint8_t version = batch.position ? 2 : 1;
-  for (const Command& command : batch.commands) {
-    if (TagOf(command) >= CommandTag::kAnnounce) return 3;
-    const auto* store = std::get_if<StoreCommand>(&command);
-    if (TagOf(command) >= CommandTag::kRegister || (store && store->mode == KeyMode::kAlias)) {
-      version = 2;
-    }
-  }
+  for (const Command& command : batch.commands) version = std::max(version, VersionOf(command));
   return version;
 }
 
@@ -229,6 +239,10 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
       case CommandTag::kForgetServer:
         if (version < 3) in.Fail();
         if (in.ok()) ReadInto<ForgetServerCommand>(&batch, &in);
+        break;
+      case CommandTag::kExpireHolder:
+        if (version < 4) in.Fail();
+        if (in.ok()) ReadInto<ExpireHolderCommand>(&batch, &in);
         break;
       default:
         in.Fail();

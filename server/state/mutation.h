@@ -30,7 +30,14 @@ enum class MutationKind : uint8_t {
 };
 
 // Why a record went away (or came), for metrics and the change feed.
-enum class MutationCause : uint8_t { kStored = 0, kRemoved = 1, kCleared = 2, kEvicted = 3 };
+// kExpired: dropped by an ExpireHolderCommand (the holder's lease ran out, docs/leases.md).
+enum class MutationCause : uint8_t {
+  kStored = 0,
+  kRemoved = 1,
+  kCleared = 2,
+  kEvicted = 3,
+  kExpired = 4,
+};
 
 struct Mutation {
   MutationKind kind = MutationKind::kPutEntry;

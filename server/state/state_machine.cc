@@ -1,5 +1,6 @@
 #include "server/state/state_machine.h"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,7 +22,19 @@ enum CounterSlot : int {
   kEntriesEvicted,
   kDuplicateBatches,
   kOrphanBatches,
+  kHoldersExpired,
+  kExpiriesSkipped,
 };
+
+// The holder an event names: Store, Remove and Clear are a holder's own events; the other
+// commands are not (an ExpireHolderCommand is the leader's, and an unregistration's clear
+// is applied apart from the loop that calls this).
+const HolderKey* EventHolder(const Command& command) {
+  if (const auto* store = std::get_if<StoreCommand>(&command)) return &store->holder;
+  if (const auto* remove = std::get_if<RemoveCommand>(&command)) return &remove->holder;
+  if (const auto* clear = std::get_if<ClearCommand>(&command)) return &clear->holder;
+  return nullptr;
+}
 
 }  // namespace
 
@@ -40,6 +53,8 @@ Status StateMachine::Recover() {
   KVATLAS_RETURN_IF_ERROR(storage_->LoadInto(&index_));
   KVATLAS_RETURN_IF_ERROR(storage_->LoadRegistry(&registry_));
   applied_.store(applied, std::memory_order_release);
+  activity_.clear();
+  activity_since_ = applied;
   if (observer_) observer_->OnReset(applied, index_);
   return Status::Ok();
 }
@@ -94,6 +109,9 @@ Status StateMachine::Restore(std::string_view snapshot) {
     KVATLAS_RETURN_IF_ERROR(storage_->LoadInto(&index_));
     KVATLAS_RETURN_IF_ERROR(storage_->LoadRegistry(&registry_));
     applied_.store(index, std::memory_order_release);
+    // What happened up to the snapshot is not known event by event.
+    activity_.clear();
+    activity_since_ = index;
     if (observer_) observer_->OnReset(index, index_);
   }
   if (registry_listener_) registry_listener_();
@@ -106,6 +124,8 @@ Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const>
   scratch_.clear();
   Revision revision = applied_.load(std::memory_order_relaxed);
   bool registry_changed = false;
+  // One clock read per group: holder activity needs no finer time than that.
+  const auto now = std::chrono::steady_clock::now();
   // The write lock is taken per batch, not per group: a group (one log entry) can hold
   // hundreds of batches, and lookups must not wait for all of them. Readers therefore see
   // whole batches; applied_revision() advances once the whole group is applied.
@@ -113,7 +133,7 @@ Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const>
     // A skipped batch still takes its revision: revisions are log positions.
     revision = next();
     std::unique_lock lock(mu_);
-    registry_changed |= ApplyBatch(*batch);
+    registry_changed |= ApplyBatch(*batch, revision, now);
   }
   // An empty entry (a group of nothing) still advances the revision to its index.
   if (batches.empty()) revision = next();
@@ -143,7 +163,8 @@ Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const>
   return revision;
 }
 
-bool StateMachine::ApplyBatch(const CommandBatch& batch) {
+bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
+                              std::chrono::steady_clock::time_point now) {
   if (batch.position) {
     const StreamPosition& p = *batch.position;
     auto it = registry_.positions.find(p.stream);
@@ -168,7 +189,12 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch) {
     }
   }
   bool registry_changed = false;
+  const HolderKey* last_holder = nullptr;
   for (const Command& command : batch.commands) {
+    if (const auto* expire = std::get_if<ExpireHolderCommand>(&command)) {
+      ApplyExpire(*expire);
+      continue;
+    }
     if (const auto* reg = std::get_if<RegisterCommand>(&command)) {
       ApplyRegister(*reg);
       registry_changed = true;
@@ -188,6 +214,9 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch) {
       ApplyForgetServer(*forget);
       continue;
     }
+    if (const HolderKey* holder = EventHolder(command)) {
+      NoteActivity(*holder, &last_holder, revision, now);
+    }
     index_.Apply(command, options_.hash_seed, &scratch_);
     const int slot = std::holds_alternative<StoreCommand>(command)    ? kStoredCommands
                      : std::holds_alternative<RemoveCommand>(command) ? kRemovedCommands
@@ -203,6 +232,37 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch) {
     scratch_.push_back(std::move(m));
   }
   return registry_changed;
+}
+
+void StateMachine::NoteActivity(const HolderKey& holder, const HolderKey** last, Revision revision,
+                                std::chrono::steady_clock::time_point now) {
+  // A batch is usually one holder's (one stream, one request): one map update per batch,
+  // not per command, on the hottest path of the server.
+  if (*last != nullptr && **last == holder) return;
+  *last = &holder;
+  HolderActivity& activity = activity_[holder];
+  activity.revision = revision;
+  activity.applied_at = now;
+}
+
+void StateMachine::ApplyExpire(const ExpireHolderCommand& c) {
+  // Both checks read replicated state only (the activity map's revisions are derived from
+  // the log), so every replica decides alike; docs/leases.md §Race guard has the one case
+  // where a replica's history is too short to know.
+  const auto activity = activity_.find(c.holder);
+  const bool came_back =
+      activity != activity_.end() && activity->second.revision > c.last_activity_revision;
+  const bool registered = std::any_of(
+      registry_.registrations.begin(), registry_.registrations.end(), [&c](const auto& entry) {
+        return entry.second.instance_id == c.holder.id && entry.second.dp_rank == c.holder.dp_rank;
+      });
+  if (came_back || registered) {
+    counters_[kExpiriesSkipped].fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const size_t before = scratch_.size();
+  index_.Apply(c, options_.hash_seed, &scratch_);
+  if (scratch_.size() > before) counters_[kHoldersExpired].fetch_add(1, std::memory_order_relaxed);
 }
 
 void StateMachine::ApplyRegister(const RegisterCommand& c) {
@@ -271,6 +331,8 @@ ApplyCounters StateMachine::counters() const {
   c.entries_evicted = counters_[kEntriesEvicted].load(std::memory_order_relaxed);
   c.duplicate_batches = counters_[kDuplicateBatches].load(std::memory_order_relaxed);
   c.orphan_batches = counters_[kOrphanBatches].load(std::memory_order_relaxed);
+  c.holders_expired = counters_[kHoldersExpired].load(std::memory_order_relaxed);
+  c.expiries_skipped = counters_[kExpiriesSkipped].load(std::memory_order_relaxed);
   return c;
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -16,6 +17,7 @@
 #include <shared_mutex>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 
 #include "kvatlas/common/block_hasher.h"
 #include "kvatlas/common/result.h"
@@ -44,7 +46,21 @@ struct ApplyCounters {
   uint64_t duplicate_batches = 0;
   // Stream batches skipped because their stream's registration is gone.
   uint64_t orphan_batches = 0;
+  // ExpireHolderCommands that dropped a holder's entries, and those skipped by the race
+  // guard or the registered-publisher exemption (docs/leases.md).
+  uint64_t holders_expired = 0;
+  uint64_t expiries_skipped = 0;
 };
+
+// The last applied event (Store, Remove or Clear command) naming one holder: its revision
+// and when this server applied it (steady clock). In memory only: after Recover/Restore the
+// map starts empty (StateMachine::activity_since()). The revision is the same on every
+// replica; the time is this server's and serves only its own lease checks.
+struct HolderActivity {
+  Revision revision = 0;
+  std::chrono::steady_clock::time_point applied_at;
+};
+using HolderActivityMap = std::unordered_map<HolderKey, HolderActivity, HolderKeyHash>;
 
 // Told, on the applying thread, about every applied group and every wholesale replacement
 // of the state: the change feed (server/feed/). Calls must be quick and must not call back
@@ -109,6 +125,19 @@ class StateMachine final : public LogStateMachine {
     return f(static_cast<const Registry&>(registry_), applied_.load(std::memory_order_relaxed));
   }
 
+  // Runs f(const Index&, const Registry&, const HolderActivityMap&, Revision applied,
+  // Revision activity_since) under the read lock and returns its result: what the lease
+  // checks (lease_tracker.h) read together. The activity map holds every holder named by an
+  // event applied after `activity_since` (the revision the state was recovered or restored
+  // at); events at or before it are unknown here.
+  template <typename F>
+  auto ReadActivity(F&& f) const {
+    std::shared_lock lock(mu_);
+    return f(static_cast<const Index&>(index_), static_cast<const Registry&>(registry_),
+             static_cast<const HolderActivityMap&>(activity_),
+             applied_.load(std::memory_order_relaxed), activity_since_);
+  }
+
   // The announced addresses of every cluster member (AnnounceCommand), a copy taken under
   // the read lock. Any thread.
   std::map<uint64_t, ServerAddresses> ServerAddressMap() const;
@@ -135,9 +164,16 @@ class StateMachine final : public LogStateMachine {
   // them to storage; returns the last revision.
   template <typename NextRevision>
   Result<Revision> ApplyBatches(std::span<const CommandBatch* const> batches, NextRevision next);
-  // Applies one batch's commands (and its stream position) under the write lock. Returns
-  // whether a registration changed.
-  bool ApplyBatch(const CommandBatch& batch);
+  // Applies one batch's commands (and its stream position) under the write lock, at
+  // `revision`; `now` stamps the holder activity it records. Returns whether a
+  // registration changed.
+  bool ApplyBatch(const CommandBatch& batch, Revision revision,
+                  std::chrono::steady_clock::time_point now);
+  // Notes an event naming `holder`; `last` is the holder noted last in the same batch
+  // (nullptr at first), so a batch of one holder's events costs one map update.
+  void NoteActivity(const HolderKey& holder, const HolderKey** last, Revision revision,
+                    std::chrono::steady_clock::time_point now);
+  void ApplyExpire(const ExpireHolderCommand& c);
   void ApplyRegister(const RegisterCommand& c);
   void ApplyUnregister(const UnregisterCommand& c);
   void ApplyAnnounce(const AnnounceCommand& c);
@@ -150,7 +186,12 @@ class StateMachine final : public LogStateMachine {
   std::atomic<Revision> applied_{0};
   std::atomic<bool> failed_{false};
   MutationList scratch_;
-  std::atomic<uint64_t> counters_[8] = {};
+  // Holder activity since activity_since_ (guarded by mu_). Deterministic apart from the
+  // times: every replica that applied the same entries since the same point has the same
+  // revisions, which is what ApplyExpire's race guard reads.
+  HolderActivityMap activity_;
+  Revision activity_since_ = 0;
+  std::atomic<uint64_t> counters_[10] = {};
 };
 
 }  // namespace kvatlas::server

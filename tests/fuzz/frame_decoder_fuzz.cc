@@ -67,6 +67,11 @@ void DecodeEveryPayload(std::string_view p) {
       },
       "route request");
   CheckStable(p, DecodeRouteAnswerBinary, EncodeRouteAnswerBinary, eq, "route answer");
+  CheckStable(p, DecodeWatchRequest, EncodeWatchRequest, eq, "watch request");
+  CheckStable(p, DecodeWatchBatch, EncodeWatchBatch, eq, "watch batch");
+  CheckStable(p, DecodeSnapshotRequest, EncodeSnapshotRequest, eq, "snapshot request");
+  CheckStable(p, DecodeSnapshotPart, EncodeSnapshotPart, eq, "snapshot part");
+  (void)DecodeWatchEnd(StatusCode::kWatchCut, p);  // never crashes, any bytes
   Check(!DecodeErrorPayload(StatusCode::kOk, p).ok(), "an error payload read as success");
 }
 
@@ -97,6 +102,20 @@ void WriteSeeds(const std::string& dir) {
   LocateAnswer locate_answer{5,
                              {BlockCopy{stored.context, stored.holder, Tier::kDisk, 1, 1, 9, "l"}}};
 
+  WatchRequest watch;
+  watch.from = 3;
+  watch.filter.model = "llama";
+  watch.filter.tier = Tier::kGpu;
+  WatchBatch batch;
+  batch.through = 4;
+  batch.records.push_back(FeedRecord{
+      4, FeedOp::kStored, stored.context, stored.holder, Tier::kShared, {11, 12}, {"a", "b"}});
+  SnapshotPart part;
+  part.revision = 4;
+  part.context = stored.context;
+  part.copies.push_back(SnapshotCopy{11, locate_answer.copies[0]});
+  part.copies[0].copy.context = {};
+
   const auto frame = [](MessageType type, uint64_t id, std::string_view payload, uint8_t flags) {
     std::string out;
     AppendFrame(FrameHeader{kVersion, type, flags, StatusCode::kOk, id, 0}, payload, &out);
@@ -111,6 +130,10 @@ void WriteSeeds(const std::string& dir) {
           frame(MessageType::kLocate, 3, EncodeLocateAnswer(locate_answer), kFlagResponse),
       frame(MessageType::kIngest, 1, EncodeIngestAnswerBinary({7, 2, 4}), kFlagResponse) +
           frame(MessageType::kStats, 5, EncodeStatsAnswer({"{\"revision\":7}"}), kFlagResponse),
+      frame(MessageType::kWatch, 6, EncodeWatchRequest(watch), 0) +
+          frame(MessageType::kSnapshot, 7, EncodeSnapshotRequest({stored.context}), 0),
+      frame(MessageType::kWatch, 6, EncodeWatchBatch(batch), kFlagResponse) +
+          frame(MessageType::kSnapshot, 7, EncodeSnapshotPart(part), kFlagResponse),
   };
   int n = 0;
   for (const std::string& seed : seeds) {

@@ -1,11 +1,6 @@
 // The binary protocol (docs/protocol.md) against the real server binary, through a raw
 // POSIX-socket client built on the protocol codec: answers are compared with REST's.
-#include <arpa/inet.h>
 #include <doctest/doctest.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <set>
 #include <stdexcept>
@@ -15,6 +10,7 @@
 #include "kvatlas/common/protocol.h"
 #include "tests/integration/rest_helpers.h"
 #include "tests/integration/server_process.h"
+#include "tests/support/raw_rpc_connection.h"
 #include "tests/support/temp_dir.h"
 
 namespace kvatlas::testing {
@@ -26,60 +22,10 @@ using protocol::MessageType;
 
 constexpr uint32_t kBlockSize = 16;
 
-// A blocking test client: frames out, frames in, every read bounded by a timeout.
-class RawClient {
+// RawRpcConnection with request ids of its own for one-call-at-a-time use.
+class RawClient : public RawRpcConnection {
  public:
-  explicit RawClient(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd_ >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    const timeval timeout{10, 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    const int one = 1;
-    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  }
-  ~RawClient() { close(fd_); }
-  RawClient(const RawClient&) = delete;
-  RawClient& operator=(const RawClient&) = delete;
-
-  void SendRaw(std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      REQUIRE(n > 0);
-      bytes.remove_prefix(static_cast<size_t>(n));
-    }
-  }
-
-  static void Append(MessageType type, uint64_t id, std::string_view payload, std::string* out) {
-    FrameHeader header;
-    header.type = type;
-    header.request_id = id;
-    protocol::AppendFrame(header, payload, out);
-  }
-
-  void Send(MessageType type, uint64_t id, std::string_view payload) {
-    std::string bytes;
-    Append(type, id, payload, &bytes);
-    SendRaw(bytes);
-  }
-
-  // The next answer, or nullopt when the server closed the connection.
-  std::optional<Frame> Read() {
-    for (;;) {
-      Result<std::optional<Frame>> next = decoder_.Next();
-      REQUIRE(next.has_value());
-      if (*next) return std::move(**next);
-      char buffer[64 << 10];
-      const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
-      if (n == 0) return std::nullopt;
-      if (n < 0) throw std::runtime_error("recv failed or timed out");
-      decoder_.Feed(std::string_view(buffer, static_cast<size_t>(n)));
-    }
-  }
+  using RawRpcConnection::RawRpcConnection;
 
   // One request, its answer (which must carry its id).
   Frame Call(MessageType type, std::string_view payload) {
@@ -93,9 +39,7 @@ class RawClient {
   }
 
  private:
-  int fd_ = -1;
   uint64_t next_id_ = 1000;
-  protocol::FrameDecoder decoder_{protocol::kMaxPayloadBytes};
 };
 
 json Event(const std::string& backend, const std::string& medium,

@@ -11,6 +11,7 @@
 
 #include "tests/integration/rest_helpers.h"
 #include "tests/integration/server_process.h"
+#include "tests/integration/sse_reader.h"
 #include "tests/support/temp_dir.h"
 
 namespace kvatlas::testing {
@@ -33,43 +34,6 @@ std::set<std::pair<std::string, uint64_t>> Copies(const json& snapshot) {
   }
   return out;
 }
-
-// Reads SSE records from GET `path` until `enough` says so (or 20 s pass).
-struct SseReader {
-  SseReader(const ServerProcess& server, std::string path,
-            std::function<bool(const std::vector<json>&)> enough)
-      : thread([this, &server, path = std::move(path), enough = std::move(enough)] {
-          httplib::Client client = server.Client();
-          client.set_read_timeout(20, 0);
-          std::string buffer;
-          const auto deadline = std::chrono::steady_clock::now() + 20s;
-          client.Get(path, [&](const char* data, size_t size) {
-            buffer.append(data, size);
-            size_t end;
-            while ((end = buffer.find("\n\n")) != std::string::npos) {
-              const std::string event = buffer.substr(0, end);
-              buffer.erase(0, end + 2);
-              for (size_t at = 0; at < event.size();) {
-                size_t eol = event.find('\n', at);
-                if (eol == std::string::npos) eol = event.size();
-                const std::string line = event.substr(at, eol - at);
-                if (line.starts_with("data: ")) records.push_back(json::parse(line.substr(6)));
-                if (line.starts_with("event: error")) saw_error = true;
-                at = eol + 1;
-              }
-            }
-            return !enough(records) && !saw_error && std::chrono::steady_clock::now() < deadline;
-          });
-        }) {}
-  ~SseReader() { Join(); }
-  void Join() {
-    if (thread.joinable()) thread.join();
-  }
-
-  std::vector<json> records;
-  bool saw_error = false;
-  std::thread thread;
-};
 
 TEST_SUITE("Integration.Watch") {
   TEST_CASE("Watch: records applied on top of the snapshot reproduce the final snapshot") {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvatlas/common/bytes.h"
+#include "tests/unit/common/codec_test_support.h"
 
 namespace kvatlas::protocol {
 namespace {
@@ -21,22 +22,10 @@ std::string Bytes(const char (&literal)[N]) {
 
 // --- random content (fixed seeds: a failure reproduces) -----------------------------------
 
-class Gen {
+class Gen : public testing::RandomContent {
  public:
-  explicit Gen(uint32_t seed) : rng_(seed) {}
+  using RandomContent::RandomContent;
 
-  uint64_t U64() { return rng_(); }
-  // Mostly small numbers (one-byte varints), sometimes any 32-bit value.
-  uint32_t U32() {
-    return Chance(4) ? static_cast<uint32_t>(rng_()) : static_cast<uint32_t>(rng_() % 200);
-  }
-  uint64_t Below(uint64_t n) { return rng_() % n; }
-  bool Chance(uint64_t one_in) { return Below(one_in) == 0; }
-  std::string Str(size_t max_len = 12) {
-    std::string s(Below(max_len + 1), '\0');
-    for (char& c : s) c = static_cast<char>(Below(256));  // any bytes, NUL included
-    return s;
-  }
   std::vector<uint64_t> Hashes(size_t n) {
     std::vector<uint64_t> out(n);
     for (uint64_t& h : out) h = U64();
@@ -47,11 +36,6 @@ class Gen {
     for (std::string& s : out) s = Str();
     return out;
   }
-
-  ContextKey Context() {
-    return ContextKey{"t" + Str(), "m" + Str(), Str(), 1 + static_cast<uint32_t>(Below(64)), Str()};
-  }
-  HolderKey Holder() { return HolderKey{"h" + Str(), U32()}; }
 
   // A valid, canonical event: what DecodeIngestRequest returns unchanged.
   BlockEvent Event() {
@@ -85,9 +69,6 @@ class Gen {
   }
 
   TierBlocks Blocks() { return TierBlocks{U32(), U32(), U32(), U32(), U32()}; }
-
- private:
-  std::mt19937_64 rng_;
 };
 
 // --- equality of the json_codec.h types that have no operator== ---------------------------
@@ -165,14 +146,7 @@ LocateAnswer RandomLocateAnswer(Gen* g) {
   return a;
 }
 
-// A payload codec under test: a random valid encoding, and whether a payload decodes.
-struct Codec {
-  const char* name;
-  std::function<std::string(Gen*)> sample;
-  std::function<bool(std::string_view)> decodes;
-  // Decodes, re-encodes, decodes again: true when the two values are equal (or both fail).
-  std::function<bool(std::string_view)> stable;
-};
+using Codec = testing::Codec<Gen>;
 
 template <typename T, typename Enc, typename Dec, typename Same>
 std::function<bool(std::string_view)> StableFn(Enc encode, Dec decode, Same same) {
@@ -214,6 +188,20 @@ std::vector<Codec> AllCodecs() {
        StableFn<StatsAnswer>(
            EncodeStatsAnswer, DecodeStatsAnswer,
            [](const StatsAnswer& a, const StatsAnswer& b) { return a.json == b.json; })},
+      {"heartbeat request",
+       [](Gen* g) {
+         HeartbeatRequest r;
+         for (uint64_t n = g->Below(4); n > 0; --n) r.holders.push_back(g->Holder());
+         return EncodeHeartbeatRequest(r);
+       },
+       [](std::string_view p) { return DecodeHeartbeatRequest(p).has_value(); },
+       StableFn<HeartbeatRequest>(EncodeHeartbeatRequest, DecodeHeartbeatRequest, eq)},
+      {"heartbeat answer",
+       [](Gen* g) {
+         return EncodeHeartbeatAnswer(HeartbeatAnswer{g->U32(), g->U32()});
+       },
+       [](std::string_view p) { return DecodeHeartbeatAnswer(p).has_value(); },
+       StableFn<HeartbeatAnswer>(EncodeHeartbeatAnswer, DecodeHeartbeatAnswer, eq)},
   };
 }
 
@@ -271,10 +259,29 @@ TEST_SUITE("protocol") {
     CHECK(static_cast<int>(MessageType::kLocate) == 3);
     CHECK(static_cast<int>(MessageType::kStats) == 4);
     CHECK(static_cast<int>(MessageType::kPing) == 5);
+    CHECK(static_cast<int>(MessageType::kRoute) == 6);
+    CHECK(static_cast<int>(MessageType::kWatch) == 7);
+    CHECK(static_cast<int>(MessageType::kSnapshot) == 8);
+    CHECK(static_cast<int>(MessageType::kHeartbeat) == 9);
     CHECK(kHeaderBytes == 20);
   }
 
   TEST_CASE("Protocol: payloads have the documented bytes") {
+    SUBCASE("heartbeat") {
+      CHECK(EncodeHeartbeatRequest({{HolderKey{"a", 1}, HolderKey{"bc", 300}}}) ==
+            Bytes("\x02"  // holders
+                  "\x01"
+                  "a\x01"  // "a", dp_rank 1
+                  "\x02"
+                  "bc\xac\x02"));  // "bc", dp_rank 300
+      CHECK(EncodeHeartbeatAnswer({2, 30}) == Bytes("\x02\x1e"));
+      CHECK(DecodeHeartbeatRequest(Bytes("\x01\x00\x00")).error().message() ==
+            "holders[0].backend_id: must not be empty");
+      std::string many;
+      PutVarint64(&many, kMaxHeartbeatHolders + 1);
+      many += std::string(2 * (kMaxHeartbeatHolders + 1), '\x01');
+      CHECK(DecodeHeartbeatRequest(many).error().code() == StatusCode::kPayloadTooLarge);
+    }
     SUBCASE("ingest answer") {
       CHECK(EncodeIngestAnswerBinary(IngestAnswer{0x0807060504030201ULL, 3, 300}) ==
             Bytes("\x01\x02\x03\x04\x05\x06\x07\x08"
@@ -524,38 +531,11 @@ TEST_SUITE("protocol") {
   }
 
   TEST_CASE("Protocol: every payload decoder rejects every truncation") {
-    Gen g(99);
-    for (const Codec& codec : AllCodecs()) {
-      CAPTURE(codec.name);
-      for (int sample = 0; sample < 20; ++sample) {
-        const std::string payload = codec.sample(&g);
-        REQUIRE(codec.decodes(payload));
-        for (size_t n = 0; n < payload.size(); ++n) {
-          CAPTURE(n);
-          CHECK_FALSE(codec.decodes(std::string_view(payload).substr(0, n)));
-        }
-        CHECK_FALSE(codec.decodes(payload + '\0'));  // trailing bytes
-      }
-    }
+    testing::CheckRejectsEveryTruncation(AllCodecs(), 99);
   }
 
   TEST_CASE("Protocol: payload decoders survive random garbage and bit flips") {
-    Gen g(4242);
-    for (const Codec& codec : AllCodecs()) {
-      CAPTURE(codec.name);
-      for (int i = 0; i < 2000; ++i) {
-        std::string input = g.Str(64);
-        if (i % 2 == 0) {  // a valid payload with a few corrupted bytes reaches deeper
-          input = codec.sample(&g);
-          if (input.empty()) continue;
-          for (int flips = 0; flips < 3; ++flips) {
-            input[g.Below(input.size())] = static_cast<char>(g.Below(256));
-          }
-        }
-        // Whatever decodes must decode again, unchanged, after re-encoding.
-        CHECK(codec.stable(input));
-      }
-    }
+    testing::CheckSurvivesGarbage(AllCodecs(), 4242);
   }
 
   TEST_CASE("Protocol: a huge count with few bytes fails before allocating") {

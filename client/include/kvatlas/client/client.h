@@ -15,10 +15,12 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kvatlas/common/events.h"
+#include "kvatlas/common/feed.h"
 #include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/protocol.h"
 #include "kvatlas/common/result.h"
@@ -30,8 +32,10 @@ namespace kvatlas {
 
 // The payload types of the protocol, under the names a client uses.
 using protocol::BlockCopy;
+using protocol::HeartbeatAnswer;
 using protocol::LocateAnswer;
 using protocol::LocateRequest;
+using protocol::SnapshotCopy;  // {key, copy}; copy.context is empty (the snapshot's)
 using protocol::StatsAnswer;
 
 struct ClientOptions {
@@ -61,6 +65,60 @@ struct ClientOptions {
   // with kPayloadTooLarge without being sent, since the server would close the connection
   // (failing the other calls on it). Match the server's rpc_max_frame_bytes.
   uint32_t max_request_bytes = protocol::kDefaultMaxPayloadBytes;
+};
+
+// A watch of the change feed (Client::Watch; docs/feed.md §Binary watch).
+struct WatchOptions {
+  // The records after this revision; nullopt = after the revision current when the watch
+  // starts.
+  std::optional<Revision> from;
+  FeedFilter filter;
+  // Block keys the stream may hold for Next. Past it (the application does not call Next
+  // often enough) the stream ends with kWatchCut and the server's watch is cancelled.
+  size_t max_queued_keys = 1'000'000;
+};
+
+// Every copy of one context at one revision (Client::Snapshot, GET /v1/snapshot).
+struct ContextSnapshot {
+  Revision revision = 0;
+  ContextKey context;
+  std::vector<SnapshotCopy> copies;  // blocks in creation order
+};
+
+// A server-push subscription to the change feed (Client::Watch). Records come in revision
+// order, each revision whole. The stream ends for good with one terminal error, which Next
+// returns once the records received before it have been returned:
+//   kWatchCut     it fell behind (the server's queue of this watch, or this stream's own
+//                 max_queued_keys, overflowed): watch again after ResumeFrom();
+//   kUnavailable  the connection was lost, the server shut down or the client closed (it
+//                 is not re-subscribed by itself: the caller decides where and when);
+//   kCancelled    after Cancel();
+//   kCorruption   the server sent a frame that could not be decoded.
+// Thread-safe: Next, ResumeFrom and Cancel may be called from any thread. The stream may
+// outlive its Client (it then ends with kUnavailable).
+class WatchStream {
+ public:
+  ~WatchStream();  // Cancel()s
+  WatchStream(const WatchStream&) = delete;
+  WatchStream& operator=(const WatchStream&) = delete;
+
+  // Waits up to `timeout` for records and returns every complete revision received since
+  // the last call, or the terminal error. Empty on timeout, and as soon as revisions without
+  // matching records were passed (ResumeFrom() advanced).
+  [[nodiscard]] Result<std::vector<FeedRecord>> Next(std::chrono::milliseconds timeout);
+  // The last revision fully returned by Next (it also passes revisions without matching
+  // records): a new watch from it misses nothing and repeats nothing.
+  [[nodiscard]] Revision ResumeFrom() const;
+  // Ends the stream (Next returns kCancelled; records not yet returned are dropped) and
+  // cancels the server's watch. Idempotent.
+  void Cancel();
+
+  class State;
+
+ private:
+  friend class Client;
+  explicit WatchStream(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
 };
 
 class Client {
@@ -122,6 +180,32 @@ class Client {
   // The server's statistics as the JSON document of GET /v1/stats. Read-only.
   std::future<Result<StatsAnswer>> StatsAsync(Timeout timeout = {});
   [[nodiscard]] Result<StatsAnswer> Stats(Timeout timeout = {});
+
+  // Keeps `holders` alive under holder leases (POST /v1/heartbeat, docs/leases.md): a holder
+  // that sends no events must heartbeat at least once per the answer's ttl_seconds (0:
+  // leases are off on the server). Sent to the leader (a follower's not_leader answer is
+  // followed, as for ingests). kInvalidArgument for an empty holder id, kPayloadTooLarge
+  // past protocol::kMaxHeartbeatHolders holders.
+  std::future<Result<HeartbeatAnswer>> HeartbeatAsync(std::vector<HolderKey> holders,
+                                                      Timeout timeout = {});
+  [[nodiscard]] Result<HeartbeatAnswer> Heartbeat(std::vector<HolderKey> holders,
+                                                  Timeout timeout = {});
+
+  // Every copy of `context` at one revision (GET /v1/snapshot), received in parts (docs/
+  // protocol.md §kSnapshot). Read-only. kInvalidArgument without a model name or
+  // block_size; kPayloadTooLarge past the server's max_snapshot_copies. The deadline is
+  // that of the whole answer. List, then Watch from `revision` to miss no change.
+  std::future<Result<ContextSnapshot>> SnapshotAsync(ContextKey context, Timeout timeout = {});
+  [[nodiscard]] Result<ContextSnapshot> Snapshot(ContextKey context, Timeout timeout = {});
+
+  // Watches the change feed (docs/feed.md §Binary watch): returns once the server has
+  // started the watch (waiting up to `timeout` for that), so every change applied after
+  // Watch returns is delivered. Fails with kCompacted (options.from is older than the
+  // server's window: Snapshot, then watch from its revision), kInvalidArgument (a `from`
+  // in the future), kResourceExhausted (too many watches on the server or the connection),
+  // or the errors of every call. Each watch holds one of its connection's in-flight slots.
+  [[nodiscard]] Result<std::unique_ptr<WatchStream>> Watch(const WatchOptions& options,
+                                                           Timeout timeout = {});
 
   // A round trip that touches no state: liveness and latency checks.
   std::future<Status> PingAsync(Timeout timeout = {});

@@ -47,6 +47,8 @@ struct FeedFilter {
   std::optional<uint32_t> dp_rank;
   std::optional<Tier> tier;
   bool Matches(const FeedRecord& record) const;
+  // The filter of exactly one context's records.
+  static FeedFilter ForContext(const ContextKey& context);
 };
 
 }  // namespace kvatlas

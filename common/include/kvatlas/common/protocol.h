@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvatlas/common/events.h"
+#include "kvatlas/common/feed.h"
 #include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/routing.h"
@@ -177,5 +178,118 @@ struct StatsAnswer {
 [[nodiscard]] Result<RoutingRequest> DecodeRouteRequestBinary(std::string_view payload);
 [[nodiscard]] std::string EncodeRouteAnswerBinary(const RoutingAnswer& answer);
 [[nodiscard]] Result<RoutingAnswer> DecodeRouteAnswerBinary(std::string_view payload);
+
+// ---------------------------------------------------------------------------------------
+// The change feed (protocol_feed.cc; docs/protocol.md §kWatch, §kSnapshot). Both are
+// streams: one request, then one or more response frames under its id. A response frame
+// whose status is not ok carries an error payload and is always its request's last; the
+// payload of an ok frame of a stream starts with a StreamMarker saying whether more follow.
+
+enum class StreamMarker : uint8_t {
+  kMore = 0,   // more frames of this request follow
+  kFinal = 1,  // the request's last frame
+};
+
+// Whether a response frame of a stream (kWatch, kSnapshot) is its request's last: a status
+// other than ok, or an ok payload that does not start with kMore (an empty payload is
+// malformed, hence final too). Reads one byte: the transport's test, before decoding.
+[[nodiscard]] bool IsFinalStreamFrame(StatusCode status, std::string_view payload);
+
+// kWatch request: start a watch, or cancel the open watch that has the same request id.
+// A start's records are those after `from` (nullopt: from now) that `filter` matches; the
+// server checks `from` (kCompacted, kInvalidArgument for the future) when it subscribes.
+struct WatchRequest {
+  bool cancel = false;  // true: the payload is only the action byte
+  std::optional<Revision> from;
+  FeedFilter filter;
+  friend bool operator==(const WatchRequest& a, const WatchRequest& b);
+};
+[[nodiscard]] std::string EncodeWatchRequest(const WatchRequest& request);
+[[nodiscard]] Result<WatchRequest> DecodeWatchRequest(std::string_view payload);
+
+// An ok kWatch response frame. kMore: records, in revision order; `through` says which
+// revisions are complete: every matching record of a revision <= through has been sent (in
+// this frame or an earlier one), so a revision without records (all filtered out) still
+// advances it. Only the frame's last revision may be above `through`: a revision too large
+// for one frame continues in the next. The first frame of a watch (its answer) has the
+// revision it starts after as `through`. kFinal (final = true): the watch was cancelled;
+// `through` is the last revision sent and `records` is empty.
+struct WatchBatch {
+  bool final = false;
+  Revision through = 0;
+  std::vector<FeedRecord> records;
+  friend bool operator==(const WatchBatch&, const WatchBatch&) = default;
+};
+[[nodiscard]] std::string EncodeWatchBatch(const WatchBatch& batch);
+[[nodiscard]] Result<WatchBatch> DecodeWatchBatch(std::string_view payload);
+// Encoded bytes of `record` in a WatchBatch, for splitting records over frames.
+[[nodiscard]] size_t WatchRecordBytes(const FeedRecord& record);
+
+// The error payload that ends a watch (status watch_cut, compacted, unavailable, ...): the
+// message, then machine-readable lines as a not_leader error has (docs/protocol.md):
+// "\nresume_from=<revision>" (the last revision sent; watch again after it) once the watch
+// has started, "\noldest_revision=<r>\ncurrent_revision=<r>" on compacted.
+struct WatchEndHint {
+  std::optional<Revision> resume_from;
+  std::optional<Revision> oldest_revision;
+  std::optional<Revision> current_revision;
+  friend bool operator==(const WatchEndHint&, const WatchEndHint&) = default;
+};
+struct WatchEnd {
+  Status status;  // its message without the hint lines
+  WatchEndHint hint;
+};
+[[nodiscard]] std::string EncodeWatchEnd(const Status& status, const WatchEndHint& hint);
+// Never fails: a payload without (or with unreadable) hint lines is all message.
+[[nodiscard]] WatchEnd DecodeWatchEnd(StatusCode code, std::string_view payload);
+
+// kSnapshot: every copy of one context at one revision (GET /v1/snapshot), sent as parts of
+// at most kMaxSnapshotPartCopies copies. The request's context is checked as a lookup's.
+inline constexpr size_t kMaxSnapshotPartCopies = 65536;
+struct SnapshotRequest {
+  ContextKey context;
+  friend bool operator==(const SnapshotRequest&, const SnapshotRequest&) = default;
+};
+// One copy of the context: its block key and the copy; copy.context is not sent (it is
+// the part's) and decodes empty.
+struct SnapshotCopy {
+  BlockKey key = 0;
+  BlockCopy copy;
+  friend bool operator==(const SnapshotCopy&, const SnapshotCopy&) = default;
+};
+// One ok kSnapshot response frame. Parts are numbered from 0; every part of one answer has
+// the same revision and context; `last` is the stream marker (kFinal).
+struct SnapshotPart {
+  bool last = true;
+  Revision revision = 0;
+  uint32_t part = 0;
+  ContextKey context;
+  std::vector<SnapshotCopy> copies;
+  friend bool operator==(const SnapshotPart&, const SnapshotPart&) = default;
+};
+[[nodiscard]] std::string EncodeSnapshotRequest(const SnapshotRequest& request);
+[[nodiscard]] Result<SnapshotRequest> DecodeSnapshotRequest(std::string_view payload);
+[[nodiscard]] std::string EncodeSnapshotPart(const SnapshotPart& part);
+[[nodiscard]] Result<SnapshotPart> DecodeSnapshotPart(std::string_view payload);
+// Encoded bytes of `copy` in a SnapshotPart, for bounding a part's size.
+[[nodiscard]] size_t SnapshotCopyBytes(const SnapshotCopy& copy);
+
+// kHeartbeat (protocol_heartbeat.cc): keeps holders' leases alive (docs/leases.md), as
+// POST /v1/heartbeat does. Leader-only: a follower answers not_leader with the leader's
+// address. Each holder id must be non-empty; at most kMaxHeartbeatHolders per request.
+inline constexpr size_t kMaxHeartbeatHolders = 10'000;
+struct HeartbeatRequest {
+  std::vector<HolderKey> holders;
+  friend bool operator==(const HeartbeatRequest&, const HeartbeatRequest&) = default;
+};
+struct HeartbeatAnswer {
+  uint32_t holders = 0;      // holders the heartbeat named
+  uint32_t ttl_seconds = 0;  // the server's holder_ttl_seconds; 0 = leases are off
+  friend bool operator==(const HeartbeatAnswer&, const HeartbeatAnswer&) = default;
+};
+[[nodiscard]] std::string EncodeHeartbeatRequest(const HeartbeatRequest& request);
+[[nodiscard]] Result<HeartbeatRequest> DecodeHeartbeatRequest(std::string_view payload);
+[[nodiscard]] std::string EncodeHeartbeatAnswer(const HeartbeatAnswer& answer);
+[[nodiscard]] Result<HeartbeatAnswer> DecodeHeartbeatAnswer(std::string_view payload);
 
 }  // namespace kvatlas::protocol

@@ -90,7 +90,7 @@ TEST_SUITE("RpcHandler") {
         {Request(MessageType::kLocate, 3, ""), MessageType::kLocate, StatusCode::kInvalidArgument},
         {Request(MessageType::kPing, 4, "x"), MessageType::kPing, StatusCode::kInvalidArgument},
         {Request(MessageType::kRoute, 7, ""), MessageType::kRoute, StatusCode::kInvalidArgument},
-        {Request(static_cast<MessageType>(7), 5, ""), MessageType::kError,
+        {Request(static_cast<MessageType>(200), 5, ""), MessageType::kError,
          StatusCode::kInvalidArgument},
         {Request(MessageType::kError, 6, ""), MessageType::kError, StatusCode::kInvalidArgument},
     };

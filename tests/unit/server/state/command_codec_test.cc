@@ -110,7 +110,10 @@ CommandBatch RandomBatch(Rng& rng, size_t max_commands) {
     batch.position = StreamPosition{RandomString(rng, 12), RandomInt(rng), rng() % 2 == 0};
   }
   for (size_t i = 0; i < n; ++i) {
-    switch (rng() % 7) {
+    switch (rng() % 8) {
+      case 7:
+        batch.commands.emplace_back(ExpireHolderCommand{RandomHolder(rng), RandomInt(rng)});
+        break;
       case 5:
         batch.commands.emplace_back(
             AnnounceCommand{RandomInt(rng), RandomString(rng, 20), RandomString(rng, 20)});
@@ -253,6 +256,39 @@ TEST_SUITE("command_codec") {
           StatusCode::kCorruption);
     // Old batches still decode as before.
     CHECK(DecodeCommandBatch(Bytes("\x02\x01\x05\x01i\x01t\x02\x00")).has_value());
+  }
+
+  TEST_CASE("CommandCodec: a holder expiry uses version 4") {
+    CommandBatch batch;
+    batch.commands.emplace_back(ExpireHolderCommand{HolderKey{"h", 3}, 0x0102});
+    const std::string expected = Bytes(
+        "\x04\x01"                // version 4, count
+        "\x08\x01h\x03"           // ExpireHolder, holder {"h", 3}
+        "\x02\x01\x00\0\0\0\0\0"  // last_activity_revision 0x0102
+        "\x00");                  // no position
+    CHECK(EncodeCommandBatch(batch) == expected);
+    CHECK(DecodeCommandBatch(expected).value() == batch);
+    // Older versions have no expiry tag.
+    for (const char version : {'\x01', '\x02', '\x03'}) {
+      CAPTURE(static_cast<int>(version));
+      std::string old = expected;
+      old[0] = version;
+      if (version == 1) old.pop_back();  // version 1 has no position flag
+      CHECK(DecodeCommandBatch(old).error().code() == StatusCode::kCorruption);
+    }
+    // A version-4 batch that version 3 could hold is not canonical.
+    CHECK(DecodeCommandBatch(Bytes("\x04\x01\x07\x02\0\0\0\0\0\0\0\x00")).error().code() ==
+          StatusCode::kCorruption);
+    // With an announcement and a position the batch is still version 4, and round-trips in
+    // a log entry.
+    batch.commands.emplace_back(AnnounceCommand{1, "h:1", "r:1"});
+    batch.position = StreamPosition{"s", 9, false};
+    CHECK(static_cast<uint8_t>(EncodeCommandBatch(batch)[0]) == 4);
+    const CommandBatch* one[] = {&batch};
+    Result<std::vector<CommandBatch>> entry = DecodeLogEntry(EncodeLogEntry(one));
+    REQUIRE(entry.has_value());
+    REQUIRE(entry->size() == 1);
+    CHECK(entry->front() == batch);
   }
 
   TEST_CASE("CommandCodec: truncation at every byte offset is kCorruption") {

@@ -1,11 +1,11 @@
-#include "server/api/lookup_answer.h"
-
 #include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
 
-namespace kvatlas::server {
+#include "kvatlas/common/prefix_match.h"
+
+namespace kvatlas {
 
 LookupAnswer BuildLookupAnswer(const LookupResult& result, const ContextKey& context,
                                std::string_view instance_id, Revision revision) {
@@ -53,4 +53,4 @@ LookupAnswer BuildLookupAnswer(const LookupResult& result, const ContextKey& con
   return answer;
 }
 
-}  // namespace kvatlas::server
+}  // namespace kvatlas

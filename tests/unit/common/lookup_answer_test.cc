@@ -1,8 +1,8 @@
-#include "server/api/lookup_answer.h"
-
 #include <doctest/doctest.h>
 
-namespace kvatlas::server {
+#include "kvatlas/common/prefix_match.h"
+
+namespace kvatlas {
 namespace {
 
 HolderMatch Match(std::string id, uint32_t rank, uint32_t gpu, uint32_t cpu, uint32_t disk,
@@ -63,4 +63,4 @@ TEST_SUITE("LookupAnswer") {
 }
 
 }  // namespace
-}  // namespace kvatlas::server
+}  // namespace kvatlas

@@ -1,0 +1,96 @@
+// kvatlas::LocalIndex: an in-process replica of chosen contexts of the kvatlas map, so that
+// a scheduler answers prefix lookups in microseconds without a network round trip
+// (docs/feed.md §LocalIndex).
+//
+// It lists each context (Client::Snapshot) and follows the change feed from that revision
+// (Client::Watch filtered to the context), so that no change is missed or applied twice.
+// A watch that is cut for falling behind resumes from its last revision; one whose
+// revision was compacted away, or whose server replaced its state, reloads the snapshot;
+// a lost connection is retried, moving to the next endpoint (any server of the cluster
+// serves watches from its own applied state, so a follower works as well as the leader).
+// Lookups use the server's own prefix-matching code (kvatlas/common/prefix_match.h) and
+// return the answer Client::Lookup returns, at the revision the replica has reached.
+//
+// Thread-safety: every method may be called from any number of threads at once. Lookups
+// of a context take a shared lock; updates apply under its exclusive lock one revision
+// batch at a time, and a snapshot is loaded off the lock and swapped in.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kvatlas/client/client.h"
+#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/status.h"
+#include "kvatlas/common/types.h"
+
+namespace kvatlas {
+
+struct LocalIndexOptions {
+  // The servers to follow: any members of one cluster, tried in order (ClientOptions).
+  ClientOptions client;
+  // The contexts to replicate: at least one, each with a model and a block size (an empty
+  // tenant is "default", as everywhere). Lookups of other contexts fail.
+  std::vector<ContextKey> contexts;
+  // Wait after a failed attempt (connect, snapshot, watch); doubles up to the max.
+  std::chrono::milliseconds retry_backoff_min{50};
+  std::chrono::milliseconds retry_backoff_max{2000};
+  // Keys a lookup walks at most, as the server's max_lookup_blocks.
+  uint32_t max_lookup_blocks = 8192;
+};
+
+struct LocalIndexStats {
+  Revision revision = 0;  // the lowest revision any context's replica has reached
+  bool synced = false;    // every context loaded and following a live watch
+  // 0 while synced; otherwise how long since the replica was last known in sync (or since
+  // Start, before the first sync).
+  std::chrono::milliseconds staleness{0};
+  uint64_t blocks = 0;
+  uint64_t copies = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t records_applied = 0;
+  uint64_t snapshots_loaded = 0;  // first loads and reloads (after compaction or a reset)
+  uint64_t watch_resumes = 0;     // watches restarted from their revision (cut, reconnect)
+};
+
+class LocalIndex {
+ public:
+  // Validates `options` (kInvalidArgument naming the field) and starts following in the
+  // background; it does not wait for a server (see WaitSynced).
+  [[nodiscard]] static Result<std::unique_ptr<LocalIndex>> Start(LocalIndexOptions options);
+  ~LocalIndex();  // stops following; waits for in-flight calls (bounded by their deadlines)
+  LocalIndex(const LocalIndex&) = delete;
+  LocalIndex& operator=(const LocalIndex&) = delete;
+
+  // Waits until every context has loaded a snapshot and follows a live watch, or fails
+  // with kDeadlineExceeded after `timeout`.
+  [[nodiscard]] Status WaitSynced(std::chrono::milliseconds timeout) const;
+  // Waits until every context's replica has reached `revision` (e.g. an ingest's answer).
+  [[nodiscard]] Status WaitForRevision(Revision revision, std::chrono::milliseconds timeout) const;
+
+  // The prefix lookup of Client::Lookup over the replica. Tokens are hashed with the
+  // server's hash seed. kNotFound for a context not replicated; kUnavailable before its
+  // first snapshot; kUnavailable when `min_revision` is set and not reached here;
+  // kInvalidArgument for a linearizable read (only a server can answer one).
+  [[nodiscard]] Result<LookupAnswer> Lookup(const LookupRequest& request) const;
+  // The same by block keys, without building a request (the scheduler's hot path).
+  [[nodiscard]] Result<LookupAnswer> Lookup(const ContextKey& context,
+                                            std::span<const BlockKey> keys,
+                                            std::string_view instance_id = {}) const;
+
+  [[nodiscard]] Revision revision() const;
+  [[nodiscard]] LocalIndexStats Stats() const;
+
+  class Impl;
+
+ private:
+  explicit LocalIndex(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvatlas

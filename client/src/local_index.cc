@@ -1,0 +1,380 @@
+#include "kvatlas/client/local_index.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <shared_mutex>
+#include <thread>
+#include <utility>
+
+#include "client/src/local_table.h"
+#include "kvatlas/common/block_hasher.h"
+#include "kvatlas/common/prefix_match.h"
+
+namespace kvatlas {
+
+using client_internal::LocalCopy;
+using client_internal::LocalTable;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// How long one Next() waits: also how quickly a stopping LocalIndex notices.
+constexpr std::chrono::milliseconds kPoll{100};
+// Watches refused for a revision the server has not reached before the replica lists that
+// server again (with the backoff, ~5 s at the default settings).
+constexpr int kFutureRetries = 8;
+
+int64_t Nanos(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+// One replicated context: its table (swapped whole on a snapshot load) and sync state.
+struct ContextReplica {
+  ContextKey context;
+  mutable std::shared_mutex mu;
+  std::unique_ptr<LocalTable> table;  // guarded by mu; null until the first snapshot
+  std::atomic<Revision> revision{0};
+  std::atomic<bool> synced{false};
+  std::atomic<int64_t> last_synced_ns{0};  // when `synced` was last true (steady clock)
+  std::thread thread;
+};
+
+class LocalIndex::Impl {
+ public:
+  explicit Impl(LocalIndexOptions options) : options_(std::move(options)) {
+    start_ns_ = Nanos(Clock::now());
+    for (const ContextKey& c : options_.contexts) {
+      auto replica = std::make_unique<ContextReplica>();
+      replica->context = c;
+      replica->last_synced_ns = start_ns_;
+      replicas_.push_back(std::move(replica));
+    }
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    stop_cv_.notify_all();
+    for (auto& r : replicas_) {
+      if (r->thread.joinable()) r->thread.join();
+    }
+  }
+
+  void StartThreads() {
+    for (auto& r : replicas_) r->thread = std::thread([this, p = r.get()] { Follow(*p); });
+  }
+
+  const ContextReplica* Find(const ContextKey& context) const {
+    for (const auto& r : replicas_) {
+      if (r->context == context) return r.get();
+    }
+    return nullptr;
+  }
+
+  Result<LookupAnswer> Lookup(const ContextKey& context, std::span<const BlockKey> keys,
+                              std::string_view instance_id, bool include_locations) const {
+    const ContextReplica* r = Find(context);
+    if (r == nullptr) {
+      return Status::NotFound("context " + context.ToString() + " is not replicated here");
+    }
+    std::shared_lock lock(r->mu);
+    if (!r->table) {
+      return Status::Unavailable("context " + context.ToString() + " has no snapshot yet");
+    }
+    // As the server's lookup: walk every holder, keep `instance_id` when shaping the answer
+    // (blocks_found counts every holder's blocks).
+    const LookupResult result = r->table->Lookup(context, keys, /*instance_id=*/{},
+                                                 include_locations, options_.max_lookup_blocks);
+    return BuildLookupAnswer(result, context, instance_id, r->revision.load());
+  }
+
+  Result<LookupAnswer> Lookup(const LookupRequest& request) const {
+    if (request.linearizable) {
+      return Status::InvalidArgument("consistency: a LocalIndex cannot answer linearizable reads");
+    }
+    if (request.min_revision && ReplicaRevision(request.context) < *request.min_revision) {
+      return Status::Unavailable("min_revision " + std::to_string(*request.min_revision) +
+                                 " not reached by the local replica (at " +
+                                 std::to_string(ReplicaRevision(request.context)) + ")");
+    }
+    if (request.by_hash) {
+      return Lookup(request.context, request.seq_hashes, request.instance_id,
+                    request.include_locations);
+    }
+    if (request.context.block_size == 0) {
+      return Status::InvalidArgument("block_size: must be a positive integer, got 0");
+    }
+    const uint64_t seed = hash_seed_.load();
+    if (!seed_known_.load()) return Status::Unavailable("the server's hash seed is not known yet");
+    std::span<const uint32_t> tokens = request.token_ids;
+    tokens = tokens.first(std::min<size_t>(
+        tokens.size(), size_t{options_.max_lookup_blocks} * request.context.block_size));
+    const std::vector<BlockKey> keys =
+        BlockHasher(seed).SequenceHashes(tokens, request.context.block_size);
+    return Lookup(request.context, keys, request.instance_id, request.include_locations);
+  }
+
+  Revision ReplicaRevision(const ContextKey& context) const {
+    const ContextReplica* r = Find(context);
+    return r == nullptr ? 0 : r->revision.load();
+  }
+
+  Revision MinRevision() const {
+    Revision min = UINT64_MAX;
+    for (const auto& r : replicas_) min = std::min(min, r->revision.load());
+    return min;
+  }
+
+  bool AllSynced() const {
+    return std::all_of(replicas_.begin(), replicas_.end(),
+                       [](const auto& r) { return r->synced.load(); });
+  }
+
+  Status WaitUntil(std::chrono::milliseconds timeout, const std::function<bool()>& done,
+                   const std::string& what) const {
+    const auto deadline = Clock::now() + timeout;
+    while (!done()) {
+      if (Clock::now() >= deadline) {
+        return Status(StatusCode::kDeadlineExceeded,
+                      what + " not reached within " + std::to_string(timeout.count()) + " ms");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return Status::Ok();
+  }
+
+  LocalIndexStats Stats() const {
+    LocalIndexStats s;
+    s.revision = MinRevision();
+    s.synced = AllSynced();
+    const int64_t now = Nanos(Clock::now());
+    int64_t oldest_sync = now;
+    for (const auto& r : replicas_) {
+      if (!r->synced.load()) oldest_sync = std::min(oldest_sync, r->last_synced_ns.load());
+      std::shared_lock lock(r->mu);
+      if (!r->table) continue;
+      s.blocks += r->table->blocks();
+      s.copies += r->table->copies();
+      s.memory_bytes += r->table->memory_bytes();
+    }
+    s.staleness = std::chrono::milliseconds((now - oldest_sync) / 1'000'000);
+    s.records_applied = records_applied_.load();
+    s.snapshots_loaded = snapshots_loaded_.load();
+    s.watch_resumes = watch_resumes_.load();
+    return s;
+  }
+
+ private:
+  // Sleeps `*backoff` (or until stopping) and doubles it. False once stopping.
+  bool Backoff(std::chrono::milliseconds* backoff) {
+    std::unique_lock lock(mu_);
+    stop_cv_.wait_for(lock, *backoff, [this] { return stopping_; });
+    *backoff = std::min(*backoff * 2, options_.retry_backoff_max);
+    return !stopping_;
+  }
+  bool Stopping() {
+    std::lock_guard lock(mu_);
+    return stopping_;
+  }
+
+  // The shared client, connected on first use; null (after a backoff) while no server
+  // answers. Also learns the server's hash seed, which token lookups need.
+  Client* EnsureClient() {
+    std::lock_guard lock(client_mu_);
+    if (client_) return client_.get();
+    Result<std::unique_ptr<Client>> client = Client::Connect(options_.client);
+    if (!client.has_value()) return nullptr;
+    Result<StatsAnswer> stats = (*client)->Stats();
+    if (!stats.has_value()) return nullptr;
+    const nlohmann::json doc = nlohmann::json::parse(stats->json, nullptr, false);
+    if (doc.is_object() && doc.contains("hash_seed") && doc["hash_seed"].is_number_unsigned()) {
+      hash_seed_ = doc["hash_seed"].get<uint64_t>();
+      seed_known_ = true;
+    }
+    client_ = std::move(client).value();
+    return client_.get();
+  }
+
+  void MarkUnsynced(ContextReplica& r) {
+    if (r.synced.exchange(false)) r.last_synced_ns = Nanos(Clock::now());
+  }
+
+  // Loads `r`'s snapshot; returns its revision.
+  Result<Revision> LoadSnapshot(Client& client, ContextReplica& r) {
+    KVATLAS_ASSIGN_OR_RETURN(ContextSnapshot snapshot,
+                             client.Snapshot(r.context, std::chrono::seconds(120)));
+    std::vector<LocalCopy> copies;
+    copies.reserve(snapshot.copies.size());
+    for (SnapshotCopy& c : snapshot.copies) {
+      copies.push_back(
+          LocalCopy{c.key, std::move(c.copy.holder), c.copy.tier, std::move(c.copy.location)});
+    }
+    auto table = std::make_unique<LocalTable>();
+    table->Load(r.context, copies);
+    {
+      std::unique_lock lock(r.mu);
+      r.table = std::move(table);
+      r.revision = snapshot.revision;
+    }
+    snapshots_loaded_.fetch_add(1);
+    return snapshot.revision;
+  }
+
+  // The sync loop of one context: snapshot, then watch from its revision; resume after a
+  // cut or a lost connection, reload after compaction or a reset.
+  void Follow(ContextReplica& r) {
+    std::chrono::milliseconds backoff = options_.retry_backoff_min;
+    std::optional<Revision> resume;  // nullopt: the snapshot must be (re)loaded
+    int future_attempts = 0;         // consecutive watches refused for a future revision
+    while (!Stopping()) {
+      Client* client = EnsureClient();
+      if (client == nullptr) {
+        if (!Backoff(&backoff)) return;
+        continue;
+      }
+      if (!resume) {
+        Result<Revision> loaded = LoadSnapshot(*client, r);
+        if (!loaded.has_value()) {
+          if (!Backoff(&backoff)) return;
+          continue;
+        }
+        resume = *loaded;
+      }
+      WatchOptions watch;
+      watch.from = *resume;
+      watch.filter = FeedFilter::ForContext(r.context);
+      Result<std::unique_ptr<WatchStream>> stream = client->Watch(watch);
+      if (!stream.has_value()) {
+        // Compacted: this server no longer has the records after `resume` (it restarted,
+        // or we were away too long). A revision in the future: the server is behind us (a
+        // follower catching up: wait for it) or has another history (its state was
+        // replaced: after kFutureRetries attempts, list it again). Anything else (no
+        // connection): retry later, possibly on another server.
+        const StatusCode code = stream.error().code();
+        future_attempts = code == StatusCode::kInvalidArgument ? future_attempts + 1 : 0;
+        if (code == StatusCode::kCompacted || future_attempts > kFutureRetries) {
+          resume.reset();
+          future_attempts = 0;
+        } else if (!Backoff(&backoff)) {
+          return;
+        }
+        continue;
+      }
+      future_attempts = 0;
+      r.synced = true;
+      backoff = options_.retry_backoff_min;
+      const Status ended = Drain(r, **stream);
+      MarkUnsynced(r);
+      resume = (*stream)->ResumeFrom();
+      if (ended.code() == StatusCode::kCompacted) {
+        resume.reset();
+      } else if (ended.code() == StatusCode::kWatchCut) {
+        watch_resumes_.fetch_add(1);  // at once: the server is there, we were slow
+      } else if (!Stopping()) {
+        watch_resumes_.fetch_add(1);
+        if (!Backoff(&backoff)) return;
+      }
+    }
+  }
+
+  // Applies the stream's records until it ends (its terminal status) or we stop (ok).
+  Status Drain(ContextReplica& r, WatchStream& stream) {
+    while (!Stopping()) {
+      Result<std::vector<FeedRecord>> next = stream.Next(kPoll);
+      if (!next.has_value()) return next.error();
+      const Revision reached = stream.ResumeFrom();
+      std::unique_lock lock(r.mu);
+      for (const FeedRecord& record : *next) r.table->Apply(record);
+      if (reached > r.revision.load()) r.revision = reached;
+      lock.unlock();
+      records_applied_.fetch_add(next->size());
+    }
+    return Status::Ok();
+  }
+
+  const LocalIndexOptions options_;
+  std::vector<std::unique_ptr<ContextReplica>> replicas_;
+  int64_t start_ns_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+
+  std::mutex client_mu_;
+  std::unique_ptr<Client> client_;
+  std::atomic<uint64_t> hash_seed_{kDefaultHashSeed};
+  std::atomic<bool> seed_known_{false};
+
+  std::atomic<uint64_t> records_applied_{0};
+  std::atomic<uint64_t> snapshots_loaded_{0};
+  std::atomic<uint64_t> watch_resumes_{0};
+};
+
+Result<std::unique_ptr<LocalIndex>> LocalIndex::Start(LocalIndexOptions options) {
+  if (options.client.endpoints.empty()) {
+    return Status::InvalidArgument("client.endpoints: at least one server is required");
+  }
+  if (options.contexts.empty()) {
+    return Status::InvalidArgument("contexts: at least one context is required");
+  }
+  for (size_t i = 0; i < options.contexts.size(); ++i) {
+    ContextKey& c = options.contexts[i];
+    const std::string field = "contexts[" + std::to_string(i) + "]";
+    if (c.tenant.empty()) c.tenant = "default";
+    if (c.model.empty()) return Status::InvalidArgument(field + ".model: is required");
+    if (c.block_size == 0) {
+      return Status::InvalidArgument(field + ".block_size: must be a positive integer");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (options.contexts[j] == c) {
+        return Status::InvalidArgument(field + ": duplicates contexts[" + std::to_string(j) + "]");
+      }
+    }
+  }
+  if (options.retry_backoff_min.count() <= 0 ||
+      options.retry_backoff_max < options.retry_backoff_min) {
+    return Status::InvalidArgument("retry_backoff_min/max: must be positive, min <= max");
+  }
+  if (options.max_lookup_blocks == 0) {
+    return Status::InvalidArgument("max_lookup_blocks: must be positive");
+  }
+  auto impl = std::make_unique<Impl>(std::move(options));
+  impl->StartThreads();
+  return std::unique_ptr<LocalIndex>(new LocalIndex(std::move(impl)));
+}
+
+LocalIndex::LocalIndex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LocalIndex::~LocalIndex() = default;
+
+Status LocalIndex::WaitSynced(std::chrono::milliseconds timeout) const {
+  return impl_->WaitUntil(
+      timeout, [this] { return impl_->AllSynced(); }, "sync");
+}
+
+Status LocalIndex::WaitForRevision(Revision revision, std::chrono::milliseconds timeout) const {
+  return impl_->WaitUntil(
+      timeout, [this, revision] { return impl_->MinRevision() >= revision; },
+      "revision " + std::to_string(revision));
+}
+
+Result<LookupAnswer> LocalIndex::Lookup(const LookupRequest& request) const {
+  return impl_->Lookup(request);
+}
+
+Result<LookupAnswer> LocalIndex::Lookup(const ContextKey& context, std::span<const BlockKey> keys,
+                                        std::string_view instance_id) const {
+  return impl_->Lookup(context, keys, instance_id, /*include_locations=*/true);
+}
+
+Revision LocalIndex::revision() const { return impl_->MinRevision(); }
+
+LocalIndexStats LocalIndex::Stats() const { return impl_->Stats(); }
+
+}  // namespace kvatlas

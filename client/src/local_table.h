@@ -1,0 +1,78 @@
+// LocalTable: the data behind kvatlas::LocalIndex — the copies of some contexts, kept as
+// the change feed describes them (kvatlas/common/feed.h), and the prefix lookup over them
+// with the server's own matching code (kvatlas/common/prefix_match.h).
+//
+// Layout per context: an open-addressing table from block key to the block's first copy
+// (16-byte slots: key, the first copy's holder and tier packed in 32 bits, and the head of
+// a chain of further copies in a pool of 8-byte copies; linear probing, backward-shift
+// deletion). Most blocks have one copy, so a lookup touches one cache line per block, and
+// it prefetches the slots of the next 16 keys while it walks the current ones.
+//
+// Thread-safety: none inside. LocalIndex serialises writers and readers with a
+// shared_mutex; Lookup is const and may run concurrently with other Lookups.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kvatlas/common/feed.h"
+#include "kvatlas/common/prefix_match.h"
+#include "kvatlas/common/types.h"
+
+namespace kvatlas::client_internal {
+
+// One copy of a block, as a snapshot lists it.
+struct LocalCopy {
+  BlockKey key = 0;
+  HolderKey holder;
+  Tier tier = Tier::kGpu;
+  std::string location;  // SHARED-tier descriptor, or empty
+};
+
+class LocalTable {
+ public:
+  LocalTable();
+  ~LocalTable();
+  LocalTable(const LocalTable&) = delete;
+  LocalTable& operator=(const LocalTable&) = delete;
+
+  // Starts tracking `context` (empty) if it is not tracked yet.
+  void Track(const ContextKey& context);
+  bool Tracks(const ContextKey& context) const;
+
+  // Replaces the content of `context` (tracking it) by `copies`.
+  void Load(const ContextKey& context, std::span<const LocalCopy> copies);
+
+  // Applies one feed record. Records of contexts not tracked are ignored. kStored adds the
+  // copy (a copy already present keeps its location unless the record brings one); every
+  // other op removes it. Idempotent per (key, holder, tier): replaying a record is harmless.
+  void Apply(const FeedRecord& record);
+
+  // The server's prefix lookup (Index::Lookup) over `context`'s copies: at most
+  // `max_blocks` keys, stops at the first block nobody holds; holders first seen below
+  // block 0 do not count; `instance_id` (when not empty) keeps only that instance's ranks
+  // at block 0 (shared backends are kept as the server keeps them).
+  LookupResult Lookup(const ContextKey& context, std::span<const BlockKey> keys,
+                      std::string_view instance_id, bool include_locations,
+                      uint32_t max_blocks) const;
+
+  // Totals over tracked contexts.
+  uint64_t blocks() const;
+  uint64_t copies() const;
+  uint64_t memory_bytes() const;
+
+ private:
+  class ContextTable;
+  ContextTable* Find(const ContextKey& context) const;
+  uint32_t InternHolder(const HolderKey& holder);
+
+  std::unordered_map<ContextKey, std::unique_ptr<ContextTable>, ContextKeyHash> contexts_;
+  std::unordered_map<HolderKey, uint32_t, HolderKeyHash> holder_ids_;
+  std::vector<HolderKey> holders_;
+};
+
+}  // namespace kvatlas::client_internal

@@ -1,0 +1,228 @@
+// kvatlas::LocalIndex against a real server: under random concurrent ingest (stores,
+// removes, clears over several holders and tiers) a replica started before the load and
+// one started in the middle of it both answer, on thousands of random chains, exactly what
+// the server answers (Client::Lookup); token lookups hash with the server's seed; a server
+// restart (its feed window starts over) makes the replica reload its snapshot and converge
+// again.
+#include "kvatlas/client/local_index.h"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "kvatlas/client/client.h"
+#include "tests/integration/rest_helpers.h"
+#include "tests/integration/server_process.h"
+#include "tests/support/temp_dir.h"
+
+namespace kvatlas::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+const ContextKey kContext{"default", "llama", "", 16, ""};
+const ContextKey kOther{"default", "other", "", 16, ""};
+constexpr uint32_t kDocs = 200;
+constexpr uint32_t kBlocks = 48;
+
+BlockKey KeyOf(uint32_t doc, uint32_t block) { return uint64_t{doc} * 1000 + block + 1; }
+
+// One random event: mostly stores of a document's prefix (or a piece of its middle), some
+// removes, rare clears; one in five goes to a context the replica does not follow.
+BlockEvent RandomEvent(std::mt19937& rng) {
+  auto pick = [&rng](uint32_t n) { return std::uniform_int_distribution<uint32_t>(0, n - 1)(rng); };
+  BlockEvent e;
+  e.context = pick(5) == 0 ? kOther : kContext;
+  e.holder = HolderKey{"engine-" + std::to_string(pick(5)), pick(2)};
+  e.tier = static_cast<Tier>(pick(kNumTiers));
+  e.medium_known = true;
+  const uint32_t kind = pick(30);
+  if (kind == 0) {
+    e.type = EventType::kCleared;
+    return e;
+  }
+  const uint32_t doc = pick(kDocs);
+  const uint32_t begin = pick(4) == 0 ? pick(kBlocks) : 0;
+  const uint32_t end = std::min(kBlocks, begin + pick(kBlocks) + 1);
+  for (uint32_t b = begin; b < end; ++b) e.seq_hashes.push_back(KeyOf(doc, b));
+  e.type = kind < 9 ? EventType::kRemoved : EventType::kStored;
+  if (e.type == EventType::kStored && begin > 0) e.parent_hash = KeyOf(doc, begin - 1);
+  return e;
+}
+
+std::unique_ptr<Client> Connect(const ServerProcess& server) {
+  ClientOptions options;
+  options.endpoints = {server.host() + ":" + std::to_string(server.rpc_port())};
+  options.default_deadline = 20s;
+  Result<std::unique_ptr<Client>> client = Client::Connect(options);
+  REQUIRE_MESSAGE(client.has_value(), client.status().ToString());
+  return std::move(client).value();
+}
+
+std::unique_ptr<LocalIndex> StartReplica(const ServerProcess& server) {
+  LocalIndexOptions options;
+  options.client.endpoints = {server.host() + ":" + std::to_string(server.rpc_port())};
+  options.contexts = {kContext};
+  options.retry_backoff_min = 20ms;
+  options.retry_backoff_max = 200ms;
+  Result<std::unique_ptr<LocalIndex>> local = LocalIndex::Start(options);
+  REQUIRE_MESSAGE(local.has_value(), local.status().ToString());
+  return std::move(local).value();
+}
+
+// Ingests `batches` random batches from two threads; returns the last acknowledged revision.
+Revision IngestRandom(Client& client, uint32_t seed, int batches) {
+  std::atomic<Revision> last{0};
+  auto run = [&](uint32_t s) {
+    std::mt19937 rng(s);
+    for (int i = 0; i < batches / 2; ++i) {
+      std::vector<BlockEvent> batch;
+      for (int j = 0; j < 8; ++j) batch.push_back(RandomEvent(rng));
+      Result<IngestAnswer> ack = client.Ingest(std::move(batch));
+      REQUIRE_MESSAGE(ack.has_value(), ack.status().ToString());
+      Revision seen = last.load();
+      while (ack->revision > seen && !last.compare_exchange_weak(seen, ack->revision)) {
+      }
+    }
+  };
+  std::thread a(run, seed), b(run, seed + 1000);
+  a.join();
+  b.join();
+  return last.load();
+}
+
+// Compares `n` random chains (prefixes, diverging chains, single instances) between the
+// replica and the server; the answers' revisions aside, they must be equal.
+void CheckConverged(Client& client, const LocalIndex& local, Revision at, uint32_t seed, int n) {
+  REQUIRE_MESSAGE(local.WaitForRevision(at, 20s).ok(), "replica at " << local.revision());
+  std::mt19937 rng(seed);
+  auto pick = [&rng](uint32_t k) { return std::uniform_int_distribution<uint32_t>(0, k - 1)(rng); };
+  int nonempty = 0;
+  for (int i = 0; i < n; ++i) {
+    LookupRequest request;
+    request.context = kContext;
+    request.by_hash = true;
+    const uint32_t doc = pick(kDocs), length = pick(kBlocks) + 1, fork = pick(length + 1);
+    for (uint32_t b = 0; b < length; ++b) {
+      request.seq_hashes.push_back(KeyOf(b < fork ? doc : (doc + 1) % kDocs, b));
+    }
+    if (pick(6) == 0) request.instance_id = "engine-" + std::to_string(pick(5));
+    Result<LookupAnswer> mine = local.Lookup(request);
+    Result<LookupAnswer> theirs = client.Lookup(request);
+    REQUIRE(mine.has_value());
+    REQUIRE(theirs.has_value());
+    REQUIRE_MESSAGE(theirs->revision == at, "the server moved on: the comparison is void");
+    CHECK(mine->revision == at);
+    mine->revision = theirs->revision = 0;
+    if (!(*mine == *theirs)) {
+      FAIL("chain " << i << " differs:\n local:  " << EncodeLookupAnswer(*mine)
+                    << "\n server: " << EncodeLookupAnswer(*theirs));
+    }
+    nonempty += theirs->blocks_found > 0;
+  }
+  CHECK(nonempty > n / 4);  // the comparison saw real matches, not only misses
+}
+
+TEST_SUITE("Integration.LocalIndex") {
+  TEST_CASE("LocalIndex converges to the server's answers under random concurrent ingest") {
+    TempDir dir;
+    ServerProcess server(dir.path() / "data");
+    std::unique_ptr<Client> client = Connect(server);
+    std::unique_ptr<LocalIndex> early = StartReplica(server);
+    REQUIRE(early->WaitSynced(20s).ok());
+
+    IngestRandom(*client, 1, 400);
+    std::unique_ptr<LocalIndex> late = StartReplica(server);  // snapshot mid-stream
+    const Revision at = IngestRandom(*client, 7, 400);
+    CheckConverged(*client, *early, at, 11, 3000);
+    CheckConverged(*client, *late, at, 12, 3000);
+
+    const LocalIndexStats stats = early->Stats();
+    CHECK(stats.synced);
+    CHECK(stats.staleness == 0ms);
+    CHECK(stats.snapshots_loaded == 1);
+    CHECK(stats.records_applied > 0);
+    CHECK(stats.copies > 0);
+
+    // Tokens are hashed with the server's seed.
+    LookupRequest by_tokens;
+    by_tokens.context = kContext;
+    by_tokens.token_ids = Tokens(5, 4 * kContext.block_size);
+    BlockEvent stored;
+    stored.type = EventType::kStored;
+    stored.context = kContext;
+    stored.holder = HolderKey{"engine-t", 0};
+    stored.token_ids = by_tokens.token_ids;
+    Result<IngestAnswer> ack = client->Ingest({stored});
+    REQUIRE(ack.has_value());
+    REQUIRE(early->WaitForRevision(ack->revision, 20s).ok());
+    Result<LookupAnswer> hit = early->Lookup(by_tokens);
+    REQUIRE(hit.has_value());
+    CHECK(hit->blocks_found == 4);
+
+    // Errors: a context not followed, a linearizable read, a revision not reached.
+    CHECK(early->Lookup(kOther, std::vector<BlockKey>{1}).status().code() == StatusCode::kNotFound);
+    by_tokens.linearizable = true;
+    CHECK(early->Lookup(by_tokens).status().code() == StatusCode::kInvalidArgument);
+    by_tokens.linearizable = false;
+    by_tokens.min_revision = ack->revision + 1000;
+    CHECK(early->Lookup(by_tokens).status().code() == StatusCode::kUnavailable);
+  }
+
+  TEST_CASE("LocalIndex: invalid options are refused naming the field") {
+    LocalIndexOptions options;
+    CHECK(LocalIndex::Start(options).status().message().find("endpoints") != std::string::npos);
+    options.client.endpoints = {"127.0.0.1:1"};
+    CHECK(LocalIndex::Start(options).status().message().find("contexts") != std::string::npos);
+    options.contexts = {ContextKey{"", "", "", 16, ""}};
+    CHECK(LocalIndex::Start(options).status().message().find("contexts[0].model") !=
+          std::string::npos);
+    options.contexts = {kContext, kContext};
+    CHECK(LocalIndex::Start(options).status().message().find("duplicates") != std::string::npos);
+  }
+
+  TEST_CASE(
+      "LocalIndex resumes after a server restart, and lists a server with another "
+      "history again") {
+    TempDir dir;
+    auto server = std::make_unique<ServerProcess>(dir.path() / "data");
+    const std::string endpoint = server->host() + ":" + std::to_string(server->rpc_port());
+    std::unique_ptr<Client> client = Connect(*server);
+    std::unique_ptr<LocalIndex> local = StartReplica(*server);
+    REQUIRE(local->WaitSynced(20s).ok());
+    CheckConverged(*client, *local, IngestRandom(*client, 21, 200), 22, 500);
+
+    // A crash and a restart on the same data (and port): the replica has every record up
+    // to the server's recovered revision, so it resumes its watch there without listing.
+    client.reset();
+    server->Kill();
+    server.reset();
+    server = std::make_unique<ServerProcess>(dir.path() / "data",
+                                             std::vector<std::string>{"--rpc-listen", endpoint});
+    client = Connect(*server);
+    CheckConverged(*client, *local, IngestRandom(*client, 23, 200), 24, 1000);
+    CHECK(local->Stats().watch_resumes >= 1);
+    CHECK(local->Stats().snapshots_loaded == 1);
+
+    // A server with an empty state on that address: its revisions are behind the
+    // replica's, so the replica lists it again and follows it from there.
+    client.reset();
+    server->Kill();
+    server.reset();
+    server = std::make_unique<ServerProcess>(dir.path() / "fresh",
+                                             std::vector<std::string>{"--rpc-listen", endpoint});
+    client = Connect(*server);
+    const Revision at = IngestRandom(*client, 25, 40);
+    for (int i = 0; i < 300 && local->Stats().snapshots_loaded < 2; ++i) {
+      std::this_thread::sleep_for(50ms);
+    }
+    REQUIRE(local->Stats().snapshots_loaded == 2);
+    CheckConverged(*client, *local, at, 26, 1000);
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas::testing

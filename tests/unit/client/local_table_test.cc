@@ -1,0 +1,235 @@
+// LocalTable (the data of kvatlas::LocalIndex) against the server itself: a real in-memory
+// StateMachine applies random stores, removes, clears and cap evictions; its ChangeFeed's
+// records drive LocalTables (one from the start, one from a mid-stream snapshot); on
+// thousands of random chains both answer exactly what the server's Index answers.
+#include "client/src/local_table.h"
+
+#include <doctest/doctest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "server/feed/change_feed.h"
+#include "server/state/state_machine.h"
+
+namespace kvatlas::client_internal {
+namespace {
+
+using namespace std::chrono_literals;
+using server::ChangeFeed;
+using server::CommandBatch;
+using server::StateMachine;
+
+const ContextKey kContexts[] = {{"default", "m", "", 16, ""}, {"t2", "m", "lora", 16, "salt"}};
+const std::string kHolders[] = {"gpu-a", "gpu-b", "gpu-c", "store"};
+
+// Chains of keys: document d's block i has key d * 1000 + i + 1, so prefixes share keys.
+BlockKey KeyOf(uint32_t doc, uint32_t block) { return uint64_t{doc} * 1000 + block + 1; }
+
+class RandomLoad {
+ public:
+  explicit RandomLoad(uint32_t seed) : rng_(seed) {}
+
+  CommandBatch Next() {
+    CommandBatch batch;
+    const uint32_t n = Pick(3) + 1;
+    for (uint32_t i = 0; i < n; ++i) batch.commands.push_back(OneCommand());
+    return batch;
+  }
+
+  std::vector<BlockKey> Chain() {
+    const uint32_t doc = Pick(kDocs);
+    std::vector<BlockKey> keys;
+    const uint32_t length = Pick(kBlocks) + 1;
+    const uint32_t switch_at = Pick(4) == 0 ? Pick(length) : length;  // sometimes diverge
+    for (uint32_t b = 0; b < length; ++b) keys.push_back(KeyOf(b < switch_at ? doc : doc + 1, b));
+    return keys;
+  }
+  const ContextKey& Context() { return kContexts[Pick(2)]; }
+  uint32_t Pick(uint32_t n) { return std::uniform_int_distribution<uint32_t>(0, n - 1)(rng_); }
+
+ private:
+  static constexpr uint32_t kDocs = 30;
+  static constexpr uint32_t kBlocks = 40;
+
+  server::Command OneCommand() {
+    const HolderKey holder{kHolders[Pick(4)], Pick(2)};
+    const uint32_t kind = Pick(20);
+    if (kind == 0) {
+      server::ClearCommand clear;
+      clear.holder = holder;
+      if (Pick(2) == 0) clear.context = Context();
+      return clear;
+    }
+    const uint32_t doc = Pick(kDocs);
+    const uint32_t begin = Pick(3) == 0 ? Pick(kBlocks) : 0;
+    const uint32_t end = std::min(kBlocks, begin + Pick(kBlocks) + 1);
+    std::vector<uint64_t> keys;
+    for (uint32_t b = begin; b < end; ++b) keys.push_back(KeyOf(doc, b));
+    if (kind < 7) {
+      server::RemoveCommand remove;
+      remove.context = Context();
+      remove.holder = holder;
+      if (Pick(2) == 0) remove.tier = static_cast<Tier>(Pick(kNumTiers));
+      remove.hashes = std::move(keys);
+      return remove;
+    }
+    server::StoreCommand store;
+    store.context = Context();
+    store.holder = holder;
+    store.tier = static_cast<Tier>(Pick(kNumTiers));
+    store.base_depth = begin;
+    if (store.tier == Tier::kShared && Pick(2) == 0) {
+      for (uint64_t k : keys) store.locations.push_back("s3://bucket/" + std::to_string(k));
+    }
+    store.hashes = std::move(keys);
+    return store;
+  }
+
+  std::mt19937 rng_;
+};
+
+Revision ApplyOne(StateMachine& machine, const CommandBatch& batch) {
+  const CommandBatch* one[] = {&batch};
+  Result<Revision> r = machine.Apply(one);
+  REQUIRE(r.has_value());
+  return *r;
+}
+
+void Drain(server::Watcher& watcher, LocalTable& table) {
+  while (true) {
+    Result<std::vector<FeedRecord>> next = watcher.Next(0ms);
+    REQUIRE(next.has_value());
+    if (next->empty()) return;
+    for (const FeedRecord& r : *next) table.Apply(r);
+  }
+}
+
+std::vector<LocalCopy> SnapshotOf(StateMachine& machine, const ContextKey& context, Revision* at) {
+  std::vector<LocalCopy> copies;
+  *at = machine.Read([&](const server::Index& index, Revision revision) {
+    index.ForEachCopy(context, [&](BlockKey key, const BlockCopy& c) {
+      copies.push_back(LocalCopy{key, c.holder, c.tier, c.location});
+    });
+    return revision;
+  });
+  return copies;
+}
+
+// Both answers, shaped as the APIs return them (holder ids differ between the two).
+void CheckSame(StateMachine& machine, const LocalTable& table, RandomLoad& load, int chains) {
+  for (int i = 0; i < chains; ++i) {
+    const ContextKey& context = load.Context();
+    const std::vector<BlockKey> keys = load.Chain();
+    const std::string instance = load.Pick(5) == 0 ? kHolders[load.Pick(4)] : "";
+    server::LookupOptions options;
+    const LookupResult want_result = machine.Read(
+        [&](const server::Index& index, Revision) { return index.Lookup(context, keys, options); });
+    const LookupAnswer want = BuildLookupAnswer(want_result, context, instance, 0);
+    const LookupAnswer got =
+        BuildLookupAnswer(table.Lookup(context, keys, {}, true, 8192), context, instance, 0);
+    if (!(got == want)) {
+      FAIL_CHECK("lookup " << i << " of " << keys.size() << " keys from " << keys[0]
+                           << ": local found " << got.blocks_found << " blocks, "
+                           << got.instances.size() << " instances; server " << want.blocks_found
+                           << ", " << want.instances.size() << "\nlocal:  "
+                           << EncodeLookupAnswer(got) << "\nserver: " << EncodeLookupAnswer(want));
+      return;
+    }
+  }
+}
+
+TEST_CASE(
+    "LocalTable follows the feed to the server's answers, from the start and from a "
+    "mid-stream snapshot") {
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    CAPTURE(seed);
+    server::StateMachineOptions options;
+    options.index.max_entries_per_context = 900;  // evictions happen too
+    ChangeFeed feed;
+    StateMachine machine(options, nullptr);
+    machine.SetApplyObserver(&feed);
+    REQUIRE(machine.Recover().ok());
+    auto watcher = feed.Subscribe(0, {});
+    REQUIRE(watcher.has_value());
+
+    LocalTable from_start;
+    for (const ContextKey& c : kContexts) from_start.Track(c);
+    RandomLoad load(seed);
+    for (int i = 0; i < 300; ++i) ApplyOne(machine, load.Next());
+    Drain(**watcher, from_start);
+    CheckSame(machine, from_start, load, 1000);
+
+    // List-then-watch: snapshots at one revision, then the records after it.
+    LocalTable from_snapshot;
+    Revision at = 0;
+    for (const ContextKey& c : kContexts) {
+      std::vector<LocalCopy> copies = SnapshotOf(machine, c, &at);
+      from_snapshot.Load(c, copies);
+    }
+    auto later = feed.Subscribe(at, {});
+    REQUIRE(later.has_value());
+    for (int i = 0; i < 300; ++i) ApplyOne(machine, load.Next());
+    Drain(**watcher, from_start);
+    Drain(**later, from_snapshot);
+    CheckSame(machine, from_start, load, 1000);
+    CheckSame(machine, from_snapshot, load, 1000);
+    CHECK(from_start.copies() == from_snapshot.copies());
+    CHECK(from_start.blocks() == from_snapshot.blocks());
+  }
+}
+
+TEST_CASE(
+    "LocalTable: untracked contexts are ignored; replays and removals of absent copies "
+    "are harmless; shared locations are kept") {
+  LocalTable table;
+  const ContextKey& c = kContexts[0];
+  FeedRecord stored{1, FeedOp::kStored, c, HolderKey{"s", 0}, Tier::kShared, {5, 6}, {"x", "y"}};
+  table.Apply(stored);  // not tracked yet
+  CHECK(table.copies() == 0);
+  table.Track(c);
+  table.Apply(stored);
+  table.Apply(stored);
+  CHECK(table.copies() == 2);
+  const LookupResult r = table.Lookup(c, std::vector<BlockKey>{5, 6, 7}, {}, true, 8192);
+  CHECK(r.blocks_queried == 3);
+  CHECK(r.blocks_found == 2);
+  REQUIRE(r.holders.size() == 1);
+  CHECK(r.holders[0].shared == 2);
+  CHECK(r.holders[0].shared_locations == std::vector<std::string>{"x", "y"});
+  CHECK(table.Lookup(c, std::vector<BlockKey>{5, 6}, {}, true, 1).blocks_queried == 1);
+
+  FeedRecord removed{2, FeedOp::kExpired, c, HolderKey{"s", 0}, Tier::kShared, {6, 9}, {}};
+  table.Apply(removed);
+  table.Apply(removed);
+  CHECK(table.copies() == 1);
+  CHECK(table.blocks() == 1);
+}
+
+TEST_CASE("LocalTable: many blocks grow and shrink the table without losing any") {
+  LocalTable table;
+  const ContextKey& c = kContexts[0];
+  table.Track(c);
+  std::vector<BlockKey> keys;
+  for (BlockKey k = 1; k <= 20'000; ++k) keys.push_back(k * 7919);
+  table.Apply(FeedRecord{1, FeedOp::kStored, c, HolderKey{"a", 0}, Tier::kGpu, keys, {}});
+  CHECK(table.blocks() == keys.size());
+  CHECK(table.Lookup(c, keys, {}, false, 100'000).blocks_found == keys.size());
+  // Remove every other block: chains through the removed ones stop there.
+  std::vector<BlockKey> odd;
+  for (size_t i = 1; i < keys.size(); i += 2) odd.push_back(keys[i]);
+  table.Apply(FeedRecord{2, FeedOp::kRemoved, c, HolderKey{"a", 0}, Tier::kGpu, odd, {}});
+  CHECK(table.blocks() == keys.size() / 2);
+  for (size_t i = 0; i < keys.size(); i += 2) {
+    const BlockKey one[] = {keys[i]};
+    REQUIRE(table.Lookup(c, one, {}, false, 10).blocks_found == 1);
+  }
+  for (BlockKey k : odd) {
+    const BlockKey one[] = {k};
+    REQUIRE(table.Lookup(c, one, {}, false, 10).blocks_found == 0);
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas::client_internal
