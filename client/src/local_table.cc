@@ -1,6 +1,9 @@
 #include "client/src/local_table.h"
 
 #include <algorithm>
+#include <memory>
+
+#include "kvatlas/common/huge_buffer.h"
 
 namespace kvatlas::client_internal {
 namespace {
@@ -115,7 +118,8 @@ class LocalTable::ContextTable {
   uint64_t blocks() const { return used_; }
   uint64_t copies() const { return live_copies_; }
   uint64_t memory_bytes() const {
-    uint64_t bytes = slots_.capacity() * sizeof(Slot) + copies_.capacity() * sizeof(Copy);
+    uint64_t bytes =
+        HugeAllocatedBytes((mask_ + 1) * sizeof(Slot)) + copies_.capacity() * sizeof(Copy);
     for (const auto& [key, list] : locations_) {
       bytes += 64;
       for (const auto& [packed, location] : list) bytes += 40 + location.capacity();
@@ -180,12 +184,19 @@ class LocalTable::ContextTable {
     --used_;
   }
 
+  // The slot array lives on huge pages (huge_buffer.h): lookups touch random slots of a
+  // table of tens of MB, and with 4 KiB pages each would also be a TLB miss.
   void Rehash(size_t capacity) {
-    std::vector<Slot> old = std::move(slots_);
-    slots_.assign(capacity, Slot{0, kNil, kNil});
+    std::unique_ptr<void, FreeDeleter> old_buffer = std::move(buffer_);
+    const Slot* old = slots_;
+    const size_t old_capacity = old == nullptr ? 0 : mask_ + 1;
+    buffer_ = AllocateHuge(capacity * sizeof(Slot));
+    slots_ = static_cast<Slot*>(buffer_.get());
+    std::uninitialized_fill_n(slots_, capacity, Slot{0, kNil, kNil});
     mask_ = capacity - 1;
     shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(capacity));
-    for (const Slot& s : old) {
+    for (size_t j = 0; j < old_capacity; ++j) {
+      const Slot& s = old[j];
       if (s.first == kNil) continue;
       size_t i = Home(s.key);
       while (slots_[i].first != kNil) i = (i + 1) & mask_;
@@ -193,7 +204,8 @@ class LocalTable::ContextTable {
     }
   }
 
-  std::vector<Slot> slots_;
+  std::unique_ptr<void, FreeDeleter> buffer_;
+  Slot* slots_ = nullptr;  // mask_ + 1 slots in buffer_
   size_t mask_ = 0;
   unsigned shift_ = 64;
   size_t used_ = 0;

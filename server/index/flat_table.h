@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "server/index/huge_buffer.h"
+#include "kvatlas/common/huge_buffer.h"
 
 namespace kvatlas::server {
 

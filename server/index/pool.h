@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "server/index/huge_buffer.h"
+#include "kvatlas/common/huge_buffer.h"
 
 namespace kvatlas::server {
 

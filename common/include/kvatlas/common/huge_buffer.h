@@ -1,7 +1,8 @@
-// HugeBuffer: uninitialised memory for the index's large arrays, 2 MiB-aligned and marked
-// for transparent huge pages when it is at least that large. The index's accesses are
-// random over hundreds of MB; with 4 KiB pages nearly every one is also a TLB miss, and
-// the first touch of each page a page fault (measured: ~1.6x ingest rate with huge pages).
+// HugeBuffer: uninitialised memory for large hash tables (the server's index, the client's
+// LocalIndex), 2 MiB-aligned and marked for transparent huge pages when it is at least that
+// large. Their accesses are random over tens to hundreds of MB; with 4 KiB pages nearly
+// every one is also a TLB miss, and the first touch of each page a page fault (measured:
+// ~1.6x ingest rate with huge pages).
 #pragma once
 
 #include <sys/mman.h>
@@ -11,7 +12,7 @@
 #include <memory>
 #include <new>
 
-namespace kvatlas::server {
+namespace kvatlas {
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
@@ -39,4 +40,4 @@ inline size_t HugeAllocatedBytes(size_t bytes) {
   return bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
 }
 
-}  // namespace kvatlas::server
+}  // namespace kvatlas
