@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <shared_mutex>
@@ -26,6 +27,10 @@ constexpr std::chrono::milliseconds kPoll{100};
 // Watches refused for a revision the server has not reached before the replica lists that
 // server again (with the backoff, ~5 s at the default settings).
 constexpr int kFutureRetries = 8;
+// How long a watch may stay quiet before the server is pinged (and the ping's deadline).
+constexpr std::chrono::milliseconds kLivenessCheck{1000};
+// Bound on one snapshot (the whole list of a large context).
+constexpr std::chrono::seconds kSnapshotDeadline{120};
 
 int64_t Nanos(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -208,8 +213,14 @@ class LocalIndex::Impl {
 
   // Loads `r`'s snapshot; returns its revision.
   Result<Revision> LoadSnapshot(Client& client, ContextReplica& r) {
-    KVATLAS_ASSIGN_OR_RETURN(ContextSnapshot snapshot,
-                             client.Snapshot(r.context, std::chrono::seconds(120)));
+    // Waited for in slices, so that a LocalIndex being destroyed does not wait for a large
+    // snapshot (the abandoned call ends with the client).
+    std::future<Result<ContextSnapshot>> pending =
+        client.SnapshotAsync(r.context, kSnapshotDeadline);
+    while (pending.wait_for(kPoll) != std::future_status::ready) {
+      if (Stopping()) return Status(StatusCode::kCancelled, "stopping");
+    }
+    KVATLAS_ASSIGN_OR_RETURN(ContextSnapshot snapshot, pending.get());
     std::vector<LocalCopy> copies;
     copies.reserve(snapshot.copies.size());
     for (SnapshotCopy& c : snapshot.copies) {
@@ -270,7 +281,7 @@ class LocalIndex::Impl {
       future_attempts = 0;
       r.synced = true;
       backoff = options_.retry_backoff_min;
-      const Status ended = Drain(r, **stream);
+      const Status ended = Drain(*client, r, **stream);
       MarkUnsynced(r);
       resume = (*stream)->ResumeFrom();
       if (ended.code() == StatusCode::kCompacted) {
@@ -285,11 +296,25 @@ class LocalIndex::Impl {
   }
 
   // Applies the stream's records until it ends (its terminal status) or we stop (ok).
-  Status Drain(ContextReplica& r, WatchStream& stream) {
+  Status Drain(Client& client, ContextReplica& r, WatchStream& stream) {
+    auto heard = Clock::now();  // the server last showed it is there: records or a ping
     while (!Stopping()) {
       Result<std::vector<FeedRecord>> next = stream.Next(kPoll);
       if (!next.has_value()) return next.error();
       const Revision reached = stream.ResumeFrom();
+      if (next->empty() && reached == r.revision.load()) {
+        // A quiet feed says nothing of the server: a connection can die without a word
+        // (a partition, a host lost). Ping it, so that the replica counts as synced only
+        // while the server answers, and moves to another one within ~kLivenessCheck.
+        if (Clock::now() - heard < kLivenessCheck) continue;
+        if (Status alive = client.Ping(kLivenessCheck); !alive.ok()) {
+          stream.Cancel();
+          return Status::Unavailable("the server did not answer a ping: " + alive.ToString());
+        }
+        heard = Clock::now();
+        continue;
+      }
+      heard = Clock::now();
       std::unique_lock lock(r.mu);
       for (const FeedRecord& record : *next) r.table->Apply(record);
       if (reached > r.revision.load()) r.revision = reached;

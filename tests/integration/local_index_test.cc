@@ -172,6 +172,32 @@ TEST_SUITE("Integration.LocalIndex") {
     CHECK(early->Lookup(by_tokens).status().code() == StatusCode::kUnavailable);
   }
 
+  TEST_CASE(
+      "LocalIndex: a server that hangs with its connection open is noticed, and the "
+      "replica recovers when it answers again") {
+    TempDir dir;
+    ServerProcess server(dir.path() / "data");
+    std::unique_ptr<LocalIndex> local = StartReplica(server);
+    REQUIRE(local->WaitSynced(20s).ok());
+    CHECK(local->Stats().staleness == 0ms);
+
+    server.Pause();  // no records, no answers, and no FIN: only a ping can tell
+    bool noticed = false;
+    for (int i = 0; i < 100 && !noticed; ++i) {  // the check runs after 1 s quiet, 1 s deadline
+      std::this_thread::sleep_for(50ms);
+      noticed = !local->Stats().synced;
+    }
+    CHECK(noticed);
+    std::this_thread::sleep_for(300ms);
+    CHECK(local->Stats().staleness >= 200ms);
+    server.Resume();
+
+    std::unique_ptr<Client> client = Connect(server);
+    CheckConverged(*client, *local, IngestRandom(*client, 31, 40), 32, 300);
+    CHECK(local->WaitSynced(20s).ok());
+    CHECK(local->Stats().watch_resumes >= 1);
+  }
+
   TEST_CASE("LocalIndex: invalid options are refused naming the field") {
     LocalIndexOptions options;
     CHECK(LocalIndex::Start(options).status().message().find("endpoints") != std::string::npos);

@@ -148,6 +148,14 @@ void ServerProcess::Kill() {
   (void)WaitForExit(kStopDeadline, &code);
 }
 
+void ServerProcess::Pause() {
+  if (running()) kill(pid_, SIGSTOP);
+}
+
+void ServerProcess::Resume() {
+  if (running()) kill(pid_, SIGCONT);
+}
+
 std::string ServerProcess::Log() const { return ReadFile(data_dir_.string() + ".err"); }
 
 RunResult RunServerToExit(const std::vector<std::string>& args, const fs::path& scratch_dir,

@@ -48,6 +48,9 @@ class ServerProcess {
   int Terminate();
   // SIGKILL, then waits: a crash.
   void Kill();
+  // SIGSTOP / SIGCONT: a server that hangs with its connections open (no FIN, no RST).
+  void Pause();
+  void Resume();
   bool running() const { return pid_ > 0; }
 
   // What the server wrote to stderr so far (all runs on this data dir).
