@@ -12,6 +12,7 @@
 
 #include "server/feed/change_feed.h"
 #include "server/state/state_machine.h"
+#include "tests/support/state_machine_helpers.h"
 
 namespace kvatlas::client_internal {
 namespace {
@@ -20,6 +21,7 @@ using namespace std::chrono_literals;
 using server::ChangeFeed;
 using server::CommandBatch;
 using server::StateMachine;
+using testing::ApplyOne;
 
 const ContextKey kContexts[] = {{"default", "m", "", 16, ""}, {"t2", "m", "lora", 16, "salt"}};
 const std::string kHolders[] = {"gpu-a", "gpu-b", "gpu-c", "store"};
@@ -89,13 +91,6 @@ class RandomLoad {
 
   std::mt19937 rng_;
 };
-
-Revision ApplyOne(StateMachine& machine, const CommandBatch& batch) {
-  const CommandBatch* one[] = {&batch};
-  Result<Revision> r = machine.Apply(one);
-  REQUIRE(r.has_value());
-  return *r;
-}
 
 void Drain(server::Watcher& watcher, LocalTable& table) {
   while (true) {

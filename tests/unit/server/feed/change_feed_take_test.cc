@@ -6,28 +6,17 @@
 #include <atomic>
 
 #include "server/feed/change_feed.h"
+#include "tests/support/state_machine_helpers.h"
 
 namespace kvatlas::server {
 namespace {
 
+using testing::ApplyOne;
+
 const ContextKey kContext{"default", "m", "", 2, ""};
 
 CommandBatch Store(const std::string& holder, std::vector<BlockKey> keys) {
-  StoreCommand store;
-  store.context = kContext;
-  store.holder = HolderKey{holder, 0};
-  store.tier = Tier::kGpu;
-  store.hashes = std::move(keys);
-  CommandBatch batch;
-  batch.commands.emplace_back(std::move(store));
-  return batch;
-}
-
-Revision ApplyOne(StateMachine& machine, const CommandBatch& batch) {
-  const CommandBatch* one[] = {&batch};
-  Result<Revision> r = machine.Apply(one);
-  REQUIRE(r.has_value());
-  return *r;
+  return testing::StoreBatch(kContext, HolderKey{holder, 0}, std::move(keys));
 }
 
 struct Fixture {

@@ -8,8 +8,12 @@
 #include <set>
 #include <thread>
 
+#include "tests/support/state_machine_helpers.h"
+
 namespace kvatlas::server {
 namespace {
+
+using testing::ApplyOne;
 
 using namespace std::chrono_literals;
 
@@ -17,15 +21,8 @@ const ContextKey kContext{"default", "m", "", 2, ""};
 
 CommandBatch Store(const std::string& holder, std::vector<BlockKey> keys, Tier tier = Tier::kGpu,
                    std::vector<std::string> locations = {}) {
-  StoreCommand store;
-  store.context = kContext;
-  store.holder = HolderKey{holder, 0};
-  store.tier = tier;
-  store.hashes = std::move(keys);
-  store.locations = std::move(locations);
-  CommandBatch batch;
-  batch.commands.emplace_back(std::move(store));
-  return batch;
+  return testing::StoreBatch(kContext, HolderKey{holder, 0}, std::move(keys), tier,
+                             std::move(locations));
 }
 
 CommandBatch Remove(const std::string& holder, std::vector<BlockKey> keys) {
@@ -36,13 +33,6 @@ CommandBatch Remove(const std::string& holder, std::vector<BlockKey> keys) {
   CommandBatch batch;
   batch.commands.emplace_back(std::move(remove));
   return batch;
-}
-
-Revision ApplyOne(StateMachine& machine, const CommandBatch& batch) {
-  const CommandBatch* one[] = {&batch};
-  Result<Revision> r = machine.Apply(one);
-  REQUIRE(r.has_value());
-  return *r;
 }
 
 // Everything the watcher has now (waits a little for the first records); stops early at

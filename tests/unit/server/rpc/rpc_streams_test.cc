@@ -16,6 +16,7 @@
 
 #include "server/rpc/rpc_server.h"
 #include "tests/support/raw_rpc_connection.h"
+#include "tests/support/state_machine_helpers.h"
 
 namespace kvatlas::server {
 namespace {
@@ -38,17 +39,8 @@ struct Services {
   }
   // Applies one store of `keys` by `holder` (the test thread is the only applier).
   Revision Store(const std::string& holder, std::vector<BlockKey> keys) {
-    StoreCommand store;
-    store.context = kContext;
-    store.holder = HolderKey{holder, 0};
-    store.tier = Tier::kGpu;
-    store.hashes = std::move(keys);
-    CommandBatch batch;
-    batch.commands.emplace_back(std::move(store));
-    const CommandBatch* one[] = {&batch};
-    Result<Revision> r = machine.Apply(one);
-    REQUIRE(r.has_value());
-    return *r;
+    return testing::ApplyOne(machine,
+                             testing::StoreBatch(kContext, HolderKey{holder, 0}, std::move(keys)));
   }
 
   ChangeFeed feed;

@@ -12,9 +12,12 @@
 #include "server/feed/change_feed.h"
 #include "server/state/lease_tracker.h"
 #include "server/state/state_machine.h"
+#include "tests/support/state_machine_helpers.h"
 
 namespace kvatlas::server {
 namespace {
+
+using testing::ApplyOne;
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -26,27 +29,13 @@ const HolderKey kB{"b", 0};
 
 CommandBatch Store(const HolderKey& holder, std::vector<uint64_t> keys, Tier tier = Tier::kGpu,
                    const ContextKey& context = kContext) {
-  StoreCommand store;
-  store.context = context;
-  store.holder = holder;
-  store.tier = tier;
-  store.hashes = std::move(keys);
-  CommandBatch batch;
-  batch.commands.emplace_back(std::move(store));
-  return batch;
+  return testing::StoreBatch(context, holder, std::move(keys), tier);
 }
 
 CommandBatch Expire(const HolderKey& holder, Revision last_activity_revision) {
   CommandBatch batch;
   batch.commands.emplace_back(ExpireHolderCommand{holder, last_activity_revision});
   return batch;
-}
-
-Revision ApplyOne(StateMachine& machine, const CommandBatch& batch) {
-  const CommandBatch* one[] = {&batch};
-  Result<Revision> revision = machine.Apply(one);
-  REQUIRE(revision.has_value());
-  return *revision;
 }
 
 uint64_t EntriesOf(const StateMachine& machine, const HolderKey& holder) {
