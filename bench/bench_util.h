@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -18,6 +19,14 @@
 #include <vector>
 
 namespace kvatlas::bench {
+
+// SplitMix64's finalizer: distinct, well-spread 64-bit keys from a counter.
+inline uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
 
 // The p-quantile (0..1; 1 = max) of `values` by nearest rank; 0 when empty.
 inline double Pct(std::vector<double> values, double p) {

@@ -39,6 +39,7 @@
 namespace {
 
 using kvatlas::bench::CpuSeconds;
+using kvatlas::bench::Mix;
 using kvatlas::bench::Pct;
 using kvatlas::bench::RunOpenLoop;
 using kvatlas::bench::SleepUntil;
@@ -54,13 +55,6 @@ struct Args {
   uint64_t local_chains = 8192;  // 128-block chains replicated by the LocalIndex phase
   bool local_only = false;       // --local-only 1: only phase (c)
 };
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 std::string LoadAverage() {
   std::ifstream f("/proc/loadavg");

@@ -46,6 +46,7 @@
 namespace {
 
 using kvatlas::bench::CpuSeconds;
+using kvatlas::bench::Mix;
 using kvatlas::bench::Pct;
 
 using Clock = std::chrono::steady_clock;
@@ -69,13 +70,6 @@ struct Args {
   std::string model = "bench-model";
   std::string dump_batch;  // write one packed batch here (to check it decodes) and exit
 };
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // One prompt: chain `c` of publisher `p`.
 struct Prompt {

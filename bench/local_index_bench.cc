@@ -25,13 +25,6 @@ constexpr uint32_t kChainBlocks = 128;
 constexpr uint32_t kSharedPrefix = 32;  // blocks of a "system prompt" shared by 64 chains
 constexpr uint32_t kPrompts = 64;
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Chain c: a shared prompt's 32 blocks, then 96 blocks of its own.
 std::vector<BlockKey> ChainKeys(uint64_t c) {
   std::vector<BlockKey> keys(kChainBlocks);

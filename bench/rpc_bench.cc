@@ -30,6 +30,7 @@
 namespace {
 
 using kvatlas::bench::CpuSeconds;
+using kvatlas::bench::Mix;
 using kvatlas::bench::Pct;
 using kvatlas::bench::RunOpenLoop;
 using kvatlas::bench::SleepUntil;
@@ -48,13 +49,6 @@ struct Args {
   std::vector<uint64_t> rates{10000, 20000, 50000};
   double seconds = 3;
 };
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 std::vector<uint64_t> ChainKeys(uint64_t c) {
   std::vector<uint64_t> keys(kChain);

@@ -11,15 +11,13 @@
 
 #include "kvatlas/common/bytes.h"
 #include "kvatlas/common/protocol.h"
+#include "tests/support/bytes_literal.h"
 #include "tests/unit/common/codec_test_support.h"
 
 namespace kvatlas::protocol {
 namespace {
 
-template <size_t N>
-std::string Bytes(const char (&literal)[N]) {
-  return std::string(literal, N - 1);
-}
+using kvatlas::testing::Bytes;
 
 class Gen : public testing::RandomContent {
  public:

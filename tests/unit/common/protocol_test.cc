@@ -10,15 +10,13 @@
 #include <vector>
 
 #include "kvatlas/common/bytes.h"
+#include "tests/support/bytes_literal.h"
 #include "tests/unit/common/codec_test_support.h"
 
 namespace kvatlas::protocol {
 namespace {
 
-template <size_t N>
-std::string Bytes(const char (&literal)[N]) {
-  return std::string(literal, N - 1);
-}
+using kvatlas::testing::Bytes;
 
 // --- random content (fixed seeds: a failure reproduces) -----------------------------------
 

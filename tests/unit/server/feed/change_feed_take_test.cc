@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "server/feed/change_feed.h"
+#include "tests/support/feed_fixture.h"
 #include "tests/support/state_machine_helpers.h"
 
 namespace kvatlas::server {
@@ -19,14 +20,7 @@ CommandBatch Store(const std::string& holder, std::vector<BlockKey> keys) {
   return testing::StoreBatch(kContext, HolderKey{holder, 0}, std::move(keys));
 }
 
-struct Fixture {
-  explicit Fixture(ChangeFeedOptions options = {}) : feed(options), machine({}, nullptr) {
-    machine.SetApplyObserver(&feed);
-    REQUIRE(machine.Recover().ok());
-  }
-  ChangeFeed feed;
-  StateMachine machine;
-};
+using Fixture = testing::FeedFixture;
 
 TEST_SUITE("ChangeFeed") {
   TEST_CASE("ChangeFeedTake: takes are bounded, whole revisions, and notify once per arrival") {

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "tests/support/feed_fixture.h"
 #include "tests/support/state_machine_helpers.h"
 
 namespace kvatlas::server {
@@ -46,14 +47,7 @@ std::vector<FeedRecord> Drain(Watcher& w) {
   }
 }
 
-struct Fixture {
-  explicit Fixture(ChangeFeedOptions options = {}) : feed(options), machine({}, nullptr) {
-    machine.SetApplyObserver(&feed);
-    REQUIRE(machine.Recover().ok());
-  }
-  ChangeFeed feed;
-  StateMachine machine;
-};
+using Fixture = testing::FeedFixture;
 
 TEST_SUITE("ChangeFeed") {
   TEST_CASE("ChangeFeed: stores, removes, clears and evictions become records") {

@@ -6,6 +6,8 @@
 #include <random>
 #include <string>
 
+#include "tests/support/bytes_literal.h"
+
 namespace kvatlas::server {
 namespace {
 
@@ -29,11 +31,7 @@ uint64_t RandomInt(Rng& rng) {
   }
 }
 
-// The bytes of a string literal, embedded NULs included, without the terminator.
-template <size_t N>
-std::string Bytes(const char (&literal)[N]) {
-  return std::string(literal, N - 1);
-}
+using kvatlas::testing::Bytes;
 
 Tier RandomTier(Rng& rng) { return static_cast<Tier>(rng() % kNumTiers); }
 

@@ -9,6 +9,8 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/support/bytes_literal.h"
+
 namespace kvatlas::server {
 namespace {
 
@@ -24,10 +26,7 @@ std::string EntryKeyBytes(uint32_t context, BlockKey key, uint32_t holder, Tier 
   return out;
 }
 
-template <size_t N>
-std::string Bytes(const char (&literal)[N]) {
-  return std::string(literal, N - 1);
-}
+using kvatlas::testing::Bytes;
 
 // True when `bytes` is not exactly one valid varint.
 bool Varint64Fails(const std::string& bytes) {
