@@ -105,10 +105,10 @@ uint32_t Index::Impl::InternHolder(const HolderKey& key, MutationList* out) {
   return id;
 }
 
-uint32_t Index::Impl::CreateBlock(uint32_t context, uint64_t key, uint32_t depth) {
+uint32_t Index::Impl::CreateBlock(uint32_t context, uint64_t key, uint32_t depth, uint64_t stamp) {
   const uint32_t b = blocks_.Allocate();
   ContextRec& ctx = contexts_[context];
-  blocks_[b] = BlockRec{key, context, depth, kNil, ctx.fifo_tail, kNil, 0};
+  blocks_[b] = BlockRec{key, context, depth, kNil, ctx.fifo_tail, kNil, 0, stamp};
   if (ctx.fifo_tail != kNil) {
     blocks_[ctx.fifo_tail].fifo_next = b;
   } else {
@@ -185,6 +185,7 @@ void Index::Impl::EmitEntry(uint32_t e, MutationCause cause, MutationList* out) 
   m.key = block.key;
   m.tier = static_cast<Tier>(rec.tier);
   m.depth = block.depth;
+  m.stamp = block.stamp;
   m.refcount = rec.refcount;
   m.engine_hash = rec.engine_hash;
   m.location = LocationOf(e);
@@ -374,17 +375,17 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
     std::string location = locations.empty() ? std::string() : locations[i];
     uint32_t b = FindBlock(context, key);
     if (b == kNil) {
-      b = CreateBlock(context, key, depth + static_cast<uint32_t>(i));
+      b = CreateBlock(context, key, depth + static_cast<uint32_t>(i),
+                      contexts_[context].next_stamp++);
       if (out) {
         Mutation m;
         m.kind = MutationKind::kPutBlock;
         m.context = context;
         m.key = key;
         m.depth = blocks_[b].depth;
-        m.stamp = contexts_[context].next_stamp;
+        m.stamp = blocks_[b].stamp;
         out->push_back(std::move(m));
       }
-      ++contexts_[context].next_stamp;
     }
     if (engine_hash != key) {
       // An engine hash names one block per (context, holder). If this holder announced it
@@ -506,7 +507,7 @@ Status Index::LoadBlock(uint32_t context, BlockKey key, uint32_t depth, uint64_t
                               " not loaded in stamp order");
   }
   if (m.FindBlock(context, key) != kNil) return Status::Corruption("duplicate block record");
-  m.CreateBlock(context, key, depth);
+  m.CreateBlock(context, key, depth, stamp);
   ctx.next_stamp = stamp + 1;
   return Status::Ok();
 }

@@ -26,10 +26,14 @@ struct BlockRec {
   uint32_t head;         // first entry of this block (never kNil for a live block)
   uint32_t fifo_prev;    // neighbours in the context's FIFO
   uint32_t fifo_next;    // also the free-list link
-  uint32_t entry_count;  // length of the entry chain (costs nothing: chunks round to 2 MiB)
+  uint32_t entry_count;  // length of the entry chain
+  // Creation order within the context: written into every entry record of the block so
+  // that storage keeps no record per block (docs/storage.md §Database layout), which halves
+  // RocksDB's records (and its flush sort) when blocks have one copy.
+  uint64_t stamp;
 };
 #pragma pack(pop)
-static_assert(sizeof(BlockRec) == 32);
+static_assert(sizeof(BlockRec) == 40);
 
 // Blocks with at least this many entries ("hot": a shared system prompt held by many
 // instances) also index their entries by (block, holder, tier), so that stores and
@@ -149,7 +153,7 @@ class Index::Impl {
 
   uint32_t InternContext(const ContextKey& key, MutationList* out);
   uint32_t InternHolder(const HolderKey& key, MutationList* out);
-  uint32_t CreateBlock(uint32_t context, uint64_t key, uint32_t depth);
+  uint32_t CreateBlock(uint32_t context, uint64_t key, uint32_t depth, uint64_t stamp);
   uint32_t CreateEntry(uint32_t b, uint32_t holder, Tier tier, uint64_t engine_hash,
                        uint16_t refcount, std::string location);
   void SetEntryLocation(uint32_t e, std::string location);

@@ -15,10 +15,21 @@
 
 namespace kvatlas::server {
 
+// Chunks are whole huge pages when T allows it: a 40-byte record takes 2^18 per chunk
+// (10 MiB, five huge pages) rather than 2^16 (2.5 MiB, whose last huge page would be mostly
+// unused). At least 2^16 records, at most 2^20; 2^16 when no size in between fits.
+template <size_t kRecordBytes>
+constexpr uint32_t PoolChunkBits() {
+  for (uint32_t bits = 16; bits <= 20; ++bits) {
+    if ((kRecordBytes << bits) % kHugePage == 0) return bits;
+  }
+  return 16;
+}
+
 template <typename T>
 class Pool {
  public:
-  static constexpr uint32_t kChunkBits = 16;
+  static constexpr uint32_t kChunkBits = PoolChunkBits<sizeof(T)>();
   static constexpr uint32_t kChunkSize = 1u << kChunkBits;
 
   static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);

@@ -266,8 +266,9 @@ void AppendBlockValue(uint32_t depth, uint64_t stamp, std::string* out) {
   PutFixed64(out, stamp);
 }
 
-void AppendEntryValue(uint32_t refcount, uint64_t engine_hash, std::string_view location,
-                      std::string* out) {
+void AppendEntryValue(const BlockValue& block, uint32_t refcount, uint64_t engine_hash,
+                      std::string_view location, std::string* out) {
+  AppendBlockValue(block.depth, block.stamp, out);
   PutFixed32(out, refcount);
   PutFixed64(out, engine_hash);
   PutLengthPrefixed(out, location);
@@ -292,6 +293,18 @@ Result<BlockValue> DecodeBlockValue(std::string_view key, std::string_view value
 
 Result<EntryValue> DecodeEntryValue(std::string_view key, std::string_view value) {
   return DecodeValue(key, value, "entry", [](ByteReader* in) {
+    EntryValue v;
+    v.block.depth = in->Fixed32();
+    v.block.stamp = in->Fixed64();
+    v.refcount = in->Fixed32();
+    v.engine_hash = in->Fixed64();
+    v.location = in->LengthPrefixed();
+    return v;
+  });
+}
+
+Result<EntryValue> DecodeVersion2EntryValue(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "version 2 entry", [](ByteReader* in) {
     EntryValue v;
     v.refcount = in->Fixed32();
     v.engine_hash = in->Fixed64();

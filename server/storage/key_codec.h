@@ -47,7 +47,7 @@ enum class RecordType : char {
   kMeta = 'M',
   kContext = 'C',
   kHolder = 'H',
-  kBlock = 'B',
+  kBlock = 'B',  // versions 1 and 2 only: read by the upgrade to version 3
   kEntry = 'E',
   kRegistration = 'R',
   kStreamPosition = 'S',
@@ -59,9 +59,10 @@ inline constexpr std::string_view kMetaFormatVersion = "format_version";
 inline constexpr std::string_view kMetaHashSeed = "hash_seed";
 inline constexpr std::string_view kMetaAppliedIndex = "applied_index";
 
-// The format this build writes (docs/storage.md §Versions). Version 1 databases (before
-// `R`/`S` records) are upgraded at open by rewriting the version.
-inline constexpr uint32_t kStorageFormatVersion = 2;
+// The format this build writes (docs/storage.md §Versions). Older databases are upgraded at
+// open: version 1 lacks the `R`/`S` records; versions 1 and 2 keep each block's depth and
+// stamp in a `B` record of its own, which version 3 folds into the block's `E` records.
+inline constexpr uint32_t kStorageFormatVersion = 3;
 inline constexpr uint32_t kOldestStorageFormatVersion = 1;
 
 inline constexpr size_t kContextKeyBytes = 1 + 4;
@@ -118,7 +119,10 @@ struct BlockValue {
   friend bool operator==(const BlockValue&, const BlockValue&) = default;
 };
 
+// Version 3: every entry carries its block's depth and stamp (equal in all the entries of a
+// block), so that a block costs no record of its own.
 struct EntryValue {
+  BlockValue block;
   uint32_t refcount = 0;
   uint64_t engine_hash = 0;
   std::string location;
@@ -130,12 +134,15 @@ struct EntryValue {
 void AppendContextValue(const ContextKey& context, std::string* out);
 void AppendHolderValue(const HolderKey& holder, std::string* out);
 void AppendBlockValue(uint32_t depth, uint64_t stamp, std::string* out);
-void AppendEntryValue(uint32_t refcount, uint64_t engine_hash, std::string_view location,
-                      std::string* out);
+void AppendEntryValue(const BlockValue& block, uint32_t refcount, uint64_t engine_hash,
+                      std::string_view location, std::string* out);
 [[nodiscard]] Result<ContextKey> DecodeContextValue(std::string_view key, std::string_view value);
 [[nodiscard]] Result<HolderKey> DecodeHolderValue(std::string_view key, std::string_view value);
 [[nodiscard]] Result<BlockValue> DecodeBlockValue(std::string_view key, std::string_view value);
 [[nodiscard]] Result<EntryValue> DecodeEntryValue(std::string_view key, std::string_view value);
+// A version 1/2 entry value (no block part; `block` is left zero), for the upgrade.
+[[nodiscard]] Result<EntryValue> DecodeVersion2EntryValue(std::string_view key,
+                                                          std::string_view value);
 [[nodiscard]] Result<Registration> DecodeRegistrationValue(std::string_view key,
                                                            std::string_view value);
 // A stream position value is the fixed64 last applied sequence.

@@ -13,12 +13,14 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -161,8 +163,7 @@ class RocksDbStorage final : public Storage {
   RocksDbStorage& operator=(const RocksDbStorage&) = delete;
 
   // Stamps a new database with the current format version; accepts an existing one when it
-  // carries a version this build reads, upgrading version 1 (which differs only by lacking
-  // the `R`/`S` records) by rewriting the version record.
+  // carries a version this build reads, upgrading an older one (docs/storage.md §Versions).
   Status CheckFormatVersion() {
     KVATLAS_ASSIGN_OR_RETURN(std::optional<std::string> stored, GetMeta(kMetaFormatVersion));
     if (!stored.has_value()) {
@@ -177,18 +178,9 @@ class RocksDbStorage final : public Storage {
       PutFixed32(&value, kStorageFormatVersion);
       return PutMeta(kMetaFormatVersion, value);
     }
-    KVATLAS_ASSIGN_OR_RETURN(uint32_t version,
-                             DecodeMetaFixed32(MetaKey(kMetaFormatVersion), *stored));
-    if (version < kOldestStorageFormatVersion || version > kStorageFormatVersion) {
-      return Status::Corruption("data directory " + path_ + " has storage format version " +
-                                std::to_string(version) + "; this build reads versions " +
-                                std::to_string(kOldestStorageFormatVersion) + " to " +
-                                std::to_string(kStorageFormatVersion));
-    }
+    KVATLAS_ASSIGN_OR_RETURN(uint32_t version, ReadableFormatVersion(*stored, "data directory"));
     if (version == kStorageFormatVersion) return Status::Ok();
-    std::string value;
-    PutFixed32(&value, kStorageFormatVersion);
-    return PutMeta(kMetaFormatVersion, value);
+    return UpgradeToVersion3();
   }
 
   Status CheckHashSeed(uint64_t hash_seed) override {
@@ -248,17 +240,14 @@ class RocksDbStorage final : public Storage {
           s = batch.Put(ToSlice(key), ToSlice(value));
           break;
         case MutationKind::kPutBlock:
-          AppendBlockKey(m.context, m.key, &key);
-          AppendBlockValue(m.depth, m.stamp, &value);
-          s = batch.Put(ToSlice(key), ToSlice(value));
-          break;
         case MutationKind::kDeleteBlock:
-          AppendBlockKey(m.context, m.key, &key);
-          s = batch.Delete(ToSlice(key));
-          break;
+          // No record of their own: a block lives in its entries' records, and the Index
+          // never keeps a block without entries (its last entry's delete removes it).
+          continue;
         case MutationKind::kPutEntry:
           AppendEntryKey(m.context, m.key, m.holder, m.tier, &key);
-          AppendEntryValue(m.refcount, m.engine_hash, m.location, &value);
+          AppendEntryValue(BlockValue{m.depth, m.stamp}, m.refcount, m.engine_hash, m.location,
+                           &value);
           s = batch.Put(ToSlice(key), ToSlice(value));
           break;
         case MutationKind::kDeleteEntry:
@@ -367,14 +356,25 @@ class RocksDbStorage final : public Storage {
     const std::string begin(1, '\0'), end(1, '\xff');
     KVATLAS_RETURN_IF_ERROR(
         FromRocks(batch.DeleteRange(ToSlice(begin), ToSlice(end)), "building restore batch"));
-    Result<Revision> walked =
-        WalkSnapshot(snapshot, [&batch](std::string_view k, std::string_view v) {
-          return FromRocks(batch.Put(ToSlice(k), ToSlice(v)), "building restore batch");
-        });
+    const std::string version_key = MetaKey(kMetaFormatVersion);
+    std::optional<std::string> version_value;
+    Result<Revision> walked = WalkSnapshot(snapshot, [&](std::string_view k, std::string_view v) {
+      if (k == version_key) version_value = std::string(v);
+      return FromRocks(batch.Put(ToSlice(k), ToSlice(v)), "building restore batch");
+    });
     KVATLAS_RETURN_IF_ERROR(walked.status());
+    // A snapshot is the records of its sender's database: refuse one this build cannot read
+    // before it replaces anything, and upgrade an older one after.
+    if (!version_value.has_value()) {
+      return Status::Corruption("snapshot has no format_version record");
+    }
+    KVATLAS_ASSIGN_OR_RETURN(uint32_t version, ReadableFormatVersion(*version_value, "snapshot"));
     rocksdb::WriteOptions sync;
     sync.sync = true;
-    return FromRocks(db_->Write(sync, &batch), "restoring a snapshot into " + path_);
+    KVATLAS_RETURN_IF_ERROR(
+        FromRocks(db_->Write(sync, &batch), "restoring a snapshot into " + path_));
+    if (version == kStorageFormatVersion) return Status::Ok();
+    return UpgradeToVersion3();
   }
 
   Status Flush() override {
@@ -422,28 +422,102 @@ class RocksDbStorage final : public Storage {
                      "writing " + std::string(name) + " in " + path_);
   }
 
+  // An iterator over the records of `type` only (not positioned). A boot scan reads
+  // everything once: it stays out of the cache and reads ahead sequentially.
+  std::unique_ptr<rocksdb::Iterator> NewTypeIterator(RecordType type) const {
+    // The upper bound (the next type byte) must outlive the iterator: static, per type.
+    static const std::array<char, 256> kLimitBytes = [] {
+      std::array<char, 256> bytes{};
+      for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i + 1);
+      return bytes;
+    }();
+    static const std::array<rocksdb::Slice, 256> kLimits = [] {
+      std::array<rocksdb::Slice, 256> limits;
+      for (size_t i = 0; i < limits.size(); ++i) limits[i] = rocksdb::Slice(&kLimitBytes[i], 1);
+      return limits;
+    }();
+    rocksdb::ReadOptions read;
+    read.iterate_upper_bound = &kLimits[static_cast<unsigned char>(type)];
+    read.fill_cache = false;
+    read.readahead_size = 2 << 20;
+    return std::unique_ptr<rocksdb::Iterator>(db_->NewIterator(read));
+  }
+
   // Calls fn(key, value) for every record of `type`, in key order, stopping at the first
   // non-OK Status.
   template <typename F>
   Status Scan(RecordType type, F&& fn) const {
     const char first = static_cast<char>(type);
-    const char limit = static_cast<char>(first + 1);
-    rocksdb::Slice upper(&limit, 1);
-    rocksdb::ReadOptions read;
-    read.iterate_upper_bound = &upper;
-    // A boot scan reads everything once: keep it out of the cache, read ahead sequentially.
-    read.fill_cache = false;
-    read.readahead_size = 2 << 20;
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
+    std::unique_ptr<rocksdb::Iterator> it = NewTypeIterator(type);
     for (it->Seek(rocksdb::Slice(&first, 1)); it->Valid(); it->Next()) {
       KVATLAS_RETURN_IF_ERROR(fn(View(it->key()), View(it->value())));
     }
     return FromRocks(it->status(), "scanning " + path_);
   }
 
-  // Blocks come off disk in (context, key) order; the Index needs each context's blocks in
-  // creation (stamp) order, because that order is the FIFO eviction order and must be the
-  // same on every replica and after every restart (docs/storage.md §Boot).
+  // The format version in a meta value, if this build reads it; `what` names its source.
+  static Result<uint32_t> ReadableFormatVersion(std::string_view stored, std::string_view what) {
+    KVATLAS_ASSIGN_OR_RETURN(uint32_t version,
+                             DecodeMetaFixed32(MetaKey(kMetaFormatVersion), stored));
+    if (version < kOldestStorageFormatVersion || version > kStorageFormatVersion) {
+      return Status::Corruption(std::string(what) + " has storage format version " +
+                                std::to_string(version) + "; this build reads versions " +
+                                std::to_string(kOldestStorageFormatVersion) + " to " +
+                                std::to_string(kStorageFormatVersion));
+    }
+    return version;
+  }
+
+  // Versions 1 and 2 keep a block's depth and stamp in a `B` record; version 3 copies them
+  // into each of the block's `E` records. Both scans are in (context, key) order, so one
+  // merge pass pairs them. Everything, the version included, goes in one synced batch: a
+  // crash leaves the database wholly old or wholly new (the batch holds every entry record
+  // once, a one-time cost of about the database's size in memory).
+  Status UpgradeToVersion3() {
+    rocksdb::WriteBatch batch;
+    std::unique_ptr<rocksdb::Iterator> blocks = NewTypeIterator(RecordType::kBlock);
+    const char block_type = static_cast<char>(RecordType::kBlock);
+    blocks->Seek(rocksdb::Slice(&block_type, 1));
+    std::string value;
+    auto upgrade_entry = [&](std::string_view k, std::string_view v) -> Status {
+      KVATLAS_ASSIGN_OR_RETURN(EntryRecordKey e, DecodeEntryRecordKey(k));
+      KVATLAS_ASSIGN_OR_RETURN(EntryValue ev, DecodeVersion2EntryValue(k, v));
+      // Blocks before this entry's have no entries: the Index never left such a block, so
+      // they are dropped with the other `B` records.
+      std::optional<BlockRecordKey> bk;
+      for (; blocks->Valid(); blocks->Next()) {
+        KVATLAS_ASSIGN_OR_RETURN(bk, DecodeBlockRecordKey(View(blocks->key())));
+        if (std::tie(bk->context, bk->key) >= std::tie(e.context, e.key)) break;
+      }
+      KVATLAS_RETURN_IF_ERROR(FromRocks(blocks->status(), "scanning " + path_));
+      if (!blocks->Valid() || bk->context != e.context || bk->key != e.key) {
+        return Status::Corruption("record " + DescribeKey(k) + " has no block record");
+      }
+      KVATLAS_ASSIGN_OR_RETURN(BlockValue block,
+                               DecodeBlockValue(View(blocks->key()), View(blocks->value())));
+      value.clear();
+      AppendEntryValue(block, ev.refcount, ev.engine_hash, ev.location, &value);
+      return FromRocks(batch.Put(ToSlice(k), ToSlice(value)), "building upgrade batch");
+    };
+    KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kEntry, upgrade_entry));
+    const char block_limit = static_cast<char>(block_type + 1);
+    KVATLAS_RETURN_IF_ERROR(FromRocks(
+        batch.DeleteRange(rocksdb::Slice(&block_type, 1), rocksdb::Slice(&block_limit, 1)),
+        "building upgrade batch"));
+    value.clear();
+    PutFixed32(&value, kStorageFormatVersion);
+    KVATLAS_RETURN_IF_ERROR(FromRocks(
+        batch.Put(ToSlice(MetaKey(kMetaFormatVersion)), ToSlice(value)), "building upgrade batch"));
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    return FromRocks(db_->Write(sync, &batch),
+                     "upgrading " + path_ + " to storage format version 3");
+  }
+
+  // Blocks come off disk in (context, key) order, inside their entries' records; the Index
+  // needs each context's blocks in creation (stamp) order, because that order is the FIFO
+  // eviction order and must be the same on every replica and after every restart
+  // (docs/storage.md §Boot).
   Status LoadBlocks(Index* index) const {
     std::vector<PendingBlock> pending;
     uint32_t context = 0;
@@ -458,14 +532,22 @@ class RocksDbStorage final : public Storage {
       return Status::Ok();
     };
     auto collect = [&](std::string_view k, std::string_view v) -> Status {
-      KVATLAS_ASSIGN_OR_RETURN(BlockRecordKey bk, DecodeBlockRecordKey(k));
-      KVATLAS_ASSIGN_OR_RETURN(BlockValue bv, DecodeBlockValue(k, v));
-      if (bk.context != context && !pending.empty()) KVATLAS_RETURN_IF_ERROR(flush());
-      context = bk.context;
-      pending.push_back({bv.stamp, bk.key, bv.depth});
+      KVATLAS_ASSIGN_OR_RETURN(EntryRecordKey e, DecodeEntryRecordKey(k));
+      KVATLAS_ASSIGN_OR_RETURN(EntryValue ev, DecodeEntryValue(k, v));
+      if (!pending.empty() && e.context == context && pending.back().key == e.key) {
+        // Another copy of the block just collected: it must agree on the block's part.
+        if (pending.back().depth != ev.block.depth || pending.back().stamp != ev.block.stamp) {
+          return Status::Corruption("record " + DescribeKey(k) +
+                                    " disagrees with its block's other entries on depth or stamp");
+        }
+        return Status::Ok();
+      }
+      if (e.context != context && !pending.empty()) KVATLAS_RETURN_IF_ERROR(flush());
+      context = e.context;
+      pending.push_back({ev.block.stamp, e.key, ev.block.depth});
       return Status::Ok();
     };
-    KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kBlock, collect));
+    KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kEntry, collect));
     return flush();
   }
 

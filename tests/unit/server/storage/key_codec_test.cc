@@ -157,9 +157,9 @@ TEST_SUITE("key_codec") {
       CHECK(v.size() == 12);
       CHECK(DecodeBlockValue("k", v).value() == block);
 
-      EntryValue entry{static_cast<uint32_t>(rng()), rng(), random_string(200)};
+      EntryValue entry{block, static_cast<uint32_t>(rng()), rng(), random_string(200)};
       v.clear();
-      AppendEntryValue(entry.refcount, entry.engine_hash, entry.location, &v);
+      AppendEntryValue(entry.block, entry.refcount, entry.engine_hash, entry.location, &v);
       CHECK(DecodeEntryValue("k", v).value() == entry);
     }
   }
@@ -169,8 +169,14 @@ TEST_SUITE("key_codec") {
     AppendBlockValue(2, 0x0102030405060708ULL, &v);
     CHECK(v == Bytes("\x02\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"));
     v.clear();
-    AppendEntryValue(1, 0xff, "s3://b", &v);
-    CHECK(v == Bytes("\x01\x00\x00\x00\xff\x00\x00\x00\x00\x00\x00\x00\x06s3://b"));
+    AppendEntryValue(BlockValue{2, 0x0102030405060708ULL}, 1, 0xff, "s3://b", &v);
+    CHECK(v == Bytes("\x02\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+                     "\x01\x00\x00\x00\xff\x00\x00\x00\x00\x00\x00\x00\x06s3://b"));
+    // The version 2 entry value (read only by the upgrade): no block part.
+    const std::string v2 = Bytes("\x01\x00\x00\x00\xff\x00\x00\x00\x00\x00\x00\x00\x06s3://b");
+    CHECK(DecodeVersion2EntryValue("k", v2).value() == EntryValue{{}, 1, 0xff, "s3://b"});
+    CHECK(DecodeVersion2EntryValue("k", v).error().code() == StatusCode::kCorruption);
+    CHECK(DecodeEntryValue("k", v2).error().code() == StatusCode::kCorruption);
     v.clear();
     AppendContextValue(ContextKey{"t", "m", "l", 300, "s"}, &v);
     CHECK(v == Bytes("\x01t\x01m\x01l\xac\x02\x01s"));
@@ -202,7 +208,7 @@ TEST_SUITE("key_codec") {
   TEST_CASE("KeyCodec: truncated or padded values are kCorruption naming the key") {
     std::string key = EntryKeyBytes(9, 0x1234, 5, Tier::kDisk);
     std::string v;
-    AppendEntryValue(3, 4, "loc", &v);
+    AppendEntryValue(BlockValue{7, 8}, 3, 4, "loc", &v);
     for (size_t n = 0; n < v.size(); ++n) {
       Result<EntryValue> r = DecodeEntryValue(key, std::string_view(v).substr(0, n));
       REQUIRE_FALSE(r.has_value());

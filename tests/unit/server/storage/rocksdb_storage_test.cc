@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -120,7 +121,9 @@ std::vector<Mutation> OneOfEach() {
   holder.kind = MutationKind::kPutHolder;
   holder.holder = 2;
   holder.holder_key = std::make_shared<const HolderKey>(HolderKey{"engine-0", 3});
-  return {ctx, holder, PutBlock(1, 0x1234, 0, 1), PutEntry(1, 0x1234, 2, Tier::kDisk, "loc")};
+  Mutation entry = PutEntry(1, 0x1234, 2, Tier::kDisk, "loc");
+  entry.stamp = 1;  // the block's, as the Index fills it in
+  return {ctx, holder, PutBlock(1, 0x1234, 0, 1), entry};
 }
 
 // --- LoadInto: an index rebuilt from disk must equal the one that applied the commands ----
@@ -245,6 +248,80 @@ void CheckSameState(const Index& expected, const Index& actual) {
   CHECK(Locations(actual) == Locations(expected));
 }
 
+// Continuing from `loaded` (writing to `storage`) must do exactly what continuing from
+// `direct` does: in particular evict the same blocks, which needs the FIFO order back.
+void CheckContinuesAlike(uint64_t seed, Index* direct, Index* loaded, Storage* storage) {
+  Rng rng_direct(seed * 100);
+  Rng rng_loaded(seed * 100);
+  TempDir scratch;
+  auto direct_sink = OpenOk(SmallOptions(scratch));
+  ApplyAndWrite(rng_direct, 60, direct, direct_sink.get());
+  ApplyAndWrite(rng_loaded, 60, loaded, storage);
+  CheckSameState(*direct, *loaded);
+}
+
+// Writes `mutations` at `revision` the way a version 2 database held them (a `B` record per
+// block; entry values without the block part): the input of the upgrade tests.
+void WriteVersion2(rocksdb::DB* db, Revision revision, const MutationList& mutations) {
+  rocksdb::WriteBatch batch;
+  for (const Mutation& m : mutations) {
+    std::string k, v;
+    switch (m.kind) {
+      case MutationKind::kPutContext:
+        AppendContextKey(m.context, &k);
+        AppendContextValue(*m.context_key, &v);
+        break;
+      case MutationKind::kPutHolder:
+        AppendHolderKey(m.holder, &k);
+        AppendHolderValue(*m.holder_key, &v);
+        break;
+      case MutationKind::kPutBlock:
+        AppendBlockKey(m.context, m.key, &k);
+        AppendBlockValue(m.depth, m.stamp, &v);
+        break;
+      case MutationKind::kDeleteBlock:
+        AppendBlockKey(m.context, m.key, &k);
+        break;
+      case MutationKind::kPutEntry:
+        AppendEntryKey(m.context, m.key, m.holder, m.tier, &k);
+        PutFixed32(&v, m.refcount);
+        PutFixed64(&v, m.engine_hash);
+        PutLengthPrefixed(&v, m.location);
+        break;
+      case MutationKind::kDeleteEntry:
+        AppendEntryKey(m.context, m.key, m.holder, m.tier, &k);
+        break;
+      default:
+        FAIL("unexpected mutation kind");
+    }
+    const bool is_delete =
+        m.kind == MutationKind::kDeleteBlock || m.kind == MutationKind::kDeleteEntry;
+    REQUIRE((is_delete ? batch.Delete(k) : batch.Put(k, v)).ok());
+  }
+  std::string applied;
+  PutFixed64(&applied, revision);
+  std::string version;
+  PutFixed32(&version, 2);
+  REQUIRE(batch.Put(Key(kMetaAppliedIndex), applied).ok());
+  REQUIRE(batch.Put(Key(kMetaFormatVersion), version).ok());
+  REQUIRE(db->Write(rocksdb::WriteOptions(), &batch).ok());
+}
+
+// A version 2 database at `path` holding what `batches` random batches did to `index`.
+void BuildVersion2(const std::string& path, Rng& rng, int batches, Index* index) {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  rocksdb::DB* raw = nullptr;
+  REQUIRE(rocksdb::DB::Open(options, path, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  for (int b = 0; b < batches; ++b) {
+    MutationList mutations;
+    const int n = 1 + static_cast<int>(rng() % 6);
+    for (int i = 0; i < n; ++i) index->Apply(RandomCommand(rng), kDefaultHashSeed, &mutations);
+    WriteVersion2(db.get(), static_cast<Revision>(b + 1), mutations);
+  }
+}
+
 std::unique_ptr<Index> LoadedIndex(const Storage& storage, const IndexOptions& options) {
   auto index = std::make_unique<Index>(options);
   Status s = storage.LoadInto(index.get());
@@ -253,7 +330,7 @@ std::unique_ptr<Index> LoadedIndex(const Storage& storage, const IndexOptions& o
 }
 
 TEST_SUITE("rocksdb_storage") {
-  TEST_CASE("RocksDbStorage: a new database is at applied index 0 with format version 2") {
+  TEST_CASE("RocksDbStorage: a new database is at applied index 0 with format version 3") {
     TempDir dir;
     const StorageOptions options = SmallOptions(dir);
     {
@@ -262,22 +339,7 @@ TEST_SUITE("rocksdb_storage") {
     }
     std::map<std::string, std::string> records = Dump(options.path);
     REQUIRE(records.size() == 1);
-    CHECK(records[Key(kMetaFormatVersion)] == std::string("\x02\x00\x00\x00", 4));
-  }
-
-  TEST_CASE("RocksDbStorage: a version 1 database is upgraded to version 2 at open") {
-    TempDir dir;
-    const StorageOptions options = SmallOptions(dir);
-    {
-      auto storage = OpenOk(options);
-      REQUIRE(storage->Write(5, OneOfEach()).ok());
-    }
-    RawPut(options.path, Key(kMetaFormatVersion), std::string("\x01\x00\x00\x00", 4));
-    {
-      auto storage = OpenOk(options);
-      CHECK(storage->AppliedIndex().value() == 5);
-    }
-    CHECK(Dump(options.path)[Key(kMetaFormatVersion)] == std::string("\x02\x00\x00\x00", 4));
+    CHECK(records[Key(kMetaFormatVersion)] == std::string("\x03\x00\x00\x00", 4));
   }
 
   TEST_CASE("RocksDbStorage: registrations and stream positions round-trip") {
@@ -389,7 +451,7 @@ TEST_SUITE("rocksdb_storage") {
     CHECK(OpenOk(options)->AppliedIndex().value() == 6);
 
     std::map<std::string, std::string> records = Dump(options.path);
-    CHECK(records.size() == 6);  // format_version, applied_index, C, H, B, E
+    CHECK(records.size() == 5);  // format_version, applied_index, C, H, E (no B: version 3)
     CHECK(records[Key(kMetaAppliedIndex)] == Fixed64Bytes(6));
     std::string k;
     AppendContextKey(1, &k);
@@ -398,11 +460,9 @@ TEST_SUITE("rocksdb_storage") {
     AppendHolderKey(2, &k);
     CHECK(DecodeHolderValue(k, records[k]).value() == HolderKey{"engine-0", 3});
     k.clear();
-    AppendBlockKey(1, 0x1234, &k);
-    CHECK(DecodeBlockValue(k, records[k]).value() == BlockValue{0, 1});
-    k.clear();
     AppendEntryKey(1, 0x1234, 2, Tier::kDisk, &k);
-    CHECK(DecodeEntryValue(k, records[k]).value() == EntryValue{1, 0x1234 ^ 0xabcdef, "loc"});
+    CHECK(DecodeEntryValue(k, records[k]).value() ==
+          EntryValue{BlockValue{0, 1}, 1, 0x1234 ^ 0xabcdef, "loc"});
   }
 
   TEST_CASE("RocksDbStorage: later mutations of one record in a list win") {
@@ -411,24 +471,27 @@ TEST_SUITE("rocksdb_storage") {
     options.sync_writes = true;
     {
       auto storage = OpenOk(options);
-      const Mutation entry = PutEntry(1, 10, 1, Tier::kGpu, "");
-      REQUIRE(
-          storage
-              ->Write(1, std::vector<Mutation>{PutBlock(1, 10, 0, 1), PutBlock(1, 10, 4, 9), entry,
-                                               Deleting(entry), Deleting(PutBlock(1, 11, 0, 2)),
-                                               PutBlock(1, 11, 1, 3)})
-              .ok());
+      const Mutation gone = PutEntry(1, 10, 1, Tier::kGpu, "");
+      Mutation kept = PutEntry(1, 11, 1, Tier::kGpu, "");
+      Mutation kept_again = kept;
+      kept_again.refcount = 2;
+      kept_again.location = "again";
+      REQUIRE(storage
+                  ->Write(1, std::vector<Mutation>{PutBlock(1, 10, 0, 1), gone, Deleting(gone),
+                                                   Deleting(PutBlock(1, 10, 0, 1)),
+                                                   PutBlock(1, 11, 0, 2), kept, kept_again})
+                  .ok());
     }
     std::map<std::string, std::string> records = Dump(options.path);
     std::string k;
-    AppendBlockKey(1, 10, &k);
-    CHECK(DecodeBlockValue(k, records[k]).value() == BlockValue{4, 9});
-    k.clear();
-    AppendBlockKey(1, 11, &k);
-    CHECK(DecodeBlockValue(k, records[k]).value() == BlockValue{1, 3});
-    k.clear();
     AppendEntryKey(1, 10, 1, Tier::kGpu, &k);
     CHECK(records.count(k) == 0);
+    k.clear();
+    AppendEntryKey(1, 11, 1, Tier::kGpu, &k);
+    CHECK(DecodeEntryValue(k, records[k]).value().refcount == 2);
+    CHECK(DecodeEntryValue(k, records[k]).value().location == "again");
+    // Block mutations write nothing: version 3 keeps blocks in their entries' records.
+    for (const auto& [key, value] : records) CHECK(key[0] != 'B');
   }
 
   TEST_CASE("RocksDbStorage: an unknown mutation kind or tier is rejected without writing") {
@@ -462,8 +525,9 @@ TEST_SUITE("rocksdb_storage") {
     TempDir dir;
     const StorageOptions options = SmallOptions(dir);
     OpenOk(options).reset();
-    RawPut(options.path, Key(kMetaFormatVersion), std::string("\x03\x00\x00\x00", 4));
-    CheckError(OpenStatus(options), StatusCode::kCorruption, "storage format version 3");
+    RawPut(options.path, Key(kMetaFormatVersion), std::string("\x04\x00\x00\x00", 4));
+    CheckError(OpenStatus(options), StatusCode::kCorruption,
+               "storage format version 4; this build reads versions 1 to 3");
   }
 
   TEST_CASE("RocksDbStorage: records without a format version are kCorruption") {
@@ -554,13 +618,7 @@ TEST_SUITE("rocksdb_storage") {
 
       // Continuing after the restart must evict the same blocks as the index that never
       // restarted: the FIFO order came back from the stamps.
-      Rng rng_direct(seed * 100);
-      Rng rng_loaded(seed * 100);
-      TempDir scratch;
-      auto direct_sink = OpenOk(SmallOptions(scratch));
-      ApplyAndWrite(rng_direct, 60, &direct, direct_sink.get());
-      ApplyAndWrite(rng_loaded, 60, loaded.get(), storage.get());
-      CheckSameState(direct, *loaded);
+      CheckContinuesAlike(seed, &direct, loaded.get(), storage.get());
       CHECK(direct.Stats().evicted_blocks > 0);
 
       storage.reset();
@@ -583,10 +641,6 @@ TEST_SUITE("rocksdb_storage") {
       AppendEntryKey(1, 0x1234, 2, Tier::kDisk, &key);
       RawPut(options.path, key, "\x01\x02");
     }
-    SUBCASE("block value") {
-      AppendBlockKey(1, 0x1234, &key);
-      RawPut(options.path, key, std::string(13, '\0'));
-    }
     SUBCASE("context key") {
       key = "C\x01";
       RawPut(options.path, key, "");
@@ -599,14 +653,119 @@ TEST_SUITE("rocksdb_storage") {
     CheckError(OpenOk(options)->LoadInto(&index), StatusCode::kCorruption, DescribeKey(key));
   }
 
+  TEST_CASE("RocksDbStorage: a version 2 database is upgraded at open to the same index") {
+    IndexOptions index_options;
+    index_options.max_entries_per_context = 80;
+    for (uint64_t seed : {1, 2}) {
+      CAPTURE(seed);
+      TempDir dir;
+      const StorageOptions options = SmallOptions(dir);
+      Rng rng(seed);
+      Index direct(index_options);
+      BuildVersion2(options.path, rng, 60, &direct);
+      if (seed == 2) {  // version 1 has the same block and entry records
+        RawPut(options.path, Key(kMetaFormatVersion), std::string("\x01\x00\x00\x00", 4));
+      }
+      auto storage = OpenOk(options);
+      CHECK(storage->AppliedIndex().value() == 60);
+      std::unique_ptr<Index> loaded = LoadedIndex(*storage, index_options);
+      CheckSameState(direct, *loaded);
+      // The upgraded database goes on as a new one: same evictions, same state after reopen.
+      CheckContinuesAlike(seed, &direct, loaded.get(), storage.get());
+      storage.reset();
+      std::map<std::string, std::string> records = Dump(options.path);
+      CHECK(records[Key(kMetaFormatVersion)] == std::string("\x03\x00\x00\x00", 4));
+      for (const auto& [key, value] : records) CHECK(key[0] != 'B');
+      CheckSameState(direct, *LoadedIndex(*OpenOk(options), index_options));
+    }
+  }
+
+  TEST_CASE("RocksDbStorage: a version 2 entry without its block record fails the upgrade") {
+    TempDir dir;
+    const StorageOptions options = SmallOptions(dir);
+    Rng rng(5);
+    Index direct;
+    BuildVersion2(options.path, rng, 20, &direct);
+    std::map<std::string, std::string> before = Dump(options.path);
+    const auto entry =
+        std::find_if(before.begin(), before.end(), [](const auto& r) { return r.first[0] == 'E'; });
+    REQUIRE(entry != before.end());
+    const std::string entry_key = entry->first;
+    const EntryRecordKey e = DecodeEntryRecordKey(entry_key).value();
+    std::string block_key;
+    AppendBlockKey(e.context, e.key, &block_key);
+    {
+      rocksdb::DB* raw = nullptr;
+      REQUIRE(rocksdb::DB::Open(rocksdb::Options(), options.path, &raw).ok());
+      std::unique_ptr<rocksdb::DB> db(raw);
+      REQUIRE(db->Delete(rocksdb::WriteOptions(), block_key).ok());
+    }
+    before = Dump(options.path);
+    CheckError(OpenStatus(options), StatusCode::kCorruption,
+               DescribeKey(entry_key) + " has no block record");
+    CHECK(Dump(options.path) == before);  // nothing rewritten: still a version 2 database
+  }
+
+  TEST_CASE("RocksDbStorage: a snapshot of a version 2 database is upgraded when installed") {
+    TempDir source_dir;
+    Rng rng(9);
+    Index direct;
+    BuildVersion2(source_dir.path().string(), rng, 40, &direct);
+    // The snapshot format (docs/storage.md §Snapshots) over the raw version 2 records.
+    const std::map<std::string, std::string> records = Dump(source_dir.path().string());
+    std::string snapshot = "KVSN";
+    snapshot.push_back('\x01');
+    PutFixed64(&snapshot, 40);
+    for (const auto& [key, value] : records) {
+      PutLengthPrefixed(&snapshot, key);
+      PutLengthPrefixed(&snapshot, value);
+    }
+    PutFixed64(&snapshot, records.size());
+
+    TempDir dir;
+    const StorageOptions options = SmallOptions(dir);
+    auto storage = OpenOk(options);
+    REQUIRE(storage->ReplaceAll(snapshot).ok());
+    CHECK(storage->AppliedIndex().value() == 40);
+    CheckSameState(direct, *LoadedIndex(*storage, {}));
+    storage.reset();
+    CHECK(Dump(options.path)[Key(kMetaFormatVersion)] == std::string("\x03\x00\x00\x00", 4));
+
+    // A snapshot from a newer format is refused before it replaces anything.
+    std::string newer = snapshot;
+    const std::string version_record = Key(kMetaFormatVersion);
+    const size_t at = newer.find(version_record);
+    REQUIRE(at != std::string::npos);
+    newer[at + version_record.size() + 1] = '\x04';  // after the value's length byte
+    storage = OpenOk(options);
+    CheckError(storage->ReplaceAll(newer), StatusCode::kCorruption,
+               "snapshot has storage format version 4");
+    CheckSameState(direct, *LoadedIndex(*storage, {}));
+  }
+
+  TEST_CASE("RocksDbStorage: LoadInto refuses entries of one block that disagree on it") {
+    TempDir dir;
+    const StorageOptions options = SmallOptions(dir);
+    std::vector<Mutation> mutations = OneOfEach();
+    Mutation other_tier = PutEntry(1, 0x1234, 2, Tier::kGpu, "");
+    other_tier.stamp = 2;  // the block's stamp is 1
+    mutations.push_back(other_tier);
+    REQUIRE(OpenOk(options)->Write(1, mutations).ok());
+    Index index;
+    std::string key;
+    AppendEntryKey(1, 0x1234, 2, Tier::kDisk, &key);
+    CheckError(OpenOk(options)->LoadInto(&index), StatusCode::kCorruption,
+               DescribeKey(key) + " disagrees with its block's other entries");
+  }
+
   TEST_CASE("RocksDbStorage: LoadInto returns the index's own error for inconsistent records") {
     TempDir dir;
     const StorageOptions options = SmallOptions(dir);
     std::vector<Mutation> mutations = OneOfEach();
-    mutations.push_back(PutEntry(1, 0x9999, 2, Tier::kGpu, ""));  // no block 0x9999
+    mutations.push_back(PutEntry(1, 0x9999, 7, Tier::kGpu, ""));  // holder 7 has no record
     REQUIRE(OpenOk(options)->Write(1, mutations).ok());
     Index index;
-    CHECK(OpenOk(options)->LoadInto(&index).code() == StatusCode::kCorruption);
+    CheckError(OpenOk(options)->LoadInto(&index), StatusCode::kCorruption, "unknown holder 7");
   }
 }
 
