@@ -1,14 +1,22 @@
 // In-process index benchmark: ingest rate, prefix-lookup latency and memory per entry.
 // Prints figures; asserts nothing (targets are checked by reading them, see
 // scripts/bench/index). Usage: index_bench [--entries N]... [--holders H] [--chain L]
-//   [--shared-prefix S] [--prefix-holders K] [--lookups Q] [--tiers 1|2]
+//   [--shared-prefix S] [--prefix-holders K] [--lookups Q] [--tiers 1|2] [--stall]
+// --stall adds, per size, the longest lookup stall during ingest with and without
+// hash-table growth prepared under the read lock (Index::PrepareGrowth).
+#include <time.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <shared_mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server/index/index.h"
@@ -26,6 +34,7 @@ struct Config {
   uint32_t prefix_holders = 10;  // holders per group (one group's system prompt, say)
   uint32_t lookups = 200000;
   uint32_t tiers = 1;  // 2: every chain is also offloaded to CPU (two entries per block)
+  bool stall = false;  // also RunStall
 };
 
 uint64_t SplitMix(uint64_t x) {
@@ -56,6 +65,14 @@ uint64_t RssBytes() {
   const int n = std::fscanf(f, "%lu %lu", &size, &resident);
   std::fclose(f);
   return n == 2 ? resident * 4096ull : 0;
+}
+
+// This thread's CPU time in µs: unlike the wall clock, it excludes time the thread was
+// preempted, which on a loaded machine dominates the longest lock holds.
+double ThreadCpuMicros() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
 }
 
 double Percentile(std::vector<double>& v, double p) {
@@ -93,19 +110,15 @@ void CalibrateTail(double micros) {
               Percentile(us, 0.50), Percentile(us, 0.99), Percentile(us, 0.999));
 }
 
-void Run(const Config& cfg, uint64_t target_entries) {
-  // Entries are unique (block, holder, tier) copies: a holder's chains share its group's
-  // prefix, which it holds once, so size the chain count to reach the target entries.
+// Chains are sized to reach `target_entries` unique (block, holder, tier) copies: a
+// holder's chains share its group's prefix, which it holds once.
+uint64_t ChainCount(const Config& cfg, uint64_t target_entries) {
   const uint64_t prefix_entries = uint64_t{cfg.holders} * cfg.shared_prefix * cfg.tiers;
   const uint64_t per_chain = uint64_t{cfg.chain - cfg.shared_prefix} * cfg.tiers;
-  const uint64_t chains =
-      target_entries > prefix_entries ? (target_entries - prefix_entries) / per_chain + 1 : 1;
-  std::printf(
-      "\n== index: %llu entries target, %llu chains of %u blocks in %u tier(s), %u "
-      "holders, %u-block prefixes shared by groups of %u holders ==\n",
-      static_cast<unsigned long long>(target_entries), static_cast<unsigned long long>(chains),
-      cfg.chain, cfg.tiers, cfg.holders, cfg.shared_prefix, cfg.prefix_holders);
-  // Commands are built up front so that only Apply is timed.
+  return target_entries > prefix_entries ? (target_entries - prefix_entries) / per_chain + 1 : 1;
+}
+
+std::vector<StoreCommand> BuildCommands(const Config& cfg, uint64_t chains) {
   std::vector<StoreCommand> commands(chains * cfg.tiers);
   for (uint64_t c = 0; c < chains; ++c) {
     for (uint32_t t = 0; t < cfg.tiers; ++t) {
@@ -117,6 +130,18 @@ void Run(const Config& cfg, uint64_t target_entries) {
       cmd.base_depth = 0;
     }
   }
+  return commands;
+}
+
+void Run(const Config& cfg, uint64_t target_entries) {
+  const uint64_t chains = ChainCount(cfg, target_entries);
+  std::printf(
+      "\n== index: %llu entries target, %llu chains of %u blocks in %u tier(s), %u "
+      "holders, %u-block prefixes shared by groups of %u holders ==\n",
+      static_cast<unsigned long long>(target_entries), static_cast<unsigned long long>(chains),
+      cfg.chain, cfg.tiers, cfg.holders, cfg.shared_prefix, cfg.prefix_holders);
+  // Commands are built up front so that only Apply is timed.
+  std::vector<StoreCommand> commands = BuildCommands(cfg, chains);
   IndexOptions options;
   options.max_entries_per_context = target_entries * 2;
   const uint64_t rss_before = RssBytes();
@@ -186,6 +211,92 @@ void Run(const Config& cfg, uint64_t target_entries) {
   }
 }
 
+// The longest lookup stall during ingest. The applying thread takes the write lock per
+// command (one batch), as StateMachine::ApplyBatches does, while a reader thread looks up
+// random applied chains under the read lock. "in-lock" lets Insert grow the tables under
+// the write lock; "prepared" first builds the growth under the read lock
+// (Index::PrepareGrowth, bounded as the StateMachine bounds a store without engine hashes)
+// and adopts it under the write lock. Reports the longest write-lock hold (what any lookup
+// may wait; wall clock and the applier's CPU time, which leaves out preemption) and the
+// longest lookup the reader saw, lock wait included. On a loaded machine the wall-clock
+// figures carry the scheduler's noise (a writer preempted inside the lock).
+void RunStall(const Config& cfg, uint64_t target_entries) {
+  const uint64_t chains = ChainCount(cfg, target_entries);
+  std::vector<StoreCommand> commands = BuildCommands(cfg, chains);
+  std::printf("stall: %llu entries target, %zu store batches of %u blocks, one reader thread\n",
+              static_cast<unsigned long long>(target_entries), commands.size(), cfg.chain);
+  for (const bool prepared : {false, true}) {
+    IndexOptions options;
+    options.max_entries_per_context = target_entries * 2;
+    Index index(options);
+    std::shared_mutex mu;
+    std::atomic<bool> done{false};
+    std::atomic<uint64_t> applied{0};  // commands applied: the reader picks among their chains
+    double longest_lookup_us = 0;
+    uint64_t lookups = 0;
+    std::thread reader([&] {
+      std::mt19937_64 rng(7);
+      while (!done.load(std::memory_order_relaxed)) {
+        const uint64_t have = applied.load(std::memory_order_relaxed) / cfg.tiers;
+        const std::vector<uint64_t> keys = ChainKeys(cfg, have == 0 ? 0 : rng() % have);
+        const auto a = Clock::now();
+        {
+          std::shared_lock lock(mu);
+          const LookupResult r = index.Lookup(kContext, keys);
+          (void)r;
+        }
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - a).count();
+        longest_lookup_us = std::max(longest_lookup_us, us);
+        ++lookups;
+      }
+    });
+    // Reserved as the state machine's scratch list keeps its capacity across groups:
+    // otherwise its one-time doublings (~35 ms at 128K) would be the longest hold.
+    MutationList mutations;
+    mutations.reserve(2 * 64 * 1024);
+    double longest_hold_us = 0, longest_hold_cpu_us = 0, longest_prepare_us = 0;
+    const auto t0 = Clock::now();
+    for (const StoreCommand& cmd : commands) {
+      IndexGrowth growth;
+      if (prepared) {
+        const auto a = Clock::now();
+        std::shared_lock lock(mu);
+        const uint64_t n = cmd.hashes.size();
+        growth = index.PrepareGrowth(GrowthBound{n, n, 0});
+        lock.unlock();
+        longest_prepare_us =
+            std::max(longest_prepare_us,
+                     std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+      }
+      std::unique_lock lock(mu);
+      const auto a = Clock::now();
+      const double cpu_a = ThreadCpuMicros();
+      if (!growth.empty() && !index.AdoptGrowth(std::move(growth))) std::abort();
+      index.Apply(cmd, 0, &mutations);
+      const double cpu_b = ThreadCpuMicros();
+      const auto b = Clock::now();
+      lock.unlock();
+      longest_hold_us =
+          std::max(longest_hold_us, std::chrono::duration<double, std::micro>(b - a).count());
+      longest_hold_cpu_us = std::max(longest_hold_cpu_us, cpu_b - cpu_a);
+      applied.fetch_add(1, std::memory_order_relaxed);
+      if (mutations.size() > 64 * 1024) mutations.clear();  // as the state machine's group
+    }
+    const double ingest_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    done.store(true);
+    reader.join();
+    const TableCapacities capacities = index.table_capacities();
+    std::printf(
+        "stall (%s growth): ingest %.2f s; longest write-lock hold %.2f ms (%.2f ms of CPU); "
+        "longest lookup (lock wait included) %.2f ms of %llu; longest prepare (read lock) "
+        "%.2f ms; forward table %llu slots\n",
+        prepared ? "prepared" : "in-lock", ingest_s, longest_hold_us / 1e3,
+        longest_hold_cpu_us / 1e3, longest_lookup_us / 1e3,
+        static_cast<unsigned long long>(lookups), longest_prepare_us / 1e3,
+        static_cast<unsigned long long>(capacities.forward));
+  }
+}
+
 }  // namespace
 }  // namespace kvatlas::server
 
@@ -214,10 +325,12 @@ int main(int argc, char** argv) {
       cfg.lookups = static_cast<uint32_t>(next());
     else if (arg == "--tiers")
       cfg.tiers = static_cast<uint32_t>(std::clamp<uint64_t>(next(), 1, 2));
+    else if (arg == "--stall")
+      cfg.stall = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--entries N]... [--holders H] [--chain L] [--shared-prefix S] "
-                   "[--prefix-holders K] [--lookups Q] [--tiers 1|2]\n",
+                   "[--prefix-holders K] [--lookups Q] [--tiers 1|2] [--stall]\n",
                    argv[0]);
       return 2;
     }
@@ -226,6 +339,9 @@ int main(int argc, char** argv) {
   if (cfg.shared_prefix >= cfg.chain) cfg.shared_prefix = cfg.chain - 1;
   if (cfg.prefix_holders == 0) cfg.prefix_holders = 1;
   kvatlas::server::CalibrateTail(10.0);
-  for (uint64_t n : cfg.entries) kvatlas::server::Run(cfg, n);
+  for (uint64_t n : cfg.entries) {
+    kvatlas::server::Run(cfg, n);
+    if (cfg.stall) kvatlas::server::RunStall(cfg, n);
+  }
   return 0;
 }

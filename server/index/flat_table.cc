@@ -20,13 +20,56 @@ void FlatTable::Place(uint32_t tag, uint32_t value) {
 }
 
 void FlatTable::Grow() {
-  std::unique_ptr<void, FreeDeleter> old_buffer = std::move(buffer_);
-  const Slot* old = slots_;
+  // The same rehash as a prepared growth, adopted at once (it cannot be stale).
+  const bool adopted = Adopt(Rehashed(capacity() * 2));
+  (void)adopted;
+}
+
+FlatTable::Grown FlatTable::Rehashed(size_t capacity) const {
+  Grown g;
+  g.buffer_ = AllocateHuge(capacity * sizeof(Slot));
+  g.slots_ = static_cast<Slot*>(g.buffer_.get());
+  g.mask_ = capacity - 1;
+  g.shift_ = 64 - std::countr_zero(capacity);
+  for (size_t i = 0; i < capacity; ++i) g.slots_[i].value = kEmpty;
+  // Probing inserts into a table without deletions, in any order, leave every slot
+  // reachable from its home.
   const size_t old_capacity = mask_ + 1;
-  Allocate(old_capacity * 2);
   for (size_t i = 0; i < old_capacity; ++i) {
-    if (old[i].value != kEmpty) Place(old[i].tag, old[i].value);
+    const Slot& s = slots_[i];
+    if (s.value == kEmpty) continue;
+    size_t j = HomeIn(s.tag, g.shift_, g.mask_);
+    while (g.slots_[j].value != kEmpty) j = (j + 1) & g.mask_;
+    g.slots_[j] = s;
   }
+  g.source_ = this;
+  g.source_generation_ = generation_;
+  g.source_capacity_ = old_capacity;
+  return g;
+}
+
+std::optional<FlatTable::Grown> FlatTable::PrepareGrowth(size_t extra_inserts) const {
+  // Insert grows when (size + 1) * 8 > capacity * 7, by doubling: find where the doublings
+  // end after `extra_inserts` more.
+  size_t capacity = this->capacity();
+  const size_t target = size_ + extra_inserts;
+  while (target * 8 > capacity * 7) capacity *= 2;
+  if (capacity == this->capacity()) return std::nullopt;
+  return Rehashed(capacity);
+}
+
+bool FlatTable::Adopt(Grown&& grown) {
+  if (grown.source_ != this || grown.source_generation_ != generation_ ||
+      grown.source_capacity_ != capacity()) {
+    return false;
+  }
+  buffer_ = std::move(grown.buffer_);
+  slots_ = grown.slots_;
+  mask_ = grown.mask_;
+  shift_ = grown.shift_;
+  grown.slots_ = nullptr;
+  grown.source_ = nullptr;
+  return true;
 }
 
 size_t FlatTable::Locate(uint64_t key, uint32_t value) const {
@@ -42,6 +85,7 @@ bool FlatTable::Replace(uint64_t key, uint32_t old_value, uint32_t new_value) {
   const size_t i = Locate(key, old_value);
   if (i == SIZE_MAX) return false;
   slots_[i].value = new_value;
+  ++generation_;
   return true;
 }
 
@@ -62,6 +106,7 @@ bool FlatTable::Erase(uint64_t key, uint32_t value) {
   }
   slots_[hole].value = kEmpty;
   --size_;
+  ++generation_;
   return true;
 }
 

@@ -8,20 +8,53 @@
 // can grow without knowing the keys. Linear probing, backward-shift deletion (no
 // tombstones: removes never leave garbage behind), load factor kept ≤ 7/8.
 //
+// Growth: Insert doubles the table when it would pass the load factor, rehashing every
+// slot — O(capacity), tens to hundreds of ms for millions of slots, while the writer holds
+// exclusive access. A single writer can instead build the grown slots with PrepareGrowth
+// (const: readers keep running) and swap them in with Adopt (O(1)); Insert's own growth
+// stays the fallback, so correctness never depends on a prepare.
+//
 // Thread-safety: const methods may run concurrently; mutations need exclusive access.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "kvatlas/common/huge_buffer.h"
 
 namespace kvatlas::server {
 
 class FlatTable {
+ private:
+  struct Slot {
+    uint32_t tag;
+    uint32_t value;
+  };
+  static_assert(sizeof(Slot) == 8);
+
  public:
   static constexpr uint32_t kEmpty = UINT32_MAX;
+
+  // A grown copy of one table's slots (PrepareGrowth), valid for Adopt by that table only
+  // while it is unchanged. Move-only; dropping it just frees the copy.
+  class Grown {
+   public:
+    size_t capacity() const { return mask_ + 1; }
+
+   private:
+    friend class FlatTable;
+    Grown() = default;
+    std::unique_ptr<void, FreeDeleter> buffer_;
+    Slot* slots_ = nullptr;
+    size_t mask_ = 0;
+    int shift_ = 64;
+    // What Adopt checks: the table it was built from and that table's state then.
+    const FlatTable* source_ = nullptr;
+    uint64_t source_generation_ = 0;
+    size_t source_capacity_ = 0;
+  };
 
   FlatTable() { Allocate(16); }
 
@@ -57,7 +90,20 @@ class FlatTable {
     if ((size_ + 1) * 8 > capacity() * 7) Grow();
     Place(TagOf(key), value);
     ++size_;
+    ++generation_;
   }
+
+  // The slots this table would need so that `extra_inserts` more Inserts (from now, with no
+  // erases counted) do not grow it: the smallest capacity Insert's doublings would reach,
+  // rehashed from the current slots. nullopt when the current capacity suffices. O(capacity)
+  // when it grows, O(1) otherwise; reads only, so it may run beside readers.
+  std::optional<Grown> PrepareGrowth(size_t extra_inserts) const;
+
+  // Swaps in `grown` in O(1). REQUIRES: `grown` came from this table's PrepareGrowth and no
+  // Insert, Erase or Replace ran since (the copy would lose them). Checked in every build
+  // (three compares): on a violation it returns false and changes nothing, so the caller
+  // loses only the head start (Insert grows by itself).
+  [[nodiscard]] bool Adopt(Grown&& grown);
 
   // Removes the slot holding exactly (key, value). Returns false if there is none.
   bool Erase(uint64_t key, uint32_t value);
@@ -66,12 +112,6 @@ class FlatTable {
   bool Replace(uint64_t key, uint32_t old_value, uint32_t new_value);
 
  private:
-  struct Slot {
-    uint32_t tag;
-    uint32_t value;
-  };
-  static_assert(sizeof(Slot) == 8);
-
   static uint32_t TagOf(uint64_t key) {
     // Keys are mostly hashes already; the finaliser protects against structured ones.
     key ^= key >> 33;
@@ -82,17 +122,24 @@ class FlatTable {
     return static_cast<uint32_t>(key >> 32);
   }
   // Top bits of the (well-mixed) tag; the table never exceeds 2^32 slots.
-  size_t Home(uint32_t tag) const { return (uint64_t{tag} << 32 >> shift_) & mask_; }
+  static size_t HomeIn(uint32_t tag, int shift, size_t mask) {
+    return (uint64_t{tag} << 32 >> shift) & mask;
+  }
+  size_t Home(uint32_t tag) const { return HomeIn(tag, shift_, mask_); }
   size_t Locate(uint64_t key, uint32_t value) const;
   void Place(uint32_t tag, uint32_t value);
   void Allocate(size_t capacity);
   void Grow();
+  // Empty slots of `capacity` (a power of two) holding this table's slots, rehashed.
+  Grown Rehashed(size_t capacity) const;
 
   std::unique_ptr<void, FreeDeleter> buffer_;
   Slot* slots_ = nullptr;
   size_t mask_ = 0;
   int shift_ = 64;  // 64 - log2(capacity)
   size_t size_ = 0;
+  // Counts Insert, Erase and Replace: Adopt's proof that nothing changed since a prepare.
+  uint64_t generation_ = 0;
 };
 
 }  // namespace kvatlas::server

@@ -66,6 +66,38 @@ struct IndexStats {
   uint64_t memory_bytes = 0;    // bytes held by the index's own tables and pools
 };
 
+// Upper bounds of what one batch may add to the index: how many more inserts each hash
+// table must take without growing (Index::PrepareGrowth). Over-estimates only make a table
+// grow a little early; under-estimates only leave the rest to Insert's own growth.
+struct GrowthBound {
+  uint64_t blocks = 0;   // new blocks: forward-table inserts
+  uint64_t entries = 0;  // new entries
+  uint64_t aliases = 0;  // new entries whose engine hash may differ from their block key
+};
+
+// Hash tables grown ahead by Index::PrepareGrowth, for Index::AdoptGrowth. Opaque and
+// move-only; empty (nothing allocated) when no table needed to grow, the common case.
+class IndexGrowth {
+ public:
+  IndexGrowth();
+  ~IndexGrowth();
+  IndexGrowth(IndexGrowth&&) noexcept;
+  IndexGrowth& operator=(IndexGrowth&&) noexcept;
+  bool empty() const { return tables_ == nullptr; }
+
+ private:
+  friend class Index;
+  struct Tables;
+  std::unique_ptr<Tables> tables_;
+};
+
+// Slot capacities of the index's hash tables (tests, growth figures).
+struct TableCapacities {
+  uint64_t forward = 0;
+  uint64_t aliases = 0;
+  uint64_t hot = 0;
+};
+
 class Index {
  public:
   explicit Index(IndexOptions options = {});
@@ -112,6 +144,20 @@ class Index {
   // memory layout and insertion history: equal state ⇒ equal digest. For tests and, later,
   // replica comparison.
   uint64_t StateDigest() const;
+
+  // Growth outside the write lock (index_growth.cc, docs/architecture.md §Index). Growing a
+  // hash table rehashes all its slots; the applier, the index's only writer, can do that
+  // while holding only the read lock (readers keep running and nothing changes the tables
+  // meanwhile) and then swap the result in under the write lock in O(1).
+  //
+  // Builds the grown slots of every table that a batch within `bound` could make grow.
+  // O(1) when none would; O(the grown tables' slots) otherwise. Reads only.
+  IndexGrowth PrepareGrowth(const GrowthBound& bound) const;
+  // Swaps in what PrepareGrowth built, O(1). REQUIRES: no Apply or Load* since that
+  // prepare. A table that changed anyway is left as it is (it grows on insert by itself,
+  // under the write lock) and the answer is false; the others are adopted.
+  [[nodiscard]] bool AdoptGrowth(IndexGrowth growth);
+  TableCapacities table_capacities() const;
 
  private:
   class Impl;

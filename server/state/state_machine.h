@@ -4,7 +4,9 @@
 //
 // Thread-safety: Apply/Recover from one thread (the applier); Read() from any thread.
 // Readers see whole applied batches only (a shared_mutex around the index, taken per batch
-// so that a large group never stalls lookups for long).
+// so that a large group never stalls lookups for long). The index's hash tables grow under
+// the read lock (Index::PrepareGrowth) and are swapped in under the write lock, so that a
+// rehash of millions of slots does not stall lookups either.
 #pragma once
 
 #include <atomic>
@@ -161,7 +163,8 @@ class StateMachine final : public LogStateMachine {
   BlockHasher hasher_;
   mutable std::shared_mutex mu_;
   // Applies `batches` under the write lock at revisions next(1), next(2), ... and writes
-  // them to storage; returns the last revision.
+  // them to storage; returns the last revision. Before each batch, grows the index tables
+  // the batch could fill under the read lock only (see the class comment).
   template <typename NextRevision>
   Result<Revision> ApplyBatches(std::span<const CommandBatch* const> batches, NextRevision next);
   // Applies one batch's commands (and its stream position) under the write lock, at

@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <optional>
 #include <random>
+#include <utility>
 
 namespace kvatlas::server {
 namespace {
@@ -80,6 +82,91 @@ TEST_SUITE("FlatTable") {
     CHECK_FALSE(table.Replace(5, 2, 4));
     CHECK(table.Find(5, [](uint32_t v) { return v == 3; }) == 3);
     CHECK(table.Find(5, [](uint32_t v) { return v == 1; }) == 1);
+  }
+
+  TEST_CASE("a prepared and adopted growth equals the growth by inserts") {
+    const auto key = [](uint32_t i) { return uint64_t{i} * 0x9e3779b97f4a7c15ULL; };
+    FlatTable prepared, grown;
+    for (uint32_t i = 0; i < 1000; ++i) {
+      prepared.Insert(key(i), i);
+      grown.Insert(key(i), i);
+    }
+    // An erase in the history: backward-shifted runs must survive the rehash too.
+    REQUIRE(prepared.Erase(key(7), 7));
+    REQUIRE(grown.Erase(key(7), 7));
+    const size_t before = prepared.capacity();
+    std::optional<FlatTable::Grown> growth = prepared.PrepareGrowth(20000);
+    REQUIRE(growth.has_value());
+    const size_t target = growth->capacity();
+    CHECK(target > before);
+    CHECK(prepared.capacity() == before);  // a prepare changes nothing
+    REQUIRE(prepared.Adopt(std::move(*growth)));
+    const size_t adopted = prepared.capacity();
+    CHECK(adopted == target);
+    for (uint32_t i = 1000; i < 21000; ++i) {
+      prepared.Insert(key(i), i);
+      grown.Insert(key(i), i);
+      REQUIRE(prepared.capacity() == adopted);  // the 20000 inserts never grow it
+    }
+    // The smallest capacity the doublings reach, as Insert's own growth did.
+    CHECK(prepared.capacity() == grown.capacity());
+    CHECK(prepared.size() == grown.size());
+    CHECK(prepared.size() == 20999);
+    for (uint32_t i = 0; i < 21000; ++i) {
+      const uint32_t want = i == 7 ? FlatTable::kEmpty : i;
+      REQUIRE(prepared.Find(key(i), [&](uint32_t v) { return v == i; }) == want);
+    }
+    // One more insert past the prepared bound: Insert's own growth is still there.
+    while ((prepared.size() + 1) * 8 <= prepared.capacity() * 7) {
+      prepared.Insert(key(static_cast<uint32_t>(prepared.size() + 2)), 1);
+    }
+    const size_t full = prepared.capacity();
+    prepared.Insert(1, 2);
+    CHECK(prepared.capacity() == full * 2);
+    CHECK(prepared.Find(1, [](uint32_t v) { return v == 2; }) == 2);
+  }
+
+  TEST_CASE("PrepareGrowth is nullopt while the extra inserts fit the load factor") {
+    FlatTable table;  // 16 slots hold 14 at load 7/8
+    CHECK_FALSE(table.PrepareGrowth(0).has_value());
+    CHECK_FALSE(table.PrepareGrowth(14).has_value());
+    std::optional<FlatTable::Grown> growth = table.PrepareGrowth(15);
+    REQUIRE(growth.has_value());
+    CHECK(growth->capacity() == 32);
+    for (uint32_t i = 0; i < 10; ++i) table.Insert(i, i);
+    CHECK_FALSE(table.PrepareGrowth(4).has_value());
+    REQUIRE(table.PrepareGrowth(5).has_value());
+    CHECK(table.PrepareGrowth(5)->capacity() == 32);
+    CHECK(table.PrepareGrowth(100)->capacity() == 128);
+  }
+
+  TEST_CASE("Adopt refuses a growth prepared before a change, or by another table") {
+    // Every mutation after the prepare makes the grown copy stale: adopting it would lose
+    // the change. Adopt checks in every build and leaves the table as it was.
+    for (int change = 0; change < 3; ++change) {
+      CAPTURE(change);
+      FlatTable table;
+      for (uint32_t i = 0; i < 12; ++i) table.Insert(i, i);
+      std::optional<FlatTable::Grown> growth = table.PrepareGrowth(100);
+      REQUIRE(growth.has_value());
+      if (change == 0) table.Insert(100, 100);
+      if (change == 1) REQUIRE(table.Erase(3, 3));
+      if (change == 2) REQUIRE(table.Replace(4, 4, 44));
+      const size_t capacity = table.capacity();
+      CHECK_FALSE(table.Adopt(std::move(*growth)));
+      CHECK(table.capacity() == capacity);
+      CHECK(table.Find(100, [](uint32_t v) { return v == 100; }) ==
+            (change == 0 ? 100 : FlatTable::kEmpty));
+      CHECK(table.Find(3, [](uint32_t v) { return v == 3; }) ==
+            (change == 1 ? FlatTable::kEmpty : 3));
+      CHECK(table.Find(4, [](uint32_t v) { return v == 44; }) ==
+            (change == 2 ? 44 : FlatTable::kEmpty));
+    }
+    FlatTable a, b;
+    std::optional<FlatTable::Grown> growth = a.PrepareGrowth(100);
+    REQUIRE(growth.has_value());
+    CHECK_FALSE(b.Adopt(std::move(*growth)));
+    CHECK(b.capacity() == 16);
   }
 }
 

@@ -2,10 +2,13 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/temp_dir.h"
@@ -209,6 +212,76 @@ TEST_SUITE("StateMachine") {
     REQUIRE(ApplyOne(machine, stale).has_value());
     REQUIRE(machine.Restore(snapshot).ok());
     CHECK(machine.ServerAddressMap() == std::map<uint64_t, ServerAddresses>{{1, one}, {2, two}});
+  }
+
+  TEST_CASE("StateMachine: lookups stay exact while batches grow the index's tables") {
+    // The applier prepares table growth under the read lock and adopts it under the write
+    // lock; a reader looking up under the read lock meanwhile must see every applied batch
+    // whole and nothing of the others. (Correctness only: how long lookups wait is a
+    // benchmark figure, bench/index_bench.cc.)
+    constexpr uint64_t kBatches = 300;
+    constexpr uint64_t kBlocks = 1000;  // 300k blocks: the forward table grows to 2^19 slots
+    const auto chain = [](uint64_t b) {
+      std::vector<uint64_t> keys(kBlocks);
+      for (uint64_t i = 0; i < kBlocks; ++i) keys[i] = (b + 1) << 32 | i;
+      return keys;
+    };
+    std::vector<CommandBatch> batches(kBatches);
+    for (uint64_t b = 0; b < kBatches; ++b) {
+      StoreCommand store;
+      store.context = kContext;
+      store.holder = HolderKey{"h" + std::to_string(b % 4), 0};
+      store.hashes = chain(b);
+      // Engine hashes on every other batch: the alias table grows too.
+      if (b % 2 == 1) {
+        for (uint64_t key : store.hashes) store.engine_hashes.push_back(key ^ 0x5555);
+      }
+      batches[b].commands.emplace_back(std::move(store));
+    }
+    StateMachine machine({}, nullptr);
+    const Revision first = machine.applied_revision() + 1;
+    std::atomic<bool> done{false};
+    std::atomic<uint64_t> lookups{0};
+    std::atomic<uint64_t> wrong{0};
+    std::thread reader([&] {
+      std::mt19937_64 rng(5);
+      do {
+        machine.Read([&](const Index& index, Revision applied) {
+          // Batch b applies at revision first + b: whole once applied reaches it, absent
+          // while applied is two behind. The revision advances after the write lock is
+          // released, so the batch right after `applied` may already be visible — whole.
+          const uint64_t b = rng() % kBatches;
+          const uint32_t found = index.Lookup(kContext, chain(b)).blocks_found;
+          const bool ok = applied >= first + b       ? found == kBlocks
+                          : applied + 1 == first + b ? found == kBlocks || found == 0
+                                                     : found == 0;
+          if (!ok) wrong.fetch_add(1);
+          return 0;
+        });
+        lookups.fetch_add(1);
+      } while (!done.load());
+    });
+    for (const CommandBatch& batch : batches) {
+      if (!ApplyOne(machine, batch).has_value()) break;
+    }
+    done.store(true);
+    reader.join();
+    CHECK(wrong.load() == 0);
+    CHECK(lookups.load() > 0);
+    CHECK(machine.applied_revision() == first + kBatches - 1);
+    // The same state, and the same table sizes, as an index that grew by itself.
+    Index grown;
+    for (const CommandBatch& batch : batches) {
+      grown.Apply(batch.commands[0], kDefaultHashSeed, nullptr);
+    }
+    machine.Read([&](const Index& index, Revision) {
+      CHECK(index.Stats().blocks == kBatches * kBlocks);
+      CHECK(index.Stats().aliases == kBatches / 2 * kBlocks);
+      CHECK(index.StateDigest() == grown.StateDigest());
+      CHECK(index.table_capacities().forward == grown.table_capacities().forward);
+      CHECK(index.table_capacities().aliases == grown.table_capacities().aliases);
+      return 0;
+    });
   }
 }
 
