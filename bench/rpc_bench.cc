@@ -1,12 +1,20 @@
 // Binary-protocol benchmark against a running kvatlas server (scripts/bench/rpc starts
 // one): ingest throughput through kvatlas::Client with batching, then 128-block lookup
 // latency at fixed open-loop request rates and at saturation, and the same lookups over
-// REST, with the server's CPU time per lookup for each. Prints figures; asserts nothing.
+// REST, with the server's CPU time per lookup for each. Each lookup latency phase (sequential,
+// then each rate) is preceded by the same measurement of a loopback TCP echo in this process
+// with the lookup frames' sizes — the floor this machine puts under any request/reply over
+// loopback — and the lookup p99 is reported as a multiple of it. Prints figures; asserts
+// nothing.
 //   rpc_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID [--entries N]
 //             [--rates 10000,20000,50000] [--seconds S]
 #include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,10 +30,12 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_util.h"
 #include "kvatlas/client/client.h"
+#include "kvatlas/common/protocol.h"
 
 namespace {
 
@@ -133,8 +143,8 @@ void WaitForQuietServer(long pid) {
 // Open loop: request i is due at t0 + i/rate; latency counts from when it was due, so a
 // stalled server (or a late sender) is charged for the requests it delayed (no coordinated
 // omission). The sender sleeps to absolute deadlines and sends every request already due
-// when it wakes; nothing spins.
-void OpenLoop(kvatlas::Client& client, uint64_t chains, uint64_t rate, double seconds, long pid) {
+// when it wakes; nothing spins. Returns the p99 in microseconds.
+double OpenLoop(kvatlas::Client& client, uint64_t chains, uint64_t rate, double seconds, long pid) {
   const uint64_t n = static_cast<uint64_t>(static_cast<double>(rate) * seconds);
   std::vector<double> latency(n);
   std::mt19937_64 rng(rate);
@@ -160,6 +170,7 @@ void OpenLoop(kvatlas::Client& client, uint64_t chains, uint64_t rate, double se
       static_cast<unsigned long long>(rate), Pct(latency, 0.5), Pct(latency, 0.99),
       Pct(latency, 0.999), static_cast<unsigned long long>(n),
       static_cast<unsigned long long>(errors), server_cpu_us, client_cpu_us);
+  return Pct(latency, 0.99);
 }
 
 // Closed loop with `depth` calls in flight: throughput and server CPU per lookup.
@@ -225,7 +236,8 @@ double RestLookups(const std::string& http, uint64_t chains, long pid) {
   return cpu_us;
 }
 
-void BinarySequential(kvatlas::Client& client, uint64_t chains) {
+// Returns the p99 in microseconds.
+double BinarySequential(kvatlas::Client& client, uint64_t chains) {
   std::mt19937_64 rng(3);
   std::vector<double> latency;
   for (int i = 0; i < 20000; ++i) {
@@ -236,7 +248,198 @@ void BinarySequential(kvatlas::Client& client, uint64_t chains) {
   }
   std::printf("binary lookup (1 client, sequential): p50 %.1f us, p99 %.1f us\n", Pct(latency, 0.5),
               Pct(latency, 0.99));
+  return Pct(latency, 0.99);
 }
+
+// ---------------------------------------------------------------------------------------
+// The loopback floor. On a small VM the latency of any request/reply over loopback TCP —
+// syscalls, the kernel's TCP path and above all the wake-ups of the threads a request passes
+// through — is a large part of a lookup's latency, and its tail can exceed a latency target on
+// its own. An echo with the lookup frames' sizes and the same threads, measured in the same
+// run just before the lookups, shows how much of the lookups' latency kvatlas adds at all.
+
+// Blocking send of exactly `size` bytes; false on an error.
+bool WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = send(fd, data, size, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Blocking recv of what has arrived, up to `size` bytes; 0 on EOF or an error.
+size_t ReadSome(int fd, char* data, size_t size) {
+  for (;;) {
+    const ssize_t n = recv(fd, data, size, 0);
+    if (n < 0 && errno == EINTR) continue;
+    return n > 0 ? static_cast<size_t>(n) : 0;
+  }
+}
+
+// Read buffers of the echo's two reading threads: one recv() takes every frame that has
+// arrived, as the server's and the client library's readers do.
+constexpr size_t kEchoReadBytes = 64 << 10;
+
+// An echo server thread on 127.0.0.1 (port 0) that answers every `request_bytes` it reads
+// with `reply_bytes`, and one client connection to it; TCP_NODELAY on both ends, as the
+// kvatlas client and server set it. A request passes through the same threads as a binary
+// lookup's: the caller (or the open-loop sender) writes it itself, as the client library's
+// fast path does; the server thread reads it and answers, as the server's RPC I/O thread
+// does; a receiver thread reads the reply and completes a promise, as the client's I/O
+// thread does; the caller wakes on the future. Both readers take everything that has arrived
+// in one recv() and the server answers all complete requests in it with one send(), as the
+// server's connection coalesces its answers: answering one request per system call would
+// cost more per request than the lookups at high rates, and the floor would be none. What
+// the floor leaves out: the server being another process (its wake-ups switch address
+// spaces), epoll (the floor blocks in recv), frame coding and the lookup itself.
+class EchoFloor {
+ public:
+  EchoFloor(size_t request_bytes, size_t reply_bytes)
+      : request_(request_bytes, 'q'), reply_bytes_(reply_bytes) {
+    const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t addr_len = sizeof addr;
+    auto* sa = reinterpret_cast<sockaddr*>(&addr);
+    const bool listening = listener >= 0 && bind(listener, sa, sizeof addr) == 0 &&
+                           listen(listener, 1) == 0 && getsockname(listener, sa, &addr_len) == 0;
+    const int client = listening ? socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
+    // connect() completes from the listen backlog, so one thread can make both ends.
+    const bool connected = client >= 0 && connect(client, sa, sizeof addr) == 0;
+    const int server = connected ? accept4(listener, nullptr, nullptr, SOCK_CLOEXEC) : -1;
+    if (server < 0) std::perror("echo floor: loopback connection");
+    if (listener >= 0) close(listener);
+    if (server < 0) {
+      if (client >= 0) close(client);
+      return;
+    }
+    const int one = 1;
+    setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    client_ = client;
+    server_ = std::thread([server, request_bytes, reply_bytes] {
+      // Only sizes matter: a request is `request_bytes` received, whatever they hold.
+      std::string in(kEchoReadBytes, '\0');
+      const std::string replies((kEchoReadBytes / request_bytes + 1) * reply_bytes, 'a');
+      size_t partial = 0;  // bytes of a request not yet complete
+      for (size_t n; (n = ReadSome(server, in.data(), in.size())) > 0;) {
+        const size_t complete = (partial + n) / request_bytes;
+        partial = (partial + n) % request_bytes;
+        if (complete > 0 && !WriteAll(server, replies.data(), complete * reply_bytes)) break;
+      }
+      close(server);
+    });
+  }
+
+  EchoFloor(const EchoFloor&) = delete;
+  EchoFloor& operator=(const EchoFloor&) = delete;
+
+  ~EchoFloor() {
+    if (client_ < 0) return;
+    shutdown(client_, SHUT_RDWR);  // the server thread reads EOF and ends
+    server_.join();
+    close(client_);
+  }
+
+  bool ok() const { return client_ >= 0; }
+
+  void PrintNote() const {
+    std::printf(
+        "(echo floor: %zu-byte requests, %zu-byte replies (a 128-hash lookup frame, a real "
+        "answer frame) over one loopback TCP connection to an echo thread in this process, "
+        "blocking I/O, answers coalesced per read; per request the same 4 threads as a binary "
+        "lookup: sender, server, receiver, waiting caller; without a second process, epoll, "
+        "frame coding or the lookup)\n",
+        request_.size(), reply_bytes_);
+  }
+
+  // `n` round trips one after another, as BinarySequential makes its lookups; prints p50 and
+  // p99 and returns the p99 in microseconds.
+  double Sequential(uint64_t n) {
+    std::vector<std::promise<bool>> promises(n);
+    std::vector<double> latency;
+    uint64_t errors = 0;
+    std::thread receiver = StartReceiver(&promises);
+    for (uint64_t i = 0; i < n; ++i) {
+      const auto a = Clock::now();
+      errors += Send(promises[i]).get() ? 0 : 1;
+      latency.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+    }
+    receiver.join();
+    std::printf("loopback echo floor (1 client, sequential): p50 %.1f us, p99 %.1f us%s\n",
+                Pct(latency, 0.5), Pct(latency, 0.99), errors > 0 ? " (errors)" : "");
+    return Pct(latency, 0.99);
+  }
+
+  // The open loop of the binary lookups (RunOpenLoop, latency from the due time) at `rate`;
+  // prints p50, p99 and p999 and returns the p99 in microseconds.
+  double OpenLoop(uint64_t rate, double seconds) {
+    const uint64_t n = static_cast<uint64_t>(static_cast<double>(rate) * seconds);
+    // Made before the clock starts; the client library makes one per call instead, on the
+    // caller's thread (a small part of its CPU/request, which the binary line reports).
+    std::vector<std::promise<bool>> promises(n);
+    std::vector<double> latency(n);
+    uint64_t errors = 0;
+    const double cpu0 = SelfCpuSeconds();
+    std::thread receiver = StartReceiver(&promises);
+    RunOpenLoop(
+        n, static_cast<double>(rate), Clock::now() + std::chrono::milliseconds(10),
+        [&](uint64_t i) { return Send(promises[i]); },
+        [&](uint64_t i, bool answered, Clock::time_point due) {
+          latency[i] = std::chrono::duration<double, std::micro>(Clock::now() - due).count();
+          errors += answered ? 0 : 1;
+        });
+    receiver.join();
+    // Both ends' CPU: the echo server is this process's thread.
+    const double cpu_us = (SelfCpuSeconds() - cpu0) / static_cast<double>(n) * 1e6;
+    std::printf(
+        "loopback echo floor at %6llu req/s: p50 %7.1f us  p99 %7.1f us  p999 %7.1f us  "
+        "(%llu requests, %llu errors; CPU/request both ends %.1f us)\n",
+        static_cast<unsigned long long>(rate), Pct(latency, 0.5), Pct(latency, 0.99),
+        Pct(latency, 0.999), static_cast<unsigned long long>(n),
+        static_cast<unsigned long long>(errors), cpu_us);
+    return Pct(latency, 0.99);
+  }
+
+ private:
+  // Writes one request; its reply completes `promise` (on the receiver thread).
+  std::future<bool> Send(std::promise<bool>& promise) {
+    std::future<bool> reply = promise.get_future();
+    // A failed write would leave the receiver waiting for a reply that never comes; shutting
+    // the socket down makes it fail every outstanding promise instead.
+    if (!WriteAll(client_, request_.data(), request_.size())) shutdown(client_, SHUT_RDWR);
+    return reply;
+  }
+
+  // A thread that reads one reply per promise, in order (the echo answers in order), and
+  // completes each with whether its reply arrived. It reads no further than the last reply,
+  // so that the next phase starts with an empty socket.
+  std::thread StartReceiver(std::vector<std::promise<bool>>* promises) {
+    return std::thread([this, promises] {
+      std::string in(std::max(kEchoReadBytes, reply_bytes_), '\0');
+      size_t next = 0;     // the promise the next complete reply completes
+      size_t partial = 0;  // bytes of a reply not yet complete
+      while (next < promises->size()) {
+        const size_t left = (promises->size() - next) * reply_bytes_ - partial;
+        const size_t n = ReadSome(client_, in.data(), std::min(in.size(), left));
+        if (n == 0) break;
+        const size_t complete = (partial + n) / reply_bytes_;
+        partial = (partial + n) % reply_bytes_;
+        for (size_t end = next + complete; next < end; ++next) (*promises)[next].set_value(true);
+      }
+      for (; next < promises->size(); ++next) (*promises)[next].set_value(false);
+    });
+  }
+
+  std::string request_;
+  size_t reply_bytes_;
+  int client_ = -1;
+  std::thread server_;
+};
 
 }  // namespace
 
@@ -279,12 +482,46 @@ int main(int argc, char** argv) {
   const uint64_t chains = a.entries / kChain;
   Ingest(**client, chains);
   WaitForQuietServer(a.server_pid);
-  BinarySequential(**client, chains);
-  for (uint64_t rate : a.rates) OpenLoop(**client, chains, rate, a.seconds, a.server_pid);
+  // The echo floor's frame sizes: what the client library writes for a lookup (header plus
+  // the request payload) and what the server writes back for a real one.
+  const LookupRequest sample = Lookup(chains / 2);
+  const auto answer = (*client)->Lookup(sample);
+  if (!answer.has_value()) {
+    std::fprintf(stderr, "lookup: %s\n", answer.error().ToString().c_str());
+    return 1;
+  }
+  namespace protocol = kvatlas::protocol;
+  double floor_sequential_p99 = 0, binary_sequential_p99 = 0;
+  std::vector<std::pair<double, double>> floor_binary_p99;  // per rate
+  {
+    EchoFloor floor(protocol::kHeaderBytes + protocol::EncodeLookupRequestBinary(sample).size(),
+                    protocol::kHeaderBytes + protocol::EncodeLookupAnswerBinary(*answer).size());
+    if (!floor.ok()) return 1;
+    floor.PrintNote();
+    // Each floor runs right before its lookups so that both see the same machine state; the
+    // server is idle meanwhile.
+    floor_sequential_p99 = floor.Sequential(20000);
+    binary_sequential_p99 = BinarySequential(**client, chains);
+    for (uint64_t rate : a.rates) {
+      const double floor_p99 = floor.OpenLoop(rate, a.seconds);
+      floor_binary_p99.emplace_back(floor_p99,
+                                    OpenLoop(**client, chains, rate, a.seconds, a.server_pid));
+    }
+  }
   const double binary_cpu = BinarySaturation(**client, chains, a.server_pid);
   const double rest_cpu = RestLookups(a.http, chains, a.server_pid);
   if (binary_cpu > 0) {
     std::printf("server CPU per lookup, REST / binary: %.1fx\n", rest_cpu / binary_cpu);
+  }
+  if (floor_sequential_p99 > 0) {
+    std::printf("binary lookup p99 / echo floor p99, sequential: %.1fx\n",
+                binary_sequential_p99 / floor_sequential_p99);
+  }
+  for (size_t i = 0; i < a.rates.size(); ++i) {
+    const auto [floor_p99, binary_p99] = floor_binary_p99[i];
+    if (floor_p99 <= 0) continue;
+    std::printf("binary lookup p99 / echo floor p99 at %llu req/s: %.1fx\n",
+                static_cast<unsigned long long>(a.rates[i]), binary_p99 / floor_p99);
   }
   return 0;
 }
