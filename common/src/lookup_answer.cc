@@ -1,7 +1,7 @@
 #include <algorithm>
-#include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kvatlas/common/prefix_match.h"
 
@@ -15,7 +15,10 @@ LookupAnswer BuildLookupAnswer(const LookupResult& result, const ContextKey& con
   answer.blocks_queried = result.blocks_queried;
   answer.blocks_found = result.blocks_found;
 
-  std::map<std::string, InstanceMatch, std::less<>> instances;
+  // Holders with a local prefix, grouped by instance id (a sort of pointers rather than a
+  // map: a lookup is on the scheduler's hot path, where each node allocation shows).
+  std::vector<const HolderMatch*> local;
+  local.reserve(result.holders.size());
   for (const HolderMatch& match : result.holders) {
     if (match.shared > 0) {
       answer.shared.push_back(
@@ -23,24 +26,29 @@ LookupAnswer BuildLookupAnswer(const LookupResult& result, const ContextKey& con
     }
     if (match.disk == 0) continue;
     if (!instance_id.empty() && match.holder.id != instance_id) continue;
-    InstanceMatch& instance = instances[match.holder.id];
-    instance.instance_id = match.holder.id;
-    const TierBlocks blocks{match.gpu, match.cpu, match.disk, match.cpu_only, match.disk_only};
-    instance.dp_ranks.push_back(RankMatch{match.holder.dp_rank, blocks});
-    instance.blocks.gpu = std::max(instance.blocks.gpu, blocks.gpu);
-    instance.blocks.cpu = std::max(instance.blocks.cpu, blocks.cpu);
-    instance.blocks.disk = std::max(instance.blocks.disk, blocks.disk);
-    instance.blocks.cpu_only = std::max(instance.blocks.cpu_only, blocks.cpu_only);
-    instance.blocks.disk_only = std::max(instance.blocks.disk_only, blocks.disk_only);
+    local.push_back(&match);
   }
-  if (!instance_id.empty() && instances.empty()) {
-    instances[std::string(instance_id)].instance_id = std::string(instance_id);
-  }
-
-  for (auto& [id, instance] : instances) {
+  std::stable_sort(local.begin(), local.end(), [](const HolderMatch* a, const HolderMatch* b) {
+    return a->holder.id < b->holder.id;
+  });
+  for (size_t i = 0; i < local.size();) {
+    InstanceMatch& instance = answer.instances.emplace_back();
+    instance.instance_id = local[i]->holder.id;
+    for (; i < local.size() && local[i]->holder.id == instance.instance_id; ++i) {
+      const HolderMatch& match = *local[i];
+      const TierBlocks blocks{match.gpu, match.cpu, match.disk, match.cpu_only, match.disk_only};
+      instance.dp_ranks.push_back(RankMatch{match.holder.dp_rank, blocks});
+      instance.blocks.gpu = std::max(instance.blocks.gpu, blocks.gpu);
+      instance.blocks.cpu = std::max(instance.blocks.cpu, blocks.cpu);
+      instance.blocks.disk = std::max(instance.blocks.disk, blocks.disk);
+      instance.blocks.cpu_only = std::max(instance.blocks.cpu_only, blocks.cpu_only);
+      instance.blocks.disk_only = std::max(instance.blocks.disk_only, blocks.disk_only);
+    }
     std::sort(instance.dp_ranks.begin(), instance.dp_ranks.end(),
               [](const RankMatch& a, const RankMatch& b) { return a.dp_rank < b.dp_rank; });
-    answer.instances.push_back(std::move(instance));
+  }
+  if (!instance_id.empty() && answer.instances.empty()) {
+    answer.instances.emplace_back().instance_id = std::string(instance_id);
   }
   std::stable_sort(
       answer.instances.begin(), answer.instances.end(),
