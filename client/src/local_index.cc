@@ -315,13 +315,38 @@ class LocalIndex::Impl {
         continue;
       }
       heard = Clock::now();
-      std::unique_lock lock(r.mu);
-      for (const FeedRecord& record : *next) r.table->Apply(record);
-      if (reached > r.revision.load()) r.revision = reached;
-      lock.unlock();
+      ApplyInSlices(r, *next, reached);
       records_applied_.fetch_add(next->size());
     }
     return Status::Ok();
+  }
+
+  // Applies `records` (in revision order), then moves the replica to `reached`. A backlog
+  // can be tens of thousands of records: the write lock is taken per slice of about
+  // kSliceKeys block keys, released between slices so that lookups are not held up by the
+  // whole backlog. Slices end only between revisions, so readers always see whole server
+  // batches, and the revision a lookup reports never runs ahead of what it sees.
+  void ApplyInSlices(ContextReplica& r, const std::vector<FeedRecord>& records, Revision reached) {
+    constexpr size_t kSliceKeys = 4096;
+    size_t i = 0;
+    while (i < records.size()) {
+      std::unique_lock lock(r.mu);
+      size_t keys = 0;
+      do {
+        r.table->Apply(records[i]);
+        keys += records[i].keys.size();
+        ++i;
+      } while (i < records.size() &&
+               (keys < kSliceKeys || records[i].revision == records[i - 1].revision));
+      // Every record of revision records[i - 1].revision is applied (the next, if any, is
+      // of a later one).
+      const Revision whole = i < records.size() ? records[i - 1].revision : reached;
+      if (whole > r.revision.load()) r.revision = whole;
+    }
+    if (reached > r.revision.load()) {
+      std::unique_lock lock(r.mu);
+      r.revision = reached;
+    }
   }
 
   const LocalIndexOptions options_;
