@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvatlas/common/log.h"
 #include "server/index/index.h"
 #include "server/storage/key_codec.h"
 #include "server/storage/storage.h"
@@ -510,8 +511,11 @@ class RocksDbStorage final : public Storage {
         batch.Put(ToSlice(MetaKey(kMetaFormatVersion)), ToSlice(value)), "building upgrade batch"));
     rocksdb::WriteOptions sync;
     sync.sync = true;
-    return FromRocks(db_->Write(sync, &batch),
-                     "upgrading " + path_ + " to storage format version 3");
+    KVATLAS_RETURN_IF_ERROR(
+        FromRocks(db_->Write(sync, &batch), "upgrading " + path_ + " to storage format version 3"));
+    LogInfo("upgraded " + path_ + " to storage format version 3 (" + std::to_string(batch.Count()) +
+            " record operations)");
+    return Status::Ok();
   }
 
   // Blocks come off disk in (context, key) order, inside their entries' records; the Index
