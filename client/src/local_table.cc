@@ -299,7 +299,9 @@ LookupResult LocalTable::Lookup(const ContextKey& context, std::span<const Block
   }
 
   result.blocks_found = static_cast<uint32_t>(chain.size());
-  for (const PrefixWalk::Run& r : walk.SortedRuns()) {
+  const std::span<const PrefixWalk::Run> runs = walk.SortedRuns();
+  result.holders.reserve(runs.size());
+  for (const PrefixWalk::Run& r : runs) {
     if (r.disk == 0 && r.shared == 0) continue;
     HolderMatch match = PrefixWalk::MatchOf(r);
     match.holder = holders_[r.holder];

@@ -31,6 +31,7 @@ LookupAnswer BuildLookupAnswer(const LookupResult& result, const ContextKey& con
   std::stable_sort(local.begin(), local.end(), [](const HolderMatch* a, const HolderMatch* b) {
     return a->holder.id < b->holder.id;
   });
+  answer.instances.reserve(local.size() + (instance_id.empty() ? 0 : 1));
   for (size_t i = 0; i < local.size();) {
     InstanceMatch& instance = answer.instances.emplace_back();
     instance.instance_id = local[i]->holder.id;
