@@ -159,6 +159,8 @@ void Client::Impl::StartCall(uint64_t id, std::string_view payload, Client::Time
   // Writes and heartbeats must reach the leader: follow a follower's not_leader answer.
   if (redirector_ &&
       (type == protocol::MessageType::kIngest || type == protocol::MessageType::kHeartbeat)) {
+    // Straight to the leader a redirect found earlier, when there is one.
+    if (redirector_->SendToKnownLeader(type, payload, call->deadline, &call->done)) return;
     call->done = redirector_->Wrap(type, payload, call->deadline, std::move(call->done));
   }
   if (payload.size() > options_.max_request_bytes) {

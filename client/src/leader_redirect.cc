@@ -24,8 +24,41 @@ void LeaderRedirector::Stop() {
   if (worker_.joinable()) worker_.join();
   // Closing a leader connection completes its calls (kUnavailable) on its I/O thread; a
   // not_leader among them finds stopping_ set and completes at once. Destroyed unlocked.
-  std::map<std::string, std::unique_ptr<Client::Impl>> leaders = std::move(leaders_);
+  std::map<std::string, std::unique_ptr<Client::Impl>> leaders;
+  {
+    std::lock_guard lock(mu_);
+    leaders = std::move(leaders_);
+    known_leader_.clear();
+  }
   leaders.clear();
+}
+
+bool LeaderRedirector::SendToKnownLeader(protocol::MessageType type, std::string_view payload,
+                                         Clock::time_point deadline, Client::Impl::Done* done) {
+  Client::Impl* leader = nullptr;
+  std::string address;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || known_leader_.empty()) return false;
+    address = known_leader_;
+    leader = leaders_.at(address).get();
+  }
+  auto call = std::make_shared<Call>();
+  call->type = type;
+  call->payload = std::string(payload);
+  call->deadline = deadline;
+  call->sent_to = std::move(address);
+  call->done = std::move(*done);
+  const auto remaining = deadline - Clock::now();
+  leader->Call(type, call->payload,
+               std::max(std::chrono::duration_cast<Client::Timeout>(remaining), Client::Timeout(1)),
+               WrapCall(call));
+  return true;
+}
+
+std::string LeaderRedirector::known_leader() const {
+  std::lock_guard lock(mu_);
+  return known_leader_;
 }
 
 Client::Impl::Done LeaderRedirector::Wrap(protocol::MessageType type, std::string_view payload,
@@ -40,6 +73,7 @@ Client::Impl::Done LeaderRedirector::Wrap(protocol::MessageType type, std::strin
 
 Client::Impl::Done LeaderRedirector::WrapCall(std::shared_ptr<Call> call) {
   return [this, call](Result<protocol::Frame> frame) {
+    if (!call->sent_to.empty()) Remember(*call, frame);
     if (frame.has_value() || frame.error().code() != StatusCode::kNotLeader ||
         call->hops_left <= 0 || Clock::now() >= call->deadline) {
       call->done(std::move(frame));
@@ -72,10 +106,24 @@ Client::Impl::Done LeaderRedirector::WrapCall(std::shared_ptr<Call> call) {
   };
 }
 
+void LeaderRedirector::Remember(const Call& call, const Result<protocol::Frame>& frame) {
+  std::lock_guard lock(mu_);
+  if (frame.has_value()) {
+    known_leader_ = call.sent_to;
+  } else if (frame.error().code() == StatusCode::kUnavailable && known_leader_ == call.sent_to) {
+    known_leader_.clear();  // gone or unreachable: the configured endpoints again
+  }
+}
+
 void LeaderRedirector::Resend(std::shared_ptr<Call> call, const std::string& address,
                               const Status& not_leader) {
-  auto it = leaders_.find(address);
-  if (it == leaders_.end()) {
+  Client::Impl* leader = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = leaders_.find(address);
+    if (it != leaders_.end()) leader = it->second.get();
+  }
+  if (leader == nullptr) {
     Result<Endpoint> endpoint = ParseEndpoint(address);
     if (!endpoint.has_value()) {
       call->done(not_leader.WithContext("the leader's address is malformed"));
@@ -87,9 +135,11 @@ void LeaderRedirector::Resend(std::shared_ptr<Call> call, const std::string& add
     auto impl = std::make_unique<Client::Impl>(std::move(options),
                                                std::vector<Endpoint>{std::move(*endpoint)});
     // Start fails only when no connection opened; the Impl then keeps retrying with its
-    // backoff, so it is kept either way and the call below reports the outcome.
+    // backoff, so it is kept either way and the call below reports the outcome. It
+    // connects without mu_ (up to connect_timeout); only this thread adds leaders.
     (void)impl->Start();
-    it = leaders_.emplace(address, std::move(impl)).first;
+    std::lock_guard lock(mu_);
+    leader = leaders_.emplace(address, std::move(impl)).first->second.get();
   }
   const auto remaining = call->deadline - Clock::now();
   if (remaining <= Clock::duration::zero()) {
@@ -98,10 +148,10 @@ void LeaderRedirector::Resend(std::shared_ptr<Call> call, const std::string& add
     return;
   }
   --call->hops_left;
-  it->second->Call(
-      call->type, call->payload,
-      std::max(std::chrono::duration_cast<Client::Timeout>(remaining), Client::Timeout(1)),
-      WrapCall(call));
+  call->sent_to = address;
+  leader->Call(call->type, call->payload,
+               std::max(std::chrono::duration_cast<Client::Timeout>(remaining), Client::Timeout(1)),
+               WrapCall(call));
 }
 
 void LeaderRedirector::Run() {

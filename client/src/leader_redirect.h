@@ -6,6 +6,13 @@
 // address in the answer, hops or deadline used up, the leader unreachable) completes the
 // call with the not_leader error (or the connect error) as is.
 //
+// Leader memory: once a resent call succeeds at an address, later writes go to that
+// leader directly (SendToKnownLeader) instead of paying a follower's not_leader round trip
+// each. A known leader that answers not_leader naming another is followed as above (and
+// the new one remembered once it answers); one that cannot be reached (kUnavailable) is
+// forgotten, and that call fails as any call on a lost connection does — it is not resent,
+// since the server may have applied it.
+//
 // Thread-safety: Wrap() from any thread. Connecting blocks (up to connect_timeout), so it
 // runs on the redirector's own worker thread, never on a client's I/O thread.
 #pragma once
@@ -40,6 +47,15 @@ class LeaderRedirector {
   [[nodiscard]] Client::Impl::Done Wrap(protocol::MessageType type, std::string_view payload,
                                         Clock::time_point deadline, Client::Impl::Done done);
 
+  // Sends the call to the remembered leader, if there is one, taking `*done` (which then
+  // completes as a Wrap()ped call's would); false, leaving `*done`, when no leader is known.
+  // Never blocks: the leader's connection exists already.
+  bool SendToKnownLeader(protocol::MessageType type, std::string_view payload,
+                         Clock::time_point deadline, Client::Impl::Done* done);
+
+  // The remembered leader's binary-protocol address; empty when none (tests, diagnostics).
+  std::string known_leader() const;
+
   // Joins the worker (queued retries complete with their not_leader error) and closes the
   // leader connections (their calls fail with kUnavailable). Idempotent. After it, retries
   // are not attempted.
@@ -51,20 +67,27 @@ class LeaderRedirector {
     std::string payload;
     Clock::time_point deadline;
     int hops_left = kMaxHops;
+    std::string sent_to;  // the leader address it was last sent to; empty: the endpoints
     Client::Impl::Done done;
   };
 
   Client::Impl::Done WrapCall(std::shared_ptr<Call> call);
+  // Remembers the leader `call` was sent to when it acknowledged; forgets it when it could
+  // not be reached.
+  void Remember(const Call& call, const Result<protocol::Frame>& frame);
   // Worker thread: connects to `address` (or reuses the connection) and resends `call`.
   void Resend(std::shared_ptr<Call> call, const std::string& address, const Status& not_leader);
   void Run();
 
   const ClientOptions options_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::deque<std::function<void(bool run)>> queue_;               // run=false: stopping, fail it
-  std::map<std::string, std::unique_ptr<Client::Impl>> leaders_;  // worker thread only
+  std::deque<std::function<void(bool run)>> queue_;  // run=false: stopping, fail it
+  // Connections by leader address: added by the worker thread, used by callers too, erased
+  // only by Stop() (after the worker is joined).
+  std::map<std::string, std::unique_ptr<Client::Impl>> leaders_;
+  std::string known_leader_;  // a key of leaders_ whose server last acknowledged a call
   std::thread worker_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,28 @@ Frame NotLeader(const Frame& request, const protocol::NotLeaderHint& hint) {
                             StatusCode::kNotLeader);
 }
 
+// A leader's answer to an ingest: accepted at revision `revision`.
+FakeServer::Action Acked(const Frame& request, uint64_t revision) {
+  IngestAnswer answer;
+  answer.revision = revision;
+  answer.events = 1;
+  answer.blocks = 1;
+  return FakeServer::Action{
+      {FakeServer::Answer(request, protocol::EncodeIngestAnswerBinary(answer))}};
+}
+
+// A follower: answers ingests not_leader naming `leader`, counting them, and anything else
+// with an empty answer.
+FakeServer::Handler Redirecting(std::atomic<int>* ingests, std::function<std::string()> leader) {
+  return [ingests, leader = std::move(leader)](Frame request) {
+    if (request.header.type != MessageType::kIngest) {
+      return FakeServer::Action{{FakeServer::Answer(request, "")}};
+    }
+    ++*ingests;
+    return FakeServer::Action{{NotLeader(request, {2, leader()})}};
+  };
+}
+
 std::unique_ptr<Client> ConnectTo(const std::string& endpoint) {
   ClientOptions options;
   options.endpoints = {endpoint};
@@ -64,31 +87,66 @@ TEST_SUITE("LeaderRedirect") {
     std::atomic<int> leader_ingests{0};
     FakeServer leader([&](Frame request) {
       if (request.header.type == MessageType::kIngest) ++leader_ingests;
-      IngestAnswer answer;
-      answer.revision = 42;
-      answer.events = 1;
-      answer.blocks = 1;
-      return FakeServer::Action{
-          {FakeServer::Answer(request, protocol::EncodeIngestAnswerBinary(answer))}};
+      return Acked(request, 42);
     });
     std::atomic<int> follower_ingests{0};
-    FakeServer follower([&](Frame request) {
-      if (request.header.type != MessageType::kIngest) {
-        return FakeServer::Action{{FakeServer::Answer(request, "")}};
-      }
-      ++follower_ingests;
-      return FakeServer::Action{{NotLeader(request, {2, leader.endpoint()})}};
-    });
+    FakeServer follower(Redirecting(&follower_ingests, [&] { return leader.endpoint(); }));
     auto client = ConnectTo(follower.endpoint());
     for (int i = 0; i < 3; ++i) {
       Result<IngestAnswer> answer = client->Ingest({Event()});
       REQUIRE_MESSAGE(answer.has_value(), answer.status().ToString());
       CHECK(answer->revision == 42);
     }
-    CHECK(follower_ingests == 3);
+    // Only the first went through the follower: the client remembers the leader.
+    CHECK(follower_ingests == 1);
     CHECK(leader_ingests == 3);
     // One connection to the leader, reused.
     CHECK(leader.connections_accepted() == 1);
+  }
+
+  TEST_CASE(
+      "Client: a remembered leader that steps down is followed; one that is gone is "
+      "forgotten") {
+    std::atomic<bool> first_leads{true};
+    std::atomic<int> first_ingests{0}, second_ingests{0}, follower_ingests{0};
+    auto second = std::make_unique<FakeServer>([&](Frame request) {
+      ++second_ingests;
+      return Acked(request, 7);
+    });
+    const std::string second_endpoint = second->endpoint();
+    FakeServer first([&](Frame request) {
+      ++first_ingests;
+      if (first_leads) return Acked(request, 7);
+      return FakeServer::Action{{NotLeader(request, {3, second_endpoint})}};
+    });
+    FakeServer follower(Redirecting(&follower_ingests, [&] { return first.endpoint(); }));
+    auto client = ConnectTo(follower.endpoint());
+    auto ingest_ok = [&] {
+      Result<IngestAnswer> answer = client->Ingest({Event()});
+      REQUIRE_MESSAGE(answer.has_value(), answer.status().ToString());
+    };
+    ingest_ok();  // follower -> first, remembered
+    ingest_ok();  // first directly
+    CHECK(follower_ingests == 1);
+    CHECK(first_ingests == 2);
+
+    first_leads = false;
+    ingest_ok();  // first (not_leader) -> second, remembered
+    ingest_ok();  // second directly
+    CHECK(first_ingests == 3);
+    CHECK(second_ingests == 2);
+    CHECK(follower_ingests == 1);
+
+    // The remembered leader goes away: that call fails (it is not resent: it may have been
+    // applied), and the next one starts from the configured endpoints again.
+    second.reset();
+    Result<IngestAnswer> lost = client->Ingest({Event()}, std::chrono::milliseconds(2000));
+    REQUIRE_FALSE(lost.has_value());
+    CHECK(lost.error().code() == StatusCode::kUnavailable);
+    first_leads = true;
+    ingest_ok();  // follower -> first
+    CHECK(follower_ingests == 2);
+    CHECK(first_ingests == 4);
   }
 
   TEST_CASE("Client: not_leader redirects are bounded and errors without a hint pass") {
