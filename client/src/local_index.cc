@@ -330,14 +330,25 @@ class LocalIndex::Impl {
     constexpr size_t kSliceKeys = 4096;
     size_t i = 0;
     while (i < records.size()) {
-      std::unique_lock lock(r.mu);
+      size_t end = i;
       size_t keys = 0;
+      size_t stored = 0;  // an upper bound of the blocks the slice adds
       do {
-        r.table->Apply(records[i]);
-        keys += records[i].keys.size();
-        ++i;
-      } while (i < records.size() &&
-               (keys < kSliceKeys || records[i].revision == records[i - 1].revision));
+        keys += records[end].keys.size();
+        if (records[end].op == FeedOp::kStored) stored += records[end].keys.size();
+        ++end;
+      } while (end < records.size() &&
+               (keys < kSliceKeys || records[end].revision == records[end - 1].revision));
+      // A table the slice would fill is grown first, beside the lookups: this thread is its
+      // only writer, so nothing changes it before the adopt below.
+      client_internal::LocalTable::PreparedGrowth growth;
+      if (stored > 0) {
+        std::shared_lock read_lock(r.mu);
+        growth = r.table->PrepareGrowth(r.context, stored);
+      }
+      std::unique_lock lock(r.mu);
+      if (growth) (void)r.table->AdoptGrowth(std::move(growth));
+      for (; i < end; ++i) r.table->Apply(records[i]);
       // Every record of revision records[i - 1].revision is applied (the next, if any, is
       // of a later one).
       const Revision whole = i < records.size() ? records[i - 1].revision : reached;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "kvatlas/common/huge_buffer.h"
 
@@ -38,7 +39,35 @@ class LocalTable::ContextTable {
     uint32_t next;  // next further copy of the same block; also the free-list link
   };
 
-  ContextTable() { Rehash(16); }
+  // Grown slots built from a table without changing it (PrepareGrowth), for Adopt.
+  struct Grown {
+    std::unique_ptr<void, FreeDeleter> buffer;
+    Slot* slots = nullptr;
+    size_t mask = 0;
+    unsigned shift = 64;
+    uint64_t source_generation = 0;  // the table's generation_ when built
+  };
+
+  ContextTable() { (void)Adopt(Rehashed(16)); }
+
+  // The slots this table needs for `extra` more blocks without growing, rehashed from the
+  // current ones; nullopt when it has room. Reads only: may run beside lookups.
+  std::optional<Grown> PrepareGrowth(size_t extra) const {
+    size_t capacity = mask_ + 1;
+    while ((used_ + extra) * 8 > capacity * 7) capacity *= 2;
+    if (capacity == mask_ + 1) return std::nullopt;
+    return Rehashed(capacity);
+  }
+
+  // Swaps in `grown` (O(1)) if nothing changed this table since it was built; else false.
+  [[nodiscard]] bool Adopt(Grown&& grown) {
+    if (grown.source_generation != generation_) return false;
+    buffer_ = std::move(grown.buffer);
+    slots_ = grown.slots;
+    mask_ = grown.mask;
+    shift_ = grown.shift;
+    return true;
+  }
 
   // The slot holding `key`, or nullptr.
   const Slot* Find(uint64_t key) const {
@@ -70,6 +99,7 @@ class LocalTable::ContextTable {
   }
 
   void Add(uint64_t key, uint32_t packed, const std::string* location) {
+    ++generation_;  // any change may touch a slot (its first copy or chain head)
     size_t i = Home(key);
     for (; slots_[i].first != kNil; i = (i + 1) & mask_) {
       if (slots_[i].key != key) continue;
@@ -85,10 +115,11 @@ class LocalTable::ContextTable {
     slots_[i] = Slot{key, packed, kNil};
     ++live_copies_;
     SetLocation(key, packed, location);
-    if (++used_ * 8 > (mask_ + 1) * 7) Rehash((mask_ + 1) * 2);
+    if (++used_ * 8 > (mask_ + 1) * 7) (void)Adopt(Rehashed((mask_ + 1) * 2));
   }
 
   void Remove(uint64_t key, uint32_t packed) {
+    ++generation_;
     for (size_t i = Home(key); slots_[i].first != kNil; i = (i + 1) & mask_) {
       Slot& slot = slots_[i];
       if (slot.key != key) continue;
@@ -128,9 +159,10 @@ class LocalTable::ContextTable {
   }
 
  private:
-  size_t Home(uint64_t key) const {
-    return static_cast<size_t>((key * 0x9e3779b97f4a7c15ULL) >> shift_) & mask_;
+  static size_t HomeIn(uint64_t key, unsigned shift, size_t mask) {
+    return static_cast<size_t>((key * 0x9e3779b97f4a7c15ULL) >> shift) & mask;
   }
+  size_t Home(uint64_t key) const { return HomeIn(key, shift_, mask_); }
 
   uint32_t NewCopy(uint32_t packed, uint32_t next) {
     uint32_t c;
@@ -184,24 +216,26 @@ class LocalTable::ContextTable {
     --used_;
   }
 
-  // The slot array lives on huge pages (huge_buffer.h): lookups touch random slots of a
-  // table of tens of MB, and with 4 KiB pages each would also be a TLB miss.
-  void Rehash(size_t capacity) {
-    std::unique_ptr<void, FreeDeleter> old_buffer = std::move(buffer_);
-    const Slot* old = slots_;
-    const size_t old_capacity = old == nullptr ? 0 : mask_ + 1;
-    buffer_ = AllocateHuge(capacity * sizeof(Slot));
-    slots_ = static_cast<Slot*>(buffer_.get());
-    std::uninitialized_fill_n(slots_, capacity, Slot{0, kNil, kNil});
-    mask_ = capacity - 1;
-    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(capacity));
+  // A table of `capacity` slots (a power of two) holding this one's blocks. The slot array
+  // lives on huge pages (huge_buffer.h): lookups touch random slots of a table of tens of
+  // MB, and with 4 KiB pages each would also be a TLB miss.
+  Grown Rehashed(size_t capacity) const {
+    Grown g;
+    g.buffer = AllocateHuge(capacity * sizeof(Slot));
+    g.slots = static_cast<Slot*>(g.buffer.get());
+    std::uninitialized_fill_n(g.slots, capacity, Slot{0, kNil, kNil});
+    g.mask = capacity - 1;
+    g.shift = 64 - static_cast<unsigned>(__builtin_ctzll(capacity));
+    g.source_generation = generation_;
+    const size_t old_capacity = slots_ == nullptr ? 0 : mask_ + 1;
     for (size_t j = 0; j < old_capacity; ++j) {
-      const Slot& s = old[j];
+      const Slot& s = slots_[j];
       if (s.first == kNil) continue;
-      size_t i = Home(s.key);
-      while (slots_[i].first != kNil) i = (i + 1) & mask_;
-      slots_[i] = s;
+      size_t i = HomeIn(s.key, g.shift, g.mask);
+      while (g.slots[i].first != kNil) i = (i + 1) & g.mask;
+      g.slots[i] = s;
     }
+    return g;
   }
 
   std::unique_ptr<void, FreeDeleter> buffer_;
@@ -209,6 +243,7 @@ class LocalTable::ContextTable {
   size_t mask_ = 0;
   unsigned shift_ = 64;
   size_t used_ = 0;
+  uint64_t generation_ = 0;  // counts slot changes: Adopt's proof that none happened
   std::vector<Copy> copies_;
   uint32_t free_head_ = kNil;
   uint64_t live_copies_ = 0;
@@ -216,8 +251,30 @@ class LocalTable::ContextTable {
   std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, std::string>>> locations_;
 };
 
+struct LocalTable::Growth {
+  ContextKey context;
+  const ContextTable* table;  // the table it was built from, to check it is still tracked
+  ContextTable::Grown grown;
+};
+
+void LocalTable::GrowthDeleter::operator()(Growth* growth) const { delete growth; }
+
 LocalTable::LocalTable() = default;
 LocalTable::~LocalTable() = default;
+
+LocalTable::PreparedGrowth LocalTable::PrepareGrowth(const ContextKey& context,
+                                                     size_t extra_blocks) const {
+  const ContextTable* table = Find(context);
+  if (table == nullptr) return nullptr;
+  std::optional<ContextTable::Grown> grown = table->PrepareGrowth(extra_blocks);
+  if (!grown) return nullptr;
+  return PreparedGrowth(new Growth{context, table, std::move(*grown)});
+}
+
+bool LocalTable::AdoptGrowth(PreparedGrowth growth) {
+  ContextTable* table = Find(growth->context);
+  return table == growth->table && table->Adopt(std::move(growth->grown));
+}
 
 LocalTable::ContextTable* LocalTable::Find(const ContextKey& context) const {
   auto it = contexts_.find(context);

@@ -60,6 +60,22 @@ class LocalTable {
                       std::string_view instance_id, bool include_locations,
                       uint32_t max_blocks) const;
 
+  // Growth outside the write lock (as the server's Index does, docs/architecture.md): the
+  // replica's single writer builds a context table's grown slots while lookups go on, then
+  // swaps them in under the write lock in O(1), instead of rehashing the whole table (tens
+  // of ms at a million blocks) while every lookup waits.
+  struct Growth;
+  struct GrowthDeleter {
+    void operator()(Growth* growth) const;
+  };
+  using PreparedGrowth = std::unique_ptr<Growth, GrowthDeleter>;
+  // The grown slots `context` needs for `extra_blocks` more blocks; null when it has room or
+  // is not tracked. Reads only.
+  PreparedGrowth PrepareGrowth(const ContextKey& context, size_t extra_blocks) const;
+  // Swaps in `growth` if neither Apply nor Load changed its table since; false (dropping it:
+  // the table then grows by itself when it fills) otherwise.
+  bool AdoptGrowth(PreparedGrowth growth);
+
   // Totals over tracked contexts.
   uint64_t blocks() const;
   uint64_t copies() const;

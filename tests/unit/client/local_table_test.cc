@@ -226,5 +226,38 @@ TEST_CASE("LocalTable: many blocks grow and shrink the table without losing any"
   }
 }
 
+TEST_CASE("LocalTable: a growth prepared beside readers is adopted, and refused once stale") {
+  LocalTable table;
+  const ContextKey& c = kContexts[0];
+  table.Track(c);
+  CHECK(table.PrepareGrowth(c, 5) == nullptr);                   // 16 slots hold 14 blocks
+  CHECK(table.PrepareGrowth(kContexts[1], 100'000) == nullptr);  // not tracked
+  std::vector<BlockKey> keys;
+  for (BlockKey k = 1; k <= 20'000; ++k) keys.push_back(k * 7919);
+  const HolderKey a{"a", 0};
+  const std::vector<BlockKey> first(keys.begin(), keys.begin() + 1'000);
+  const std::vector<BlockKey> rest(keys.begin() + 1'000, keys.end());
+  table.Apply(FeedRecord{1, FeedOp::kStored, c, a, Tier::kGpu, first, {}});
+  LocalTable::PreparedGrowth growth = table.PrepareGrowth(c, rest.size());
+  REQUIRE(growth != nullptr);
+  CHECK(table.AdoptGrowth(std::move(growth)));
+  const uint64_t memory = table.memory_bytes();
+  table.Apply(FeedRecord{2, FeedOp::kStored, c, a, Tier::kGpu, rest, {}});
+  CHECK(table.memory_bytes() == memory);  // room for all of them: no growth under the lock
+  CHECK(table.Lookup(c, keys, {}, false, 100'000).blocks_found == keys.size());
+
+  // A change between the prepare and the adopt (only possible when misused) is caught: the
+  // copy is dropped and the table is as the change left it.
+  LocalTable::PreparedGrowth stale = table.PrepareGrowth(c, 100'000);
+  REQUIRE(stale != nullptr);
+  const BlockKey one[] = {keys[0]};
+  table.Apply(FeedRecord{3, FeedOp::kRemoved, c, a, Tier::kGpu, {keys[0]}, {}});
+  CHECK_FALSE(table.AdoptGrowth(std::move(stale)));
+  CHECK(table.memory_bytes() == memory);
+  CHECK(table.Lookup(c, one, {}, false, 10).blocks_found == 0);
+  CHECK(table.Lookup(c, std::span<const BlockKey>(keys).subspan(1), {}, false, 100'000)
+            .blocks_found == keys.size() - 1);
+}
+
 }  // namespace
 }  // namespace kvatlas::client_internal
