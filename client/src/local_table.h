@@ -9,7 +9,7 @@
 // it prefetches the slots of the next 16 keys while it walks the current ones.
 //
 // Thread-safety: none inside. LocalIndex serialises writers and readers with a
-// shared_mutex; Lookup is const and may run concurrently with other Lookups.
+// shared_mutex; Lookup and PrepareGrowth are const and may run concurrently with each other.
 #pragma once
 
 #include <cstdint>
