@@ -1,5 +1,6 @@
 #include "client/src/leader_redirect.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -8,6 +9,16 @@
 #include "kvatlas/common/not_leader.h"
 
 namespace kvatlas::client {
+namespace {
+
+// What is left until `deadline`, at least 1 ms (a call's timeout must be positive).
+Client::Timeout TimeoutUntil(LeaderRedirector::Clock::time_point deadline) {
+  return std::max(
+      std::chrono::duration_cast<Client::Timeout>(deadline - LeaderRedirector::Clock::now()),
+      Client::Timeout(1));
+}
+
+}  // namespace
 
 LeaderRedirector::LeaderRedirector(ClientOptions options)
     : options_(std::move(options)), worker_([this] { Run(); }) {}
@@ -49,16 +60,8 @@ bool LeaderRedirector::SendToKnownLeader(protocol::MessageType type, std::string
   call->deadline = deadline;
   call->sent_to = std::move(address);
   call->done = std::move(*done);
-  const auto remaining = deadline - Clock::now();
-  leader->Call(type, call->payload,
-               std::max(std::chrono::duration_cast<Client::Timeout>(remaining), Client::Timeout(1)),
-               WrapCall(call));
+  leader->Call(type, call->payload, TimeoutUntil(deadline), WrapCall(call));
   return true;
-}
-
-std::string LeaderRedirector::known_leader() const {
-  std::lock_guard lock(mu_);
-  return known_leader_;
 }
 
 Client::Impl::Done LeaderRedirector::Wrap(protocol::MessageType type, std::string_view payload,
@@ -149,9 +152,7 @@ void LeaderRedirector::Resend(std::shared_ptr<Call> call, const std::string& add
   }
   --call->hops_left;
   call->sent_to = address;
-  leader->Call(call->type, call->payload,
-               std::max(std::chrono::duration_cast<Client::Timeout>(remaining), Client::Timeout(1)),
-               WrapCall(call));
+  leader->Call(call->type, call->payload, TimeoutUntil(call->deadline), WrapCall(call));
 }
 
 void LeaderRedirector::Run() {

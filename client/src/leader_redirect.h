@@ -53,9 +53,6 @@ class LeaderRedirector {
   bool SendToKnownLeader(protocol::MessageType type, std::string_view payload,
                          Clock::time_point deadline, Client::Impl::Done* done);
 
-  // The remembered leader's binary-protocol address; empty when none (tests, diagnostics).
-  std::string known_leader() const;
-
   // Joins the worker (queued retries complete with their not_leader error) and closes the
   // leader connections (their calls fail with kUnavailable). Idempotent. After it, retries
   // are not attempted.
@@ -80,7 +77,7 @@ class LeaderRedirector {
   void Run();
 
   const ClientOptions options_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
   std::deque<std::function<void(bool run)>> queue_;  // run=false: stopping, fail it
