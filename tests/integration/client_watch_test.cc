@@ -17,6 +17,7 @@
 
 #include "kvatlas/client/block_hasher.h"
 #include "kvatlas/client/client.h"
+#include "tests/integration/client_connect.h"
 #include "tests/integration/rest_helpers.h"
 #include "tests/integration/server_process.h"
 #include "tests/support/raw_rpc_connection.h"
@@ -29,15 +30,6 @@ using namespace std::chrono_literals;
 
 constexpr uint32_t kBlockSize = 4;
 const ContextKey kLlama{"default", "llama", "", kBlockSize, ""};
-
-std::unique_ptr<Client> Connect(const ServerProcess& server) {
-  ClientOptions options;
-  options.endpoints = {server.host() + ":" + std::to_string(server.rpc_port())};
-  options.default_deadline = 20s;  // sanitizer builds are slow
-  Result<std::unique_ptr<Client>> client = Client::Connect(std::move(options));
-  REQUIRE_MESSAGE(client.has_value(), client.status().ToString());
-  return std::move(client).value();
-}
 
 BlockEvent Event(EventType type, const std::string& backend, std::vector<uint32_t> tokens,
                  const std::string& model = "llama", Tier tier = Tier::kGpu) {
@@ -134,7 +126,7 @@ TEST_SUITE("Integration.ClientWatch") {
   TEST_CASE("ClientWatch: snapshot then watch reproduces the copies after concurrent ingest") {
     TempDir dir;
     ServerProcess server(dir.path() / "data");
-    std::unique_ptr<Client> client = Connect(server);
+    std::unique_ptr<Client> client = ConnectClient(server);
     MustIngest(*client, {Event(EventType::kStored, "e0", Tokens(1, 16)),
                          Event(EventType::kStored, "e1", Tokens(1, 8), "llama", Tier::kCpu)});
     Result<ContextSnapshot> first = client->Snapshot(kLlama);
@@ -151,7 +143,7 @@ TEST_SUITE("Integration.ClientWatch") {
     std::vector<std::thread> writers;
     for (int w = 0; w < 2; ++w) {
       writers.emplace_back([&server, &writers_failed, w] {
-        std::unique_ptr<Client> writer = Connect(server);
+        std::unique_ptr<Client> writer = ConnectClient(server);
         std::mt19937 rng(static_cast<uint32_t>(w) * 7919 + 1);
         for (int i = 0; i < 60; ++i) {
           const std::string backend = "e" + std::to_string(rng() % 3);
@@ -207,7 +199,7 @@ TEST_SUITE("Integration.ClientWatch") {
   TEST_CASE("ClientWatch: watching again from ResumeFrom() misses and repeats nothing") {
     TempDir dir;
     ServerProcess server(dir.path() / "data");
-    std::unique_ptr<Client> client = Connect(server);
+    std::unique_ptr<Client> client = ConnectClient(server);
     const Revision start = MustIngest(*client, {Event(EventType::kStored, "x", Tokens(900, 4))});
     std::unique_ptr<WatchStream> reference = MustWatch(*client, start);
     std::vector<Revision> revisions;
@@ -239,7 +231,7 @@ TEST_SUITE("Integration.ClientWatch") {
     std::optional<ServerProcess> server(std::in_place, dir.path() / "data");
     Revision at = 0;
     {
-      std::unique_ptr<Client> client = Connect(*server);
+      std::unique_ptr<Client> client = ConnectClient(*server);
       at = MustIngest(*client, {Event(EventType::kStored, "a", Tokens(1, 8))});
       Result<std::unique_ptr<WatchStream>> future = client->Watch(From(at + 1000));
       REQUIRE_FALSE(future.has_value());
@@ -252,7 +244,7 @@ TEST_SUITE("Integration.ClientWatch") {
     }
     // A restarted server's window starts at the revision it recovered.
     server.emplace(dir.path() / "data");
-    std::unique_ptr<Client> client = Connect(*server);
+    std::unique_ptr<Client> client = ConnectClient(*server);
     Result<std::unique_ptr<WatchStream>> old = client->Watch(From(at - 1));
     REQUIRE_FALSE(old.has_value());
     CHECK(old.status().code() == StatusCode::kCompacted);
@@ -271,9 +263,9 @@ TEST_SUITE("Integration.ClientWatch") {
   TEST_CASE("ClientWatch: a stream not read is cut; a watcher on another connection is not") {
     TempDir dir;
     ServerProcess server(dir.path() / "data");
-    std::unique_ptr<Client> writer = Connect(server);
-    std::unique_ptr<Client> lazy_client = Connect(server);
-    std::unique_ptr<Client> busy_client = Connect(server);
+    std::unique_ptr<Client> writer = ConnectClient(server);
+    std::unique_ptr<Client> lazy_client = ConnectClient(server);
+    std::unique_ptr<Client> busy_client = ConnectClient(server);
     std::unique_ptr<WatchStream> lazy = MustWatch(*lazy_client, std::nullopt, {}, 64);
     std::unique_ptr<WatchStream> busy = MustWatch(*busy_client, std::nullopt);
     const Revision start = busy->ResumeFrom();
@@ -315,7 +307,7 @@ TEST_SUITE("Integration.ClientWatch") {
   TEST_CASE("ClientWatch: two watches and lookups interleave on one connection") {
     TempDir dir;
     ServerProcess server(dir.path() / "data");
-    std::unique_ptr<Client> client = Connect(server);  // one connection
+    std::unique_ptr<Client> client = ConnectClient(server);  // one connection
     REQUIRE(client->OpenConnections() == 1);
     FeedFilter e1;
     e1.holder_id = "e1";
@@ -351,7 +343,7 @@ TEST_SUITE("Integration.ClientWatch") {
   TEST_CASE("ClientWatch: Next returns as soon as revisions without matching records passed") {
     TempDir dir;
     ServerProcess server(dir.path() / "data");
-    std::unique_ptr<Client> client = Connect(server);
+    std::unique_ptr<Client> client = ConnectClient(server);
     FeedFilter only_e1;
     only_e1.holder_id = "e1";
     std::unique_ptr<WatchStream> stream = MustWatch(*client, std::nullopt, only_e1);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "kvatlas/client/client.h"
+#include "tests/integration/client_connect.h"
 #include "tests/integration/rest_helpers.h"
 #include "tests/integration/server_process.h"
 #include "tests/support/temp_dir.h"
@@ -51,15 +52,6 @@ BlockEvent RandomEvent(std::mt19937& rng) {
   e.type = kind < 9 ? EventType::kRemoved : EventType::kStored;
   if (e.type == EventType::kStored && begin > 0) e.parent_hash = KeyOf(doc, begin - 1);
   return e;
-}
-
-std::unique_ptr<Client> Connect(const ServerProcess& server) {
-  ClientOptions options;
-  options.endpoints = {server.host() + ":" + std::to_string(server.rpc_port())};
-  options.default_deadline = 20s;
-  Result<std::unique_ptr<Client>> client = Client::Connect(options);
-  REQUIRE_MESSAGE(client.has_value(), client.status().ToString());
-  return std::move(client).value();
 }
 
 std::unique_ptr<LocalIndex> StartReplica(const ServerProcess& server) {
@@ -130,7 +122,7 @@ TEST_SUITE("Integration.LocalIndex") {
   TEST_CASE("LocalIndex converges to the server's answers under random concurrent ingest") {
     TempDir dir;
     ServerProcess server(dir.path() / "data");
-    std::unique_ptr<Client> client = Connect(server);
+    std::unique_ptr<Client> client = ConnectClient(server);
     std::unique_ptr<LocalIndex> early = StartReplica(server);
     REQUIRE(early->WaitSynced(20s).ok());
 
@@ -192,7 +184,7 @@ TEST_SUITE("Integration.LocalIndex") {
     CHECK(local->Stats().staleness >= 200ms);
     server.Resume();
 
-    std::unique_ptr<Client> client = Connect(server);
+    std::unique_ptr<Client> client = ConnectClient(server);
     CheckConverged(*client, *local, IngestRandom(*client, 31, 40), 32, 300);
     CHECK(local->WaitSynced(20s).ok());
     CHECK(local->Stats().watch_resumes >= 1);
@@ -216,7 +208,7 @@ TEST_SUITE("Integration.LocalIndex") {
     TempDir dir;
     auto server = std::make_unique<ServerProcess>(dir.path() / "data");
     const std::string endpoint = server->host() + ":" + std::to_string(server->rpc_port());
-    std::unique_ptr<Client> client = Connect(*server);
+    std::unique_ptr<Client> client = ConnectClient(*server);
     std::unique_ptr<LocalIndex> local = StartReplica(*server);
     REQUIRE(local->WaitSynced(20s).ok());
     CheckConverged(*client, *local, IngestRandom(*client, 21, 200), 22, 500);
@@ -228,7 +220,7 @@ TEST_SUITE("Integration.LocalIndex") {
     server.reset();
     server = std::make_unique<ServerProcess>(dir.path() / "data",
                                              std::vector<std::string>{"--rpc-listen", endpoint});
-    client = Connect(*server);
+    client = ConnectClient(*server);
     CheckConverged(*client, *local, IngestRandom(*client, 23, 200), 24, 1000);
     CHECK(local->Stats().watch_resumes >= 1);
     CHECK(local->Stats().snapshots_loaded == 1);
@@ -240,7 +232,7 @@ TEST_SUITE("Integration.LocalIndex") {
     server.reset();
     server = std::make_unique<ServerProcess>(dir.path() / "fresh",
                                              std::vector<std::string>{"--rpc-listen", endpoint});
-    client = Connect(*server);
+    client = ConnectClient(*server);
     const Revision at = IngestRandom(*client, 25, 40);
     for (int i = 0; i < 300 && local->Stats().snapshots_loaded < 2; ++i) {
       std::this_thread::sleep_for(50ms);

@@ -10,6 +10,7 @@
 
 #include "kvatlas/client/block_hasher.h"
 #include "kvatlas/client/client.h"
+#include "tests/integration/client_connect.h"
 #include "tests/integration/rest_helpers.h"
 #include "tests/integration/server_process.h"
 #include "tests/support/temp_dir.h"
@@ -20,15 +21,6 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr uint32_t kBlockSize = 16;
-
-std::unique_ptr<Client> Connect(const ServerProcess& server) {
-  ClientOptions options;
-  options.endpoints = {server.host() + ":" + std::to_string(server.rpc_port())};
-  options.default_deadline = 20s;  // sanitizer builds are slow
-  Result<std::unique_ptr<Client>> client = Client::Connect(std::move(options));
-  REQUIRE_MESSAGE(client.has_value(), client.status().ToString());
-  return std::move(client).value();
-}
 
 BlockEvent Stored(const std::vector<uint32_t>& tokens) {
   BlockEvent event;
@@ -54,7 +46,7 @@ TEST_SUITE("Integration.Writer") {
     const std::vector<uint32_t> prompt = Tokens(900, 2 * kBlockSize);
     {
       ServerProcess server(dir.path() / "data");
-      std::unique_ptr<Client> client = Connect(server);
+      std::unique_ptr<Client> client = ConnectClient(server);
       Writer writer(client.get(), "sched-1");
       Result<IngestAnswer> first = writer.Write({Stored(prompt)});
       REQUIRE_MESSAGE(first.has_value(), first.status().ToString());
@@ -91,7 +83,7 @@ TEST_SUITE("Integration.Writer") {
     }
     // The writer's position is part of the persisted state.
     ServerProcess server(dir.path() / "data");
-    std::unique_ptr<Client> client = Connect(server);
+    std::unique_ptr<Client> client = ConnectClient(server);
     REQUIRE(client->Ingest({Stored(prompt)}, WriterPosition{"sched-1", 2}).has_value());
     CHECK(Refcount(*client, prompt) == 3);
     Writer writer(client.get(), "sched-1", 3);
@@ -104,7 +96,7 @@ TEST_SUITE("Integration.Writer") {
     const std::vector<uint32_t> prompt = Tokens(2000, kBlockSize);
     auto server = std::make_unique<ServerProcess>(dir.path() / "data");
     const std::string port = std::to_string(server->rpc_port());
-    std::unique_ptr<Client> client = Connect(*server);
+    std::unique_ptr<Client> client = ConnectClient(*server);
     WriterOptions options;
     options.retry_for = 300ms;
     Writer writer(client.get(), "sched-2", 1, options);

@@ -1,5 +1,5 @@
 // Shared by the unit tests that drive a real (in-memory) StateMachine: a batch of one store,
-// and applying one batch at the next revision.
+// a publisher's registration, and applying one batch at the next revision.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -25,6 +25,17 @@ inline server::CommandBatch StoreBatch(const ContextKey& context, const HolderKe
   server::CommandBatch batch;
   batch.commands.emplace_back(std::move(store));
   return batch;
+}
+
+// A followed publisher's registration for `instance` (model "m", block size 2, a fixed
+// endpoint): what the registry and lease tests register.
+inline server::Registration PublisherRegistration(const std::string& instance) {
+  server::Registration r;
+  r.endpoint = "tcp://127.0.0.1:5557";
+  r.model = "m";
+  r.instance_id = instance;
+  r.block_size = 2;
+  return r;
 }
 
 // Applies `batch` alone; the test fails unless it applies. Returns its revision.

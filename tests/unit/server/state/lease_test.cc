@@ -47,15 +47,6 @@ uint64_t EntriesOf(const StateMachine& machine, const HolderKey& holder) {
   });
 }
 
-Registration Publisher(const std::string& instance) {
-  Registration r;
-  r.endpoint = "tcp://127.0.0.1:5557";
-  r.model = "m";
-  r.instance_id = instance;
-  r.block_size = 2;
-  return r;
-}
-
 TEST_SUITE("Leases") {
   TEST_CASE("Expire: drops every entry of the holder, in every tier and context") {
     ChangeFeed feed;
@@ -140,10 +131,10 @@ TEST_SUITE("Leases") {
   TEST_CASE("Expire: holders of registered publishers are exempt") {
     StateMachine machine({}, nullptr);
     CommandBatch reg;
-    reg.commands.emplace_back(RegisterCommand{Publisher("p")});
+    reg.commands.emplace_back(RegisterCommand{testing::PublisherRegistration("p")});
     ApplyOne(machine, reg);
     CommandBatch stored = Store(HolderKey{"p", 0}, {1, 2});
-    stored.position = StreamPosition{Publisher("p").Key(), 0, false};
+    stored.position = StreamPosition{testing::PublisherRegistration("p").Key(), 0, false};
     ApplyOne(machine, stored);
     ApplyOne(machine, Expire(HolderKey{"p", 0}, machine.applied_revision()));
     CHECK(EntriesOf(machine, HolderKey{"p", 0}) == 2);
@@ -293,10 +284,10 @@ TEST_SUITE("Leases") {
   TEST_CASE("LeaseTracker: publishers' holders and holders without entries are never due") {
     StateMachine machine({}, nullptr);
     CommandBatch reg;
-    reg.commands.emplace_back(RegisterCommand{Publisher("p")});
+    reg.commands.emplace_back(RegisterCommand{testing::PublisherRegistration("p")});
     ApplyOne(machine, reg);
     CommandBatch stored = Store(HolderKey{"p", 0}, {1});
-    stored.position = StreamPosition{Publisher("p").Key(), 0, false};
+    stored.position = StreamPosition{testing::PublisherRegistration("p").Key(), 0, false};
     ApplyOne(machine, stored);
     ApplyOne(machine, Store(kA, {1}));
     CommandBatch clear;

@@ -11,21 +11,13 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/state_machine_helpers.h"
 #include "tests/support/temp_dir.h"
 
 namespace kvatlas::server {
 namespace {
 
 const ContextKey kContext{"default", "m", "", 2, ""};
-
-Registration MakeRegistration(const std::string& instance) {
-  Registration r;
-  r.endpoint = "tcp://127.0.0.1:5557";
-  r.model = "m";
-  r.instance_id = instance;
-  r.block_size = 2;
-  return r;
-}
 
 CommandBatch Register(const Registration& r) {
   CommandBatch batch;
@@ -43,8 +35,8 @@ CommandBatch StreamStore(const std::string& instance, uint64_t key,
   CommandBatch batch;
   batch.commands.emplace_back(std::move(store));
   if (sequence || restart) {
-    batch.position =
-        StreamPosition{MakeRegistration(instance).Key(), sequence.value_or(0), restart};
+    batch.position = StreamPosition{testing::PublisherRegistration(instance).Key(),
+                                    sequence.value_or(0), restart};
   }
   return batch;
 }
@@ -61,7 +53,7 @@ uint64_t Entries(const StateMachine& machine) {
 TEST_SUITE("StateMachine") {
   TEST_CASE("StateMachine: a stream batch applies once per sequence and restarts reset it") {
     StateMachine machine({}, nullptr);
-    REQUIRE(ApplyOne(machine, Register(MakeRegistration("a"))).has_value());
+    REQUIRE(ApplyOne(machine, Register(testing::PublisherRegistration("a"))).has_value());
     REQUIRE(ApplyOne(machine, StreamStore("a", 100, 0)).has_value());
     REQUIRE(ApplyOne(machine, StreamStore("a", 101, 1)).has_value());
     // Delivered again (a replay overlapping live traffic): nothing changes.
@@ -90,8 +82,8 @@ TEST_SUITE("StateMachine") {
     StateMachine machine({}, nullptr);
     int notified = 0;
     machine.SetRegistryListener([&] { ++notified; });
-    REQUIRE(ApplyOne(machine, Register(MakeRegistration("a"))).has_value());
-    REQUIRE(ApplyOne(machine, Register(MakeRegistration("b"))).has_value());
+    REQUIRE(ApplyOne(machine, Register(testing::PublisherRegistration("a"))).has_value());
+    REQUIRE(ApplyOne(machine, Register(testing::PublisherRegistration("b"))).has_value());
     CHECK(notified == 2);
     REQUIRE(ApplyOne(machine, StreamStore("a", 1, 0)).has_value());
     REQUIRE(ApplyOne(machine, StreamStore("b", 1, 0)).has_value());
@@ -142,7 +134,7 @@ TEST_SUITE("StateMachine") {
       REQUIRE(storage.has_value());
       StateMachine machine({}, storage->get());
       REQUIRE(machine.Recover().ok());
-      REQUIRE(ApplyOne(machine, Register(MakeRegistration("a"))).has_value());
+      REQUIRE(ApplyOne(machine, Register(testing::PublisherRegistration("a"))).has_value());
       REQUIRE(ApplyOne(machine, StreamStore("a", 1, 7)).has_value());
     }
     auto storage = Storage::Open(options);
@@ -150,7 +142,7 @@ TEST_SUITE("StateMachine") {
     StateMachine machine({}, storage->get());
     REQUIRE(machine.Recover().ok());
     CHECK(machine.ReadRegistry([](const Registry& r, Revision) {
-      return r.registrations.at("a|default|0") == MakeRegistration("a") &&
+      return r.registrations.at("a|default|0") == testing::PublisherRegistration("a") &&
              r.positions.at("a|default|0") == 7;
     }));
     REQUIRE(ApplyOne(machine, StreamStore("a", 2, 7)).has_value());
