@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/local_chains.h"
 #include "kvatlas/client/local_index.h"
 
 namespace kvatlas::bench {
@@ -21,19 +22,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 const ContextKey kContext{"default", "localbench", "", 16, ""};
-constexpr uint32_t kChainBlocks = 128;
-constexpr uint32_t kSharedPrefix = 32;  // blocks of a "system prompt" shared by 64 chains
-constexpr uint32_t kPrompts = 64;
-
-// Chain c: a shared prompt's 32 blocks, then 96 blocks of its own.
-std::vector<BlockKey> ChainKeys(uint64_t c) {
-  std::vector<BlockKey> keys(kChainBlocks);
-  for (uint32_t i = 0; i < kChainBlocks; ++i) {
-    keys[i] = i < kSharedPrefix ? Mix((c % kPrompts) * 1000 + i + 7)
-                                : Mix(c * 1000 + i + 1'000'000'000'000ULL);
-  }
-  return keys;
-}
 
 BlockEvent Stored(uint64_t c) {
   BlockEvent e;

@@ -3,16 +3,22 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <utility>
 
+#include "client/src/segmented_array.h"
 #include "kvatlas/common/huge_buffer.h"
+#include "kvatlas/common/prefetch.h"
 
 namespace kvatlas::client_internal {
 namespace {
 
 constexpr uint32_t kNil = UINT32_MAX;
-// Keys resolved ahead of the walk: their slots, then their first copies, are loaded in
-// parallel before the (dependent) walk reads them.
-constexpr size_t kWindow = 16;
+// Keys whose hash slots a lookup resolves (and prefetches) at a time once it uses them.
+constexpr size_t kAhead = 16;
+// Records left by removed blocks below which the records are never compacted.
+constexpr size_t kMinHolesToCompact = 1024;
+// Records (16 bytes) a lookup walking adjacent records prefetches ahead of itself.
+constexpr uint32_t kAheadBlocks = 32;
 
 }  // namespace
 
@@ -27,65 +33,210 @@ Tier TierOf(uint32_t packed) { return static_cast<Tier>(packed >> 30); }
 
 class LocalTable::ContextTable {
  public:
-  // A block and its first copy inline (most blocks have one copy: one cache line per block
-  // in a lookup); further copies chain through the pool from `more`.
-  struct Slot {
+  // A block, with its first copy inline (most blocks have one copy), further copies chained
+  // through the copy pool from `more`. Records are numbered as blocks are created, so the
+  // blocks one record stored along a chain lie next to each other: a lookup walking that
+  // chain reads consecutive records rather than a random slot per block.
+  struct Block {
     uint64_t key;
-    uint32_t first;  // packed copy; kNil marks an empty slot
+    uint32_t first;  // packed copy; kNil marks a free record
     uint32_t more;   // first further copy in the pool, or kNil
+  };
+  // A hash slot: the low 32 bits of the block's key (a filter; the record holds the key) and
+  // the record's number.
+  struct Slot {
+    uint32_t tag;
+    uint32_t block;  // kNil marks an empty slot
   };
   struct Copy {
     uint32_t packed;
     uint32_t next;  // next further copy of the same block; also the free-list link
   };
 
-  // Grown slots built from a table without changing it (PrepareGrowth), for Adopt.
+  // What a table grows into, built from it without changing it (PrepareGrowth), for
+  // Adopt: new slots, more record segments, or both with the records compacted.
   struct Grown {
     std::unique_ptr<void, FreeDeleter> buffer;
     Slot* slots = nullptr;
     size_t mask = 0;
     unsigned shift = 64;
+    std::unique_ptr<SegmentedArray<Block>> compacted;  // the live records, renumbered
+    std::vector<SegmentedArray<Block>::Segment> segments;
     uint64_t source_generation = 0;  // the table's generation_ when built
   };
 
-  ContextTable() { (void)Adopt(Rehashed(16)); }
+  ContextTable() {
+    (void)Adopt(Rebuilt(16, /*compact=*/false));
+    for (auto& segment : blocks_.PrepareCapacity(1)) blocks_.Install(std::move(segment));
+  }
 
-  // The slots this table needs for `extra` more blocks without growing, rehashed from the
-  // current ones; nullopt when it has room. Reads only: may run beside lookups.
+  // What this table needs for `extra` more blocks without allocating; nullopt when it has
+  // room. Reads only: may run beside lookups.
   std::optional<Grown> PrepareGrowth(size_t extra) const {
     size_t capacity = mask_ + 1;
     while ((used_ + extra) * 8 > capacity * 7) capacity *= 2;
-    if (capacity == mask_ + 1) return std::nullopt;
-    return Rehashed(capacity);
+    if (WantsCompaction(extra)) {
+      Grown grown = Rebuilt(capacity, /*compact=*/true);
+      grown.segments = grown.compacted->PrepareCapacity(used_ + extra);
+      return grown;
+    }
+    std::vector<SegmentedArray<Block>::Segment> segments =
+        blocks_.PrepareCapacity(blocks_.size() + extra);
+    if (capacity == mask_ + 1 && segments.empty()) return std::nullopt;
+    Grown grown = capacity == mask_ + 1 ? Grown{} : Rebuilt(capacity, /*compact=*/false);
+    grown.segments = std::move(segments);
+    grown.source_generation = generation_;
+    return grown;
   }
 
   // Swaps in `grown` (O(1)) if nothing changed this table since it was built; else false.
   [[nodiscard]] bool Adopt(Grown&& grown) {
     if (grown.source_generation != generation_) return false;
-    buffer_ = std::move(grown.buffer);
-    slots_ = grown.slots;
-    mask_ = grown.mask;
-    shift_ = grown.shift;
+    if (grown.slots != nullptr) {
+      buffer_ = std::move(grown.buffer);
+      slots_ = grown.slots;
+      mask_ = grown.mask;
+      shift_ = grown.shift;
+    }
+    if (grown.compacted) {
+      blocks_ = std::move(*grown.compacted);
+      holes_ = 0;
+    }
+    for (auto& segment : grown.segments) blocks_.Install(std::move(segment));
     return true;
   }
 
-  // The slot holding `key`, or nullptr.
-  const Slot* Find(uint64_t key) const {
+  const Block& block(uint32_t id) const { return blocks_[id]; }
+
+  // The record of the block `key`, or kNil.
+  uint32_t FindBlock(uint64_t key) const {
+    const uint32_t tag = static_cast<uint32_t>(key);
     for (size_t i = Home(key);; i = (i + 1) & mask_) {
-      const Slot& s = slots_[i];
-      if (s.first == kNil) return nullptr;
-      if (s.key == key) return &s;
+      const Slot s = slots_[i];
+      if (s.block == kNil) return kNil;
+      if (s.tag == tag && blocks_[s.block].key == key) return s.block;
     }
   }
-  void Prefetch(uint64_t key) const { __builtin_prefetch(&slots_[Home(key)]); }
-  void PrefetchCopy(uint32_t copy) const { __builtin_prefetch(&copies_[copy]); }
-  const Copy& copy(uint32_t c) const { return copies_[c]; }
+  // The record of the first slot on `key`'s probe path whose tag matches, or kNil (then
+  // the block is absent). Reads only slots; the caller checks the record's key.
+  uint32_t Candidate(uint64_t key) const {
+    const uint32_t tag = static_cast<uint32_t>(key);
+    for (size_t i = Home(key);; i = (i + 1) & mask_) {
+      const Slot s = slots_[i];
+      if (s.block == kNil || s.tag == tag) return s.block;
+    }
+  }
+  // The record after `id` (kNil: none) when it is the block `key`; else kNil.
+  uint32_t NextIs(uint32_t id, uint64_t key) const {
+    if (id == kNil || id + 1 >= blocks_.size()) return kNil;
+    const Block& next = blocks_[id + 1];
+    return next.first != kNil && next.key == key ? id + 1 : kNil;
+  }
+  void PrefetchSlot(uint64_t key) const { Prefetch(&slots_[Home(key)]); }
+  void PrefetchBlock(uint32_t id) const {
+    if (id < blocks_.size()) Prefetch(&blocks_[id]);
+  }
 
-  // Calls visit(packed) for every copy of the block in `slot`.
+  // Resolves the keys of a lookup, depth by depth, to their records. Two ways, chosen as
+  // the chain shows itself:
+  // - adjacent: a block is looked for first in the record after its parent's, where a chain
+  //   stored by one record put it; the walk then reads consecutive records, prefetched
+  //   ahead, instead of a random slot and record per block;
+  // - hashed: after two blocks in a row elsewhere (a chain stored piecemeal, or continued
+  //   by other records), windows of kAhead keys are resolved through the slots, the next
+  //   window's slots and this window's records loading in parallel; a window whose blocks
+  //   turn out consecutive switches back.
+  class ChainResolver {
+   public:
+    ChainResolver(const ContextTable& table, std::span<const BlockKey> keys)
+        : table_(table), keys_(keys) {}
+
+    // The record of keys[depth], or kNil; depths must come in order from 0.
+    uint32_t Next(size_t depth) {
+      const uint64_t key = keys_[depth];
+      uint32_t id = kNil;
+      if (!hashed_) {
+        id = table_.NextIs(last_, key);
+        if (id == kNil) {
+          PrefetchSlots(depth + 1, 2 * kAhead);  // the two windows hashed mode would resolve
+          id = table_.FindBlock(key);
+          if (id != kNil) {  // a run of records may start here: load it ahead of the walk
+            for (uint32_t a = 4; a < kAheadBlocks; a += 4) table_.PrefetchBlock(id + a);
+          }
+          if (++misses_ >= 2) {
+            hashed_ = true;
+            current_.begin = current_.end = depth + 1;
+          }
+        } else {
+          misses_ = 0;
+          if (id % 4 == 0) table_.PrefetchBlock(id + kAheadBlocks);  // a line is 4 records
+        }
+      } else {
+        if (depth == current_.end) ResolveWindow(depth);
+        id = current_.ids[depth - current_.begin];
+        if (id != kNil && table_.block(id).key != key) id = table_.FindBlock(key);  // tag clash
+        if (depth + 1 == current_.end && current_.consecutive) {
+          hashed_ = false;
+          misses_ = 0;
+        }
+      }
+      last_ = id;
+      return id;
+    }
+
+   private:
+    // Prefetches the slots of keys [from, from + count) not prefetched yet.
+    void PrefetchSlots(size_t from, size_t count = kAhead) {
+      prefetched_ = std::max(prefetched_, from);
+      for (; prefetched_ < std::min(keys_.size(), from + count); ++prefetched_) {
+        table_.PrefetchSlot(keys_[prefetched_]);
+      }
+    }
+
+    // Makes [begin, begin + kAhead) the current window, resolved from its slots (prefetched
+    // before), and resolves the window after it ahead, prefetching its records and the
+    // slots of the one after that: each stage's loads overlap the walk of a window.
+    void ResolveWindow(size_t begin) {
+      if (ahead_.begin != begin || ahead_.end == ahead_.begin) Resolve(begin, &ahead_);
+      std::swap(current_, ahead_);
+      Resolve(current_.end, &ahead_);
+      PrefetchSlots(ahead_.end);
+    }
+
+    struct Window {
+      size_t begin = 0;
+      size_t end = 0;
+      bool consecutive = false;  // all found, in consecutive records
+      uint32_t ids[kAhead];
+    };
+
+    void Resolve(size_t begin, Window* w) {
+      w->begin = std::min(keys_.size(), begin);
+      w->end = std::min(keys_.size(), begin + kAhead);
+      w->consecutive = true;
+      for (size_t i = w->begin; i < w->end; ++i) {
+        const uint32_t id = table_.Candidate(keys_[i]);
+        w->ids[i - w->begin] = id;
+        if (id != kNil) table_.PrefetchBlock(id);
+        w->consecutive &= id != kNil && (i == w->begin || id == w->ids[i - w->begin - 1] + 1);
+      }
+    }
+
+    const ContextTable& table_;
+    std::span<const BlockKey> keys_;
+    uint32_t last_ = kNil;   // the record of the previous depth
+    uint32_t misses_ = 0;    // blocks in a row not found after their parent's record
+    size_t prefetched_ = 0;  // keys [0, prefetched_) have had their slots prefetched
+    bool hashed_ = false;
+    Window current_;  // the window being walked
+    Window ahead_;    // the next one, resolved ahead (empty when not)
+  };
+
+  // Calls visit(packed) for every copy of `block`.
   template <typename F>
-  void ForEachCopy(const Slot& slot, F&& visit) const {
-    visit(slot.first);
-    for (uint32_t c = slot.more; c != kNil; c = copies_[c].next) visit(copies_[c].packed);
+  void ForEachCopy(const Block& block, F&& visit) const {
+    visit(block.first);
+    for (uint32_t c = block.more; c != kNil; c = copies_[c].next) visit(copies_[c].packed);
   }
 
   const std::string& LocationOf(uint64_t key, uint32_t packed) const {
@@ -99,41 +250,57 @@ class LocalTable::ContextTable {
   }
 
   void Add(uint64_t key, uint32_t packed, const std::string* location) {
-    ++generation_;  // any change may touch a slot (its first copy or chain head)
+    ++generation_;  // any change may touch a slot or a record
+    const uint32_t tag = static_cast<uint32_t>(key);
     size_t i = Home(key);
-    for (; slots_[i].first != kNil; i = (i + 1) & mask_) {
-      if (slots_[i].key != key) continue;
-      bool present = slots_[i].first == packed;
-      for (uint32_t c = slots_[i].more; c != kNil && !present; c = copies_[c].next) {
+    for (; slots_[i].block != kNil; i = (i + 1) & mask_) {
+      if (slots_[i].tag != tag) continue;
+      Block& b = blocks_[slots_[i].block];
+      if (b.key != key) continue;
+      bool present = b.first == packed;
+      for (uint32_t c = b.more; c != kNil && !present; c = copies_[c].next) {
         present = copies_[c].packed == packed;
       }
-      if (!present) slots_[i].more = NewCopy(packed, slots_[i].more);
+      if (!present) b.more = NewCopy(packed, b.more);
       if (!present) ++live_copies_;
       SetLocation(key, packed, location);
       return;
     }
-    slots_[i] = Slot{key, packed, kNil};
+    const uint32_t id = blocks_.Append();
+    blocks_[id] = Block{key, packed, kNil};
+    slots_[i] = Slot{tag, id};
     ++live_copies_;
     SetLocation(key, packed, location);
-    if (++used_ * 8 > (mask_ + 1) * 7) (void)Adopt(Rehashed((mask_ + 1) * 2));
+    // Under the writer's lock: growth nobody prepared, and a backstop for compaction
+    // (PrepareGrowth compacts at half this many holes, outside the lock).
+    const bool full = ++used_ * 8 > (mask_ + 1) * 7;
+    const bool holey = holes_ >= kMinHolesToCompact && holes_ > 2 * used_;
+    if (full || holey) {
+      (void)Adopt(Rebuilt(full ? (mask_ + 1) * 2 : mask_ + 1, WantsCompaction(0)));
+    }
   }
 
   void Remove(uint64_t key, uint32_t packed) {
     ++generation_;
-    for (size_t i = Home(key); slots_[i].first != kNil; i = (i + 1) & mask_) {
-      Slot& slot = slots_[i];
-      if (slot.key != key) continue;
-      if (slot.first == packed) {
-        if (slot.more == kNil) {
+    const uint32_t tag = static_cast<uint32_t>(key);
+    for (size_t i = Home(key); slots_[i].block != kNil; i = (i + 1) & mask_) {
+      if (slots_[i].tag != tag) continue;
+      const uint32_t id = slots_[i].block;
+      Block& b = blocks_[id];
+      if (b.key != key) continue;
+      if (b.first == packed) {
+        if (b.more == kNil) {
           EraseSlot(i);
+          b.first = kNil;  // a hole until the next compaction
+          ++holes_;
         } else {  // the first further copy moves inline
-          const uint32_t c = slot.more;
-          slot.first = copies_[c].packed;
-          slot.more = copies_[c].next;
+          const uint32_t c = b.more;
+          b.first = copies_[c].packed;
+          b.more = copies_[c].next;
           FreeCopy(c);
         }
       } else {
-        uint32_t* link = &slot.more;
+        uint32_t* link = &b.more;
         while (*link != kNil && copies_[*link].packed != packed) link = &copies_[*link].next;
         if (*link == kNil) return;
         const uint32_t c = *link;
@@ -149,8 +316,8 @@ class LocalTable::ContextTable {
   uint64_t blocks() const { return used_; }
   uint64_t copies() const { return live_copies_; }
   uint64_t memory_bytes() const {
-    uint64_t bytes =
-        HugeAllocatedBytes((mask_ + 1) * sizeof(Slot)) + copies_.capacity() * sizeof(Copy);
+    uint64_t bytes = HugeAllocatedBytes((mask_ + 1) * sizeof(Slot)) + blocks_.memory_bytes() +
+                     copies_.capacity() * sizeof(Copy);
     for (const auto& [key, list] : locations_) {
       bytes += 64;
       for (const auto& [packed, location] : list) bytes += 40 + location.capacity();
@@ -163,6 +330,13 @@ class LocalTable::ContextTable {
     return static_cast<size_t>((key * 0x9e3779b97f4a7c15ULL) >> shift) & mask;
   }
   size_t Home(uint64_t key) const { return HomeIn(key, shift_, mask_); }
+
+  // New blocks always take new records at the end, never the holes removed blocks left:
+  // reusing those would scatter a chain stored later over them. Instead the records are
+  // compacted (renumbered in order) once holes outnumber half the live blocks.
+  bool WantsCompaction(size_t extra) const {
+    return holes_ >= kMinHolesToCompact && holes_ * 2 > used_ + extra;
+  }
 
   uint32_t NewCopy(uint32_t packed, uint32_t next) {
     uint32_t c;
@@ -205,35 +379,41 @@ class LocalTable::ContextTable {
   // Backward-shift deletion: pulls later members of the probe run into the hole so that
   // no tombstone is left and every key stays reachable from its home slot.
   void EraseSlot(size_t hole) {
-    for (size_t j = (hole + 1) & mask_; slots_[j].first != kNil; j = (j + 1) & mask_) {
-      const size_t home = Home(slots_[j].key);
+    for (size_t j = (hole + 1) & mask_; slots_[j].block != kNil; j = (j + 1) & mask_) {
+      const size_t home = Home(blocks_[slots_[j].block].key);
       if (((j - home) & mask_) >= ((j - hole) & mask_)) {
         slots_[hole] = slots_[j];
         hole = j;
       }
     }
-    slots_[hole].first = kNil;
+    slots_[hole].block = kNil;
     --used_;
   }
 
-  // A table of `capacity` slots (a power of two) holding this one's blocks. The slot array
-  // lives on huge pages (huge_buffer.h): lookups touch random slots of a table of tens of
-  // MB, and with 4 KiB pages each would also be a TLB miss.
-  Grown Rehashed(size_t capacity) const {
+  // A table of `capacity` slots (a power of two) indexing this one's blocks, built from the
+  // records in order (sequential reads); with `compact`, over a copy of the live records
+  // renumbered without holes, in the same order. The slot array lives on huge pages
+  // (huge_buffer.h): lookups touch random slots of a table of MBs.
+  Grown Rebuilt(size_t capacity, bool compact) const {
     Grown g;
     g.buffer = AllocateHuge(capacity * sizeof(Slot));
     g.slots = static_cast<Slot*>(g.buffer.get());
-    std::uninitialized_fill_n(g.slots, capacity, Slot{0, kNil, kNil});
+    std::uninitialized_fill_n(g.slots, capacity, Slot{0, kNil});
     g.mask = capacity - 1;
     g.shift = 64 - static_cast<unsigned>(__builtin_ctzll(capacity));
     g.source_generation = generation_;
-    const size_t old_capacity = slots_ == nullptr ? 0 : mask_ + 1;
-    for (size_t j = 0; j < old_capacity; ++j) {
-      const Slot& s = slots_[j];
-      if (s.first == kNil) continue;
-      size_t i = HomeIn(s.key, g.shift, g.mask);
-      while (g.slots[i].first != kNil) i = (i + 1) & g.mask;
-      g.slots[i] = s;
+    if (compact) g.compacted = std::make_unique<SegmentedArray<Block>>();
+    for (uint32_t old_id = 0; old_id < blocks_.size(); ++old_id) {
+      const Block& b = blocks_[old_id];
+      if (b.first == kNil) continue;
+      uint32_t id = old_id;
+      if (compact) {
+        id = g.compacted->Append();
+        (*g.compacted)[id] = b;
+      }
+      size_t i = HomeIn(b.key, g.shift, g.mask);
+      while (g.slots[i].block != kNil) i = (i + 1) & g.mask;
+      g.slots[i] = Slot{static_cast<uint32_t>(b.key), id};
     }
     return g;
   }
@@ -242,8 +422,10 @@ class LocalTable::ContextTable {
   Slot* slots_ = nullptr;  // mask_ + 1 slots in buffer_
   size_t mask_ = 0;
   unsigned shift_ = 64;
-  size_t used_ = 0;
-  uint64_t generation_ = 0;  // counts slot changes: Adopt's proof that none happened
+  size_t used_ = 0;          // live blocks
+  uint64_t generation_ = 0;  // counts changes: Adopt's proof that none happened
+  SegmentedArray<Block> blocks_;
+  size_t holes_ = 0;  // records of removed blocks (first == kNil)
   std::vector<Copy> copies_;
   uint32_t free_head_ = kNil;
   uint64_t live_copies_ = 0;
@@ -329,31 +511,33 @@ LookupResult LocalTable::Lookup(const ContextKey& context, std::span<const Block
   thread_local std::vector<BlockKey> chain;  // the matched blocks' keys
   walk.Reset(holders_.size());
   chain.clear();
-  // Pipelined: while window w is resolved and walked, the slots of window w + 1 are
-  // already on their way; a block's further copies are prefetched when it is resolved.
-  const ContextTable::Slot* slots[kWindow];
-  for (size_t i = 0; i < std::min(n, kWindow); ++i) table->Prefetch(keys[i]);
+  ContextTable::ChainResolver resolver(*table, keys.first(n));
+  // The only copy of the last walked block when it had one (kNil otherwise), and how many
+  // blocks since were held exactly so: they need no walk step of their own.
+  uint32_t previous_only_copy = kNil;
+  uint32_t repeated = 0;
   for (size_t depth = 0; depth < n; ++depth) {
-    if (depth % kWindow == 0) {
-      const size_t end = std::min(n, depth + kWindow);
-      for (size_t i = end; i < std::min(n, end + kWindow); ++i) table->Prefetch(keys[i]);
-      for (size_t i = depth; i < end; ++i) {
-        slots[i - depth] = table->Find(keys[i]);
-        if (slots[i - depth] != nullptr && slots[i - depth]->more != kNil) {
-          table->PrefetchCopy(slots[i - depth]->more);
-        }
-      }
+    const uint32_t id = resolver.Next(depth);
+    if (id == kNil) break;
+    const ContextTable::Block& block = table->block(id);
+    chain.push_back(keys[depth]);
+    if (block.more == kNil && block.first == previous_only_copy) {
+      ++repeated;  // held exactly as its parent: folded into one RepeatDepths below
+      continue;
     }
-    const ContextTable::Slot* slot = slots[depth % kWindow];
-    if (slot == nullptr) break;
-    table->ForEachCopy(*slot, [&](uint32_t packed) {
+    if (repeated > 0) walk.RepeatDepths(std::exchange(repeated, 0));
+    table->ForEachCopy(block, [&](uint32_t packed) {
       const uint32_t holder = HolderOf(packed);
       if (depth == 0 && !instance_id.empty() && holders_[holder].id != instance_id) return;
       walk.Add(holder, TierOf(packed));
     });
-    if (!walk.EndDepth()) break;
-    chain.push_back(keys[depth]);
+    if (!walk.EndDepth()) {
+      chain.pop_back();
+      break;
+    }
+    previous_only_copy = block.more == kNil ? block.first : kNil;
   }
+  if (repeated > 0) walk.RepeatDepths(repeated);
 
   result.blocks_found = static_cast<uint32_t>(chain.size());
   const std::span<const PrefixWalk::Run> runs = walk.SortedRuns();

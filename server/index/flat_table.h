@@ -23,6 +23,7 @@
 #include <optional>
 
 #include "kvatlas/common/huge_buffer.h"
+#include "kvatlas/common/prefetch.h"
 
 namespace kvatlas::server {
 
@@ -83,7 +84,7 @@ class FlatTable {
   }
 
   // Hints the CPU to load the home slot of `key`.
-  void Prefetch(uint64_t key) const { __builtin_prefetch(&slots_[Home(TagOf(key))]); }
+  void Prefetch(uint64_t key) const { kvatlas::Prefetch(&slots_[Home(TagOf(key))]); }
 
   // Adds (key, value). REQUIRES: value != kEmpty and the pair is not present.
   void Insert(uint64_t key, uint32_t value) {

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "kvatlas/common/prefetch.h"
 #include "server/index/index.h"
 #include "server/index/index_impl.h"
 
@@ -73,12 +74,11 @@ LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockK
       for (size_t i = depth; i < end; ++i) m.forward_.Prefetch(ForwardKey(context, keys[i]));
       for (size_t i = depth; i < end; ++i) {
         candidate[i - depth] = m.forward_.FirstCandidate(ForwardKey(context, keys[i]));
-        if (candidate[i - depth] != kNil) __builtin_prefetch(&m.blocks_[candidate[i - depth]]);
+        if (candidate[i - depth] != kNil) Prefetch(&m.blocks_[candidate[i - depth]]);
       }
       for (size_t i = depth; i < end; ++i) {
         const uint32_t b = candidate[i - depth];
-        if (b != kNil && m.blocks_[b].head != kNil)
-          __builtin_prefetch(&m.entries_[m.blocks_[b].head]);
+        if (b != kNil && m.blocks_[b].head != kNil) Prefetch(&m.entries_[m.blocks_[b].head]);
       }
     }
     const uint32_t b = m.FindBlock(context, keys[depth]);

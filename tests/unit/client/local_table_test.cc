@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -257,6 +258,130 @@ TEST_CASE("LocalTable: a growth prepared beside readers is adopted, and refused 
   CHECK(table.Lookup(c, one, {}, false, 10).blocks_found == 0);
   CHECK(table.Lookup(c, std::span<const BlockKey>(keys).subspan(1), {}, false, 100'000)
             .blocks_found == keys.size() - 1);
+}
+
+// A chain's blocks as records of `holder`: each its own record, in `order` (indexes).
+void StoreEach(LocalTable& table, const ContextKey& c, const HolderKey& holder,
+               const std::vector<BlockKey>& chain, const std::vector<size_t>& order,
+               Revision* revision) {
+  for (size_t i : order) {
+    table.Apply(FeedRecord{++*revision, FeedOp::kStored, c, holder, Tier::kGpu, {chain[i]}, {}});
+  }
+}
+
+TEST_CASE(
+    "LocalTable: a chain is found whole however its records lie: in one run, scattered, in "
+    "pieces, with keys whose low 32 bits clash") {
+  const ContextKey& c = kContexts[0];
+  std::mt19937_64 rng(7);
+  // Keys that differ only in their high 32 bits share the slot tag: every slot probe then
+  // matches the tag of other blocks, and the record's key has to decide. Chains have
+  // different holders, so that a block resolved to another's record changes the answer.
+  auto clashing = [](size_t n, uint64_t salt) {
+    std::vector<BlockKey> keys;
+    for (size_t i = 0; i < n; ++i) keys.push_back(((salt * 1'000 + i + 1) << 32) | 0x5eed);
+    return keys;
+  };
+  auto random_keys = [&](size_t n) {
+    std::vector<BlockKey> keys;
+    for (size_t i = 0; i < n; ++i) keys.push_back(rng());
+    return keys;
+  };
+  for (const bool clash : {false, true}) {
+    CAPTURE(clash);
+    LocalTable table;
+    table.Track(c);
+    Revision revision = 0;
+    std::vector<std::vector<BlockKey>> chains;
+    for (uint64_t k = 0; k < 40; ++k) {
+      chains.push_back(clash ? clashing(200, k) : random_keys(200));
+      const std::vector<BlockKey>& chain = chains.back();
+      const HolderKey holder{"h" + std::to_string(k % 5), 0};
+      std::vector<size_t> order(chain.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      switch (k % 4) {
+        case 0:  // one record: consecutive records
+          table.Apply(FeedRecord{++revision, FeedOp::kStored, c, holder, Tier::kGpu, chain, {}});
+          break;
+        case 1:  // block by block, shuffled: no two neighbours adjacent
+          std::shuffle(order.begin(), order.end(), rng);
+          StoreEach(table, c, holder, chain, order, &revision);
+          break;
+        case 2:  // runs of 1 to 40 blocks, the runs in a random order
+          for (size_t begin = 0; begin < order.size();) {
+            const size_t end = std::min(order.size(), begin + 1 + rng() % 40);
+            std::rotate(order.begin() + begin, order.begin() + begin + rng() % (end - begin),
+                        order.begin() + end);
+            begin = end;
+          }
+          StoreEach(table, c, holder, chain, order, &revision);
+          break;
+        default:  // backwards
+          std::reverse(order.begin(), order.end());
+          StoreEach(table, c, holder, chain, order, &revision);
+          break;
+      }
+    }
+    for (size_t k = 0; k < chains.size(); ++k) {
+      CAPTURE(k);
+      const LookupResult whole = table.Lookup(c, chains[k], {}, false, 8192);
+      CHECK(whole.blocks_found == chains[k].size());
+      REQUIRE(whole.holders.size() == 1);
+      CHECK(whole.holders[0].gpu == chains[k].size());
+      // Cut at random depths by keys nobody has, and by a block of another chain (of
+      // another holder).
+      for (int trial = 0; trial < 8; ++trial) {
+        std::vector<BlockKey> cut = chains[k];
+        const size_t at = 1 + rng() % (cut.size() - 1);
+        cut[at] = clash ? ((rng() % 1'000'000 + 1'000'000) << 32) | 0x5eed : rng();
+        CHECK(table.Lookup(c, cut, {}, false, 8192).blocks_found == at);
+        cut[at] = chains[(k + 1) % chains.size()][at];
+        const LookupResult crossed = table.Lookup(c, cut, {}, false, 8192);
+        CHECK(crossed.blocks_found == at);
+        REQUIRE(crossed.holders.size() == 1);
+        CHECK(crossed.holders[0].gpu == at);
+      }
+    }
+  }
+}
+
+TEST_CASE("LocalTable: the records removed blocks leave are compacted away, lookups unchanged") {
+  const ContextKey& c = kContexts[0];
+  const HolderKey a{"a", 0};
+  auto chain_of = [](uint64_t k) {
+    std::vector<BlockKey> keys;
+    for (uint64_t i = 0; i < 500; ++i) keys.push_back((k + 1) * 1'000'003 + i * 7);
+    return keys;
+  };
+  for (const bool prepared : {false, true}) {
+    CAPTURE(prepared);
+    LocalTable table;
+    table.Track(c);
+    for (uint64_t k = 0; k < 40; ++k) {
+      table.Apply(FeedRecord{k + 1, FeedOp::kStored, c, a, Tier::kGpu, chain_of(k), {}});
+    }
+    const uint64_t full = table.memory_bytes();
+    // 36 of 40 chains go: 18,000 records are holes, 2,000 blocks are left.
+    for (uint64_t k = 0; k < 36; ++k) {
+      table.Apply(FeedRecord{100 + k, FeedOp::kRemoved, c, a, Tier::kGpu, chain_of(k), {}});
+    }
+    CHECK(table.blocks() == 2'000);
+    CHECK(table.memory_bytes() == full);  // holes until something is stored
+    const std::vector<BlockKey> fresh = chain_of(1'000);
+    if (prepared) {
+      LocalTable::PreparedGrowth growth = table.PrepareGrowth(c, fresh.size());
+      REQUIRE(growth != nullptr);
+      REQUIRE(table.AdoptGrowth(std::move(growth)));
+    }
+    table.Apply(FeedRecord{200, FeedOp::kStored, c, a, Tier::kGpu, fresh, {}});
+    CHECK(table.memory_bytes() < full / 2);
+    CHECK(table.blocks() == 2'500);
+    for (uint64_t k : {0, 35, 36, 39, 1'000}) {
+      CAPTURE(k);
+      const size_t want = k < 36 ? 0 : 500;
+      CHECK(table.Lookup(c, chain_of(k), {}, false, 8192).blocks_found == want);
+    }
+  }
 }
 
 }  // namespace

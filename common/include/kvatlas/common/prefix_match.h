@@ -108,6 +108,23 @@ class PrefixWalk {
     return extended;
   }
 
+  // Closes `count` more depths whose blocks have exactly the copies of the depth just
+  // closed, which must have extended the walk: the same as `count` rounds of Add for each
+  // of those copies and EndDepth, in O(holders). Along a chain most blocks are held just as
+  // their parent is (one engine stored them together), so the walk is mostly such runs.
+  void RepeatDepths(uint32_t count) {
+    const uint32_t d = depth_;  // a counter equal to d grew at the last depth: it grows again
+    for (Run& r : runs_) {
+      if (r.gpu == d) r.gpu += count;
+      if (r.cpu == d) r.cpu += count;
+      if (r.disk == d) r.disk += count;
+      if (r.shared == d) r.shared += count;
+      if (r.cpu_only == d) r.cpu_only += count;
+      if (r.disk_only == d) r.disk_only += count;
+    }
+    depth_ += count;
+  }
+
   // The tracked holders, sorted by holder id (call once, after the walk).
   std::span<const Run> SortedRuns() {
     std::sort(runs_.begin(), runs_.end(),
