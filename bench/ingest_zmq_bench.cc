@@ -21,6 +21,8 @@
 // caps the total block events/s instead of publishing as fast as the server applies them.
 // Pre-packed batches (--max-blocks in all) are re-sent from the start once used up.
 #include <httplib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +44,7 @@
 #include <zmq.hpp>
 
 #include "bench/bench_util.h"
+#include "kvatlas/client/client.h"
 
 namespace {
 
@@ -67,6 +70,8 @@ struct Args {
   double rate = 0;  // block events/s over all publishers; 0 = as fast as the server takes them
   int hwm = 100000;
   double lookup_rate = 1000;
+  std::string rpc;  // --rpc HOST:PORT: lookups through kvatlas::Client instead of POST /query
+  int publisher_nice = 0;  // nice value of the publishing threads
   std::string model = "bench-model";
   std::string dump_batch;  // write one packed batch here (to check it decodes) and exit
 };
@@ -200,7 +205,16 @@ class Bench {
     if (!paced_) std::printf("GET /v1/streams unavailable: publishing unpaced (HWM %d)\n", a_.hwm);
     const double cpu0 = a_.server_pid ? CpuSeconds(a_.server_pid) : 0;
     std::vector<std::thread> threads;
-    for (auto& p : pubs_) threads.emplace_back([this, &p] { Publish(*p); });
+    for (auto& p : pubs_) {
+      threads.emplace_back([this, &p] {
+        // --publisher-nice: publishers that yield the CPU, as engines on other machines
+        // would, so that the server's own capacity shows.
+        if (a_.publisher_nice != 0) {
+          setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), a_.publisher_nice);
+        }
+        Publish(*p);
+      });
+    }
     std::thread pacer([this] {
       while (!stop_.load()) {
         Poll();
@@ -363,6 +377,19 @@ class Bench {
   // server has applied (a "full-prompt hit" when it reports all of its tokens).
   void Lookups(std::vector<double>& latency, uint64_t& failed, uint64_t& full_hits) {
     auto rest = Http(a_.http);
+    std::unique_ptr<kvatlas::Client> client;
+    if (!a_.rpc.empty()) {
+      kvatlas::ClientOptions options;
+      options.endpoints = {a_.rpc};
+      auto connected = kvatlas::Client::Connect(options);
+      if (!connected.has_value()) {
+        std::fprintf(stderr, "--rpc %s: %s\n", a_.rpc.c_str(),
+                     connected.error().ToString().c_str());
+        stop_.store(true);
+        return;
+      }
+      client = std::move(*connected);
+    }
     std::mt19937_64 rng(42);
     const auto start = Clock::now();
     const auto stop_at = start + std::chrono::duration<double>(a_.seconds);
@@ -382,6 +409,24 @@ class Bench {
                                  ? p.batches.back().prompts_end
                                  : p.batches[applied].prompts_end;
       const Prompt prompt = MakePrompt(a_, p.index, rng() % known);
+      if (client) {
+        kvatlas::LookupRequest request;
+        request.context = kvatlas::ContextKey{"default", a_.model, "", a_.block_size, ""};
+        request.token_ids = prompt.tokens;
+        request.instance_id = Instance(p.index);
+        std::this_thread::sleep_until(due);
+        const kvatlas::Result<kvatlas::LookupAnswer> answer = client->Lookup(std::move(request));
+        latency.push_back(std::chrono::duration<double, std::micro>(Clock::now() - due).count());
+        if (!answer.has_value()) {
+          ++failed;
+          continue;
+        }
+        if (!answer->instances.empty() &&
+            answer->instances[0].blocks.disk * a_.block_size == tokens) {
+          ++full_hits;
+        }
+        continue;
+      }
       const Json body = {{"model", a_.model},
                          {"block_size", a_.block_size},
                          {"instance_id", Instance(p.index)},
@@ -411,11 +456,12 @@ class Bench {
       return secs > 0 ? static_cast<double>(n) / secs : 0;
     };
     std::printf(
-        "\n%d publishers x %u events/batch x %u blocks, %.1f s, max lag %lld batches, rate %s%s\n",
+        "\n%d publishers x %u events/batch x %u blocks, %.1f s, max lag %lld batches, rate "
+        "%s%s, publishers at nice %d\n",
         a_.publishers, a_.events_per_batch, a_.blocks_per_event, window,
         static_cast<long long>(a_.max_lag),
         a_.rate > 0 ? std::to_string(static_cast<uint64_t>(a_.rate)).c_str() : "max",
-        paced_ ? "" : " (unpaced)");
+        paced_ ? "" : " (unpaced)", a_.publisher_nice);
     std::printf("%-34s %14s %14s\n", "", "count", "per second");
     std::printf("%-34s %14llu %14.0f\n", "batches sent", static_cast<unsigned long long>(sent),
                 per_s(sent, window));
@@ -444,9 +490,10 @@ class Bench {
         static_cast<unsigned long long>(d.skipped - s.skipped),
         static_cast<unsigned long long>(d.failures - s.failures));
     std::printf(
-        "lookups (POST /query, %.0f/s open loop): p50 %.0f us, p99 %.0f us, p999 %.0f us, "
+        "lookups (%s, %.0f/s open loop): p50 %.0f us, p99 %.0f us, p999 %.0f us, "
         "%zu done, %llu failed, %.1f%% full-prompt hits\n",
-        a_.lookup_rate, Pct(latency, 0.5), Pct(latency, 0.99), Pct(latency, 0.999), latency.size(),
+        a_.rpc.empty() ? "POST /query" : "binary, kvatlas::Client", a_.lookup_rate,
+        Pct(latency, 0.5), Pct(latency, 0.99), Pct(latency, 0.999), latency.size(),
         static_cast<unsigned long long>(failed),
         latency.empty() ? 0.0
                         : 100.0 * static_cast<double>(hits) / static_cast<double>(latency.size()));
@@ -501,6 +548,10 @@ int main(int argc, char** argv) {
       a.hwm = std::atoi(v.c_str());
     else if (k == "--lookup-rate")
       a.lookup_rate = std::max(1.0, std::atof(v.c_str()));
+    else if (k == "--rpc")
+      a.rpc = v;
+    else if (k == "--publisher-nice")
+      a.publisher_nice = std::atoi(v.c_str());
     else if (k == "--model")
       a.model = v;
     else if (k == "--dump-batch")
@@ -522,7 +573,8 @@ int main(int argc, char** argv) {
                  "  [--seconds 10] [--blocks-per-event 32] [--events-per-batch 4]\n"
                  "  [--shared-blocks 8] [--prefix-groups 64] [--max-blocks 6000000]\n"
                  "  [--max-lag 256] [--rate BLOCKS_PER_S] [--hwm 100000] [--lookup-rate 1000]\n"
-                 "  [--model NAME] [--dump-batch FILE]\n");
+                 "  [--model NAME] [--rpc HOST:PORT (binary lookups)] [--publisher-nice N]\n"
+                 "  [--dump-batch FILE]\n");
     return 2;
   }
   return Bench(std::move(a)).Run();

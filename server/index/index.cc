@@ -364,12 +364,18 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
     keys = chained;
   }
 
+  // Each block looks up its forward slot and, when the engine names it by its own hash,
+  // its alias slot: random misses in tables of tens of MB, started kSlotAhead blocks early.
   constexpr size_t kSlotAhead = 8;
-  for (size_t i = 0; i < std::min(keys.size(), kSlotAhead); ++i) {
+  auto prefetch = [&](size_t i) {
     forward_.Prefetch(ForwardKey(context, keys[i]));
-  }
+    if (!engine_hashes.empty() && engine_hashes[i] != keys[i]) {
+      aliases_.Prefetch(AliasKey(context, holder, engine_hashes[i]));
+    }
+  };
+  for (size_t i = 0; i < std::min(keys.size(), kSlotAhead); ++i) prefetch(i);
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (i + kSlotAhead < keys.size()) forward_.Prefetch(ForwardKey(context, keys[i + kSlotAhead]));
+    if (i + kSlotAhead < keys.size()) prefetch(i + kSlotAhead);
     const uint64_t key = keys[i];
     const uint64_t engine_hash = engine_hashes.empty() ? key : engine_hashes[i];
     std::string location = locations.empty() ? std::string() : locations[i];

@@ -208,9 +208,13 @@ class RocksDbStorage final : public Storage {
   }
 
   Status Write(Revision applied_index, std::span<const Mutation> mutations) override {
-    rocksdb::WriteBatch batch;
-    std::string key;
-    std::string value;
+    // One batch, cleared and refilled by every write: it keeps its buffer, where a new one
+    // per group would grow into freshly faulted pages each time (Write has one caller, the
+    // applier).
+    rocksdb::WriteBatch& batch = write_batch_;
+    batch.Clear();
+    std::string& key = write_key_;
+    std::string& value = write_value_;
     // Later mutations of the same record win: WriteBatch applies in insertion order.
     for (const Mutation& m : mutations) {
       key.clear();
@@ -558,6 +562,10 @@ class RocksDbStorage final : public Storage {
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::WriteOptions write_options_;
   std::string path_;
+  // Write's scratch, reused across calls.
+  rocksdb::WriteBatch write_batch_;
+  std::string write_key_;
+  std::string write_value_;
 };
 
 class RocksDbCapture final : public Storage::Capture {
