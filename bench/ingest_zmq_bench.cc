@@ -503,6 +503,27 @@ class Bench {
     }
     std::printf("bench process CPU: %.0f%% of one core overall\n",
                 100 * CpuSeconds(getpid()) / Now());
+    PrintWriteLock(d.at - s.at);
+  }
+
+  // The index's write lock, which lookups wait for, from the server's /metrics (totals
+  // since start: the run is nearly all of the server's life).
+  void PrintWriteLock(double seconds) {
+    auto res = poll_http_->Get("/metrics");
+    if (!res || res->status != 200) return;
+    auto value = [&](const std::string& name) {
+      const size_t at = res->body.find("\n" + name + " ");
+      return at == std::string::npos ? -1.0 : std::atof(res->body.c_str() + at + name.size() + 2);
+    };
+    const double holds = value("kvatlas_index_write_lock_holds_total{duration=\"all\"}");
+    const double over = value("kvatlas_index_write_lock_holds_total{duration=\"over_1ms\"}");
+    const double held = value("kvatlas_index_write_lock_held_seconds_total");
+    const double max = value("kvatlas_index_write_lock_hold_max_seconds");
+    if (holds < 0 || over < 0 || held < 0 || max < 0) return;
+    std::printf(
+        "index write lock: %.0f holds, %.0f over 1 ms (%.2f%%), held %.1f%% of the time, "
+        "longest %.1f ms\n",
+        holds, over, holds > 0 ? 100 * over / holds : 0.0, 100 * held / seconds, 1e3 * max);
   }
 
   Args a_;

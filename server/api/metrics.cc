@@ -209,6 +209,12 @@ std::string Metrics::Render(const StateGauges& gauges) const {
                                                        {"removed", a.entries_removed},
                                                        {"evicted", a.entries_evicted}});
 
+  LabelledCounter(&out, "kvatlas_index_write_lock_holds_total",
+                  "Holds of the index's write lock by the applying thread (one per batch), all "
+                  "and those over 1 ms: lookups wait for them.",
+                  "duration",
+                  std::map<std::string_view, uint64_t>{{"all", a.write_lock_holds},
+                                                       {"over_1ms", a.write_lock_holds_over_1ms}});
   const IndexStats& s = gauges.index;
   const auto d = [](uint64_t v) { return static_cast<double>(v); };
   const struct {
@@ -241,6 +247,12 @@ std::string Metrics::Render(const StateGauges& gauges) const {
       {"kvatlas_rpc_connections_total", "counter",
        "Binary-protocol connections accepted since start.",
        d(rpc_connections_total_.load(std::memory_order_relaxed))},
+      {"kvatlas_index_write_lock_held_seconds_total", "counter",
+       "Time the applying thread held the index's write lock, since start.",
+       d(a.write_lock_held_ns) / 1e9},
+      {"kvatlas_index_write_lock_hold_max_seconds", "gauge",
+       "The longest hold of the index's write lock since start.",
+       d(a.write_lock_hold_max_ns) / 1e9},
       {"kvatlas_holders_expired_total", "counter",
        "Holders whose entries were dropped because their lease expired, since start.",
        d(a.holders_expired)},

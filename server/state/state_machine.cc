@@ -14,6 +14,7 @@ namespace kvatlas::server {
 
 namespace {
 
+// Slots of StateMachine::counters_.
 enum CounterSlot : int {
   kStoredCommands = 0,
   kRemovedCommands,
@@ -25,6 +26,11 @@ enum CounterSlot : int {
   kOrphanBatches,
   kHoldersExpired,
   kExpiriesSkipped,
+  kWriteLockHolds,
+  kWriteLockHoldsOver1ms,
+  kWriteLockHeldNanos,
+  kWriteLockHoldMaxNanos,
+  kCounterSlots,
 };
 
 // The holder an event names: Store, Remove and Clear are a holder's own events; the other
@@ -165,12 +171,14 @@ Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const>
       growth = index_.PrepareGrowth(bound);
     }
     std::unique_lock lock(mu_);
+    const auto locked_at = std::chrono::steady_clock::now();
     if (!growth.empty()) {
       const bool adopted = index_.AdoptGrowth(std::move(growth));
       assert(adopted && "the index changed between PrepareGrowth and AdoptGrowth");
       (void)adopted;
     }
     registry_changed |= ApplyBatch(*batch, revision, now);
+    CountWriteLockHold(std::chrono::steady_clock::now() - locked_at);
   }
   // An empty entry (a group of nothing) still advances the revision to its index.
   if (batches.empty()) revision = next();
@@ -358,6 +366,19 @@ std::optional<ServerAddresses> StateMachine::AddressesOf(uint64_t server_id) con
   return it->second;
 }
 
+void StateMachine::CountWriteLockHold(std::chrono::steady_clock::duration held) {
+  static_assert(sizeof(counters_) / sizeof(counters_[0]) == kCounterSlots);
+  const auto nanos =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(held).count());
+  counters_[kWriteLockHolds].fetch_add(1, std::memory_order_relaxed);
+  if (nanos > 1'000'000) counters_[kWriteLockHoldsOver1ms].fetch_add(1, std::memory_order_relaxed);
+  counters_[kWriteLockHeldNanos].fetch_add(nanos, std::memory_order_relaxed);
+  // One writer: a plain compare and store keeps the maximum.
+  if (nanos > counters_[kWriteLockHoldMaxNanos].load(std::memory_order_relaxed)) {
+    counters_[kWriteLockHoldMaxNanos].store(nanos, std::memory_order_relaxed);
+  }
+}
+
 ApplyCounters StateMachine::counters() const {
   ApplyCounters c;
   c.stored_commands = counters_[kStoredCommands].load(std::memory_order_relaxed);
@@ -370,6 +391,10 @@ ApplyCounters StateMachine::counters() const {
   c.orphan_batches = counters_[kOrphanBatches].load(std::memory_order_relaxed);
   c.holders_expired = counters_[kHoldersExpired].load(std::memory_order_relaxed);
   c.expiries_skipped = counters_[kExpiriesSkipped].load(std::memory_order_relaxed);
+  c.write_lock_holds = counters_[kWriteLockHolds].load(std::memory_order_relaxed);
+  c.write_lock_holds_over_1ms = counters_[kWriteLockHoldsOver1ms].load(std::memory_order_relaxed);
+  c.write_lock_held_ns = counters_[kWriteLockHeldNanos].load(std::memory_order_relaxed);
+  c.write_lock_hold_max_ns = counters_[kWriteLockHoldMaxNanos].load(std::memory_order_relaxed);
   return c;
 }
 

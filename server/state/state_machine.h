@@ -52,6 +52,13 @@ struct ApplyCounters {
   // guard or the registered-publisher exemption (docs/leases.md).
   uint64_t holders_expired = 0;
   uint64_t expiries_skipped = 0;
+  // The index's write lock, held by the applying thread once per batch: lookups wait for
+  // it. A long hold is mostly that thread being preempted while holding it (docs/
+  // architecture.md §Threading model).
+  uint64_t write_lock_holds = 0;
+  uint64_t write_lock_holds_over_1ms = 0;
+  uint64_t write_lock_held_ns = 0;
+  uint64_t write_lock_hold_max_ns = 0;  // since start
 };
 
 // The last applied event (Store, Remove or Clear command) naming one holder: its revision
@@ -170,6 +177,7 @@ class StateMachine final : public LogStateMachine {
   // Applies one batch's commands (and its stream position) under the write lock, at
   // `revision`; `now` stamps the holder activity it records. Returns whether a
   // registration changed.
+  void CountWriteLockHold(std::chrono::steady_clock::duration held);
   bool ApplyBatch(const CommandBatch& batch, Revision revision,
                   std::chrono::steady_clock::time_point now);
   // Notes an event naming `holder`; `last` is the holder noted last in the same batch
@@ -194,7 +202,7 @@ class StateMachine final : public LogStateMachine {
   // revisions, which is what ApplyExpire's race guard reads.
   HolderActivityMap activity_;
   Revision activity_since_ = 0;
-  std::atomic<uint64_t> counters_[10] = {};
+  std::atomic<uint64_t> counters_[14] = {};
 };
 
 }  // namespace kvatlas::server

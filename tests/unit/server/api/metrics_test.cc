@@ -38,6 +38,10 @@ TEST_SUITE("Metrics") {
     gauges.applied.cleared_commands = 1;
     gauges.revision = 44;
     gauges.storage_bytes = 4096;
+    gauges.applied.write_lock_holds = 7;
+    gauges.applied.write_lock_holds_over_1ms = 2;
+    gauges.applied.write_lock_held_ns = 5'500'000;
+    gauges.applied.write_lock_hold_max_ns = 2'500'000;
     metrics.ApplyStarted();
     const std::string text = metrics.Render(gauges);
     CHECK(Contains(text, "kvatlas_index_entries 12\n"));
@@ -47,6 +51,10 @@ TEST_SUITE("Metrics") {
     CHECK(Contains(text, "kvatlas_applied_revision 44\n"));
     CHECK(Contains(text, "kvatlas_storage_bytes 4096\n"));
     CHECK(Contains(text, "kvatlas_applier_queue_depth 1\n"));
+    CHECK(Contains(text, "kvatlas_index_write_lock_holds_total{duration=\"all\"} 7\n"));
+    CHECK(Contains(text, "kvatlas_index_write_lock_holds_total{duration=\"over_1ms\"} 2\n"));
+    CHECK(Contains(text, "kvatlas_index_write_lock_held_seconds_total 0.0055\n"));
+    CHECK(Contains(text, "kvatlas_index_write_lock_hold_max_seconds 0.0025\n"));
     metrics.ApplyFinished();
     CHECK(Contains(metrics.Render(gauges), "kvatlas_applier_queue_depth 0\n"));
   }

@@ -206,6 +206,40 @@ TEST_SUITE("StateMachine") {
     CHECK(machine.ServerAddressMap() == std::map<uint64_t, ServerAddresses>{{1, one}, {2, two}});
   }
 
+  TEST_CASE("StateMachine: each applied batch is one write-lock hold, and its time counts") {
+    StateMachine machine({}, nullptr);
+    const ApplyCounters before = machine.counters();
+    CHECK(before.write_lock_holds == 0);
+    CHECK(before.write_lock_held_ns == 0);
+    // A group of three small batches: three holds.
+    const CommandBatch small[] = {StreamStore("a", 1, std::nullopt),
+                                  StreamStore("a", 2, std::nullopt),
+                                  StreamStore("b", 3, std::nullopt)};
+    const CommandBatch* group[] = {&small[0], &small[1], &small[2]};
+    REQUIRE(machine.Apply(group).has_value());
+    const ApplyCounters three = machine.counters();
+    CHECK(three.write_lock_holds == 3);
+    CHECK(three.write_lock_held_ns > 0);
+    CHECK(three.write_lock_hold_max_ns <= three.write_lock_held_ns);
+    // 200,000 blocks in one batch cannot apply in under a millisecond (that would be 5 ns a
+    // block): one more hold over 1 ms.
+    StoreCommand big;
+    big.context = kContext;
+    big.holder = HolderKey{"c", 0};
+    for (uint64_t k = 0; k < 200'000; ++k) big.hashes.push_back(k + 1'000);
+    CommandBatch big_batch;
+    big_batch.commands.emplace_back(std::move(big));
+    REQUIRE(ApplyOne(machine, big_batch).has_value());
+    const ApplyCounters after = machine.counters();
+    CHECK(after.write_lock_holds == 4);
+    // (A small batch's hold may pass 1 ms too on a busy machine: its thread can be
+    // preempted while it holds the lock.)
+    CHECK(after.write_lock_holds_over_1ms == three.write_lock_holds_over_1ms + 1);
+    CHECK(after.write_lock_hold_max_ns > 1'000'000);
+    CHECK(after.write_lock_held_ns - three.write_lock_held_ns > 1'000'000);
+    CHECK(after.write_lock_hold_max_ns <= after.write_lock_held_ns);
+  }
+
   TEST_CASE("StateMachine: lookups stay exact while batches grow the index's tables") {
     // The applier prepares table growth under the read lock and adopts it under the write
     // lock; a reader looking up under the read lock meanwhile must see every applied batch
