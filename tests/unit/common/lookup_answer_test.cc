@@ -1,5 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <random>
+#include <utility>
+#include <vector>
+
 #include "kvatlas/common/prefix_match.h"
 
 namespace kvatlas {
@@ -18,6 +22,67 @@ HolderMatch Match(std::string id, uint32_t rank, uint32_t gpu, uint32_t cpu, uin
 }
 
 const ContextKey kContext{"default", "m", "", 16, ""};
+
+TEST_SUITE("PrefixWalk") {
+  TEST_CASE("PrefixWalk: RepeatDepths(n) is n more depths with the copies of the last one") {
+    // Random chains of depths, each a random set of (holder, tier) copies; a depth may
+    // repeat the one before. One walk steps through every depth, the other folds each
+    // repeat into RepeatDepths, as the lookups do: both must end alike, in every tier.
+    std::mt19937 rng(11);
+    auto pick = [&](uint32_t n) { return std::uniform_int_distribution<uint32_t>(0, n - 1)(rng); };
+    for (int trial = 0; trial < 2'000; ++trial) {
+      CAPTURE(trial);
+      using Copies = std::vector<std::pair<uint32_t, Tier>>;
+      std::vector<Copies> depths;
+      const uint32_t n = 1 + pick(40);
+      for (uint32_t d = 0; d < n; ++d) {
+        if (d > 0 && pick(3) != 0) {
+          depths.push_back(depths.back());
+          continue;
+        }
+        Copies copies;
+        const uint32_t k = 1 + pick(3);
+        for (uint32_t i = 0; i < k; ++i) {
+          copies.emplace_back(pick(4), static_cast<Tier>(pick(kNumTiers)));
+        }
+        depths.push_back(std::move(copies));
+      }
+      PrefixWalk stepped;
+      PrefixWalk folded;
+      stepped.Reset(4);
+      folded.Reset(4);
+      uint32_t repeated = 0;
+      for (uint32_t d = 0; d < n; ++d) {
+        for (const auto& [holder, tier] : depths[d]) stepped.Add(holder, tier);
+        const bool goes_on = stepped.EndDepth();
+        if (d > 0 && depths[d] == depths[d - 1] && folded.depth() == d - repeated) {
+          ++repeated;  // the last depth extended the walk: this one folds
+        } else {
+          if (repeated > 0) folded.RepeatDepths(std::exchange(repeated, 0));
+          if (folded.depth() == d) {
+            for (const auto& [holder, tier] : depths[d]) folded.Add(holder, tier);
+            (void)folded.EndDepth();
+          }
+        }
+        if (!goes_on) break;
+      }
+      if (repeated > 0) folded.RepeatDepths(repeated);
+      CHECK(folded.depth() == stepped.depth());
+      const std::span<const PrefixWalk::Run> a = stepped.SortedRuns();
+      const std::span<const PrefixWalk::Run> b = folded.SortedRuns();
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        CHECK(a[i].holder == b[i].holder);
+        CHECK(a[i].gpu == b[i].gpu);
+        CHECK(a[i].cpu == b[i].cpu);
+        CHECK(a[i].disk == b[i].disk);
+        CHECK(a[i].shared == b[i].shared);
+        CHECK(a[i].cpu_only == b[i].cpu_only);
+        CHECK(a[i].disk_only == b[i].disk_only);
+      }
+    }
+  }
+}
 
 TEST_SUITE("LookupAnswer") {
   TEST_CASE("LookupAnswer: groups ranks into instances with the max over ranks") {
