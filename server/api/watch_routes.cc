@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/api/feed_json.h"
 #include "server/api/routes.h"
 #include "server/feed/change_feed.h"
 
@@ -66,22 +67,6 @@ Result<FeedFilter> ParseFilter(const httplib::Request& request) {
   return f;
 }
 
-json RecordJson(const FeedRecord& r) {
-  json out = {{"revision", r.revision},
-              {"op", FeedOpName(r.op)},
-              {"tenant_id", r.context.tenant},
-              {"model_name", r.context.model},
-              {"lora_name", r.context.lora_name},
-              {"block_size", r.context.block_size},
-              {"additional_salt", r.context.salt},
-              {"backend_id", r.holder.id},
-              {"dp_rank", r.holder.dp_rank},
-              {"medium", TierName(r.tier)},
-              {"keys", r.keys}};
-  if (!r.locations.empty()) out["locations"] = r.locations;
-  return out;
-}
-
 // One SSE stream: records as `data:` lines; the last record of each revision also carries
 // `id: <revision>`, so an EventSource's Last-Event-ID resumes exactly after it.
 class WatchStream {
@@ -107,7 +92,9 @@ class WatchStream {
       const bool last_of_revision =
           i + 1 == records->size() || (*records)[i + 1].revision != r.revision;
       if (last_of_revision) out += "id: " + std::to_string(r.revision) + "\n";
-      out += "data: " + RecordJson(r).dump() + "\n\n";
+      out += "data: ";
+      AppendFeedRecordJson(r, &out);
+      out += "\n\n";
     }
     return write(out);
   }
