@@ -2,11 +2,13 @@
 // the change feed describes them (kvatlas/common/feed.h), and the prefix lookup over them
 // with the server's own matching code (kvatlas/common/prefix_match.h).
 //
-// Layout per context: an open-addressing table from block key to the block's first copy
-// (16-byte slots: key, the first copy's holder and tier packed in 32 bits, and the head of
-// a chain of further copies in a pool of 8-byte copies; linear probing, backward-shift
-// deletion). Most blocks have one copy, so a lookup touches one cache line per block, and
-// it prefetches the slots of the next 16 keys while it walks the current ones.
+// Layout per context (docs/feed.md §LocalIndex): one 16-byte record per block (key, the
+// first copy's holder and tier packed in 32 bits, the head of a chain of further copies in
+// a pool of 8-byte copies), numbered in the order blocks were created; and 8-byte hash
+// slots (the key's low 32 bits, the record's number; linear probing, backward-shift
+// deletion). A lookup looks for each block first in the record after its parent's, so a
+// chain stored by one feed record is read as consecutive records; chains stored piecemeal
+// are resolved through the slots in prefetched windows.
 //
 // Thread-safety: none inside. LocalIndex serialises writers and readers with a
 // shared_mutex; Lookup and PrepareGrowth are const and may run concurrently with each other.
@@ -61,16 +63,17 @@ class LocalTable {
                       uint32_t max_blocks) const;
 
   // Growth outside the write lock (as the server's Index does, docs/architecture.md): the
-  // replica's single writer builds a context table's grown slots while lookups go on, then
-  // swaps them in under the write lock in O(1), instead of rehashing the whole table (tens
-  // of ms at a million blocks) while every lookup waits.
+  // replica's single writer builds a context table's grown slots, its next record segments
+  // and, when removed blocks left enough holes, its compacted records while lookups go on,
+  // then swaps them in under the write lock in O(1), instead of rehashing or compacting the
+  // whole table (tens of ms at a million blocks) while every lookup waits.
   struct Growth;
   struct GrowthDeleter {
     void operator()(Growth* growth) const;
   };
   using PreparedGrowth = std::unique_ptr<Growth, GrowthDeleter>;
-  // The grown slots `context` needs for `extra_blocks` more blocks; null when it has room or
-  // is not tracked. Reads only.
+  // What `context` needs for `extra_blocks` more blocks (and the compaction it is due);
+  // null when it has room or is not tracked. Reads only.
   PreparedGrowth PrepareGrowth(const ContextKey& context, size_t extra_blocks) const;
   // Swaps in `growth` if neither Apply nor Load changed its table since; false (dropping it:
   // the table then grows by itself when it fills) otherwise.
