@@ -144,6 +144,18 @@ void WaitForQuietServer(long pid) {
 // stalled server (or a late sender) is charged for the requests it delayed (no coordinated
 // omission). The sender sleeps to absolute deadlines and sends every request already due
 // when it wakes; nothing spins. Returns the p99 in microseconds.
+// Prints one open-loop phase's line and returns its p99 (µs): "<what> at R req/s: p50 ...
+// p99 ... p999 ... (N requests, E errors; <cpu>)".
+double PrintOpenLoop(const char* what, uint64_t rate, const std::vector<double>& latency,
+                     uint64_t errors, const char* cpu) {
+  std::printf(
+      "%s at %6llu req/s: p50 %7.1f us  p99 %7.1f us  p999 %7.1f us  (%zu requests, %llu "
+      "errors; %s)\n",
+      what, static_cast<unsigned long long>(rate), Pct(latency, 0.5), Pct(latency, 0.99),
+      Pct(latency, 0.999), latency.size(), static_cast<unsigned long long>(errors), cpu);
+  return Pct(latency, 0.99);
+}
+
 double OpenLoop(kvatlas::Client& client, uint64_t chains, uint64_t rate, double seconds, long pid) {
   const uint64_t n = static_cast<uint64_t>(static_cast<double>(rate) * seconds);
   std::vector<double> latency(n);
@@ -164,13 +176,10 @@ double OpenLoop(kvatlas::Client& client, uint64_t chains, uint64_t rate, double 
       });
   const double server_cpu_us = (CpuSeconds(pid) - server_cpu0) / static_cast<double>(n) * 1e6;
   const double client_cpu_us = (SelfCpuSeconds() - client_cpu0) / static_cast<double>(n) * 1e6;
-  std::printf(
-      "binary lookup at %6llu req/s: p50 %7.1f us  p99 %7.1f us  p999 %7.1f us  "
-      "(%llu requests, %llu errors; CPU/request server %.1f us, client %.1f us)\n",
-      static_cast<unsigned long long>(rate), Pct(latency, 0.5), Pct(latency, 0.99),
-      Pct(latency, 0.999), static_cast<unsigned long long>(n),
-      static_cast<unsigned long long>(errors), server_cpu_us, client_cpu_us);
-  return Pct(latency, 0.99);
+  char cpu[96];
+  std::snprintf(cpu, sizeof(cpu), "CPU/request server %.1f us, client %.1f us", server_cpu_us,
+                client_cpu_us);
+  return PrintOpenLoop("binary lookup", rate, latency, errors, cpu);
 }
 
 // Closed loop with `depth` calls in flight: throughput and server CPU per lookup.
@@ -396,13 +405,9 @@ class EchoFloor {
     receiver.join();
     // Both ends' CPU: the echo server is this process's thread.
     const double cpu_us = (SelfCpuSeconds() - cpu0) / static_cast<double>(n) * 1e6;
-    std::printf(
-        "loopback echo floor at %6llu req/s: p50 %7.1f us  p99 %7.1f us  p999 %7.1f us  "
-        "(%llu requests, %llu errors; CPU/request both ends %.1f us)\n",
-        static_cast<unsigned long long>(rate), Pct(latency, 0.5), Pct(latency, 0.99),
-        Pct(latency, 0.999), static_cast<unsigned long long>(n),
-        static_cast<unsigned long long>(errors), cpu_us);
-    return Pct(latency, 0.99);
+    char cpu[64];
+    std::snprintf(cpu, sizeof(cpu), "CPU/request both ends %.1f us", cpu_us);
+    return PrintOpenLoop("loopback echo floor", rate, latency, errors, cpu);
   }
 
  private:
