@@ -512,20 +512,14 @@ LookupResult LocalTable::Lookup(const ContextKey& context, std::span<const Block
   walk.Reset(holders_.size());
   chain.clear();
   ContextTable::ChainResolver resolver(*table, keys.first(n));
-  // The only copy of the last walked block when it had one (kNil otherwise), and how many
-  // blocks since were held exactly so: they need no walk step of their own.
-  uint32_t previous_only_copy = kNil;
-  uint32_t repeated = 0;
   for (size_t depth = 0; depth < n; ++depth) {
     const uint32_t id = resolver.Next(depth);
     if (id == kNil) break;
     const ContextTable::Block& block = table->block(id);
     chain.push_back(keys[depth]);
-    if (block.more == kNil && block.first == previous_only_copy) {
-      ++repeated;  // held exactly as its parent: folded into one RepeatDepths below
-      continue;
+    if (block.more == kNil && walk.RepeatsLastOnly(HolderOf(block.first), TierOf(block.first))) {
+      continue;  // held exactly as its parent
     }
-    if (repeated > 0) walk.RepeatDepths(std::exchange(repeated, 0));
     table->ForEachCopy(block, [&](uint32_t packed) {
       const uint32_t holder = HolderOf(packed);
       if (depth == 0 && !instance_id.empty() && holders_[holder].id != instance_id) return;
@@ -535,9 +529,7 @@ LookupResult LocalTable::Lookup(const ContextKey& context, std::span<const Block
       chain.pop_back();
       break;
     }
-    previous_only_copy = block.more == kNil ? block.first : kNil;
   }
-  if (repeated > 0) walk.RepeatDepths(repeated);
 
   result.blocks_found = static_cast<uint32_t>(chain.size());
   const std::span<const PrefixWalk::Run> runs = walk.SortedRuns();

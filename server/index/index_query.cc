@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cstring>
 #include <tuple>
-#include <utility>
 
 #include "kvatlas/common/prefetch.h"
 #include "server/index/index.h"
@@ -17,10 +16,6 @@ struct LookupScratch {
   PrefixWalk walk;
   std::vector<uint32_t> chain;  // block ids of the walked prefix
 };
-
-// A block's only entry as (holder, tier); kNoOnlyCopy stands for "not exactly one entry".
-constexpr uint64_t kNoOnlyCopy = UINT64_MAX;
-uint64_t OnlyCopy(const EntryRec& rec) { return uint64_t{rec.holder} << 8 | rec.tier; }
 
 LookupScratch& Scratch(size_t holders) {
   thread_local LookupScratch s;
@@ -73,10 +68,6 @@ LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockK
   // and only then walked, when its records are cached.
   constexpr size_t kWindow = 32;
   uint32_t candidate[kWindow];
-  // The (holder, tier) of the last walked block when it had one entry, and how many blocks
-  // since were held exactly so.
-  uint64_t previous_only = kNoOnlyCopy;
-  uint32_t repeated = 0;
   for (size_t depth = 0; depth < n; ++depth) {
     if (depth % kWindow == 0) {
       const size_t end = std::min(n, depth + kWindow);
@@ -93,16 +84,12 @@ LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockK
     const uint32_t b = m.FindBlock(context, keys[depth]);
     if (b == kNil) break;
     const uint32_t head = m.blocks_[b].head;
-    // A block held exactly as its parent (one entry, the same holder and tier) needs no
-    // walk step of its own: along a chain most are, as one engine stored them together.
     const EntryRec& first = m.entries_[head];
-    const uint64_t only = first.next_in_block == kNil ? OnlyCopy(first) : kNoOnlyCopy;
-    if (only != kNoOnlyCopy && only == previous_only) {
-      ++repeated;
-      s.chain.push_back(b);
+    if (first.next_in_block == kNil &&
+        s.walk.RepeatsLastOnly(first.holder, static_cast<Tier>(first.tier))) {
+      s.chain.push_back(b);  // held exactly as its parent
       continue;
     }
-    if (repeated > 0) s.walk.RepeatDepths(std::exchange(repeated, 0));
     for (uint32_t e = head; e != kNil; e = m.entries_[e].next_in_block) {
       const EntryRec& rec = m.entries_[e];
       if (depth == 0 && !options.instance_id.empty() &&
@@ -112,10 +99,8 @@ LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockK
       s.walk.Add(rec.holder, static_cast<Tier>(rec.tier));
     }
     if (!s.walk.EndDepth()) break;
-    previous_only = only;
     s.chain.push_back(b);
   }
-  if (repeated > 0) s.walk.RepeatDepths(repeated);
 
   result.blocks_found = static_cast<uint32_t>(s.chain.size());
   for (const PrefixWalk::Run& r : s.walk.SortedRuns()) {

@@ -24,7 +24,9 @@ HolderMatch Match(std::string id, uint32_t rank, uint32_t gpu, uint32_t cpu, uin
 const ContextKey kContext{"default", "m", "", 16, ""};
 
 TEST_SUITE("PrefixWalk") {
-  TEST_CASE("PrefixWalk: RepeatDepths(n) is n more depths with the copies of the last one") {
+  TEST_CASE(
+      "PrefixWalk: RepeatDepths(n) and RepeatsLastOnly are n more depths with the copies of "
+      "the last one") {
     // Random chains of depths, each a random set of (holder, tier) copies; a depth may
     // repeat the one before. One walk steps through every depth, the other folds each
     // repeat into RepeatDepths, as the lookups do: both must end alike, in every tier.
@@ -49,12 +51,19 @@ TEST_SUITE("PrefixWalk") {
       }
       PrefixWalk stepped;
       PrefixWalk folded;
+      PrefixWalk asked;  // as the lookups walk: RepeatsLastOnly for one-copy depths
       stepped.Reset(4);
       folded.Reset(4);
+      asked.Reset(4);
       uint32_t repeated = 0;
       for (uint32_t d = 0; d < n; ++d) {
         for (const auto& [holder, tier] : depths[d]) stepped.Add(holder, tier);
         const bool goes_on = stepped.EndDepth();
+        const bool one = depths[d].size() == 1;
+        if (!one || !asked.RepeatsLastOnly(depths[d][0].first, depths[d][0].second)) {
+          for (const auto& [holder, tier] : depths[d]) asked.Add(holder, tier);
+          CHECK(asked.EndDepth() == goes_on);
+        }
         if (d > 0 && depths[d] == depths[d - 1] && folded.depth() == d - repeated) {
           ++repeated;  // the last depth extended the walk: this one folds
         } else {
@@ -68,17 +77,20 @@ TEST_SUITE("PrefixWalk") {
       }
       if (repeated > 0) folded.RepeatDepths(repeated);
       CHECK(folded.depth() == stepped.depth());
+      CHECK(asked.depth() == stepped.depth());
       const std::span<const PrefixWalk::Run> a = stepped.SortedRuns();
-      const std::span<const PrefixWalk::Run> b = folded.SortedRuns();
-      REQUIRE(a.size() == b.size());
-      for (size_t i = 0; i < a.size(); ++i) {
-        CHECK(a[i].holder == b[i].holder);
-        CHECK(a[i].gpu == b[i].gpu);
-        CHECK(a[i].cpu == b[i].cpu);
-        CHECK(a[i].disk == b[i].disk);
-        CHECK(a[i].shared == b[i].shared);
-        CHECK(a[i].cpu_only == b[i].cpu_only);
-        CHECK(a[i].disk_only == b[i].disk_only);
+      for (PrefixWalk* other : {&folded, &asked}) {
+        const std::span<const PrefixWalk::Run> b = other->SortedRuns();
+        REQUIRE(a.size() == b.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+          CHECK(a[i].holder == b[i].holder);
+          CHECK(a[i].gpu == b[i].gpu);
+          CHECK(a[i].cpu == b[i].cpu);
+          CHECK(a[i].disk == b[i].disk);
+          CHECK(a[i].shared == b[i].shared);
+          CHECK(a[i].cpu_only == b[i].cpu_only);
+          CHECK(a[i].disk_only == b[i].disk_only);
+        }
       }
     }
   }

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvatlas/common/json_codec.h"
@@ -74,12 +75,29 @@ class PrefixWalk {
     }
     runs_.clear();
     depth_ = 0;
+    pending_ = 0;
+    adds_ = 0;
+    last_only_ = kNoCopy;
   }
 
-  uint32_t depth() const { return depth_; }
+  // Depths closed so far.
+  uint32_t depth() const { return depth_ + pending_; }
+
+  // For a block that has exactly one copy, (holder, tier): when the last closed depth's
+  // block had exactly that one copy too, this depth is counted as a repeat of it (folded
+  // into one RepeatDepths) and the answer is true; the caller then neither Adds nor ends
+  // it. Otherwise false, and the caller walks the depth as any other. Along a chain most
+  // blocks are held just as their parent is (one engine stored them together), so most
+  // depths cost this one comparison.
+  bool RepeatsLastOnly(uint32_t holder, Tier tier) {
+    if (OnlyCopy(holder, tier) != last_only_) return false;
+    ++pending_;
+    return true;
+  }
 
   // `holder` has a copy of the current depth's block in `tier`.
   void Add(uint32_t holder, Tier tier) {
+    FlushRepeats();
     if (epoch_of_[holder] != epoch_) {
       if (depth_ != 0) return;
       epoch_of_[holder] = epoch_;
@@ -87,11 +105,14 @@ class PrefixWalk {
       runs_.push_back(Run{holder, 0, 0, 0, 0, 0, 0, 0});
     }
     runs_[slot_of_[holder]].mask |= Bit(tier);
+    ++adds_;
+    last_added_ = OnlyCopy(holder, tier);
   }
 
   // Closes the current depth. True when some holder's prefix (instance tiers or shared)
   // reached past it, i.e. the walk should go on; the block then counts as found.
   bool EndDepth() {
+    FlushRepeats();
     const uint32_t d = depth_;
     bool extended = false;
     for (Run& r : runs_) {
@@ -105,6 +126,8 @@ class PrefixWalk {
       extended |= r.disk == d + 1 || r.shared == d + 1;
     }
     if (extended) ++depth_;
+    last_only_ = extended && adds_ == 1 ? last_added_ : kNoCopy;
+    adds_ = 0;
     return extended;
   }
 
@@ -127,6 +150,7 @@ class PrefixWalk {
 
   // The tracked holders, sorted by holder id (call once, after the walk).
   std::span<const Run> SortedRuns() {
+    FlushRepeats();
     std::sort(runs_.begin(), runs_.end(),
               [](const Run& a, const Run& b) { return a.holder < b.holder; });
     return runs_;
@@ -152,11 +176,23 @@ class PrefixWalk {
   static constexpr uint8_t kDiskMask = prefix_match_internal::kDiskMask;
   static constexpr uint8_t kSharedMask = prefix_match_internal::kSharedMask;
 
+  static constexpr uint64_t kNoCopy = UINT64_MAX;
+  static uint64_t OnlyCopy(uint32_t holder, Tier tier) {
+    return uint64_t{holder} << 8 | static_cast<uint8_t>(tier);
+  }
+  void FlushRepeats() {
+    if (pending_ > 0) RepeatDepths(std::exchange(pending_, 0));
+  }
+
   std::vector<uint32_t> epoch_of_;
   std::vector<uint32_t> slot_of_;
   std::vector<Run> runs_;
   uint32_t epoch_ = 0;
   uint32_t depth_ = 0;
+  uint32_t pending_ = 0;  // depths counted by RepeatsLastOnly, not yet folded into the runs
+  uint32_t adds_ = 0;     // effective Adds at the current depth, the last one last_added_
+  uint64_t last_added_ = kNoCopy;
+  uint64_t last_only_ = kNoCopy;  // the last closed depth's copy when it had exactly one
 };
 
 // Shapes a lookup result into the answer both lookup APIs encode: holders grouped into
