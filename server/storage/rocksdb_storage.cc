@@ -52,6 +52,12 @@ bool IsLockConflict(const rocksdb::Status& s) {
   return s.IsIOError() && s.ToString().find("/LOCK") != std::string::npos;
 }
 
+std::string MetaKey(std::string_view name) {
+  std::string key;
+  AppendMetaKey(name, &key);
+  return key;
+}
+
 rocksdb::Options MakeOptions(const StorageOptions& options) {
   rocksdb::Options o;
   o.create_if_missing = true;
@@ -404,12 +410,6 @@ class RocksDbStorage final : public Storage {
   }
 
  private:
-  static std::string MetaKey(std::string_view name) {
-    std::string key;
-    AppendMetaKey(name, &key);
-    return key;
-  }
-
   // The raw value of meta record `name`; nullopt when absent.
   Result<std::optional<std::string>> GetMeta(std::string_view name) const {
     std::string value;
@@ -568,43 +568,52 @@ class RocksDbStorage final : public Storage {
   std::string write_value_;
 };
 
+// Reads nothing when captured: a point read would sort the whole vector memtable (see
+// MakeOptions), which on the applying thread stalled commits for 0.4-0.8 s per snapshot
+// with a 200 MB memtable. The applied index comes from the scan itself, off that thread.
 class RocksDbCapture final : public Storage::Capture {
  public:
-  RocksDbCapture(rocksdb::DB* db, Revision applied)
-      : db_(db), snapshot_(db->GetSnapshot()), applied_(applied) {}
+  explicit RocksDbCapture(rocksdb::DB* db) : db_(db), snapshot_(db->GetSnapshot()) {}
   ~RocksDbCapture() override { db_->ReleaseSnapshot(snapshot_); }
 
   Result<std::string> Serialize() const override {
     std::string out(kSnapshotMagic);
     out.push_back(static_cast<char>(kSnapshotVersion));
-    PutFixed64(&out, applied_);
+    const size_t applied_at = out.size();
+    PutFixed64(&out, 0);  // The applied index, filled in once the scan has read it.
     rocksdb::ReadOptions read;
     read.snapshot = snapshot_;
     read.fill_cache = false;
     read.readahead_size = 2 << 20;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
+    const std::string applied_key = MetaKey(kMetaAppliedIndex);
+    Revision applied = 0;  // A database never written has none.
     uint64_t count = 0;
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (View(it->key()) == applied_key) {
+        KVATLAS_ASSIGN_OR_RETURN(applied, DecodeMetaFixed64(applied_key, View(it->value())));
+      }
       PutLengthPrefixed(&out, View(it->key()));
       PutLengthPrefixed(&out, View(it->value()));
       ++count;
     }
     KVATLAS_RETURN_IF_ERROR(FromRocks(it->status(), "reading a snapshot"));
     PutFixed64(&out, count);
+    std::string fixed;
+    PutFixed64(&fixed, applied);
+    out.replace(applied_at, fixed.size(), fixed);
     return out;
   }
 
  private:
   rocksdb::DB* db_;
   const rocksdb::Snapshot* snapshot_;
-  Revision applied_;
 };
 
 Result<std::unique_ptr<Storage::Capture>> RocksDbStorage::CaptureAll() const {
-  // Writes happen on the applying thread, which is the one calling this: the applied index
-  // read here is the one the pinned snapshot holds.
-  KVATLAS_ASSIGN_OR_RETURN(Revision applied, AppliedIndex());
-  return std::unique_ptr<Capture>(std::make_unique<RocksDbCapture>(db_.get(), applied));
+  // Pins the database as it is now, which on the applying thread (the only writer) is the
+  // state after the last applied write.
+  return std::unique_ptr<Capture>(std::make_unique<RocksDbCapture>(db_.get()));
 }
 
 }  // namespace

@@ -465,6 +465,42 @@ TEST_SUITE("rocksdb_storage") {
           EntryValue{BlockValue{0, 1}, 1, 0x1234 ^ 0xabcdef, "loc"});
   }
 
+  TEST_CASE("RocksDbStorage: a capture is the database when captured, applied index included") {
+    TempDir dir;
+    auto storage = OpenOk(SmallOptions(dir));
+    {
+      // A database never written is at applied index 0.
+      auto capture = storage->CaptureAll();
+      REQUIRE(capture.has_value());
+      auto bytes = (*capture)->Serialize();
+      REQUIRE(bytes.has_value());
+      CHECK(Storage::SnapshotAppliedIndex(*bytes).value() == 0);
+    }
+    REQUIRE(storage->Write(5, {}).ok());
+    auto capture = storage->CaptureAll();
+    REQUIRE(capture.has_value());
+    // Writes after the capture, serialized later (as raft's threadpool does), are not in it.
+    REQUIRE(storage->Write(6, OneOfEach()).ok());
+    auto bytes = (*capture)->Serialize();
+    REQUIRE(bytes.has_value());
+    CHECK(Storage::SnapshotAppliedIndex(*bytes).value() == 5);
+
+    TempDir other_dir;
+    auto other = OpenOk(SmallOptions(other_dir));
+    REQUIRE(other->ReplaceAll(*bytes).ok());
+    CHECK(other->AppliedIndex().value() == 5);
+    CHECK(LoadedIndex(*other, {})->Stats().entries == 0);
+    // Installed again once it holds the later write, the capture's index moves with it.
+    auto later = storage->CaptureAll();
+    REQUIRE(later.has_value());
+    auto later_bytes = (*later)->Serialize();
+    REQUIRE(later_bytes.has_value());
+    CHECK(Storage::SnapshotAppliedIndex(*later_bytes).value() == 6);
+    REQUIRE(other->ReplaceAll(*later_bytes).ok());
+    CHECK(other->AppliedIndex().value() == 6);
+    CHECK(LoadedIndex(*other, {})->Stats().entries == 1);
+  }
+
   TEST_CASE("RocksDbStorage: later mutations of one record in a list win") {
     TempDir dir;
     StorageOptions options = SmallOptions(dir);
