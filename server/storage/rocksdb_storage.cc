@@ -27,6 +27,7 @@
 #include "kvatlas/common/log.h"
 #include "server/index/index.h"
 #include "server/storage/key_codec.h"
+#include "server/storage/sorted_vector_rep.h"
 #include "server/storage/storage.h"
 
 namespace kvatlas::server {
@@ -95,8 +96,9 @@ rocksdb::Options MakeOptions(const StorageOptions& options) {
   // The database is written on every applied group and read only at boot (point reads of
   // a few meta keys, then one full scan). A vector memtable appends in O(1) and sorts once
   // at flush, where the default skip list spent ~70% of the server's ingest CPU on ordered
-  // inserts of random keys. Writes come from one thread (the applier), as it requires.
-  o.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
+  // inserts of random keys; ours sorts key prefixes instead of pointers to the entries
+  // (sorted_vector_rep.h). Writes come from one thread (the applier), as it requires.
+  o.memtable_factory = std::make_shared<SortedVectorRepFactory>();
   // Flushes (mostly the vector memtable's sort) and compactions are catch-up work: on a
   // small machine they must not take CPU from lookups.
   o.env->LowerThreadPoolCPUPriority(rocksdb::Env::HIGH);

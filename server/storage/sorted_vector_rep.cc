@@ -1,0 +1,294 @@
+#include "server/storage/sorted_vector_rep.h"
+
+#include <rocksdb/slice.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <shared_mutex>
+#include <thread>
+#include <vector>
+
+#include "kvatlas/common/prefetch.h"
+
+namespace kvatlas::server {
+namespace {
+
+using rocksdb::MemTableRep;
+using rocksdb::Slice;
+
+// Entries ahead of an iterator's position whose bytes are prefetched: the flush reads
+// every entry once, in an order unrelated to where the entries lie.
+constexpr size_t kPrefetchDistance = 16;
+
+// One entry as sorted: the first 16 bytes of its user key (zero-padded, big-endian), then
+// the entry. Zero-padding keeps the order of the prefixes consistent with the bytewise
+// order of the keys (a key that is a prefix of another never sorts after it), so items
+// whose prefixes differ are ordered by them alone; equal prefixes fall back to the full
+// internal-key comparison (user key, then sequence number descending).
+struct SortItem {
+  uint64_t high;
+  uint64_t low;
+  const char* entry;
+};
+
+uint64_t LoadBigEndian64(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+// The prefix of an internal key (user key + 8-byte trailer).
+void PrefixOf(const Slice& internal_key, uint64_t* high, uint64_t* low) {
+  unsigned char bytes[16] = {};
+  const size_t user_size = internal_key.size() >= 8 ? internal_key.size() - 8 : 0;
+  std::memcpy(bytes, internal_key.data(), std::min<size_t>(user_size, sizeof(bytes)));
+  *high = LoadBigEndian64(bytes);
+  *low = LoadBigEndian64(bytes + 8);
+}
+
+using Items = std::vector<SortItem>;
+
+// The user key of a memtable entry (its internal key without the 8-byte trailer).
+Slice UserKeyOf(const Slice& internal_key) {
+  return Slice(internal_key.data(), internal_key.size() >= 8 ? internal_key.size() - 8 : 0);
+}
+
+class PointReadIterator;
+
+class SortedVectorRep final : public MemTableRep {
+ public:
+  SortedVectorRep(const KeyComparator& compare, rocksdb::Allocator* allocator)
+      : MemTableRep(allocator), compare_(compare) {}
+
+  void Insert(rocksdb::KeyHandle handle) override {
+    std::unique_lock lock(mu_);
+    entries_.push_back(static_cast<const char*>(handle));
+    memory_bytes_.store(entries_.capacity() * sizeof(const char*), std::memory_order_relaxed);
+  }
+
+  bool Contains(const char* key) const override {
+    std::shared_lock lock(mu_);
+    return std::any_of(entries_.begin(), entries_.end(),
+                       [&](const char* entry) { return compare_(entry, key) == 0; });
+  }
+
+  void MarkReadOnly() override { read_only_.store(true, std::memory_order_release); }
+
+  size_t ApproximateMemoryUsage() override { return memory_bytes_.load(std::memory_order_relaxed); }
+
+  Iterator* GetIterator(rocksdb::Arena* arena) override;
+
+  // Without an arena, only RocksDB's default MemTableRep::Get asks (there is no prefix
+  // extractor), and RocksDB 7.8 never frees that iterator. So the memtable owns it: one per
+  // thread, reused by the thread's next point read (a Get is over when its thread asks
+  // again), and it reads only the entries of the key sought, not a sorted copy of all.
+  Iterator* GetDynamicPrefixIterator(rocksdb::Arena* arena) override;
+
+  // The entries in order. A read-only memtable (the one a flush reads) is sorted once and
+  // shared; a mutable one is copied and sorted per iterator, as writes may follow.
+  std::shared_ptr<const Items> Sorted() const {
+    if (read_only_.load(std::memory_order_acquire)) {
+      std::call_once(sort_once_, [this] { sorted_ = SortCopy(entries_); });
+      return sorted_;
+    }
+    std::vector<const char*> copy;
+    {
+      std::shared_lock lock(mu_);
+      copy = entries_;
+    }
+    return SortCopy(copy);
+  }
+
+  // <0, 0, >0 as `item` sorts before, with, or after the target.
+  int CompareToTarget(const SortItem& item, uint64_t high, uint64_t low, const Slice& internal_key,
+                      const char* memtable_key) const {
+    if (item.high != high) return item.high < high ? -1 : 1;
+    if (item.low != low) return item.low < low ? -1 : 1;
+    return memtable_key != nullptr ? compare_(item.entry, memtable_key)
+                                   : compare_(item.entry, internal_key);
+  }
+
+  // The entries of the user key of `internal_key` that sort at or after it, in order.
+  std::vector<const char*> EntriesFrom(const Slice& internal_key, const char* memtable_key) const {
+    const Slice user_key = UserKeyOf(internal_key);
+    std::vector<const char*> found;
+    auto keep = [&](const char* entry) {
+      const Slice key = compare_.decode_key(entry);
+      if (UserKeyOf(key) != user_key) return;
+      const int order =
+          memtable_key != nullptr ? compare_(entry, memtable_key) : compare_(entry, internal_key);
+      if (order >= 0) found.push_back(entry);
+    };
+    if (read_only_.load(std::memory_order_acquire)) {
+      for (const char* entry : entries_) keep(entry);
+    } else {
+      std::shared_lock lock(mu_);
+      for (const char* entry : entries_) keep(entry);
+    }
+    std::sort(found.begin(), found.end(),
+              [this](const char* a, const char* b) { return compare_(a, b) < 0; });
+    return found;
+  }
+
+ private:
+  std::shared_ptr<const Items> SortCopy(const std::vector<const char*>& entries) const {
+    auto items = std::make_shared<Items>();
+    items->reserve(entries.size());
+    for (const char* entry : entries) {
+      SortItem item{0, 0, entry};
+      PrefixOf(compare_.decode_key(entry), &item.high, &item.low);
+      items->push_back(item);
+    }
+    std::sort(items->begin(), items->end(), [this](const SortItem& a, const SortItem& b) {
+      if (a.high != b.high) return a.high < b.high;
+      if (a.low != b.low) return a.low < b.low;
+      return compare_(a.entry, b.entry) < 0;
+    });
+    return items;
+  }
+
+  const KeyComparator& compare_;
+  mutable std::shared_mutex mu_;
+  std::vector<const char*> entries_;  // insertion order; guarded by mu_ until read-only
+  std::atomic<bool> read_only_{false};
+  std::atomic<size_t> memory_bytes_{0};
+  mutable std::once_flag sort_once_;
+  mutable std::shared_ptr<const Items> sorted_;
+
+  // Storage of the iterators RocksDB places in its arena (it destroys them in place and
+  // never frees them). The arena's interface is not public, so the storage is ours and is
+  // freed with the memtable, which every iterator over it keeps alive.
+  std::mutex iterator_storage_mu_;
+  std::vector<std::unique_ptr<std::byte[]>> iterator_storage_;
+  std::map<std::thread::id, std::unique_ptr<PointReadIterator>> point_reads_;  // same mutex
+};
+
+class PointReadIterator final : public MemTableRep::Iterator {
+ public:
+  explicit PointReadIterator(const SortedVectorRep* rep) : rep_(rep) {}
+
+  bool Valid() const override { return position_ < entries_.size(); }
+  const char* key() const override { return entries_[position_]; }
+  void Next() override { ++position_; }
+  void Prev() override { position_ = position_ == 0 ? entries_.size() : position_ - 1; }
+  void Seek(const Slice& internal_key, const char* memtable_key) override {
+    entries_ = rep_->EntriesFrom(internal_key, memtable_key);
+    position_ = 0;
+  }
+  // A point read only seeks forward; the other positionings find nothing.
+  void SeekForPrev(const Slice&, const char*) override { Clear(); }
+  void SeekToFirst() override { Clear(); }
+  void SeekToLast() override { Clear(); }
+
+ private:
+  void Clear() {
+    entries_.clear();
+    position_ = 0;
+  }
+
+  const SortedVectorRep* rep_;
+  std::vector<const char*> entries_;
+  size_t position_ = 0;
+};
+
+class SortedIterator final : public MemTableRep::Iterator {
+ public:
+  explicit SortedIterator(const SortedVectorRep* rep) : rep_(rep) {}
+
+  bool Valid() const override { return items_ != nullptr && position_ < items_->size(); }
+  const char* key() const override { return (*items_)[position_].entry; }
+
+  void Next() override {
+    ++position_;
+    PrefetchAhead();
+  }
+
+  void Prev() override { position_ = position_ == 0 ? items_->size() : position_ - 1; }
+
+  void Seek(const Slice& internal_key, const char* memtable_key) override {
+    Load();
+    uint64_t high = 0, low = 0;
+    PrefixOf(internal_key, &high, &low);
+    auto it = std::partition_point(items_->begin(), items_->end(), [&](const SortItem& item) {
+      return rep_->CompareToTarget(item, high, low, internal_key, memtable_key) < 0;
+    });
+    position_ = static_cast<size_t>(it - items_->begin());
+    PrefetchAhead();
+  }
+
+  void SeekForPrev(const Slice& internal_key, const char* memtable_key) override {
+    Load();
+    uint64_t high = 0, low = 0;
+    PrefixOf(internal_key, &high, &low);
+    auto it = std::partition_point(items_->begin(), items_->end(), [&](const SortItem& item) {
+      return rep_->CompareToTarget(item, high, low, internal_key, memtable_key) <= 0;
+    });
+    const size_t after = static_cast<size_t>(it - items_->begin());
+    position_ = after == 0 ? items_->size() : after - 1;
+  }
+
+  void SeekToFirst() override {
+    Load();
+    position_ = 0;
+    for (size_t i = 0; i < kPrefetchDistance && i < items_->size(); ++i) {
+      Prefetch((*items_)[i].entry);
+    }
+  }
+
+  void SeekToLast() override {
+    Load();
+    position_ = items_->empty() ? 0 : items_->size() - 1;
+  }
+
+ private:
+  void Load() {
+    if (items_ == nullptr) items_ = rep_->Sorted();
+  }
+
+  void PrefetchAhead() const {
+    const size_t ahead = position_ + kPrefetchDistance;
+    if (ahead < items_->size()) Prefetch((*items_)[ahead].entry);
+  }
+
+  const SortedVectorRep* rep_;
+  std::shared_ptr<const Items> items_;  // null until first positioned
+  size_t position_ = 0;
+};
+
+MemTableRep::Iterator* SortedVectorRep::GetIterator(rocksdb::Arena* arena) {
+  if (arena == nullptr) return new SortedIterator(this);
+  // Caller destroys in place and never frees: see iterator_storage_.
+  static_assert(alignof(SortedIterator) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+  auto storage = std::make_unique<std::byte[]>(sizeof(SortedIterator));
+  void* place = storage.get();
+  {
+    std::lock_guard lock(iterator_storage_mu_);
+    iterator_storage_.push_back(std::move(storage));
+  }
+  return new (place) SortedIterator(this);
+}
+
+MemTableRep::Iterator* SortedVectorRep::GetDynamicPrefixIterator(rocksdb::Arena* arena) {
+  if (arena != nullptr) return GetIterator(arena);
+  std::lock_guard lock(iterator_storage_mu_);
+  std::unique_ptr<PointReadIterator>& slot = point_reads_[std::this_thread::get_id()];
+  if (slot == nullptr) slot = std::make_unique<PointReadIterator>(this);
+  return slot.get();
+}
+
+}  // namespace
+
+rocksdb::MemTableRep* SortedVectorRepFactory::CreateMemTableRep(
+    const rocksdb::MemTableRep::KeyComparator& compare, rocksdb::Allocator* allocator,
+    const rocksdb::SliceTransform* /*prefix_extractor*/, rocksdb::Logger* /*logger*/) {
+  return new SortedVectorRep(compare, allocator);
+}
+
+}  // namespace kvatlas::server
