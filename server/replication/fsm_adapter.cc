@@ -4,6 +4,8 @@ extern "C" {
 #include <raft.h>
 }
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -34,8 +36,13 @@ int FsmAdapter::Apply(struct raft_fsm* fsm, const struct raft_buffer* buf, void*
   // tests check it against raft_apply's req->index.
   const uint64_t index = raft_last_applied(self->raft_) + 1;
   if (self->failed()) return 0;
+  const auto start = std::chrono::steady_clock::now();
   Status s = self->machine_->ApplyEntry(
       index, std::string_view(static_cast<const char*>(buf->base), buf->len));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+  self->longest_apply_ms_ = std::max<uint64_t>(self->longest_apply_ms_, took);
   if (!s.ok()) {
     // The state can no longer follow the log. Returning an error into 0.15's apply loop
     // has no defined recovery: mark the adapter failed, so that the server refuses writes

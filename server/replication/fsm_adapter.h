@@ -7,7 +7,9 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "server/state/replicated_log.h"
 
@@ -39,6 +41,10 @@ class FsmAdapter {
   // stop (its restart re-applies from the persisted applied index).
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 
+  // Loop thread: the longest ApplyEntry since the last call, in milliseconds (the raft
+  // loop cannot send heartbeats while it applies).
+  uint64_t TakeLongestApplyMs() { return std::exchange(longest_apply_ms_, 0); }
+
  private:
   static int Apply(struct raft_fsm* fsm, const struct raft_buffer* buf, void** result);
   static int Snapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n);
@@ -54,6 +60,7 @@ class FsmAdapter {
   struct raft* raft_ = nullptr;
   std::unique_ptr<LogStateMachine::Capture> capture_;
   std::atomic<bool> failed_{false};
+  uint64_t longest_apply_ms_ = 0;  // loop thread
 };
 
 }  // namespace kvatlas::server

@@ -348,6 +348,7 @@ class RaftLog::Loop {
   }
 
   void RefreshStatus() {
+    WarnIfLoopWasBlocked();
     ClusterStatus s;
     s.id = raft_.id;
     s.raft_address = raft_.address ? raft_.address : "";
@@ -381,6 +382,21 @@ class RaftLog::Loop {
     owner_->status_ = std::move(s);
   }
 
+  // This runs every kStatusRefreshMs: a longer gap means the loop thread was busy (an
+  // apply, a RocksDB write stall, CPU starvation) and sent no heartbeats meanwhile; past
+  // the election timeout, followers start an election. Says so, with the longest apply.
+  void WarnIfLoopWasBlocked() {
+    const uint64_t now = uv_hrtime();
+    const uint64_t gap_ms = last_refresh_ns_ == 0 ? 0 : (now - last_refresh_ns_) / 1'000'000;
+    last_refresh_ns_ = now;
+    const uint64_t longest_apply_ms = fsm_.TakeLongestApplyMs();
+    if (gap_ms < owner_->options_.election_timeout_ms / 2) return;
+    LogWarning("raft loop blocked for " + std::to_string(gap_ms) + " ms (election timeout " +
+               std::to_string(owner_->options_.election_timeout_ms) +
+               " ms); longest log entry apply meanwhile " + std::to_string(longest_apply_ms) +
+               " ms");
+  }
+
   RaftLog* owner_;
   uv_loop_t loop_;
   uv_async_t wake_;
@@ -391,6 +407,7 @@ class RaftLog::Loop {
   struct raft raft_;
   bool closing_ = false;
   uint64_t close_started_ = 0;
+  uint64_t last_refresh_ns_ = 0;
 
   friend class RaftLog;
 };

@@ -99,9 +99,10 @@ rocksdb::Options MakeOptions(const StorageOptions& options) {
   // inserts of random keys; ours sorts key prefixes instead of pointers to the entries
   // (sorted_vector_rep.h). Writes come from one thread (the applier), as it requires.
   o.memtable_factory = std::make_shared<SortedVectorRepFactory>();
-  // Flushes (mostly the vector memtable's sort) and compactions are catch-up work: on a
-  // small machine they must not take CPU from lookups.
-  o.env->LowerThreadPoolCPUPriority(rocksdb::Env::HIGH);
+  // Compactions are catch-up work: on a small machine they must not take CPU from lookups.
+  // Flushes are not: a starved flush fills every memtable, and the next write then stalls
+  // the applying thread, which under raft is the raft loop (docs/replication.md
+  // §Benchmark: at low priority, loops blocked for 4-9 s in sustained 3-server ingest).
   o.env->LowerThreadPoolCPUPriority(rocksdb::Env::LOW);
   o.allow_concurrent_memtable_write = false;
   // A write that RocksDB stalls (full memtables waiting for a flush, too many L0 files
