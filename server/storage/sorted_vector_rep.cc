@@ -12,9 +12,11 @@
 #include <mutex>
 #include <new>
 #include <shared_mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "kvatlas/common/bytes.h"
 #include "kvatlas/common/prefetch.h"
 
 namespace kvatlas::server {
@@ -38,27 +40,22 @@ struct SortItem {
   const char* entry;
 };
 
-uint64_t LoadBigEndian64(const unsigned char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
-  return v;
-}
-
-// The prefix of an internal key (user key + 8-byte trailer).
-void PrefixOf(const Slice& internal_key, uint64_t* high, uint64_t* low) {
-  unsigned char bytes[16] = {};
-  const size_t user_size = internal_key.size() >= 8 ? internal_key.size() - 8 : 0;
-  std::memcpy(bytes, internal_key.data(), std::min<size_t>(user_size, sizeof(bytes)));
-  *high = LoadBigEndian64(bytes);
-  *low = LoadBigEndian64(bytes + 8);
-}
-
-using Items = std::vector<SortItem>;
-
 // The user key of a memtable entry (its internal key without the 8-byte trailer).
 Slice UserKeyOf(const Slice& internal_key) {
   return Slice(internal_key.data(), internal_key.size() >= 8 ? internal_key.size() - 8 : 0);
 }
+
+// The prefix of an internal key (user key + 8-byte trailer).
+void PrefixOf(const Slice& internal_key, uint64_t* high, uint64_t* low) {
+  char bytes[16] = {};
+  const Slice user_key = UserKeyOf(internal_key);
+  std::memcpy(bytes, user_key.data(), std::min(user_key.size(), sizeof(bytes)));
+  ByteReader reader(std::string_view(bytes, sizeof(bytes)));
+  *high = reader.BigEndian64();
+  *low = reader.BigEndian64();
+}
+
+using Items = std::vector<SortItem>;
 
 class PointReadIterator;
 
@@ -126,12 +123,10 @@ class SortedVectorRep final : public MemTableRep {
           memtable_key != nullptr ? compare_(entry, memtable_key) : compare_(entry, internal_key);
       if (order >= 0) found.push_back(entry);
     };
-    if (read_only_.load(std::memory_order_acquire)) {
-      for (const char* entry : entries_) keep(entry);
-    } else {
-      std::shared_lock lock(mu_);
-      for (const char* entry : entries_) keep(entry);
-    }
+    // A read-only memtable takes no more inserts: no lock needed.
+    std::shared_lock lock(mu_, std::defer_lock);
+    if (!read_only_.load(std::memory_order_acquire)) lock.lock();
+    for (const char* entry : entries_) keep(entry);
     std::sort(found.begin(), found.end(),
               [this](const char* a, const char* b) { return compare_(a, b) < 0; });
     return found;
