@@ -103,13 +103,31 @@ class SortedVectorRep final : public MemTableRep {
     return SortCopy(copy);
   }
 
-  // <0, 0, >0 as `item` sorts before, with, or after the target.
-  int CompareToTarget(const SortItem& item, uint64_t high, uint64_t low, const Slice& internal_key,
+  // <0, 0, >0 as `entry` sorts before, with, or after the seek target: the encoded
+  // `memtable_key` when RocksDB gives one, else `internal_key`.
+  int CompareToTarget(const char* entry, const Slice& internal_key,
                       const char* memtable_key) const {
-    if (item.high != high) return item.high < high ? -1 : 1;
-    if (item.low != low) return item.low < low ? -1 : 1;
-    return memtable_key != nullptr ? compare_(item.entry, memtable_key)
-                                   : compare_(item.entry, internal_key);
+    return memtable_key != nullptr ? compare_(entry, memtable_key) : compare_(entry, internal_key);
+  }
+
+  // The number of items that sort before the target (`inclusive`: at or before it).
+  // REQUIRES: `items` sorted.
+  size_t CountBefore(const Items& items, const Slice& internal_key, const char* memtable_key,
+                     bool inclusive) const {
+    uint64_t high = 0, low = 0;
+    PrefixOf(internal_key, &high, &low);
+    auto it = std::partition_point(items.begin(), items.end(), [&](const SortItem& item) {
+      int order = 0;
+      if (item.high != high) {
+        order = item.high < high ? -1 : 1;
+      } else if (item.low != low) {
+        order = item.low < low ? -1 : 1;
+      } else {
+        order = CompareToTarget(item.entry, internal_key, memtable_key);
+      }
+      return inclusive ? order <= 0 : order < 0;
+    });
+    return static_cast<size_t>(it - items.begin());
   }
 
   // The entries of the user key of `internal_key` that sort at or after it, in order.
@@ -119,9 +137,7 @@ class SortedVectorRep final : public MemTableRep {
     auto keep = [&](const char* entry) {
       const Slice key = compare_.decode_key(entry);
       if (UserKeyOf(key) != user_key) return;
-      const int order =
-          memtable_key != nullptr ? compare_(entry, memtable_key) : compare_(entry, internal_key);
-      if (order >= 0) found.push_back(entry);
+      if (CompareToTarget(entry, internal_key, memtable_key) >= 0) found.push_back(entry);
     };
     // A read-only memtable takes no more inserts: no lock needed.
     std::shared_lock lock(mu_, std::defer_lock);
@@ -209,24 +225,15 @@ class SortedIterator final : public MemTableRep::Iterator {
 
   void Seek(const Slice& internal_key, const char* memtable_key) override {
     Load();
-    uint64_t high = 0, low = 0;
-    PrefixOf(internal_key, &high, &low);
-    auto it = std::partition_point(items_->begin(), items_->end(), [&](const SortItem& item) {
-      return rep_->CompareToTarget(item, high, low, internal_key, memtable_key) < 0;
-    });
-    position_ = static_cast<size_t>(it - items_->begin());
+    position_ = rep_->CountBefore(*items_, internal_key, memtable_key, /*inclusive=*/false);
     PrefetchAhead();
   }
 
   void SeekForPrev(const Slice& internal_key, const char* memtable_key) override {
     Load();
-    uint64_t high = 0, low = 0;
-    PrefixOf(internal_key, &high, &low);
-    auto it = std::partition_point(items_->begin(), items_->end(), [&](const SortItem& item) {
-      return rep_->CompareToTarget(item, high, low, internal_key, memtable_key) <= 0;
-    });
-    const size_t after = static_cast<size_t>(it - items_->begin());
-    position_ = after == 0 ? items_->size() : after - 1;
+    const size_t at_or_before =
+        rep_->CountBefore(*items_, internal_key, memtable_key, /*inclusive=*/true);
+    position_ = at_or_before == 0 ? items_->size() : at_or_before - 1;
   }
 
   void SeekToFirst() override {
