@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kvatlas/common/log.h"
+#include "kvatlas/common/thread_name.h"
 
 namespace kvatlas::server {
 namespace {
@@ -225,6 +226,7 @@ Status HttpServer::Start() {
   }
   listen_ended_ = false;
   thread_ = std::thread([this, &s] {
+    SetCurrentThreadName("http-accept");
     if (!s.listen_after_bind()) LogError("HTTP accept loop ended with an error");
     listen_ended_ = true;
   });

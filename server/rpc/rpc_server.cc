@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "kvatlas/common/log.h"
+#include "kvatlas/common/thread_name.h"
 
 namespace kvatlas::server {
 namespace {
@@ -70,6 +71,7 @@ Status RpcServer::Start() {
 }
 
 void RpcServer::RunThread(asio::io_context& io) {
+  SetCurrentThreadName("rpc-io");
   // Handlers report their errors themselves; an exception here is a bug in one handler and
   // must not take the other connections down with the thread.
   for (;;) {

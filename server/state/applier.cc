@@ -5,15 +5,16 @@
 #include <string>
 #include <vector>
 
+#include "kvatlas/common/thread_name.h"
 #include "server/state/command_codec.h"
 
 namespace kvatlas::server {
 
 Applier::Applier(StateMachine* machine, ApplierOptions options, ReplicatedLog* log)
-    : machine_(machine),
-      options_(options),
-      log_(log),
-      thread_([this] { log_ ? RunReplicated() : Run(); }) {}
+    : machine_(machine), options_(options), log_(log), thread_([this] {
+        SetCurrentThreadName("applier");
+        log_ ? RunReplicated() : Run();
+      }) {}
 
 Applier::~Applier() { Stop(); }
 

@@ -12,6 +12,7 @@
 #include <zmq_addon.hpp>
 
 #include "kvatlas/common/log.h"
+#include "kvatlas/common/thread_name.h"
 #include "server/ingest/engine_event_decoder.h"
 #include "server/zmq/sequence_tracker.h"
 
@@ -636,7 +637,10 @@ Status ZmqIngest::Start() {
     loop_.reset();
     return s;
   }
-  thread_ = std::thread([this] { loop_->Run(); });
+  thread_ = std::thread([this] {
+    SetCurrentThreadName("zmq-ingest");
+    loop_->Run();
+  });
   return Status::Ok();
 }
 
