@@ -15,7 +15,9 @@ extern "C" {
 #include <string_view>
 
 #include "kvatlas/common/log.h"
+#include "kvatlas/common/thread_name.h"
 #include "server/replication/fsm_adapter.h"
+#include "server/replication/tcp_transport.h"
 
 namespace kvatlas::server {
 namespace {
@@ -105,7 +107,7 @@ class RaftLog::Loop {
     raft_close(&raft_, [](struct raft* r) {
       Loop* self = static_cast<Loop*>(r->data);
       raft_uv_close(&self->io_);
-      raft_uv_tcp_close(&self->transport_);
+      TcpTransportClose(&self->transport_);
       uv_close(reinterpret_cast<uv_handle_t*>(&self->wake_), nullptr);
       uv_close(reinterpret_cast<uv_handle_t*>(&self->timer_), nullptr);
     });
@@ -291,11 +293,11 @@ class RaftLog::Loop {
       uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
       return s;
     };
-    if ((rv = raft_uv_tcp_init(&transport_, &loop_)) != 0) {
+    if ((rv = TcpTransportInit(&transport_, &loop_)) != 0) {
       return fail(Status::Internal("raft_uv_tcp_init: " + RaftError(rv)));
     }
-    if ((rv = raft_uv_init(&io_, &loop_, o.dir.c_str(), &transport_)) != 0) {
-      raft_uv_tcp_close(&transport_);
+    if ((rv = raft_uv_init(&io_, &loop_, o.dir.c_str(), &transport_.transport)) != 0) {
+      TcpTransportClose(&transport_);
       return fail(Status::IOError("raft_uv_init " + o.dir + ": " + RaftError(rv)));
     }
     // 0.15.0 implements async work but reports version 1, which makes raft_init refuse an
@@ -304,7 +306,7 @@ class RaftLog::Loop {
     if ((rv = raft_init(&raft_, &io_, fsm_.fsm(), o.id, o.address.c_str())) != 0) {
       const std::string message = raft_errmsg(&raft_);
       raft_uv_close(&io_);
-      raft_uv_tcp_close(&transport_);
+      TcpTransportClose(&transport_);
       return fail(Status::Internal("raft_init: " + message));
     }
     raft_.data = this;
@@ -401,7 +403,7 @@ class RaftLog::Loop {
   uv_loop_t loop_;
   uv_async_t wake_;
   uv_timer_t timer_;
-  struct raft_uv_transport transport_;
+  TcpTransport transport_;
   struct raft_io io_;
   FsmAdapter fsm_;
   struct raft raft_;
@@ -421,7 +423,10 @@ Result<std::unique_ptr<RaftLog>> RaftLog::Start(RaftOptions options, LogStateMac
   std::promise<Status> started;
   std::future<Status> result = started.get_future();
   Loop* loop = log->loop_.get();
-  log->thread_ = std::thread([loop, &started] { loop->Main(&started); });
+  log->thread_ = std::thread([loop, &started] {
+    SetCurrentThreadName("raft-loop");
+    loop->Main(&started);
+  });
   Status s = result.get();
   if (!s.ok()) {
     log->thread_.join();

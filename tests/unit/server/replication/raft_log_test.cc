@@ -1,19 +1,24 @@
-// RaftLog over real libuv I/O, one voter on loopback: the loop-blocked warning. The state
-// machine here only records entries (and can be slow on purpose): the subject is the log.
+// RaftLog over real libuv I/O on loopback: the loop-blocked warning (one voter) and the
+// options of raft's TCP connections (two voters). The state machine here only records
+// entries (and can be slow on purpose): the subject is the log.
 #include "server/replication/raft_log.h"
 
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <future>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/support/temp_dir.h"
 
@@ -125,6 +130,77 @@ TEST_CASE("RaftLog does not warn about a loop that kept up") {
     (*log)->Stop();
   });
   CHECK_MESSAGE(log_text.find("raft loop blocked") == std::string::npos, log_text);
+}
+
+// The TCP_NODELAY option of every connected TCP socket of this process that has `ports` at
+// one of its ends.
+std::vector<int> NoDelayOfConnectionsOn(const std::set<int>& ports) {
+  std::vector<int> options;
+  for (const auto& fd_entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(fd_entry.path().filename().string());
+    int type = 0;
+    socklen_t length = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 || type != SOCK_STREAM) continue;
+    sockaddr_in local{}, peer{};
+    socklen_t local_length = sizeof(local), peer_length = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_length) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_length) != 0 ||
+        local.sin_family != AF_INET) {
+      continue;  // not connected (a listener), or not TCP over IPv4
+    }
+    if (!ports.contains(ntohs(local.sin_port)) && !ports.contains(ntohs(peer.sin_port))) continue;
+    int no_delay = -1;
+    length = sizeof(no_delay);
+    REQUIRE(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &no_delay, &length) == 0);
+    options.push_back(no_delay);
+  }
+  return options;
+}
+
+// libraft 0.15's TCP transport leaves Nagle's algorithm on: a message sent while the
+// previous one is unacknowledged then waits for the peer's delayed ACK (~40 ms), which set
+// the commit latency of a loaded cluster (docs/replication.md §Benchmark).
+TEST_CASE("RaftLog's raft connections, outgoing and accepted, disable Nagle's algorithm") {
+  TempDir dir;
+  RecordingMachine machine_1, machine_2;
+  const int port_1 = FreePort(), port_2 = FreePort();
+  RaftOptions options_1;
+  options_1.id = 1;
+  options_1.address = "127.0.0.1:" + std::to_string(port_1);
+  options_1.dir = dir.str() + "/raft1";
+  options_1.bootstrap = {{1, options_1.address}, {2, "127.0.0.1:" + std::to_string(port_2)}};
+  options_1.election_timeout_ms = 300;
+  RaftOptions options_2 = options_1;
+  options_2.id = 2;
+  options_2.address = "127.0.0.1:" + std::to_string(port_2);
+  options_2.dir = dir.str() + "/raft2";
+  auto log_1 = RaftLog::Start(options_1, &machine_1);
+  REQUIRE_MESSAGE(log_1.has_value(), log_1.status().ToString());
+  auto log_2 = RaftLog::Start(options_2, &machine_2);
+  REQUIRE_MESSAGE(log_2.has_value(), log_2.status().ToString());
+  // Committing an entry takes both voters, so both have connected to each other by then
+  // (each server sends on a connection of its own).
+  bool applied = false;
+  for (int attempt = 0; attempt < 400 && !applied; ++attempt) {
+    for (RaftLog* log : {log_1->get(), log_2->get()}) {
+      std::string entry = "fast";
+      std::promise<Result<uint64_t>> done;
+      std::future<Result<uint64_t>> result = done.get_future();
+      if (!log->Propose(&entry, [&](Result<uint64_t> r) { done.set_value(std::move(r)); }).ok()) {
+        continue;
+      }
+      const bool committed = result.get().has_value();  // always waits: `done` is on the stack
+      applied = applied || committed;
+    }
+    if (!applied) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(applied);
+  const std::vector<int> no_delay = NoDelayOfConnectionsOn({port_1, port_2});
+  // Both ends of both connections live in this process.
+  CHECK(no_delay.size() >= 4);
+  for (int option : no_delay) CHECK(option != 0);
+  (*log_1)->Stop();
+  (*log_2)->Stop();
 }
 
 }  // namespace
