@@ -6,9 +6,8 @@
 namespace kvatlas::server {
 
 void FlatTable::Allocate(size_t capacity) {
-  buffer_ = AllocateHuge(capacity * sizeof(Slot));
+  buffer_ = MakeSpare(capacity).buffer_;
   slots_ = static_cast<Slot*>(buffer_.get());
-  for (size_t i = 0; i < capacity; ++i) slots_[i].value = kEmpty;
   mask_ = capacity - 1;
   shift_ = 64 - std::countr_zero(capacity);
 }
@@ -25,13 +24,37 @@ void FlatTable::Grow() {
   (void)adopted;
 }
 
+size_t FlatTable::SpareWanted() const {
+  const size_t next = capacity() * 2;
+  if (size_ * 4 <= capacity() * 3 || spare_.capacity_ == next) return 0;
+  return next;
+}
+
+FlatTable::Spare FlatTable::MakeSpare(size_t capacity) {
+  Spare spare;
+  spare.buffer_ = AllocateHuge(capacity * sizeof(Slot));
+  Slot* slots = static_cast<Slot*>(spare.buffer_.get());
+  for (size_t i = 0; i < capacity; ++i) slots[i].value = kEmpty;
+  spare.capacity_ = capacity;
+  return spare;
+}
+
+void FlatTable::ProvideSpare(Spare spare) {
+  // A spare for another capacity (the table grew meanwhile by more) would never be used.
+  if (spare.capacity_ > capacity()) spare_ = std::move(spare);
+}
+
 FlatTable::Grown FlatTable::Rehashed(size_t capacity) const {
   Grown g;
-  g.buffer_ = AllocateHuge(capacity * sizeof(Slot));
+  if (spare_.capacity_ <= capacity) {
+    // Used now, or (smaller) never: either way the table no longer keeps it.
+    Spare spare = std::exchange(spare_, Spare());
+    if (spare.capacity_ == capacity) g.buffer_ = std::move(spare.buffer_);
+  }
+  if (g.buffer_ == nullptr) g.buffer_ = MakeSpare(capacity).buffer_;
   g.slots_ = static_cast<Slot*>(g.buffer_.get());
   g.mask_ = capacity - 1;
   g.shift_ = 64 - std::countr_zero(capacity);
-  for (size_t i = 0; i < capacity; ++i) g.slots_[i].value = kEmpty;
   // Probing inserts into a table without deletions, in any order, leave every slot
   // reachable from its home.
   const size_t old_capacity = mask_ + 1;

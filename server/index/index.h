@@ -91,6 +91,30 @@ class IndexGrowth {
   std::unique_ptr<Tables> tables_;
 };
 
+// The index's hash tables, for growth made ahead (Index::SparesWanted).
+enum class IndexTable : uint8_t { kForward, kAliases, kHot };
+
+// A table whose next growth (to `capacity` slots) is near.
+struct SpareNeed {
+  IndexTable table = IndexTable::kForward;
+  size_t capacity = 0;
+};
+
+// Empty slots for one table's next growth, made off the writer thread (Index::MakeSpare).
+// Opaque and move-only.
+class IndexSpare {
+ public:
+  IndexSpare();
+  ~IndexSpare();
+  IndexSpare(IndexSpare&&) noexcept;
+  IndexSpare& operator=(IndexSpare&&) noexcept;
+
+ private:
+  friend class Index;
+  struct Body;
+  std::unique_ptr<Body> body_;
+};
+
 // Slot capacities of the index's hash tables (tests, growth figures).
 struct TableCapacities {
   uint64_t forward = 0;
@@ -158,6 +182,18 @@ class Index {
   // under the write lock) and the answer is false; the others are adopted.
   [[nodiscard]] bool AdoptGrowth(IndexGrowth growth);
   TableCapacities table_capacities() const;
+
+  // Growth made ahead (flat_table.h §Spares): a growth also writes every slot of a buffer
+  // twice the table's size, and first touches of fresh memory are slow on VMs. The tables
+  // past 3/4 load (growth comes at 7/8) with no spare for their next capacity: O(1).
+  std::vector<SpareNeed> SparesWanted() const;
+  // Allocates and empties the slots of `need`: O(capacity), on any thread, as it touches
+  // no index.
+  static IndexSpare MakeSpare(const SpareNeed& need);
+  // Keeps `spare` for its table's next growth (PrepareGrowth or Insert's); one that no
+  // longer fits is dropped. O(1); the writer only, but beside readers (they never look at
+  // spares).
+  void ProvideSpare(IndexSpare spare);
 
  private:
   class Impl;

@@ -1,7 +1,9 @@
 // The Index's hash-table growth outside the write lock: PrepareGrowth builds grown tables
 // from a const index, AdoptGrowth swaps them in (index.h, docs/architecture.md §Index).
+#include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "server/index/flat_table.h"
 #include "server/index/index.h"
@@ -51,6 +53,55 @@ bool Index::AdoptGrowth(IndexGrowth growth) {
   if (t.aliases) all &= m.aliases_.Adopt(std::move(*t.aliases));
   if (t.hot) all &= m.hot_.Adopt(std::move(*t.hot));
   return all;
+}
+
+struct IndexSpare::Body {
+  IndexTable table;
+  FlatTable::Spare slots;
+};
+
+IndexSpare::IndexSpare() = default;
+IndexSpare::~IndexSpare() = default;
+IndexSpare::IndexSpare(IndexSpare&&) noexcept = default;
+IndexSpare& IndexSpare::operator=(IndexSpare&&) noexcept = default;
+
+namespace {
+
+template <typename Impl>
+auto& TableOf(Impl& m, IndexTable table) {
+  switch (table) {
+    case IndexTable::kForward:
+      return m.forward_;
+    case IndexTable::kAliases:
+      return m.aliases_;
+    case IndexTable::kHot:
+      break;
+  }
+  return m.hot_;
+}
+
+}  // namespace
+
+std::vector<SpareNeed> Index::SparesWanted() const {
+  std::vector<SpareNeed> needs;
+  for (IndexTable table : {IndexTable::kForward, IndexTable::kAliases, IndexTable::kHot}) {
+    if (const size_t capacity = TableOf(*impl_, table).SpareWanted(); capacity != 0) {
+      needs.push_back(SpareNeed{table, capacity});
+    }
+  }
+  return needs;
+}
+
+IndexSpare Index::MakeSpare(const SpareNeed& need) {
+  IndexSpare spare;
+  spare.body_ = std::make_unique<IndexSpare::Body>(
+      IndexSpare::Body{need.table, FlatTable::MakeSpare(need.capacity)});
+  return spare;
+}
+
+void Index::ProvideSpare(IndexSpare spare) {
+  if (spare.body_ == nullptr) return;
+  TableOf(*impl_, spare.body_->table).ProvideSpare(std::move(spare.body_->slots));
 }
 
 TableCapacities Index::table_capacities() const {

@@ -149,6 +149,9 @@ template <typename NextRevision>
 Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const> batches,
                                             NextRevision next) {
   scratch_.clear();
+  // Spares made since the last apply: the growths they are for are still ahead (the
+  // tables were past 3/4 load, and grow at 7/8). Readers never look at spares.
+  for (IndexSpare& spare : spares_.TakeReady()) index_.ProvideSpare(std::move(spare));
   Revision revision = applied_.load(std::memory_order_relaxed);
   bool registry_changed = false;
   // One clock read per group: holder activity needs no finer time than that.
@@ -182,6 +185,7 @@ Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const>
   }
   // An empty entry (a group of nothing) still advances the revision to its index.
   if (batches.empty()) revision = next();
+  for (const SpareNeed& need : index_.SparesWanted()) spares_.Request(need);
   applied_.store(revision, std::memory_order_release);
   uint64_t added = 0, removed = 0, evicted = 0;
   for (const Mutation& m : scratch_) {

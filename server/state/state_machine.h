@@ -25,6 +25,7 @@
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "server/index/index.h"
+#include "server/index/spare_maker.h"
 #include "server/state/command.h"
 #include "server/state/replicated_log.h"
 #include "server/storage/storage.h"
@@ -191,6 +192,9 @@ class StateMachine final : public LogStateMachine {
   void ApplyForgetServer(const ForgetServerCommand& c);
 
   Index index_;
+  // Makes the index's growth spares off this thread (spare_maker.h); ApplyBatches asks and
+  // installs.
+  SpareMaker spares_;
   Registry registry_;
   std::function<void()> registry_listener_;
   ApplyObserver* observer_ = nullptr;

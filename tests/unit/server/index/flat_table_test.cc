@@ -126,6 +126,54 @@ TEST_SUITE("FlatTable") {
     CHECK(prepared.Find(1, [](uint32_t v) { return v == 2; }) == 2);
   }
 
+  TEST_CASE("a spare is wanted past 3/4 load and taken by the next growth, by insert") {
+    FlatTable table;  // 16 slots
+    for (uint32_t i = 0; i < 12; ++i) table.Insert(i, i);
+    CHECK(table.SpareWanted() == 0);  // 12/16 = 3/4: not past it
+    table.Insert(12, 12);
+    REQUIRE(table.SpareWanted() == 32);
+    FlatTable::Spare spare = FlatTable::MakeSpare(32);
+    const void* spare_slots = spare.data();
+    table.ProvideSpare(std::move(spare));
+    CHECK(table.spare_capacity() == 32);
+    CHECK(table.SpareWanted() == 0);  // it has one
+    table.Insert(13, 13);
+    table.Insert(14, 14);  // 15 > 14 = 7/8 of 16: grows
+    CHECK(table.capacity() == 32);
+    CHECK(table.slots_data() == spare_slots);
+    CHECK(table.spare_capacity() == 0);
+    for (uint32_t i = 0; i < 15; ++i) {
+      REQUIRE(table.Find(i, [&](uint32_t v) { return v == i; }) == i);
+    }
+    // A spare no larger than the table is of no use: dropped.
+    table.ProvideSpare(FlatTable::MakeSpare(32));
+    CHECK(table.spare_capacity() == 0);
+  }
+
+  TEST_CASE("a prepared growth takes a spare of its capacity and keeps a larger one") {
+    const auto key = [](uint32_t i) { return uint64_t{i} * 0x9e3779b97f4a7c15ULL; };
+    FlatTable table;
+    for (uint32_t i = 0; i < 13; ++i) table.Insert(key(i), i);
+    FlatTable::Spare spare = FlatTable::MakeSpare(32);
+    const void* spare_slots = spare.data();
+    table.ProvideSpare(std::move(spare));
+    std::optional<FlatTable::Grown> growth = table.PrepareGrowth(5);
+    REQUIRE(growth.has_value());
+    REQUIRE(table.Adopt(std::move(*growth)));
+    CHECK(table.slots_data() == spare_slots);
+    // A spare for two doublings ahead waits through the first one.
+    table.ProvideSpare(FlatTable::MakeSpare(128));
+    for (uint32_t i = 13; i < 29; ++i) table.Insert(key(i), i);  // 29 > 28: grows to 64
+    CHECK(table.capacity() == 64);
+    CHECK(table.spare_capacity() == 128);
+    for (uint32_t i = 29; i < 57; ++i) table.Insert(key(i), i);  // 57 > 56: grows to 128
+    CHECK(table.capacity() == 128);
+    CHECK(table.spare_capacity() == 0);
+    for (uint32_t i = 0; i < 57; ++i) {
+      REQUIRE(table.Find(key(i), [&](uint32_t v) { return v == i; }) == i);
+    }
+  }
+
   TEST_CASE("PrepareGrowth is nullopt while the extra inserts fit the load factor") {
     FlatTable table;  // 16 slots hold 14 at load 7/8
     CHECK_FALSE(table.PrepareGrowth(0).has_value());

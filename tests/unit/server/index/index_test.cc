@@ -381,6 +381,36 @@ TEST_SUITE("Index") {
     CHECK(index.table_capacities().forward == adopted.forward);
   }
 
+  TEST_CASE("spares made ahead are wanted near growth and change nothing but where it lands") {
+    Index index, plain;
+    uint64_t next = 1;
+    // Stores of 1000 blocks until the forward table wants a spare.
+    std::vector<SpareNeed> needs;
+    while (needs.empty()) {
+      StoreCommand store = Store("a", Tier::kGpu, Keys(next, 1000));
+      next += 1000;
+      index.Apply(store, kDefaultHashSeed, nullptr);
+      plain.Apply(store, kDefaultHashSeed, nullptr);
+      needs = index.SparesWanted();
+    }
+    REQUIRE(needs.size() == 1);  // no aliases, no hot blocks
+    CHECK(needs[0].table == IndexTable::kForward);
+    CHECK(needs[0].capacity == 2 * index.table_capacities().forward);
+    index.ProvideSpare(Index::MakeSpare(needs[0]));
+    CHECK(index.SparesWanted().empty());  // held
+    // Through the growth: the same answers and capacities as an index without spares.
+    const uint64_t capacity = index.table_capacities().forward;
+    while (index.table_capacities().forward == capacity) {
+      StoreCommand store = Store("a", Tier::kGpu, Keys(next, 1000));
+      next += 1000;
+      index.Apply(store, kDefaultHashSeed, nullptr);
+      plain.Apply(store, kDefaultHashSeed, nullptr);
+    }
+    CHECK(index.table_capacities().forward == plain.table_capacities().forward);
+    CHECK(index.StateDigest() == plain.StateDigest());
+    CHECK(index.Stats().blocks == next - 1);
+  }
+
   TEST_CASE("an index grown by prepared growths answers as one that grew by itself") {
     // Stores from 24 holders: a shared 16-block prefix (its blocks turn hot), unique tails,
     // engine hashes (aliases), a second tier, removes and a small cap (evictions) — every

@@ -1,0 +1,74 @@
+#include "server/index/spare_maker.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "kvatlas/common/thread_name.h"
+
+namespace kvatlas::server {
+namespace {
+
+bool SameNeed(const SpareNeed& a, const SpareNeed& b) {
+  return a.table == b.table && a.capacity == b.capacity;
+}
+
+}  // namespace
+
+SpareMaker::SpareMaker()
+    : thread_([this] {
+        SetCurrentThreadName("index-spares");
+        Run();
+      }) {}
+
+SpareMaker::~SpareMaker() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void SpareMaker::Request(const SpareNeed& need) {
+  {
+    std::lock_guard lock(mu_);
+    for (const SpareNeed& asked : asked_) {
+      if (SameNeed(asked, need)) return;
+    }
+    // A table asking for a new capacity no longer needs its older request.
+    std::erase_if(asked_, [&](const SpareNeed& asked) { return asked.table == need.table; });
+    std::erase_if(pending_, [&](const SpareNeed& p) { return p.table == need.table; });
+    asked_.push_back(need);
+    pending_.push_back(need);
+  }
+  cv_.notify_one();
+}
+
+std::vector<IndexSpare> SpareMaker::TakeReady() {
+  std::vector<IndexSpare> ready;
+  std::lock_guard lock(mu_);
+  for (auto& [need, spare] : ready_) {
+    // Taken spares are the table's now: a later request for the same need (the table may
+    // have dropped one that no longer fit) is a new one.
+    std::erase_if(asked_, [&](const SpareNeed& asked) { return SameNeed(asked, need); });
+    ready.push_back(std::move(spare));
+  }
+  ready_.clear();
+  return ready;
+}
+
+void SpareMaker::Run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+    if (stopping_) return;
+    const SpareNeed need = pending_.front();
+    pending_.pop_front();
+    lock.unlock();
+    IndexSpare spare = Index::MakeSpare(need);
+    lock.lock();
+    ready_.emplace_back(need, std::move(spare));
+  }
+}
+
+}  // namespace kvatlas::server
