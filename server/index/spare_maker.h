@@ -39,10 +39,10 @@ class SpareMaker {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<SpareNeed> pending_;   // guarded by mu_
-  std::vector<SpareNeed> asked_;    // pending, being made or ready; guarded by mu_
+  std::deque<SpareNeed> pending_;  // guarded by mu_
+  std::vector<SpareNeed> asked_;   // pending, being made or ready; guarded by mu_
   std::vector<std::pair<SpareNeed, IndexSpare>> ready_;  // guarded by mu_
-  bool stopping_ = false;           // guarded by mu_
+  bool stopping_ = false;                                // guarded by mu_
   std::thread thread_;
 };
 
