@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -26,6 +27,7 @@
 
 #include "kvatlas/common/log.h"
 #include "server/index/index.h"
+#include "server/storage/flush_jitter.h"
 #include "server/storage/key_codec.h"
 #include "server/storage/sorted_vector_rep.h"
 #include "server/storage/storage.h"
@@ -64,7 +66,11 @@ rocksdb::Options MakeOptions(const StorageOptions& options) {
   o.create_if_missing = true;
   // Flushes and compactions share the machine with the applier and the network threads.
   o.max_background_jobs = 2;
-  o.write_buffer_size = options.write_buffer_bytes;
+  // Memtables of random sizes up to write_buffer_bytes, so that replicas sharing a machine
+  // do not all flush at the same moment (flush_jitter.h).
+  auto jitter = std::make_shared<FlushJitter>(options.write_buffer_bytes, std::random_device{}());
+  o.write_buffer_size = jitter->NextSize();
+  o.listeners.push_back(std::move(jitter));
   // Smooths write-back of SSTs instead of one large fsync at the end of each file.
   o.bytes_per_sync = 1 << 20;
   o.keep_log_file_num = 4;

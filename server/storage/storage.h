@@ -30,7 +30,8 @@ struct StorageOptions {
   // what a crash loses (the raft log: a crash reopens RocksDB at its last flush, a
   // consistent earlier applied_index, and raft re-applies or restores from there).
   bool disable_wal = false;
-  // RocksDB block cache and write buffer, in bytes.
+  // RocksDB block cache and write buffer, in bytes. Each memtable takes a random size
+  // between half the write buffer and all of it (flush_jitter.h).
   uint64_t block_cache_bytes = 64ull << 20;
   uint64_t write_buffer_bytes = 64ull << 20;
 };

@@ -1,0 +1,26 @@
+#include "server/storage/flush_jitter.h"
+
+#include <rocksdb/db.h>
+
+#include <string>
+#include <unordered_map>
+
+#include "kvatlas/common/log.h"
+
+namespace kvatlas::server {
+
+FlushJitter::FlushJitter(uint64_t max_bytes, uint64_t seed) : max_bytes_(max_bytes), rng_(seed) {}
+
+uint64_t FlushJitter::NextSize() {
+  std::lock_guard lock(mu_);
+  return std::uniform_int_distribution<uint64_t>(max_bytes_ / 2, max_bytes_)(rng_);
+}
+
+void FlushJitter::OnFlushCompleted(rocksdb::DB* db, const rocksdb::FlushJobInfo& /*info*/) {
+  const rocksdb::Status s =
+      db->SetOptions({{"write_buffer_size", std::to_string(NextSize())}});
+  // Only the spreading is lost: the memtables keep their last size.
+  if (!s.ok()) LogWarning("storage: cannot change the memtable size: " + s.ToString());
+}
+
+}  // namespace kvatlas::server
