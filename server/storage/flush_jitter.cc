@@ -17,8 +17,7 @@ uint64_t FlushJitter::NextSize() {
 }
 
 void FlushJitter::OnFlushCompleted(rocksdb::DB* db, const rocksdb::FlushJobInfo& /*info*/) {
-  const rocksdb::Status s =
-      db->SetOptions({{"write_buffer_size", std::to_string(NextSize())}});
+  const rocksdb::Status s = db->SetOptions({{"write_buffer_size", std::to_string(NextSize())}});
   // Only the spreading is lost: the memtables keep their last size.
   if (!s.ok()) LogWarning("storage: cannot change the memtable size: " + s.ToString());
 }
