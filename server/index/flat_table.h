@@ -81,7 +81,11 @@ class FlatTable {
 
   size_t size() const { return size_; }
   size_t capacity() const { return mask_ + 1; }
-  size_t memory_bytes() const { return HugeAllocatedBytes(capacity() * sizeof(Slot)); }
+  // Including a spare held for the next growth.
+  size_t memory_bytes() const {
+    return HugeAllocatedBytes(capacity() * sizeof(Slot)) +
+           (spare_.capacity_ == 0 ? 0 : HugeAllocatedBytes(spare_.capacity_ * sizeof(Slot)));
+  }
   // The capacity of the spare held for the next growth, 0 when none (tests, figures).
   size_t spare_capacity() const { return spare_.capacity_; }
   // Where the slots are (tests: which buffer a growth took).
@@ -135,7 +139,8 @@ class FlatTable {
   size_t SpareWanted() const;
   // Allocates `capacity` (a power of two) empty slots: O(capacity), any thread.
   static Spare MakeSpare(size_t capacity);
-  // Keeps `spare` for the next growth, if it fits it (else drops it). O(1); the writer.
+  // Keeps `spare` for the next growth, if it fits it (else drops it). O(1). The writer
+  // only, but readers may run meanwhile: they never look at the spare.
   void ProvideSpare(Spare spare);
 
   // Removes the slot holding exactly (key, value). Returns false if there is none.

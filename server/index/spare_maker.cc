@@ -1,8 +1,12 @@
 #include "server/index/spare_maker.h"
 
 #include <algorithm>
+#include <new>
+#include <optional>
+#include <string>
 #include <utility>
 
+#include "kvatlas/common/log.h"
 #include "kvatlas/common/thread_name.h"
 
 namespace kvatlas::server {
@@ -65,9 +69,20 @@ void SpareMaker::Run() {
     const SpareNeed need = pending_.front();
     pending_.pop_front();
     lock.unlock();
-    IndexSpare spare = Index::MakeSpare(need);
+    std::optional<IndexSpare> spare;
+    try {
+      spare = Index::MakeSpare(need);
+    } catch (const std::bad_alloc&) {
+      // A spare is a head start, not a need: the growth will allocate for itself.
+      LogWarning("index: no memory for a spare of " + std::to_string(need.capacity) +
+                 " slots made ahead of a table's growth");
+    }
     lock.lock();
-    ready_.emplace_back(need, std::move(spare));
+    if (spare) {
+      ready_.emplace_back(need, std::move(*spare));
+    } else {
+      std::erase_if(asked_, [&](const SpareNeed& asked) { return SameNeed(asked, need); });
+    }
   }
 }
 

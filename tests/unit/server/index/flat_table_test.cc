@@ -136,7 +136,8 @@ TEST_SUITE("FlatTable") {
     const void* spare_slots = spare.data();
     table.ProvideSpare(std::move(spare));
     CHECK(table.spare_capacity() == 32);
-    CHECK(table.SpareWanted() == 0);  // it has one
+    CHECK(table.SpareWanted() == 0);               // it has one
+    CHECK(table.memory_bytes() == (16 + 32) * 8);  // and counts it
     table.Insert(13, 13);
     table.Insert(14, 14);  // 15 > 14 = 7/8 of 16: grows
     CHECK(table.capacity() == 32);
