@@ -78,9 +78,21 @@ class EntryChunks {
   // buffers, counting it would flush after every write).
   size_t MemoryBytes() const { return size_ * sizeof(const char*); }
 
+  // True, and stops there, at the first entry that `pred` holds for.
+  template <typename Pred>
+  bool AnyOf(Pred&& pred) const {
+    for (size_t i = 0; i < size_; ++i) {
+      if (pred(chunks_[i / kChunkEntries][i % kChunkEntries])) return true;
+    }
+    return false;
+  }
+
   template <typename Fn>
   void ForEach(Fn&& fn) const {
-    for (size_t i = 0; i < size_; ++i) fn(chunks_[i / kChunkEntries][i % kChunkEntries]);
+    AnyOf([&](const char* entry) {
+      fn(entry);
+      return false;
+    });
   }
 
  private:
@@ -104,9 +116,7 @@ class SortedVectorRep final : public MemTableRep {
 
   bool Contains(const char* key) const override {
     std::shared_lock lock(mu_);
-    bool found = false;
-    entries_.ForEach([&](const char* entry) { found = found || compare_(entry, key) == 0; });
-    return found;
+    return entries_.AnyOf([&](const char* entry) { return compare_(entry, key) == 0; });
   }
 
   void MarkReadOnly() override { read_only_.store(true, std::memory_order_release); }
