@@ -45,6 +45,7 @@
 
 #include "bench/bench_util.h"
 #include "kvatlas/client/client.h"
+#include "kvatlas/common/thread_name.h"
 
 namespace {
 
@@ -376,6 +377,7 @@ class Bench {
   // then (no coordinated omission). Each asks one publisher's instance for a whole prompt the
   // server has applied (a "full-prompt hit" when it reports all of its tokens).
   void Lookups(std::vector<double>& latency, uint64_t& failed, uint64_t& full_hits) {
+    kvatlas::SetCurrentThreadName("lookups");
     auto rest = Http(a_.http);
     std::unique_ptr<kvatlas::Client> client;
     if (!a_.rpc.empty()) {

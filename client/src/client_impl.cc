@@ -10,6 +10,7 @@
 #include <future>
 
 #include "client/src/leader_redirect.h"
+#include "kvatlas/common/thread_name.h"
 
 namespace kvatlas {
 namespace {
@@ -62,7 +63,10 @@ void Client::Impl::Locked(F&& f) {
 
 Status Client::Impl::Start() {
   try {
-    thread_ = std::thread([this] { io_.run(); });
+    thread_ = std::thread([this] {
+      SetCurrentThreadName("kvatlas-client");
+      io_.run();
+    });
   } catch (const std::exception& e) {
     return Status::Internal(std::string("cannot start the client I/O thread: ") + e.what());
   }
