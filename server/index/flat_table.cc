@@ -41,7 +41,9 @@ FlatTable::Spare FlatTable::MakeSpare(size_t capacity) {
 
 void FlatTable::ProvideSpare(Spare spare) {
   // A spare for another capacity (the table grew meanwhile by more) would never be used.
-  if (spare.capacity_ > capacity()) spare_ = std::move(spare);
+  if (spare.capacity_ <= capacity()) return;
+  spare_ = std::move(spare);
+  spare_held_.store(spare_.capacity_, std::memory_order_relaxed);
 }
 
 FlatTable::Grown FlatTable::Rehashed(size_t capacity) const {
@@ -49,6 +51,7 @@ FlatTable::Grown FlatTable::Rehashed(size_t capacity) const {
   if (spare_.capacity_ <= capacity) {
     // Used now, or (smaller) never: either way the table no longer keeps it.
     Spare spare = std::exchange(spare_, Spare());
+    spare_held_.store(0, std::memory_order_relaxed);
     if (spare.capacity_ == capacity) g.buffer_ = std::move(spare.buffer_);
   }
   if (g.buffer_ == nullptr) g.buffer_ = MakeSpare(capacity).buffer_;

@@ -24,6 +24,7 @@
 // Thread-safety: const methods may run concurrently; mutations need exclusive access.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -84,10 +85,10 @@ class FlatTable {
   // Including a spare held for the next growth.
   size_t memory_bytes() const {
     return HugeAllocatedBytes(capacity() * sizeof(Slot)) +
-           (spare_.capacity_ == 0 ? 0 : HugeAllocatedBytes(spare_.capacity_ * sizeof(Slot)));
+           (spare_capacity() == 0 ? 0 : HugeAllocatedBytes(spare_capacity() * sizeof(Slot)));
   }
   // The capacity of the spare held for the next growth, 0 when none (tests, figures).
-  size_t spare_capacity() const { return spare_.capacity_; }
+  size_t spare_capacity() const { return spare_held_.load(std::memory_order_relaxed); }
   // Where the slots are (tests: which buffer a growth took).
   const void* slots_data() const { return slots_; }
 
@@ -181,6 +182,8 @@ class FlatTable {
   // Taken by the next growth to its capacity (Rehashed, which is const: the writer's
   // PrepareGrowth runs beside readers, and readers never look at the spare).
   mutable Spare spare_;
+  // spare_.capacity_ for memory_bytes, which readers call while the writer changes spare_.
+  mutable std::atomic<size_t> spare_held_{0};
 };
 
 }  // namespace kvatlas::server

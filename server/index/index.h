@@ -91,17 +91,18 @@ class IndexGrowth {
   std::unique_ptr<Tables> tables_;
 };
 
-// The index's hash tables, for growth made ahead (Index::SparesWanted).
-enum class IndexTable : uint8_t { kForward, kAliases, kHot };
+// The parts of the index that grow, for growth made ahead (Index::SparesWanted): three hash
+// tables and the two record pools.
+enum class IndexPart : uint8_t { kForward, kAliases, kHot, kBlocks, kEntries };
 
-// A table whose next growth (to `capacity` slots) is near.
+// A part whose next growth (to `capacity` slots or records) is near.
 struct SpareNeed {
-  IndexTable table = IndexTable::kForward;
+  IndexPart part = IndexPart::kForward;
   size_t capacity = 0;
 };
 
-// Empty slots for one table's next growth, made off the writer thread (Index::MakeSpare).
-// Opaque and move-only.
+// One part's next growth made off the writer thread (Index::MakeSpare): a table's empty
+// slots, or a pool's next chunk with its pages faulted in. Opaque and move-only.
 class IndexSpare {
  public:
   IndexSpare();
@@ -183,16 +184,18 @@ class Index {
   [[nodiscard]] bool AdoptGrowth(IndexGrowth growth);
   TableCapacities table_capacities() const;
 
-  // Growth made ahead (flat_table.h §Spares): a growth also writes every slot of a buffer
-  // twice the table's size, and first touches of fresh memory are slow on VMs. The tables
-  // past 3/4 load (growth comes at 7/8) with no spare for their next capacity: O(1).
+  // Growth made ahead: first touches of fresh memory are slow on VMs. A table's growth
+  // writes every slot of a buffer twice its size (flat_table.h §Spares); a pool's next
+  // chunk faults in a huge page at every 2 MiB of new records (pool.h). The tables past 3/4
+  // load (growth comes at 7/8) and the pools with less than half a chunk of room, that hold
+  // no spare for their next growth: O(1).
   std::vector<SpareNeed> SparesWanted() const;
-  // Allocates and empties the slots of `need`: O(capacity), on any thread, as it touches
-  // no index.
+  // Makes `need`'s spare (a table's emptied slots, a pool's faulted-in chunk): O(its size),
+  // on any thread, as it touches no index. Throws std::bad_alloc.
   static IndexSpare MakeSpare(const SpareNeed& need);
-  // Keeps `spare` for its table's next growth (PrepareGrowth or Insert's); one that no
-  // longer fits is dropped. O(1); the writer only, but beside readers (they never look at
-  // spares).
+  // Keeps `spare` for its part's next growth (a table's PrepareGrowth or Insert's, a pool's
+  // next chunk); one that no longer fits, or that another spare already covers, is dropped.
+  // O(1); the writer only, but beside readers (they never look at spares).
   void ProvideSpare(IndexSpare spare);
 
  private:

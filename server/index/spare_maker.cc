@@ -13,7 +13,7 @@ namespace kvatlas::server {
 namespace {
 
 bool SameNeed(const SpareNeed& a, const SpareNeed& b) {
-  return a.table == b.table && a.capacity == b.capacity;
+  return a.part == b.part && a.capacity == b.capacity;
 }
 
 }  // namespace
@@ -39,9 +39,9 @@ void SpareMaker::Request(const SpareNeed& need) {
     for (const SpareNeed& asked : asked_) {
       if (SameNeed(asked, need)) return;
     }
-    // A table asking for a new capacity no longer needs its older request.
-    std::erase_if(asked_, [&](const SpareNeed& asked) { return asked.table == need.table; });
-    std::erase_if(pending_, [&](const SpareNeed& p) { return p.table == need.table; });
+    // A part asking for a new capacity no longer needs its older request.
+    std::erase_if(asked_, [&](const SpareNeed& asked) { return asked.part == need.part; });
+    std::erase_if(pending_, [&](const SpareNeed& p) { return p.part == need.part; });
     asked_.push_back(need);
     pending_.push_back(need);
   }
@@ -52,7 +52,7 @@ std::vector<IndexSpare> SpareMaker::TakeReady() {
   std::vector<IndexSpare> ready;
   std::lock_guard lock(mu_);
   for (auto& [need, spare] : ready_) {
-    // Taken spares are the table's now: a later request for the same need (the table may
+    // Taken spares are the part's now: a later request for the same need (the part may
     // have dropped one that no longer fit) is a new one.
     std::erase_if(asked_, [&](const SpareNeed& asked) { return SameNeed(asked, need); });
     ready.push_back(std::move(spare));
@@ -74,8 +74,8 @@ void SpareMaker::Run() {
       spare = Index::MakeSpare(need);
     } catch (const std::bad_alloc&) {
       // A spare is a head start, not a need: the growth will allocate for itself.
-      LogWarning("index: no memory for a spare of " + std::to_string(need.capacity) +
-                 " slots made ahead of a table's growth");
+      LogWarning("index: no memory for a spare made ahead of a growth to " +
+                 std::to_string(need.capacity) + " slots or records");
     }
     lock.lock();
     if (spare) {

@@ -1,10 +1,12 @@
 // SpareMaker: a thread that makes the index's growth spares (Index::MakeSpare) so that the
 // writer does not: the writer asks with Request() after applying, and installs what
 // TakeReady() returns before its next apply. Allocating and emptying a spare touches
-// hundreds of MB for large tables (flat_table.h §Spares); here it costs the writer nothing.
+// hundreds of MB for large tables (flat_table.h §Spares), and a pool's next chunk 10 MB
+// (pool.h); here it costs the writer nothing.
 //
-// Memory: at most one spare per table is pending or ready (a table asks again only with a
-// new capacity), so what is held ahead is at most the next growth of each table.
+// Memory: at most one spare per part (table or pool) is pending or ready (a part asks
+// again only with a new capacity), so what is held ahead is at most the next growth of
+// each.
 //
 // Thread-safety: Request and TakeReady from any thread (the writer, in practice).
 #pragma once
@@ -27,7 +29,7 @@ class SpareMaker {
   SpareMaker(const SpareMaker&) = delete;
   SpareMaker& operator=(const SpareMaker&) = delete;
 
-  // Asks for `need`'s spare unless one for that table and capacity is already pending or
+  // Asks for `need`'s spare unless one for that part and capacity is already pending or
   // ready. Never blocks on the making.
   void Request(const SpareNeed& need);
 

@@ -2,7 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -394,7 +396,7 @@ TEST_SUITE("Index") {
       needs = index.SparesWanted();
     }
     REQUIRE(needs.size() == 1);  // no aliases, no hot blocks
-    CHECK(needs[0].table == IndexTable::kForward);
+    CHECK(needs[0].part == IndexPart::kForward);
     CHECK(needs[0].capacity == 2 * index.table_capacities().forward);
     index.ProvideSpare(Index::MakeSpare(needs[0]));
     CHECK(index.SparesWanted().empty());  // held
@@ -409,6 +411,48 @@ TEST_SUITE("Index") {
     CHECK(index.table_capacities().forward == plain.table_capacities().forward);
     CHECK(index.StateDigest() == plain.StateDigest());
     CHECK(index.Stats().blocks == next - 1);
+  }
+
+  TEST_CASE(
+      "a pool's spare chunk is wanted near its chunk's end and changes nothing but where "
+      "records land") {
+    Index index, plain;
+    uint64_t next = 1;
+    const auto find = [](const std::vector<SpareNeed>& needs, IndexPart part) {
+      const auto it = std::find_if(needs.begin(), needs.end(),
+                                   [&](const SpareNeed& n) { return n.part == part; });
+      return it == needs.end() ? std::optional<SpareNeed>() : std::optional<SpareNeed>(*it);
+    };
+    // Stores of 4000 one-copy blocks (one block and one entry record each); every spare
+    // other than the block pool's is provided as it is wanted, as the state machine does.
+    const auto store_until_blocks_want = [&](size_t above) {
+      for (;;) {
+        REQUIRE(next < (size_t{4} << 20));  // a pool that never wants a spare fails, not hangs
+        StoreCommand store = Store("a", Tier::kGpu, Keys(next, 4000));
+        next += 4000;
+        index.Apply(store, kDefaultHashSeed, nullptr);
+        plain.Apply(store, kDefaultHashSeed, nullptr);
+        const std::vector<SpareNeed> needs = index.SparesWanted();
+        for (const SpareNeed& need : needs) {
+          if (need.part != IndexPart::kBlocks) index.ProvideSpare(Index::MakeSpare(need));
+        }
+        if (auto blocks = find(needs, IndexPart::kBlocks); blocks && blocks->capacity > above) {
+          return *blocks;
+        }
+      }
+    };
+    const SpareNeed first = store_until_blocks_want(0);
+    CHECK(first.capacity > index.Stats().blocks);
+    const uint64_t before = index.Stats().memory_bytes;
+    index.ProvideSpare(Index::MakeSpare(first));
+    CHECK_FALSE(find(index.SparesWanted(), IndexPart::kBlocks));  // held
+    CHECK(index.Stats().memory_bytes >= before + (2u << 20));     // and counted
+    // Through the chunk the spare became, until the next one is half used.
+    const SpareNeed second = store_until_blocks_want(first.capacity);
+    CHECK(second.capacity > first.capacity);
+    CHECK(index.StateDigest() == plain.StateDigest());
+    CHECK(index.Stats().blocks == next - 1);
+    CHECK(index.Stats().entries == next - 1);
   }
 
   TEST_CASE("an index grown by prepared growths answers as one that grew by itself") {

@@ -23,7 +23,7 @@ std::vector<IndexSpare> TakeWithin(SpareMaker& maker, std::chrono::milliseconds 
 
 TEST_CASE("SpareMaker makes one spare per need, however often it is asked") {
   SpareMaker maker;
-  const SpareNeed need{IndexTable::kForward, 1 << 16};
+  const SpareNeed need{IndexPart::kForward, 1 << 16};
   for (int i = 0; i < 5; ++i) maker.Request(need);
   std::vector<IndexSpare> taken = TakeWithin(maker, std::chrono::seconds(10));
   CHECK(taken.size() == 1);
@@ -37,9 +37,9 @@ TEST_CASE("SpareMaker makes one spare per need, however often it is asked") {
 
 TEST_CASE("SpareMaker makes a spare for each table") {
   SpareMaker maker;
-  maker.Request(SpareNeed{IndexTable::kForward, 1 << 10});
-  maker.Request(SpareNeed{IndexTable::kAliases, 1 << 10});
-  maker.Request(SpareNeed{IndexTable::kHot, 1 << 10});
+  maker.Request(SpareNeed{IndexPart::kForward, 1 << 10});
+  maker.Request(SpareNeed{IndexPart::kAliases, 1 << 10});
+  maker.Request(SpareNeed{IndexPart::kHot, 1 << 10});
   std::vector<IndexSpare> taken;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (taken.size() < 3 && std::chrono::steady_clock::now() < deadline) {
@@ -51,7 +51,7 @@ TEST_CASE("SpareMaker makes a spare for each table") {
 
 TEST_CASE("SpareMaker stops with requests pending") {
   SpareMaker maker;
-  for (int i = 10; i < 20; ++i) maker.Request(SpareNeed{IndexTable::kForward, size_t{1} << i});
+  for (int i = 10; i < 20; ++i) maker.Request(SpareNeed{IndexPart::kForward, size_t{1} << i});
   // The destructor waits for the spare being made and drops the rest.
 }
 
