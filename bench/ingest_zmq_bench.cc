@@ -45,6 +45,7 @@
 
 #include "bench/bench_util.h"
 #include "kvatlas/client/client.h"
+#include "kvatlas/client/local_index.h"
 #include "kvatlas/common/thread_name.h"
 
 namespace {
@@ -72,7 +73,8 @@ struct Args {
   int hwm = 100000;
   double lookup_rate = 1000;
   std::string rpc;  // --rpc HOST:PORT: lookups through kvatlas::Client instead of POST /query
-  int publisher_nice = 0;  // nice value of the publishing threads
+  bool local_index = false;  // --local-index (with --rpc): lookups on an in-process replica
+  int publisher_nice = 0;    // nice value of the publishing threads
   std::string model = "bench-model";
   std::string dump_batch;  // write one packed batch here (to check it decodes) and exit
 };
@@ -392,6 +394,21 @@ class Bench {
       }
       client = std::move(*connected);
     }
+    // --local-index: the router embeds a replica of the map that follows the server's change
+    // feed (docs/feed.md §LocalIndex) and looks up in process, without a round trip.
+    std::unique_ptr<kvatlas::LocalIndex> local;
+    if (a_.local_index) {
+      kvatlas::LocalIndexOptions options;
+      options.client.endpoints = {a_.rpc};
+      options.contexts = {kvatlas::ContextKey{"default", a_.model, "", a_.block_size, ""}};
+      auto started = kvatlas::LocalIndex::Start(options);
+      if (!started.has_value() || !(*started)->WaitSynced(std::chrono::seconds(10)).ok()) {
+        std::fprintf(stderr, "--local-index: the replica did not sync\n");
+        stop_.store(true);
+        return;
+      }
+      local = std::move(*started);
+    }
     std::mt19937_64 rng(42);
     const auto start = Clock::now();
     const auto stop_at = start + std::chrono::duration<double>(a_.seconds);
@@ -417,7 +434,8 @@ class Bench {
         request.token_ids = prompt.tokens;
         request.instance_id = Instance(p.index);
         std::this_thread::sleep_until(due);
-        const kvatlas::Result<kvatlas::LookupAnswer> answer = client->Lookup(std::move(request));
+        const kvatlas::Result<kvatlas::LookupAnswer> answer =
+            local ? local->Lookup(request) : client->Lookup(std::move(request));
         latency.push_back(std::chrono::duration<double, std::micro>(Clock::now() - due).count());
         if (!answer.has_value()) {
           ++failed;
@@ -494,8 +512,10 @@ class Bench {
     std::printf(
         "lookups (%s, %.0f/s open loop): p50 %.0f us, p99 %.0f us, p999 %.0f us, "
         "%zu done, %llu failed, %.1f%% full-prompt hits\n",
-        a_.rpc.empty() ? "POST /query" : "binary, kvatlas::Client", a_.lookup_rate,
-        Pct(latency, 0.5), Pct(latency, 0.99), Pct(latency, 0.999), latency.size(),
+        a_.local_index   ? "kvatlas::LocalIndex, in process"
+        : a_.rpc.empty() ? "POST /query"
+                         : "binary, kvatlas::Client",
+        a_.lookup_rate, Pct(latency, 0.5), Pct(latency, 0.99), Pct(latency, 0.999), latency.size(),
         static_cast<unsigned long long>(failed),
         latency.empty() ? 0.0
                         : 100.0 * static_cast<double>(hits) / static_cast<double>(latency.size()));
@@ -573,6 +593,8 @@ int main(int argc, char** argv) {
       a.lookup_rate = std::max(1.0, std::atof(v.c_str()));
     else if (k == "--rpc")
       a.rpc = v;
+    else if (k == "--local-index")
+      a.local_index = v != "0";
     else if (k == "--publisher-nice")
       a.publisher_nice = std::atoi(v.c_str());
     else if (k == "--model")
@@ -590,14 +612,16 @@ int main(int argc, char** argv) {
     std::ofstream(a.dump_batch, std::ios::binary) << batches[0].bytes;
     return 0;
   }
-  if (a.http.empty()) {
-    std::fprintf(stderr,
-                 "usage: ingest_zmq_bench --http HOST:PORT [--server-pid PID] [--publishers 16]\n"
-                 "  [--seconds 10] [--blocks-per-event 32] [--events-per-batch 4]\n"
-                 "  [--shared-blocks 8] [--prefix-groups 64] [--max-blocks 6000000]\n"
-                 "  [--max-lag 256] [--rate BLOCKS_PER_S] [--hwm 100000] [--lookup-rate 1000]\n"
-                 "  [--model NAME] [--rpc HOST:PORT (binary lookups)] [--publisher-nice N]\n"
-                 "  [--dump-batch FILE]\n");
+  if (a.http.empty() || (a.local_index && a.rpc.empty())) {
+    std::fprintf(
+        stderr,
+        "usage: ingest_zmq_bench --http HOST:PORT [--server-pid PID] [--publishers 16]\n"
+        "  [--seconds 10] [--blocks-per-event 32] [--events-per-batch 4]\n"
+        "  [--shared-blocks 8] [--prefix-groups 64] [--max-blocks 6000000]\n"
+        "  [--max-lag 256] [--rate BLOCKS_PER_S] [--hwm 100000] [--lookup-rate 1000]\n"
+        "  [--model NAME] [--rpc HOST:PORT (binary lookups)] [--local-index 1 (with --rpc)]\n"
+        "  [--publisher-nice N]\n"
+        "  [--dump-batch FILE]\n");
     return 2;
   }
   return Bench(std::move(a)).Run();
