@@ -211,7 +211,6 @@ void WaitForQuietCluster(const std::vector<Server>& servers, int leader) {
               caught_up, Seconds(Clock::now() - quiet_start));
 }
 
-// (a) Closed loop: `clients` clients, one connection and `in_flight` calls each.
 // CPU of the servers and of this process over a phase, printed in cores.
 class CpuMeter {
  public:
@@ -238,6 +237,7 @@ class CpuMeter {
   Clock::time_point t0_;
 };
 
+// (a) Closed loop: `clients` clients, one connection and `in_flight` calls each.
 double Throughput(const std::vector<Server>& servers, int leader, const Args& a,
                   uint64_t* next_chain) {
   const double per_call = static_cast<double>(a.batch_events) * a.blocks;
