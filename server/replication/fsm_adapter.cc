@@ -14,8 +14,9 @@ extern "C" {
 
 namespace kvatlas::server {
 
-FsmAdapter::FsmAdapter(LogStateMachine* machine, bool async_snapshots)
+FsmAdapter::FsmAdapter(LogStateMachine* machine, bool async_snapshots, size_t apply_queue)
     : machine_(machine), async_(async_snapshots), fsm_(std::make_unique<struct raft_fsm>()) {
+  if (apply_queue > 0) apply_thread_ = std::make_unique<ApplyThread>(machine, apply_queue);
   std::memset(fsm_.get(), 0, sizeof(struct raft_fsm));
   fsm_->version = async_ ? 3 : 2;
   fsm_->data = this;
@@ -28,6 +29,34 @@ FsmAdapter::FsmAdapter(LogStateMachine* machine, bool async_snapshots)
 
 FsmAdapter::~FsmAdapter() = default;
 
+bool FsmAdapter::failed() const {
+  return failed_.load(std::memory_order_acquire) || (apply_thread_ && apply_thread_->failed());
+}
+
+void FsmAdapter::WhenApplied(uint64_t index, std::function<void(Status)> done) {
+  if (apply_thread_) {
+    apply_thread_->WhenApplied(index, std::move(done));
+  } else if (failed()) {
+    done(Status::Unavailable("log entry " + std::to_string(index) +
+                             " was committed but not applied here (the state machine failed)"));
+  } else {
+    done(Status::Ok());
+  }
+}
+
+uint64_t FsmAdapter::applied_index() const {
+  const uint64_t handed_over = raft_last_applied(raft_);
+  return apply_thread_ ? apply_thread_->AppliedIndexOr(handed_over) : handed_over;
+}
+
+void FsmAdapter::StopApplying() {
+  if (apply_thread_) apply_thread_->Stop();
+}
+
+uint64_t FsmAdapter::TakeLongestApplyMs() {
+  return apply_thread_ ? apply_thread_->TakeLongestApplyMs() : std::exchange(longest_apply_ms_, 0);
+}
+
 int FsmAdapter::Apply(struct raft_fsm* fsm, const struct raft_buffer* buf, void** result) {
   auto* self = static_cast<FsmAdapter*>(fsm->data);
   *result = nullptr;
@@ -36,6 +65,10 @@ int FsmAdapter::Apply(struct raft_fsm* fsm, const struct raft_buffer* buf, void*
   // tests check it against raft_apply's req->index.
   const uint64_t index = raft_last_applied(self->raft_) + 1;
   if (self->failed()) return 0;
+  if (self->apply_thread_) {
+    self->apply_thread_->Enqueue(index, std::string(static_cast<const char*>(buf->base), buf->len));
+    return 0;
+  }
   const auto start = std::chrono::steady_clock::now();
   Status s = self->machine_->ApplyEntry(
       index, std::string_view(static_cast<const char*>(buf->base), buf->len));
@@ -57,6 +90,9 @@ int FsmAdapter::Snapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsig
   auto* self = static_cast<FsmAdapter*>(fsm->data);
   *bufs = nullptr;
   *n = 0;
+  // 0.15 takes the snapshot at its last applied index: the state must be there.
+  if (self->apply_thread_) self->apply_thread_->Drain();
+  if (self->failed()) return RAFT_IOERR;
   Result<std::unique_ptr<LogStateMachine::Capture>> capture = self->machine_->CaptureState();
   if (!capture.has_value()) {
     LogWarning("snapshot: " + capture.error().ToString());
@@ -106,6 +142,7 @@ int FsmAdapter::SnapshotFinalize(struct raft_fsm* fsm, struct raft_buffer* bufs[
 
 int FsmAdapter::Restore(struct raft_fsm* fsm, struct raft_buffer* buf) {
   auto* self = static_cast<FsmAdapter*>(fsm->data);
+  if (self->apply_thread_) self->apply_thread_->Drain();
   Status s =
       self->machine_->Restore(std::string_view(static_cast<const char*>(buf->base), buf->len));
   raft_free(buf->base);

@@ -2,15 +2,22 @@
 // RaftLog (libuv I/O, async snapshots) and the deterministic raft_fixture tests (in-memory
 // I/O, synchronous snapshots), so that the tests drive exactly the production callbacks.
 //
+// With an apply queue, apply only hands each entry to an ApplyThread (apply_thread.h), and
+// snapshot and restore first wait for it to catch up; writes are then acknowledged through
+// WhenApplied. Without one, entries are applied inside apply, on the loop thread.
+//
 // Thread-safety: raft calls the callbacks on its loop thread, except snapshot_async, which
 // runs in the libuv thread pool; failed() may be read from any thread.
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 
+#include "server/replication/apply_thread.h"
 #include "server/state/replicated_log.h"
 
 extern "C" {
@@ -24,8 +31,9 @@ namespace kvatlas::server {
 class FsmAdapter {
  public:
   // `async_snapshots`: serialise snapshots in snapshot_async (version-3 FSM; needs an io
-  // with async work), else inside snapshot() on the loop thread (version 2).
-  FsmAdapter(LogStateMachine* machine, bool async_snapshots);
+  // with async work), else inside snapshot() on the loop thread (version 2). `apply_queue`:
+  // entries handed to an apply thread and not yet applied, at most; 0 = no apply thread.
+  FsmAdapter(LogStateMachine* machine, bool async_snapshots, size_t apply_queue = 0);
   ~FsmAdapter();
   FsmAdapter(const FsmAdapter&) = delete;
   FsmAdapter& operator=(const FsmAdapter&) = delete;
@@ -39,11 +47,23 @@ class FsmAdapter {
 
   // True once the state machine failed to apply an entry or a snapshot: the server must
   // stop (its restart re-applies from the persisted applied index).
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  bool failed() const;
 
-  // Loop thread: the longest ApplyEntry since the last call, in milliseconds (the raft
-  // loop cannot send heartbeats while it applies).
-  uint64_t TakeLongestApplyMs() { return std::exchange(longest_apply_ms_, 0); }
+  // Loop thread: runs `done` once the command entry at `index`, which raft has passed to
+  // apply, is applied to the state machine: at once without an apply thread, else as
+  // ApplyThread::WhenApplied. An error instead when the state machine failed.
+  void WhenApplied(uint64_t index, std::function<void(Status)> done);
+
+  // Loop thread: the last index applied to the state machine (raft's last_applied may be
+  // ahead of it while the apply thread catches up).
+  uint64_t applied_index() const;
+
+  // After raft is closed: applies what the apply thread still holds and stops it.
+  void StopApplying();
+
+  // Loop thread: the longest ApplyEntry since the last call, in milliseconds (on the loop
+  // thread, the raft loop cannot send heartbeats while it applies).
+  uint64_t TakeLongestApplyMs();
 
  private:
   static int Apply(struct raft_fsm* fsm, const struct raft_buffer* buf, void** result);
@@ -59,6 +79,7 @@ class FsmAdapter {
   std::unique_ptr<struct raft_fsm> fsm_;
   struct raft* raft_ = nullptr;
   std::unique_ptr<LogStateMachine::Capture> capture_;
+  std::unique_ptr<ApplyThread> apply_thread_;  // null: apply on the loop thread
   std::atomic<bool> failed_{false};
   uint64_t longest_apply_ms_ = 0;  // loop thread
 };

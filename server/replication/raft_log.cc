@@ -56,7 +56,9 @@ std::string_view RoleName(int role) {
 // address is stable for the callbacks (each C struct's `data` points back here).
 class RaftLog::Loop {
  public:
-  explicit Loop(RaftLog* owner) : owner_(owner), fsm_(owner->machine_, /*async_snapshots=*/true) {}
+  explicit Loop(RaftLog* owner)
+      : owner_(owner),
+        fsm_(owner->machine_, /*async_snapshots=*/true, owner->options_.apply_queue) {}
 
   // Runs on the loop thread: sets everything up, reports the outcome through `started`,
   // then runs the loop until Stop closes every handle.
@@ -136,13 +138,21 @@ class RaftLog::Loop {
     }
     std::memset(buf.base, 0, buf.len);
     std::memcpy(buf.base, entry.data(), entry.size());
-    auto* request = new ApplyRequest{{}, std::move(done)};
+    auto* request = new ApplyRequest{{}, this, std::move(done)};
     request->req.data = request;
     const int rv =
         raft_apply(&raft_, &request->req, &buf, 1, [](struct raft_apply* req, int status, void*) {
           auto* r = static_cast<ApplyRequest*>(req->data);
           if (status == 0) {
-            r->done(static_cast<uint64_t>(req->index));
+            // Committed and handed to the state machine; acknowledged once applied there.
+            const auto index = static_cast<uint64_t>(req->index);
+            r->loop->fsm_.WhenApplied(index, [index, done = std::move(r->done)](Status s) {
+              if (s.ok()) {
+                done(index);
+              } else {
+                done(std::move(s));
+              }
+            });
           } else {
             // Leadership lost, shutdown: the entry may still be committed by a later leader.
             r->done(Status::Unavailable("the write was not committed here (" + RaftError(status) +
@@ -243,6 +253,7 @@ class RaftLog::Loop {
  private:
   struct ApplyRequest {
     struct raft_apply req;
+    Loop* loop;
     std::function<void(Result<uint64_t>)> done;
   };
   struct ChangeRequest {
@@ -362,7 +373,7 @@ class RaftLog::Loop {
     s.leader_raft_address = leader_address ? leader_address : "";
     s.term = raft_.current_term;
     s.commit_index = raft_.commit_index;
-    s.applied_index = raft_last_applied(&raft_);
+    s.applied_index = fsm_.applied_index();
     s.last_index = raft_last_index(&raft_);
     for (unsigned i = 0; i < raft_.configuration.n; ++i) {
       const struct raft_server& server = raft_.configuration.servers[i];
@@ -430,6 +441,7 @@ Result<std::unique_ptr<RaftLog>> RaftLog::Start(RaftOptions options, LogStateMac
   Status s = result.get();
   if (!s.ok()) {
     log->thread_.join();
+    loop->fsm_.StopApplying();
     {
       std::lock_guard lock(log->mu_);
       log->stopped_ = true;
@@ -458,6 +470,7 @@ void RaftLog::Stop() {
   }
   loop_->Wake();
   if (thread_.joinable()) thread_.join();
+  loop_->fsm_.StopApplying();
   // Proposals queued after the close never reach raft: fail them here.
   std::deque<std::function<void()>> left;
   {

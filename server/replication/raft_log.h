@@ -3,10 +3,13 @@
 // library's known limits.
 //
 // Threading: one thread runs the libuv loop, and every raft call and callback happens on
-// it — including LogStateMachine::ApplyEntry/CaptureState/Restore; snapshot serialisation
-// runs in libuv's thread pool. Other threads hand work in through a bounded queue and
-// uv_async_send. Raft is never re-entered from a raft callback (0.15 crashes when an apply
-// is issued from the callback of an apply failed by a step-down): follow-up work is queued.
+// it — including LogStateMachine::CaptureState/Restore; snapshot serialisation runs in
+// libuv's thread pool. Committed entries are applied (LogStateMachine::ApplyEntry) on a
+// thread of their own, `raft-apply` (apply_thread.h), or with apply_queue = 0 on the loop
+// thread; proposals complete on whichever applied them. Other threads hand work in through a
+// bounded queue and uv_async_send. Raft is never re-entered from a raft callback (0.15 crashes when
+// an apply is issued from the callback of an apply failed by a step-down): follow-up work is
+// queued.
 #pragma once
 
 #include <atomic>
@@ -42,6 +45,9 @@ struct RaftOptions {
   unsigned snapshot_trailing = 2048;
   // Proposals queued for the loop thread; past it Propose returns kResourceExhausted.
   size_t max_queue = 4096;
+  // Committed entries handed to the apply thread and not yet applied, at most (the loop
+  // waits beyond it); 0 = apply on the loop thread, as libraft itself would.
+  size_t apply_queue = 64;
 };
 
 class RaftLog final : public ReplicatedLog {

@@ -86,6 +86,9 @@ struct Config {
   uint64_t raft_heartbeat_timeout_ms = 100;
   uint64_t raft_snapshot_threshold = 8'192;
   uint64_t raft_snapshot_trailing = 2'048;
+  // Committed entries waiting for the apply thread, at most; 0 = apply on the raft loop
+  // thread (docs/replication.md §Commit latency).
+  uint64_t raft_apply_queue = 64;
   // Below this many free bytes on the data directory's filesystem the server refuses new
   // writes (429 resource_exhausted) and hands leadership away; it accepts them again once
   // 10% more than this is free. libraft 0.15 crashes when its disk actually fills.

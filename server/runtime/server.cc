@@ -382,6 +382,7 @@ Status Server::StartRaft() {
   options.heartbeat_timeout_ms = static_cast<unsigned>(config_.raft_heartbeat_timeout_ms);
   options.snapshot_threshold = static_cast<unsigned>(config_.raft_snapshot_threshold);
   options.snapshot_trailing = static_cast<unsigned>(config_.raft_snapshot_trailing);
+  options.apply_queue = static_cast<size_t>(config_.raft_apply_queue);
   LogInfo("raft: server " + std::to_string(options.id) + " at " + options.address +
           (peers.empty() ? " (single server)"
                          : " (" + std::to_string(peers.size()) + " initial voters)"));

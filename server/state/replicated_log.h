@@ -5,7 +5,7 @@
 // single server is a one-voter cluster on the same code path.
 //
 // Thread-safety: Propose, Status and the membership calls from any thread. Callbacks run
-// on the log's own thread and must be quick and must not call back into the log.
+// on the log's own threads and must be quick and must not call back into the log.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,8 @@ class LogStateMachine {
  public:
   virtual ~LogStateMachine() = default;
 
-  // Applies the committed entry at `index`. Entries arrive in index order, each once per
+  // Applies the committed entry at `index`, on the log's applying thread (calls to this
+  // interface never overlap). Entries arrive in index order, each once per
   // process; after a restart, entries at or below the state's persisted applied index may
   // arrive again and must be skipped. A non-OK Status means the state can no longer follow
   // the log (e.g. its storage failed): the server must stop.

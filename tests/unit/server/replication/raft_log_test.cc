@@ -1,6 +1,6 @@
-// RaftLog over real libuv I/O on loopback: the loop-blocked warning (one voter) and the
-// options of raft's TCP connections (two voters). The state machine here only records
-// entries (and can be slow on purpose): the subject is the log.
+// RaftLog over real libuv I/O on loopback: the loop-blocked warning, the apply thread (one
+// voter) and the options of raft's TCP connections (two voters). The state machine here only
+// records entries (and can be slow on purpose): the subject is the log.
 #include "server/replication/raft_log.h"
 
 #include <doctest/doctest.h>
@@ -9,15 +9,19 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tests/support/temp_dir.h"
@@ -27,19 +31,33 @@ namespace {
 
 using testing::TempDir;
 
-// Records applied entries; sleeps `apply_delay` in each apply of an entry reading "slow".
+// Records the last applied index; sleeps `apply_delay` in each apply of an entry reading
+// "slow". Its snapshots record the index they were captured at.
 class RecordingMachine final : public LogStateMachine {
  public:
   std::chrono::milliseconds apply_delay{0};
+  std::atomic<uint64_t> last_applied{0};
+  std::mutex mu;
+  std::vector<uint64_t> captured_at;  // guarded by mu
 
-  Status ApplyEntry(uint64_t /*index*/, std::string_view entry) override {
+  Status ApplyEntry(uint64_t index, std::string_view entry) override {
     if (entry.substr(0, 4) == "slow") std::this_thread::sleep_for(apply_delay);
+    last_applied = index;
     return Status::Ok();
   }
   Result<std::unique_ptr<Capture>> CaptureState() override {
-    return Status::FailedPrecondition("no snapshots in this test");
+    std::lock_guard lock(mu);
+    captured_at.push_back(last_applied);
+    return std::unique_ptr<Capture>(new FixedCapture(std::to_string(last_applied)));
   }
   Status Restore(std::string_view /*snapshot*/) override { return Status::Ok(); }
+
+ private:
+  struct FixedCapture final : Capture {
+    explicit FixedCapture(std::string text) : bytes(std::move(text)) {}
+    Result<std::string> Serialize() override { return bytes; }
+    std::string bytes;
+  };
 };
 
 // A loopback port free right now (bound and released).
@@ -75,52 +93,81 @@ std::string CaptureStderr(const std::string& path, Fn run) {
   return text.str();
 }
 
-// Proposes `entry` and waits for it to be committed and applied.
-void ProposeAndWait(RaftLog* log, std::string entry) {
+// Proposes `entry` and waits for it to be committed and applied. Returns its index and
+// what machine.last_applied was when the proposal completed.
+std::pair<uint64_t, uint64_t> ProposeAndWait(RaftLog* log, std::string entry,
+                                             const RecordingMachine* machine = nullptr) {
   for (int attempt = 0; attempt < 200; ++attempt) {
-    std::promise<Result<uint64_t>> applied;
-    std::future<Result<uint64_t>> result = applied.get_future();
-    REQUIRE(
-        log->Propose(&entry, [&](Result<uint64_t> r) { applied.set_value(std::move(r)); }).ok());
-    if (result.get().has_value()) return;
+    std::promise<std::pair<Result<uint64_t>, uint64_t>> applied;
+    auto result = applied.get_future();
+    REQUIRE(log->Propose(
+                   &entry,
+                   [&](Result<uint64_t> r) {
+                     applied.set_value({std::move(r), machine ? machine->last_applied.load() : 0});
+                   })
+                .ok());
+    auto [index, seen] = result.get();
+    if (index.has_value()) return {*index, seen};
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // not leading yet
   }
   FAIL("the entry was never applied");
+  return {0, 0};
 }
 
-TEST_CASE("RaftLog warns when its loop was blocked for half an election timeout") {
-  TempDir dir;
-  RecordingMachine machine;
-  machine.apply_delay = std::chrono::milliseconds(700);
+RaftOptions OneVoter(const TempDir& dir) {
   RaftOptions options;
   options.address = "127.0.0.1:" + std::to_string(FreePort());
   options.dir = dir.str() + "/raft";
   options.bootstrap = {{1, options.address}};
+  return options;
+}
+
+// What one run of a "fast" then a "slow" entry (700 ms apply) through a one-voter log
+// showed: its stderr, the slow entry's index, the machine's applied index when the slow
+// entry was acknowledged, and the log's applied index 200 ms later.
+struct SlowApplyRun {
+  std::string log_text;
+  uint64_t index = 0;
+  uint64_t applied_at_ack = 0;
+  uint64_t status_applied = 0;
+};
+
+SlowApplyRun RunSlowApply(const TempDir& dir, RaftOptions options) {
+  RecordingMachine machine;
+  machine.apply_delay = std::chrono::milliseconds(700);
   options.election_timeout_ms = 1000;
-  const std::string log_text = CaptureStderr(dir.str() + "/stderr", [&] {
+  SlowApplyRun run;
+  run.log_text = CaptureStderr(dir.str() + "/stderr", [&] {
     auto log = RaftLog::Start(options, &machine);
     REQUIRE_MESSAGE(log.has_value(), log.status().ToString());
     ProposeAndWait(log->get(), "fast");
-    ProposeAndWait(log->get(), "slow");
-    // The next status refresh (every 50 ms) notices the gap.
+    std::tie(run.index, run.applied_at_ack) = ProposeAndWait(log->get(), "slow", &machine);
+    // The next status refresh (every 50 ms) notices a gap.
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    run.status_applied = (*log)->GetStatus().applied_index;
     (*log)->Stop();
   });
-  CHECK_MESSAGE(log_text.find("raft loop blocked for ") != std::string::npos, log_text);
+  return run;
+}
+
+TEST_CASE(
+    "RaftLog applying on its loop warns when the loop was blocked for half an election timeout") {
+  TempDir dir;
+  RaftOptions options = OneVoter(dir);
+  options.apply_queue = 0;  // apply on the loop thread
+  const SlowApplyRun run = RunSlowApply(dir, options);
+  CHECK_MESSAGE(run.log_text.find("raft loop blocked for ") != std::string::npos, run.log_text);
   // The warning names the apply that blocked it.
   const std::string apply_marker = "longest log entry apply meanwhile ";
-  const size_t at = log_text.find(apply_marker);
-  REQUIRE_MESSAGE(at != std::string::npos, log_text);
-  CHECK(std::stoul(log_text.substr(at + apply_marker.size())) >= 700);
+  const size_t at = run.log_text.find(apply_marker);
+  REQUIRE_MESSAGE(at != std::string::npos, run.log_text);
+  CHECK(std::stoul(run.log_text.substr(at + apply_marker.size())) >= 700);
 }
 
 TEST_CASE("RaftLog does not warn about a loop that kept up") {
   TempDir dir;
   RecordingMachine machine;
-  RaftOptions options;
-  options.address = "127.0.0.1:" + std::to_string(FreePort());
-  options.dir = dir.str() + "/raft";
-  options.bootstrap = {{1, options.address}};
+  RaftOptions options = OneVoter(dir);
   // Generous, so that a loaded test machine does not trip it.
   options.election_timeout_ms = 20'000;
   const std::string log_text = CaptureStderr(dir.str() + "/stderr", [&] {
@@ -130,6 +177,68 @@ TEST_CASE("RaftLog does not warn about a loop that kept up") {
     (*log)->Stop();
   });
   CHECK_MESSAGE(log_text.find("raft loop blocked") == std::string::npos, log_text);
+}
+
+// libraft 0.15 applies on its loop thread, and a follower before it answers an append: an
+// apply thread takes the apply out of the loop (and out of the next entry's commit), but
+// the write must still be acknowledged only once its entry is applied.
+TEST_CASE("RaftLog with an apply thread: a slow apply leaves the loop free and is acked after") {
+  TempDir dir;
+  const SlowApplyRun run = RunSlowApply(dir, OneVoter(dir));
+  CHECK(run.applied_at_ack >= run.index);
+  CHECK(run.status_applied >= run.index);
+  CHECK_MESSAGE(run.log_text.find("raft loop blocked") == std::string::npos, run.log_text);
+}
+
+// 0.15 records a snapshot at its last applied index: when it asks for one, the apply thread
+// must first catch up, or the snapshot would claim entries it does not hold.
+TEST_CASE("RaftLog with an apply thread: a snapshot holds the state at its index") {
+  TempDir dir;
+  RecordingMachine machine;
+  machine.apply_delay = std::chrono::milliseconds(15);
+  RaftOptions options = OneVoter(dir);
+  options.snapshot_threshold = 8;
+  options.snapshot_trailing = 2;
+  auto log = RaftLog::Start(options, &machine);
+  REQUIRE_MESSAGE(log.has_value(), log.status().ToString());
+  ProposeAndWait(log->get(), "fast");
+  // Proposed back to back, so that the apply thread lags behind raft's applied index.
+  constexpr int kEntries = 40;
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+  for (int i = 0; i < kEntries; ++i) {
+    std::string entry = "slow";
+    REQUIRE((*log)
+                ->Propose(&entry,
+                          [&](Result<uint64_t> r) {
+                            CHECK(r.has_value());
+                            std::lock_guard lock(mu);
+                            ++done;
+                            cv.notify_all();
+                          })
+                .ok());
+  }
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return done == kEntries; }));
+  }
+  (*log)->Stop();
+  // libraft names snapshots snapshot-TERM-INDEX-TIMESTAMP(.meta).
+  std::set<uint64_t> snapshot_indexes;
+  for (const auto& file : std::filesystem::directory_iterator(options.dir)) {
+    const std::string name = file.path().filename().string();
+    if (name.rfind("snapshot-", 0) != 0 || name.find(".meta") != std::string::npos) continue;
+    const size_t term_end = name.find('-', 9);
+    REQUIRE(term_end != std::string::npos);
+    snapshot_indexes.insert(std::stoull(name.substr(term_end + 1)));
+  }
+  REQUIRE(!snapshot_indexes.empty());
+  std::lock_guard lock(machine.mu);
+  const std::set<uint64_t> captured(machine.captured_at.begin(), machine.captured_at.end());
+  for (uint64_t index : snapshot_indexes) {
+    CHECK_MESSAGE(captured.contains(index), "snapshot at index " << index);
+  }
 }
 
 // The TCP_NODELAY option of every connected TCP socket of this process that has `ports` at
