@@ -314,6 +314,7 @@ class RaftLog::Loop {
     // 0.15.0 implements async work but reports version 1, which makes raft_init refuse an
     // FSM with async snapshots (fixed upstream in v0.17.1).
     io_.version = 2;
+    raft_uv_set_segment_size(&io_, o.segment_bytes);
     if ((rv = raft_init(&raft_, &io_, fsm_.fsm(), o.id, o.address.c_str())) != 0) {
       const std::string message = raft_errmsg(&raft_);
       raft_uv_close(&io_);

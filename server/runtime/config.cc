@@ -94,6 +94,8 @@ const Field kFields[] = {
      "log entries between snapshots"},
     {"raft_snapshot_trailing", &Config::raft_snapshot_trailing, 0, 1'000'000,
      "log entries kept after a snapshot"},
+    {"raft_segment_bytes", &Config::raft_segment_bytes, 1ull << 20, 1ull << 30,
+     "size of each raft log segment file (preallocated, ~3 at a time)"},
     {"raft_apply_queue", &Config::raft_apply_queue, 0, 1'000'000,
      "committed log entries waiting for the apply thread; 0 = apply on the raft loop"},
     {"min_free_disk_bytes", &Config::min_free_disk_bytes, 0, kNoMax,

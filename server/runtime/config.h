@@ -89,6 +89,9 @@ struct Config {
   // Committed entries waiting for the apply thread, at most; 0 = apply on the raft loop
   // thread (docs/replication.md §Commit latency).
   uint64_t raft_apply_queue = 64;
+  // Size of each raft log segment file, preallocated, about three at a time: a new segment
+  // stalls log writes, so fewer and bigger ones. Small disks want smaller segments.
+  uint64_t raft_segment_bytes = 64ull << 20;
   // Below this many free bytes on the data directory's filesystem the server refuses new
   // writes (429 resource_exhausted) and hands leadership away; it accepts them again once
   // 10% more than this is free. libraft 0.15 crashes when its disk actually fills.

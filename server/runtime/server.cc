@@ -383,6 +383,7 @@ Status Server::StartRaft() {
   options.snapshot_threshold = static_cast<unsigned>(config_.raft_snapshot_threshold);
   options.snapshot_trailing = static_cast<unsigned>(config_.raft_snapshot_trailing);
   options.apply_queue = static_cast<size_t>(config_.raft_apply_queue);
+  options.segment_bytes = static_cast<size_t>(config_.raft_segment_bytes);
   LogInfo("raft: server " + std::to_string(options.id) + " at " + options.address +
           (peers.empty() ? " (single server)"
                          : " (" + std::to_string(peers.size()) + " initial voters)"));

@@ -241,6 +241,24 @@ TEST_CASE("RaftLog with an apply thread: a snapshot holds the state at its index
   }
 }
 
+// libraft preallocates each segment file at its full size: the option reaches it.
+TEST_CASE("RaftLog preallocates log segments of segment_bytes") {
+  for (const size_t bytes : {size_t{64} << 20, size_t{3} << 20}) {
+    CAPTURE(bytes);
+    TempDir dir;
+    RecordingMachine machine;
+    RaftOptions options = OneVoter(dir);
+    if (bytes != RaftOptions{}.segment_bytes) options.segment_bytes = bytes;
+    auto log = RaftLog::Start(options, &machine);
+    REQUIRE_MESSAGE(log.has_value(), log.status().ToString());
+    ProposeAndWait(log->get(), "fast");  // written to open-1, so it exists
+    const std::filesystem::path segment = std::filesystem::path(options.dir) / "open-1";
+    REQUIRE(std::filesystem::exists(segment));
+    CHECK(std::filesystem::file_size(segment) == bytes);
+    (*log)->Stop();
+  }
+}
+
 // The TCP_NODELAY option of every connected TCP socket of this process that has `ports` at
 // one of its ends.
 std::vector<int> NoDelayOfConnectionsOn(const std::set<int>& ports) {
