@@ -3,7 +3,9 @@
 // applying thread); the feed turns its mutations into records, keeps a bounded window of
 // recent ones, and hands them to watchers, each with a bounded queue of its own.
 //
-// Threading: OnApplied/OnReset run on the applying thread and never block on a watcher:
+// Threading: OnApplied/OnReset run on the state machine's writing side (one thread at a
+// time: OnApplied on the applying thread, OnReset there or, for a raft snapshot restore, on
+// the raft loop while the applying thread is idle) and never block on a watcher:
 // publishing appends one shared chunk to the window and to each watcher's queue (a short
 // lock each). A watcher whose queue is full is cut: it stops receiving and reports the
 // revision to resume from; it cannot slow ingestion or other watchers. Subscribe, Next and
@@ -138,7 +140,7 @@ class ChangeFeed final : public ApplyObserver {
   ChangeFeed(const ChangeFeed&) = delete;
   ChangeFeed& operator=(const ChangeFeed&) = delete;
 
-  // ApplyObserver (the applying thread).
+  // ApplyObserver (the writing side, see the threading note above).
   void OnApplied(Revision revision, const MutationList& mutations) override;
   void OnReset(Revision revision, const Index& index) override;
 

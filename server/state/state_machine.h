@@ -1,8 +1,10 @@
 // StateMachine: the one place where commands change state. It owns the Index and applies
 // CommandBatches to it at consecutive revisions, writing the resulting mutations to Storage
-// atomically with the revision. Later a raft log feeds it; today the Applier does.
+// atomically with the revision. The replicated log feeds it (without one, the Applier).
 //
-// Thread-safety: Apply/Recover from one thread (the applier); Read() from any thread.
+// Thread-safety: the writing side (Apply, ApplyEntry, Recover, CaptureState, Restore) from
+// one thread at a time, never concurrently (under raft: entries on the raft-apply thread,
+// captures and restores on the raft loop once raft-apply is idle); Read() from any thread.
 // Readers see whole applied batches only (a shared_mutex around the index, taken per batch
 // so that a large group never stalls lookups for long). The index's hash tables grow under
 // the read lock (Index::PrepareGrowth) and are swapped in under the write lock, so that a
@@ -72,9 +74,9 @@ struct HolderActivity {
 };
 using HolderActivityMap = std::unordered_map<HolderKey, HolderActivity, HolderKeyHash>;
 
-// Told, on the applying thread, about every applied group and every wholesale replacement
-// of the state: the change feed (server/feed/). Calls must be quick and must not call back
-// into the StateMachine.
+// Told, on the writing side's thread (class StateMachine), about every applied group and
+// every wholesale replacement of the state: the change feed (server/feed/). Calls must be quick and
+// must not call back into the StateMachine.
 class ApplyObserver {
  public:
   virtual ~ApplyObserver() = default;
@@ -107,10 +109,10 @@ class StateMachine final : public LogStateMachine {
   [[nodiscard]] Status ApplyEntry(uint64_t index, std::string_view entry) override;
   // As ApplyEntry, for already decoded batches.
   [[nodiscard]] Status ApplyAt(Revision index, std::span<const CommandBatch* const> batches);
-  // A storage capture (Storage::CaptureAll); call on the applying thread.
+  // A storage capture (Storage::CaptureAll); writing side only (class comment).
   [[nodiscard]] Result<std::unique_ptr<Capture>> CaptureState() override;
   // Replaces storage with the snapshot and rebuilds the index and registry from it, unless
-  // the state is already at or past the snapshot's applied index. Applying thread only.
+  // the state is already at or past the snapshot's applied index. Writing side only.
   [[nodiscard]] Status Restore(std::string_view snapshot) override;
 
   // True once a storage write failed: the memory state is ahead of disk, so the server
