@@ -75,8 +75,8 @@ struct HolderActivity {
 using HolderActivityMap = std::unordered_map<HolderKey, HolderActivity, HolderKeyHash>;
 
 // Told, on the writing side's thread (class StateMachine), about every applied group and
-// every wholesale replacement of the state: the change feed (server/feed/). Calls must be quick and
-// must not call back into the StateMachine.
+// every wholesale replacement of the state: the change feed (server/feed/). Calls must be
+// quick and must not call back into the StateMachine.
 class ApplyObserver {
  public:
   virtual ~ApplyObserver() = default;
