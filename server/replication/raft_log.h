@@ -6,10 +6,10 @@
 // it — including LogStateMachine::CaptureState/Restore; snapshot serialisation runs in
 // libuv's thread pool. Committed entries are applied (LogStateMachine::ApplyEntry) on a
 // thread of their own, `raft-apply` (apply_thread.h), or with apply_queue = 0 on the loop
-// thread; proposals complete on whichever applied them. Other threads hand work in through a
-// bounded queue and uv_async_send. Raft is never re-entered from a raft callback (0.15 crashes when
-// an apply is issued from the callback of an apply failed by a step-down): follow-up work is
-// queued.
+// thread; proposals complete on whichever thread applied them. Other threads hand work in
+// through a bounded queue and uv_async_send. Raft is never re-entered from a raft callback
+// (0.15 crashes when an apply is issued from the callback of an apply failed by a
+// step-down): follow-up work is queued.
 #pragma once
 
 #include <atomic>
@@ -46,9 +46,9 @@ struct RaftOptions {
   // Proposals queued for the loop thread; past it Propose returns kResourceExhausted.
   size_t max_queue = 4096;
   // Size of each raft log segment file, preallocated (libraft keeps about three ahead).
-  // Starting a segment costs a stall of ~30-40 ms on every server sharing a disk, so big
-  // segments make it rare (docs/replication.md §Commit latency item 6); etcd's WAL uses 64
-  // MB files too. Rounded down to the disk's block size by libraft.
+  // Starting a segment stalled log writes for 30-70 ms on every server sharing the disk,
+  // so big segments make it rare (docs/replication.md §Commit latency item 6); etcd's WAL
+  // files are 64 MB too. Rounded down to the disk's block size by libraft.
   size_t segment_bytes = 64u << 20;
   // Committed entries handed to the apply thread and not yet applied, at most (the loop
   // waits beyond it); 0 = apply on the loop thread, as libraft itself would.

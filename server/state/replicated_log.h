@@ -25,10 +25,10 @@ class LogStateMachine {
   virtual ~LogStateMachine() = default;
 
   // Applies the committed entry at `index`, on the log's applying thread (calls to this
-  // interface never overlap). Entries arrive in index order, each once per
-  // process; after a restart, entries at or below the state's persisted applied index may
-  // arrive again and must be skipped. A non-OK Status means the state can no longer follow
-  // the log (e.g. its storage failed): the server must stop.
+  // interface never overlap). Entries arrive in index order, each once per process; after
+  // a restart, entries at or below the state's persisted applied index may arrive again
+  // and must be skipped. A non-OK Status means the state can no longer follow the log
+  // (e.g. its storage failed): the server must stop.
   [[nodiscard]] virtual Status ApplyEntry(uint64_t index, std::string_view entry) = 0;
 
   // A consistent image of the whole state for a snapshot, in two steps so that the log's
