@@ -72,6 +72,8 @@ TEST_SUITE("Integration.Config") {
         {{"--config", (dir.path() / "absent.json").string()}, "cannot read config file"},
         {{"--colour", "blue"}, "unknown flag --colour"},
         {{"--http-threads", "0"}, "http_threads: 0 is out of range [1, 1024]"},
+        {{"--raft-segment-bytes", "4096"},
+         "raft_segment_bytes: 4096 is out of range [1048576, 1073741824]"},
         {{"--storage-sync", "maybe"}, "--storage-sync: expected true or false"},
         {{"--http-listen", "localhost"}, "http_listen: expected HOST:PORT"},
         {{"--log-level", "loud"}, "log_level: expected debug, info, warning or error"},
