@@ -27,15 +27,11 @@ void ApplyThread::Enqueue(uint64_t index, std::string entry) {
   work_cv_.notify_one();
 }
 
-namespace {
-
-Status NotApplied(uint64_t index, bool failed) {
+Status NotAppliedHere(uint64_t index, bool failed) {
   return Status::Unavailable("log entry " + std::to_string(index) +
                              " was committed but not applied here (" +
                              (failed ? "the state machine failed" : "stopping") + ")");
 }
-
-}  // namespace
 
 void ApplyThread::WhenApplied(uint64_t index, std::function<void(Status)> done) {
   Status outcome;
@@ -46,7 +42,7 @@ void ApplyThread::WhenApplied(uint64_t index, std::function<void(Status)> done) 
         waiters_.emplace(index, std::move(done));
         return;
       }
-      outcome = NotApplied(index, failed());
+      outcome = NotAppliedHere(index, failed());
     }
   }
   done(outcome);
@@ -90,7 +86,7 @@ void ApplyThread::CollectWaiters(Ready* ready) {
   waiters_.erase(waiters_.begin(), end);
   if (!Finished()) return;
   for (auto& [index, done] : waiters_)
-    ready->emplace_back(std::move(done), NotApplied(index, failed()));
+    ready->emplace_back(std::move(done), NotAppliedHere(index, failed()));
   waiters_.clear();
 }
 

@@ -36,6 +36,10 @@
 
 namespace kvatlas::server {
 
+// The error a write gets when its entry was committed but this server did not apply it
+// (the state machine failed, or the server is stopping): the outcome is unknown to it.
+Status NotAppliedHere(uint64_t index, bool failed);
+
 class ApplyThread {
  public:
   // Starts the thread. `max_queued` (> 0) bounds the entries handed over and not applied.

@@ -37,8 +37,7 @@ void FsmAdapter::WhenApplied(uint64_t index, std::function<void(Status)> done) {
   if (apply_thread_) {
     apply_thread_->WhenApplied(index, std::move(done));
   } else if (failed()) {
-    done(Status::Unavailable("log entry " + std::to_string(index) +
-                             " was committed but not applied here (the state machine failed)"));
+    done(NotAppliedHere(index, /*failed=*/true));
   } else {
     done(Status::Ok());
   }
