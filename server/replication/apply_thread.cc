@@ -27,6 +27,17 @@ void ApplyThread::Enqueue(uint64_t index, std::string entry) {
   work_cv_.notify_one();
 }
 
+Status ApplyCommittedEntry(LogStateMachine* machine, uint64_t index, std::string_view entry,
+                           uint64_t* took_ms) {
+  const auto start = std::chrono::steady_clock::now();
+  Status s = machine->ApplyEntry(index, entry);
+  *took_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::steady_clock::now() - start)
+                 .count();
+  if (!s.ok()) LogError("applying log entry " + std::to_string(index) + ": " + s.ToString());
+  return s;
+}
+
 Status NotAppliedHere(uint64_t index, bool failed) {
   return Status::Unavailable("log entry " + std::to_string(index) +
                              " was committed but not applied here (" +
@@ -108,18 +119,10 @@ void ApplyThread::Run() {
     idle_cv_.notify_all();  // room for Enqueue
     Status s;
     if (!failed()) {
-      const auto start = std::chrono::steady_clock::now();
-      s = machine_->ApplyEntry(entry.index, entry.data);
-      const uint64_t took = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                std::chrono::steady_clock::now() - start)
-                                .count();
+      uint64_t took = 0;
+      s = ApplyCommittedEntry(machine_, entry.index, entry.data, &took);
       uint64_t longest = longest_apply_ms_.load(std::memory_order_relaxed);
       while (took > longest && !longest_apply_ms_.compare_exchange_weak(longest, took)) {
-      }
-      if (!s.ok()) {
-        // The state can no longer follow the log: the server refuses writes and exits; its
-        // restart re-applies from the persisted applied index.
-        LogError("applying log entry " + std::to_string(entry.index) + ": " + s.ToString());
       }
     }
     {

@@ -27,6 +27,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -35,6 +36,14 @@
 #include "server/state/replicated_log.h"
 
 namespace kvatlas::server {
+
+// Applies the committed entry at `index` to `machine` and returns how long that took, in
+// milliseconds; logs a failure, after which the state can no longer follow the log and the
+// caller must mark itself failed (the server then refuses writes and exits; its restart
+// re-applies from the persisted applied index). Used by the apply thread and by the apply
+// on the raft loop alike.
+[[nodiscard]] Status ApplyCommittedEntry(LogStateMachine* machine, uint64_t index,
+                                         std::string_view entry, uint64_t* took_ms);
 
 // The error a write gets when its entry was committed but this server did not apply it
 // (the state machine failed, or the server is stopping): the outcome is unknown to it.

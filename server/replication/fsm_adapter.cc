@@ -5,7 +5,6 @@ extern "C" {
 }
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -68,20 +67,14 @@ int FsmAdapter::Apply(struct raft_fsm* fsm, const struct raft_buffer* buf, void*
     self->apply_thread_->Enqueue(index, std::string(static_cast<const char*>(buf->base), buf->len));
     return 0;
   }
-  const auto start = std::chrono::steady_clock::now();
-  Status s = self->machine_->ApplyEntry(
-      index, std::string_view(static_cast<const char*>(buf->base), buf->len));
-  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now() - start)
-                        .count();
-  self->longest_apply_ms_ = std::max<uint64_t>(self->longest_apply_ms_, took);
-  if (!s.ok()) {
-    // The state can no longer follow the log. Returning an error into 0.15's apply loop
-    // has no defined recovery: mark the adapter failed, so that the server refuses writes
-    // and exits; its restart re-applies from the persisted applied index.
-    LogError("applying log entry " + std::to_string(index) + ": " + s.ToString());
-    self->failed_.store(true, std::memory_order_release);
-  }
+  uint64_t took = 0;
+  const Status s =
+      ApplyCommittedEntry(self->machine_, index,
+                          std::string_view(static_cast<const char*>(buf->base), buf->len), &took);
+  self->longest_apply_ms_ = std::max(self->longest_apply_ms_, took);
+  // Returning an error into 0.15's apply loop has no defined recovery: mark the adapter
+  // failed instead.
+  if (!s.ok()) self->failed_.store(true, std::memory_order_release);
   return 0;
 }
 
