@@ -405,6 +405,15 @@ Status Server::StartRaft() {
     }
     if (!raft_->is_leader())
       return Status::Unavailable("raft: the single server did not elect itself");
+    // Its whole log is committed now, but the raft-apply thread may still be replaying it:
+    // serve only once it has, so that every write acknowledged before a restart is visible
+    // to the first read after it (as when the apply ran on the raft loop).
+    for (;;) {
+      const ClusterStatus status = raft_->GetStatus();  // refreshed every 50 ms
+      if (status.state == "leader" && status.applied_index >= status.last_index) break;
+      if (raft_->failed()) return Status::Internal("raft: replaying the log failed");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
   return Status::Ok();
 }
