@@ -232,6 +232,7 @@ void Index::Impl::DeleteEntry(uint32_t e, MutationCause cause, MutationList* out
     m.holder = rec.holder;
     m.key = block.key;
     m.tier = static_cast<Tier>(rec.tier);
+    m.stamp = block.stamp;  // storage keys entry records by it
     m.engine_hash = rec.engine_hash;
     out->push_back(std::move(m));
   }
@@ -381,8 +382,7 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
     std::string location = locations.empty() ? std::string() : locations[i];
     uint32_t b = FindBlock(context, key);
     if (b == kNil) {
-      b = CreateBlock(context, key, depth + static_cast<uint32_t>(i),
-                      contexts_[context].next_stamp++);
+      b = CreateBlock(context, key, depth + static_cast<uint32_t>(i), next_stamp_++);
       if (out) {
         Mutation m;
         m.kind = MutationKind::kPutBlock;
@@ -507,14 +507,14 @@ Status Index::LoadBlock(uint32_t context, BlockKey key, uint32_t depth, uint64_t
   if (context >= m.contexts_.size() || !m.contexts_[context].live) {
     return Status::Corruption("block of unknown context " + std::to_string(context));
   }
-  ContextRec& ctx = m.contexts_[context];
-  if (stamp < ctx.next_stamp && ctx.blocks > 0) {
+  const ContextRec& ctx = m.contexts_[context];
+  if (ctx.fifo_tail != kNil && stamp <= m.blocks_[ctx.fifo_tail].stamp) {
     return Status::Corruption("blocks of context " + std::to_string(context) +
                               " not loaded in stamp order");
   }
   if (m.FindBlock(context, key) != kNil) return Status::Corruption("duplicate block record");
   m.CreateBlock(context, key, depth, stamp);
-  ctx.next_stamp = stamp + 1;
+  m.next_stamp_ = std::max(m.next_stamp_, stamp + 1);
   return Status::Ok();
 }
 

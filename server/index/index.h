@@ -139,8 +139,9 @@ class Index {
   // `seed` is the standard hasher seed, for KeyMode::kLocal chaining.
   void Apply(const Command& command, uint64_t seed, MutationList* out);
 
-  // Boot-time loading from storage, in this order: contexts and holders (any order), then
-  // blocks in ascending stamp order per context, then entries. Ids are those of storage.
+  // Boot-time loading from storage: contexts and holders (any order) first; then each
+  // context's blocks in ascending stamp order, each before its entries. Ids and stamps are
+  // those of storage; new blocks get stamps after the largest loaded one.
   // Returns kCorruption for records that contradict each other (an entry without its block).
   Status LoadContext(uint32_t id, const ContextKey& key);
   Status LoadHolder(uint32_t id, const HolderKey& key);

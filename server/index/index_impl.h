@@ -27,9 +27,9 @@ struct BlockRec {
   uint32_t fifo_prev;    // neighbours in the context's FIFO
   uint32_t fifo_next;    // also the free-list link
   uint32_t entry_count;  // length of the entry chain
-  // Creation order within the context: written into every entry record of the block so
-  // that storage keeps no record per block (docs/storage.md §Database layout), which halves
-  // RocksDB's records (and its flush sort) when blocks have one copy.
+  // Creation order: one counter for the whole index, so that a context's blocks are in
+  // stamp order (its FIFO) and storage, which keys entry records by stamp, appends new
+  // blocks at the end of its key space (docs/storage.md §Database layout).
   uint64_t stamp;
 };
 #pragma pack(pop)
@@ -66,7 +66,6 @@ struct ContextRec {
   uint32_t fifo_tail = kNil;
   uint64_t blocks = 0;
   uint64_t entries = 0;
-  uint64_t next_stamp = 1;
   uint64_t evicted_blocks = 0;
 };
 
@@ -173,6 +172,7 @@ class Index::Impl {
 
   IndexOptions options_;
   std::vector<ContextRec> contexts_;
+  uint64_t next_stamp_ = 1;  // the stamp of the next block created (BlockRec::stamp)
   std::unordered_map<ContextKey, uint32_t, ContextKeyHash> context_ids_;
   std::vector<HolderRec> holders_;
   std::unordered_map<HolderKey, uint32_t, HolderKeyHash> holder_ids_;

@@ -18,8 +18,8 @@ enum class MutationKind : uint8_t {
   kPutHolder = 2,    // holder, holder_key
   kPutBlock = 3,     // context, key, depth, stamp
   kDeleteBlock = 4,  // context, key
-  kPutEntry = 5,     // context, key, holder, tier, refcount, engine_hash, location
-  kDeleteEntry = 6,  // context, key, holder, tier
+  kPutEntry = 5,     // context, key, holder, tier, depth, stamp, refcount, engine_hash, location
+  kDeleteEntry = 6,  // context, key, holder, tier, stamp
   // Registry records (registration.h); `location` holds the record's name.
   kPutRegistration = 7,         // location = registration key, registration
   kDeleteRegistration = 8,      // location = registration key
@@ -47,7 +47,7 @@ struct Mutation {
   BlockKey key = 0;
   Tier tier = Tier::kGpu;
   uint32_t depth = 0;
-  uint64_t stamp = 0;  // block creation order within its context (eviction order)
+  uint64_t stamp = 0;  // block creation order (index-wide; a context's eviction order)
   uint32_t refcount = 0;
   uint64_t engine_hash = 0;
   std::string location;

@@ -9,8 +9,12 @@
 // election timeouts spread candidates. On separate machines it changes nothing but the
 // flush sizes (on average 3/4 of the maximum, so a quarter more, smaller flushes).
 //
+// Only the column family given to Track is resized (version 4 keeps the entry records, all
+// but a few bytes of every write, in a family of their own; the others stay at the size
+// they were opened with).
+//
 // Thread-safety: RocksDB calls the listener from its flush threads; one lock guards the
-// random generator.
+// random generator and the tracked family.
 #pragma once
 
 #include <rocksdb/listener.h>
@@ -28,15 +32,22 @@ class FlushJitter final : public rocksdb::EventListener {
   // A size for the next memtable: uniform in [max_bytes / 2, max_bytes].
   uint64_t NextSize();
 
+  // Resizes `family` after its flushes from now on; null stops that. REQUIRES: Track(null)
+  // before the handle is destroyed.
+  void Track(rocksdb::ColumnFamilyHandle* family);
+
   // Sets the next memtable's size (DB::SetOptions; it runs without the DB mutex held).
   void OnFlushCompleted(rocksdb::DB* db, const rocksdb::FlushJobInfo& info) override;
 
   const char* Name() const override { return "KvatlasFlushJitter"; }
 
  private:
+  uint64_t Draw();  // REQUIRES: mu_ held
+
   const uint64_t max_bytes_;
   std::mutex mu_;
-  std::mt19937_64 rng_;  // guarded by mu_
+  std::mt19937_64 rng_;                            // guarded by mu_
+  rocksdb::ColumnFamilyHandle* family_ = nullptr;  // guarded by mu_
 };
 
 }  // namespace kvatlas::server

@@ -148,8 +148,18 @@ void AppendBlockKey(uint32_t context, BlockKey key, std::string* out) {
   PutBigEndian64(out, key);
 }
 
-void AppendEntryKey(uint32_t context, BlockKey key, uint32_t holder, Tier tier, std::string* out) {
+void AppendEntryKey(uint64_t stamp, uint32_t context, uint32_t holder, Tier tier,
+                    std::string* out) {
   out->push_back(static_cast<char>(RecordType::kEntry));
+  PutBigEndian64(out, stamp);
+  PutBigEndian32(out, context);
+  PutBigEndian32(out, holder);
+  PutTier(out, tier);
+}
+
+void AppendVersion3EntryKey(uint32_t context, BlockKey key, uint32_t holder, Tier tier,
+                            std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kVersion3Entry));
   PutBigEndian32(out, context);
   PutBigEndian64(out, key);
   PutBigEndian32(out, holder);
@@ -205,6 +215,17 @@ Result<BlockRecordKey> DecodeBlockRecordKey(std::string_view key) {
 Result<EntryRecordKey> DecodeEntryRecordKey(std::string_view key) {
   KVATLAS_ASSIGN_OR_RETURN(ByteReader in, OpenKey(key, RecordType::kEntry, kEntryKeyBytes));
   EntryRecordKey out;
+  out.stamp = in.BigEndian64();
+  out.context = in.BigEndian32();
+  out.holder = in.BigEndian32();
+  out.tier = ReadTier(&in);
+  if (!in.Done()) return Status::Corruption("malformed record key " + DescribeKey(key));
+  return out;
+}
+
+Result<Version3EntryKey> DecodeVersion3EntryKey(std::string_view key) {
+  KVATLAS_ASSIGN_OR_RETURN(ByteReader in, OpenKey(key, RecordType::kVersion3Entry, kEntryKeyBytes));
+  Version3EntryKey out;
   out.context = in.BigEndian32();
   out.key = in.BigEndian64();
   out.holder = in.BigEndian32();
@@ -238,11 +259,17 @@ std::string DescribeKey(std::string_view key) {
       return out + (type == RecordType::kContext ? "/ctx=" : "/holder=") +
              std::to_string(in.BigEndian32());
     case RecordType::kBlock:
+    case RecordType::kVersion3Entry:
     case RecordType::kEntry: {
       if (key.size() != (type == RecordType::kBlock ? kBlockKeyBytes : kEntryKeyBytes)) break;
-      out += "/ctx=" + std::to_string(in.BigEndian32());
-      out += "/key=" + Hex64(in.BigEndian64());
-      if (type == RecordType::kBlock) return out;
+      if (type == RecordType::kEntry) {
+        out += "/stamp=" + std::to_string(in.BigEndian64());
+        out += "/ctx=" + std::to_string(in.BigEndian32());
+      } else {
+        out += "/ctx=" + std::to_string(in.BigEndian32());
+        out += "/key=" + Hex64(in.BigEndian64());
+        if (type == RecordType::kBlock) return out;
+      }
       out += "/holder=" + std::to_string(in.BigEndian32());
       uint8_t tier = in.U8();
       return out + "/tier=" +
@@ -266,8 +293,17 @@ void AppendBlockValue(uint32_t depth, uint64_t stamp, std::string* out) {
   PutFixed64(out, stamp);
 }
 
-void AppendEntryValue(const BlockValue& block, uint32_t refcount, uint64_t engine_hash,
+void AppendEntryValue(uint32_t depth, BlockKey key, uint32_t refcount, uint64_t engine_hash,
                       std::string_view location, std::string* out) {
+  PutFixed32(out, depth);
+  PutFixed64(out, key);
+  PutFixed32(out, refcount);
+  PutFixed64(out, engine_hash);
+  PutLengthPrefixed(out, location);
+}
+
+void AppendVersion3EntryValue(const BlockValue& block, uint32_t refcount, uint64_t engine_hash,
+                              std::string_view location, std::string* out) {
   AppendBlockValue(block.depth, block.stamp, out);
   PutFixed32(out, refcount);
   PutFixed64(out, engine_hash);
@@ -294,6 +330,18 @@ Result<BlockValue> DecodeBlockValue(std::string_view key, std::string_view value
 Result<EntryValue> DecodeEntryValue(std::string_view key, std::string_view value) {
   return DecodeValue(key, value, "entry", [](ByteReader* in) {
     EntryValue v;
+    v.depth = in->Fixed32();
+    v.key = in->Fixed64();
+    v.refcount = in->Fixed32();
+    v.engine_hash = in->Fixed64();
+    v.location = in->LengthPrefixed();
+    return v;
+  });
+}
+
+Result<Version3EntryValue> DecodeVersion3EntryValue(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "version 3 entry", [](ByteReader* in) {
+    Version3EntryValue v;
     v.block.depth = in->Fixed32();
     v.block.stamp = in->Fixed64();
     v.refcount = in->Fixed32();
@@ -303,9 +351,9 @@ Result<EntryValue> DecodeEntryValue(std::string_view key, std::string_view value
   });
 }
 
-Result<EntryValue> DecodeVersion2EntryValue(std::string_view key, std::string_view value) {
+Result<Version3EntryValue> DecodeVersion2EntryValue(std::string_view key, std::string_view value) {
   return DecodeValue(key, value, "version 2 entry", [](ByteReader* in) {
-    EntryValue v;
+    Version3EntryValue v;
     v.refcount = in->Fixed32();
     v.engine_hash = in->Fixed64();
     v.location = in->LengthPrefixed();

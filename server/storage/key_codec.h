@@ -4,7 +4,7 @@
 // Pure functions and a value-type reader: safe to use from any thread.
 //
 // Conventions: integers inside keys are big-endian so that RocksDB's bytewise order is the
-// numeric order (scans come out sorted by context, then block key, then holder, then tier);
+// numeric order (entry records come out sorted by stamp, then context, holder and tier);
 // integers inside values are little-endian fixed width or LEB128 varints; strings are a
 // varint byte length followed by the bytes. Decoders are strict: a short read, a value out
 // of range, a non-canonical varint or a trailing byte is a failure, never a crash.
@@ -47,8 +47,9 @@ enum class RecordType : char {
   kMeta = 'M',
   kContext = 'C',
   kHolder = 'H',
-  kBlock = 'B',  // versions 1 and 2 only: read by the upgrade to version 3
-  kEntry = 'E',
+  kBlock = 'B',          // versions 1 and 2 only: read by the upgrade
+  kVersion3Entry = 'E',  // versions 1 to 3 only: read by the upgrade
+  kEntry = 'T',          // version 4: keyed by stamp, in the `entries` column family
   kRegistration = 'R',
   kStreamPosition = 'S',
   kServerAddresses = 'A',
@@ -61,14 +62,15 @@ inline constexpr std::string_view kMetaAppliedIndex = "applied_index";
 
 // The format this build writes (docs/storage.md §Versions). Older databases are upgraded at
 // open: version 1 lacks the `R`/`S` records; versions 1 and 2 keep each block's depth and
-// stamp in a `B` record of its own, which version 3 folds into the block's `E` records.
-inline constexpr uint32_t kStorageFormatVersion = 3;
+// stamp in a `B` record of its own, which version 3 folds into the block's `E` records;
+// version 4 keys entry records by stamp (`T`) in a column family of their own.
+inline constexpr uint32_t kStorageFormatVersion = 4;
 inline constexpr uint32_t kOldestStorageFormatVersion = 1;
 
 inline constexpr size_t kContextKeyBytes = 1 + 4;
 inline constexpr size_t kHolderKeyBytes = 1 + 4;
 inline constexpr size_t kBlockKeyBytes = 1 + 4 + 8;
-inline constexpr size_t kEntryKeyBytes = 1 + 4 + 8 + 4 + 1;
+inline constexpr size_t kEntryKeyBytes = 1 + 8 + 4 + 4 + 1;
 inline constexpr size_t kServerAddressesKeyBytes = 1 + 8;
 
 // The encoders append to `out` (callers reuse one buffer per record).
@@ -76,7 +78,11 @@ void AppendMetaKey(std::string_view name, std::string* out);
 void AppendContextKey(uint32_t context, std::string* out);
 void AppendHolderKey(uint32_t holder, std::string* out);
 void AppendBlockKey(uint32_t context, BlockKey key, std::string* out);
-void AppendEntryKey(uint32_t context, BlockKey key, uint32_t holder, Tier tier, std::string* out);
+// `T` + be64 stamp + be32 context + be32 holder + tier (version 4).
+void AppendEntryKey(uint64_t stamp, uint32_t context, uint32_t holder, Tier tier, std::string* out);
+// `E` + be32 context + be64 block key + be32 holder + tier (versions 1 to 3).
+void AppendVersion3EntryKey(uint32_t context, BlockKey key, uint32_t holder, Tier tier,
+                            std::string* out);
 // `R` + registration key bytes; `S` + stream key bytes (both non-empty strings).
 void AppendRegistrationKey(std::string_view registration_key, std::string* out);
 void AppendStreamPositionKey(std::string_view stream, std::string* out);
@@ -90,11 +96,19 @@ struct BlockRecordKey {
 };
 
 struct EntryRecordKey {
+  uint64_t stamp = 0;
+  uint32_t context = 0;
+  uint32_t holder = 0;
+  Tier tier = Tier::kGpu;
+  friend bool operator==(const EntryRecordKey&, const EntryRecordKey&) = default;
+};
+
+struct Version3EntryKey {
   uint32_t context = 0;
   BlockKey key = 0;
   uint32_t holder = 0;
   Tier tier = Tier::kGpu;
-  friend bool operator==(const EntryRecordKey&, const EntryRecordKey&) = default;
+  friend bool operator==(const Version3EntryKey&, const Version3EntryKey&) = default;
 };
 
 // Key decoders: kCorruption (naming the key) on a wrong type byte, length or tier.
@@ -102,12 +116,13 @@ struct EntryRecordKey {
 [[nodiscard]] Result<uint32_t> DecodeHolderRecordKey(std::string_view key);
 [[nodiscard]] Result<BlockRecordKey> DecodeBlockRecordKey(std::string_view key);
 [[nodiscard]] Result<EntryRecordKey> DecodeEntryRecordKey(std::string_view key);
+[[nodiscard]] Result<Version3EntryKey> DecodeVersion3EntryKey(std::string_view key);
 // The name after the type byte of an `R` or `S` key; kCorruption when empty.
 [[nodiscard]] Result<std::string_view> DecodeNamedRecordKey(std::string_view key, RecordType type);
 [[nodiscard]] Result<uint64_t> DecodeServerAddressesRecordKey(std::string_view key);
 
-// A readable rendering of any record key, for error messages: "E/ctx=3/key=0x00ab…/
-// holder=7/tier=CPU", "M/applied_index", or the type followed by hex bytes when malformed.
+// A readable rendering of any record key, for error messages: "T/stamp=9/ctx=3/holder=7/
+// tier=CPU", "M/applied_index", or the type followed by hex bytes when malformed.
 std::string DescribeKey(std::string_view key);
 
 // ---------------------------------------------------------------------------------------
@@ -119,14 +134,24 @@ struct BlockValue {
   friend bool operator==(const BlockValue&, const BlockValue&) = default;
 };
 
-// Version 3: every entry carries its block's depth and stamp (equal in all the entries of a
-// block), so that a block costs no record of its own.
+// Version 4: every entry carries its block's depth and key (equal in all the entries of a
+// block, which share the stamp), so that a block costs no record of its own.
 struct EntryValue {
-  BlockValue block;
+  uint32_t depth = 0;
+  BlockKey key = 0;
   uint32_t refcount = 0;
   uint64_t engine_hash = 0;
   std::string location;
   friend bool operator==(const EntryValue&, const EntryValue&) = default;
+};
+
+// Version 3: the block's depth and stamp in front; versions 1 and 2: no block part.
+struct Version3EntryValue {
+  BlockValue block;
+  uint32_t refcount = 0;
+  uint64_t engine_hash = 0;
+  std::string location;
+  friend bool operator==(const Version3EntryValue&, const Version3EntryValue&) = default;
 };
 
 // The encoders append to `out`. Decoders return kCorruption with a message naming `key`
@@ -134,15 +159,20 @@ struct EntryValue {
 void AppendContextValue(const ContextKey& context, std::string* out);
 void AppendHolderValue(const HolderKey& holder, std::string* out);
 void AppendBlockValue(uint32_t depth, uint64_t stamp, std::string* out);
-void AppendEntryValue(const BlockValue& block, uint32_t refcount, uint64_t engine_hash,
+void AppendEntryValue(uint32_t depth, BlockKey key, uint32_t refcount, uint64_t engine_hash,
                       std::string_view location, std::string* out);
+// Versions 1 to 3 are only read by this build; tests write them to build old databases.
+void AppendVersion3EntryValue(const BlockValue& block, uint32_t refcount, uint64_t engine_hash,
+                              std::string_view location, std::string* out);
 [[nodiscard]] Result<ContextKey> DecodeContextValue(std::string_view key, std::string_view value);
 [[nodiscard]] Result<HolderKey> DecodeHolderValue(std::string_view key, std::string_view value);
 [[nodiscard]] Result<BlockValue> DecodeBlockValue(std::string_view key, std::string_view value);
 [[nodiscard]] Result<EntryValue> DecodeEntryValue(std::string_view key, std::string_view value);
+[[nodiscard]] Result<Version3EntryValue> DecodeVersion3EntryValue(std::string_view key,
+                                                                  std::string_view value);
 // A version 1/2 entry value (no block part; `block` is left zero), for the upgrade.
-[[nodiscard]] Result<EntryValue> DecodeVersion2EntryValue(std::string_view key,
-                                                          std::string_view value);
+[[nodiscard]] Result<Version3EntryValue> DecodeVersion2EntryValue(std::string_view key,
+                                                                  std::string_view value);
 [[nodiscard]] Result<Registration> DecodeRegistrationValue(std::string_view key,
                                                            std::string_view value);
 // A stream position value is the fixed64 last applied sequence.

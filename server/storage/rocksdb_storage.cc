@@ -16,6 +16,7 @@
 #include <array>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -55,22 +56,32 @@ bool IsLockConflict(const rocksdb::Status& s) {
   return s.IsIOError() && s.ToString().find("/LOCK") != std::string::npos;
 }
 
+// Version 4 keeps the entry records (`T`, by stamp) in a column family of their own and
+// everything else in the default one. Entry keys then grow at the end of their key space,
+// so flushed files do not overlap older ones and compactions mostly move files instead of
+// rewriting them; with the meta records in the same key space, every flushed file would
+// span from its entries to `Mapplied_index` and overlap everything (docs/storage.md
+// §Database layout).
+constexpr char kEntriesColumnFamily[] = "entries";
+
 std::string MetaKey(std::string_view name) {
   std::string key;
   AppendMetaKey(name, &key);
   return key;
 }
 
-rocksdb::Options MakeOptions(const StorageOptions& options) {
+// `jitter` receives the flush jitter listener, which the storage points at the entries
+// column family once it is open.
+rocksdb::Options MakeOptions(const StorageOptions& options, std::shared_ptr<FlushJitter>* jitter) {
   rocksdb::Options o;
   o.create_if_missing = true;
   // Flushes and compactions share the machine with the applier and the network threads.
   o.max_background_jobs = 2;
   // Memtables of random sizes up to write_buffer_bytes, so that replicas sharing a machine
   // do not all flush at the same moment (flush_jitter.h).
-  auto jitter = std::make_shared<FlushJitter>(options.write_buffer_bytes, std::random_device{}());
-  o.write_buffer_size = jitter->NextSize();
-  o.listeners.push_back(std::move(jitter));
+  *jitter = std::make_shared<FlushJitter>(options.write_buffer_bytes, std::random_device{}());
+  o.write_buffer_size = (*jitter)->NextSize();
+  o.listeners.push_back(*jitter);
   // Smooths write-back of SSTs instead of one large fsync at the end of each file.
   o.bytes_per_sync = 1 << 20;
   o.keep_log_file_num = 4;
@@ -119,6 +130,11 @@ rocksdb::Options MakeOptions(const StorageOptions& options) {
   o.max_write_buffer_number = 6;
   o.level0_slowdown_writes_trigger = 48;
   o.level0_stop_writes_trigger = 96;
+  // Both column families flush together: without a WAL (disable_wal) that is what keeps
+  // them at one applied_index after a crash, and with one it keeps the small default
+  // family from pinning old WAL files.
+  o.atomic_flush = true;
+  o.create_missing_column_families = true;
   return o;
 }
 
@@ -153,23 +169,28 @@ Result<Revision> WalkSnapshot(std::string_view snapshot,
   return applied;
 }
 
-// One element of the boot-time block sort. Sorting 10M of them takes 240 MB transiently,
-// less than the Index's own block table for the same context.
-struct PendingBlock {
-  uint64_t stamp;
-  BlockKey key;
-  uint32_t depth;
-};
-
 class RocksDbStorage final : public Storage {
  public:
-  RocksDbStorage(std::unique_ptr<rocksdb::DB> db, const StorageOptions& options)
-      : db_(std::move(db)), path_(options.path) {
+  // `families` are the default and the entries column family, in that order.
+  RocksDbStorage(std::unique_ptr<rocksdb::DB> db,
+                 std::vector<rocksdb::ColumnFamilyHandle*> families,
+                 std::shared_ptr<FlushJitter> jitter, const StorageOptions& options)
+      : db_(std::move(db)),
+        families_(std::move(families)),
+        meta_(families_.at(0)),
+        entries_(families_.at(1)),
+        jitter_(std::move(jitter)),
+        path_(options.path) {
     write_options_.sync = options.sync_writes && !options.disable_wal;
     write_options_.disableWAL = options.disable_wal;
+    jitter_->Track(entries_);
   }
 
   ~RocksDbStorage() override {
+    jitter_->Track(nullptr);
+    for (rocksdb::ColumnFamilyHandle* family : families_) {
+      (void)db_->DestroyColumnFamilyHandle(family);
+    }
     // Nothing useful can be done with a failed close: the WAL already holds every
     // acknowledged write, and the next Open recovers from it.
     (void)db_->Close();
@@ -183,12 +204,14 @@ class RocksDbStorage final : public Storage {
   Status CheckFormatVersion() {
     KVATLAS_ASSIGN_OR_RETURN(std::optional<std::string> stored, GetMeta(kMetaFormatVersion));
     if (!stored.has_value()) {
-      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-      it->SeekToFirst();
-      KVATLAS_RETURN_IF_ERROR(FromRocks(it->status(), "reading " + path_));
-      if (it->Valid()) {
-        return Status::Corruption("data directory " + path_ +
-                                  " has records but no format_version record");
+      for (rocksdb::ColumnFamilyHandle* family : families_) {
+        std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), family));
+        it->SeekToFirst();
+        KVATLAS_RETURN_IF_ERROR(FromRocks(it->status(), "reading " + path_));
+        if (it->Valid()) {
+          return Status::Corruption("data directory " + path_ +
+                                    " has records but no format_version record");
+        }
       }
       std::string value;
       PutFixed32(&value, kStorageFormatVersion);
@@ -196,7 +219,7 @@ class RocksDbStorage final : public Storage {
     }
     KVATLAS_ASSIGN_OR_RETURN(uint32_t version, ReadableFormatVersion(*stored, "data directory"));
     if (version == kStorageFormatVersion) return Status::Ok();
-    return UpgradeToVersion3();
+    return Upgrade(version);
   }
 
   Status CheckHashSeed(uint64_t hash_seed) override {
@@ -265,14 +288,13 @@ class RocksDbStorage final : public Storage {
           // never keeps a block without entries (its last entry's delete removes it).
           continue;
         case MutationKind::kPutEntry:
-          AppendEntryKey(m.context, m.key, m.holder, m.tier, &key);
-          AppendEntryValue(BlockValue{m.depth, m.stamp}, m.refcount, m.engine_hash, m.location,
-                           &value);
-          s = batch.Put(ToSlice(key), ToSlice(value));
+          AppendEntryKey(m.stamp, m.context, m.holder, m.tier, &key);
+          AppendEntryValue(m.depth, m.key, m.refcount, m.engine_hash, m.location, &value);
+          s = batch.Put(entries_, ToSlice(key), ToSlice(value));
           break;
         case MutationKind::kDeleteEntry:
-          AppendEntryKey(m.context, m.key, m.holder, m.tier, &key);
-          s = batch.Delete(ToSlice(key));
+          AppendEntryKey(m.stamp, m.context, m.holder, m.tier, &key);
+          s = batch.Delete(entries_, ToSlice(key));
           break;
         case MutationKind::kPutRegistration:
           AppendRegistrationKey(m.location, &key);
@@ -325,16 +347,9 @@ class RocksDbStorage final : public Storage {
       KVATLAS_ASSIGN_OR_RETURN(HolderKey holder, DecodeHolderValue(k, v));
       return index->LoadHolder(id, holder);
     };
-    auto load_entry = [index](std::string_view k, std::string_view v) -> Status {
-      KVATLAS_ASSIGN_OR_RETURN(EntryRecordKey e, DecodeEntryRecordKey(k));
-      KVATLAS_ASSIGN_OR_RETURN(EntryValue ev, DecodeEntryValue(k, v));
-      return index->LoadEntry(e.context, e.key, e.holder, e.tier, ev.refcount, ev.engine_hash,
-                              std::move(ev.location));
-    };
     KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kContext, load_context));
     KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kHolder, load_holder));
-    KVATLAS_RETURN_IF_ERROR(LoadBlocks(index));
-    return Scan(RecordType::kEntry, load_entry);
+    return LoadEntries(index);
   }
 
   Status LoadRegistry(Registry* registry) const override {
@@ -374,13 +389,15 @@ class RocksDbStorage final : public Storage {
     rocksdb::WriteBatch batch;
     // Every record type is an ASCII letter: [0x00, 0xff) covers the whole key space.
     const std::string begin(1, '\0'), end(1, '\xff');
-    KVATLAS_RETURN_IF_ERROR(
-        FromRocks(batch.DeleteRange(ToSlice(begin), ToSlice(end)), "building restore batch"));
+    for (rocksdb::ColumnFamilyHandle* family : families_) {
+      KVATLAS_RETURN_IF_ERROR(FromRocks(batch.DeleteRange(family, ToSlice(begin), ToSlice(end)),
+                                        "building restore batch"));
+    }
     const std::string version_key = MetaKey(kMetaFormatVersion);
     std::optional<std::string> version_value;
     Result<Revision> walked = WalkSnapshot(snapshot, [&](std::string_view k, std::string_view v) {
       if (k == version_key) version_value = std::string(v);
-      return FromRocks(batch.Put(ToSlice(k), ToSlice(v)), "building restore batch");
+      return FromRocks(batch.Put(FamilyOf(k), ToSlice(k), ToSlice(v)), "building restore batch");
     });
     KVATLAS_RETURN_IF_ERROR(walked.status());
     // A snapshot is the records of its sender's database: refuse one this build cannot read
@@ -394,7 +411,7 @@ class RocksDbStorage final : public Storage {
     KVATLAS_RETURN_IF_ERROR(
         FromRocks(db_->Write(sync, &batch), "restoring a snapshot into " + path_));
     if (version == kStorageFormatVersion) return Status::Ok();
-    return UpgradeToVersion3();
+    return Upgrade(version);
   }
 
   Status Flush() override {
@@ -402,20 +419,24 @@ class RocksDbStorage final : public Storage {
       // Without a WAL, durability at a clean stop means flushing the memtables.
       rocksdb::FlushOptions wait;
       wait.wait = true;
-      return FromRocks(db_->Flush(wait), "flushing memtables");
+      return FromRocks(db_->Flush(wait, families_), "flushing memtables");
     }
     return FromRocks(db_->FlushWAL(/*sync=*/true), "syncing WAL");
   }
 
   uint64_t ApproximateSizeBytes() const override {
-    uint64_t sst = 0;
-    uint64_t memtables = 0;
-    if (!db_->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &sst)) sst = 0;
-    // Memtable bytes stand in for the WAL that holds the same, not yet flushed, records.
-    if (!db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &memtables)) {
-      memtables = 0;
+    uint64_t total = 0;
+    for (rocksdb::ColumnFamilyHandle* family : families_) {
+      uint64_t sst = 0;
+      uint64_t memtables = 0;
+      if (!db_->GetIntProperty(family, rocksdb::DB::Properties::kTotalSstFilesSize, &sst)) sst = 0;
+      // Memtable bytes stand in for the WAL that holds the same, not yet flushed, records.
+      if (!db_->GetIntProperty(family, rocksdb::DB::Properties::kCurSizeAllMemTables, &memtables)) {
+        memtables = 0;
+      }
+      total += sst + memtables;
     }
-    return sst + memtables;
+    return total;
   }
 
  private:
@@ -436,6 +457,12 @@ class RocksDbStorage final : public Storage {
                      "writing " + std::string(name) + " in " + path_);
   }
 
+  // Where a record of this key lives: entries in their column family, the rest in the
+  // default one.
+  rocksdb::ColumnFamilyHandle* FamilyOf(std::string_view key) const {
+    return !key.empty() && key[0] == static_cast<char>(RecordType::kEntry) ? entries_ : meta_;
+  }
+
   // An iterator over the records of `type` only (not positioned). A boot scan reads
   // everything once: it stays out of the cache and reads ahead sequentially.
   std::unique_ptr<rocksdb::Iterator> NewTypeIterator(RecordType type) const {
@@ -454,7 +481,9 @@ class RocksDbStorage final : public Storage {
     read.iterate_upper_bound = &kLimits[static_cast<unsigned char>(type)];
     read.fill_cache = false;
     read.readahead_size = 2 << 20;
-    return std::unique_ptr<rocksdb::Iterator>(db_->NewIterator(read));
+    const char first = static_cast<char>(type);
+    return std::unique_ptr<rocksdb::Iterator>(
+        db_->NewIterator(read, FamilyOf(std::string_view(&first, 1))));
   }
 
   // Calls fn(key, value) for every record of `type`, in key order, stopping at the first
@@ -482,20 +511,21 @@ class RocksDbStorage final : public Storage {
     return version;
   }
 
-  // Versions 1 and 2 keep a block's depth and stamp in a `B` record; version 3 copies them
-  // into each of the block's `E` records. Both scans are in (context, key) order, so one
+  // Rewrites the entry records of a version 1 to 3 database as version 4 `T` records in
+  // their column family. Versions 1 and 2 keep a block's depth and stamp in a `B` record
+  // of its own, version 3 in each `E` record; both are in (context, key) order, so one
   // merge pass pairs them. Everything, the version included, goes in one synced batch: a
   // crash leaves the database wholly old or wholly new (the batch holds every entry record
   // once, a one-time cost of about the database's size in memory).
-  Status UpgradeToVersion3() {
+  Status Upgrade(uint32_t from_version) {
     rocksdb::WriteBatch batch;
     std::unique_ptr<rocksdb::Iterator> blocks = NewTypeIterator(RecordType::kBlock);
     const char block_type = static_cast<char>(RecordType::kBlock);
     blocks->Seek(rocksdb::Slice(&block_type, 1));
+    std::string key;
     std::string value;
-    auto upgrade_entry = [&](std::string_view k, std::string_view v) -> Status {
-      KVATLAS_ASSIGN_OR_RETURN(EntryRecordKey e, DecodeEntryRecordKey(k));
-      KVATLAS_ASSIGN_OR_RETURN(EntryValue ev, DecodeVersion2EntryValue(k, v));
+    // The block part of a version 1/2 entry: its `B` record.
+    auto block_of = [&](std::string_view k, const Version3EntryKey& e) -> Result<BlockValue> {
       // Blocks before this entry's have no entries: the Index never left such a block, so
       // they are dropped with the other `B` records.
       std::optional<BlockRecordKey> bk;
@@ -507,68 +537,79 @@ class RocksDbStorage final : public Storage {
       if (!blocks->Valid() || bk->context != e.context || bk->key != e.key) {
         return Status::Corruption("record " + DescribeKey(k) + " has no block record");
       }
-      KVATLAS_ASSIGN_OR_RETURN(BlockValue block,
-                               DecodeBlockValue(View(blocks->key()), View(blocks->value())));
-      value.clear();
-      AppendEntryValue(block, ev.refcount, ev.engine_hash, ev.location, &value);
-      return FromRocks(batch.Put(ToSlice(k), ToSlice(value)), "building upgrade batch");
+      return DecodeBlockValue(View(blocks->key()), View(blocks->value()));
     };
-    KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kEntry, upgrade_entry));
-    const char block_limit = static_cast<char>(block_type + 1);
-    KVATLAS_RETURN_IF_ERROR(FromRocks(
-        batch.DeleteRange(rocksdb::Slice(&block_type, 1), rocksdb::Slice(&block_limit, 1)),
-        "building upgrade batch"));
+    auto upgrade_entry = [&](std::string_view k, std::string_view v) -> Status {
+      KVATLAS_ASSIGN_OR_RETURN(Version3EntryKey e, DecodeVersion3EntryKey(k));
+      Version3EntryValue ev;
+      if (from_version >= 3) {
+        KVATLAS_ASSIGN_OR_RETURN(ev, DecodeVersion3EntryValue(k, v));
+      } else {
+        KVATLAS_ASSIGN_OR_RETURN(ev, DecodeVersion2EntryValue(k, v));
+        KVATLAS_ASSIGN_OR_RETURN(ev.block, block_of(k, e));
+      }
+      key.clear();
+      value.clear();
+      AppendEntryKey(ev.block.stamp, e.context, e.holder, e.tier, &key);
+      AppendEntryValue(ev.block.depth, e.key, ev.refcount, ev.engine_hash, ev.location, &value);
+      return FromRocks(batch.Put(entries_, ToSlice(key), ToSlice(value)), "building upgrade batch");
+    };
+    KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kVersion3Entry, upgrade_entry));
+    for (const RecordType gone : {RecordType::kBlock, RecordType::kVersion3Entry}) {
+      const char first = static_cast<char>(gone);
+      const char limit = static_cast<char>(first + 1);
+      KVATLAS_RETURN_IF_ERROR(
+          FromRocks(batch.DeleteRange(meta_, rocksdb::Slice(&first, 1), rocksdb::Slice(&limit, 1)),
+                    "building upgrade batch"));
+    }
     value.clear();
     PutFixed32(&value, kStorageFormatVersion);
-    KVATLAS_RETURN_IF_ERROR(FromRocks(
-        batch.Put(ToSlice(MetaKey(kMetaFormatVersion)), ToSlice(value)), "building upgrade batch"));
+    KVATLAS_RETURN_IF_ERROR(
+        FromRocks(batch.Put(meta_, ToSlice(MetaKey(kMetaFormatVersion)), ToSlice(value)),
+                  "building upgrade batch"));
     rocksdb::WriteOptions sync;
     sync.sync = true;
+    const std::string to = "storage format version " + std::to_string(kStorageFormatVersion);
     KVATLAS_RETURN_IF_ERROR(
-        FromRocks(db_->Write(sync, &batch), "upgrading " + path_ + " to storage format version 3"));
-    LogInfo("upgraded " + path_ + " to storage format version 3 (" + std::to_string(batch.Count()) +
-            " record operations)");
+        FromRocks(db_->Write(sync, &batch), "upgrading " + path_ + " to " + to));
+    LogInfo("upgraded " + path_ + " from storage format version " + std::to_string(from_version) +
+            " to " + to + " (" + std::to_string(batch.Count()) + " record operations)");
     return Status::Ok();
   }
 
-  // Blocks come off disk in (context, key) order, inside their entries' records; the Index
-  // needs each context's blocks in creation (stamp) order, because that order is the FIFO
-  // eviction order and must be the same on every replica and after every restart
-  // (docs/storage.md §Boot).
-  Status LoadBlocks(Index* index) const {
-    std::vector<PendingBlock> pending;
-    uint32_t context = 0;
-    auto flush = [&]() -> Status {
-      std::sort(pending.begin(), pending.end(), [](const PendingBlock& a, const PendingBlock& b) {
-        return a.stamp != b.stamp ? a.stamp < b.stamp : a.key < b.key;
-      });
-      for (const PendingBlock& b : pending) {
-        KVATLAS_RETURN_IF_ERROR(index->LoadBlock(context, b.key, b.depth, b.stamp));
-      }
-      pending.clear();  // keeps the capacity for the next context
-      return Status::Ok();
-    };
-    auto collect = [&](std::string_view k, std::string_view v) -> Status {
+  // Entry records come off disk by (stamp, context, holder, tier): each context's blocks in
+  // creation order, which is the FIFO eviction order the Index needs (it must be the same
+  // on every replica and after every restart; docs/storage.md §Boot), and the entries of a
+  // block together, after which comes the next block.
+  Status LoadEntries(Index* index) const {
+    std::optional<EntryRecordKey> block;  // the block being loaded: its first entry's key
+    EntryValue first;                     // ... and value
+    auto load = [&](std::string_view k, std::string_view v) -> Status {
       KVATLAS_ASSIGN_OR_RETURN(EntryRecordKey e, DecodeEntryRecordKey(k));
       KVATLAS_ASSIGN_OR_RETURN(EntryValue ev, DecodeEntryValue(k, v));
-      if (!pending.empty() && e.context == context && pending.back().key == e.key) {
-        // Another copy of the block just collected: it must agree on the block's part.
-        if (pending.back().depth != ev.block.depth || pending.back().stamp != ev.block.stamp) {
+      if (block && block->stamp == e.stamp && block->context == e.context) {
+        // Another copy of the block just loaded: it must agree on the block's part.
+        if (ev.key != first.key || ev.depth != first.depth) {
           return Status::Corruption("record " + DescribeKey(k) +
-                                    " disagrees with its block's other entries on depth or stamp");
+                                    " disagrees with its block's other entries on key or depth");
         }
-        return Status::Ok();
+      } else {
+        KVATLAS_RETURN_IF_ERROR(index->LoadBlock(e.context, ev.key, ev.depth, e.stamp));
+        block = e;
+        first.key = ev.key;
+        first.depth = ev.depth;
       }
-      if (e.context != context && !pending.empty()) KVATLAS_RETURN_IF_ERROR(flush());
-      context = e.context;
-      pending.push_back({ev.block.stamp, e.key, ev.block.depth});
-      return Status::Ok();
+      return index->LoadEntry(e.context, ev.key, e.holder, e.tier, ev.refcount, ev.engine_hash,
+                              std::move(ev.location));
     };
-    KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kEntry, collect));
-    return flush();
+    return Scan(RecordType::kEntry, load);
   }
 
   std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> families_;  // owned: destroyed before Close
+  rocksdb::ColumnFamilyHandle* meta_;                   // families_[0], the default family
+  rocksdb::ColumnFamilyHandle* entries_;                // families_[1]
+  std::shared_ptr<FlushJitter> jitter_;
   rocksdb::WriteOptions write_options_;
   std::string path_;
   // Write's scratch, reused across calls.
@@ -582,7 +623,9 @@ class RocksDbStorage final : public Storage {
 // with a 200 MB memtable. The applied index comes from the scan itself, off that thread.
 class RocksDbCapture final : public Storage::Capture {
  public:
-  explicit RocksDbCapture(rocksdb::DB* db) : db_(db), snapshot_(db->GetSnapshot()) {}
+  // `families`: the default, then the entries column family (alive as long as this).
+  RocksDbCapture(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> families)
+      : db_(db), families_(std::move(families)), snapshot_(db->GetSnapshot()) {}
   ~RocksDbCapture() override { db_->ReleaseSnapshot(snapshot_); }
 
   Result<std::string> Serialize() const override {
@@ -594,19 +637,21 @@ class RocksDbCapture final : public Storage::Capture {
     read.snapshot = snapshot_;
     read.fill_cache = false;
     read.readahead_size = 2 << 20;
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
     const std::string applied_key = MetaKey(kMetaAppliedIndex);
     Revision applied = 0;  // A database never written has none.
     uint64_t count = 0;
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (View(it->key()) == applied_key) {
-        KVATLAS_ASSIGN_OR_RETURN(applied, DecodeMetaFixed64(applied_key, View(it->value())));
+    for (rocksdb::ColumnFamilyHandle* family : families_) {
+      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, family));
+      for (it->SeekToFirst(); it->Valid(); it->Next()) {
+        if (View(it->key()) == applied_key) {
+          KVATLAS_ASSIGN_OR_RETURN(applied, DecodeMetaFixed64(applied_key, View(it->value())));
+        }
+        PutLengthPrefixed(&out, View(it->key()));
+        PutLengthPrefixed(&out, View(it->value()));
+        ++count;
       }
-      PutLengthPrefixed(&out, View(it->key()));
-      PutLengthPrefixed(&out, View(it->value()));
-      ++count;
+      KVATLAS_RETURN_IF_ERROR(FromRocks(it->status(), "reading a snapshot"));
     }
-    KVATLAS_RETURN_IF_ERROR(FromRocks(it->status(), "reading a snapshot"));
     PutFixed64(&out, count);
     std::string fixed;
     PutFixed64(&fixed, applied);
@@ -616,13 +661,14 @@ class RocksDbCapture final : public Storage::Capture {
 
  private:
   rocksdb::DB* db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> families_;
   const rocksdb::Snapshot* snapshot_;
 };
 
 Result<std::unique_ptr<Storage::Capture>> RocksDbStorage::CaptureAll() const {
   // Pins the database as it is now, which on the applying thread (the only writer) is the
   // state after the last applied write.
-  return std::unique_ptr<Capture>(std::make_unique<RocksDbCapture>(db_.get()));
+  return std::unique_ptr<Capture>(std::make_unique<RocksDbCapture>(db_.get(), families_));
 }
 
 }  // namespace
@@ -638,8 +684,15 @@ Result<std::unique_ptr<Storage>> Storage::Open(const StorageOptions& options) {
   if (ec) {
     return Status::IOError("cannot create data directory " + options.path + ": " + ec.message());
   }
+  std::shared_ptr<FlushJitter> jitter;
+  const rocksdb::Options rocks = MakeOptions(options, &jitter);
+  const std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions(rocks)},
+      {kEntriesColumnFamily, rocksdb::ColumnFamilyOptions(rocks)}};
+  std::vector<rocksdb::ColumnFamilyHandle*> families;
   rocksdb::DB* raw = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(MakeOptions(options), options.path, &raw);
+  rocksdb::Status s =
+      rocksdb::DB::Open(rocksdb::DBOptions(rocks), options.path, descriptors, &families, &raw);
   if (!s.ok()) {
     if (IsLockConflict(s)) {
       return Status::IOError("data directory " + options.path +
@@ -647,7 +700,8 @@ Result<std::unique_ptr<Storage>> Storage::Open(const StorageOptions& options) {
     }
     return FromRocks(s, "opening " + options.path);
   }
-  auto storage = std::make_unique<RocksDbStorage>(std::unique_ptr<rocksdb::DB>(raw), options);
+  auto storage = std::make_unique<RocksDbStorage>(std::unique_ptr<rocksdb::DB>(raw),
+                                                  std::move(families), std::move(jitter), options);
   KVATLAS_RETURN_IF_ERROR(storage->CheckFormatVersion());
   return std::unique_ptr<Storage>(std::move(storage));
 }

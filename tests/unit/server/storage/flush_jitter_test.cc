@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "tests/support/temp_dir.h"
 
@@ -31,27 +32,44 @@ TEST_CASE("FlushJitter draws sizes over the whole of [max/2, max]") {
   CHECK(highest > kMax - kMax / 20);
 }
 
-TEST_CASE("FlushJitter gives each memtable after a flush a new size") {
+TEST_CASE("FlushJitter gives each memtable of the tracked family a new size after a flush") {
   testing::TempDir dir;
   constexpr uint64_t kMax = 1 << 20;
   auto jitter = std::make_shared<FlushJitter>(kMax, 11);
   rocksdb::Options options;
   options.create_if_missing = true;
+  options.create_missing_column_families = true;
   options.write_buffer_size = jitter->NextSize();
   options.listeners.push_back(jitter);
+  const std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions(options)},
+      {"tracked", rocksdb::ColumnFamilyOptions(options)}};
+  std::vector<rocksdb::ColumnFamilyHandle*> families;
   rocksdb::DB* raw = nullptr;
-  REQUIRE(rocksdb::DB::Open(options, dir.str() + "/db", &raw).ok());
+  REQUIRE(rocksdb::DB::Open(rocksdb::DBOptions(options), dir.str() + "/db", descriptors, &families,
+                            &raw)
+              .ok());
   std::unique_ptr<rocksdb::DB> db(raw);
-  std::set<uint64_t> sizes{db->GetOptions().write_buffer_size};
+  rocksdb::ColumnFamilyHandle* tracked = families[1];
+  jitter->Track(tracked);
+  const uint64_t untracked_size = db->GetOptions(families[0]).write_buffer_size;
+  std::set<uint64_t> sizes{db->GetOptions(tracked).write_buffer_size};
   for (int flush = 0; flush < 6; ++flush) {
-    REQUIRE(db->Put(rocksdb::WriteOptions(), "key" + std::to_string(flush), "value").ok());
-    REQUIRE(db->Flush(rocksdb::FlushOptions()).ok());  // waits, listeners included
-    const uint64_t size = db->GetOptions().write_buffer_size;
+    for (rocksdb::ColumnFamilyHandle* family : families) {
+      REQUIRE(db->Put(rocksdb::WriteOptions(), family, "key" + std::to_string(flush), "v").ok());
+      REQUIRE(db->Flush(rocksdb::FlushOptions(), family).ok());  // waits, listeners included
+    }
+    const uint64_t size = db->GetOptions(tracked).write_buffer_size;
     CHECK(size >= kMax / 2);
     CHECK(size <= kMax);
     sizes.insert(size);
   }
   CHECK(sizes.size() >= 4);  // 7 draws from 2^19 values
+  CHECK(db->GetOptions(families[0]).write_buffer_size == untracked_size);
+  jitter->Track(nullptr);
+  for (rocksdb::ColumnFamilyHandle* family : families) {
+    REQUIRE(db->DestroyColumnFamilyHandle(family).ok());
+  }
 }
 
 }  // namespace

@@ -20,9 +20,15 @@ std::string BlockKeyBytes(uint32_t context, BlockKey key) {
   return out;
 }
 
-std::string EntryKeyBytes(uint32_t context, BlockKey key, uint32_t holder, Tier tier) {
+std::string EntryKeyBytes(uint64_t stamp, uint32_t context, uint32_t holder, Tier tier) {
   std::string out;
-  AppendEntryKey(context, key, holder, tier, &out);
+  AppendEntryKey(stamp, context, holder, tier, &out);
+  return out;
+}
+
+std::string Version3EntryKeyBytes(uint32_t context, BlockKey key, uint32_t holder, Tier tier) {
+  std::string out;
+  AppendVersion3EntryKey(context, key, holder, tier, &out);
   return out;
 }
 
@@ -56,23 +62,26 @@ TEST_SUITE("key_codec") {
     CHECK(k == Bytes("H\x00\x00\x00\x07"));
     CHECK(BlockKeyBytes(1, 0x0a0b0c0d0e0f1011ULL) ==
           Bytes("B\x00\x00\x00\x01\x0a\x0b\x0c\x0d\x0e\x0f\x10\x11"));
-    CHECK(EntryKeyBytes(2, 0xff, 0x100, Tier::kShared) ==
+    CHECK(EntryKeyBytes(0x0102, 2, 0x100, Tier::kShared) ==
+          Bytes("T\x00\x00\x00\x00\x00\x00\x01\x02\x00\x00\x00\x02\x00\x00\x01\x00\x03"));
+    CHECK(Version3EntryKeyBytes(2, 0xff, 0x100, Tier::kShared) ==
           Bytes("E\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\xff\x00\x00\x01\x00\x03"));
     CHECK(BlockKeyBytes(0, 0).size() == kBlockKeyBytes);
     CHECK(EntryKeyBytes(0, 0, 0, Tier::kGpu).size() == kEntryKeyBytes);
+    CHECK(Version3EntryKeyBytes(0, 0, 0, Tier::kGpu).size() == kEntryKeyBytes);
   }
 
-  TEST_CASE("KeyCodec: bytewise key order is numeric (context, key, holder, tier) order") {
+  TEST_CASE("KeyCodec: bytewise key order is numeric (stamp, context, holder, tier) order") {
     std::mt19937_64 rng(11);
-    using Tuple = std::tuple<uint32_t, uint64_t, uint32_t, uint8_t>;
+    using Tuple = std::tuple<uint64_t, uint32_t, uint32_t, uint8_t>;
     std::vector<Tuple> tuples;
     // Values on both sides of every byte boundary, where a little-endian encoding would
     // sort wrongly.
     const uint64_t edges[] = {0, 1, 0xff, 0x100, 0xffff, 0x10000, 0x80000000ULL, UINT64_MAX};
     for (int i = 0; i < 400; ++i) {
-      tuples.emplace_back(static_cast<uint32_t>(edges[rng() % 7] + rng() % 2),
-                          i % 2 ? rng() : edges[rng() % 8], static_cast<uint32_t>(edges[rng() % 7]),
-                          static_cast<uint8_t>(rng() % kNumTiers));
+      tuples.emplace_back(
+          i % 2 ? rng() : edges[rng() % 8], static_cast<uint32_t>(edges[rng() % 7] + rng() % 2),
+          static_cast<uint32_t>(edges[rng() % 7]), static_cast<uint8_t>(rng() % kNumTiers));
     }
     std::vector<std::pair<std::string, Tuple>> encoded;
     for (const Tuple& t : tuples) {
@@ -103,9 +112,16 @@ TEST_SUITE("key_codec") {
       AppendHolderKey(holder, &h);
       CHECK(DecodeHolderRecordKey(h).value() == holder);
       CHECK(DecodeBlockRecordKey(BlockKeyBytes(ctx, key)).value() == BlockRecordKey{ctx, key});
-      CHECK(DecodeEntryRecordKey(EntryKeyBytes(ctx, key, holder, tier)).value() ==
-            EntryRecordKey{ctx, key, holder, tier});
+      CHECK(DecodeEntryRecordKey(EntryKeyBytes(key, ctx, holder, tier)).value() ==
+            EntryRecordKey{key, ctx, holder, tier});
+      CHECK(DecodeVersion3EntryKey(Version3EntryKeyBytes(ctx, key, holder, tier)).value() ==
+            Version3EntryKey{ctx, key, holder, tier});
     }
+    // Same length, other type byte: neither layout reads the other's keys.
+    CHECK(DecodeEntryRecordKey(Version3EntryKeyBytes(1, 2, 3, Tier::kCpu)).error().code() ==
+          StatusCode::kCorruption);
+    CHECK(DecodeVersion3EntryKey(EntryKeyBytes(1, 2, 3, Tier::kCpu)).error().code() ==
+          StatusCode::kCorruption);
     std::string entry = EntryKeyBytes(1, 2, 3, Tier::kCpu);
     CHECK(DecodeEntryRecordKey(entry.substr(0, entry.size() - 1)).error().code() ==
           StatusCode::kCorruption);
@@ -125,7 +141,8 @@ TEST_SUITE("key_codec") {
     std::string ctx;
     AppendContextKey(12, &ctx);
     CHECK(DescribeKey(ctx) == "C/ctx=12");
-    CHECK(DescribeKey(EntryKeyBytes(3, 0xab, 7, Tier::kCpu)) ==
+    CHECK(DescribeKey(EntryKeyBytes(9, 3, 7, Tier::kCpu)) == "T/stamp=9/ctx=3/holder=7/tier=CPU");
+    CHECK(DescribeKey(Version3EntryKeyBytes(3, 0xab, 7, Tier::kCpu)) ==
           "E/ctx=3/key=0x00000000000000ab/holder=7/tier=CPU");
     CHECK(DescribeKey(BlockKeyBytes(3, 0xab)) == "B/ctx=3/key=0x00000000000000ab");
     CHECK(DescribeKey(Bytes("B\x01\x02")) == "B/raw=0x0102");
@@ -157,10 +174,17 @@ TEST_SUITE("key_codec") {
       CHECK(v.size() == 12);
       CHECK(DecodeBlockValue("k", v).value() == block);
 
-      EntryValue entry{block, static_cast<uint32_t>(rng()), rng(), random_string(200)};
+      EntryValue entry{static_cast<uint32_t>(rng()), rng(), static_cast<uint32_t>(rng()), rng(),
+                       random_string(200)};
       v.clear();
-      AppendEntryValue(entry.block, entry.refcount, entry.engine_hash, entry.location, &v);
+      AppendEntryValue(entry.depth, entry.key, entry.refcount, entry.engine_hash, entry.location,
+                       &v);
       CHECK(DecodeEntryValue("k", v).value() == entry);
+
+      Version3EntryValue old{block, static_cast<uint32_t>(rng()), rng(), random_string(200)};
+      v.clear();
+      AppendVersion3EntryValue(old.block, old.refcount, old.engine_hash, old.location, &v);
+      CHECK(DecodeVersion3EntryValue("k", v).value() == old);
     }
   }
 
@@ -169,12 +193,16 @@ TEST_SUITE("key_codec") {
     AppendBlockValue(2, 0x0102030405060708ULL, &v);
     CHECK(v == Bytes("\x02\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"));
     v.clear();
-    AppendEntryValue(BlockValue{2, 0x0102030405060708ULL}, 1, 0xff, "s3://b", &v);
+    AppendEntryValue(2, 0x0102030405060708ULL, 1, 0xff, "s3://b", &v);
     CHECK(v == Bytes("\x02\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
                      "\x01\x00\x00\x00\xff\x00\x00\x00\x00\x00\x00\x00\x06s3://b"));
-    // The version 2 entry value (read only by the upgrade): no block part.
+    // The version 3 entry value (read only by the upgrade): the stamp where version 4 has
+    // the block key, so the same bytes.
+    CHECK(DecodeVersion3EntryValue("k", v).value() ==
+          Version3EntryValue{{2, 0x0102030405060708ULL}, 1, 0xff, "s3://b"});
+    // The version 2 entry value: no block part.
     const std::string v2 = Bytes("\x01\x00\x00\x00\xff\x00\x00\x00\x00\x00\x00\x00\x06s3://b");
-    CHECK(DecodeVersion2EntryValue("k", v2).value() == EntryValue{{}, 1, 0xff, "s3://b"});
+    CHECK(DecodeVersion2EntryValue("k", v2).value() == Version3EntryValue{{}, 1, 0xff, "s3://b"});
     CHECK(DecodeVersion2EntryValue("k", v).error().code() == StatusCode::kCorruption);
     CHECK(DecodeEntryValue("k", v2).error().code() == StatusCode::kCorruption);
     v.clear();
@@ -206,15 +234,14 @@ TEST_SUITE("key_codec") {
   }
 
   TEST_CASE("KeyCodec: truncated or padded values are kCorruption naming the key") {
-    std::string key = EntryKeyBytes(9, 0x1234, 5, Tier::kDisk);
+    std::string key = EntryKeyBytes(0x1234, 9, 5, Tier::kDisk);
     std::string v;
-    AppendEntryValue(BlockValue{7, 8}, 3, 4, "loc", &v);
+    AppendEntryValue(7, 8, 3, 4, "loc", &v);
     for (size_t n = 0; n < v.size(); ++n) {
       Result<EntryValue> r = DecodeEntryValue(key, std::string_view(v).substr(0, n));
       REQUIRE_FALSE(r.has_value());
       CHECK(r.error().code() == StatusCode::kCorruption);
-      CHECK(r.error().message().find("E/ctx=9/key=0x0000000000001234/holder=5/tier=DISK") !=
-            std::string::npos);
+      CHECK(r.error().message().find("T/stamp=4660/ctx=9/holder=5/tier=DISK") != std::string::npos);
     }
     CHECK(DecodeEntryValue(key, v + "x").error().code() == StatusCode::kCorruption);
     CHECK(DecodeBlockValue(key, std::string(11, '\0')).error().code() == StatusCode::kCorruption);

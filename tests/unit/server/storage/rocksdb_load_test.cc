@@ -157,9 +157,24 @@ void CheckContinuesAlike(uint64_t seed, Index* direct, Index* loaded, Storage* s
   CheckSameState(*direct, *loaded);
 }
 
-// Writes `mutations` at `revision` the way a version 2 database held them (a `B` record per
-// block; entry values without the block part): the input of the upgrade tests.
-void WriteVersion2(rocksdb::DB* db, Revision revision, const MutationList& mutations) {
+// Writes `mutations` at `revision` the way a version 2 or 3 database held them, the input
+// of the upgrade tests. Both key entries by (context, block key) in the default column
+// family; version 2 has a `B` record per block and entry values without the block part,
+// version 3 puts the block's depth and stamp in front of each entry value. Stamps were
+// counted per context then: `stamps` maps this index's stamps to such counters, so that
+// blocks of different contexts share stamps as they did.
+struct OldStamps {
+  std::map<std::pair<uint32_t, uint64_t>, uint64_t> by_index_stamp;
+  std::map<uint32_t, uint64_t> next;  // per context
+  uint64_t Of(const Mutation& m) {
+    auto [it, added] = by_index_stamp.try_emplace({m.context, m.stamp}, 0);
+    if (added) it->second = ++next[m.context];
+    return it->second;
+  }
+};
+
+void WriteOldVersion(rocksdb::DB* db, uint32_t version, Revision revision,
+                     const MutationList& mutations, OldStamps* stamps) {
   rocksdb::WriteBatch batch;
   for (const Mutation& m : mutations) {
     std::string k, v;
@@ -173,20 +188,27 @@ void WriteVersion2(rocksdb::DB* db, Revision revision, const MutationList& mutat
         AppendHolderValue(*m.holder_key, &v);
         break;
       case MutationKind::kPutBlock:
+        if (version >= 3) continue;
         AppendBlockKey(m.context, m.key, &k);
-        AppendBlockValue(m.depth, m.stamp, &v);
+        AppendBlockValue(m.depth, stamps->Of(m), &v);
         break;
       case MutationKind::kDeleteBlock:
+        if (version >= 3) continue;
         AppendBlockKey(m.context, m.key, &k);
         break;
       case MutationKind::kPutEntry:
-        AppendEntryKey(m.context, m.key, m.holder, m.tier, &k);
-        PutFixed32(&v, m.refcount);
-        PutFixed64(&v, m.engine_hash);
-        PutLengthPrefixed(&v, m.location);
+        AppendVersion3EntryKey(m.context, m.key, m.holder, m.tier, &k);
+        if (version >= 3) {
+          AppendVersion3EntryValue(BlockValue{m.depth, stamps->Of(m)}, m.refcount, m.engine_hash,
+                                   m.location, &v);
+        } else {
+          PutFixed32(&v, m.refcount);
+          PutFixed64(&v, m.engine_hash);
+          PutLengthPrefixed(&v, m.location);
+        }
         break;
       case MutationKind::kDeleteEntry:
-        AppendEntryKey(m.context, m.key, m.holder, m.tier, &k);
+        AppendVersion3EntryKey(m.context, m.key, m.holder, m.tier, &k);
         break;
       default:
         FAIL("unexpected mutation kind");
@@ -197,26 +219,30 @@ void WriteVersion2(rocksdb::DB* db, Revision revision, const MutationList& mutat
   }
   std::string applied;
   PutFixed64(&applied, revision);
-  std::string version;
-  PutFixed32(&version, 2);
+  std::string version_value;
+  PutFixed32(&version_value, version);
   REQUIRE(batch.Put(Key(kMetaAppliedIndex), applied).ok());
-  REQUIRE(batch.Put(Key(kMetaFormatVersion), version).ok());
+  REQUIRE(batch.Put(Key(kMetaFormatVersion), version_value).ok());
   REQUIRE(db->Write(rocksdb::WriteOptions(), &batch).ok());
 }
 
-// A version 2 database at `path` holding what `batches` random batches did to `index`.
-void BuildVersion2(const std::string& path, Rng& rng, int batches, Index* index) {
+// A version 1, 2 or 3 database at `path` holding what `batches` random batches did to
+// `index` (version 1 differs from 2 only by lacking records this test does not write).
+void BuildOldVersion(const std::string& path, uint32_t version, Rng& rng, int batches,
+                     Index* index) {
   rocksdb::Options options;
   options.create_if_missing = true;
   rocksdb::DB* raw = nullptr;
   REQUIRE(rocksdb::DB::Open(options, path, &raw).ok());
   std::unique_ptr<rocksdb::DB> db(raw);
+  OldStamps stamps;
   for (int b = 0; b < batches; ++b) {
     MutationList mutations;
     const int n = 1 + static_cast<int>(rng() % 6);
     for (int i = 0; i < n; ++i) index->Apply(RandomCommand(rng), kDefaultHashSeed, &mutations);
-    WriteVersion2(db.get(), static_cast<Revision>(b + 1), mutations);
+    WriteOldVersion(db.get(), version, static_cast<Revision>(b + 1), mutations, &stamps);
   }
+  CHECK(stamps.next.size() == 2);  // both contexts, so stamps were shared between them
 }
 
 TEST_SUITE("rocksdb_storage") {
@@ -260,7 +286,7 @@ TEST_SUITE("rocksdb_storage") {
     REQUIRE(OpenOk(options)->Write(1, OneOfEach()).ok());
     std::string key;
     SUBCASE("entry value") {
-      AppendEntryKey(1, 0x1234, 2, Tier::kDisk, &key);
+      AppendEntryKey(/*stamp=*/1, 1, 2, Tier::kDisk, &key);
       RawPut(options.path, key, "\x01\x02");
     }
     SUBCASE("context key") {
@@ -275,17 +301,18 @@ TEST_SUITE("rocksdb_storage") {
     CheckError(OpenOk(options)->LoadInto(&index), StatusCode::kCorruption, DescribeKey(key));
   }
 
-  TEST_CASE("RocksDbStorage: a version 2 database is upgraded at open to the same index") {
+  TEST_CASE("RocksDbStorage: a version 1, 2 or 3 database is upgraded at open to the same index") {
     IndexOptions index_options;
     index_options.max_entries_per_context = 80;
-    for (uint64_t seed : {1, 2}) {
-      CAPTURE(seed);
+    for (uint32_t version : {1, 2, 3}) {
+      const uint64_t seed = version;
+      CAPTURE(version);
       TempDir dir;
       const StorageOptions options = SmallOptions(dir);
       Rng rng(seed);
       Index direct(index_options);
-      BuildVersion2(options.path, rng, 60, &direct);
-      if (seed == 2) {  // version 1 has the same block and entry records
+      BuildOldVersion(options.path, version == 1 ? 2 : version, rng, 60, &direct);
+      if (version == 1) {  // version 1 has the same block and entry records as 2
         RawPut(options.path, Key(kMetaFormatVersion), std::string("\x01\x00\x00\x00", 4));
       }
       auto storage = OpenOk(options);
@@ -296,8 +323,8 @@ TEST_SUITE("rocksdb_storage") {
       CheckContinuesAlike(seed, &direct, loaded.get(), storage.get());
       storage.reset();
       std::map<std::string, std::string> records = Dump(options.path);
-      CHECK(records[Key(kMetaFormatVersion)] == std::string("\x03\x00\x00\x00", 4));
-      for (const auto& [key, value] : records) CHECK(key[0] != 'B');
+      CHECK(records[Key(kMetaFormatVersion)] == std::string("\x04\x00\x00\x00", 4));
+      for (const auto& [key, value] : records) CHECK((key[0] != 'B' && key[0] != 'E'));
       CheckSameState(direct, *LoadedIndex(*OpenOk(options), index_options));
     }
   }
@@ -307,13 +334,13 @@ TEST_SUITE("rocksdb_storage") {
     const StorageOptions options = SmallOptions(dir);
     Rng rng(5);
     Index direct;
-    BuildVersion2(options.path, rng, 20, &direct);
+    BuildOldVersion(options.path, 2, rng, 20, &direct);
     std::map<std::string, std::string> before = Dump(options.path);
     const auto entry =
         std::find_if(before.begin(), before.end(), [](const auto& r) { return r.first[0] == 'E'; });
     REQUIRE(entry != before.end());
     const std::string entry_key = entry->first;
-    const EntryRecordKey e = DecodeEntryRecordKey(entry_key).value();
+    const Version3EntryKey e = DecodeVersion3EntryKey(entry_key).value();
     std::string block_key;
     AppendBlockKey(e.context, e.key, &block_key);
     {
@@ -332,7 +359,7 @@ TEST_SUITE("rocksdb_storage") {
     TempDir source_dir;
     Rng rng(9);
     Index direct;
-    BuildVersion2(source_dir.path().string(), rng, 40, &direct);
+    BuildOldVersion(source_dir.path().string(), 2, rng, 40, &direct);
     // The snapshot format (docs/storage.md §Snapshots) over the raw version 2 records.
     const std::map<std::string, std::string> records = Dump(source_dir.path().string());
     std::string snapshot = "KVSN";
@@ -351,33 +378,47 @@ TEST_SUITE("rocksdb_storage") {
     CHECK(storage->AppliedIndex().value() == 40);
     CheckSameState(direct, *LoadedIndex(*storage, {}));
     storage.reset();
-    CHECK(Dump(options.path)[Key(kMetaFormatVersion)] == std::string("\x03\x00\x00\x00", 4));
+    CHECK(Dump(options.path)[Key(kMetaFormatVersion)] == std::string("\x04\x00\x00\x00", 4));
 
     // A snapshot from a newer format is refused before it replaces anything.
     std::string newer = snapshot;
     const std::string version_record = Key(kMetaFormatVersion);
     const size_t at = newer.find(version_record);
     REQUIRE(at != std::string::npos);
-    newer[at + version_record.size() + 1] = '\x04';  // after the value's length byte
+    newer[at + version_record.size() + 1] = '\x05';  // after the value's length byte
     storage = OpenOk(options);
     CheckError(storage->ReplaceAll(newer), StatusCode::kCorruption,
-               "snapshot has storage format version 4");
+               "snapshot has storage format version 5");
     CheckSameState(direct, *LoadedIndex(*storage, {}));
   }
 
   TEST_CASE("RocksDbStorage: LoadInto refuses entries of one block that disagree on it") {
     TempDir dir;
     const StorageOptions options = SmallOptions(dir);
-    std::vector<Mutation> mutations = OneOfEach();
-    Mutation other_tier = PutEntry(1, 0x1234, 2, Tier::kGpu, "");
-    other_tier.stamp = 2;  // the block's stamp is 1
-    mutations.push_back(other_tier);
+    std::vector<Mutation> mutations = OneOfEach();  // block 0x1234 at stamp 1, tier DISK
+    // Another block at the same stamp, in a tier that sorts before DISK.
+    Mutation other_block = PutEntry(1, 0x5678, 2, Tier::kGpu, "");
+    other_block.stamp = 1;
+    mutations.push_back(other_block);
     REQUIRE(OpenOk(options)->Write(1, mutations).ok());
     Index index;
     std::string key;
-    AppendEntryKey(1, 0x1234, 2, Tier::kDisk, &key);
+    AppendEntryKey(1, 1, 2, Tier::kDisk, &key);
     CheckError(OpenOk(options)->LoadInto(&index), StatusCode::kCorruption,
                DescribeKey(key) + " disagrees with its block's other entries");
+  }
+
+  TEST_CASE("RocksDbStorage: LoadInto refuses one block under two stamps") {
+    TempDir dir;
+    const StorageOptions options = SmallOptions(dir);
+    std::vector<Mutation> mutations = OneOfEach();  // block 0x1234 at stamp 1
+    Mutation again = PutEntry(1, 0x1234, 2, Tier::kGpu, "");
+    again.stamp = 2;
+    mutations.push_back(again);
+    REQUIRE(OpenOk(options)->Write(1, mutations).ok());
+    Index index;
+    CheckError(OpenOk(options)->LoadInto(&index), StatusCode::kCorruption,
+               "duplicate block record");
   }
 
   TEST_CASE("RocksDbStorage: LoadInto returns the index's own error for inconsistent records") {

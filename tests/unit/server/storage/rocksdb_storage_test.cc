@@ -21,7 +21,7 @@ namespace {
 using testing::TempDir;
 
 TEST_SUITE("rocksdb_storage") {
-  TEST_CASE("RocksDbStorage: a new database is at applied index 0 with format version 3") {
+  TEST_CASE("RocksDbStorage: a new database is at applied index 0 with format version 4") {
     TempDir dir;
     const StorageOptions options = SmallOptions(dir);
     {
@@ -30,7 +30,7 @@ TEST_SUITE("rocksdb_storage") {
     }
     std::map<std::string, std::string> records = Dump(options.path);
     REQUIRE(records.size() == 1);
-    CHECK(records[Key(kMetaFormatVersion)] == std::string("\x03\x00\x00\x00", 4));
+    CHECK(records[Key(kMetaFormatVersion)] == std::string("\x04\x00\x00\x00", 4));
   }
 
   TEST_CASE("RocksDbStorage: registrations and stream positions round-trip") {
@@ -142,7 +142,7 @@ TEST_SUITE("rocksdb_storage") {
     CHECK(OpenOk(options)->AppliedIndex().value() == 6);
 
     std::map<std::string, std::string> records = Dump(options.path);
-    CHECK(records.size() == 5);  // format_version, applied_index, C, H, E (no B: version 3)
+    CHECK(records.size() == 5);  // format_version, applied_index, C, H, T (no B, no E)
     CHECK(records[Key(kMetaAppliedIndex)] == Fixed64Bytes(6));
     std::string k;
     AppendContextKey(1, &k);
@@ -151,9 +151,9 @@ TEST_SUITE("rocksdb_storage") {
     AppendHolderKey(2, &k);
     CHECK(DecodeHolderValue(k, records[k]).value() == HolderKey{"engine-0", 3});
     k.clear();
-    AppendEntryKey(1, 0x1234, 2, Tier::kDisk, &k);
+    AppendEntryKey(/*stamp=*/1, 1, 2, Tier::kDisk, &k);
     CHECK(DecodeEntryValue(k, records[k]).value() ==
-          EntryValue{BlockValue{0, 1}, 1, 0x1234 ^ 0xabcdef, "loc"});
+          EntryValue{0, 0x1234, 1, 0x1234 ^ 0xabcdef, "loc"});
   }
 
   TEST_CASE("RocksDbStorage: a capture is the database when captured, applied index included") {
@@ -198,8 +198,10 @@ TEST_SUITE("rocksdb_storage") {
     options.sync_writes = true;
     {
       auto storage = OpenOk(options);
-      const Mutation gone = PutEntry(1, 10, 1, Tier::kGpu, "");
+      Mutation gone = PutEntry(1, 10, 1, Tier::kGpu, "");
+      gone.stamp = 1;
       Mutation kept = PutEntry(1, 11, 1, Tier::kGpu, "");
+      kept.stamp = 2;
       Mutation kept_again = kept;
       kept_again.refcount = 2;
       kept_again.location = "again";
@@ -211,13 +213,13 @@ TEST_SUITE("rocksdb_storage") {
     }
     std::map<std::string, std::string> records = Dump(options.path);
     std::string k;
-    AppendEntryKey(1, 10, 1, Tier::kGpu, &k);
+    AppendEntryKey(1, 1, 1, Tier::kGpu, &k);
     CHECK(records.count(k) == 0);
     k.clear();
-    AppendEntryKey(1, 11, 1, Tier::kGpu, &k);
+    AppendEntryKey(2, 1, 1, Tier::kGpu, &k);
     CHECK(DecodeEntryValue(k, records[k]).value().refcount == 2);
     CHECK(DecodeEntryValue(k, records[k]).value().location == "again");
-    // Block mutations write nothing: version 3 keeps blocks in their entries' records.
+    // Block mutations write nothing: blocks live in their entries' records.
     for (const auto& [key, value] : records) CHECK(key[0] != 'B');
   }
 
@@ -252,9 +254,9 @@ TEST_SUITE("rocksdb_storage") {
     TempDir dir;
     const StorageOptions options = SmallOptions(dir);
     OpenOk(options).reset();
-    RawPut(options.path, Key(kMetaFormatVersion), std::string("\x04\x00\x00\x00", 4));
+    RawPut(options.path, Key(kMetaFormatVersion), std::string("\x05\x00\x00\x00", 4));
     CheckError(OpenStatus(options), StatusCode::kCorruption,
-               "storage format version 4; this build reads versions 1 to 3");
+               "storage format version 5; this build reads versions 1 to 4");
   }
 
   TEST_CASE("RocksDbStorage: records without a format version are kCorruption") {

@@ -33,29 +33,72 @@ inline std::unique_ptr<Storage> OpenOk(const StorageOptions& options) {
   return std::move(opened).value();
 }
 
-// The database's records as raw bytes, read with RocksDB directly (Storage closed).
-inline std::map<std::string, std::string> Dump(const std::string& path) {
-  rocksdb::DB* raw = nullptr;
-  REQUIRE(rocksdb::DB::OpenForReadOnly(rocksdb::Options(), path, &raw).ok());
-  std::unique_ptr<rocksdb::DB> db(raw);
-  std::map<std::string, std::string> out;
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    out[it->key().ToString()] = it->value().ToString();
+// A database opened with RocksDB directly, every column family it has (a new one gets the
+// default family only, as versions 1 to 3 had), bypassing Storage (which must be closed).
+class RawDb {
+ public:
+  RawDb(const std::string& path, bool read_only) {
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    std::vector<std::string> names;
+    if (!rocksdb::DB::ListColumnFamilies(options, path, &names).ok()) {
+      names = {rocksdb::kDefaultColumnFamilyName};
+    }
+    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+    for (const std::string& name : names) descriptors.emplace_back(name, options);
+    rocksdb::DB* raw = nullptr;
+    const rocksdb::Status s =
+        read_only ? rocksdb::DB::OpenForReadOnly(options, path, descriptors, &families_, &raw)
+                  : rocksdb::DB::Open(options, path, descriptors, &families_, &raw);
+    REQUIRE_MESSAGE(s.ok(), s.ToString());
+    db_.reset(raw);
   }
-  REQUIRE(it->status().ok());
+  ~RawDb() {
+    for (rocksdb::ColumnFamilyHandle* family : families_) {
+      (void)db_->DestroyColumnFamilyHandle(family);
+    }
+  }
+  RawDb(const RawDb&) = delete;
+  RawDb& operator=(const RawDb&) = delete;
+
+  rocksdb::DB* db() { return db_.get(); }
+  const std::vector<rocksdb::ColumnFamilyHandle*>& families() { return families_; }
+  // The family a record of `key` belongs in: entry records (`T`) in "entries" when the
+  // database has it.
+  rocksdb::ColumnFamilyHandle* FamilyOf(std::string_view key) {
+    for (rocksdb::ColumnFamilyHandle* family : families_) {
+      if (family->GetName() == "entries" && !key.empty() && key[0] == 'T') return family;
+    }
+    return families_.front();
+  }
+
+ private:
+  std::vector<rocksdb::ColumnFamilyHandle*> families_;
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+// The database's records as raw bytes, from every column family (Storage closed).
+inline std::map<std::string, std::string> Dump(const std::string& path) {
+  RawDb raw(path, /*read_only=*/true);
+  std::map<std::string, std::string> out;
+  for (rocksdb::ColumnFamilyHandle* family : raw.families()) {
+    std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), family));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      CHECK_MESSAGE(out.count(it->key().ToString()) == 0, "a key in two column families");
+      out[it->key().ToString()] = it->value().ToString();
+    }
+    REQUIRE(it->status().ok());
+  }
   return out;
 }
 
-// Writes one raw record, bypassing Storage (to plant corruption).
+// Writes one raw record, bypassing Storage (to plant corruption or build an old database).
 inline void RawPut(const std::string& path, std::string_view key, std::string_view value) {
-  rocksdb::Options options;
-  options.create_if_missing = true;
-  rocksdb::DB* raw = nullptr;
-  REQUIRE(rocksdb::DB::Open(options, path, &raw).ok());
-  std::unique_ptr<rocksdb::DB> db(raw);
-  REQUIRE(db->Put(rocksdb::WriteOptions(), rocksdb::Slice(key.data(), key.size()),
-                  rocksdb::Slice(value.data(), value.size()))
+  RawDb raw(path, /*read_only=*/false);
+  REQUIRE(raw.db()
+              ->Put(rocksdb::WriteOptions(), raw.FamilyOf(key),
+                    rocksdb::Slice(key.data(), key.size()),
+                    rocksdb::Slice(value.data(), value.size()))
               .ok());
 }
 
