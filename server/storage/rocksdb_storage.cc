@@ -582,22 +582,25 @@ class RocksDbStorage final : public Storage {
   // on every replica and after every restart; docs/storage.md §Boot), and the entries of a
   // block together, after which comes the next block.
   Status LoadEntries(Index* index) const {
-    std::optional<EntryRecordKey> block;  // the block being loaded: its first entry's key
-    EntryValue first;                     // ... and value
+    // The block being loaded: its first entry's key, and the block key and depth that entry
+    // recorded.
+    std::optional<EntryRecordKey> block;
+    BlockKey block_key = 0;
+    uint32_t block_depth = 0;
     auto load = [&](std::string_view k, std::string_view v) -> Status {
       KVATLAS_ASSIGN_OR_RETURN(EntryRecordKey e, DecodeEntryRecordKey(k));
       KVATLAS_ASSIGN_OR_RETURN(EntryValue ev, DecodeEntryValue(k, v));
       if (block && block->stamp == e.stamp && block->context == e.context) {
         // Another copy of the block just loaded: it must agree on the block's part.
-        if (ev.key != first.key || ev.depth != first.depth) {
+        if (ev.key != block_key || ev.depth != block_depth) {
           return Status::Corruption("record " + DescribeKey(k) +
                                     " disagrees with its block's other entries on key or depth");
         }
       } else {
         KVATLAS_RETURN_IF_ERROR(index->LoadBlock(e.context, ev.key, ev.depth, e.stamp));
         block = e;
-        first.key = ev.key;
-        first.depth = ev.depth;
+        block_key = ev.key;
+        block_depth = ev.depth;
       }
       return index->LoadEntry(e.context, ev.key, e.holder, e.tier, ev.refcount, ev.engine_hash,
                               std::move(ev.location));
