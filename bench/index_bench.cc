@@ -2,8 +2,8 @@
 // Prints figures; asserts nothing (targets are checked by reading them, see
 // scripts/bench/index). Usage: index_bench [--entries N]... [--holders H] [--chain L]
 //   [--shared-prefix S] [--prefix-holders K] [--lookups Q] [--tiers 1|2] [--stall]
-// --stall adds, per size, the longest lookup stall during ingest with and without
-// hash-table growth prepared under the read lock (Index::PrepareGrowth).
+// --stall adds, per size, the longest write-lock hold and lookup stall during ingest, hash
+// tables growing (incrementally, flat_table.h) included.
 #include <time.h>
 
 #include <algorithm>
@@ -213,19 +213,18 @@ void Run(const Config& cfg, uint64_t target_entries) {
 
 // The longest lookup stall during ingest. The applying thread takes the write lock per
 // command (one batch), as StateMachine::ApplyBatches does, while a reader thread looks up
-// random applied chains under the read lock. "in-lock" lets Insert grow the tables under
-// the write lock; "prepared" first builds the growth under the read lock
-// (Index::PrepareGrowth, bounded as the StateMachine bounds a store without engine hashes)
-// and adopts it under the write lock. Reports the longest write-lock hold (what any lookup
-// may wait; wall clock and the applier's CPU time, which leaves out preemption) and the
-// longest lookup the reader saw, lock wait included. On a loaded machine the wall-clock
-// figures carry the scheduler's noise (a writer preempted inside the lock).
+// random applied chains under the read lock. The tables grow inside the inserts, under the
+// write lock, a few slots per insert, into spares made ahead outside the lock. Reports the longest
+// write-lock hold (what any lookup may wait, and, under raft, what a growth adds to one apply on
+// every replica; wall clock and the applier's CPU time, which leaves out preemption) and the
+// longest lookup the reader saw, lock wait included. On a loaded machine the wall-clock figures
+// carry the scheduler's noise (a writer preempted inside the lock).
 void RunStall(const Config& cfg, uint64_t target_entries) {
   const uint64_t chains = ChainCount(cfg, target_entries);
   std::vector<StoreCommand> commands = BuildCommands(cfg, chains);
   std::printf("stall: %llu entries target, %zu store batches of %u blocks, one reader thread\n",
               static_cast<unsigned long long>(target_entries), commands.size(), cfg.chain);
-  for (const bool prepared : {false, true}) {
+  {
     IndexOptions options;
     options.max_entries_per_context = target_entries * 2;
     Index index(options);
@@ -254,24 +253,17 @@ void RunStall(const Config& cfg, uint64_t target_entries) {
     // otherwise its one-time doublings (~35 ms at 128K) would be the longest hold.
     MutationList mutations;
     mutations.reserve(2 * 64 * 1024);
-    double longest_hold_us = 0, longest_hold_cpu_us = 0, longest_prepare_us = 0;
+    double longest_hold_us = 0, longest_hold_cpu_us = 0;
     const auto t0 = Clock::now();
     for (const StoreCommand& cmd : commands) {
-      IndexGrowth growth;
-      if (prepared) {
-        const auto a = Clock::now();
-        std::shared_lock lock(mu);
-        const uint64_t n = cmd.hashes.size();
-        growth = index.PrepareGrowth(GrowthBound{n, n, 0});
-        lock.unlock();
-        longest_prepare_us =
-            std::max(longest_prepare_us,
-                     std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+      // Spares for the next growths, made outside the lock and the timing as the state
+      // machine's SpareMaker thread makes them (flat_table.h §Spares).
+      for (const SpareNeed& need : index.SparesWanted()) {
+        index.ProvideSpare(Index::MakeSpare(need));
       }
       std::unique_lock lock(mu);
       const auto a = Clock::now();
       const double cpu_a = ThreadCpuMicros();
-      if (!growth.empty() && !index.AdoptGrowth(std::move(growth))) std::abort();
       index.Apply(cmd, 0, &mutations);
       const double cpu_b = ThreadCpuMicros();
       const auto b = Clock::now();
@@ -287,12 +279,10 @@ void RunStall(const Config& cfg, uint64_t target_entries) {
     reader.join();
     const TableCapacities capacities = index.table_capacities();
     std::printf(
-        "stall (%s growth): ingest %.2f s; longest write-lock hold %.2f ms (%.2f ms of CPU); "
-        "longest lookup (lock wait included) %.2f ms of %llu; longest prepare (read lock) "
-        "%.2f ms; forward table %llu slots\n",
-        prepared ? "prepared" : "in-lock", ingest_s, longest_hold_us / 1e3,
-        longest_hold_cpu_us / 1e3, longest_lookup_us / 1e3,
-        static_cast<unsigned long long>(lookups), longest_prepare_us / 1e3,
+        "stall: ingest %.2f s; longest write-lock hold %.2f ms (%.2f ms of CPU); "
+        "longest lookup (lock wait included) %.2f ms of %llu; forward table %llu slots\n",
+        ingest_s, longest_hold_us / 1e3, longest_hold_cpu_us / 1e3, longest_lookup_us / 1e3,
+        static_cast<unsigned long long>(lookups),
         static_cast<unsigned long long>(capacities.forward));
   }
 }

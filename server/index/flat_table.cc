@@ -19,9 +19,41 @@ void FlatTable::Place(uint32_t tag, uint32_t value) {
 }
 
 void FlatTable::Grow() {
-  // The same rehash as a prepared growth, adopted at once (it cannot be stale).
-  const bool adopted = Adopt(Rehashed(capacity() * 2));
-  (void)adopted;
+  // Cannot happen with kMigrateStep >= 2 (the old slots are gone before the new table is
+  // half full), but correctness must not depend on it.
+  if (old_) Migrate(SIZE_MAX);
+  const size_t capacity = this->capacity() * 2;
+  auto old = std::make_unique<Old>();
+  old->buffer = std::move(buffer_);
+  old->slots = slots_;
+  old->mask = mask_;
+  old->shift = shift_;
+  buffer_.reset();
+  if (spare_.capacity_ <= capacity) {
+    // Used now, or (smaller) never: either way the table no longer keeps it. A larger one
+    // waits for its doubling.
+    Spare spare = std::exchange(spare_, Spare());
+    spare_held_.store(0, std::memory_order_relaxed);
+    if (spare.capacity_ == capacity) buffer_ = std::move(spare.buffer_);
+  }
+  if (buffer_ == nullptr) buffer_ = MakeSpare(capacity).buffer_;
+  slots_ = static_cast<Slot*>(buffer_.get());
+  mask_ = capacity - 1;
+  shift_ = 64 - std::countr_zero(capacity);
+  old_ = std::move(old);
+}
+
+void FlatTable::Migrate(size_t slots) {
+  Old& old = *old_;
+  const size_t old_capacity = old.mask + 1;
+  for (; slots > 0 && old.next < old_capacity; --slots, ++old.next) {
+    Slot& s = old.slots[old.next];
+    if (s.value == kEmpty || s.value == kMoved) continue;
+    Place(s.tag, s.value);
+    // Not kEmpty: probes for other keys must still pass over this slot.
+    s.value = kMoved;
+  }
+  if (old.next == old_capacity) old_.reset();
 }
 
 size_t FlatTable::SpareWanted() const {
@@ -46,58 +78,6 @@ void FlatTable::ProvideSpare(Spare spare) {
   spare_held_.store(spare_.capacity_, std::memory_order_relaxed);
 }
 
-FlatTable::Grown FlatTable::Rehashed(size_t capacity) const {
-  Grown g;
-  if (spare_.capacity_ <= capacity) {
-    // Used now, or (smaller) never: either way the table no longer keeps it.
-    Spare spare = std::exchange(spare_, Spare());
-    spare_held_.store(0, std::memory_order_relaxed);
-    if (spare.capacity_ == capacity) g.buffer_ = std::move(spare.buffer_);
-  }
-  if (g.buffer_ == nullptr) g.buffer_ = MakeSpare(capacity).buffer_;
-  g.slots_ = static_cast<Slot*>(g.buffer_.get());
-  g.mask_ = capacity - 1;
-  g.shift_ = 64 - std::countr_zero(capacity);
-  // Probing inserts into a table without deletions, in any order, leave every slot
-  // reachable from its home.
-  const size_t old_capacity = mask_ + 1;
-  for (size_t i = 0; i < old_capacity; ++i) {
-    const Slot& s = slots_[i];
-    if (s.value == kEmpty) continue;
-    size_t j = HomeIn(s.tag, g.shift_, g.mask_);
-    while (g.slots_[j].value != kEmpty) j = (j + 1) & g.mask_;
-    g.slots_[j] = s;
-  }
-  g.source_ = this;
-  g.source_generation_ = generation_;
-  g.source_capacity_ = old_capacity;
-  return g;
-}
-
-std::optional<FlatTable::Grown> FlatTable::PrepareGrowth(size_t extra_inserts) const {
-  // Insert grows when (size + 1) * 8 > capacity * 7, by doubling: find where the doublings
-  // end after `extra_inserts` more.
-  size_t capacity = this->capacity();
-  const size_t target = size_ + extra_inserts;
-  while (target * 8 > capacity * 7) capacity *= 2;
-  if (capacity == this->capacity()) return std::nullopt;
-  return Rehashed(capacity);
-}
-
-bool FlatTable::Adopt(Grown&& grown) {
-  if (grown.source_ != this || grown.source_generation_ != generation_ ||
-      grown.source_capacity_ != capacity()) {
-    return false;
-  }
-  buffer_ = std::move(grown.buffer_);
-  slots_ = grown.slots_;
-  mask_ = grown.mask_;
-  shift_ = grown.shift_;
-  grown.slots_ = nullptr;
-  grown.source_ = nullptr;
-  return true;
-}
-
 size_t FlatTable::Locate(uint64_t key, uint32_t value) const {
   const uint32_t tag = TagOf(key);
   for (size_t i = Home(tag);; i = (i + 1) & mask_) {
@@ -107,16 +87,38 @@ size_t FlatTable::Locate(uint64_t key, uint32_t value) const {
   }
 }
 
+size_t FlatTable::LocateOld(uint64_t key, uint32_t value) const {
+  const uint32_t tag = TagOf(key);
+  for (size_t i = HomeIn(tag, old_->shift, old_->mask);; i = (i + 1) & old_->mask) {
+    const Slot& s = old_->slots[i];
+    if (s.value == kEmpty) return SIZE_MAX;
+    if (s.value == value && s.tag == tag) return i;
+  }
+}
+
 bool FlatTable::Replace(uint64_t key, uint32_t old_value, uint32_t new_value) {
-  const size_t i = Locate(key, old_value);
+  if (const size_t i = Locate(key, old_value); i != SIZE_MAX) {
+    slots_[i].value = new_value;
+    return true;
+  }
+  if (!old_) return false;
+  const size_t i = LocateOld(key, old_value);
   if (i == SIZE_MAX) return false;
-  slots_[i].value = new_value;
-  ++generation_;
+  old_->slots[i].value = new_value;
   return true;
 }
 
 bool FlatTable::Erase(uint64_t key, uint32_t value) {
   size_t hole = Locate(key, value);
+  if (hole == SIZE_MAX && old_) {
+    // Not moved yet. The old table only empties from here on: a mark, no shifting, so
+    // that no slot moves behind the migration's position.
+    const size_t i = LocateOld(key, value);
+    if (i == SIZE_MAX) return false;
+    old_->slots[i].value = kMoved;
+    --size_;
+    return true;
+  }
   if (hole == SIZE_MAX) return false;
   // Backward-shift: pull later members of the probe run into the hole so that every
   // remaining key stays reachable from its home slot without tombstones.
@@ -132,7 +134,6 @@ bool FlatTable::Erase(uint64_t key, uint32_t value) {
   }
   slots_[hole].value = kEmpty;
   --size_;
-  ++generation_;
   return true;
 }
 

@@ -66,31 +66,6 @@ struct IndexStats {
   uint64_t memory_bytes = 0;    // bytes held by the index's own tables and pools
 };
 
-// Upper bounds of what one batch may add to the index: how many more inserts each hash
-// table must take without growing (Index::PrepareGrowth). Over-estimates only make a table
-// grow a little early; under-estimates only leave the rest to Insert's own growth.
-struct GrowthBound {
-  uint64_t blocks = 0;   // new blocks: forward-table inserts
-  uint64_t entries = 0;  // new entries
-  uint64_t aliases = 0;  // new entries whose engine hash may differ from their block key
-};
-
-// Hash tables grown ahead by Index::PrepareGrowth, for Index::AdoptGrowth. Opaque and
-// move-only; empty (nothing allocated) when no table needed to grow, the common case.
-class IndexGrowth {
- public:
-  IndexGrowth();
-  ~IndexGrowth();
-  IndexGrowth(IndexGrowth&&) noexcept;
-  IndexGrowth& operator=(IndexGrowth&&) noexcept;
-  bool empty() const { return tables_ == nullptr; }
-
- private:
-  friend class Index;
-  struct Tables;
-  std::unique_ptr<Tables> tables_;
-};
-
 // The parts of the index that grow, for growth made ahead (Index::SparesWanted): three hash
 // tables and the two record pools.
 enum class IndexPart : uint8_t { kForward, kAliases, kHot, kBlocks, kEntries };
@@ -171,18 +146,6 @@ class Index {
   // replica comparison.
   uint64_t StateDigest() const;
 
-  // Growth outside the write lock (index_growth.cc, docs/architecture.md §Index). Growing a
-  // hash table rehashes all its slots; the applier, the index's only writer, can do that
-  // while holding only the read lock (readers keep running and nothing changes the tables
-  // meanwhile) and then swap the result in under the write lock in O(1).
-  //
-  // Builds the grown slots of every table that a batch within `bound` could make grow.
-  // O(1) when none would; O(the grown tables' slots) otherwise. Reads only.
-  IndexGrowth PrepareGrowth(const GrowthBound& bound) const;
-  // Swaps in what PrepareGrowth built, O(1). REQUIRES: no Apply or Load* since that
-  // prepare. A table that changed anyway is left as it is (it grows on insert by itself,
-  // under the write lock) and the answer is false; the others are adopted.
-  [[nodiscard]] bool AdoptGrowth(IndexGrowth growth);
   TableCapacities table_capacities() const;
 
   // Growth made ahead: first touches of fresh memory are slow on VMs. A table's growth
@@ -194,9 +157,9 @@ class Index {
   // Makes `need`'s spare (a table's emptied slots, a pool's faulted-in chunk): O(its size),
   // on any thread, as it touches no index. Throws std::bad_alloc.
   static IndexSpare MakeSpare(const SpareNeed& need);
-  // Keeps `spare` for its part's next growth (a table's PrepareGrowth or Insert's, a pool's
-  // next chunk); one that no longer fits, or that another spare already covers, is dropped.
-  // O(1); the writer only, but beside readers (they never look at spares).
+  // Keeps `spare` for its part's next growth (a table's, a pool's next chunk); one that no longer
+  // fits, or that another spare already covers, is dropped. O(1); the writer only, but beside
+  // readers (they never look at spares).
   void ProvideSpare(IndexSpare spare);
 
  private:

@@ -1,7 +1,6 @@
-// The Index's hash-table growth outside the write lock: PrepareGrowth builds grown tables
-// from a const index, AdoptGrowth swaps them in (index.h, docs/architecture.md §Index).
+// The Index's growth made ahead: spares for its hash tables and pools, made off the
+// writer thread (index.h, docs/architecture.md §Index).
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -10,50 +9,6 @@
 #include "server/index/index_impl.h"
 
 namespace kvatlas::server {
-
-struct IndexGrowth::Tables {
-  std::optional<FlatTable::Grown> forward;
-  std::optional<FlatTable::Grown> aliases;
-  std::optional<FlatTable::Grown> hot;
-};
-
-IndexGrowth::IndexGrowth() = default;
-IndexGrowth::~IndexGrowth() = default;
-IndexGrowth::IndexGrowth(IndexGrowth&&) noexcept = default;
-IndexGrowth& IndexGrowth::operator=(IndexGrowth&&) noexcept = default;
-
-IndexGrowth Index::PrepareGrowth(const GrowthBound& bound) const {
-  const Impl& m = *impl_;
-  IndexGrowth growth;
-  // Every new block is one forward insert; every new entry attaches at most one alias, and
-  // only when its engine hash differs from its block key (bound.aliases).
-  std::optional<FlatTable::Grown> forward = m.forward_.PrepareGrowth(bound.blocks);
-  std::optional<FlatTable::Grown> aliases = m.aliases_.PrepareGrowth(bound.aliases);
-  // The hot table is bounded loosely: a new entry on a hot block is one insert, but the
-  // entry that makes a block hot inserts all kHotChain of its entries. The exact bound
-  // (kHotChain × entries) would grow a table that holds hot blocks only up to eight times
-  // ahead of need, for a case that is rare per batch (blocks turn hot once); so the table is
-  // prepared for one insert per entry and a batch that turns many blocks hot at once falls
-  // back to Insert's own growth. The hot table is the smallest of the three anyway.
-  std::optional<FlatTable::Grown> hot = m.hot_.PrepareGrowth(bound.entries);
-  if (!forward && !aliases && !hot) return growth;
-  growth.tables_ = std::make_unique<IndexGrowth::Tables>();
-  growth.tables_->forward = std::move(forward);
-  growth.tables_->aliases = std::move(aliases);
-  growth.tables_->hot = std::move(hot);
-  return growth;
-}
-
-bool Index::AdoptGrowth(IndexGrowth growth) {
-  if (growth.empty()) return true;
-  Impl& m = *impl_;
-  IndexGrowth::Tables& t = *growth.tables_;
-  bool all = true;
-  if (t.forward) all &= m.forward_.Adopt(std::move(*t.forward));
-  if (t.aliases) all &= m.aliases_.Adopt(std::move(*t.aliases));
-  if (t.hot) all &= m.hot_.Adopt(std::move(*t.hot));
-  return all;
-}
 
 struct IndexSpare::Body {
   IndexPart part;

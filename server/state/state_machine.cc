@@ -1,7 +1,6 @@
 #include "server/state/state_machine.h"
 
 #include <algorithm>
-#include <cassert>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,26 +40,6 @@ const HolderKey* EventHolder(const Command& command) {
   if (const auto* remove = std::get_if<RemoveCommand>(&command)) return &remove->holder;
   if (const auto* clear = std::get_if<ClearCommand>(&command)) return &clear->holder;
   return nullptr;
-}
-
-// What `batch` may add to the index, an upper bound for Index::PrepareGrowth. Only a store
-// creates blocks and entries: at most one of each per hash (existing blocks and re-stored
-// entries make it an over-estimate, which only grows a table a little early). Its entries
-// can carry an alias only when their engine hash may differ from the block key: when the
-// publisher sent engine hashes, or in kAlias mode, where the hashes are engine hashes.
-// Removes, clears, expiries and unregistrations only delete; registry commands do not
-// touch the index.
-GrowthBound BoundOf(const CommandBatch& batch) {
-  GrowthBound bound;
-  for (const Command& command : batch.commands) {
-    const auto* store = std::get_if<StoreCommand>(&command);
-    if (store == nullptr) continue;
-    const uint64_t n = store->hashes.size();
-    bound.blocks += n;
-    bound.entries += n;
-    if (!store->engine_hashes.empty() || store->mode == KeyMode::kAlias) bound.aliases += n;
-  }
-  return bound;
 }
 
 }  // namespace
@@ -162,24 +141,10 @@ Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const>
   for (const CommandBatch* batch : batches) {
     // A skipped batch still takes its revision: revisions are log positions.
     revision = next();
-    // Hash tables that this batch could grow are rehashed first, under the read lock only:
-    // a rehash of millions of slots under the write lock stalls every lookup for tens to
-    // hundreds of ms. This thread is the index's only writer, so nothing changes the index
-    // between the prepare and the adopt below (which checks it, O(1)). A bound that falls
-    // short (or a batch that turns out to be skipped) costs nothing in correctness: Insert
-    // still grows a full table by itself.
-    IndexGrowth growth;
-    if (const GrowthBound bound = BoundOf(*batch); bound.blocks > 0 || bound.entries > 0) {
-      std::shared_lock read_lock(mu_);
-      growth = index_.PrepareGrowth(bound);
-    }
+    // A hash table that fills grows incrementally inside the inserts (flat_table.h), so no
+    // batch holds the write lock for a whole table's rehash.
     std::unique_lock lock(mu_);
     const auto locked_at = std::chrono::steady_clock::now();
-    if (!growth.empty()) {
-      const bool adopted = index_.AdoptGrowth(std::move(growth));
-      assert(adopted && "the index changed between PrepareGrowth and AdoptGrowth");
-      (void)adopted;
-    }
     registry_changed |= ApplyBatch(*batch, revision, now);
     CountWriteLockHold(std::chrono::steady_clock::now() - locked_at);
   }

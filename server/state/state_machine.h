@@ -6,9 +6,8 @@
 // one thread at a time, never concurrently (under raft: entries on the raft-apply thread,
 // captures and restores on the raft loop once raft-apply is idle); Read() from any thread.
 // Readers see whole applied batches only (a shared_mutex around the index, taken per batch
-// so that a large group never stalls lookups for long). The index's hash tables grow under
-// the read lock (Index::PrepareGrowth) and are swapped in under the write lock, so that a
-// rehash of millions of slots does not stall lookups either.
+// so that a large group never stalls lookups for long). The index's hash tables grow a few
+// slots per insert (flat_table.h), so no batch rehashes millions of slots at once either.
 #pragma once
 
 #include <atomic>

@@ -3,9 +3,10 @@
 #include <doctest/doctest.h>
 
 #include <map>
-#include <optional>
 #include <random>
 #include <utility>
+
+#include "kvatlas/common/huge_buffer.h"
 
 namespace kvatlas::server {
 namespace {
@@ -84,46 +85,99 @@ TEST_SUITE("FlatTable") {
     CHECK(table.Find(5, [](uint32_t v) { return v == 1; }) == 1);
   }
 
-  TEST_CASE("a prepared and adopted growth equals the growth by inserts") {
+  TEST_CASE("a growth moves the old slots a few per insert, and every pair stays found") {
     const auto key = [](uint32_t i) { return uint64_t{i} * 0x9e3779b97f4a7c15ULL; };
-    FlatTable prepared, grown;
-    for (uint32_t i = 0; i < 1000; ++i) {
-      prepared.Insert(key(i), i);
-      grown.Insert(key(i), i);
+    FlatTable table;
+    uint32_t inserted = 0;
+    // Up to a table large enough that its migration takes many inserts, full to 7/8.
+    while (table.capacity() < 64 * FlatTable::kMigrateStep || table.migrating() ||
+           (table.size() + 1) * 8 <= table.capacity() * 7) {
+      table.Insert(key(inserted), inserted);
+      ++inserted;
     }
-    // An erase in the history: backward-shifted runs must survive the rehash too.
-    REQUIRE(prepared.Erase(key(7), 7));
-    REQUIRE(grown.Erase(key(7), 7));
-    const size_t before = prepared.capacity();
-    std::optional<FlatTable::Grown> growth = prepared.PrepareGrowth(20000);
-    REQUIRE(growth.has_value());
-    const size_t target = growth->capacity();
-    CHECK(target > before);
-    CHECK(prepared.capacity() == before);  // a prepare changes nothing
-    REQUIRE(prepared.Adopt(std::move(*growth)));
-    const size_t adopted = prepared.capacity();
-    CHECK(adopted == target);
-    for (uint32_t i = 1000; i < 21000; ++i) {
-      prepared.Insert(key(i), i);
-      grown.Insert(key(i), i);
-      REQUIRE(prepared.capacity() == adopted);  // the 20000 inserts never grow it
+    const size_t old_capacity = table.capacity();
+    CHECK_FALSE(table.migrating());
+    table.Insert(key(inserted), inserted);  // past 7/8: grows
+    ++inserted;
+    CHECK(table.capacity() == old_capacity * 2);
+    CHECK(table.migrating());
+    CHECK(table.memory_bytes() ==
+          HugeAllocatedBytes(old_capacity * 8) + HugeAllocatedBytes(old_capacity * 2 * 8));
+    // An erase and a replace of pairs still in the old table, and of moved ones.
+    REQUIRE(table.Erase(key(inserted - 2), inserted - 2));
+    REQUIRE(table.Replace(key(inserted - 3), inserted - 3, 1'000'000));
+    REQUIRE(table.Erase(key(0), 0));
+    size_t inserts = 0;
+    while (table.migrating()) {
+      for (uint32_t i = 1; i < inserted; ++i) {
+        const uint32_t want =
+            i == inserted - 2 ? FlatTable::kEmpty : (i == inserted - 3 ? 1'000'000 : i);
+        REQUIRE(table.Find(key(i), [&](uint32_t v) { return v == want; }) == want);
+      }
+      table.Insert(key(1'000'000 + inserted), 2'000'000 + inserted);
+      ++inserts;
     }
-    // The smallest capacity the doublings reach, as Insert's own growth did.
-    CHECK(prepared.capacity() == grown.capacity());
-    CHECK(prepared.size() == grown.size());
-    CHECK(prepared.size() == 20999);
-    for (uint32_t i = 0; i < 21000; ++i) {
-      const uint32_t want = i == 7 ? FlatTable::kEmpty : i;
-      REQUIRE(prepared.Find(key(i), [&](uint32_t v) { return v == i; }) == want);
+    // Done within capacity / kMigrateStep inserts, the old slots freed.
+    CHECK(inserts <= old_capacity / FlatTable::kMigrateStep);
+    CHECK(table.memory_bytes() == HugeAllocatedBytes(old_capacity * 2 * 8));
+    CHECK(table.size() == inserted - 2 + inserts);
+    CHECK(table.Find(key(inserted - 2), [](uint32_t) { return true; }) == FlatTable::kEmpty);
+    CHECK(table.Find(key(inserted - 3), [](uint32_t v) { return v == 1'000'000; }) == 1'000'000);
+  }
+
+  TEST_CASE("matches a std::multimap through many growths, checked while they migrate") {
+    // Long probe runs (few distinct keys) across growths: erases of moved and unmoved
+    // pairs, replaces, and lookups that must pass over the old table's moved slots.
+    FlatTable table;
+    std::multimap<uint64_t, uint32_t> model;
+    std::mt19937_64 rng(13);
+    uint32_t next_value = 0;
+    size_t checks_while_migrating = 0;
+    auto erase_from_model = [&](uint64_t key, uint32_t value) {
+      auto [lo, hi] = model.equal_range(key);
+      for (auto it = lo; it != hi; ++it) {
+        if (it->second == value) {
+          model.erase(it);
+          return true;
+        }
+      }
+      return false;
+    };
+    for (int step = 0; step < 60000; ++step) {
+      const uint64_t key = rng() % 2048 * 0x100000001ULL;
+      const uint64_t roll = rng() % 10;
+      if (roll < 6 || model.empty()) {
+        table.Insert(key, next_value);
+        model.emplace(key, next_value++);
+      } else {
+        auto it = model.begin();
+        std::advance(it, static_cast<long>(rng() % std::min<size_t>(model.size(), 64)));
+        const uint64_t k = it->first;
+        const uint32_t v = it->second;
+        if (roll < 9) {
+          REQUIRE(table.Erase(k, v));
+          REQUIRE(erase_from_model(k, v));
+          CHECK_FALSE(table.Erase(k, v));
+        } else {
+          REQUIRE(table.Replace(k, v, next_value));
+          it->second = next_value++;
+        }
+      }
+      if (table.migrating() && step % 7 == 0) {
+        ++checks_while_migrating;
+        REQUIRE(table.size() == model.size());
+        for (const auto& [k, v] : model) {
+          const uint32_t want = v;
+          REQUIRE(table.Find(k, [&](uint32_t x) { return x == want; }) == want);
+        }
+      }
     }
-    // One more insert past the prepared bound: Insert's own growth is still there.
-    while ((prepared.size() + 1) * 8 <= prepared.capacity() * 7) {
-      prepared.Insert(key(static_cast<uint32_t>(prepared.size() + 2)), 1);
+    CHECK(checks_while_migrating > 10);
+    REQUIRE(table.size() == model.size());
+    for (const auto& [k, v] : model) {
+      const uint32_t want = v;
+      REQUIRE(table.Find(k, [&](uint32_t x) { return x == want; }) == want);
     }
-    const size_t full = prepared.capacity();
-    prepared.Insert(1, 2);
-    CHECK(prepared.capacity() == full * 2);
-    CHECK(prepared.Find(1, [](uint32_t v) { return v == 2; }) == 2);
   }
 
   TEST_CASE("a spare is wanted past 3/4 load and taken by the next growth, by insert") {
@@ -151,71 +205,21 @@ TEST_SUITE("FlatTable") {
     CHECK(table.spare_capacity() == 0);
   }
 
-  TEST_CASE("a prepared growth takes a spare of its capacity and keeps a larger one") {
+  TEST_CASE("a growth takes a spare of its capacity and keeps a larger one") {
     const auto key = [](uint32_t i) { return uint64_t{i} * 0x9e3779b97f4a7c15ULL; };
     FlatTable table;
     for (uint32_t i = 0; i < 13; ++i) table.Insert(key(i), i);
-    FlatTable::Spare spare = FlatTable::MakeSpare(32);
-    const void* spare_slots = spare.data();
-    table.ProvideSpare(std::move(spare));
-    std::optional<FlatTable::Grown> growth = table.PrepareGrowth(5);
-    REQUIRE(growth.has_value());
-    REQUIRE(table.Adopt(std::move(*growth)));
-    CHECK(table.slots_data() == spare_slots);
     // A spare for two doublings ahead waits through the first one.
-    table.ProvideSpare(FlatTable::MakeSpare(128));
-    for (uint32_t i = 13; i < 29; ++i) table.Insert(key(i), i);  // 29 > 28: grows to 64
+    table.ProvideSpare(FlatTable::MakeSpare(64));
+    for (uint32_t i = 13; i < 15; ++i) table.Insert(key(i), i);  // 15 > 14: grows to 32
+    CHECK(table.capacity() == 32);
+    CHECK(table.spare_capacity() == 64);
+    for (uint32_t i = 15; i < 29; ++i) table.Insert(key(i), i);  // 29 > 28: grows to 64
     CHECK(table.capacity() == 64);
-    CHECK(table.spare_capacity() == 128);
-    for (uint32_t i = 29; i < 57; ++i) table.Insert(key(i), i);  // 57 > 56: grows to 128
-    CHECK(table.capacity() == 128);
     CHECK(table.spare_capacity() == 0);
-    for (uint32_t i = 0; i < 57; ++i) {
+    for (uint32_t i = 0; i < 29; ++i) {
       REQUIRE(table.Find(key(i), [&](uint32_t v) { return v == i; }) == i);
     }
-  }
-
-  TEST_CASE("PrepareGrowth is nullopt while the extra inserts fit the load factor") {
-    FlatTable table;  // 16 slots hold 14 at load 7/8
-    CHECK_FALSE(table.PrepareGrowth(0).has_value());
-    CHECK_FALSE(table.PrepareGrowth(14).has_value());
-    std::optional<FlatTable::Grown> growth = table.PrepareGrowth(15);
-    REQUIRE(growth.has_value());
-    CHECK(growth->capacity() == 32);
-    for (uint32_t i = 0; i < 10; ++i) table.Insert(i, i);
-    CHECK_FALSE(table.PrepareGrowth(4).has_value());
-    REQUIRE(table.PrepareGrowth(5).has_value());
-    CHECK(table.PrepareGrowth(5)->capacity() == 32);
-    CHECK(table.PrepareGrowth(100)->capacity() == 128);
-  }
-
-  TEST_CASE("Adopt refuses a growth prepared before a change, or by another table") {
-    // Every mutation after the prepare makes the grown copy stale: adopting it would lose
-    // the change. Adopt checks in every build and leaves the table as it was.
-    for (int change = 0; change < 3; ++change) {
-      CAPTURE(change);
-      FlatTable table;
-      for (uint32_t i = 0; i < 12; ++i) table.Insert(i, i);
-      std::optional<FlatTable::Grown> growth = table.PrepareGrowth(100);
-      REQUIRE(growth.has_value());
-      if (change == 0) table.Insert(100, 100);
-      if (change == 1) REQUIRE(table.Erase(3, 3));
-      if (change == 2) REQUIRE(table.Replace(4, 4, 44));
-      const size_t capacity = table.capacity();
-      CHECK_FALSE(table.Adopt(std::move(*growth)));
-      CHECK(table.capacity() == capacity);
-      CHECK(table.Find(100, [](uint32_t v) { return v == 100; }) ==
-            (change == 0 ? 100 : FlatTable::kEmpty));
-      CHECK(table.Find(3, [](uint32_t v) { return v == 3; }) ==
-            (change == 1 ? FlatTable::kEmpty : 3));
-      CHECK(table.Find(4, [](uint32_t v) { return v == 44; }) ==
-            (change == 2 ? 44 : FlatTable::kEmpty));
-    }
-    FlatTable a, b;
-    std::optional<FlatTable::Grown> growth = a.PrepareGrowth(100);
-    REQUIRE(growth.has_value());
-    CHECK_FALSE(b.Adopt(std::move(*growth)));
-    CHECK(b.capacity() == 16);
   }
 }
 

@@ -346,43 +346,6 @@ TEST_SUITE("Index") {
     CHECK(st.memory_bytes > 0);
   }
 
-  TEST_CASE("after a prepared growth for N blocks, N new blocks do not grow the tables") {
-    constexpr uint64_t kBlocks = 100000;
-    Index index;
-    index.Apply(Store("a", Tier::kGpu, Keys(1, 1000)), kDefaultHashSeed, nullptr);
-    const TableCapacities before = index.table_capacities();
-    CHECK(index.PrepareGrowth(GrowthBound{}).empty());
-    CHECK(index.PrepareGrowth(GrowthBound{10, 10, 10}).empty());  // fits already
-    IndexGrowth growth = index.PrepareGrowth(GrowthBound{kBlocks, kBlocks, kBlocks});
-    REQUIRE_FALSE(growth.empty());
-    CHECK(index.table_capacities().forward == before.forward);  // a prepare changes nothing
-    REQUIRE(index.AdoptGrowth(std::move(growth)));
-    const TableCapacities adopted = index.table_capacities();
-    CHECK(adopted.forward > before.forward);
-    CHECK(adopted.aliases > before.aliases);
-    // kBlocks new blocks, each with an alias: neither table grows.
-    StoreCommand store = Store("a", Tier::kGpu, Keys(1'000'000, kBlocks));
-    for (uint64_t key : store.hashes) store.engine_hashes.push_back(key ^ 0xabcdef);
-    index.Apply(store, kDefaultHashSeed, nullptr);
-    CHECK(index.Stats().blocks == 1000 + kBlocks);
-    CHECK(index.Stats().aliases == kBlocks);
-    CHECK(index.table_capacities().forward == adopted.forward);
-    CHECK(index.table_capacities().aliases == adopted.aliases);
-    // The same capacities as an index whose tables grew by themselves.
-    Index grown;
-    grown.Apply(Store("a", Tier::kGpu, Keys(1, 1000)), kDefaultHashSeed, nullptr);
-    grown.Apply(store, kDefaultHashSeed, nullptr);
-    CHECK(grown.table_capacities().forward == adopted.forward);
-    CHECK(grown.table_capacities().aliases == adopted.aliases);
-    CHECK(grown.StateDigest() == index.StateDigest());
-    // A growth prepared before a change to its table is refused and changes nothing.
-    growth = index.PrepareGrowth(GrowthBound{kBlocks, 0, 0});
-    REQUIRE_FALSE(growth.empty());
-    index.Apply(Store("b", Tier::kGpu, {999'999'999}), kDefaultHashSeed, nullptr);  // a new block
-    CHECK_FALSE(index.AdoptGrowth(std::move(growth)));
-    CHECK(index.table_capacities().forward == adopted.forward);
-  }
-
   TEST_CASE("spares made ahead are wanted near growth and change nothing but where it lands") {
     Index index, plain;
     uint64_t next = 1;
@@ -455,50 +418,46 @@ TEST_SUITE("Index") {
     CHECK(index.Stats().entries == next - 1);
   }
 
-  TEST_CASE("an index grown by prepared growths answers as one that grew by itself") {
+  TEST_CASE("an index whose tables grow into spares answers as one that grew by itself") {
     // Stores from 24 holders: a shared 16-block prefix (its blocks turn hot), unique tails,
     // engine hashes (aliases), a second tier, removes and a small cap (evictions) — every
-    // table grows and shrinks underneath. One index adopts a prepared growth before each
-    // command, the other grows inside Insert.
+    // table grows (incrementally, flat_table.h) and shrinks underneath. One index is given
+    // every spare it wants, as the state machine does; the other allocates its own.
     IndexOptions options;
     options.max_entries_per_context = 60000;
-    Index prepared(options), grown(options);
+    Index spared(options), grown(options);
     std::vector<std::vector<uint64_t>> chains;
-    int adopted = 0;
+    int provided = 0;
     for (uint64_t step = 0; step < 1200; ++step) {
       const std::string holder = "h" + std::to_string(step % 24);
       StoreCommand store = Store(holder, step % 5 == 4 ? Tier::kCpu : Tier::kGpu, Keys(1, 16));
       for (uint64_t i = 0; i < 64; ++i) store.hashes.push_back((step << 20) + 1000 + i);
       for (uint64_t key : store.hashes) store.engine_hashes.push_back(key * 31 + step % 24);
       chains.push_back(store.hashes);
-      const uint64_t n = store.hashes.size();
-      IndexGrowth growth = prepared.PrepareGrowth(GrowthBound{n, n, n});
-      const TableCapacities before = prepared.table_capacities();
-      adopted += growth.empty() ? 0 : 1;
-      REQUIRE(prepared.AdoptGrowth(std::move(growth)));
-      const TableCapacities ready = prepared.table_capacities();
-      CHECK(ready.forward >= before.forward);
-      prepared.Apply(store, kDefaultHashSeed, nullptr);
+      for (const SpareNeed& need : spared.SparesWanted()) {
+        spared.ProvideSpare(Index::MakeSpare(need));
+        ++provided;
+      }
+      spared.Apply(store, kDefaultHashSeed, nullptr);
       grown.Apply(store, kDefaultHashSeed, nullptr);
-      // The forward and alias bounds are exact upper bounds: those tables never grow in
-      // Apply. (The hot table's is loose by design: index_growth.cc.)
-      REQUIRE(prepared.table_capacities().forward == ready.forward);
-      REQUIRE(prepared.table_capacities().aliases == ready.aliases);
+      CAPTURE(step);
+      REQUIRE(spared.Lookup(kCtx, store.hashes).blocks_found ==
+              grown.Lookup(kCtx, store.hashes).blocks_found);
       if (step % 7 == 6) {
         const RemoveCommand remove = Remove(holder, std::nullopt, {store.engine_hashes[20]});
-        prepared.Apply(remove, kDefaultHashSeed, nullptr);
+        spared.Apply(remove, kDefaultHashSeed, nullptr);
         grown.Apply(remove, kDefaultHashSeed, nullptr);
       }
     }
-    CHECK(adopted > 5);
-    CHECK(prepared.Stats().evicted_blocks > 0);
-    CHECK(prepared.StateDigest() == grown.StateDigest());
-    const IndexStats a = prepared.Stats(), b = grown.Stats();
+    CHECK(provided > 5);
+    CHECK(spared.Stats().evicted_blocks > 0);
+    CHECK(spared.StateDigest() == grown.StateDigest());
+    const IndexStats a = spared.Stats(), b = grown.Stats();
     CHECK(a.blocks == b.blocks);
     CHECK(a.entries == b.entries);
     CHECK(a.aliases == b.aliases);
     for (size_t c = 0; c < chains.size(); c += 37) {
-      const LookupResult x = prepared.Lookup(kCtx, chains[c]);
+      const LookupResult x = spared.Lookup(kCtx, chains[c]);
       const LookupResult y = grown.Lookup(kCtx, chains[c]);
       CHECK(x.blocks_found == y.blocks_found);
       REQUIRE(x.holders.size() == y.holders.size());
@@ -508,10 +467,10 @@ TEST_SUITE("Index") {
         CHECK(x.holders[h].cpu == y.holders[h].cpu);
         CHECK(x.holders[h].disk == y.holders[h].disk);
       }
-      CHECK(prepared.Locate(chains[c].back(), &kCtx).size() ==
+      CHECK(spared.Locate(chains[c].back(), &kCtx).size() ==
             grown.Locate(chains[c].back(), &kCtx).size());
     }
-    CHECK(prepared.Lookup(kCtx, chains.back()).blocks_found == 80);
+    CHECK(spared.Lookup(kCtx, chains.back()).blocks_found == 80);
   }
 }
 
