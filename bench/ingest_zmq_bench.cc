@@ -44,9 +44,9 @@
 #include <zmq.hpp>
 
 #include "bench/bench_util.h"
+#include "common/internal/thread_name.h"
 #include "kvatlas/client/client.h"
 #include "kvatlas/client/local_index.h"
-#include "kvatlas/common/thread_name.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kvatlas/common/log.h"
+#include "common/internal/log.h"
 #include "server/runtime/config.h"
 #include "server/runtime/server.h"
 

@@ -10,7 +10,7 @@
 #include <future>
 
 #include "client/src/leader_redirect.h"
-#include "kvatlas/common/thread_name.h"
+#include "common/internal/thread_name.h"
 
 namespace kvatlas {
 namespace {

@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "client/src/local_table.h"
+#include "common/internal/prefix_match.h"
 #include "kvatlas/common/block_hasher.h"
-#include "kvatlas/common/prefix_match.h"
 
 namespace kvatlas {
 

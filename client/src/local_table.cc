@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "client/src/segmented_array.h"
-#include "kvatlas/common/huge_buffer.h"
-#include "kvatlas/common/prefetch.h"
+#include "common/internal/huge_buffer.h"
+#include "common/internal/prefetch.h"
 
 namespace kvatlas::client_internal {
 namespace {

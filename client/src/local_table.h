@@ -1,6 +1,6 @@
 // LocalTable: the data behind kvatlas::LocalIndex — the copies of some contexts, kept as
 // the change feed describes them (kvatlas/common/feed.h), and the prefix lookup over them
-// with the server's own matching code (kvatlas/common/prefix_match.h).
+// with the server's own matching code (common/internal/prefix_match.h).
 //
 // Layout per context (docs/feed.md §LocalIndex): one 16-byte record per block (key, the
 // first copy's holder and tier packed in 32 bits, the head of a chain of further copies in
@@ -21,8 +21,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/internal/prefix_match.h"
 #include "kvatlas/common/feed.h"
-#include "kvatlas/common/prefix_match.h"
 #include "kvatlas/common/types.h"
 
 namespace kvatlas::client_internal {

@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kvatlas/common/huge_buffer.h"
+#include "common/internal/huge_buffer.h"
 
 namespace kvatlas::client_internal {
 

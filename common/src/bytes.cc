@@ -1,4 +1,4 @@
-#include "kvatlas/common/bytes.h"
+#include "common/internal/bytes.h"
 
 namespace kvatlas {
 namespace {

@@ -1,4 +1,4 @@
-#include "kvatlas/common/log.h"
+#include "common/internal/log.h"
 
 #include <atomic>
 #include <chrono>

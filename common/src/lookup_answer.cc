@@ -3,7 +3,7 @@
 #include <tuple>
 #include <vector>
 
-#include "kvatlas/common/prefix_match.h"
+#include "common/internal/prefix_match.h"
 
 namespace kvatlas {
 

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <utility>
 
-#include "kvatlas/common/bytes.h"
+#include "common/internal/bytes.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "kvatlas/common/bytes.h"
+#include "common/internal/bytes.h"
 #include "kvatlas/common/protocol.h"
 
 namespace kvatlas::protocol {

@@ -1,7 +1,7 @@
 // The kHeartbeat payloads of the binary protocol (docs/protocol.md §kHeartbeat).
 #include <string>
 
-#include "kvatlas/common/bytes.h"
+#include "common/internal/bytes.h"
 #include "kvatlas/common/protocol.h"
 #include "payload_reader.h"
 

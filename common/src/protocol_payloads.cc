@@ -8,7 +8,7 @@
 #include <limits>
 #include <utility>
 
-#include "kvatlas/common/bytes.h"
+#include "common/internal/bytes.h"
 #include "kvatlas/common/protocol.h"
 #include "payload_reader.h"
 

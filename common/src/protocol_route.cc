@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "kvatlas/common/bytes.h"
+#include "common/internal/bytes.h"
 #include "kvatlas/common/protocol.h"
 #include "payload_reader.h"
 

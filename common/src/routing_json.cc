@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/routing.h"
 
 namespace kvatlas {

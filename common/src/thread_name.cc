@@ -1,4 +1,4 @@
-#include "kvatlas/common/thread_name.h"
+#include "common/internal/thread_name.h"
 
 #include <pthread.h>
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <utility>
 
-#include "kvatlas/common/log.h"
+#include "common/internal/log.h"
 
 namespace kvatlas::server {
 namespace {

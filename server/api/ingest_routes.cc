@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/internal/log.h"
 #include "kvatlas/common/events.h"
 #include "kvatlas/common/json_codec.h"
-#include "kvatlas/common/log.h"
 #include "server/api/routes.h"
 
 namespace kvatlas::server {

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/internal/prefix_match.h"
 #include "kvatlas/common/json_codec.h"
-#include "kvatlas/common/prefix_match.h"
 #include "server/api/routes.h"
 #include "server/api/stats_json.h"
 

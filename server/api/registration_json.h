@@ -6,7 +6,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "kvatlas/common/result.h"
-#include "server/state/registration.h"
+#include "server/model/registration.h"
 
 namespace kvatlas::server {
 

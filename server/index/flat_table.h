@@ -32,8 +32,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "kvatlas/common/huge_buffer.h"
-#include "kvatlas/common/prefetch.h"
+#include "common/internal/huge_buffer.h"
+#include "common/internal/prefetch.h"
 
 namespace kvatlas::server {
 

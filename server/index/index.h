@@ -14,11 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "kvatlas/common/prefix_match.h"
+#include "common/internal/prefix_match.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
-#include "server/state/command.h"
-#include "server/state/mutation.h"
+#include "server/model/command.h"
+#include "server/model/mutation.h"
+#include "server/model/record_loader.h"
 
 namespace kvatlas::server {
 
@@ -98,7 +99,7 @@ struct TableCapacities {
   uint64_t hot = 0;
 };
 
-class Index {
+class Index final : public RecordLoader {
  public:
   explicit Index(IndexOptions options = {});
   ~Index();
@@ -114,15 +115,13 @@ class Index {
   // `seed` is the standard hasher seed, for KeyMode::kLocal chaining.
   void Apply(const Command& command, uint64_t seed, MutationList* out);
 
-  // Boot-time loading from storage: contexts and holders (any order) first; then each
-  // context's blocks in ascending stamp order, each before its entries. Ids and stamps are
-  // those of storage; new blocks get stamps after the largest loaded one.
-  // Returns kCorruption for records that contradict each other (an entry without its block).
-  Status LoadContext(uint32_t id, const ContextKey& key);
-  Status LoadHolder(uint32_t id, const HolderKey& key);
-  Status LoadBlock(uint32_t context, BlockKey key, uint32_t depth, uint64_t stamp);
+  // RecordLoader (server/model/record_loader.h): boot-time loading from storage, in the
+  // order that interface states. New blocks get stamps after the largest loaded one.
+  Status LoadContext(uint32_t id, const ContextKey& key) override;
+  Status LoadHolder(uint32_t id, const HolderKey& key) override;
+  Status LoadBlock(uint32_t context, BlockKey key, uint32_t depth, uint64_t stamp) override;
   Status LoadEntry(uint32_t context, BlockKey key, uint32_t holder, Tier tier, uint32_t refcount,
-                   uint64_t engine_hash, std::string location);
+                   uint64_t engine_hash, std::string location) override;
 
   // Prefix lookup of a chain of block keys in `context`. An unknown context answers no
   // matches. Stops at the first key that no holder has.

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <tuple>
 
-#include "kvatlas/common/prefetch.h"
+#include "common/internal/prefetch.h"
 #include "server/index/index.h"
 #include "server/index/index_impl.h"
 

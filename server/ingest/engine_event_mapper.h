@@ -19,7 +19,7 @@
 #include "kvatlas/common/block_hasher.h"
 #include "kvatlas/common/types.h"
 #include "server/ingest/engine_event.h"
-#include "server/state/command.h"
+#include "server/model/command.h"
 
 namespace kvatlas::server {
 

@@ -11,7 +11,7 @@
 #include "kvatlas/common/block_hasher.h"
 #include "kvatlas/common/events.h"
 #include "kvatlas/common/result.h"
-#include "server/state/command.h"
+#include "server/model/command.h"
 
 namespace kvatlas::server {
 

@@ -3,8 +3,8 @@
 #include <chrono>
 #include <string_view>
 
-#include "kvatlas/common/log.h"
-#include "kvatlas/common/thread_name.h"
+#include "common/internal/log.h"
+#include "common/internal/thread_name.h"
 
 namespace kvatlas::server {
 

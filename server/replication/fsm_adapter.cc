@@ -9,7 +9,7 @@ extern "C" {
 #include <string>
 #include <string_view>
 
-#include "kvatlas/common/log.h"
+#include "common/internal/log.h"
 
 namespace kvatlas::server {
 

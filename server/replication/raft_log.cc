@@ -14,8 +14,8 @@ extern "C" {
 #include <optional>
 #include <string_view>
 
-#include "kvatlas/common/log.h"
-#include "kvatlas/common/thread_name.h"
+#include "common/internal/log.h"
+#include "common/internal/thread_name.h"
 #include "server/replication/fsm_adapter.h"
 #include "server/replication/tcp_transport.h"
 

@@ -9,7 +9,7 @@
 #include <exception>
 #include <utility>
 
-#include "kvatlas/common/log.h"
+#include "common/internal/log.h"
 
 namespace kvatlas::server {
 namespace {

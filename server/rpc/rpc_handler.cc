@@ -9,7 +9,7 @@
 #include "server/api/forwarding.h"
 #include "server/api/stats_json.h"
 #include "server/ingest/event_converter.h"
-#include "server/state/registration.h"
+#include "server/model/registration.h"
 
 namespace kvatlas::server {
 namespace {

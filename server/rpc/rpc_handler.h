@@ -18,7 +18,7 @@
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "server/api/routes.h"
-#include "server/state/command.h"
+#include "server/model/command.h"
 
 namespace kvatlas::server {
 

@@ -9,8 +9,8 @@
 #include <exception>
 #include <utility>
 
-#include "kvatlas/common/log.h"
-#include "kvatlas/common/thread_name.h"
+#include "common/internal/log.h"
+#include "common/internal/thread_name.h"
 
 namespace kvatlas::server {
 namespace {

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <variant>
 
+#include "common/internal/log.h"
 #include "kvatlas/common/json_codec.h"
-#include "kvatlas/common/log.h"
 #include "kvatlas/common/protocol.h"
 #include "server/api/registration_json.h"
 

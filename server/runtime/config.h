@@ -13,7 +13,7 @@
 
 #include "kvatlas/common/block_hasher.h"
 #include "kvatlas/common/result.h"
-#include "server/state/registration.h"
+#include "server/model/registration.h"
 #include "server/zmq/zmq_ingest.h"
 
 namespace kvatlas::server {

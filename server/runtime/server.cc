@@ -13,7 +13,7 @@
 #include <system_error>
 #include <utility>
 
-#include "kvatlas/common/log.h"
+#include "common/internal/log.h"
 #include "server/api/forwarding.h"
 
 namespace kvatlas::server {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "kvatlas/common/thread_name.h"
-#include "server/state/command_codec.h"
+#include "common/internal/thread_name.h"
+#include "server/model/command_codec.h"
 
 namespace kvatlas::server {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kvatlas/common/result.h"
-#include "server/state/command.h"
+#include "server/model/command.h"
 #include "server/state/replicated_log.h"
 #include "server/state/state_machine.h"
 

@@ -28,7 +28,7 @@
 
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
-#include "server/state/command.h"
+#include "server/model/command.h"
 #include "server/state/state_machine.h"
 
 namespace kvatlas::server {

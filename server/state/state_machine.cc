@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/state/command_codec.h"
+#include "server/model/command_codec.h"
 
 namespace kvatlas::server {
 

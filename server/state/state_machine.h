@@ -27,7 +27,7 @@
 #include "kvatlas/common/status.h"
 #include "server/index/index.h"
 #include "server/index/spare_maker.h"
-#include "server/state/command.h"
+#include "server/model/command.h"
 #include "server/state/replicated_log.h"
 #include "server/storage/storage.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "kvatlas/common/log.h"
+#include "common/internal/log.h"
 
 namespace kvatlas::server {
 

@@ -1,7 +1,7 @@
-// Byte-level encodings of kvatlas's persistent records (docs/storage.md §Layout), shared with
-// the command-batch codec (server/state/command_codec.h). The byte primitives (PutFixed32,
-// PutVarint64, ByteReader, ...) are kvatlas/common/bytes.h, found from this namespace.
-// Pure functions and a value-type reader: safe to use from any thread.
+// Byte-level encodings of kvatlas's persistent records (docs/storage.md §Layout), built on the
+// value encodings the command-batch codec shares (server/model/value_codec.h). The byte primitives
+// (PutFixed32, PutVarint64, ByteReader, ...) are common/internal/bytes.h, found from this
+// namespace. Pure functions and a value-type reader: safe to use from any thread.
 //
 // Conventions: integers inside keys are big-endian so that RocksDB's bytewise order is the
 // numeric order (entry records come out sorted by stamp, then context, holder and tier);
@@ -15,30 +15,14 @@
 #include <string>
 #include <string_view>
 
-#include "kvatlas/common/bytes.h"
+#include "common/internal/bytes.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
-#include "server/state/registration.h"
+#include "server/model/registration.h"
+#include "server/model/value_codec.h"
 
 namespace kvatlas::server {
-
-// ---------------------------------------------------------------------------------------
-// Shared value encodings (storage records and commands use the same bytes).
-
-// tenant, model, lora_name (length-prefixed), block_size (varint), salt (length-prefixed).
-void PutContextKey(std::string* out, const ContextKey& key);
-ContextKey ReadContextKey(ByteReader* in);
-// id (length-prefixed), dp_rank (varint).
-void PutHolderKey(std::string* out, const HolderKey& key);
-HolderKey ReadHolderKey(ByteReader* in);
-// One byte, the Tier's numeric value; values >= kNumTiers fail the reader.
-void PutTier(std::string* out, Tier tier);
-Tier ReadTier(ByteReader* in);
-// endpoint, replay_endpoint (length-prefixed), type (u8), model, lora_name, tenant_id,
-// instance_id (length-prefixed), block_size, dp_rank (varints), additional_salt, topic.
-void PutRegistration(std::string* out, const Registration& registration);
-Registration ReadRegistration(ByteReader* in);
 
 // ---------------------------------------------------------------------------------------
 // Record keys. The first byte is the record type.

@@ -26,8 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvatlas/common/log.h"
-#include "server/index/index.h"
+#include "common/internal/log.h"
 #include "server/storage/flush_jitter.h"
 #include "server/storage/key_codec.h"
 #include "server/storage/sorted_vector_rep.h"
@@ -336,20 +335,20 @@ class RocksDbStorage final : public Storage {
     return FromRocks(db_->Write(write_options_, &batch), "writing to " + path_);
   }
 
-  Status LoadInto(Index* index) const override {
-    auto load_context = [index](std::string_view k, std::string_view v) -> Status {
+  Status LoadInto(RecordLoader* loader) const override {
+    auto load_context = [loader](std::string_view k, std::string_view v) -> Status {
       KVATLAS_ASSIGN_OR_RETURN(uint32_t id, DecodeContextRecordKey(k));
       KVATLAS_ASSIGN_OR_RETURN(ContextKey context, DecodeContextValue(k, v));
-      return index->LoadContext(id, context);
+      return loader->LoadContext(id, context);
     };
-    auto load_holder = [index](std::string_view k, std::string_view v) -> Status {
+    auto load_holder = [loader](std::string_view k, std::string_view v) -> Status {
       KVATLAS_ASSIGN_OR_RETURN(uint32_t id, DecodeHolderRecordKey(k));
       KVATLAS_ASSIGN_OR_RETURN(HolderKey holder, DecodeHolderValue(k, v));
-      return index->LoadHolder(id, holder);
+      return loader->LoadHolder(id, holder);
     };
     KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kContext, load_context));
     KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kHolder, load_holder));
-    return LoadEntries(index);
+    return LoadEntries(loader);
   }
 
   Status LoadRegistry(Registry* registry) const override {
@@ -581,7 +580,7 @@ class RocksDbStorage final : public Storage {
   // creation order, which is the FIFO eviction order the Index needs (it must be the same
   // on every replica and after every restart; docs/storage.md §Boot), and the entries of a
   // block together, after which comes the next block.
-  Status LoadEntries(Index* index) const {
+  Status LoadEntries(RecordLoader* loader) const {
     // The block being loaded: its first entry's key, and the block key and depth that entry
     // recorded.
     std::optional<EntryRecordKey> block;
@@ -597,13 +596,13 @@ class RocksDbStorage final : public Storage {
                                     " disagrees with its block's other entries on key or depth");
         }
       } else {
-        KVATLAS_RETURN_IF_ERROR(index->LoadBlock(e.context, ev.key, ev.depth, e.stamp));
+        KVATLAS_RETURN_IF_ERROR(loader->LoadBlock(e.context, ev.key, ev.depth, e.stamp));
         block = e;
         block_key = ev.key;
         block_depth = ev.depth;
       }
-      return index->LoadEntry(e.context, ev.key, e.holder, e.tier, ev.refcount, ev.engine_hash,
-                              std::move(ev.location));
+      return loader->LoadEntry(e.context, ev.key, e.holder, e.tier, ev.refcount, ev.engine_hash,
+                               std::move(ev.location));
     };
     return Scan(RecordType::kEntry, load);
   }

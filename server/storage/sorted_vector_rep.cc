@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "kvatlas/common/bytes.h"
-#include "kvatlas/common/prefetch.h"
+#include "common/internal/bytes.h"
+#include "common/internal/prefetch.h"
 
 namespace kvatlas::server {
 namespace {

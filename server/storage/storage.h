@@ -14,11 +14,11 @@
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
-#include "server/state/mutation.h"
+#include "server/model/mutation.h"
+#include "server/model/record_loader.h"
+#include "server/model/registration.h"
 
 namespace kvatlas::server {
-
-class Index;
 
 struct StorageOptions {
   // Directory of the RocksDB database (created if missing).
@@ -56,8 +56,9 @@ class Storage {
   [[nodiscard]] virtual Status Write(Revision applied_index,
                                      std::span<const Mutation> mutations) = 0;
 
-  // Loads every record into `index` (which must be empty) in the order Index::Load* requires.
-  [[nodiscard]] virtual Status LoadInto(Index* index) const = 0;
+  // Hands every context, holder, block and entry record to `loader` (an empty Index) in the
+  // order record_loader.h states.
+  [[nodiscard]] virtual Status LoadInto(RecordLoader* loader) const = 0;
 
   // Loads every registration, stream position and server addresses record into `registry`
   // (which must be empty).

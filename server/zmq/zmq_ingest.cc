@@ -11,8 +11,8 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "kvatlas/common/log.h"
-#include "kvatlas/common/thread_name.h"
+#include "common/internal/log.h"
+#include "common/internal/thread_name.h"
 #include "server/ingest/engine_event_decoder.h"
 #include "server/zmq/sequence_tracker.h"
 

@@ -32,8 +32,8 @@
 
 #include "kvatlas/common/status.h"
 #include "server/ingest/engine_event_mapper.h"
+#include "server/model/registration.h"
 #include "server/state/applier.h"
-#include "server/state/registration.h"
 #include "server/state/state_machine.h"
 #include "server/zmq/stream_stats.h"
 

@@ -14,6 +14,7 @@
 
 #include "kvatlas/client/client.h"
 #include "kvatlas/client/local_index.h"
+#include "kvatlas/common/json_codec.h"
 
 namespace {
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "kvatlas/client/client.h"
+#include "kvatlas/common/json_codec.h"
 #include "tests/integration/client_connect.h"
 #include "tests/integration/rest_helpers.h"
 #include "tests/integration/server_process.h"

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kvatlas/common/json_codec.h"
 #include "server/feed/change_feed.h"
 #include "server/state/state_machine.h"
 #include "tests/support/state_machine_helpers.h"

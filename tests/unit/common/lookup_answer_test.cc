@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvatlas/common/prefix_match.h"
+#include "common/internal/prefix_match.h"
 
 namespace kvatlas {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kvatlas/common/bytes.h"
+#include "common/internal/bytes.h"
 #include "kvatlas/common/protocol.h"
 #include "tests/support/bytes_literal.h"
 #include "tests/unit/common/codec_test_support.h"

@@ -21,7 +21,7 @@
 
 #include "kvatlas/common/events.h"
 #include "kvatlas/common/feed.h"
-#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/lookup.h"
 #include "kvatlas/common/protocol.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/routing.h"

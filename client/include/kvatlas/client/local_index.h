@@ -8,7 +8,7 @@
 // revision was compacted away, or whose server replaced its state, reloads the snapshot;
 // a lost connection is retried, moving to the next endpoint (any server of the cluster
 // serves watches from its own applied state, so a follower works as well as the leader).
-// Lookups use the server's own prefix-matching code (kvatlas/common/prefix_match.h) and
+// Lookups use the server's own prefix-matching code (common/internal/prefix_match.h) and
 // return the answer Client::Lookup returns, at the revision the replica has reached.
 //
 // Thread-safety: every method may be called from any number of threads at once. Lookups
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "kvatlas/client/client.h"
-#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/lookup.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"

@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/lookup.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/routing.h"
 

@@ -114,6 +114,13 @@ struct BlockEvent {
   return Status::Ok();
 }
 
+// What the server answers to an applied event batch (REST and the binary protocol).
+struct IngestAnswer {
+  Revision revision = 0;  // the revision the batch was applied at
+  uint64_t events = 0;
+  uint64_t blocks = 0;  // blocks named by the batch's stored and removed events
+};
+
 // Exactly-once writes (docs/api.md §Idempotent writes): a writer names itself and numbers
 // its batches 1, 2, 3...; the server applies a batch only if its sequence is past the
 // last one applied for that writer, so resending a batch whose answer was lost is safe.

@@ -20,10 +20,13 @@
 #include <vector>
 
 #include "kvatlas/common/events.h"
+#include "kvatlas/common/lookup.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/types.h"
 
 namespace kvatlas {
+
+// The lookup types themselves are lookup.h; this header is their JSON.
 
 // A POST /v1/events body: a JSON array of RFC #1527 events, or {"events": [...]}.
 // Every event is checked with ValidateBlockEvent; one bad event rejects the batch.
@@ -32,25 +35,6 @@ namespace kvatlas {
 // given (left empty otherwise).
 [[nodiscard]] Result<std::vector<BlockEvent>> DecodeEventBatch(
     std::string_view body, std::optional<WriterPosition>* writer = nullptr);
-
-// A prefix lookup, from any of the three request dialects.
-struct LookupRequest {
-  ContextKey context;
-  // Exactly one is the query: token_ids (only complete blocks count) or seq_hashes.
-  bool by_hash = false;
-  std::vector<uint32_t> token_ids;
-  std::vector<uint64_t> seq_hashes;
-  // Report only this instance (all its dp ranks); empty = every instance.
-  std::string instance_id;
-  // Report the per-block locations of shared-backend matches.
-  bool include_locations = true;
-  // Read consistency (kvatlas extension, every dialect): answer only once this server has
-  // applied at least this revision (read-your-writes after a write answered revision R)...
-  std::optional<uint64_t> min_revision;
-  // ...or linearizably: through the leader, after everything committed before the request
-  // ("consistency": "linearizable"; default "any" = this server's applied state).
-  bool linearizable = false;
-};
 
 // POST /v1/lookup: tenant_id?, model_name, lora_name?, block_size, additional_salt?,
 // token_ids | seq_hashes, instance_id?, include_locations?, min_revision?, consistency?.
@@ -65,57 +49,6 @@ struct LookupRequest {
 // kInvalidArgument otherwise. For path segments and query parameters.
 [[nodiscard]] Result<uint64_t> ParseHashText(std::string_view text);
 
-// Block counts of a prefix match, cumulative by tier: gpu ≤ cpu (GPU ∪ CPU) ≤ disk
-// (GPU ∪ CPU ∪ DISK, the longest match of an instance).
-// Prefix lengths in blocks. gpu ≤ cpu ≤ disk are cumulative (GPU, GPU∪CPU, GPU∪CPU∪DISK);
-// cpu_only and disk_only are per medium alone, as the Conductor API reports media.
-struct TierBlocks {
-  uint32_t gpu = 0;
-  uint32_t cpu = 0;
-  uint32_t disk = 0;
-  uint32_t cpu_only = 0;
-  uint32_t disk_only = 0;
-
-  friend bool operator==(const TierBlocks&, const TierBlocks&) = default;
-};
-
-struct RankMatch {
-  uint32_t dp_rank = 0;
-  TierBlocks blocks;
-
-  friend bool operator==(const RankMatch&, const RankMatch&) = default;
-};
-
-// An instance (a holder id over its dp ranks). Its values are the max over its ranks.
-struct InstanceMatch {
-  std::string instance_id;
-  TierBlocks blocks;
-  std::vector<RankMatch> dp_ranks;  // ascending dp_rank, ranks with a match only
-
-  friend bool operator==(const InstanceMatch&, const InstanceMatch&) = default;
-};
-
-// A shared backend (SHARED tier) holding a prefix, with a location per matched block.
-struct SharedMatch {
-  std::string backend_id;
-  uint32_t dp_rank = 0;
-  uint32_t blocks = 0;
-  std::vector<std::string> locations;  // empty unless requested
-
-  friend bool operator==(const SharedMatch&, const SharedMatch&) = default;
-};
-
-struct LookupAnswer {
-  Revision revision = 0;
-  ContextKey context;
-  uint32_t blocks_queried = 0;  // complete blocks of the query (after the lookup cap)
-  uint32_t blocks_found = 0;    // leading blocks some holder has, in any tier
-  std::vector<InstanceMatch> instances;
-  std::vector<SharedMatch> shared;
-
-  friend bool operator==(const LookupAnswer&, const LookupAnswer&) = default;
-};
-
 // The /v1/lookup answer (block counts, plus tokens where named so).
 [[nodiscard]] std::string EncodeLookupAnswer(const LookupAnswer& answer);
 // The Conductor /query answer, in tokens:
@@ -123,11 +56,6 @@ struct LookupAnswer {
 // backends are not instances there and are left out.
 [[nodiscard]] std::string EncodeConductorAnswer(const LookupAnswer& answer);
 
-struct IngestAnswer {
-  Revision revision = 0;  // the revision the batch was applied at
-  uint64_t events = 0;
-  uint64_t blocks = 0;  // blocks named by the batch's stored and removed events
-};
 [[nodiscard]] std::string EncodeIngestAnswer(const IngestAnswer& answer);
 
 // {"code": "<wire name>", "message": "..."}: the body of every REST error.

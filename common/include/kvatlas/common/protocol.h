@@ -16,7 +16,7 @@
 
 #include "kvatlas/common/events.h"
 #include "kvatlas/common/feed.h"
-#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/lookup.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/routing.h"
 #include "kvatlas/common/status.h"
@@ -132,7 +132,7 @@ struct IngestRequest {
 [[nodiscard]] std::string EncodeIngestAnswerBinary(const IngestAnswer& answer);
 [[nodiscard]] Result<IngestAnswer> DecodeIngestAnswerBinary(std::string_view payload);
 
-// kLookup: LookupRequest / LookupAnswer of json_codec.h, in binary. The request decoder
+// kLookup: LookupRequest / LookupAnswer of lookup.h, in binary. The request decoder
 // checks the context as POST /v1/lookup does (non-empty model, block_size > 0, empty tenant
 // = "default"); only the query list that by_hash selects is sent.
 [[nodiscard]] std::string EncodeLookupRequestBinary(const LookupRequest& request);

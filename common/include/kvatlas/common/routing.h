@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/lookup.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/types.h"
 

@@ -6,7 +6,7 @@
 #include <random>
 #include <utility>
 
-#include "kvatlas/common/huge_buffer.h"
+#include "common/internal/huge_buffer.h"
 
 namespace kvatlas::server {
 namespace {

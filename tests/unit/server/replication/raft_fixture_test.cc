@@ -17,8 +17,8 @@ extern "C" {
 #include <string>
 #include <vector>
 
+#include "server/model/command_codec.h"
 #include "server/replication/fsm_adapter.h"
-#include "server/state/command_codec.h"
 #include "server/state/state_machine.h"
 #include "tests/support/temp_dir.h"
 

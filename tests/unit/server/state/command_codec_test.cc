@@ -1,4 +1,4 @@
-#include "server/state/command_codec.h"
+#include "server/model/command_codec.h"
 
 #include <doctest/doctest.h>
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvatlas/common/bytes.h"
+#include "common/internal/bytes.h"
 #include "server/index/index.h"
 #include "server/storage/key_codec.h"
 #include "server/storage/storage.h"

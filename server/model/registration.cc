@@ -1,4 +1,4 @@
-#include "server/state/registration.h"
+#include "server/model/registration.h"
 
 #include <algorithm>
 #include <cctype>

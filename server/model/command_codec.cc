@@ -1,7 +1,7 @@
 // Layout, byte by byte: docs/storage.md §Command batches. The primitives (varints,
 // length-prefixed strings, context and holder keys) are the storage ones, so a context is
 // the same bytes in a log entry and in its `C` record.
-#include "server/state/command_codec.h"
+#include "server/model/command_codec.h"
 
 #include <algorithm>
 #include <optional>

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kvatlas/common/types.h"
-#include "server/state/registration.h"
+#include "server/model/registration.h"
 
 namespace kvatlas::server {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kvatlas/common/result.h"
-#include "server/state/command.h"
+#include "server/model/command.h"
 
 namespace kvatlas::server {
 

@@ -1,0 +1,78 @@
+#include "server/model/value_codec.h"
+
+namespace kvatlas::server {
+
+void PutContextKey(std::string* out, const ContextKey& key) {
+  PutLengthPrefixed(out, key.tenant);
+  PutLengthPrefixed(out, key.model);
+  PutLengthPrefixed(out, key.lora_name);
+  PutVarint64(out, key.block_size);
+  PutLengthPrefixed(out, key.salt);
+}
+
+ContextKey ReadContextKey(ByteReader* in) {
+  ContextKey key;
+  key.tenant = in->LengthPrefixed();
+  key.model = in->LengthPrefixed();
+  key.lora_name = in->LengthPrefixed();
+  key.block_size = in->Varint32();
+  key.salt = in->LengthPrefixed();
+  return key;
+}
+
+void PutHolderKey(std::string* out, const HolderKey& key) {
+  PutLengthPrefixed(out, key.id);
+  PutVarint64(out, key.dp_rank);
+}
+
+HolderKey ReadHolderKey(ByteReader* in) {
+  HolderKey key;
+  key.id = in->LengthPrefixed();
+  key.dp_rank = in->Varint32();
+  return key;
+}
+
+void PutTier(std::string* out, Tier tier) { out->push_back(static_cast<char>(tier)); }
+
+Tier ReadTier(ByteReader* in) {
+  uint8_t b = in->U8();
+  if (b >= kNumTiers) {
+    in->Fail();
+    return Tier::kGpu;
+  }
+  return static_cast<Tier>(b);
+}
+
+void PutRegistration(std::string* out, const Registration& r) {
+  PutLengthPrefixed(out, r.endpoint);
+  PutLengthPrefixed(out, r.replay_endpoint);
+  out->push_back(static_cast<char>(r.type));
+  PutLengthPrefixed(out, r.model);
+  PutLengthPrefixed(out, r.lora_name);
+  PutLengthPrefixed(out, r.tenant_id);
+  PutLengthPrefixed(out, r.instance_id);
+  PutVarint64(out, r.block_size);
+  PutVarint64(out, r.dp_rank);
+  PutLengthPrefixed(out, r.additional_salt);
+  PutLengthPrefixed(out, r.topic);
+}
+
+Registration ReadRegistration(ByteReader* in) {
+  Registration r;
+  r.endpoint = in->LengthPrefixed();
+  r.replay_endpoint = in->LengthPrefixed();
+  const uint8_t type = in->U8();
+  if (type > static_cast<uint8_t>(EngineType::kMooncake)) in->Fail();
+  r.type = static_cast<EngineType>(type);
+  r.model = in->LengthPrefixed();
+  r.lora_name = in->LengthPrefixed();
+  r.tenant_id = in->LengthPrefixed();
+  r.instance_id = in->LengthPrefixed();
+  r.block_size = in->Varint32();
+  r.dp_rank = in->Varint32();
+  r.additional_salt = in->LengthPrefixed();
+  r.topic = in->LengthPrefixed();
+  return r;
+}
+
+}  // namespace kvatlas::server

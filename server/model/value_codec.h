@@ -1,0 +1,31 @@
+// Byte encodings of the model's values, shared by the command-batch codec (command_codec.h)
+// and storage's records (server/storage/key_codec.h): a context, holder, tier or
+// registration is the same bytes in a raft log entry and in RocksDB (docs/storage.md).
+// Readers never fail loudly: a short read or a value out of range marks the ByteReader
+// failed (common/internal/bytes.h), which the caller checks once at the end.
+// Pure functions: safe from any thread.
+#pragma once
+
+#include <string>
+
+#include "common/internal/bytes.h"
+#include "kvatlas/common/types.h"
+#include "server/model/registration.h"
+
+namespace kvatlas::server {
+
+// tenant, model, lora_name (length-prefixed), block_size (varint), salt (length-prefixed).
+void PutContextKey(std::string* out, const ContextKey& key);
+ContextKey ReadContextKey(ByteReader* in);
+// id (length-prefixed), dp_rank (varint).
+void PutHolderKey(std::string* out, const HolderKey& key);
+HolderKey ReadHolderKey(ByteReader* in);
+// One byte, the Tier's numeric value; values >= kNumTiers fail the reader.
+void PutTier(std::string* out, Tier tier);
+Tier ReadTier(ByteReader* in);
+// endpoint, replay_endpoint (length-prefixed), type (u8), model, lora_name, tenant_id,
+// instance_id (length-prefixed), block_size, dp_rank (varints), additional_salt, topic.
+void PutRegistration(std::string* out, const Registration& registration);
+Registration ReadRegistration(ByteReader* in);
+
+}  // namespace kvatlas::server
