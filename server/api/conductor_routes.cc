@@ -5,22 +5,23 @@
 
 #include "kvatlas/common/json_codec.h"
 #include "server/api/routes.h"
+#include "server/service/lookup_service.h"
 
 namespace kvatlas::server {
 namespace {
 
 using Decoder = Result<LookupRequest> (*)(std::string_view body);
 
-Result<HttpReply> HandleQuery(const ApiServices& api, const RouteRequest& request, Decoder decode) {
+Result<HttpReply> HandleQuery(const Services& api, const RouteRequest& request, Decoder decode) {
   KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, decode(request.http.body));
   lookup.include_locations = false;  // the Conductor answer has no place for them
   KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(api, lookup));
-  return JsonReply(EncodeConductorAnswer(RunLookup(api, lookup)));
+  return JsonReply(EncodeConductorAnswer(LookupPrefix(api, lookup)));
 }
 
 }  // namespace
 
-void AddConductorRoutes(const ApiServices* api, Router* router) {
+void AddConductorRoutes(const Services* api, Router* router) {
   router->Add({"POST", "/query", /*json_body=*/true, [api](const RouteRequest& request) {
                  return HandleQuery(*api, request, &DecodeConductorQuery);
                }});

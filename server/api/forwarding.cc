@@ -8,37 +8,12 @@
 #include <string_view>
 #include <utility>
 
+#include "common/internal/host_port.h"
 #include "common/internal/log.h"
+#include "server/service/cluster_service.h"
 
 namespace kvatlas::server {
 namespace {
-
-struct SplitAddress {
-  std::string host;
-  int port = 0;
-};
-
-// "host:port" or "[v6]:port"; nullopt unless the port is 1..65535 and the host non-empty.
-std::optional<SplitAddress> Split(std::string_view address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
-  std::string_view host = address.substr(0, colon);
-  const std::string_view port_text = address.substr(colon + 1);
-  int port = 0;
-  const auto [ptr, ec] =
-      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (port_text.empty() || ec != std::errc() || ptr != port_text.data() + port_text.size() ||
-      port < 1 || port > 65535) {
-    return std::nullopt;
-  }
-  if (host.front() == '[') {
-    if (host.size() < 3 || host.back() != ']') return std::nullopt;
-    host = host.substr(1, host.size() - 2);
-  } else if (host.find(':') != std::string_view::npos) {
-    return std::nullopt;  // an unbracketed IPv6 address is ambiguous
-  }
-  return SplitAddress{std::string(host), port};
-}
 
 nlohmann::json OrNull(const std::optional<std::string>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
@@ -55,8 +30,7 @@ HttpReply NotLeaderReply(const LeaderAddresses& leader, std::string message) {
   return reply;
 }
 
-std::unique_ptr<httplib::Client> MakeClient(const SplitAddress& to,
-                                            std::chrono::milliseconds timeout) {
+std::unique_ptr<httplib::Client> MakeClient(const HostPort& to, std::chrono::milliseconds timeout) {
   auto client = std::make_unique<httplib::Client>(to.host, to.port);
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(timeout - seconds);
@@ -69,21 +43,7 @@ std::unique_ptr<httplib::Client> MakeClient(const SplitAddress& to,
 
 }  // namespace
 
-bool IsHostPort(std::string_view address) { return Split(address).has_value(); }
-
-LeaderAddresses FindLeader(const ApiServices& api) {
-  LeaderAddresses leader;
-  if (api.log == nullptr) return leader;
-  leader.id = api.log->GetStatus().leader_id;
-  if (leader.id == 0) return leader;
-  if (std::optional<ServerAddresses> known = api.machine->AddressesOf(leader.id)) {
-    if (!known->http_address.empty()) leader.http_address = known->http_address;
-    if (!known->rpc_address.empty()) leader.rpc_address = known->rpc_address;
-  }
-  return leader;
-}
-
-HttpReply AnswerNotLeader(const ApiServices& api, const RouteRequest& request,
+HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
                           const Status& not_leader) {
   const LeaderAddresses leader = FindLeader(api);
   if (request.http.has_header(kForwardedHeader)) {
@@ -100,8 +60,8 @@ HttpReply AnswerNotLeader(const ApiServices& api, const RouteRequest& request,
                                       std::to_string(leader.id) +
                                       ", whose HTTP address is not known yet");
   }
-  const std::optional<SplitAddress> to = Split(*leader.http_address);
-  if (!to) {
+  const Result<HostPort> to = ParseHostPort(*leader.http_address);
+  if (!to.has_value() || to->port == 0) {
     return NotLeaderReply(leader, "not the leader; the leader's announced HTTP address \"" +
                                       *leader.http_address + "\" is malformed");
   }
@@ -135,8 +95,9 @@ HttpReply AnswerNotLeader(const ApiServices& api, const RouteRequest& request,
 
 Status PostAnnounce(const std::string& leader_http, uint64_t id, const std::string& http_address,
                     const std::string& rpc_address, std::chrono::milliseconds timeout) {
-  const std::optional<SplitAddress> to = Split(leader_http);
-  if (!to) return Status::InvalidArgument("malformed leader address " + leader_http);
+  const Result<HostPort> to = ParseHostPort(leader_http);
+  if (!to.has_value() || to->port == 0)
+    return Status::InvalidArgument("malformed leader address " + leader_http);
   const nlohmann::json body = {
       {"id", id}, {"http_address", http_address}, {"rpc_address", rpc_address}};
   std::unique_ptr<httplib::Client> client = MakeClient(*to, timeout);

@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "kvatlas/common/status.h"
@@ -25,21 +24,12 @@ inline constexpr char kForwardedHeader[] = "X-Kvatlas-Forwarded";
 // Set on the answer a follower relays (value: the follower's id).
 inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
 
-// The leader as this server knows it: raft's view of who leads, and the replicated
-// addresses it announced. id 0 = unknown; an address is nullopt until announced.
-struct LeaderAddresses {
-  uint64_t id = 0;
-  std::optional<std::string> http_address;
-  std::optional<std::string> rpc_address;
-};
-[[nodiscard]] LeaderAddresses FindLeader(const ApiServices& api);
-
 // The answer to a request whose route failed with `not_leader` (a kNotLeader Status):
 // the leader's answer (status and body, plus kForwardedFromHeader) when it can be
 // forwarded, else 421 with the body {"code": "not_leader", "message", "leader_id",
 // "leader_http_address", "leader_rpc_address"} (null when unknown). An unreachable leader
 // is 503 unavailable naming it.
-[[nodiscard]] HttpReply AnswerNotLeader(const ApiServices& api, const RouteRequest& request,
+[[nodiscard]] HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
                                         const Status& not_leader);
 
 // POSTs {"id", "http_address", "rpc_address"} to http://<leader_http>/v1/cluster/announce.
@@ -47,8 +37,5 @@ struct LeaderAddresses {
 [[nodiscard]] Status PostAnnounce(const std::string& leader_http, uint64_t id,
                                   const std::string& http_address, const std::string& rpc_address,
                                   std::chrono::milliseconds timeout);
-
-// True for "HOST:PORT" with a non-empty host and a port in 1..65535 ("[v6]:port" too).
-[[nodiscard]] bool IsHostPort(std::string_view address);
 
 }  // namespace kvatlas::server

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "kvatlas/common/status.h"
-#include "server/api/metrics.h"
 #include "server/api/router.h"
+#include "server/service/metrics.h"
 
 namespace httplib {
 class Server;

@@ -1,7 +1,6 @@
 // Holder leases over REST (docs/leases.md, docs/api.md §Holder leases): POST /v1/heartbeat
-// keeps holders alive that may be silent longer than holder_ttl_seconds. Heartbeats are
-// the leader's (LeaseTracker, not replicated): on a follower the tracker answers
-// kNotLeader and the request is forwarded (forwarding.h).
+// (lease_service.h). On a follower it fails with kNotLeader and is forwarded
+// (forwarding.h).
 #include <httplib.h>
 
 #include <chrono>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "server/api/routes.h"
+#include "server/service/lease_service.h"
 
 namespace kvatlas::server {
 namespace {
@@ -77,22 +77,16 @@ Result<std::vector<HolderKey>> HoldersFromBody(const json& body) {
   return out;
 }
 
-Result<HttpReply> HandleHeartbeat(const ApiServices& api, const RouteRequest& request) {
+Result<HttpReply> HandleHeartbeat(const Services& api, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(json body, ParseJsonObjectBody(request));
   KVATLAS_ASSIGN_OR_RETURN(std::vector<HolderKey> holders, HoldersFromBody(body));
-  uint64_t ttl_seconds = 0;
-  // Leases off: nothing to keep alive, and nothing to forward to the leader for.
-  if (api.leases != nullptr && api.leases->enabled()) {
-    KVATLAS_RETURN_IF_ERROR(api.leases->Heartbeat(holders));
-    ttl_seconds = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::seconds>(api.leases->ttl()).count());
-  }
-  return JsonReply(json{{"holders", holders.size()}, {"ttl_seconds", ttl_seconds}}.dump());
+  KVATLAS_ASSIGN_OR_RETURN(HeartbeatResult result, Heartbeat(api, holders));
+  return JsonReply(json{{"holders", result.holders}, {"ttl_seconds", result.ttl_seconds}}.dump());
 }
 
 }  // namespace
 
-void AddLeaseRoutes(const ApiServices* api, Router* router) {
+void AddLeaseRoutes(const Services* api, Router* router) {
   router->Add({"POST", "/v1/heartbeat", /*json_body=*/true,
                [api](const RouteRequest& request) { return HandleHeartbeat(*api, request); }});
 }

@@ -1,23 +1,19 @@
 // Read routes: POST /v1/lookup, GET /v1/blocks/{key}, /v1/holders, /v1/contexts,
-// /v1/stats (docs/api.md §Queries). Every read runs under StateMachine::Read and answers
-// the revision it saw; JSON is built after the lock is released.
+// /v1/stats (docs/api.md §Queries). Each answers the revision its read saw
+// (lookup_service.h); JSON is built after the state's lock is released.
 #include <httplib.h>
 
-#include <algorithm>
 #include <charconv>
-#include <chrono>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <span>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
-#include "common/internal/prefix_match.h"
 #include "kvatlas/common/json_codec.h"
 #include "server/api/routes.h"
-#include "server/api/stats_json.h"
+#include "server/service/lookup_service.h"
+#include "server/service/stats_service.h"
 
 namespace kvatlas::server {
 namespace {
@@ -30,10 +26,10 @@ json TierCounts(const uint64_t (&by_tier)[kNumTiers]) {
   return out;
 }
 
-Result<HttpReply> HandleLookup(const ApiServices& api, const RouteRequest& request) {
+Result<HttpReply> HandleLookup(const Services& api, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, DecodeLookupRequest(request.http.body));
   KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(api, lookup));
-  return JsonReply(EncodeLookupAnswer(RunLookup(api, lookup)));
+  return JsonReply(EncodeLookupAnswer(LookupPrefix(api, lookup)));
 }
 
 // The optional context narrowing of GET /v1/blocks/{key}: none of its parameters = every
@@ -74,28 +70,21 @@ json LocationJson(const BlockLocation& copy) {
               {"location", copy.location}};
 }
 
-Result<HttpReply> HandleBlock(const ApiServices& api, const RouteRequest& request) {
+Result<HttpReply> HandleBlock(const Services& api, const RouteRequest& request) {
   const Result<uint64_t> key = ParseHashText(request.path_param);
   if (!key.has_value()) return key.error().WithContext("key");
   KVATLAS_ASSIGN_OR_RETURN(std::optional<ContextKey> context, ContextFromParams(request.http));
-  auto [copies, revision] = api.machine->Read([&](const Index& index, Revision rev) {
-    return std::make_pair(index.Locate(*key, context ? &*context : nullptr), rev);
-  });
+  const BlockCopies found = LocateBlock(api, *key, context ? &*context : nullptr);
   json out = json::array();
-  for (const BlockLocation& copy : copies) out.push_back(LocationJson(copy));
-  return JsonReply(DumpJson({{"revision", revision}, {"key", *key}, {"copies", std::move(out)}}));
+  for (const BlockLocation& copy : found.copies) out.push_back(LocationJson(copy));
+  return JsonReply(
+      DumpJson({{"revision", found.revision}, {"key", *key}, {"copies", std::move(out)}}));
 }
 
-Result<HttpReply> HandleHolders(const ApiServices& api) {
-  auto [holders, revision] = api.machine->Read(
-      [](const Index& index, Revision rev) { return std::make_pair(index.Holders(), rev); });
-  // With holder leases on, the leader adds each holder's seconds since activity.
-  std::optional<std::vector<double>> idle;
-  if (api.leases != nullptr) {
-    std::vector<HolderKey> keys;
-    for (const HolderInfo& h : holders) keys.push_back(h.holder);
-    idle = api.leases->IdleSeconds(keys, std::chrono::steady_clock::now());
-  }
+Result<HttpReply> HandleHolders(const Services& api) {
+  const HolderListing listing = ListHolders(api);
+  const std::vector<HolderInfo>& holders = listing.holders;
+  const std::optional<std::vector<double>>& idle = listing.idle_seconds;
   json out = json::array();
   for (size_t i = 0; i < holders.size(); ++i) {
     const HolderInfo& h = holders[i];
@@ -106,14 +95,13 @@ Result<HttpReply> HandleHolders(const ApiServices& api) {
                    {"entries_by_tier", TierCounts(h.entries_by_tier)}});
     if (idle) out.back()["idle_seconds"] = (*idle)[i];
   }
-  return JsonReply(DumpJson({{"revision", revision}, {"holders", std::move(out)}}));
+  return JsonReply(DumpJson({{"revision", listing.revision}, {"holders", std::move(out)}}));
 }
 
-Result<HttpReply> HandleContexts(const ApiServices& api) {
-  auto [contexts, revision] = api.machine->Read(
-      [](const Index& index, Revision rev) { return std::make_pair(index.Contexts(), rev); });
+Result<HttpReply> HandleContexts(const Services& api) {
+  const ContextListing listing = ListContexts(api);
   json out = json::array();
-  for (const ContextInfo& c : contexts) {
+  for (const ContextInfo& c : listing.contexts) {
     json item = ContextKeyToJson(c.context);
     item["id"] = c.id;
     item["blocks"] = c.blocks;
@@ -121,56 +109,14 @@ Result<HttpReply> HandleContexts(const ApiServices& api) {
     item["evicted_blocks"] = c.evicted_blocks;
     out.push_back(std::move(item));
   }
-  return JsonReply(DumpJson({{"revision", revision}, {"contexts", std::move(out)}}));
+  return JsonReply(DumpJson({{"revision", listing.revision}, {"contexts", std::move(out)}}));
 }
 
-Result<HttpReply> HandleStats(const ApiServices& api) { return JsonReply(StatsJson(api)); }
+Result<HttpReply> HandleStats(const Services& api) { return JsonReply(StatsDocument(api)); }
 
 }  // namespace
 
-Status AwaitReadConsistency(const ApiServices& api, const LookupRequest& request) {
-  std::optional<uint64_t> wanted = request.min_revision;
-  if (request.linearizable) {
-    // A linearizable read costs one log entry (libraft 0.15 has no ReadIndex): an empty
-    // batch committed through the leader orders the read after every write acknowledged
-    // before it. Followers answer not_leader.
-    KVATLAS_ASSIGN_OR_RETURN(Revision barrier, SubmitAndWait(api, CommandBatch{}));
-    wanted = std::max<uint64_t>(wanted.value_or(0), barrier);
-  }
-  if (!wanted || api.machine->applied_revision() >= *wanted) return Status::Ok();
-  const auto deadline = std::chrono::steady_clock::now() + api.options.apply_timeout;
-  while (api.machine->applied_revision() < *wanted) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status(StatusCode::kDeadlineExceeded,
-                    "min_revision " + std::to_string(*wanted) + " not applied here within " +
-                        std::to_string(api.options.apply_timeout.count()) +
-                        " ms (applied: " + std::to_string(api.machine->applied_revision()) + ")");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return Status::Ok();
-}
-
-LookupAnswer RunLookup(const ApiServices& api, const LookupRequest& request) {
-  const size_t max_blocks = api.options.max_lookup_blocks;
-  std::vector<BlockKey> hashed;
-  std::span<const BlockKey> keys = request.seq_hashes;
-  if (!request.by_hash) {
-    std::span<const uint32_t> tokens = request.token_ids;
-    tokens = tokens.first(std::min(tokens.size(), max_blocks * request.context.block_size));
-    hashed = api.machine->hasher().SequenceHashes(tokens, request.context.block_size);
-    keys = hashed;
-  }
-  keys = keys.first(std::min(keys.size(), max_blocks));
-  LookupOptions options;
-  options.include_locations = request.include_locations;
-  auto [result, revision] = api.machine->Read([&](const Index& index, Revision rev) {
-    return std::make_pair(index.Lookup(request.context, keys, options), rev);
-  });
-  return BuildLookupAnswer(result, request.context, request.instance_id, revision);
-}
-
-void AddQueryRoutes(const ApiServices* api, Router* router) {
+void AddQueryRoutes(const Services* api, Router* router) {
   router->Add({"POST", "/v1/lookup", /*json_body=*/true,
                [api](const RouteRequest& request) { return HandleLookup(*api, request); }});
   router->Add({"GET", "/v1/blocks/{key}", false,

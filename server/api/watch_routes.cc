@@ -15,6 +15,7 @@
 #include "server/api/feed_json.h"
 #include "server/api/routes.h"
 #include "server/feed/change_feed.h"
+#include "server/service/feed_service.h"
 
 namespace kvatlas::server {
 namespace {
@@ -104,10 +105,8 @@ class WatchStream {
   std::shared_ptr<std::atomic<int>> streams_;  // open streams, this one included
 };
 
-Result<HttpReply> HandleWatch(const ApiServices& api,
-                              const std::shared_ptr<std::atomic<int>>& streams,
+Result<HttpReply> HandleWatch(const Services& api, const std::shared_ptr<std::atomic<int>>& streams,
                               const RouteRequest& request) {
-  if (api.feed == nullptr) return Status::Unavailable("this server has no change feed");
   KVATLAS_ASSIGN_OR_RETURN(FeedFilter filter, ParseFilter(request.http));
   std::optional<Revision> from;
   std::string from_text = request.http.get_param_value("from");
@@ -122,7 +121,7 @@ Result<HttpReply> HandleWatch(const ApiServices& api,
                                      std::to_string(api.options.max_watch_streams) +
                                      "); use the binary protocol for more watchers");
   }
-  Result<std::unique_ptr<Watcher>> watcher = api.feed->Subscribe(from, std::move(filter));
+  Result<std::unique_ptr<Watcher>> watcher = Subscribe(api, from, std::move(filter));
   if (!watcher.has_value()) {
     streams->fetch_sub(1);
     return watcher.error();
@@ -135,7 +134,7 @@ Result<HttpReply> HandleWatch(const ApiServices& api,
   return reply;
 }
 
-Result<HttpReply> HandleSnapshot(const ApiServices& api, const RouteRequest& request) {
+Result<HttpReply> HandleSnapshot(const Services& api, const RouteRequest& request) {
   ContextKey context;
   context.tenant = Param(request.http, "tenant_id").value_or("default");
   if (context.tenant.empty()) context.tenant = "default";
@@ -148,50 +147,29 @@ Result<HttpReply> HandleSnapshot(const ApiServices& api, const RouteRequest& req
   KVATLAS_ASSIGN_OR_RETURN(context.block_size, ParseU32("block_size", *block_size));
   if (context.block_size == 0) return Status::InvalidArgument("block_size: must be positive");
 
-  // Copied under the read lock, serialized after it: a large context must not hold up the
-  // applying thread for the JSON encoding.
-  const size_t limit = api.options.max_snapshot_copies;
-  std::vector<std::pair<BlockKey, BlockCopy>> copies;
-  bool too_large = false;
-  const Revision revision = api.machine->Read([&](const Index& index, Revision at) {
-    index.ForEachCopy(context, [&](BlockKey key, const BlockCopy& copy) {
-      if (copies.size() >= limit) {
-        too_large = true;
-        return;
-      }
-      copies.emplace_back(key, copy);
-    });
-    return at;
-  });
-  if (too_large) {
-    return Status(StatusCode::kPayloadTooLarge, "the context has more than max_snapshot_copies (" +
-                                                    std::to_string(limit) + ") copies");
-  }
+  KVATLAS_ASSIGN_OR_RETURN(ContextSnapshot snapshot, SnapshotContext(api, context));
   json list = json::array();
-  for (const auto& [key, c] : copies) {
-    json item = {{"key", key},
+  for (const SnapshotRow& c : snapshot.rows) {
+    json item = {{"key", c.key},
                  {"depth", c.depth},
-                 {"backend_id", c.holder.id},
-                 {"dp_rank", c.holder.dp_rank},
+                 {"backend_id", snapshot.holders[c.holder].id},
+                 {"dp_rank", snapshot.holders[c.holder].dp_rank},
                  {"medium", TierName(c.tier)},
                  {"refcount", c.refcount},
                  {"engine_hash", c.engine_hash}};
     if (!c.location.empty()) item["location"] = c.location;
     list.push_back(std::move(item));
   }
-  json out = {{"revision", revision},
-              {"tenant_id", context.tenant},
-              {"model_name", context.model},
-              {"lora_name", context.lora_name},
-              {"block_size", context.block_size},
-              {"additional_salt", context.salt},
+  json out = {{"revision", snapshot.revision},    {"tenant_id", context.tenant},
+              {"model_name", context.model},      {"lora_name", context.lora_name},
+              {"block_size", context.block_size}, {"additional_salt", context.salt},
               {"copies", std::move(list)}};
   return JsonReply(out.dump());
 }
 
 }  // namespace
 
-void AddWatchRoutes(const ApiServices* api, Router* router) {
+void AddWatchRoutes(const Services* api, Router* router) {
   auto streams = std::make_shared<std::atomic<int>>(0);
   router->Add({"GET", "/v1/watch", false, [api, streams](const RouteRequest& request) {
                  return HandleWatch(*api, streams, request);

@@ -1,6 +1,6 @@
 // Layout, byte by byte: docs/storage.md §Command batches. The primitives (varints,
-// length-prefixed strings, context and holder keys) are the storage ones, so a context is
-// the same bytes in a log entry and in its `C` record.
+// length-prefixed strings, context and holder keys: value_codec.h) are shared with storage,
+// so a context is the same bytes in a log entry and in its `C` record.
 #include "server/model/command_codec.h"
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 #include <variant>
 #include <vector>
 
-#include "server/storage/key_codec.h"
+#include "server/model/value_codec.h"
 
 namespace kvatlas::server {
 namespace {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/internal/log.h"
+#include "server/service/ingest_service.h"
 
 namespace kvatlas::server {
 namespace {
@@ -236,7 +237,7 @@ void RpcConnection::SubmitIngest(PendingIngest pending) {
   CommandBatch batch = std::move(pending.batch);
   auto wait = std::make_shared<Wait>(std::move(pending), socket_.get_executor());
   auto self = shared_from_this();
-  const ApiServices& api = handler_->api();
+  const Services& api = handler_->api();
   wait->deadline.expires_after(api.options.apply_timeout);
   wait->deadline.async_wait([self, wait](error_code ec) {
     if (ec || wait->answered) return;
@@ -246,10 +247,8 @@ void RpcConnection::SubmitIngest(PendingIngest pending) {
     self->Answered();
     self->Flush();
   });
-  api.metrics->ApplyStarted();
   // Runs on the applier thread (or here, at once, when refused): only post from it.
-  api.applier->SubmitAsync(std::move(batch), [self, wait](Result<Revision> applied) {
-    self->handler_->api().metrics->ApplyFinished();
+  SubmitAsync(api, std::move(batch), [self, wait](Result<Revision> applied) {
     asio::post(self->socket_.get_executor(), [self, wait, applied = std::move(applied)] {
       if (wait->answered) return;
       wait->answered = true;

@@ -1,15 +1,16 @@
 #include "server/rpc/rpc_handler.h"
 
-#include <chrono>
 #include <exception>
 #include <utility>
 #include <vector>
 
 #include "kvatlas/common/not_leader.h"
-#include "server/api/forwarding.h"
-#include "server/api/stats_json.h"
-#include "server/ingest/event_converter.h"
-#include "server/model/registration.h"
+#include "server/service/cluster_service.h"
+#include "server/service/ingest_service.h"
+#include "server/service/lease_service.h"
+#include "server/service/lookup_service.h"
+#include "server/service/route_decision.h"
+#include "server/service/stats_service.h"
 
 namespace kvatlas::server {
 namespace {
@@ -41,14 +42,11 @@ Status RequireEmpty(const Frame& request, std::string_view what) {
                                  std::to_string(request.payload.size()) + " bytes");
 }
 
-protocol::LocateAnswer Locate(const ApiServices& api, const protocol::LocateRequest& request) {
-  auto [copies, revision] = api.machine->Read([&](const Index& index, Revision rev) {
-    return std::make_pair(index.Locate(request.key, request.context ? &*request.context : nullptr),
-                          rev);
-  });
+protocol::LocateAnswer Locate(const Services& api, const protocol::LocateRequest& request) {
+  BlockCopies found = LocateBlock(api, request.key, request.context ? &*request.context : nullptr);
   protocol::LocateAnswer answer;
-  answer.revision = revision;
-  answer.copies = std::move(copies);
+  answer.revision = found.revision;
+  answer.copies = std::move(found.copies);
   return answer;
 }
 
@@ -81,7 +79,7 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
   if (header.is_response()) {
     return Status::InvalidArgument("a response frame (flags has kFlagResponse) sent as a request");
   }
-  const ApiServices& api = *api_;
+  const Services& api = *api_;
   switch (header.type) {
     case MessageType::kPing:
       KVATLAS_RETURN_IF_ERROR(RequireEmpty(request, "ping"));
@@ -89,8 +87,8 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
       return answered();
     case MessageType::kStats:
       KVATLAS_RETURN_IF_ERROR(RequireEmpty(request, "stats"));
-      AppendAnswer(header.type, header.request_id, protocol::EncodeStatsAnswer({StatsJson(api)}),
-                   out);
+      AppendAnswer(header.type, header.request_id,
+                   protocol::EncodeStatsAnswer({StatsDocument(api)}), out);
       return answered();
     case MessageType::kLookup: {
       KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup,
@@ -100,7 +98,7 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
         return Status::InvalidArgument("block_size: must be a positive integer, got 0");
       }
       AppendAnswer(header.type, header.request_id,
-                   protocol::EncodeLookupAnswerBinary(RunLookup(api, lookup)), out);
+                   protocol::EncodeLookupAnswerBinary(LookupPrefix(api, lookup)), out);
       return answered();
     }
     case MessageType::kRoute: {
@@ -109,7 +107,7 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
       if (route.lookup.context.block_size == 0) {
         return Status::InvalidArgument("lookup.block_size: must be a positive integer, got 0");
       }
-      KVATLAS_ASSIGN_OR_RETURN(RoutingAnswer answer, RunRoute(api, route));
+      KVATLAS_ASSIGN_OR_RETURN(RoutingAnswer answer, DecideRoute(api, route));
       AppendAnswer(header.type, header.request_id, protocol::EncodeRouteAnswerBinary(answer), out);
       return answered();
     }
@@ -123,13 +121,10 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
     case MessageType::kIngest: {
       KVATLAS_ASSIGN_OR_RETURN(protocol::IngestRequest ingest,
                                protocol::DecodeIngestRequest(request.payload));
-      const EventConverter converter(&api.machine->hasher(), api.options.converter);
-      KVATLAS_ASSIGN_OR_RETURN(ConvertedBatch converted, converter.Convert(ingest.events));
-      if (ingest.writer) converted.batch.position = WriterStreamPosition(*ingest.writer);
+      KVATLAS_ASSIGN_OR_RETURN(PreparedIngest prepared,
+                               PrepareIngest(api, ingest.events, ingest.writer));
       NoteUnknownMedia(api, ingest.events);
-      PendingIngest pending{
-          header.request_id, std::move(converted.batch),
-          IngestAnswer{api.machine->applied_revision(), converted.events, converted.blocks}};
+      PendingIngest pending{header.request_id, std::move(prepared.batch), prepared.answer};
       // An empty batch changes nothing: it answers the current revision without a log entry.
       if (!pending.batch.commands.empty()) return Handled(std::move(pending));
       AppendIngestAnswer(pending, pending.answer.revision, out);
@@ -142,14 +137,11 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
     case MessageType::kHeartbeat: {
       KVATLAS_ASSIGN_OR_RETURN(protocol::HeartbeatRequest heartbeat,
                                protocol::DecodeHeartbeatRequest(request.payload));
+      // kNotLeader from a follower is answered with the leader's address (AppendError).
+      KVATLAS_ASSIGN_OR_RETURN(HeartbeatResult result, Heartbeat(api, heartbeat.holders));
       protocol::HeartbeatAnswer answer;
-      answer.holders = static_cast<uint32_t>(heartbeat.holders.size());
-      // Leases off: nothing to keep alive (and nothing to send to the leader for).
-      if (api.leases != nullptr && api.leases->enabled()) {
-        KVATLAS_RETURN_IF_ERROR(api.leases->Heartbeat(heartbeat.holders));  // not_leader hints
-        answer.ttl_seconds = static_cast<uint32_t>(
-            std::chrono::duration_cast<std::chrono::seconds>(api.leases->ttl()).count());
-      }
+      answer.holders = static_cast<uint32_t>(result.holders);
+      answer.ttl_seconds = static_cast<uint32_t>(result.ttl_seconds);
       AppendAnswer(header.type, header.request_id, protocol::EncodeHeartbeatAnswer(answer), out);
       return answered();
     }

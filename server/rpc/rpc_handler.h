@@ -1,10 +1,10 @@
-// RpcHandler: answers binary-protocol requests (docs/protocol.md) with the services the
-// REST routes use, without sockets: a request frame in, answer frame bytes out. Lookup,
-// locate, stats and ping are answered at once (reads run under the state machine's read
-// lock and take microseconds); an ingest is decoded and converted here and handed back as
-// a PendingIngest, because its answer waits for the Applier and the connection owns that
-// asynchronous path and its deadline. Every answer is counted in the metrics. The streams
-// (kWatch, kSnapshot) keep per-connection state and are served by RpcStreams instead.
+// RpcHandler: answers binary-protocol requests (docs/protocol.md) with the service layer
+// the REST routes use (server/service/), without sockets: a request frame in, answer frame bytes
+// out. Lookup, locate, stats and ping are answered at once (reads run under the state machine's
+// read lock and take microseconds); an ingest is decoded and converted here and handed back as a
+// PendingIngest, because its answer waits for the Applier and the connection owns that asynchronous
+// path and its deadline. Every answer is counted in the metrics. The streams (kWatch, kSnapshot)
+// keep per-connection state and are served by RpcStreams instead.
 //
 // Immutable after construction: safe from any thread.
 #pragma once
@@ -13,12 +13,11 @@
 #include <optional>
 #include <string>
 
-#include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/protocol.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
-#include "server/api/routes.h"
 #include "server/model/command.h"
+#include "server/service/services.h"
 
 namespace kvatlas::server {
 
@@ -32,9 +31,9 @@ struct PendingIngest {
 class RpcHandler {
  public:
   // `api` must outlive the handler.
-  explicit RpcHandler(const ApiServices* api) : api_(api) {}
+  explicit RpcHandler(const Services* api) : api_(api) {}
 
-  const ApiServices& api() const { return *api_; }
+  const Services& api() const { return *api_; }
 
   // Answers `request` by appending exactly one answer frame to *out and returning nullopt,
   // or, for an ingest that changes state, appends nothing and returns it for submission.
@@ -63,7 +62,7 @@ class RpcHandler {
   void AppendError(protocol::MessageType type, uint64_t request_id, const Status& status,
                    std::string* out) const;
 
-  const ApiServices* api_;
+  const Services* api_;
 };
 
 }  // namespace kvatlas::server

@@ -34,7 +34,7 @@ Result<tcp::endpoint> Resolve(asio::io_context& io, const std::string& host, uin
 
 }  // namespace
 
-RpcServer::RpcServer(RpcServerOptions options, const ApiServices* api)
+RpcServer::RpcServer(RpcServerOptions options, const Services* api)
     : options_(std::move(options)), handler_(api) {
   // Concurrency hint 1: each io_context is run by one thread, which lets Asio skip locking
   // on that thread's own queue (posts from other threads, e.g. the applier, stay safe).

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <unordered_map>
 #include <utility>
 
 namespace kvatlas::server {
@@ -29,7 +28,7 @@ FeedRecord Piece(const FeedRecord& r, size_t begin, size_t n) {
 
 }  // namespace
 
-RpcStreams::RpcStreams(const ApiServices* api, size_t max_watches)
+RpcStreams::RpcStreams(const Services* api, size_t max_watches)
     : api_(api), max_watches_(max_watches) {}
 
 RpcStreams::~RpcStreams() = default;
@@ -88,14 +87,13 @@ RpcStreams::Handled RpcStreams::HandleWatch(const protocol::Frame& request, std:
 
 Status RpcStreams::StartWatch(uint64_t request_id, const protocol::WatchRequest& request,
                               std::string* out) {
-  if (api_->feed == nullptr) return Status::Unavailable("this server has no change feed");
   if (watches_.size() >= max_watches_) {
     return Status::ResourceExhausted("too many watches on this connection (" +
                                      std::to_string(watches_.size()) + "); the limit is " +
                                      std::to_string(max_watches_));
   }
   KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Watcher> watcher,
-                           api_->feed->Subscribe(request.from, request.filter));
+                           Subscribe(*api_, request.from, request.filter));
   // The answer: the revision the watch starts after (the current one for "from now").
   AppendOk(MessageType::kWatch, request_id,
            protocol::EncodeWatchBatch({false, watcher->ResumeFrom(), {}}), out);
@@ -119,33 +117,14 @@ RpcStreams::Handled RpcStreams::HandleSnapshot(const protocol::Frame& request, s
   }
   // Copied under the read lock (as GET /v1/snapshot does), encoded in parts afterwards as
   // the client reads them: the applying thread waits only for the copy.
-  Snapshot snapshot;
-  snapshot.request_id = id;
-  snapshot.context = decoded->context;
-  const size_t limit = api_->options.max_snapshot_copies;
-  bool too_large = false;
-  std::unordered_map<HolderKey, uint32_t, HolderKeyHash> holder_index;
-  snapshot.revision = api_->machine->Read([&](const Index& index, Revision at) {
-    index.ForEachCopy(snapshot.context, [&](BlockKey key, const BlockCopy& copy) {
-      if (snapshot.rows.size() >= limit) {
-        too_large = true;
-        return;
-      }
-      const auto [holder, added] =
-          holder_index.try_emplace(copy.holder, static_cast<uint32_t>(snapshot.holders.size()));
-      if (added) snapshot.holders.push_back(copy.holder);
-      snapshot.rows.push_back(SnapshotRow{key, holder->second, copy.tier, copy.depth, copy.refcount,
-                                          copy.engine_hash, copy.location});
-    });
-    return at;
-  });
-  if (too_large) {
-    AppendError(MessageType::kSnapshot, id,
-                Status::PayloadTooLarge("the context has more than max_snapshot_copies (" +
-                                        std::to_string(limit) + ") copies"),
-                out);
+  Result<ContextSnapshot> copies = SnapshotContext(*api_, decoded->context);
+  if (!copies.has_value()) {
+    AppendError(MessageType::kSnapshot, id, copies.error(), out);
     return Handled::kAnswered;
   }
+  Snapshot snapshot;
+  snapshot.request_id = id;
+  snapshot.copies = std::move(copies).value();
   snapshots_.push_back(std::move(snapshot));
   return Handled::kPending;
 }
@@ -250,17 +229,18 @@ void RpcStreams::AppendRecords(uint64_t request_id, Watcher::Take take, std::str
 
 bool RpcStreams::ProducePart(Snapshot& snapshot, std::string* out) {
   protocol::SnapshotPart part;
-  part.revision = snapshot.revision;
+  const ContextSnapshot& copies = snapshot.copies;
+  part.revision = copies.revision;
   part.part = snapshot.part++;
-  part.context = snapshot.context;
+  part.context = copies.context;
   size_t bytes = 0;
-  while (snapshot.next < snapshot.rows.size() &&
+  while (snapshot.next < copies.rows.size() &&
          part.copies.size() < protocol::kMaxSnapshotPartCopies && bytes < kSnapshotPartBytes) {
-    SnapshotRow& row = snapshot.rows[snapshot.next++];
+    SnapshotRow& row = snapshot.copies.rows[snapshot.next++];
     protocol::SnapshotCopy& c = part.copies.emplace_back();
     c.key = row.key;
     c.copy.context = ContextKey{"", "", "", 0, ""};  // the part's, not sent per copy
-    c.copy.holder = snapshot.holders[row.holder];
+    c.copy.holder = copies.holders[row.holder];
     c.copy.tier = row.tier;
     c.copy.depth = row.depth;
     c.copy.refcount = row.refcount;
@@ -268,7 +248,7 @@ bool RpcStreams::ProducePart(Snapshot& snapshot, std::string* out) {
     c.copy.location = std::move(row.location);
     bytes += protocol::SnapshotCopyBytes(c);
   }
-  part.last = snapshot.next == snapshot.rows.size();
+  part.last = snapshot.next == copies.rows.size();
   AppendOk(MessageType::kSnapshot, snapshot.request_id, protocol::EncodeSnapshotPart(part), out);
   if (part.last) Count(MessageType::kSnapshot, StatusCode::kOk);
   return part.last;

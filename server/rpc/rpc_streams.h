@@ -22,8 +22,9 @@
 #include <vector>
 
 #include "kvatlas/common/protocol.h"
-#include "server/api/routes.h"
 #include "server/feed/change_feed.h"
+#include "server/service/feed_service.h"
+#include "server/service/services.h"
 
 namespace kvatlas::server {
 
@@ -43,7 +44,7 @@ class RpcStreams {
   };
 
   // `api` must outlive the streams. At most `max_watches` watches are open at once.
-  RpcStreams(const ApiServices* api, size_t max_watches);
+  RpcStreams(const Services* api, size_t max_watches);
   ~RpcStreams();
   RpcStreams(const RpcStreams&) = delete;
   RpcStreams& operator=(const RpcStreams&) = delete;
@@ -82,23 +83,10 @@ class RpcStreams {
     uint64_t serial = 0;
     bool ready = false;
   };
-  // One copy as a snapshot keeps it until its part is encoded: its holder interned (a
-  // context has few holders and up to millions of copies), no per-copy context.
-  struct SnapshotRow {
-    BlockKey key = 0;
-    uint32_t holder = 0;  // index into Snapshot::holders
-    Tier tier = Tier::kGpu;
-    uint32_t depth = 0;
-    uint32_t refcount = 0;
-    uint64_t engine_hash = 0;
-    std::string location;
-  };
+  // A snapshot being sent: its copies are kept (feed_service.h) until their part is encoded.
   struct Snapshot {
     uint64_t request_id = 0;
-    Revision revision = 0;
-    ContextKey context;
-    std::vector<HolderKey> holders;
-    std::vector<SnapshotRow> rows;
+    ContextSnapshot copies;
     size_t next = 0;  // the first row not yet sent
     uint32_t part = 0;
   };
@@ -120,7 +108,7 @@ class RpcStreams {
                    std::string* out) const;
   void Count(protocol::MessageType type, StatusCode code) const;
 
-  const ApiServices* api_;
+  const Services* api_;
   const size_t max_watches_;
   std::function<void(uint64_t, uint64_t)> wake_;
   std::map<uint64_t, Watch> watches_;  // by request id

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/internal/host_port.h"
 #include "kvatlas/common/block_hasher.h"
 #include "kvatlas/common/result.h"
 #include "server/model/registration.h"
@@ -122,16 +123,6 @@ struct Config {
   // tenant_id?, lora_name?, block_size?, additionalsalt?}.
   std::vector<ZmqListenerConfig> zmq_listeners;
 };
-
-struct HostPort {
-  std::string host;
-  uint16_t port = 0;
-  std::string ToString() const;  // "host:port", "[v6]:port"
-};
-
-// "HOST:PORT" or "[V6]:PORT". kInvalidArgument otherwise (the message does not name a key:
-// callers add it with WithContext).
-[[nodiscard]] Result<HostPort> ParseHostPort(std::string_view text);
 
 // Reads a JSON object of config keys over `base`. kInvalidArgument naming the file and
 // the key for unknown keys (all of them) and wrongly typed values; kIOError if unreadable.

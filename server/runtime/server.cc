@@ -114,21 +114,21 @@ Status Server::Init() {
                                              return status.term;
                                            });
 
-  api_.machine = machine_.get();
-  api_.applier = applier_.get();
-  api_.storage = storage_.get();
-  api_.metrics = &metrics_;
-  api_.zmq = zmq_.get();
-  api_.log = raft_.get();
-  api_.feed = feed_.get();
-  api_.leases = leases_.get();
+  services_.machine = machine_.get();
+  services_.applier = applier_.get();
+  services_.storage = storage_.get();
+  services_.metrics = &metrics_;
+  services_.zmq = zmq_.get();
+  services_.log = raft_.get();
+  services_.feed = feed_.get();
+  services_.leases = leases_.get();
   // Watch streams hold HTTP workers: at most half of them.
-  api_.options.max_watch_streams = std::max<size_t>(1, config_.http_threads / 2);
-  api_.server_id = config_.id;
-  api_.options.converter.max_events_per_batch = config_.max_events_per_batch;
-  api_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
-  api_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
-  api_.options.max_lookup_blocks = machine_options.index.max_lookup_blocks;
+  services_.options.max_watch_streams = std::max<size_t>(1, config_.http_threads / 2);
+  services_.server_id = config_.id;
+  services_.options.converter.max_events_per_batch = config_.max_events_per_batch;
+  services_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
+  services_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
+  services_.options.max_lookup_blocks = machine_options.index.max_lookup_blocks;
 
   RpcServerOptions rpc_options;
   rpc_options.host = rpc_listen.host;
@@ -137,15 +137,15 @@ Status Server::Init() {
   rpc_options.connection.max_frame_bytes = static_cast<uint32_t>(config_.rpc_max_frame_bytes);
   rpc_options.connection.max_in_flight = config_.rpc_max_in_flight;
   rpc_options.connection.idle_timeout = std::chrono::milliseconds(config_.rpc_idle_timeout_ms);
-  rpc_ = std::make_unique<RpcServer>(rpc_options, &api_);
+  rpc_ = std::make_unique<RpcServer>(rpc_options, &services_);
   KVATLAS_RETURN_IF_ERROR(rpc_->Start());
   rpc_listen_address_ = HostPort{rpc_listen.host, rpc_->port()}.ToString();
-  api_.rpc_address = Advertised(rpc_listen_address_, raft_address_);
+  services_.rpc_address = Advertised(rpc_listen_address_, raft_address_);
   KVATLAS_RETURN_IF_ERROR(WriteFileAtomically(data_dir / "rpc.addr", rpc_listen_address_ + "\n"));
   wrote_rpc_address_ = true;
 
   Router router;
-  AddAllRoutes(&api_, &router);
+  AddAllRoutes(&services_, &router);
 
   HttpServerOptions http_options;
   http_options.host = listen.host;
@@ -159,7 +159,7 @@ Status Server::Init() {
   listen_address_ = HostPort{listen.host, http_->port()}.ToString();
   // Set before the address is published (http.addr, the log line): no client can reach
   // a handler that reads it earlier.
-  api_.http_address = Advertised(listen_address_, raft_address_);
+  services_.http_address = Advertised(listen_address_, raft_address_);
   KVATLAS_RETURN_IF_ERROR(WriteFileAtomically(data_dir / "http.addr", listen_address_ + "\n"));
   wrote_address_ = true;
   announcer_ = std::thread([this] { AnnounceAddresses(); });
@@ -209,7 +209,7 @@ void Server::ExpireSilentHolders() {
 }
 
 void Server::AnnounceAddresses() {
-  const ServerAddresses mine{api_.http_address, api_.rpc_address};
+  const ServerAddresses mine{services_.http_address, services_.rpc_address};
   constexpr auto kPoll = std::chrono::milliseconds(250);
   constexpr auto kMaxBackoff = std::chrono::milliseconds(5'000);
   // Bounded so that Shutdown never waits long for this thread.

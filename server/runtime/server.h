@@ -15,12 +15,12 @@
 
 #include "kvatlas/common/result.h"
 #include "server/api/http_server.h"
-#include "server/api/metrics.h"
 #include "server/api/routes.h"
 #include "server/feed/change_feed.h"
 #include "server/replication/raft_log.h"
 #include "server/rpc/rpc_server.h"
 #include "server/runtime/config.h"
+#include "server/service/metrics.h"
 #include "server/state/applier.h"
 #include "server/state/lease_tracker.h"
 #include "server/state/state_machine.h"
@@ -88,7 +88,7 @@ class Server {
   std::unique_ptr<LeaseTracker> leases_;
   std::atomic<ZmqIngest*> zmq_notify_{nullptr};  // zmq_ once started, for the registry listener
   Metrics metrics_;
-  ApiServices api_;
+  Services services_;
   std::unique_ptr<RpcServer> rpc_;
   std::unique_ptr<HttpServer> http_;
   std::string listen_address_;

@@ -5,6 +5,7 @@
 #include <future>
 
 #include "kvatlas/common/block_hasher.h"
+#include "tests/support/in_memory_services.h"
 
 namespace kvatlas::server {
 namespace {
@@ -12,18 +13,7 @@ namespace {
 using protocol::Frame;
 using protocol::MessageType;
 
-// An in-memory server's services (no storage), as the RPC server sees them.
-struct Services {
-  Services() : machine(StateMachineOptions{}, nullptr), applier(&machine) {
-    api.machine = &machine;
-    api.applier = &applier;
-    api.metrics = &metrics;
-  }
-  StateMachine machine;
-  Applier applier;
-  Metrics metrics;
-  ApiServices api;
-};
+using TestServer = testing::InMemoryServices;
 
 Frame Request(MessageType type, uint64_t id, std::string payload) {
   Frame frame;
@@ -56,7 +46,7 @@ BlockEvent Stored(std::vector<uint32_t> tokens) {
 
 TEST_SUITE("RpcHandler") {
   TEST_CASE("RpcHandler: ping and stats are answered at once under the request's id") {
-    Services s;
+    TestServer s;
     const RpcHandler handler(&s.api);
     std::string out;
     CHECK_FALSE(handler.Handle(Request(MessageType::kPing, 7, ""), &out));
@@ -76,7 +66,7 @@ TEST_SUITE("RpcHandler") {
   }
 
   TEST_CASE("RpcHandler: bad requests are answered with their status, and change nothing") {
-    Services s;
+    TestServer s;
     const RpcHandler handler(&s.api);
     const struct {
       Frame request;
@@ -117,7 +107,7 @@ TEST_SUITE("RpcHandler") {
   }
 
   TEST_CASE("RpcHandler: an ingest is handed back for the applier, then answered") {
-    Services s;
+    TestServer s;
     const RpcHandler handler(&s.api);
     std::string out;
     const std::string payload =
@@ -161,7 +151,7 @@ TEST_SUITE("RpcHandler") {
   }
 
   TEST_CASE("RpcHandler: an empty ingest answers the current revision without the applier") {
-    Services s;
+    TestServer s;
     const RpcHandler handler(&s.api);
     std::string out;
     CHECK_FALSE(
@@ -172,7 +162,7 @@ TEST_SUITE("RpcHandler") {
   }
 
   TEST_CASE("RpcHandler: stream errors answer under the failed header, else id 0 and kError") {
-    Services s;
+    TestServer s;
     const RpcHandler handler(&s.api);
     protocol::FrameHeader header;
     header.type = MessageType::kLookup;

@@ -14,23 +14,15 @@
 #include <string>
 #include <thread>
 
+#include "tests/support/in_memory_services.h"
+
 namespace kvatlas::server {
 namespace {
 
 using protocol::Frame;
 using protocol::MessageType;
 
-struct Services {
-  Services() : machine(StateMachineOptions{}, nullptr), applier(&machine) {
-    api.machine = &machine;
-    api.applier = &applier;
-    api.metrics = &metrics;
-  }
-  StateMachine machine;
-  Applier applier;
-  Metrics metrics;
-  ApiServices api;
-};
+using TestServer = testing::InMemoryServices;
 
 // A connected loopback socket with a receive timeout; `rcvbuf` > 0 shrinks its receive
 // buffer (before connecting, so that the advertised window stays small).
@@ -63,7 +55,7 @@ std::string Pings(uint64_t first_id, size_t count) {
 
 TEST_SUITE("RpcServer") {
   TEST_CASE("RpcServer: pipelined pings on several io threads are all answered by id") {
-    Services s;
+    TestServer s;
     RpcServerOptions options;
     options.port = 0;
     options.threads = 2;
@@ -103,7 +95,7 @@ TEST_SUITE("RpcServer") {
   }
 
   TEST_CASE("RpcServer: a client that never reads its answers is closed after write_timeout") {
-    Services s;
+    TestServer s;
     RpcServerOptions options;
     options.port = 0;
     options.threads = 1;

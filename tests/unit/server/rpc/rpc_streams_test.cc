@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "server/rpc/rpc_server.h"
+#include "tests/support/in_memory_services.h"
 #include "tests/support/raw_rpc_connection.h"
 #include "tests/support/state_machine_helpers.h"
 
@@ -27,27 +28,15 @@ using protocol::MessageType;
 
 const ContextKey kContext{"default", "m", "", 2, ""};
 
-struct Services {
-  explicit Services(ChangeFeedOptions feed_options = {}, bool with_feed = true)
-      : feed(feed_options), machine(StateMachineOptions{}, nullptr), applier(&machine) {
-    machine.SetApplyObserver(&feed);
-    REQUIRE(machine.Recover().ok());
-    api.machine = &machine;
-    api.applier = &applier;
-    api.metrics = &metrics;
-    if (with_feed) api.feed = &feed;
-  }
+// An in-memory server with a change feed (unless told otherwise).
+struct TestServer : testing::InMemoryServices {
+  explicit TestServer(ChangeFeedOptions feed_options = {}, bool with_feed = true)
+      : InMemoryServices(feed_options, with_feed) {}
   // Applies one store of `keys` by `holder` (the test thread is the only applier).
   Revision Store(const std::string& holder, std::vector<BlockKey> keys) {
     return testing::ApplyOne(machine,
                              testing::StoreBatch(kContext, HolderKey{holder, 0}, std::move(keys)));
   }
-
-  ChangeFeed feed;
-  StateMachine machine;
-  Applier applier;
-  Metrics metrics;
-  ApiServices api;
 };
 
 // RawRpcConnection with the watch requests and answers these tests read.
@@ -95,7 +84,7 @@ std::vector<BlockKey> Keys(BlockKey first, size_t n) {
 
 TEST_SUITE("RpcStreams") {
   TEST_CASE("RpcStreams: a watch pushes applied records between other answers; cancel ends it") {
-    Services s;
+    TestServer s;
     s.Store("a", {100});  // before the watch: not delivered
     RpcServer server(Options(), &s.api);
     REQUIRE(server.Start().ok());
@@ -128,7 +117,7 @@ TEST_SUITE("RpcStreams") {
   }
 
   TEST_CASE("RpcStreams: a watch from a revision replays the window, filtered") {
-    Services s;
+    TestServer s;
     const Revision r1 = s.Store("a", {1});
     s.Store("b", {2});
     const Revision r3 = s.Store("a", {3});
@@ -154,7 +143,7 @@ TEST_SUITE("RpcStreams") {
   }
 
   TEST_CASE("RpcStreams: a snapshot comes in parts of at most 65536 copies") {
-    Services s;
+    TestServer s;
     const size_t n = protocol::kMaxSnapshotPartCopies + 1000;
     s.Store("a", Keys(1, n));
     const Revision at = s.Store("b", {1});
@@ -198,7 +187,7 @@ TEST_SUITE("RpcStreams") {
   }
 
   TEST_CASE("RpcStreams: bad requests get error frames and the connection goes on") {
-    Services s;
+    TestServer s;
     s.api.options.max_snapshot_copies = 2;
     s.Store("a", {1, 2, 3});
     RpcServerOptions options = Options();
@@ -244,7 +233,7 @@ TEST_SUITE("RpcStreams") {
   }
 
   TEST_CASE("RpcStreams: without a change feed a watch is unavailable") {
-    Services s({}, /*with_feed=*/false);
+    TestServer s({}, /*with_feed=*/false);
     RpcServer server(Options(), &s.api);
     REQUIRE(server.Start().ok());
     Conn conn(server.port());
@@ -258,7 +247,7 @@ TEST_SUITE("RpcStreams") {
   TEST_CASE("RpcStreams: compacted watches name the oldest and current revision") {
     ChangeFeedOptions feed;
     feed.window_keys = 2;
-    Services s(feed);
+    TestServer s(feed);
     s.Store("a", {1, 2});
     const Revision r2 = s.Store("a", {3, 4});
     const Revision r3 = s.Store("a", {5, 6});
@@ -279,7 +268,7 @@ TEST_SUITE("RpcStreams") {
   TEST_CASE("RpcStreams: a client that stops reading is cut; another watcher gets everything") {
     ChangeFeedOptions feed;
     feed.watcher_queue_chunks = 8;
-    Services s(feed);
+    TestServer s(feed);
     RpcServerOptions options = Options();
     options.threads = 2;
     options.connection.max_pending_output_bytes = 64 << 10;
@@ -360,7 +349,7 @@ TEST_SUITE("RpcStreams") {
   }
 
   TEST_CASE("RpcStreams: stopping the server ends open watches with unavailable") {
-    Services s;
+    TestServer s;
     RpcServer server(Options(), &s.api);
     REQUIRE(server.Start().ok());
     Conn conn(server.port());
@@ -376,7 +365,7 @@ TEST_SUITE("RpcStreams") {
   }
 
   TEST_CASE("RpcStreams: a quiet watch keeps its connection open with empty frames") {
-    Services s;
+    TestServer s;
     RpcServerOptions options = Options();
     options.connection.idle_timeout = 100ms;
     RpcServer server(options, &s.api);

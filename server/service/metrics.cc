@@ -1,4 +1,4 @@
-#include "server/api/metrics.h"
+#include "server/service/metrics.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,0 +1,99 @@
+#include "server/service/cluster_service.h"
+
+#include <future>
+#include <memory>
+#include <utility>
+
+#include "server/service/ingest_service.h"
+
+namespace kvatlas::server {
+namespace {
+
+// Starts a membership change with `start(done)` and waits for its outcome (up to
+// options.apply_timeout).
+template <typename Start>
+Status Change(const Services& services, Start start) {
+  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = done->get_future();
+  start([done](Status s) { done->set_value(std::move(s)); });
+  if (result.wait_for(services.options.apply_timeout) != std::future_status::ready) {
+    return ApplyDeadlineExceeded(services);
+  }
+  return result.get();
+}
+
+}  // namespace
+
+LeaderAddresses FindLeader(const Services& services) {
+  LeaderAddresses leader;
+  if (services.log == nullptr) return leader;
+  leader.id = services.log->GetStatus().leader_id;
+  if (leader.id == 0) return leader;
+  if (std::optional<ServerAddresses> known = services.machine->AddressesOf(leader.id)) {
+    if (!known->http_address.empty()) leader.http_address = known->http_address;
+    if (!known->rpc_address.empty()) leader.rpc_address = known->rpc_address;
+  }
+  return leader;
+}
+
+Status RequireCluster(const Services& services) {
+  if (services.log == nullptr) return Status::Unavailable("this server runs without replication");
+  return Status::Ok();
+}
+
+Result<ClusterView> ViewCluster(const Services& services) {
+  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
+  ClusterView view;
+  view.status = services.log->GetStatus();
+  view.addresses = services.machine->ServerAddressMap();
+  view.addresses[view.status.id] = ServerAddresses{services.http_address, services.rpc_address};
+  view.revision = services.machine->applied_revision();
+  return view;
+}
+
+Status AddMember(const Services& services, uint64_t id, std::string raft_address) {
+  return Change(services, [&](ReplicatedLog::Done done) {
+    services.log->AddServer(id, std::move(raft_address), std::move(done));
+  });
+}
+
+Status RemoveMember(const Services& services, uint64_t id) {
+  KVATLAS_RETURN_IF_ERROR(Change(services, [&](ReplicatedLog::Done done) {
+    services.log->RemoveServer(id, std::move(done));
+  }));
+  if (!services.machine->AddressesOf(id).has_value()) return Status::Ok();
+  CommandBatch forget;
+  forget.commands.emplace_back(ForgetServerCommand{id});
+  Result<Revision> forgotten = SubmitAndWait(services, std::move(forget));
+  if (!forgotten.has_value()) {
+    return forgotten.error().WithContext("server " + std::to_string(id) +
+                                         " was removed, but dropping its addresses failed");
+  }
+  return Status::Ok();
+}
+
+Status TransferLeadership(const Services& services, uint64_t id) {
+  return Change(services, [&](ReplicatedLog::Done done) {
+    services.log->TransferLeadership(id, std::move(done));
+  });
+}
+
+Result<Revision> AnnounceMember(const Services& services, uint64_t id, ServerAddresses addresses) {
+  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
+  const ClusterStatus status = services.log->GetStatus();
+  bool member = false;
+  for (const ClusterMember& m : status.members) member = member || m.id == id;
+  if (!member) {
+    return Status::NotFound("server " + std::to_string(id) + " is not a member of the cluster");
+  }
+  if (services.machine->AddressesOf(id) == addresses) {
+    return services.machine->applied_revision();
+  }
+  CommandBatch batch;
+  batch.commands.emplace_back(
+      AnnounceCommand{id, std::move(addresses.http_address), std::move(addresses.rpc_address)});
+  return SubmitAndWait(services, std::move(batch));
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,53 @@
+// The raft cluster as clients see it: who leads and where, the members with their announced
+// addresses, and membership changes (add, remove, transfer leadership, announce a member's
+// client-facing addresses). A change returns once raft has committed it (up to
+// options.apply_timeout); on a follower it fails with kNotLeader. Safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/status.h"
+#include "server/model/registration.h"
+#include "server/service/services.h"
+
+namespace kvatlas::server {
+
+// The leader as this server knows it: raft's view of who leads, and the replicated
+// addresses it announced. id 0 = unknown; an address is nullopt until announced.
+struct LeaderAddresses {
+  uint64_t id = 0;
+  std::optional<std::string> http_address;
+  std::optional<std::string> rpc_address;
+};
+[[nodiscard]] LeaderAddresses FindLeader(const Services& services);
+
+// kUnavailable when this server runs without replication (no cluster to show or change).
+[[nodiscard]] Status RequireCluster(const Services& services);
+
+// Raft's status and every member's known addresses (this server's own included before it
+// has announced them), with the applied revision.
+struct ClusterView {
+  ClusterStatus status;
+  std::map<uint64_t, ServerAddresses> addresses;
+  Revision revision = 0;
+};
+[[nodiscard]] Result<ClusterView> ViewCluster(const Services& services);
+
+[[nodiscard]] Status AddMember(const Services& services, uint64_t id, std::string raft_address);
+// Removes the member, then drops its announced addresses (a replicated command).
+[[nodiscard]] Status RemoveMember(const Services& services, uint64_t id);
+// id 0: any up-to-date voter.
+[[nodiscard]] Status TransferLeadership(const Services& services, uint64_t id);
+
+// Records member `id`'s client-facing addresses (servers announce themselves to the leader
+// at start). kNotFound when `id` is not a member. Addresses already recorded as these are
+// answered with the current revision, without a log entry.
+[[nodiscard]] Result<Revision> AnnounceMember(const Services& services, uint64_t id,
+                                              ServerAddresses addresses);
+
+}  // namespace kvatlas::server

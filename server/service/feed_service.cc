@@ -1,0 +1,41 @@
+#include "server/service/feed_service.h"
+
+#include <unordered_map>
+#include <utility>
+
+namespace kvatlas::server {
+
+Result<std::unique_ptr<Watcher>> Subscribe(const Services& services, std::optional<Revision> from,
+                                           FeedFilter filter) {
+  if (services.feed == nullptr) return Status::Unavailable("this server has no change feed");
+  return services.feed->Subscribe(from, std::move(filter));
+}
+
+Result<ContextSnapshot> SnapshotContext(const Services& services, const ContextKey& context) {
+  ContextSnapshot snapshot;
+  snapshot.context = context;
+  const size_t limit = services.options.max_snapshot_copies;
+  bool too_large = false;
+  std::unordered_map<HolderKey, uint32_t, HolderKeyHash> holder_index;
+  snapshot.revision = services.machine->Read([&](const Index& index, Revision at) {
+    index.ForEachCopy(context, [&](BlockKey key, const BlockCopy& copy) {
+      if (snapshot.rows.size() >= limit) {
+        too_large = true;
+        return;
+      }
+      const auto [holder, added] =
+          holder_index.try_emplace(copy.holder, static_cast<uint32_t>(snapshot.holders.size()));
+      if (added) snapshot.holders.push_back(copy.holder);
+      snapshot.rows.push_back(SnapshotRow{key, holder->second, copy.tier, copy.depth, copy.refcount,
+                                          copy.engine_hash, copy.location});
+    });
+    return at;
+  });
+  if (too_large) {
+    return Status::PayloadTooLarge("the context has more than max_snapshot_copies (" +
+                                   std::to_string(limit) + ") copies");
+  }
+  return snapshot;
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,48 @@
+// Writes: turning an event batch into a command batch, and handing command batches to the
+// Applier, waiting (REST worker threads) or called back (binary-protocol connections).
+// Every write of the server goes through SubmitAndWait or SubmitAsync, which keep the
+// applier-queue gauge. Safe from any thread.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <span>
+
+#include "kvatlas/common/events.h"
+#include "kvatlas/common/result.h"
+#include "server/model/command.h"
+#include "server/service/services.h"
+
+namespace kvatlas::server {
+
+// An event batch converted to commands, with the answer to give once it is applied.
+struct PreparedIngest {
+  CommandBatch batch;
+  // `revision` is the current one; the caller replaces it with the applied batch's.
+  IngestAnswer answer;
+};
+
+// Converts `events` (already validated by their decoder) into one command batch, carrying
+// the writer's stream position when given. An empty batch changes nothing: it is answered
+// with the current revision, without a log entry.
+[[nodiscard]] Result<PreparedIngest> PrepareIngest(const Services& services,
+                                                   std::span<const BlockEvent> events,
+                                                   const std::optional<WriterPosition>& writer);
+
+// Submits `batch` to the applier and waits up to options.apply_timeout for its revision.
+[[nodiscard]] Result<Revision> SubmitAndWait(const Services& services, CommandBatch batch);
+
+// Submits `batch` without waiting: `done` runs on the applier thread once it is applied,
+// or at once on this thread when it is refused (Applier::SubmitAsync). `done` must be quick.
+void SubmitAsync(const Services& services, CommandBatch batch,
+                 std::function<void(Result<Revision>)> done);
+
+// kDeadlineExceeded for a write batch not applied within options.apply_timeout (it may
+// still be applied later).
+[[nodiscard]] Status ApplyDeadlineExceeded(const Services& services);
+
+// Accepted events whose medium is not a known name were indexed in the nearest tier: counts
+// them in the metrics and logs each new medium string once.
+void NoteUnknownMedia(const Services& services, std::span<const BlockEvent> events);
+
+}  // namespace kvatlas::server

@@ -1,0 +1,84 @@
+#include "server/service/lookup_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "common/internal/prefix_match.h"
+#include "server/service/ingest_service.h"
+
+namespace kvatlas::server {
+
+LookupAnswer LookupPrefix(const Services& services, const LookupRequest& request) {
+  const size_t max_blocks = services.options.max_lookup_blocks;
+  std::vector<BlockKey> hashed;
+  std::span<const BlockKey> keys = request.seq_hashes;
+  if (!request.by_hash) {
+    std::span<const uint32_t> tokens = request.token_ids;
+    tokens = tokens.first(std::min(tokens.size(), max_blocks * request.context.block_size));
+    hashed = services.machine->hasher().SequenceHashes(tokens, request.context.block_size);
+    keys = hashed;
+  }
+  keys = keys.first(std::min(keys.size(), max_blocks));
+  LookupOptions options;
+  options.include_locations = request.include_locations;
+  auto [result, revision] = services.machine->Read([&](const Index& index, Revision rev) {
+    return std::make_pair(index.Lookup(request.context, keys, options), rev);
+  });
+  return BuildLookupAnswer(result, request.context, request.instance_id, revision);
+}
+
+Status AwaitReadConsistency(const Services& services, const LookupRequest& request) {
+  std::optional<uint64_t> wanted = request.min_revision;
+  const StateMachine& machine = *services.machine;
+  if (request.linearizable) {
+    // A linearizable read costs one log entry (libraft 0.15 has no ReadIndex): an empty
+    // batch committed through the leader orders the read after every write acknowledged
+    // before it. Followers answer not_leader.
+    KVATLAS_ASSIGN_OR_RETURN(Revision barrier, SubmitAndWait(services, CommandBatch{}));
+    wanted = std::max<uint64_t>(wanted.value_or(0), barrier);
+  }
+  if (!wanted || machine.applied_revision() >= *wanted) return Status::Ok();
+  const std::chrono::milliseconds timeout = services.options.apply_timeout;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (machine.applied_revision() < *wanted) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status(StatusCode::kDeadlineExceeded,
+                    "min_revision " + std::to_string(*wanted) + " not applied here within " +
+                        std::to_string(timeout.count()) +
+                        " ms (applied: " + std::to_string(machine.applied_revision()) + ")");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return Status::Ok();
+}
+
+BlockCopies LocateBlock(const Services& services, BlockKey key, const ContextKey* context) {
+  return services.machine->Read([&](const Index& index, Revision revision) {
+    return BlockCopies{index.Locate(key, context), revision};
+  });
+}
+
+HolderListing ListHolders(const Services& services) {
+  HolderListing listing = services.machine->Read([](const Index& index, Revision revision) {
+    return HolderListing{index.Holders(), std::nullopt, revision};
+  });
+  if (services.leases != nullptr) {
+    std::vector<HolderKey> keys;
+    keys.reserve(listing.holders.size());
+    for (const HolderInfo& h : listing.holders) keys.push_back(h.holder);
+    listing.idle_seconds = services.leases->IdleSeconds(keys, std::chrono::steady_clock::now());
+  }
+  return listing;
+}
+
+ContextListing ListContexts(const Services& services) {
+  return services.machine->Read([](const Index& index, Revision revision) {
+    return ContextListing{index.Contexts(), revision};
+  });
+}
+
+}  // namespace kvatlas::server

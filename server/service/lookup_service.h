@@ -1,0 +1,51 @@
+// Reads of the map: prefix lookups (every dialect: /v1/lookup, the Conductor /query and
+// /query_by_hash, the binary kLookup), read consistency, block location, and the holder and
+// context listings. Each read runs under StateMachine::Read and returns the revision it saw;
+// callers encode after the lock is released. Safe from any thread.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "kvatlas/common/lookup.h"
+#include "kvatlas/common/status.h"
+#include "kvatlas/common/types.h"
+#include "server/index/index.h"
+#include "server/service/services.h"
+
+namespace kvatlas::server {
+
+// Hashes the request's tokens (outside any lock, at most options.max_lookup_blocks
+// blocks), runs Index::Lookup under the read lock and shapes the result
+// (common/internal/prefix_match.h). The request must have a positive block_size.
+[[nodiscard]] LookupAnswer LookupPrefix(const Services& services, const LookupRequest& request);
+
+// Waits until the request's read consistency holds here: min_revision applied, or, for a
+// linearizable read, an empty entry committed through the leader and applied (kNotLeader
+// on followers). kDeadlineExceeded past options.apply_timeout.
+[[nodiscard]] Status AwaitReadConsistency(const Services& services, const LookupRequest& request);
+
+// Every copy of `key`, in `context` or (when null) in every context, and the revision.
+struct BlockCopies {
+  std::vector<BlockLocation> copies;
+  Revision revision = 0;
+};
+[[nodiscard]] BlockCopies LocateBlock(const Services& services, BlockKey key,
+                                      const ContextKey* context);
+
+// Every holder with its entry counts; with holder leases on, the leader adds each holder's
+// seconds since its last activity (idle_seconds[i] for holders[i]).
+struct HolderListing {
+  std::vector<HolderInfo> holders;
+  std::optional<std::vector<double>> idle_seconds;
+  Revision revision = 0;
+};
+[[nodiscard]] HolderListing ListHolders(const Services& services);
+
+struct ContextListing {
+  std::vector<ContextInfo> contexts;
+  Revision revision = 0;
+};
+[[nodiscard]] ContextListing ListContexts(const Services& services);
+
+}  // namespace kvatlas::server

@@ -1,0 +1,18 @@
+// The routing decision (docs/routing.md): which candidate instance should serve a request,
+// from a prefix lookup over every instance and the candidates' loads, scored with the cost
+// of kvatlas/common/routing.h. Answers POST /v1/route and the binary kRoute. Safe from any
+// thread.
+#pragma once
+
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/routing.h"
+#include "server/service/services.h"
+
+namespace kvatlas::server {
+
+// The request's lookup must have a positive block_size; its read consistency is the
+// caller's to await first (lookup_service.h AwaitReadConsistency).
+[[nodiscard]] Result<RoutingAnswer> DecideRoute(const Services& services,
+                                                const RoutingRequest& request);
+
+}  // namespace kvatlas::server

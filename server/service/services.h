@@ -1,0 +1,62 @@
+// Services: what every request is decided with, whichever protocol it came over. The REST
+// adapter (server/api/) and the binary-protocol adapter (server/rpc/) decode a request,
+// call a function of this layer (lookup_service.h, route_decision.h, ingest_service.h,
+// stats_service.h, cluster_service.h, registration_service.h, lease_service.h,
+// feed_service.h) and encode what it returns; nothing here knows HTTP or frames. Handlers
+// only submit writes to the Applier and read state under StateMachine::Read, so no network
+// thread ever blocks the state machine.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "server/feed/change_feed.h"
+#include "server/index/index.h"
+#include "server/ingest/event_converter.h"
+#include "server/service/metrics.h"
+#include "server/state/applier.h"
+#include "server/state/lease_tracker.h"
+#include "server/state/replicated_log.h"
+#include "server/state/state_machine.h"
+#include "server/storage/storage.h"
+#include "server/zmq/zmq_ingest.h"
+
+namespace kvatlas::server {
+
+struct ServiceOptions {
+  ConverterOptions converter;
+  // How long a write waits for its batch to be applied (and a membership change for its
+  // commit) before answering deadline_exceeded (the batch may still be applied later).
+  std::chrono::milliseconds apply_timeout{10'000};
+  // The index's IndexOptions::max_lookup_blocks: tokens past that many blocks are not even
+  // hashed, so a huge query costs no more than a capped one.
+  uint32_t max_lookup_blocks = IndexOptions{}.max_lookup_blocks;
+  // GET /v1/watch streams open at once (each holds an HTTP worker thread).
+  size_t max_watch_streams = 4;
+  // Copies one context snapshot (GET /v1/snapshot, the binary kSnapshot) holds at most
+  // (payload_too_large past it).
+  size_t max_snapshot_copies = 4'000'000;
+};
+
+// Pointers are not owned and must outlive every adapter that uses them.
+struct Services {
+  StateMachine* machine = nullptr;
+  Applier* applier = nullptr;
+  const Storage* storage = nullptr;  // null for an in-memory server
+  Metrics* metrics = nullptr;
+  ZmqIngest* zmq = nullptr;        // null when ZMQ ingest is not running (tests)
+  ReplicatedLog* log = nullptr;    // null without replication (tests)
+  ChangeFeed* feed = nullptr;      // null without a change feed (tests)
+  LeaseTracker* leases = nullptr;  // null = holder leases off (tests)
+  uint64_t server_id = 1;
+  // This server's addresses as it announces them (GET /v1/cluster, AnnounceCommand): the
+  // bound ones, with a wildcard host replaced by the raft address's host.
+  std::string http_address;
+  std::string rpc_address;
+  ServiceOptions options;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+};
+
+}  // namespace kvatlas::server

@@ -1,0 +1,68 @@
+#include "server/service/stats_service.h"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <tuple>
+#include <utility>
+
+#include "kvatlas/common/json_codec.h"
+
+namespace kvatlas::server {
+
+StateGauges ReadGauges(const Services& services) {
+  StateGauges gauges;
+  std::tie(gauges.index, gauges.revision) =
+      services.machine->Read([](const Index& index, Revision revision) {
+        return std::make_pair(index.Stats(), revision);
+      });
+  gauges.applied = services.machine->counters();
+  gauges.storage_bytes = services.storage ? services.storage->ApproximateSizeBytes() : 0;
+  gauges.applier_failed = services.applier->failed();
+  gauges.uptime_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - services.started).count();
+  return gauges;
+}
+
+std::string StatsDocument(const Services& services) {
+  const StateGauges g = ReadGauges(services);
+  const IndexStats& s = g.index;
+  const ApplyCounters& a = g.applied;
+  const nlohmann::json out = {
+      {"revision", g.revision},
+      {"uptime_seconds", g.uptime_seconds},
+      {"hash_seed", services.machine->hash_seed()},
+      {"index",
+       {{"contexts", s.contexts},
+        {"holders", s.holders},
+        {"blocks", s.blocks},
+        {"entries", s.entries},
+        {"aliases", s.aliases},
+        {"locations", s.locations},
+        {"evicted_blocks", s.evicted_blocks},
+        {"memory_bytes", s.memory_bytes}}},
+      {"storage", {{"approximate_bytes", g.storage_bytes}}},
+      {"applier",
+       {{"queue_depth", services.metrics->applier_queue_depth()}, {"failed", g.applier_failed}}},
+      {"applied",
+       {{"stored", a.stored_commands},
+        {"removed", a.removed_commands},
+        {"cleared", a.cleared_commands},
+        {"entries_added", a.entries_added},
+        {"entries_removed", a.entries_removed},
+        {"entries_evicted", a.entries_evicted}}}};
+  return DumpJson(out);
+}
+
+std::string MetricsText(const Services& services) {
+  std::string text = services.metrics->Render(ReadGauges(services));
+  if (services.zmq != nullptr) {
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    text += RenderStreamMetrics(services.zmq->Streams(), now);
+  }
+  if (services.feed != nullptr) text += RenderFeedMetrics(services.feed->Stats());
+  return text;
+}
+
+}  // namespace kvatlas::server

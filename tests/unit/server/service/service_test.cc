@@ -1,0 +1,246 @@
+// The service layer without a protocol: what REST and the binary protocol both answer with,
+// driven directly against an in-memory server.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "server/service/cluster_service.h"
+#include "server/service/feed_service.h"
+#include "server/service/ingest_service.h"
+#include "server/service/lease_service.h"
+#include "server/service/lookup_service.h"
+#include "server/service/registration_service.h"
+#include "server/service/route_decision.h"
+#include "server/service/stats_service.h"
+#include "tests/support/in_memory_services.h"
+#include "tests/support/state_machine_helpers.h"
+
+namespace kvatlas::server {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::InMemoryServices;
+
+const ContextKey kContext{"default", "m", "", 2, ""};
+
+// A stored event of `tokens` (whole blocks of kContext) by `holder`.
+BlockEvent Stored(const std::string& holder, std::vector<uint32_t> tokens) {
+  BlockEvent event;
+  event.context = kContext;
+  event.holder = HolderKey{holder, 0};
+  event.token_ids = std::move(tokens);
+  return event;
+}
+
+// Converts and applies `events`; returns the revision they were applied at.
+Revision Ingest(const Services& services, std::vector<BlockEvent> events) {
+  Result<PreparedIngest> prepared = PrepareIngest(services, events, std::nullopt);
+  REQUIRE(prepared.has_value());
+  Result<Revision> applied = SubmitAndWait(services, std::move(prepared->batch));
+  REQUIRE(applied.has_value());
+  return *applied;
+}
+
+LookupRequest TokenLookup(std::vector<uint32_t> tokens) {
+  LookupRequest request;
+  request.context = kContext;
+  request.token_ids = std::move(tokens);
+  return request;
+}
+
+TEST_SUITE("Services") {
+  TEST_CASE("an ingested prefix is found by a lookup, at the revision it was applied at") {
+    InMemoryServices s;
+    Result<PreparedIngest> prepared =
+        PrepareIngest(s.api, std::vector<BlockEvent>{Stored("a", {1, 2, 3, 4})}, std::nullopt);
+    REQUIRE(prepared.has_value());
+    CHECK(prepared->answer.events == 1);
+    CHECK(prepared->answer.blocks == 2);
+    CHECK(prepared->answer.revision == 0);  // the current one, until applied
+    const Result<Revision> applied = SubmitAndWait(s.api, std::move(prepared->batch));
+    REQUIRE(applied.has_value());
+
+    const LookupAnswer answer = LookupPrefix(s.api, TokenLookup({1, 2, 3, 4, 5, 6}));
+    CHECK(answer.revision == *applied);
+    CHECK(answer.blocks_queried == 3);
+    CHECK(answer.blocks_found == 2);
+    REQUIRE(answer.instances.size() == 1);
+    CHECK(answer.instances[0].instance_id == "a");
+    CHECK(answer.instances[0].blocks.gpu == 2);
+  }
+
+  TEST_CASE("a lookup hashes at most max_lookup_blocks blocks") {
+    InMemoryServices s;
+    s.api.options.max_lookup_blocks = 1;
+    Ingest(s.api, {Stored("a", {1, 2, 3, 4})});
+    const LookupAnswer answer = LookupPrefix(s.api, TokenLookup({1, 2, 3, 4}));
+    CHECK(answer.blocks_queried == 1);
+    CHECK(answer.blocks_found == 1);
+  }
+
+  TEST_CASE("a writer's batch carries its stream position") {
+    InMemoryServices s;
+    const Result<PreparedIngest> prepared =
+        PrepareIngest(s.api, std::vector<BlockEvent>{Stored("a", {1, 2})}, WriterPosition{"w", 7});
+    REQUIRE(prepared.has_value());
+    REQUIRE(prepared->batch.position.has_value());
+    CHECK(prepared->batch.position->stream == "writer:w");
+    CHECK(prepared->batch.position->sequence == 7);
+  }
+
+  TEST_CASE("SubmitAsync reports the applied revision and keeps the queue gauge") {
+    InMemoryServices s;
+    Result<PreparedIngest> prepared =
+        PrepareIngest(s.api, std::vector<BlockEvent>{Stored("a", {1, 2})}, std::nullopt);
+    REQUIRE(prepared.has_value());
+    std::promise<Result<Revision>> done;
+    SubmitAsync(s.api, std::move(prepared->batch),
+                [&done](Result<Revision> applied) { done.set_value(std::move(applied)); });
+    const Result<Revision> applied = done.get_future().get();
+    REQUIRE(applied.has_value());
+    CHECK(*applied == s.machine.applied_revision());
+    CHECK(s.metrics.applier_queue_depth() == 0);
+  }
+
+  TEST_CASE("read consistency: a min_revision not applied in time is deadline_exceeded") {
+    InMemoryServices s;
+    s.api.options.apply_timeout = 20ms;
+    LookupRequest request = TokenLookup({1, 2});
+    request.min_revision = 0;
+    CHECK(AwaitReadConsistency(s.api, request).ok());
+    request.min_revision = 5;
+    const Status late = AwaitReadConsistency(s.api, request);
+    CHECK(late.code() == StatusCode::kDeadlineExceeded);
+    CHECK(late.message().find("min_revision 5") != std::string::npos);
+  }
+
+  TEST_CASE("a linearizable read commits a barrier first") {
+    InMemoryServices s;
+    Ingest(s.api, {Stored("a", {1, 2})});
+    const Revision before = s.machine.applied_revision();
+    LookupRequest request = TokenLookup({1, 2});
+    request.linearizable = true;
+    CHECK(AwaitReadConsistency(s.api, request).ok());
+    CHECK(s.machine.applied_revision() == before + 1);
+  }
+
+  TEST_CASE("the routing decision prefers the candidate that holds the prefix") {
+    InMemoryServices s;
+    Ingest(s.api, {Stored("b", {1, 2, 3, 4, 5, 6})});
+    RoutingRequest request;
+    request.lookup = TokenLookup({1, 2, 3, 4, 5, 6, 7, 8});
+    request.lookup.instance_id = "ignored";  // the decision looks over every instance
+    request.candidates = {RouteCandidate{"a", std::nullopt, 0, 0},
+                          RouteCandidate{"b", std::nullopt, 0, 0}};
+    const Result<RoutingAnswer> answer = DecideRoute(s.api, request);
+    REQUIRE(answer.has_value());
+    CHECK(answer->prompt_blocks == 4);
+    CHECK(answer->blocks_found == 3);
+    REQUIRE(answer->ranked.size() == 2);
+    CHECK(answer->ranked[0].candidate.instance_id == "b");
+    CHECK(answer->ranked[0].gpu_blocks == 3);
+  }
+
+  TEST_CASE("LocateBlock, ListHolders and ListContexts read one revision") {
+    InMemoryServices s;
+    const Revision at = Ingest(s.api, {Stored("a", {1, 2}), Stored("b", {1, 2})});
+    const BlockKey key = s.machine.hasher().SequenceHashes(std::vector<uint32_t>{1, 2}, 2)[0];
+    const BlockCopies found = LocateBlock(s.api, key, nullptr);
+    CHECK(found.revision == at);
+    CHECK(found.copies.size() == 2);
+    CHECK(LocateBlock(s.api, key + 1, &kContext).copies.empty());
+    const HolderListing holders = ListHolders(s.api);
+    CHECK(holders.holders.size() == 2);
+    CHECK_FALSE(holders.idle_seconds.has_value());  // leases off
+    const ContextListing contexts = ListContexts(s.api);
+    REQUIRE(contexts.contexts.size() == 1);
+    CHECK(contexts.contexts[0].context == kContext);
+    CHECK(contexts.revision == at);
+  }
+
+  TEST_CASE("a context snapshot interns holders and is bounded by max_snapshot_copies") {
+    InMemoryServices s;
+    Ingest(s.api, {Stored("a", {1, 2, 3, 4}), Stored("b", {1, 2})});
+    const Result<ContextSnapshot> snapshot = SnapshotContext(s.api, kContext);
+    REQUIRE(snapshot.has_value());
+    CHECK(snapshot->revision == s.machine.applied_revision());
+    CHECK(snapshot->rows.size() == 3);
+    CHECK(snapshot->holders.size() == 2);
+    s.api.options.max_snapshot_copies = 2;
+    const Result<ContextSnapshot> too_large = SnapshotContext(s.api, kContext);
+    REQUIRE_FALSE(too_large.has_value());
+    CHECK(too_large.error().code() == StatusCode::kPayloadTooLarge);
+  }
+
+  TEST_CASE("a watch without a change feed is unavailable; with one it sees new records") {
+    InMemoryServices without;
+    CHECK(Subscribe(without.api, std::nullopt, {}).error().code() == StatusCode::kUnavailable);
+
+    InMemoryServices s({}, /*with_feed=*/true);
+    Result<std::unique_ptr<Watcher>> watcher = Subscribe(s.api, std::nullopt, {});
+    REQUIRE(watcher.has_value());
+    const Revision at = Ingest(s.api, {Stored("a", {1, 2})});
+    const Result<std::vector<FeedRecord>> records = (*watcher)->Next(5s);
+    REQUIRE(records.has_value());
+    REQUIRE(records->size() == 1);
+    CHECK((*records)[0].revision == at);
+    CHECK((*records)[0].holder == HolderKey{"a", 0});
+  }
+
+  TEST_CASE("registrations: register, list, unregister; an unknown key is not_found") {
+    InMemoryServices s;
+    const Result<Revision> unknown = UnregisterPublisher(s.api, "x", "default", 0);
+    REQUIRE_FALSE(unknown.has_value());
+    CHECK(unknown.error().code() == StatusCode::kNotFound);
+    CHECK(unknown.error().message().find("x|default|0") != std::string::npos);
+
+    REQUIRE(RegisterPublisher(s.api, testing::PublisherRegistration("e1")).has_value());
+    const RegistrationListing listing = ListRegistrations(s.api);
+    REQUIRE(listing.registrations.size() == 1);
+    CHECK(listing.registrations[0].instance_id == "e1");
+    CHECK(listing.revision == s.machine.applied_revision());
+    REQUIRE(UnregisterPublisher(s.api, "e1", "default", 0).has_value());
+    CHECK(ListRegistrations(s.api).registrations.empty());
+    CHECK(ListStreams(s.api).empty());  // no ZMQ ingest here
+  }
+
+  TEST_CASE("a heartbeat with leases off changes nothing and says so") {
+    InMemoryServices s;
+    const std::vector<HolderKey> holders = {{"a", 0}, {"b", 1}};
+    const Result<HeartbeatResult> result = Heartbeat(s.api, holders);
+    REQUIRE(result.has_value());
+    CHECK(result->holders == 2);
+    CHECK(result->ttl_seconds == 0);
+  }
+
+  TEST_CASE("cluster calls without replication are unavailable; no leader is known") {
+    InMemoryServices s;
+    CHECK(RequireCluster(s.api).code() == StatusCode::kUnavailable);
+    CHECK(ViewCluster(s.api).error().code() == StatusCode::kUnavailable);
+    CHECK(AddMember(s.api, 2, "127.0.0.1:7100").code() == StatusCode::kUnavailable);
+    CHECK(RemoveMember(s.api, 2).code() == StatusCode::kUnavailable);
+    CHECK(TransferLeadership(s.api, 0).code() == StatusCode::kUnavailable);
+    CHECK(AnnounceMember(s.api, 1, {"127.0.0.1:1", "127.0.0.1:2"}).error().code() ==
+          StatusCode::kUnavailable);
+    CHECK(FindLeader(s.api).id == 0);
+  }
+
+  TEST_CASE("the stats document and the metrics text reflect the state") {
+    InMemoryServices s;
+    Ingest(s.api, {Stored("a", {1, 2, 3, 4})});
+    const std::string stats = StatsDocument(s.api);
+    CHECK(stats.find("\"entries\":2") != std::string::npos);
+    CHECK(stats.find("\"revision\":" + std::to_string(s.machine.applied_revision())) !=
+          std::string::npos);
+    const StateGauges gauges = ReadGauges(s.api);
+    CHECK(gauges.index.entries == 2);
+    CHECK_FALSE(gauges.applier_failed);
+    CHECK(MetricsText(s.api).find("kvatlas_") != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas::server
