@@ -1,10 +1,13 @@
+// DecodeEngineBatch (engine_event_decoder.h): the shape pre-pass, then the batch envelope
+// and each event in its engine's encoding (vLLM / SGLang arrays and maps, Mooncake maps),
+// as docs/engine-events.md §Decoding specifies. The scalar field readers they share are
+// in msgpack_reader.h.
 #include "server/ingest/engine_event_decoder.h"
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <exception>
-#include <limits>
 #include <msgpack.hpp>
 #include <optional>
 #include <span>
@@ -13,10 +16,25 @@
 #include <utility>
 #include <vector>
 
+#include "server/ingest/msgpack_reader.h"
+
 namespace kvatlas::server {
 namespace {
 
-using Obj = msgpack::object;
+using msgpack_reader::EqualsIgnoreCase;
+using msgpack_reader::IsNil;
+using msgpack_reader::IsStr;
+using msgpack_reader::Items;
+using msgpack_reader::Obj;
+using msgpack_reader::Pairs;
+using msgpack_reader::ReadHashes;
+using msgpack_reader::ReadOptHash;
+using msgpack_reader::ReadOptInt64;
+using msgpack_reader::ReadOptString;
+using msgpack_reader::ReadOptU32;
+using msgpack_reader::ReadTokens;
+using msgpack_reader::Str;
+using msgpack_reader::TypeName;
 namespace mt = msgpack::type;
 
 // Bytes of repeated Mooncake locations (one string sent for several blocks) a batch may
@@ -72,141 +90,6 @@ class ShapeCheck : public msgpack::null_visitor {
 // Strings and byte strings in the object tree point into the payload instead of being
 // copied: the tree never outlives DecodeEngineBatch.
 bool ReferenceAll(mt::object_type /*type*/, size_t /*size*/, void* /*user_data*/) { return true; }
-
-// ---- Scalar readers (false: wrong type or out of range) ------------------------------------
-
-const char* TypeName(const Obj& o) {
-  switch (o.type) {
-    case mt::NIL:
-      return "nil";
-    case mt::BOOLEAN:
-      return "bool";
-    case mt::POSITIVE_INTEGER:
-    case mt::NEGATIVE_INTEGER:
-      return "int";
-    case mt::FLOAT32:
-    case mt::FLOAT64:
-      return "float";
-    case mt::STR:
-      return "str";
-    case mt::BIN:
-      return "bin";
-    case mt::ARRAY:
-      return "array";
-    case mt::MAP:
-      return "map";
-    default:
-      return "ext";
-  }
-}
-
-std::span<const Obj> Items(const Obj& o) { return {o.via.array.ptr, o.via.array.size}; }
-std::span<const msgpack::object_kv> Pairs(const Obj& o) { return {o.via.map.ptr, o.via.map.size}; }
-std::string_view Str(const Obj& o) { return {o.via.str.ptr, o.via.str.size}; }
-bool IsNil(const Obj* o) { return o == nullptr || o->type == mt::NIL; }
-bool IsStr(const Obj& o) { return o.type == mt::STR; }
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           const auto lower = [](char c) {
-             return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-           };
-           return lower(x) == lower(y);
-         });
-}
-
-// Engine hash folded to 64 bits: see EngineEvent::block_hashes.
-bool ReadHash(const Obj& o, uint64_t* out) {
-  switch (o.type) {
-    case mt::POSITIVE_INTEGER:
-      *out = o.via.u64;
-      return true;
-    case mt::NEGATIVE_INTEGER:
-      *out = static_cast<uint64_t>(o.via.i64);  // two's-complement bits
-      return true;
-    case mt::BIN: {
-      const uint32_t n = o.via.bin.size;
-      const uint32_t from = n > 8 ? n - 8 : 0;
-      uint64_t v = 0;
-      for (uint32_t i = from; i < n; ++i) v = (v << 8) | static_cast<uint8_t>(o.via.bin.ptr[i]);
-      *out = v;
-      return true;
-    }
-    default:
-      return false;
-  }
-}
-
-bool ReadHashes(const Obj& o, std::vector<uint64_t>* out) {
-  if (o.type != mt::ARRAY) return false;
-  out->resize(o.via.array.size);
-  uint64_t* dst = out->data();
-  for (const Obj& item : Items(o)) {
-    if (!ReadHash(item, dst++)) return false;
-  }
-  return true;
-}
-
-// nil or absent → nullopt.
-bool ReadOptHash(const Obj* o, std::optional<uint64_t>* out) {
-  if (IsNil(o)) return true;
-  uint64_t v = 0;
-  if (!ReadHash(*o, &v)) return false;
-  *out = v;
-  return true;
-}
-
-// An array of uint32 (nil or absent → empty).
-bool ReadTokens(const Obj* o, std::vector<uint32_t>* out) {
-  if (IsNil(o)) return true;
-  if (o->type != mt::ARRAY) return false;
-  out->resize(o->via.array.size);
-  uint32_t* dst = out->data();
-  for (const Obj& item : Items(*o)) {
-    if (item.type != mt::POSITIVE_INTEGER || item.via.u64 > std::numeric_limits<uint32_t>::max()) {
-      return false;
-    }
-    *dst++ = static_cast<uint32_t>(item.via.u64);
-  }
-  return true;
-}
-
-bool ReadInt64(const Obj& o, int64_t* out) {
-  if (o.type == mt::NEGATIVE_INTEGER) {
-    *out = o.via.i64;
-    return true;
-  }
-  if (o.type == mt::POSITIVE_INTEGER &&
-      o.via.u64 <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    *out = static_cast<int64_t>(o.via.u64);
-    return true;
-  }
-  return false;
-}
-
-bool ReadOptInt64(const Obj* o, std::optional<int64_t>* out) {
-  if (IsNil(o)) return true;
-  int64_t v = 0;
-  if (!ReadInt64(*o, &v)) return false;
-  *out = v;
-  return true;
-}
-
-bool ReadOptU32(const Obj* o, std::optional<uint32_t>* out) {
-  if (IsNil(o)) return true;
-  if (o->type != mt::POSITIVE_INTEGER || o->via.u64 > std::numeric_limits<uint32_t>::max()) {
-    return false;
-  }
-  *out = static_cast<uint32_t>(o->via.u64);
-  return true;
-}
-
-bool ReadOptString(const Obj* o, std::optional<std::string>* out) {
-  if (IsNil(o)) return true;
-  if (!IsStr(*o)) return false;
-  out->emplace(Str(*o));
-  return true;
-}
 
 // ---- vLLM / SGLang events ------------------------------------------------------------------
 
