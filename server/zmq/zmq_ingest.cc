@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <deque>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -14,7 +13,7 @@
 #include "common/internal/log.h"
 #include "common/internal/thread_name.h"
 #include "server/ingest/engine_event_decoder.h"
-#include "server/zmq/sequence_tracker.h"
+#include "server/zmq/stream_follower.h"
 
 namespace kvatlas::server {
 namespace {
@@ -46,10 +45,12 @@ std::span<const uint8_t> Bytes(const zmq::message_t& m) {
   return {static_cast<const uint8_t*>(m.data()), m.size()};
 }
 
-// A live batch waiting while its stream replays.
-struct BufferedBatch {
-  uint64_t sequence;
+// A batch as its stream's follower holds it.
+struct ZmqBatch {
   zmq::message_t payload;
+  // Listener streams decode before the stream is known (the dp rank is in the payload);
+  // the others decode when the batch is applied.
+  std::optional<Result<EngineBatch>> decoded;
 };
 
 // What one submitted batch counts once applied.
@@ -69,20 +70,11 @@ struct ZmqStream {
   StreamIdentity identity;
   std::string replay_endpoint;
   std::shared_ptr<StreamView> view;
-  Registration registration;           // registered streams only
-  std::unique_ptr<zmq::socket_t> sub;  // registered streams only
-  SequenceTracker tracker;
+  Registration registration;                         // registered streams only
+  std::unique_ptr<zmq::socket_t> sub;                // registered streams only
+  std::optional<StreamFollower<ZmqBatch>> follower;  // set once `view` is
   StreamMapState map_state;
-
-  enum class Replay { kNone, kWaiting, kRunning };
-  Replay replay = Replay::kNone;
-  std::unique_ptr<zmq::socket_t> dealer;
-  uint64_t replay_from = 0;
-  uint64_t replay_received = 0;
-  Clock::time_point replay_started;
-  Clock::time_point replay_last;
-  Clock::time_point cooldown_until;
-  std::deque<BufferedBatch> buffered;
+  std::unique_ptr<zmq::socket_t> dealer;  // while a replay runs
 };
 
 struct ZmqListener {
@@ -93,6 +85,8 @@ struct ZmqListener {
 
 class ZmqIngest::Loop {
  public:
+  using Follower = StreamFollower<ZmqBatch>;
+
   explicit Loop(ZmqIngest* owner)
       : owner_(owner), mapper_(&owner->machine_->hasher(), owner->options_.mapper) {}
 
@@ -146,6 +140,12 @@ class ZmqIngest::Loop {
     return sub;
   }
 
+  StreamFollowerOptions FollowerOptions(const std::string& replay_endpoint) const {
+    const ZmqIngestOptions& o = owner_->options_;
+    return StreamFollowerOptions{!replay_endpoint.empty(), o.max_buffered_batches,
+                                 o.replay_idle_timeout, o.replay_total_timeout, o.replay_cooldown};
+  }
+
   // --- registrations --------------------------------------------------------------------
 
   // Closes every stream (this server stopped leading). Listener sockets stay bound, but
@@ -170,7 +170,7 @@ class ZmqIngest::Loop {
       }
       LogInfo("zmq: stopped following " + it->second->registration.endpoint + " (" + it->first +
               ")");
-      if (it->second->replay == ZmqStream::Replay::kRunning) --running_replays_;
+      if (it->second->follower->replay() == Follower::Replay::kRunning) --running_replays_;
       it = streams_.erase(it);
       changed = true;
     }
@@ -195,7 +195,6 @@ class ZmqIngest::Loop {
         ContextKey{r.tenant_id, r.model, r.lora_name, r.block_size, r.additional_salt};
     stream->identity.holder = r.Holder();
     stream->replay_endpoint = r.replay_endpoint;
-    stream->tracker = SequenceTracker(position);
     stream->view = std::make_shared<StreamView>();
     StreamView& v = *stream->view;
     v.key = stream->key;
@@ -209,6 +208,8 @@ class ZmqIngest::Loop {
     v.dp_rank = r.dp_rank;
     v.topic = r.topic;
     if (position) v.counters.last_sequence.store(static_cast<int64_t>(*position));
+    stream->follower.emplace(stream->key, position, FollowerOptions(stream->replay_endpoint),
+                             &v.counters);
     try {
       stream->sub = MakeSubSocket(r.topic);
       stream->sub->connect(r.endpoint);
@@ -246,7 +247,6 @@ class ZmqIngest::Loop {
           auto p = r.positions.find(key);
           return p == r.positions.end() ? std::nullopt : std::optional<uint64_t>(p->second);
         });
-    stream->tracker = SequenceTracker(persisted);
     stream->view = std::make_shared<StreamView>();
     StreamView& v = *stream->view;
     v.key = key;
@@ -258,6 +258,7 @@ class ZmqIngest::Loop {
     v.model = model;
     v.dp_rank = dp_rank;
     v.topic = std::string(topic);
+    stream->follower.emplace(key, persisted, FollowerOptions(stream->replay_endpoint), &v.counters);
     LogInfo("zmq: new stream " + key + " on listener " + c.bind);
     ZmqStream& ref = *stream;
     listener.streams.emplace(std::move(key), std::move(stream));
@@ -341,7 +342,7 @@ class ZmqIngest::Loop {
         c.malformed_messages.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      OnLive(stream, *sequence, std::move(frames[2]), nullptr);
+      OnLive(stream, *sequence, ZmqBatch{std::move(frames[2]), std::nullopt});
       // A registry change may have removed the stream while handling: re-check each time.
       if (stream.sub == nullptr) return;
     }
@@ -365,66 +366,17 @@ class ZmqIngest::Loop {
         rank = static_cast<uint32_t>(std::min<int64_t>(*decoded->dp_rank, UINT32_MAX));
       }
       ZmqStream& stream = ListenerStream(listener, frames[0].to_string_view(), rank);
-      OnLive(stream, *sequence, std::move(frames[2]), &decoded);
+      OnLive(stream, *sequence, ZmqBatch{std::move(frames[2]), std::move(decoded)});
     }
   }
 
-  // A live batch. `decoded` is the payload already decoded (listeners), or null.
-  void OnLive(ZmqStream& stream, uint64_t sequence, zmq::message_t payload,
-              Result<EngineBatch>* decoded) {
-    StreamCounters& c = stream.view->counters;
-    c.batches_received.fetch_add(1, std::memory_order_relaxed);
-    c.last_event_unix_ms.store(NowUnixMs(), std::memory_order_relaxed);
-    if (stream.replay != ZmqStream::Replay::kNone) {
-      Buffer(stream, sequence, std::move(payload));
-      return;
-    }
-    switch (stream.tracker.Observe(sequence)) {
-      case SequenceVerdict::kNext:
-        Apply(stream, sequence, payload, decoded);
-        return;
-      case SequenceVerdict::kAhead:
-        OnGap(stream, sequence, std::move(payload), decoded);
-        return;
-      case SequenceVerdict::kBehind:
-        // Live traffic never repeats itself: the publisher started counting again.
-        c.restarts.fetch_add(1, std::memory_order_relaxed);
-        LogInfo("zmq: " + stream.key + " restarted (sequence " + std::to_string(sequence) +
-                " after " + std::to_string(*stream.tracker.last()) + "); clearing its blocks");
-        SubmitRestart(stream);
-        stream.tracker.Reset();
-        if (sequence == 0) {
-          Apply(stream, sequence, payload, decoded);
-        } else {
-          OnGap(stream, sequence, std::move(payload), decoded);
-        }
-        return;
-    }
-  }
-
-  void OnGap(ZmqStream& stream, uint64_t sequence, zmq::message_t payload,
-             Result<EngineBatch>* decoded) {
-    StreamCounters& c = stream.view->counters;
-    c.gaps.fetch_add(1, std::memory_order_relaxed);
-    const uint64_t from = stream.tracker.Expected();
-    if (!stream.replay_endpoint.empty() && Clock::now() >= stream.cooldown_until) {
-      stream.replay = ZmqStream::Replay::kWaiting;
-      stream.replay_from = from;
-      c.replaying.store(true, std::memory_order_relaxed);
-      Buffer(stream, sequence, std::move(payload));
+  // A live batch: the follower decides, this does what it says.
+  void OnLive(ZmqStream& stream, uint64_t sequence, ZmqBatch batch) {
+    stream.view->counters.last_event_unix_ms.store(NowUnixMs(), std::memory_order_relaxed);
+    StreamActions actions(this, &stream);
+    if (stream.follower->OnLive(sequence, std::move(batch), Clock::now(), actions)) {
       LaunchWaitingReplays();
-      return;
     }
-    c.lost_batches.fetch_add(sequence - from, std::memory_order_relaxed);
-    Apply(stream, sequence, payload, decoded);
-  }
-
-  void Buffer(ZmqStream& stream, uint64_t sequence, zmq::message_t payload) {
-    if (stream.buffered.size() >= owner_->options_.max_buffered_batches) {
-      stream.view->counters.lost_batches.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    stream.buffered.push_back(BufferedBatch{sequence, std::move(payload)});
   }
 
   // --- replay ---------------------------------------------------------------------------
@@ -432,15 +384,12 @@ class ZmqIngest::Loop {
   void LaunchWaitingReplays() {
     for (auto& [key, stream] : streams_) {
       if (running_replays_ >= owner_->options_.max_concurrent_replays) return;
-      if (stream->replay == ZmqStream::Replay::kWaiting) StartReplay(*stream);
+      if (stream->follower->replay() == Follower::Replay::kWaiting) StartReplay(*stream);
     }
   }
 
   void StartReplay(ZmqStream& stream) {
-    StreamCounters& c = stream.view->counters;
-    c.replays.fetch_add(1, std::memory_order_relaxed);
-    stream.replay_received = 0;
-    stream.replay_started = stream.replay_last = Clock::now();
+    const uint64_t from = stream.follower->BeginReplay(Clock::now());
     try {
       stream.dealer = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
       stream.dealer->set(zmq::sockopt::linger, 0);
@@ -449,9 +398,7 @@ class ZmqIngest::Loop {
       stream.dealer->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
       stream.dealer->connect(stream.replay_endpoint);
       std::string request(8, '\0');
-      for (int i = 0; i < 8; ++i) {
-        request[i] = static_cast<char>((stream.replay_from >> (56 - 8 * i)) & 0xff);
-      }
+      for (int i = 0; i < 8; ++i) request[i] = static_cast<char>((from >> (56 - 8 * i)) & 0xff);
       std::array<zmq::const_buffer, 2> parts{zmq::const_buffer(nullptr, 0), zmq::buffer(request)};
       if (!zmq::send_multipart(*stream.dealer, parts, zmq::send_flags::dontwait)) {
         throw zmq::error_t();
@@ -459,13 +406,13 @@ class ZmqIngest::Loop {
     } catch (const zmq::error_t& e) {
       LogWarning("zmq: replay request to " + stream.replay_endpoint + " failed: " + e.what());
       stream.dealer.reset();
-      FinishReplay(stream, /*completed=*/false);
+      StreamActions actions(this, &stream);
+      stream.follower->AbandonReplay(Clock::now(), actions);  // it held no slot yet
       return;
     }
-    stream.replay = ZmqStream::Replay::kRunning;
     ++running_replays_;
-    LogInfo("zmq: " + stream.key + ": replaying from sequence " +
-            std::to_string(stream.replay_from) + " (" + stream.replay_endpoint + ")");
+    LogInfo("zmq: " + stream.key + ": replaying from sequence " + std::to_string(from) + " (" +
+            stream.replay_endpoint + ")");
   }
 
   void DrainReplay(ZmqStream& stream) {
@@ -473,7 +420,7 @@ class ZmqIngest::Loop {
     StreamCounters& c = stream.view->counters;
     for (size_t n = 0; n < owner_->options_.max_messages_per_round; ++n) {
       if (!stream.dealer || !Receive(*stream.dealer, &frames)) return;
-      stream.replay_last = Clock::now();
+      stream.follower->OnReplayMessage(Clock::now());
       // Replies are [empty, seq, payload] (vLLM < 0.26) or [empty, topic, seq, payload].
       size_t first = !frames.empty() && frames[0].size() == 0 ? 1 : 0;
       const size_t parts = frames.size() - first;
@@ -482,84 +429,62 @@ class ZmqIngest::Loop {
         continue;
       }
       const zmq::message_t& seq_frame = frames[first + parts - 2];
-      const zmq::message_t& payload = frames[first + parts - 1];
+      zmq::message_t& payload = frames[first + parts - 1];
       const std::optional<uint64_t> sequence = ReadSequence(seq_frame);
       if (!sequence) {
         c.malformed_messages.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       if (*sequence == kEndSequence || payload.size() == 0) {
-        FinishReplay(stream, /*completed=*/true);
+        EndReplay(stream, /*completed=*/true);
         return;
       }
-      ++stream.replay_received;
-      c.replayed_batches.fetch_add(1, std::memory_order_relaxed);
-      c.batches_received.fetch_add(1, std::memory_order_relaxed);
-      Deliver(stream, *sequence, payload);
+      StreamActions actions(this, &stream);
+      stream.follower->OnReplayBatch(*sequence, ZmqBatch{std::move(payload), std::nullopt},
+                                     actions);
     }
   }
 
-  // A batch from a replay or the buffer: applied if it is next, dropped if already seen;
-  // if it is further ahead, what is missing is lost (the publisher's buffer no longer has
-  // it, or this is after a failed replay).
-  void Deliver(ZmqStream& stream, uint64_t sequence, const zmq::message_t& payload) {
-    StreamCounters& c = stream.view->counters;
-    switch (stream.tracker.Observe(sequence)) {
-      case SequenceVerdict::kNext:
-        break;
-      case SequenceVerdict::kBehind:
-        c.duplicates.fetch_add(1, std::memory_order_relaxed);
-        return;
-      case SequenceVerdict::kAhead:
-        c.gaps.fetch_add(1, std::memory_order_relaxed);
-        c.lost_batches.fetch_add(sequence - stream.tracker.Expected(), std::memory_order_relaxed);
-        break;
-    }
-    Apply(stream, sequence, payload, nullptr);
-  }
-
-  void FinishReplay(ZmqStream& stream, bool completed) {
-    StreamCounters& c = stream.view->counters;
-    if (stream.replay == ZmqStream::Replay::kRunning) --running_replays_;
+  // Closes the replay socket and frees its slot, then lets the follower hand on what it
+  // buffered.
+  void EndReplay(ZmqStream& stream, bool completed) {
+    if (stream.follower->replay() == Follower::Replay::kRunning) --running_replays_;
     stream.dealer.reset();
-    stream.replay = ZmqStream::Replay::kNone;
-    // "Replayed nothing though batches were missing" is how an expired publisher buffer
-    // (or a publisher without replay) shows itself.
-    if (!completed || (stream.replay_received == 0 && !stream.buffered.empty() &&
-                       stream.buffered.front().sequence > stream.tracker.Expected())) {
-      c.replay_failures.fetch_add(1, std::memory_order_relaxed);
-      stream.cooldown_until = Clock::now() + owner_->options_.replay_cooldown;
-      LogWarning("zmq: " + stream.key + ": replay from " + std::to_string(stream.replay_from) +
-                 (completed ? " returned nothing" : " failed") + "; continuing without it");
+    StreamActions actions(this, &stream);
+    if (completed) {
+      stream.follower->OnReplayEnd(Clock::now(), actions);
+    } else {
+      stream.follower->AbandonReplay(Clock::now(), actions);
     }
-    std::deque<BufferedBatch> buffered = std::move(stream.buffered);
-    stream.buffered.clear();
-    for (BufferedBatch& b : buffered) Deliver(stream, b.sequence, b.payload);
-    c.replaying.store(false, std::memory_order_relaxed);
   }
 
   void CheckReplayTimeouts() {
     const Clock::time_point now = Clock::now();
-    const ZmqIngestOptions& o = owner_->options_;
     for (auto& [key, stream] : streams_) {
-      if (stream->replay != ZmqStream::Replay::kRunning) continue;
-      if (now - stream->replay_last > o.replay_idle_timeout ||
-          now - stream->replay_started > o.replay_total_timeout) {
-        FinishReplay(*stream, /*completed=*/false);
-      }
+      if (stream->follower->ReplayTimedOut(now)) EndReplay(*stream, /*completed=*/false);
     }
   }
 
   // --- applying -------------------------------------------------------------------------
 
-  void Apply(ZmqStream& stream, uint64_t sequence, const zmq::message_t& payload,
-             Result<EngineBatch>* decoded) {
+  // What a stream's follower decides, done on the stream.
+  class StreamActions final : public FollowerActions<ZmqBatch> {
+   public:
+    StreamActions(Loop* loop, ZmqStream* stream) : loop_(loop), stream_(stream) {}
+    void Apply(uint64_t sequence, ZmqBatch batch) override {
+      loop_->Apply(*stream_, sequence, std::move(batch));
+    }
+    void ClearHolder() override { loop_->SubmitRestart(*stream_); }
+
+   private:
+    Loop* loop_;
+    ZmqStream* stream_;
+  };
+
+  void Apply(ZmqStream& stream, uint64_t sequence, ZmqBatch zmq_batch) {
     StreamCounters& c = stream.view->counters;
-    stream.tracker.Advance(sequence);
-    c.last_sequence.store(static_cast<int64_t>(sequence), std::memory_order_relaxed);
-    std::optional<Result<EngineBatch>> own;
-    if (decoded == nullptr) decoded = &own.emplace(DecodeEngineBatch(Bytes(payload)));
-    Result<EngineBatch>& batch = *decoded;
+    if (!zmq_batch.decoded) zmq_batch.decoded.emplace(DecodeEngineBatch(Bytes(zmq_batch.payload)));
+    Result<EngineBatch>& batch = *zmq_batch.decoded;
     if (!batch.has_value()) {
       c.decode_failures.fetch_add(1, std::memory_order_relaxed);
       LogWarning("zmq: " + stream.key + ": batch " + std::to_string(sequence) +
@@ -604,8 +529,8 @@ class ZmqIngest::Loop {
     while (true) {
       Status s = owner_->applier_->TrySubmitAsync(&batch, done);
       if (s.ok()) return;
-      if (s.code() != StatusCode::kResourceExhausted ||
-          owner_->stopping_.load(std::memory_order_acquire)) {
+      if (AfterRefusal(s.code(), owner_->stopping_.load(std::memory_order_acquire)) ==
+          SubmitRetry::kGiveUp) {
         view->counters.apply_failures.fetch_add(1, std::memory_order_relaxed);
         return;
       }
@@ -653,35 +578,6 @@ void ZmqIngest::Stop() {
 std::vector<std::shared_ptr<const StreamView>> ZmqIngest::Streams() const {
   std::lock_guard lock(views_mu_);
   return {views_.begin(), views_.end()};
-}
-
-Status ZmqIngest::ValidateEndpoint(std::string_view endpoint, bool for_bind) {
-  auto invalid = [&](const std::string& why) {
-    return Status::InvalidArgument("endpoint \"" + std::string(endpoint) + "\": " + why);
-  };
-  const size_t scheme_end = endpoint.find("://");
-  if (scheme_end == std::string_view::npos) {
-    return invalid("expected tcp://HOST:PORT, ipc://PATH or inproc://NAME");
-  }
-  const std::string_view scheme = endpoint.substr(0, scheme_end);
-  const std::string_view rest = endpoint.substr(scheme_end + 3);
-  if (scheme == "ipc" || scheme == "inproc") {
-    if (rest.empty()) return invalid("the " + std::string(scheme) + " name is empty");
-    return Status::Ok();
-  }
-  if (scheme != "tcp") return invalid("unsupported scheme \"" + std::string(scheme) + "\"");
-  const size_t colon = rest.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) return invalid("expected tcp://HOST:PORT");
-  const std::string_view host = rest.substr(0, colon);
-  const std::string_view port = rest.substr(colon + 1);
-  if (host == "*" && !for_bind) return invalid("cannot connect to host *");
-  if (port.empty() || port.size() > 5 ||
-      !std::all_of(port.begin(), port.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-    return invalid("the port must be a number");
-  }
-  const int number = std::stoi(std::string(port));
-  if (number > 65535 || (number == 0 && !for_bind)) return invalid("port out of range");
-  return Status::Ok();
 }
 
 }  // namespace kvatlas::server

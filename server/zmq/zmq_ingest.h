@@ -13,11 +13,18 @@
 // from 0. Every batch carries its stream position into the state machine, which applies a
 // sequence at most once (registration.h), so replays and retries never double-count.
 //
-// Threading: one thread owns every ZMQ socket and all stream state; it decodes, maps and
-// hands batches to the Applier with TrySubmitAsync, waiting (bounded queue: backpressure
-// reaches the publisher's HWM, whose drops become gaps that are replayed) when the applier
-// is full. Applier callbacks only bump atomic counters. Registry changes reach the thread
-// through an atomic flag (NotifyRegistryChanged) read on every poll round.
+// The decisions per stream — sequence, gaps, replay, restarts, cooldown, the buffer of live
+// batches waiting for a replay — are a StreamFollower's (stream_follower.h), which knows no
+// sockets; the ingest loop here feeds it the stream's messages and the time, and does what
+// it says: submits batches, clears holders, opens and closes replay sockets, and grants
+// replay slots (at most max_concurrent_replays across streams).
+//
+// Threading: one thread owns every ZMQ socket and all stream state (followers included); it
+// polls, syncs the Registry, decodes, maps and hands batches to the Applier with
+// TrySubmitAsync, waiting (bounded queue: backpressure reaches the publisher's HWM, whose
+// drops become gaps that are replayed) when the applier is full. Applier callbacks only bump
+// atomic counters. Registry changes reach the thread through an atomic flag
+// (NotifyRegistryChanged) read on every poll round.
 #pragma once
 
 #include <atomic>
