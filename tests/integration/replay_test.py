@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A short trace replay against a real kvatlas-server (issue 7): the first 300 requests of
-the shared Mooncake trace under round-robin and the kvatlas policy, which routes with the
+"""A short trace replay against a real kvatlas-server: the first 300 requests of the
+Mooncake trace (tests/data/) under round-robin and the kvatlas policy, which routes with the
 server's binary kRoute over the index the simulated instances publish to. Checks the JSON:
 kvatlas reuses more prefix than round-robin, its index never disagreed with the simulator,
 and route latencies were measured. Also checks POST /v1/route over REST on that index.

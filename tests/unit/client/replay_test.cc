@@ -1,15 +1,15 @@
-// The trace-replay simulator (client/tools/replay): cache model, timing and policies on
+// The trace-replay simulator (tools/replay): cache model, timing and policies on
 // small synthetic traces with known answers.
 #include <doctest/doctest.h>
 
 #include <memory>
 #include <vector>
 
-#include "client/tools/replay/cache_model.h"
-#include "client/tools/replay/kvatlas_policy.h"
-#include "client/tools/replay/report.h"
-#include "client/tools/replay/simulator.h"
-#include "client/tools/replay/trace.h"
+#include "tools/replay/cache_model.h"
+#include "tools/replay/kvatlas_policy.h"
+#include "tools/replay/report.h"
+#include "tools/replay/simulator.h"
+#include "tools/replay/trace.h"
 
 namespace kvatlas::replay {
 namespace {

@@ -1,4 +1,4 @@
-#include "client/tools/replay/kvatlas_policy.h"
+#include "tools/replay/kvatlas_policy.h"
 
 #include <chrono>
 #include <utility>

@@ -14,17 +14,18 @@
 #include <string>
 #include <vector>
 
-#include "client/tools/replay/kvatlas_policy.h"
-#include "client/tools/replay/report.h"
-#include "client/tools/replay/simulator.h"
-#include "client/tools/replay/trace.h"
 #include "kvatlas/client/client.h"
+#include "tools/replay/kvatlas_policy.h"
+#include "tools/replay/report.h"
+#include "tools/replay/simulator.h"
+#include "tools/replay/trace.h"
 
 namespace kvatlas::replay {
 namespace {
 
 constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
-  --trace FILE               Mooncake-format JSONL trace (default: the shared synthetic trace)
+  --trace FILE               Mooncake-format JSONL trace (default: the source tree's
+                             tests/data/mooncake_synthetic_trace.jsonl)
   --server HOST:PORT         kvatlas binary-protocol address (needed by the kvatlas policy)
   --policies LIST            comma-separated: round-robin, random, least-loaded, kvatlas,
                              kvatlas-local (default: round-robin,random,least-loaded,kvatlas)
@@ -51,7 +52,7 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
 )";
 
 struct Flags {
-  std::string trace = "/work/shared/traces/mooncake_synthetic_trace.jsonl";
+  std::string trace = KVATLAS_REPLAY_DEFAULT_TRACE;
   std::string server;
   std::vector<std::string> policies = {"round-robin", "random", "least-loaded", "kvatlas"};
   size_t limit = 0;

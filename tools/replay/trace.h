@@ -1,5 +1,5 @@
 // Mooncake-format request traces (one JSON object per line: timestamp in ms, input_length,
-// output_length, hash_ids of 512-token prefix blocks; /work/shared/traces/README.md) and
+// output_length, hash_ids of 512-token prefix blocks; tests/data/README.md) and
 // the deterministic mapping from trace block ids to token ids and standard block keys.
 //
 // Pure values and functions: safe from any thread.

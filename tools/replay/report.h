@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "client/tools/replay/simulator.h"
+#include "tools/replay/simulator.h"
 
 namespace kvatlas::replay {
 

@@ -13,10 +13,10 @@
 #include <memory>
 #include <string>
 
-#include "client/tools/replay/simulator.h"
-#include "client/tools/replay/trace.h"
 #include "kvatlas/client/client.h"
 #include "kvatlas/common/routing.h"
+#include "tools/replay/simulator.h"
+#include "tools/replay/trace.h"
 
 namespace kvatlas::replay {
 

@@ -1,4 +1,4 @@
-#include "client/tools/replay/simulator.h"
+#include "tools/replay/simulator.h"
 
 #include <algorithm>
 #include <cmath>

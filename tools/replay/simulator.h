@@ -21,9 +21,9 @@
 #include <string_view>
 #include <vector>
 
-#include "client/tools/replay/cache_model.h"
-#include "client/tools/replay/trace.h"
 #include "kvatlas/common/result.h"
+#include "tools/replay/cache_model.h"
+#include "tools/replay/trace.h"
 
 namespace kvatlas::replay {
 

@@ -1,4 +1,4 @@
-#include "client/tools/replay/report.h"
+#include "tools/replay/report.h"
 
 #include <cstdio>
 #include <nlohmann/json.hpp>

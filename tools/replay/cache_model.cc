@@ -1,4 +1,4 @@
-#include "client/tools/replay/cache_model.h"
+#include "tools/replay/cache_model.h"
 
 namespace kvatlas::replay {
 

@@ -1,4 +1,4 @@
-#include "client/tools/replay/trace.h"
+#include "tools/replay/trace.h"
 
 #include <fstream>
 #include <limits>
