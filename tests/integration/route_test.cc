@@ -1,4 +1,4 @@
-// Routing decisions against the real server (issue 7): Client::Route (binary kRoute) and
+// Routing decisions against the real server: Client::Route (binary kRoute) and
 // POST /v1/route answer the same ranking, which kvatlas::Scorer reproduces locally from a
 // lookup; bad input is a 400 / invalid_argument naming the field.
 #include <doctest/doctest.h>
