@@ -16,7 +16,8 @@ Result<HttpReply> HandleQuery(const Services& api, const RouteRequest& request, 
   KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, decode(request.http.body));
   lookup.include_locations = false;  // the Conductor answer has no place for them
   KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(api, lookup));
-  return JsonReply(EncodeConductorAnswer(LookupPrefix(api, lookup)));
+  KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(api, lookup));
+  return JsonReply(EncodeConductorAnswer(answer));
 }
 
 }  // namespace

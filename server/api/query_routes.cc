@@ -29,7 +29,8 @@ json TierCounts(const uint64_t (&by_tier)[kNumTiers]) {
 Result<HttpReply> HandleLookup(const Services& api, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, DecodeLookupRequest(request.http.body));
   KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(api, lookup));
-  return JsonReply(EncodeLookupAnswer(LookupPrefix(api, lookup)));
+  KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(api, lookup));
+  return JsonReply(EncodeLookupAnswer(answer));
 }
 
 // The optional context narrowing of GET /v1/blocks/{key}: none of its parameters = every

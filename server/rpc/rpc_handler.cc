@@ -93,20 +93,13 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
     case MessageType::kLookup: {
       KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup,
                                protocol::DecodeLookupRequestBinary(request.payload));
-      // Hashing divides by the block size: never trust the codec with a crash.
-      if (lookup.context.block_size == 0) {
-        return Status::InvalidArgument("block_size: must be a positive integer, got 0");
-      }
-      AppendAnswer(header.type, header.request_id,
-                   protocol::EncodeLookupAnswerBinary(LookupPrefix(api, lookup)), out);
+      KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(api, lookup));
+      AppendAnswer(header.type, header.request_id, protocol::EncodeLookupAnswerBinary(answer), out);
       return answered();
     }
     case MessageType::kRoute: {
       KVATLAS_ASSIGN_OR_RETURN(RoutingRequest route,
                                protocol::DecodeRouteRequestBinary(request.payload));
-      if (route.lookup.context.block_size == 0) {
-        return Status::InvalidArgument("lookup.block_size: must be a positive integer, got 0");
-      }
       KVATLAS_ASSIGN_OR_RETURN(RoutingAnswer answer, DecideRoute(api, route));
       AppendAnswer(header.type, header.request_id, protocol::EncodeRouteAnswerBinary(answer), out);
       return answered();

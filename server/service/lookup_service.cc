@@ -12,7 +12,10 @@
 
 namespace kvatlas::server {
 
-LookupAnswer LookupPrefix(const Services& services, const LookupRequest& request) {
+Result<LookupAnswer> LookupPrefix(const Services& services, const LookupRequest& request) {
+  if (request.context.block_size == 0) {
+    return Status::InvalidArgument("block_size: must be a positive integer, got 0");
+  }
   const size_t max_blocks = services.options.max_lookup_blocks;
   std::vector<BlockKey> hashed;
   std::span<const BlockKey> keys = request.seq_hashes;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvatlas/common/lookup.h"
+#include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 #include "server/index/index.h"
@@ -17,8 +18,10 @@ namespace kvatlas::server {
 
 // Hashes the request's tokens (outside any lock, at most options.max_lookup_blocks
 // blocks), runs Index::Lookup under the read lock and shapes the result
-// (common/internal/prefix_match.h). The request must have a positive block_size.
-[[nodiscard]] LookupAnswer LookupPrefix(const Services& services, const LookupRequest& request);
+// (common/internal/prefix_match.h). kInvalidArgument for a block_size of 0, whatever
+// decoder let it through (hashing divides by it).
+[[nodiscard]] Result<LookupAnswer> LookupPrefix(const Services& services,
+                                                const LookupRequest& request);
 
 // Waits until the request's read consistency holds here: min_revision applied, or, for a
 // linearizable read, an empty entry committed through the leader and applied (kNotLeader

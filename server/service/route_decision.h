@@ -10,8 +10,8 @@
 
 namespace kvatlas::server {
 
-// The request's lookup must have a positive block_size; its read consistency is the
-// caller's to await first (lookup_service.h AwaitReadConsistency).
+// kInvalidArgument naming "lookup.block_size" when it is 0. The read consistency of the
+// request's lookup is the caller's to await first (lookup_service.h AwaitReadConsistency).
 [[nodiscard]] Result<RoutingAnswer> DecideRoute(const Services& services,
                                                 const RoutingRequest& request);
 

@@ -63,7 +63,7 @@ TEST_SUITE("Services") {
     const Result<Revision> applied = SubmitAndWait(s.api, std::move(prepared->batch));
     REQUIRE(applied.has_value());
 
-    const LookupAnswer answer = LookupPrefix(s.api, TokenLookup({1, 2, 3, 4, 5, 6}));
+    const LookupAnswer answer = *LookupPrefix(s.api, TokenLookup({1, 2, 3, 4, 5, 6}));
     CHECK(answer.revision == *applied);
     CHECK(answer.blocks_queried == 3);
     CHECK(answer.blocks_found == 2);
@@ -72,11 +72,26 @@ TEST_SUITE("Services") {
     CHECK(answer.instances[0].blocks.gpu == 2);
   }
 
+  TEST_CASE("a lookup or a route with block_size 0 is refused, naming the field") {
+    InMemoryServices s;
+    LookupRequest lookup = TokenLookup({1, 2});
+    lookup.context.block_size = 0;
+    const Result<LookupAnswer> answer = LookupPrefix(s.api, lookup);
+    REQUIRE_FALSE(answer.has_value());
+    CHECK(answer.error().code() == StatusCode::kInvalidArgument);
+    CHECK(answer.error().message().rfind("block_size:", 0) == 0);
+    RoutingRequest route;
+    route.lookup = lookup;
+    const Result<RoutingAnswer> decided = DecideRoute(s.api, route);
+    REQUIRE_FALSE(decided.has_value());
+    CHECK(decided.error().message().rfind("lookup.block_size:", 0) == 0);
+  }
+
   TEST_CASE("a lookup hashes at most max_lookup_blocks blocks") {
     InMemoryServices s;
     s.api.options.max_lookup_blocks = 1;
     Ingest(s.api, {Stored("a", {1, 2, 3, 4})});
-    const LookupAnswer answer = LookupPrefix(s.api, TokenLookup({1, 2, 3, 4}));
+    const LookupAnswer answer = *LookupPrefix(s.api, TokenLookup({1, 2, 3, 4}));
     CHECK(answer.blocks_queried == 1);
     CHECK(answer.blocks_found == 1);
   }
