@@ -1,10 +1,11 @@
 // Operations routes: GET /healthz (the process answers), GET /readyz (it can serve: it has
-// recovered and the applier has not failed), GET /metrics (Prometheus text format).
+// recovered, the applier has not failed and every engine stream can be followed), GET /metrics (Prometheus text format).
 #include <nlohmann/json.hpp>
 
 #include "kvatlas/common/json_codec.h"
 #include "server/api/forwarding.h"
 #include "server/api/routes.h"
+#include "server/service/registration_service.h"
 #include "server/service/stats_service.h"
 
 namespace kvatlas::server {
@@ -17,6 +18,7 @@ Result<HttpReply> HandleReady(const Services& api) {
         "a storage write failed; the server takes no writes and must be "
         "restarted");
   }
+  KVATLAS_RETURN_IF_ERROR(CheckStreamsFollowed(api));
   return JsonReply(DumpJson({{"status", "ready"}, {"revision", api.machine->applied_revision()}}));
 }
 

@@ -116,6 +116,14 @@ const Field kFields[] = {
      "no replays on a stream this long after one failed"},
     {"zmq_receive_hwm", &Config::zmq_receive_hwm, 1, 10'000'000,
      "ZMQ SUB receive high-water mark (messages)"},
+    {"max_registrations", &Config::max_registrations, 1, 10'000,
+     "publishers registered at once, config file included (else 429)"},
+    {"zmq_allowed_transports", &Config::zmq_allowed_transports, 0, 0,
+     "transports registered publishers may use: comma-separated tcp, ipc, inproc"},
+    {"zmq_reconnect_interval_ms", &Config::zmq_reconnect_interval_ms, 1, 60'000,
+     "first reconnect delay to a registered publisher (then doubling)"},
+    {"zmq_reconnect_interval_max_ms", &Config::zmq_reconnect_interval_max_ms, 1, 600'000,
+     "longest reconnect delay to a registered publisher"},
 };
 
 // Keys whose values are lists of objects (config file only, no flag).
@@ -351,6 +359,23 @@ Status ValidateConfig(const Config& config) {
     KVATLAS_RETURN_IF_ERROR(ZmqIngest::ValidateEndpoint(config.zmq_listen, /*for_bind=*/true)
                                 .WithContext("zmq_listen"));
   }
+  KVATLAS_ASSIGN_OR_RETURN(const std::vector<std::string> transports,
+                           ParseTransports(config.zmq_allowed_transports));
+  for (size_t i = 0; i < config.publishers.size(); ++i) {
+    const Registration& r = config.publishers[i];
+    const std::string path = std::string(kPublishersKey) + "[" + std::to_string(i) + "].";
+    KVATLAS_RETURN_IF_ERROR(CheckTransport(path + "endpoint", r.endpoint, transports));
+    if (!r.replay_endpoint.empty()) {
+      KVATLAS_RETURN_IF_ERROR(CheckTransport(path + "replay_endpoint", r.replay_endpoint,
+                                             transports));
+    }
+  }
+  if (config.publishers.size() > config.max_registrations) {
+    return Status::InvalidArgument(
+        std::string(kPublishersKey) + ": " + std::to_string(config.publishers.size()) +
+        " entries, more than max_registrations (" + std::to_string(config.max_registrations) +
+        ")");
+  }
   return Status::Ok();
 }
 
@@ -382,6 +407,14 @@ Result<std::vector<std::pair<uint64_t, std::string>>> ParsePeers(std::string_vie
     peers.emplace_back(id, std::string(address));
   }
   return peers;
+}
+
+RegistrationLimits RegistrationLimitsOf(const Config& config) {
+  RegistrationLimits limits;
+  limits.max_registrations = config.max_registrations;
+  Result<std::vector<std::string>> transports = ParseTransports(config.zmq_allowed_transports);
+  if (transports.has_value()) limits.allowed_transports = std::move(*transports);
+  return limits;
 }
 
 std::string ConfigToJson(const Config& config) {

@@ -15,6 +15,7 @@
 #include "kvatlas/common/block_hasher.h"
 #include "kvatlas/common/result.h"
 #include "server/model/registration.h"
+#include "server/zmq/endpoint_policy.h"
 #include "server/zmq/zmq_ingest.h"
 
 namespace kvatlas::server {
@@ -116,6 +117,16 @@ struct Config {
   uint64_t zmq_replay_cooldown_ms = 30'000;
   // Receive high-water mark of each SUB socket, in messages.
   uint64_t zmq_receive_hwm = 100'000;
+  // Publishers registered at once (POST /register and the config file's publishers);
+  // a new registration past it gets 429. Each costs three ZMQ sockets and about four fds.
+  uint64_t max_registrations = 256;
+  // Transports a registered publisher or replay endpoint may use: a comma-separated list
+  // of tcp, ipc, inproc (ipc and inproc reach local files and in-process names).
+  std::string zmq_allowed_transports = "tcp";
+  // Reconnection backoff of the SUB sockets to registered publishers: the first retry
+  // after the interval, doubling up to the maximum.
+  uint64_t zmq_reconnect_interval_ms = 100;
+  uint64_t zmq_reconnect_interval_max_ms = 5'000;
   // Config file only: publishers to follow from the start, as POST /register bodies; each
   // is registered at boot unless the same registration is already in the state.
   std::vector<Registration> publishers;
@@ -136,6 +147,10 @@ struct Config {
 // HOST:PORT). kInvalidArgument naming the bad element.
 [[nodiscard]] Result<std::vector<std::pair<uint64_t, std::string>>> ParsePeers(
     std::string_view text);
+
+// The registration limits of a validated config (max_registrations,
+// zmq_allowed_transports).
+[[nodiscard]] RegistrationLimits RegistrationLimitsOf(const Config& config);
 
 // The config as a JSON object with every key (pretty-printed).
 [[nodiscard]] std::string ConfigToJson(const Config& config);

@@ -15,6 +15,7 @@
 
 #include "common/internal/log.h"
 #include "server/api/forwarding.h"
+#include "server/service/registration_service.h"
 
 namespace kvatlas::server {
 namespace {
@@ -128,6 +129,7 @@ Status Server::Init() {
   services_.options.converter.max_events_per_batch = config_.max_events_per_batch;
   services_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
   services_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
+  services_.options.registrations = RegistrationLimitsOf(config_);
   services_.options.max_lookup_blocks = machine_options.index.max_lookup_blocks;
 
   RpcServerOptions rpc_options;
@@ -275,6 +277,10 @@ Status Server::StartZmqIngest() {
   options.replay_idle_timeout = std::chrono::milliseconds(config_.zmq_replay_timeout_ms);
   options.replay_cooldown = std::chrono::milliseconds(config_.zmq_replay_cooldown_ms);
   options.receive_hwm = static_cast<int>(config_.zmq_receive_hwm);
+  options.reconnect_interval = std::chrono::milliseconds(config_.zmq_reconnect_interval_ms);
+  options.reconnect_interval_max =
+      std::chrono::milliseconds(config_.zmq_reconnect_interval_max_ms);
+  options.max_registrations = config_.max_registrations;
   options.mapper.max_blocks_per_event = config_.max_blocks_per_event;
   RaftLog* raft = raft_.get();
   options.is_leader = [raft] { return raft->is_leader(); };
@@ -330,14 +336,22 @@ void Server::RegisterConfigPublishers() {
   std::unique_lock lock(registrar_mu_);
   for (;;) {
     CommandBatch batch;
-    machine_->ReadRegistry([&](const Registry& registry, Revision) {
+    // They count against max_registrations like POST /register's (the service layer's check).
+    const Status admitted = machine_->ReadRegistry([&](const Registry& registry, Revision) {
+      std::vector<Registration> added;
       for (const Registration& r : config_.publishers) {
         auto it = registry.registrations.find(r.Key());
         if (it == registry.registrations.end() || !(it->second == r)) {
           batch.commands.emplace_back(RegisterCommand{r});
+          added.push_back(r);
         }
       }
+      return CheckRegistrationLimits(registry, added, RegistrationLimitsOf(config_));
     });
+    if (!admitted.ok()) {
+      LogError("the config file's publishers are not registered: " + admitted.ToString());
+      return;
+    }
     if (batch.commands.empty()) return;
     if (raft_->is_leader()) {
       lock.unlock();

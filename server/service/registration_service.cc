@@ -1,12 +1,40 @@
 #include "server/service/registration_service.h"
 
+#include <mutex>
+#include <string>
 #include <utility>
 
 #include "server/service/ingest_service.h"
 
 namespace kvatlas::server {
 
+Status CheckRegistrationLimits(const Registry& registry, std::span<const Registration> added,
+                               const RegistrationLimits& limits) {
+  size_t count = registry.registrations.size();
+  for (const Registration& r : added) {
+    KVATLAS_RETURN_IF_ERROR(CheckTransport("endpoint", r.endpoint, limits.allowed_transports));
+    if (!r.replay_endpoint.empty()) {
+      KVATLAS_RETURN_IF_ERROR(
+          CheckTransport("replay_endpoint", r.replay_endpoint, limits.allowed_transports));
+    }
+    if (!registry.registrations.contains(r.Key())) ++count;
+  }
+  if (count > limits.max_registrations) {
+    return Status::ResourceExhausted(
+        "too many registrations: max_registrations is " + std::to_string(limits.max_registrations) +
+        " and " + std::to_string(registry.registrations.size()) +
+        " publishers are registered; unregister one first (POST /unregister)");
+  }
+  return Status::Ok();
+}
+
 Result<Revision> RegisterPublisher(const Services& services, Registration registration) {
+  // One registration at a time: the check and the write must not interleave with another.
+  static std::mutex admit_mu;
+  std::lock_guard lock(admit_mu);
+  KVATLAS_RETURN_IF_ERROR(services.machine->ReadRegistry([&](const Registry& r, Revision) {
+    return CheckRegistrationLimits(r, std::span(&registration, 1), services.options.registrations);
+  }));
   CommandBatch batch;
   batch.commands.emplace_back(RegisterCommand{std::move(registration)});
   return SubmitAndWait(services, std::move(batch));
@@ -37,6 +65,22 @@ RegistrationListing ListRegistrations(const Services& services) {
     }
     return listing;
   });
+}
+
+Status CheckStreamsFollowed(const Services& services) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  std::string failing;
+  size_t count = 0;
+  for (const auto& view : ListStreams(services)) {
+    const int64_t since = view->error_since_unix_ms();
+    if (since == 0 || now - since < kStreamErrorGrace.count()) continue;
+    if (++count <= 3) failing += (failing.empty() ? "" : "; ") + view->key + ": " + view->error();
+  }
+  if (count == 0) return Status::Ok();
+  return Status::Unavailable(std::to_string(count) + " engine stream(s) cannot be followed (" +
+                             failing + (count > 3 ? "; ..." : "") + "); see GET /v1/streams");
 }
 
 std::vector<std::shared_ptr<const StreamView>> ListStreams(const Services& services) {

@@ -4,19 +4,32 @@
 // thread.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "kvatlas/common/result.h"
 #include "server/model/registration.h"
 #include "server/service/services.h"
+#include "server/zmq/endpoint_policy.h"
 
 namespace kvatlas::server {
 
 // Follows `registration` (replacing one with the same Key()); returns the revision.
+// kInvalidArgument naming the field when an endpoint's transport is not allowed, and
+// kResourceExhausted naming max_registrations when a new key would pass the cap
+// (CheckRegistrationLimits; registrations are admitted one at a time, so concurrent
+// requests cannot overshoot it together).
 [[nodiscard]] Result<Revision> RegisterPublisher(const Services& services,
                                                  Registration registration);
+
+// Whether `registry` may take `added` (new keys count, replacements do not): every
+// endpoint's transport allowed and at most limits.max_registrations in all. Pure.
+[[nodiscard]] Status CheckRegistrationLimits(const Registry& registry,
+                                             std::span<const Registration> added,
+                                             const RegistrationLimits& limits);
 
 // Stops following the publisher registered as instance|tenant|dp_rank, dropping its
 // holder's entries. kNotFound naming the key when nothing is registered under it.
@@ -30,6 +43,12 @@ struct RegistrationListing {
   Revision revision = 0;
 };
 [[nodiscard]] RegistrationListing ListRegistrations(const Services& services);
+
+// kUnavailable naming the streams that cannot be followed: whose error (a socket that
+// cannot be created, a connection libzmq keeps closing) has lasted kStreamErrorGrace or
+// more. GET /readyz reports it. A publisher that is merely down is not an error.
+inline constexpr std::chrono::milliseconds kStreamErrorGrace{10'000};
+[[nodiscard]] Status CheckStreamsFollowed(const Services& services);
 
 // Every followed stream (ZmqIngest::Streams); empty when ZMQ ingest is not running.
 [[nodiscard]] std::vector<std::shared_ptr<const StreamView>> ListStreams(const Services& services);

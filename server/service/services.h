@@ -21,6 +21,7 @@
 #include "server/state/replicated_log.h"
 #include "server/state/state_machine.h"
 #include "server/storage/storage.h"
+#include "server/zmq/endpoint_policy.h"
 #include "server/zmq/zmq_ingest.h"
 
 namespace kvatlas::server {
@@ -38,6 +39,8 @@ struct ServiceOptions {
   // Copies one context snapshot (GET /v1/snapshot, the binary kSnapshot) holds at most
   // (payload_too_large past it).
   size_t max_snapshot_copies = 4'000'000;
+  // Registrations admitted (count and endpoint transports), registration_service.h.
+  RegistrationLimits registrations;
 };
 
 // Pointers are not owned and must outlive every adapter that uses them.

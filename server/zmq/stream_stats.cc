@@ -46,8 +46,12 @@ nlohmann::json StreamViewJson(const StreamView& view, int64_t now_unix_ms) {
   j["replay_failures"] = get(c.replay_failures);
   j["replayed_batches"] = get(c.replayed_batches);
   j["restarts"] = get(c.restarts);
-  const std::string error = view.error();
-  j["error"] = error.empty() ? nlohmann::json(nullptr) : nlohmann::json(error);
+  j["reconnects"] = get(c.reconnects);
+  auto text_or_null = [](const std::string& text) {
+    return text.empty() ? nlohmann::json(nullptr) : nlohmann::json(text);
+  };
+  j["error"] = text_or_null(view.error());
+  j["last_error"] = text_or_null(view.last_error());
   return j;
 }
 
@@ -128,6 +132,10 @@ std::string RenderStreamMetrics(std::span<const std::shared_ptr<const StreamView
   counter("kvatlas_zmq_replayed_batches_total", "Batches received over replay.",
           &StreamCounters::replayed_batches);
   counter("kvatlas_zmq_restarts_total", "Publisher restarts detected.", &StreamCounters::restarts);
+  counter("kvatlas_zmq_reconnects_total",
+          "SUB sockets recreated: connection closed for good (message over 64 MiB, protocol "
+          "error) or socket not created.",
+          &StreamCounters::reconnects);
   family("kvatlas_zmq_stream_lag_seconds", "gauge",
          "Seconds since the stream's last message (NaN before the first).",
          [&](const StreamView& v, const std::string& labels) {

@@ -34,6 +34,9 @@ struct StreamCounters {
   std::atomic<uint64_t> replay_failures{0};     // replays that timed out or returned nothing
   std::atomic<uint64_t> replayed_batches{0};    // batches received over replay
   std::atomic<uint64_t> restarts{0};            // engine restarts detected (sequence went back)
+  // SUB sockets recreated because libzmq closed the connection for good (a message over
+  // 64 MiB, another protocol error) or the socket could not be created.
+  std::atomic<uint64_t> reconnects{0};
   std::atomic<int64_t> last_sequence{-1};       // last sequence handed to the applier, -1 none
   std::atomic<int64_t> last_event_unix_ms{0};   // wall clock of the last message received
   std::atomic<bool> replaying{false};
@@ -53,19 +56,35 @@ struct StreamView {
   std::string topic;
   StreamCounters counters;
 
-  // The status line ("ok" or the last socket error) is set by the ingest thread.
-  void SetError(std::string error) {
+  // The stream's current problem (empty = none), set by the ingest thread; a non-empty
+  // one is also kept as last_error(), with the wall-clock time it was first set since the
+  // stream was last healthy (error_since_unix_ms()).
+  void SetError(std::string error, int64_t now_unix_ms) {
     std::lock_guard lock(mu_);
+    if (!error.empty()) {
+      if (error_.empty()) error_since_unix_ms_ = now_unix_ms;
+      last_error_ = error;
+    }
     error_ = std::move(error);
   }
   std::string error() const {
     std::lock_guard lock(mu_);
     return error_;
   }
+  std::string last_error() const {
+    std::lock_guard lock(mu_);
+    return last_error_;
+  }
+  int64_t error_since_unix_ms() const {
+    std::lock_guard lock(mu_);
+    return error_.empty() ? 0 : error_since_unix_ms_;
+  }
 
  private:
   mutable std::mutex mu_;
   std::string error_;
+  std::string last_error_;
+  int64_t error_since_unix_ms_ = 0;
 };
 
 // JSON of one stream for GET /v1/streams (docs/api.md). `now_unix_ms` gives lag_seconds.

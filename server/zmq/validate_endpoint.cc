@@ -1,12 +1,53 @@
 // ZmqIngest::ValidateEndpoint: the endpoint syntax kvatlas accepts for publishers,
-// replay endpoints and listeners.
+// replay endpoints and listeners; and the transport allow-list (endpoint_policy.h).
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "server/zmq/endpoint_policy.h"
 #include "server/zmq/zmq_ingest.h"
 
 namespace kvatlas::server {
+namespace {
+
+constexpr std::string_view kKnownTransports[] = {"tcp", "ipc", "inproc"};
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> ParseTransports(std::string_view csv) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= csv.size()) {
+    size_t end = csv.find(',', start);
+    if (end == std::string_view::npos) end = csv.size();
+    const std::string_view item = csv.substr(start, end - start);
+    start = end + 1;
+    if (std::find(std::begin(kKnownTransports), std::end(kKnownTransports), item) ==
+        std::end(kKnownTransports)) {
+      return Status::InvalidArgument("zmq_allowed_transports: \"" + std::string(csv) +
+                                     "\": expected a comma-separated list of tcp, ipc, inproc");
+    }
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.emplace_back(item);
+  }
+  return out;
+}
+
+Status CheckTransport(std::string_view field, std::string_view endpoint,
+                      const std::vector<std::string>& allowed) {
+  const std::string_view scheme = endpoint.substr(0, endpoint.find("://"));
+  if (std::find(allowed.begin(), allowed.end(), scheme) != allowed.end()) return Status::Ok();
+  return Status::InvalidArgument(std::string(field) + ": endpoint \"" + std::string(endpoint) +
+                                 "\": transport " + std::string(scheme) +
+                                 " is not allowed (zmq_allowed_transports: " + Join(allowed) + ")");
+}
 
 Status ZmqIngest::ValidateEndpoint(std::string_view endpoint, bool for_bind) {
   auto invalid = [&](const std::string& why) {

@@ -13,6 +13,7 @@
 #include "common/internal/log.h"
 #include "common/internal/thread_name.h"
 #include "server/ingest/engine_event_decoder.h"
+#include "server/zmq/publisher_socket.h"
 #include "server/zmq/stream_follower.h"
 
 namespace kvatlas::server {
@@ -22,10 +23,13 @@ using Clock = std::chrono::steady_clock;
 
 // vLLM's end-of-replay sequence: -1 as a big-endian int64.
 constexpr uint64_t kEndSequence = ~uint64_t{0};
-// The poll timeout bounds how late timers (replay timeouts) and registry changes are seen.
+// The poll timeout bounds how late timers (replay timeouts, socket recreation) and registry
+// changes are seen.
 constexpr std::chrono::milliseconds kPollInterval{50};
-// Largest message a SUB or DEALER socket accepts; bigger ones are dropped by ZMQ.
-constexpr int64_t kMaxMessageBytes = 64 << 20;
+// ZMQ sockets per registered stream (SUB, its monitor's two PAIR ends), and beyond the
+// registrations (listeners, replay DEALERs, headroom): the context's socket limit.
+constexpr int kSocketsPerStream = 3;
+constexpr int kSpareSockets = 256;
 
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -71,7 +75,7 @@ struct ZmqStream {
   std::string replay_endpoint;
   std::shared_ptr<StreamView> view;
   Registration registration;                         // registered streams only
-  std::unique_ptr<zmq::socket_t> sub;                // registered streams only
+  std::unique_ptr<PublisherSocket> socket;           // registered streams only
   std::optional<StreamFollower<ZmqBatch>> follower;  // set once `view` is
   StreamMapState map_state;
   std::unique_ptr<zmq::socket_t> dealer;  // while a replay runs
@@ -88,7 +92,15 @@ class ZmqIngest::Loop {
   using Follower = StreamFollower<ZmqBatch>;
 
   explicit Loop(ZmqIngest* owner)
-      : owner_(owner), mapper_(&owner->machine_->hasher(), owner->options_.mapper) {}
+      : owner_(owner), mapper_(&owner->machine_->hasher(), owner->options_.mapper) {
+    // libzmq's default (1,023 sockets) would run out long before max_registrations streams.
+    const ZmqIngestOptions& o = owner->options_;
+    context_.set(zmq::ctxopt::max_sockets,
+                 static_cast<int>(std::min<size_t>(
+                     o.max_registrations * kSocketsPerStream + o.listeners.size() +
+                         o.max_concurrent_replays + kSpareSockets,
+                     1'000'000)));
+  }
 
   ~Loop() {
     // Sockets first (linger 0), then the context: zmq_ctx_term waits for open sockets.
@@ -101,7 +113,7 @@ class ZmqIngest::Loop {
       auto listener = std::make_unique<ZmqListener>();
       listener->config = config;
       try {
-        listener->sub = MakeSubSocket(config.topic);
+        listener->sub = MakeSubSocket(context_, config.topic, SubOptions());
         listener->sub->bind(config.bind);
       } catch (const zmq::error_t& e) {
         return Status::Unavailable("cannot bind ZMQ listener " + config.bind + ": " + e.what());
@@ -125,19 +137,17 @@ class ZmqIngest::Loop {
       }
       if (owner_->registry_dirty_.exchange(false, std::memory_order_acq_rel)) SyncRegistrations();
       PollOnce();
+      const Clock::time_point now = Clock::now();
+      for (auto& [key, stream] : streams_) stream->socket->Tick(now);
       CheckReplayTimeouts();
       LaunchWaitingReplays();
     }
   }
 
  private:
-  std::unique_ptr<zmq::socket_t> MakeSubSocket(const std::string& topic) {
-    auto sub = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::sub);
-    sub->set(zmq::sockopt::linger, 0);
-    sub->set(zmq::sockopt::rcvhwm, owner_->options_.receive_hwm);
-    sub->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
-    sub->set(zmq::sockopt::subscribe, topic);
-    return sub;
+  SubSocketOptions SubOptions() const {
+    const ZmqIngestOptions& o = owner_->options_;
+    return SubSocketOptions{o.receive_hwm, o.reconnect_interval, o.reconnect_interval_max};
   }
 
   StreamFollowerOptions FollowerOptions(const std::string& replay_endpoint) const {
@@ -210,14 +220,11 @@ class ZmqIngest::Loop {
     if (position) v.counters.last_sequence.store(static_cast<int64_t>(*position));
     stream->follower.emplace(stream->key, position, FollowerOptions(stream->replay_endpoint),
                              &v.counters);
-    try {
-      stream->sub = MakeSubSocket(r.topic);
-      stream->sub->connect(r.endpoint);
+    stream->socket = std::make_unique<PublisherSocket>(&context_, r.endpoint, r.topic,
+                                                       SubOptions(), &v);
+    stream->socket->Open(Clock::now());
+    if (stream->socket->sub()) {
       LogInfo("zmq: following " + r.endpoint + " (" + stream->key + ", " + v.type + ")");
-    } catch (const zmq::error_t& e) {
-      stream->sub.reset();
-      v.SetError(std::string("cannot connect to ") + r.endpoint + ": " + e.what());
-      LogWarning("zmq: " + v.error());
     }
     return stream;
   }
@@ -283,11 +290,14 @@ class ZmqIngest::Loop {
     items_.clear();
     targets_.clear();
     for (auto& [key, stream] : streams_) {
-      if (stream->sub) AddItem(*stream->sub, Target{stream.get(), nullptr, false});
-      if (stream->dealer) AddItem(*stream->dealer, Target{stream.get(), nullptr, true});
+      if (zmq::socket_t* sub = stream->socket->sub()) {
+        AddItem(*sub, Target{stream.get(), nullptr, Target::kLive});
+        AddItem(*stream->socket->monitor(), Target{stream.get(), nullptr, Target::kMonitor});
+      }
+      if (stream->dealer) AddItem(*stream->dealer, Target{stream.get(), nullptr, Target::kReplay});
     }
     for (auto& listener : listeners_) {
-      AddItem(*listener->sub, Target{nullptr, listener.get(), false});
+      AddItem(*listener->sub, Target{nullptr, listener.get(), Target::kLive});
     }
     try {
       zmq::poll(items_, kPollInterval);
@@ -300,8 +310,10 @@ class ZmqIngest::Loop {
       const Target& t = targets_[i];
       if (t.listener) {
         DrainListener(*t.listener);
-      } else if (t.replay) {
+      } else if (t.kind == Target::kReplay) {
         DrainReplay(*t.stream);
+      } else if (t.kind == Target::kMonitor) {
+        t.stream->socket->DrainMonitor(Clock::now());
       } else {
         DrainLive(*t.stream);
       }
@@ -309,9 +321,10 @@ class ZmqIngest::Loop {
   }
 
   struct Target {
+    enum Kind { kLive, kReplay, kMonitor };
     ZmqStream* stream;
     ZmqListener* listener;
-    bool replay;
+    Kind kind;
   };
 
   void AddItem(zmq::socket_t& socket, Target target) {
@@ -334,7 +347,8 @@ class ZmqIngest::Loop {
   void DrainLive(ZmqStream& stream) {
     std::vector<zmq::message_t> frames;
     for (size_t n = 0; n < owner_->options_.max_messages_per_round; ++n) {
-      if (!stream.sub || !Receive(*stream.sub, &frames)) return;
+      zmq::socket_t* sub = stream.socket->sub();
+      if (!sub || !Receive(*sub, &frames)) return;
       StreamCounters& c = stream.view->counters;
       std::optional<uint64_t> sequence;
       if (frames.size() == 3) sequence = ReadSequence(frames[1]);
@@ -342,9 +356,8 @@ class ZmqIngest::Loop {
         c.malformed_messages.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
+      stream.socket->OnMessage();
       OnLive(stream, *sequence, ZmqBatch{std::move(frames[2]), std::nullopt});
-      // A registry change may have removed the stream while handling: re-check each time.
-      if (stream.sub == nullptr) return;
     }
   }
 

@@ -17,7 +17,9 @@
 // batches waiting for a replay — are a StreamFollower's (stream_follower.h), which knows no
 // sockets; the ingest loop here feeds it the stream's messages and the time, and does what
 // it says: submits batches, clears holders, opens and closes replay sockets, and grants
-// replay slots (at most max_concurrent_replays across streams).
+// replay slots (at most max_concurrent_replays across streams). A registered stream's SUB
+// socket is a PublisherSocket (publisher_socket.h), which recreates it when libzmq has
+// closed its connection for good (a message over 64 MiB).
 //
 // Threading: one thread owns every ZMQ socket and all stream state (followers included); it
 // polls, syncs the Registry, decodes, maps and hands batches to the Applier with
@@ -78,6 +80,14 @@ struct ZmqIngestOptions {
   size_t max_buffered_batches = 10'000;
   // ZMQ receive high-water mark of every SUB socket, in messages.
   int receive_hwm = 100'000;
+  // libzmq's reconnection backoff of SUB sockets (ZMQ_RECONNECT_IVL, doubling up to
+  // ZMQ_RECONNECT_IVL_MAX), also the backoff of recreating a socket whose connection libzmq
+  // closed for good (publisher_socket.h).
+  std::chrono::milliseconds reconnect_interval{100};
+  std::chrono::milliseconds reconnect_interval_max{5'000};
+  // Registrations the service layer admits (registration_service.h); sizes the ZMQ
+  // context's socket limit (three sockets per registered stream).
+  size_t max_registrations = 256;
   // Messages taken from one socket per poll round, so one busy publisher cannot starve
   // the others.
   size_t max_messages_per_round = 256;

@@ -34,6 +34,8 @@ prints {"ready": true, "endpoint": E, "replay_endpoint": R or null}. Commands:
       each -> {"seq": n, "sent": bool}
   {"op": "batch", "events": [{"op": "store", ...}, {"op": "remove", ...}, ...]}
       all of them in one batch -> {"seq": n, "sent": bool, "results": [{...}, ...]}
+  {"op": "oversized", "bytes": N}   one message [topic, next seq, N zero bytes] (hostile:
+      past the subscriber's size limit); the sequence is not consumed -> {"ok": true}
   {"op": "drop_next"}   the next batch is buffered for replay, not sent -> {"ok": true}
   {"op": "restart", "rebind": false}   seq (and mooncake event_id) back to 0, replay buffer
       emptied; rebind: close and rebind both sockets, same ports -> {"ok": true, "endpoint": E,
@@ -304,7 +306,10 @@ class Publisher:
                 raise ValueError("empty batch")
             reply = self.publish([e for events, _ in parts for e in events])
             return dict(reply, results=[extra for _, extra in parts])
-        if op == "drop_next":
+        if op == "oversized":
+            self.pub.send_multipart([self.cfg["topic"].encode(), struct.pack(">Q", self.next_seq),
+                                     bytes(int(cmd["bytes"]))])
+        elif op == "drop_next":
             self.drop_next = True
         elif op == "restart":
             self.next_seq, self.event_id, self.drop_next = 0, 0, False
