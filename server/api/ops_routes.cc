@@ -1,5 +1,6 @@
 // Operations routes: GET /healthz (the process answers), GET /readyz (it can serve: it has
-// recovered, the applier has not failed and every engine stream can be followed), GET /metrics (Prometheus text format).
+// recovered, the applier has not failed and every engine stream can be followed), GET /metrics
+// (Prometheus text format).
 #include <nlohmann/json.hpp>
 
 #include "kvatlas/common/json_codec.h"

@@ -366,15 +366,14 @@ Status ValidateConfig(const Config& config) {
     const std::string path = std::string(kPublishersKey) + "[" + std::to_string(i) + "].";
     KVATLAS_RETURN_IF_ERROR(CheckTransport(path + "endpoint", r.endpoint, transports));
     if (!r.replay_endpoint.empty()) {
-      KVATLAS_RETURN_IF_ERROR(CheckTransport(path + "replay_endpoint", r.replay_endpoint,
-                                             transports));
+      KVATLAS_RETURN_IF_ERROR(
+          CheckTransport(path + "replay_endpoint", r.replay_endpoint, transports));
     }
   }
   if (config.publishers.size() > config.max_registrations) {
     return Status::InvalidArgument(
         std::string(kPublishersKey) + ": " + std::to_string(config.publishers.size()) +
-        " entries, more than max_registrations (" + std::to_string(config.max_registrations) +
-        ")");
+        " entries, more than max_registrations (" + std::to_string(config.max_registrations) + ")");
   }
   return Status::Ok();
 }

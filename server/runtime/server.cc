@@ -278,8 +278,7 @@ Status Server::StartZmqIngest() {
   options.replay_cooldown = std::chrono::milliseconds(config_.zmq_replay_cooldown_ms);
   options.receive_hwm = static_cast<int>(config_.zmq_receive_hwm);
   options.reconnect_interval = std::chrono::milliseconds(config_.zmq_reconnect_interval_ms);
-  options.reconnect_interval_max =
-      std::chrono::milliseconds(config_.zmq_reconnect_interval_max_ms);
+  options.reconnect_interval_max = std::chrono::milliseconds(config_.zmq_reconnect_interval_max_ms);
   options.max_registrations = config_.max_registrations;
   options.mapper.max_blocks_per_event = config_.max_blocks_per_event;
   RaftLog* raft = raft_.get();

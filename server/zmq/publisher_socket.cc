@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <utility>
 #include <iterator>
+#include <utility>
 #include <vector>
 #include <zmq_addon.hpp>
 
@@ -40,8 +40,8 @@ std::unique_ptr<zmq::socket_t> MakeSubSocket(zmq::context_t& context, const std:
   return sub;
 }
 
-PublisherSocket::PublisherSocket(zmq::context_t* context, std::string endpoint,
-                                 std::string topic, SubSocketOptions options, StreamView* view)
+PublisherSocket::PublisherSocket(zmq::context_t* context, std::string endpoint, std::string topic,
+                                 SubSocketOptions options, StreamView* view)
     : context_(context),
       endpoint_(std::move(endpoint)),
       topic_(std::move(topic)),

@@ -37,8 +37,8 @@ struct StreamCounters {
   // SUB sockets recreated because libzmq closed the connection for good (a message over
   // 64 MiB, another protocol error) or the socket could not be created.
   std::atomic<uint64_t> reconnects{0};
-  std::atomic<int64_t> last_sequence{-1};       // last sequence handed to the applier, -1 none
-  std::atomic<int64_t> last_event_unix_ms{0};   // wall clock of the last message received
+  std::atomic<int64_t> last_sequence{-1};      // last sequence handed to the applier, -1 none
+  std::atomic<int64_t> last_event_unix_ms{0};  // wall clock of the last message received
   std::atomic<bool> replaying{false};
 };
 

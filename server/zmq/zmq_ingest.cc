@@ -96,10 +96,10 @@ class ZmqIngest::Loop {
     // libzmq's default (1,023 sockets) would run out long before max_registrations streams.
     const ZmqIngestOptions& o = owner->options_;
     context_.set(zmq::ctxopt::max_sockets,
-                 static_cast<int>(std::min<size_t>(
-                     o.max_registrations * kSocketsPerStream + o.listeners.size() +
-                         o.max_concurrent_replays + kSpareSockets,
-                     1'000'000)));
+                 static_cast<int>(std::min<size_t>(o.max_registrations * kSocketsPerStream +
+                                                       o.listeners.size() +
+                                                       o.max_concurrent_replays + kSpareSockets,
+                                                   1'000'000)));
   }
 
   ~Loop() {
@@ -220,8 +220,8 @@ class ZmqIngest::Loop {
     if (position) v.counters.last_sequence.store(static_cast<int64_t>(*position));
     stream->follower.emplace(stream->key, position, FollowerOptions(stream->replay_endpoint),
                              &v.counters);
-    stream->socket = std::make_unique<PublisherSocket>(&context_, r.endpoint, r.topic,
-                                                       SubOptions(), &v);
+    stream->socket =
+        std::make_unique<PublisherSocket>(&context_, r.endpoint, r.topic, SubOptions(), &v);
     stream->socket->Open(Clock::now());
     if (stream->socket->sub()) {
       LogInfo("zmq: following " + r.endpoint + " (" + stream->key + ", " + v.type + ")");
