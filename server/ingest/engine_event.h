@@ -63,6 +63,12 @@ struct EngineBatch {
   // batch is still used), and fields ignored because their name or position is unknown.
   uint32_t skipped_events = 0;
   uint32_t unknown_fields = 0;
+  // BlockStored events left out because their namespace (cache salt) cannot be determined
+  // exactly: a salt field of a type the decoder cannot read, salts that disagree, or an
+  // unknown field named like a salt (docs/engine-events.md §Namespace). Indexing them
+  // without their salt would put one tenant's blocks in another's namespace. Not counted in
+  // skipped_events.
+  uint32_t skipped_namespace_events = 0;
 };
 
 }  // namespace kvatlas::server

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "server/ingest/msgpack_reader.h"
+#include "server/ingest/salt_reader.h"
 
 namespace kvatlas::server {
 namespace {
@@ -35,6 +36,12 @@ using msgpack_reader::ReadOptU32;
 using msgpack_reader::ReadTokens;
 using msgpack_reader::Str;
 using msgpack_reader::TypeName;
+using salt_reader::EventNotes;
+using salt_reader::IsTypedSaltItem;
+using salt_reader::ReadMetadata;
+using salt_reader::ReadSalt;
+using salt_reader::ReadTypedSaltItem;
+using salt_reader::UnknownField;
 namespace mt = msgpack::type;
 
 // Bytes of repeated Mooncake locations (one string sent for several blocks) a batch may
@@ -110,19 +117,28 @@ enum Slot : uint8_t {
   kSpecKind,
   kSlidingWindow,
   kLocality,
+  kOwnership,
+  kSessionId,
+  kPositionalCount,  // the slots above have a position; the ones below only a map key
+  kCacheSalt = kPositionalCount,
+  kMetadata,
   kSlotCount,
 };
 using Slots = std::array<const Obj*, kSlotCount>;
 
+// clang-format off
 constexpr std::array<std::string_view, kSlotCount> kSlotNames = {
     "type",      "block_hashes",       "parent_block_hash",
     "token_ids", "block_size",         "lora_id",
     "medium",    "lora_name",          "extra_keys",
     "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
-    "locality"};
+    "locality",  "ownership",          "session_id",
+    "cache_salt", "metadata"};
+// clang-format on
 
 // BlockRemoved's positional fields after the tag.
-constexpr std::array<Slot, 3> kRemovedSlots = {kBlockHashes, kMedium, kGroupIdx};
+constexpr std::array<Slot, 5> kRemovedSlots = {kBlockHashes, kMedium, kGroupIdx, kLocality,
+                                               kOwnership};
 
 std::optional<EngineEventKind> VllmKind(std::string_view tag) {
   if (tag == "BlockStored") return EngineEventKind::kStored;
@@ -160,7 +176,7 @@ bool NamesItem(const Obj& o, std::string_view s) {
 
 // Reads vLLM's extra_keys: derives cache_salt (when not already set) and
 // has_multimodal_extra_keys. The heuristic and its limits: docs/engine-events.md §Extra keys.
-bool ReadExtraKeys(const Obj* o, EngineEvent* e) {
+bool ReadExtraKeys(const Obj* o, EngineEvent* e, EventNotes* notes) {
   if (IsNil(o)) return true;
   if (o->type != mt::ARRAY) return false;
   const std::span<const Obj> entries = Items(*o);
@@ -170,6 +186,13 @@ bool ReadExtraKeys(const Obj* o, EngineEvent* e) {
   const auto is_lora_key = [&](std::span<const Obj> items, size_t j) {
     return j == 0 && e->lora_name && IsStr(items[0]) && Str(items[0]) == *e->lora_name;
   };
+  // Typed salt items name the salt explicitly, on any block.
+  for (const Obj& entry : entries) {
+    if (entry.type != mt::ARRAY) continue;
+    for (const Obj& item : Items(entry)) {
+      if (IsTypedSaltItem(item)) ReadTypedSaltItem(item, e, notes);
+    }
+  }
   // The salt: the last bare string of block 0 (after its LoRA key) when the run starts at
   // token 0, unless block 1 names it too (then it is a multimodal item spanning blocks).
   const Obj* salt = nullptr;
@@ -196,6 +219,7 @@ bool ReadExtraKeys(const Obj* o, EngineEvent* e) {
     const std::span<const Obj> items = Items(entry);
     for (size_t j = 0; j < items.size(); ++j) {
       if (is_lora_key(items, j) || &items[j] == salt) continue;
+      if (IsTypedSaltItem(items[j])) continue;
       e->has_multimodal_extra_keys = true;  // multimodal id, tuple, prompt-embeds hash, other
       return true;
     }
@@ -203,27 +227,19 @@ bool ReadExtraKeys(const Obj* o, EngineEvent* e) {
   return true;
 }
 
-// SGLang's BlockStoredWithMetadata: index 7 is {cache_salt: str[, session_id: str]}.
-bool ReadSglangMetadata(const Obj& map, EngineEvent* e, uint32_t* unknown) {
-  for (const msgpack::object_kv& kv : Pairs(map)) {
-    const std::string_view key = IsStr(kv.key) ? Str(kv.key) : std::string_view();
-    if (key == "cache_salt") {
-      if (!ReadOptString(&kv.val, &e->cache_salt)) return false;
-    } else if (key != "session_id") {
-      ++*unknown;
-    }
-  }
-  return true;
-}
-
 // Fills `e` (kind already set) from vLLM/SGLang field slots; false when malformed.
-bool ReadVllmSlots(const Slots& s, EngineEvent* e, uint32_t* unknown) {
+bool ReadVllmSlots(const Slots& s, EngineEvent* e, EventNotes* notes) {
   if (e->kind == EngineEventKind::kCleared) return true;
   if (s[kBlockHashes] == nullptr || !ReadHashes(*s[kBlockHashes], &e->block_hashes)) {
     return false;
   }
   if (!ReadOptString(s[kMedium], &e->medium) || !ReadOptInt64(s[kGroupIdx], &e->group_idx)) {
     return false;
+  }
+  // `locality`, `ownership` and `session_id` (vLLM 0.28+) are ignored when they have the
+  // expected type; they do not change where a block is cached.
+  for (const Slot ignored : {kLocality, kOwnership, kSessionId}) {
+    if (const Obj* o = s[ignored]; !IsNil(o) && !IsStr(*o)) ++notes->unknown;
   }
   if (e->kind == EngineEventKind::kRemoved) return true;
   std::optional<uint32_t> block_size;
@@ -235,18 +251,20 @@ bool ReadVllmSlots(const Slots& s, EngineEvent* e, uint32_t* unknown) {
     return false;
   }
   e->block_size = block_size.value_or(0);
+  // The salt, named in any of the forms engines use: a field, SGLang's metadata map (in
+  // place of lora_name at index 7, or as a "metadata" field), vLLM's extra keys.
+  ReadSalt(s[kCacheSalt], e, notes);
   if (const Obj* lora = s[kLoraName]; lora != nullptr && lora->type == mt::MAP) {
-    if (!ReadSglangMetadata(*lora, e, unknown)) return false;
+    ReadMetadata(lora, e, notes);
   } else if (!ReadOptString(lora, &e->lora_name)) {
     return false;
   }
-  // `locality` (vLLM 0.28?, unconfirmed) is ignored when it has the expected type.
-  if (const Obj* locality = s[kLocality]; !IsNil(locality) && !IsStr(*locality)) ++*unknown;
-  return ReadExtraKeys(s[kExtraKeys], e);
+  ReadMetadata(s[kMetadata], e, notes);
+  return ReadExtraKeys(s[kExtraKeys], e, notes);
 }
 
 // [tag, fields...]: false when the event is malformed or its tag unknown.
-bool ReadVllmArray(const Obj& event, EngineEvent* e, uint32_t* unknown) {
+bool ReadVllmArray(const Obj& event, EngineEvent* e, EventNotes* notes) {
   const std::span<const Obj> f = Items(event);
   if (f.empty() || !IsStr(f[0])) return false;
   const std::optional<EngineEventKind> kind = VllmKind(Str(f[0]));
@@ -255,26 +273,23 @@ bool ReadVllmArray(const Obj& event, EngineEvent* e, uint32_t* unknown) {
   Slots slots{};
   size_t known = 1;
   if (*kind == EngineEventKind::kStored) {
-    known = std::min<size_t>(f.size(), kSlotCount);
+    known = std::min<size_t>(f.size(), kPositionalCount);
     for (size_t i = 1; i < known; ++i) slots[i] = &f[i];
   } else if (*kind == EngineEventKind::kRemoved) {
     known = std::min<size_t>(f.size(), kRemovedSlots.size() + 1);
     for (size_t i = 1; i < known; ++i) slots[kRemovedSlots[i - 1]] = &f[i];
   }
-  uint32_t extra = static_cast<uint32_t>(f.size() - known);
-  if (!ReadVllmSlots(slots, e, &extra)) return false;
-  *unknown += extra;
-  return true;
+  notes->unknown += static_cast<uint32_t>(f.size() - known);
+  return ReadVllmSlots(slots, e, notes);
 }
 
 // {type: tag, field: value, ...} with `kind` read from "type" by the caller.
-bool ReadVllmMap(const Obj& event, EngineEventKind kind, EngineEvent* e, uint32_t* unknown) {
+bool ReadVllmMap(const Obj& event, EngineEventKind kind, EngineEvent* e, EventNotes* notes) {
   e->kind = kind;
   Slots slots{};
-  uint32_t extra = 0;
   for (const msgpack::object_kv& kv : Pairs(event)) {
     if (!IsStr(kv.key)) {
-      ++extra;
+      UnknownField(kv.key, kv.val, notes);
       continue;
     }
     const std::string_view key = Str(kv.key);
@@ -282,14 +297,12 @@ bool ReadVllmMap(const Obj& event, EngineEventKind kind, EngineEvent* e, uint32_
     const auto it = std::find(kSlotNames.begin() + 1, kSlotNames.end(), key);
     const size_t slot = static_cast<size_t>(it - kSlotNames.begin());
     if (it == kSlotNames.end() || !SlotAllowed(kind, slot)) {
-      ++extra;
+      UnknownField(kv.key, kv.val, notes);
       continue;
     }
     slots[slot] = &kv.val;
   }
-  if (!ReadVllmSlots(slots, e, &extra)) return false;
-  *unknown += extra;
-  return true;
+  return ReadVllmSlots(slots, e, notes);
 }
 
 // ---- Mooncake RFC #1527 events -------------------------------------------------------------
@@ -333,20 +346,20 @@ enum MooncakeSlot : uint8_t {
   kMcLoraName,
   kObjectKey,
   kLocation,
+  kAdditionalSalt,
   kMooncakeSlotCount,
 };
 constexpr std::array<std::string_view, kMooncakeSlotCount> kMooncakeNames = {
     "event_type",  "type",      "seq_hashes", "block_hashes", "base_block_idx",
     "parent_hash", "token_ids", "medium",     "block_size",   "model_name",
-    "tenant_id",   "lora_name", "object_key", "location"};
-constexpr std::array<std::string_view, 5> kMooncakeIgnored = {"dp_rank", "event_id", "timestamp",
-                                                              "backend_id", "additional_salt"};
+    "tenant_id",   "lora_name", "object_key", "location",     "additional_salt"};
+constexpr std::array<std::string_view, 4> kMooncakeIgnored = {"dp_rank", "event_id", "timestamp",
+                                                              "backend_id"};
 
 // A map with "event_type" (or a "type" of stored|removed|cleared); false when malformed or
 // the type is unknown.
-bool ReadMooncakeMap(const Obj& event, EngineEvent* e, uint32_t* unknown, size_t* budget) {
+bool ReadMooncakeMap(const Obj& event, EngineEvent* e, EventNotes* notes, size_t* budget) {
   std::array<const Obj*, kMooncakeSlotCount> f{};
-  uint32_t extra = 0;
   for (const msgpack::object_kv& kv : Pairs(event)) {
     const std::string_view key = IsStr(kv.key) ? Str(kv.key) : std::string_view();
     const auto it = std::find(kMooncakeNames.begin(), kMooncakeNames.end(), key);
@@ -354,7 +367,7 @@ bool ReadMooncakeMap(const Obj& event, EngineEvent* e, uint32_t* unknown, size_t
       f[static_cast<size_t>(it - kMooncakeNames.begin())] = &kv.val;
     } else if (std::find(kMooncakeIgnored.begin(), kMooncakeIgnored.end(), key) ==
                kMooncakeIgnored.end()) {
-      ++extra;
+      UnknownField(kv.key, kv.val, notes);
     }
   }
   const Obj* tag = f[kEventType] != nullptr ? f[kEventType] : f[kType];
@@ -385,27 +398,27 @@ bool ReadMooncakeMap(const Obj& event, EngineEvent* e, uint32_t* unknown, size_t
       return false;
     }
   }
-  *unknown += extra;
+  if (*kind == EngineEventKind::kStored) ReadSalt(f[kAdditionalSalt], e, notes);
   return true;
 }
 
 // ---- Dispatch ------------------------------------------------------------------------------
 
 // Decodes one element of the events array into `e`; false when it is to be skipped.
-bool ReadEvent(const Obj& event, EngineEvent* e, uint32_t* unknown, size_t* budget) {
-  if (event.type == mt::ARRAY) return ReadVllmArray(event, e, unknown);
+bool ReadEvent(const Obj& event, EngineEvent* e, EventNotes* notes, size_t* budget) {
+  if (event.type == mt::ARRAY) return ReadVllmArray(event, e, notes);
   if (event.type != mt::MAP) return false;
   const Obj* type = nullptr;
   for (const msgpack::object_kv& kv : Pairs(event)) {
     if (!IsStr(kv.key)) continue;
-    if (Str(kv.key) == "event_type") return ReadMooncakeMap(event, e, unknown, budget);
+    if (Str(kv.key) == "event_type") return ReadMooncakeMap(event, e, notes, budget);
     if (Str(kv.key) == "type") type = &kv.val;
   }
   if (type == nullptr || !IsStr(*type)) return false;
   if (const std::optional<EngineEventKind> kind = VllmKind(Str(*type))) {
-    return ReadVllmMap(event, *kind, e, unknown);
+    return ReadVllmMap(event, *kind, e, notes);
   }
-  return ReadMooncakeMap(event, e, unknown, budget);  // "type": "stored" etc. without event_type
+  return ReadMooncakeMap(event, e, notes, budget);  // "type": "stored" etc. without event_type
 }
 
 Status BatchError(std::string_view path, std::string_view expected, const Obj& got) {
@@ -472,9 +485,17 @@ Result<EngineBatch> DecodeBatch(const Obj& root, size_t payload_size) {
   size_t location_budget = kLocationBudgetPerByte * payload_size + kLocationBudgetBase;
   for (const Obj& event : Items(*events)) {
     EngineEvent& e = batch.events.emplace_back();
-    if (!ReadEvent(event, &e, &batch.unknown_fields, &location_budget)) {
+    EventNotes notes;
+    if (!ReadEvent(event, &e, &notes, &location_budget)) {
       batch.events.pop_back();
       ++batch.skipped_events;
+    } else if (notes.unclear_namespace && e.kind == EngineEventKind::kStored) {
+      // Only a store places blocks in a namespace: never index it in one it may not belong
+      // to. Removals and clears name no namespace (the mapper finds it), whatever they carry.
+      batch.events.pop_back();
+      ++batch.skipped_namespace_events;
+    } else {
+      batch.unknown_fields += notes.unknown;
     }
   }
   return batch;

@@ -36,6 +36,7 @@ nlohmann::json StreamViewJson(const StreamView& view, int64_t now_unix_ms) {
                  {"cleared", get(c.cleared_events)}};
   j["skipped_events"] = get(c.skipped_events);
   j["unknown_fields"] = get(c.unknown_fields);
+  j["skipped_namespace_events"] = get(c.skipped_namespace_events);
   j["decode_failures"] = get(c.decode_failures);
   j["malformed_messages"] = get(c.malformed_messages);
   j["apply_failures"] = get(c.apply_failures);
@@ -125,6 +126,9 @@ std::string RenderStreamMetrics(std::span<const std::shared_ptr<const StreamView
           &StreamCounters::skipped_events);
   counter("kvatlas_zmq_unknown_fields_total", "Event fields ignored because unknown.",
           &StreamCounters::unknown_fields);
+  counter("kvatlas_zmq_skipped_namespace_events_total",
+          "Stored events skipped because their cache salt could not be read exactly.",
+          &StreamCounters::skipped_namespace_events);
   counter("kvatlas_zmq_gaps_total", "Sequence gaps detected.", &StreamCounters::gaps);
   counter("kvatlas_zmq_replays_total", "Replay requests sent.", &StreamCounters::replays);
   counter("kvatlas_zmq_replay_failures_total", "Replays that timed out or returned nothing.",

@@ -24,6 +24,8 @@ struct StreamCounters {
   std::atomic<uint64_t> block_events{0};    // blocks named by applied stored/removed events
   std::atomic<uint64_t> skipped_events{0};  // unknown tag, malformed, or not mappable
   std::atomic<uint64_t> unknown_fields{0};
+  // Stores left out because their namespace (cache salt) could not be read exactly.
+  std::atomic<uint64_t> skipped_namespace_events{0};
   std::atomic<uint64_t> decode_failures{0};     // whole batches that did not decode
   std::atomic<uint64_t> malformed_messages{0};  // not 3 frames / bad sequence frame
   std::atomic<uint64_t> apply_failures{0};      // batches the applier refused or failed

@@ -506,6 +506,8 @@ class ZmqIngest::Loop {
     }
     c.skipped_events.fetch_add(batch->skipped_events, std::memory_order_relaxed);
     c.unknown_fields.fetch_add(batch->unknown_fields, std::memory_order_relaxed);
+    c.skipped_namespace_events.fetch_add(batch->skipped_namespace_events,
+                                         std::memory_order_relaxed);
     MappedBatch mapped = mapper_.Map(*batch, stream.identity, &stream.map_state);
     c.skipped_events.fetch_add(mapped.skipped_not_whole_blocks + mapped.skipped_sliding_or_mamba +
                                    mapped.skipped_too_large + mapped.skipped_empty,

@@ -16,6 +16,10 @@ A port 0 endpoint binds a free port. Encodings (--encoding or "set"):
   sglang       batch [ts, events, dp_rank]; one BlockStored per page, [tag, [hash], parent,
                tokens, block_size, lora_id, medium] + {"cache_salt": s} when salted; hashes
                are signed int64 = first 8 bytes of a SHA-256 chain over u32-LE tokens
+  sglang-map   as sglang, but events are tagged maps {"type": tag, field: value...} and a
+               salted store carries "cache_salt": s and "session_id" as fields (SGLang's
+               newer form; s is sent as given, any JSON value); a salted chain is seeded
+               with sha256("sglang-cache-salt-v1\0" + s), as SGLang namespaces salted hashes
   mooncake     batch [ts, events, dp_rank]; RFC #1527 maps (event_id, event_type, ...)
 vLLM hashes follow sha256_cbor (NONE_HASH = sha256(cbor(str(hash_seed))), block i hashes
 cbor [parent digest, tokens, extra keys or null]; extra keys = [lora_name] on every block,
@@ -64,7 +68,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 END_SEQ = b"\xff" * 8
-ENCODINGS = ("vllm-array", "vllm-map", "vllm-legacy", "sglang", "mooncake")
+ENCODINGS = ("vllm-array", "vllm-map", "vllm-legacy", "sglang", "sglang-map", "mooncake")
 VLLM_STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
                       "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind")
 
@@ -104,9 +108,12 @@ def vllm_chain(tokens, block_size, seed, lora_name=None, cache_salt=None):
     return digests
 
 
-def sglang_chain(tokens, page_size):
-    """SGLang per-page chain: sha256(prior digest || u32-LE tokens), first 8 bytes signed."""
+def sglang_chain(tokens, page_size, salt=None):
+    """SGLang per-page chain: sha256(prior digest || u32-LE tokens), first 8 bytes signed;
+    a salted chain starts from sha256("sglang-cache-salt-v1\0" + salt)."""
     prior, out = b"", []
+    if isinstance(salt, str) and salt:
+        prior = hashlib.sha256(b"sglang-cache-salt-v1\0" + salt.encode()).digest()
     for i in range(len(tokens) // page_size):
         page = tokens[i * page_size:(i + 1) * page_size]
         prior = hashlib.sha256(prior + struct.pack("<%dI" % len(page), *page)).digest()
@@ -184,6 +191,18 @@ class Publisher:
         if bs <= 0 or not 0 <= first < n:
             raise ValueError("from_block must name a full block of tokens")
         enc = self.cfg["encoding"]
+        if enc == "sglang-map":
+            hashes = sglang_chain(tokens, bs, salt)
+            events = []
+            for i in range(first, n):
+                ev = {"type": "BlockStored", "block_hashes": [hashes[i]],
+                      "parent_block_hash": hashes[i - 1] if i else None,
+                      "token_ids": tokens[i * bs:(i + 1) * bs], "block_size": bs,
+                      "lora_id": self.lora_id(lora), "medium": medium}
+                if salt is not None:
+                    ev.update(cache_salt=salt, session_id="session-%d" % self.next_seq)
+                events.append(ev)
+            return events, {"hashes": hashes[first:], "all_hashes": hashes}
         if enc == "sglang":
             hashes = sglang_chain(tokens, bs)
             events = []
@@ -216,6 +235,9 @@ class Publisher:
                                         parent_hash=None, token_ids=None)]
         if enc == "sglang":
             return [["BlockStored", hashes, None, [], bs, None, medium]]
+        if enc == "sglang-map":
+            return [{"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None,
+                     "token_ids": [], "block_size": bs, "lora_id": None, "medium": medium}]
         return [self.vllm_event("BlockStored", list(zip(VLLM_STORED_FIELDS[:7], [
             hashes, None, [], bs, None, medium, None])))]
 
@@ -227,12 +249,17 @@ class Publisher:
                                         None, seq_hashes=hashes)]
         if enc == "sglang":
             return [["BlockRemoved", [h], medium] for h in hashes]
+        if enc == "sglang-map":
+            return [{"type": "BlockRemoved", "block_hashes": [h], "medium": medium}
+                    for h in hashes]
         return [self.vllm_event("BlockRemoved", [("block_hashes", hashes),
                                                  ("medium", medium), ("group_idx", 0)])]
 
     def clear(self, _cmd):
         if self.cfg["encoding"] == "mooncake":
             return [self.mooncake_event("cleared", None, 0, None)]
+        if self.cfg["encoding"] == "sglang-map":
+            return [{"type": "AllBlocksCleared"}]
         return [self.vllm_event("AllBlocksCleared", [])]
 
     def events_for(self, cmd):

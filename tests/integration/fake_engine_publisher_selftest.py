@@ -211,6 +211,27 @@ def check_buffer_steps():
     fake.close()
 
 
+def check_sglang_map():
+    fake = Fake("--encoding", "sglang-map")
+    tokens = list(range(1, 17))  # 2 pages of 8
+    r = fake.cmd(op="store", tokens=tokens, block_size=8, cache_salt="t1")
+    _, _, batch = fake.recv()
+    salted = fep.sglang_chain(tokens, 8, "t1")
+    assert r["hashes"] == salted and salted != fep.sglang_chain(tokens, 8), r
+    ev = batch[1][1]
+    assert ev["type"] == "BlockStored" and ev["block_hashes"] == [salted[1]], ev
+    assert ev["parent_block_hash"] == salted[0] and ev["token_ids"] == tokens[8:], ev
+    assert ev["cache_salt"] == "t1" and ev["session_id"] == "session-0", ev
+    fake.cmd(op="store", tokens=tokens, block_size=8, cache_salt=42)  # sent as given
+    assert fake.recv()[2][1][0]["cache_salt"] == 42
+    fake.cmd(op="store", tokens=tokens, block_size=8)
+    assert "cache_salt" not in fake.recv()[2][1][0]
+    fake.cmd(op="remove", hashes=salted)
+    assert fake.recv()[2][1][0] == {"type": "BlockRemoved", "block_hashes": [salted[0]],
+                                    "medium": "GPU"}
+    fake.close()
+
+
 def main():
     check_cbor_and_hashes()
     fake = Fake()
@@ -219,6 +240,7 @@ def main():
     check_gaps_replay_restart(fake)
     fake.close()
     check_buffer_steps()
+    check_sglang_map()
     print("fake_engine_publisher selftest: ok")
 
 

@@ -381,6 +381,44 @@ def case_bad_registrations(binary):
         server.cleanup()
 
 
+def lookup_blocks(server, tokens, instance, **extra):
+    """Blocks of `tokens` that POST /v1/lookup finds on `instance` (0 when none)."""
+    body = {"model_name": "m", "block_size": BS, "token_ids": tokens}
+    body.update(extra)
+    for i in server.request("POST", "/v1/lookup", body)["instances"]:
+        if i["instance_id"] == instance:
+            return i["longest_matched"]["blocks"]
+    return 0
+
+
+def case_sglang_map_salt(binary):
+    """SGLang's tagged-map events name their cache salt as a field: the blocks are found
+    with that salt and not without it; a salt of the wrong type indexes nothing."""
+    server = Server(binary)
+    fake = Fake("--encoding", "sglang-map")
+    try:
+        server.register(fake, "e1", type="SGLang")
+        fake.store(PROMPT[:3 * BS], cache_salt="tenant-a")
+        wait_for("salted blocks",
+                 lambda: lookup_blocks(server, PROMPT, "e1", additional_salt="tenant-a") == 3,
+                 server)
+        assert lookup_blocks(server, PROMPT, "e1") == 0
+        assert lookup_blocks(server, PROMPT, "e1", additional_salt="tenant-b") == 0
+        other = list(range(500, 500 + 2 * BS))
+        fake.store(other, cache_salt=42)  # unreadable: skipped and counted, never unsalted
+        fake.store(other[:BS])  # unsalted, after it in the stream
+        wait_for("unsalted block", lambda: lookup_blocks(server, other, "e1") == 1, server)
+        stream = server.stream("e1|default|0")
+        assert stream["skipped_namespace_events"] == 2, stream  # one event per page
+        assert stream["skipped_events"] == 0, stream
+        assert lookup_blocks(server, other, "e1", additional_salt="42") == 0
+        metrics = urllib.request.urlopen(server.base + "/metrics", timeout=5).read().decode()
+        assert 'kvatlas_zmq_skipped_namespace_events_total{stream="e1|default|0"} 2' in metrics
+    finally:
+        fake.close()
+        server.cleanup()
+
+
 CASES = {
     "vllm_array": lambda b: case_store_offload_remove_clear(b, "vllm-array"),
     "vllm_map": lambda b: case_store_offload_remove_clear(b, "vllm-map"),
@@ -392,6 +430,7 @@ CASES = {
     "mooncake": case_mooncake,
     "listener_and_config": case_listener_and_config_publishers,
     "bad_registrations": case_bad_registrations,
+    "sglang_map_salt": case_sglang_map_salt,
 }
 
 

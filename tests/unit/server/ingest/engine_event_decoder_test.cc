@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/unit/server/ingest/engine_batch_builder.h"
+
 namespace kvatlas::server {
 namespace {
 
@@ -195,6 +197,8 @@ std::string ErrorOf(const std::vector<uint8_t>& bytes) {
   return batch.error().message();
 }
 
+using namespace test;  // NOLINT(build/namespaces): the payload builders
+
 using Hashes = std::vector<uint64_t>;
 using Tokens = std::vector<uint32_t>;
 using Strings = std::vector<std::string>;
@@ -355,9 +359,9 @@ TEST_SUITE("EngineEventDecoder") {
     const EngineBatch batch = MustDecode(kSkipsAndUnknowns);
     // Skipped: "BlockUpdated", "Mystery", token -1, the bare 5, a str hash.
     CHECK(batch.skipped_events == 5);
-    // Positions 13 and 14 of the stored event, "foo" and "token_ids" in a removed map, the
-    // extra position of AllBlocksCleared. `locality` (position 12) is not counted.
-    CHECK(batch.unknown_fields == 5);
+    // "foo" and "token_ids" in a removed map, the extra position of AllBlocksCleared.
+    // `locality`, `ownership` and `session_id` (str at positions 12-14) are not counted.
+    CHECK(batch.unknown_fields == 3);
     REQUIRE(batch.events.size() == 3);
     CHECK(batch.events[0].kind == EngineEventKind::kStored);
     CHECK(batch.events[0].kv_cache_spec_sliding_window == 128);
@@ -507,6 +511,177 @@ TEST_SUITE("EngineEventDecoder") {
       }
     }
     CHECK(decoded > 0);
+  }
+
+  TEST_CASE("EngineEventDecoder: SGLang tagged map with cache_salt and session_id fields") {
+    const EngineBatch batch = MustDecode(PackBatch({StoredMap(-5, 2, [](Packer& pk) {
+      Pair(pk, "cache_salt", std::string("tenant-a"));
+      Pair(pk, "session_id", std::string("sess-1"));
+    })}));
+    REQUIRE(batch.events.size() == 1);
+    CHECK(batch.events[0].block_hashes == Hashes{0xFFFFFFFFFFFFFFFBull});
+    CHECK(batch.events[0].cache_salt == "tenant-a");
+    CHECK(batch.unknown_fields == 0);
+    CHECK(batch.skipped_events == 0);
+    CHECK(batch.skipped_namespace_events == 0);
+  }
+
+  TEST_CASE("EngineEventDecoder: a nested metadata map holds the salt (map and array forms)") {
+    const EngineBatch batch = MustDecode(PackBatch({
+        StoredMap(1, 1,
+                  [](Packer& pk) {
+                    pk.pack(std::string("metadata"));
+                    SaltMetadata(pk, "tenant-b");
+                  }),
+        StoredArray(2, 1, [](Packer& pk) { SaltMetadata(pk, "tenant-c"); }),
+    }));
+    REQUIRE(batch.events.size() == 2);
+    CHECK(batch.events[0].cache_salt == "tenant-b");
+    CHECK(!batch.events[0].lora_name.has_value());
+    CHECK(batch.events[1].cache_salt == "tenant-c");
+    CHECK(batch.unknown_fields == 0);
+    CHECK(batch.skipped_namespace_events == 0);
+  }
+
+  TEST_CASE("EngineEventDecoder: vLLM's newer BlockStored fields in array and map form") {
+    // Positions 12-14: locality, ownership, session_id; the salt from the extra keys.
+    const PackFn array = StoredArray(3, 8, [](Packer& pk) {
+      pk.pack(std::string("adapter"));
+      pk.pack_array(1);
+      pk.pack_array(2);
+      pk.pack(std::string("adapter"));
+      pk.pack(std::string("tenant-d"));
+      pk.pack(0);
+      pk.pack(std::string("full_attention"));
+      pk.pack_nil();
+      pk.pack(std::string("LOCAL"));
+      pk.pack(std::string("cpu-offload"));
+      pk.pack(std::string("sess-2"));
+    });
+    // The map form names the salt itself.
+    const PackFn map = StoredMap(4, 5, [](Packer& pk) {
+      NilPair(pk, "lora_name");
+      Pair(pk, "locality", std::string("LOCAL"));
+      Pair(pk, "ownership", std::string("cpu-offload"));
+      Pair(pk, "session_id", std::string("sess-2"));
+      Pair(pk, "cache_salt", std::string("tenant-e"));
+    });
+    // Typed extra keys (vLLM event_version 1) name the salt explicitly, even after a parent.
+    const PackFn typed = StoredMap(5, 2, [](Packer& pk) {
+      Pair(pk, "parent_block_hash", 4);
+      pk.pack(std::string("extra_keys"));
+      pk.pack_array(1);
+      pk.pack_array(1);
+      pk.pack_map(2);
+      Pair(pk, "type", std::string("CacheSaltKey"));
+      Pair(pk, "salt", std::string("tenant-f"));
+    });
+    const EngineBatch batch = MustDecode(PackBatch({array, map, typed}));
+    REQUIRE(batch.events.size() == 3);
+    CHECK(batch.events[0].cache_salt == "tenant-d");
+    CHECK(batch.events[0].lora_name == "adapter");
+    CHECK(batch.events[1].cache_salt == "tenant-e");
+    CHECK(batch.events[2].cache_salt == "tenant-f");
+    CHECK(!batch.events[2].has_multimodal_extra_keys);
+    CHECK(batch.unknown_fields == 0);
+    CHECK(batch.skipped_namespace_events == 0);
+  }
+
+  TEST_CASE("EngineEventDecoder: Mooncake additional_salt is the event's salt") {
+    const EngineBatch batch = MustDecode(PackBatch({
+        MooncakeStored(5, 1, [](Packer& pk) { Pair(pk, "additional_salt", std::string("t1")); }),
+        MooncakeStored(6, 1, [](Packer& pk) { Pair(pk, "additional_salt", std::string()); }),
+    }));
+    REQUIRE(batch.events.size() == 2);
+    CHECK(batch.events[0].cache_salt == "t1");
+    CHECK(batch.events[1].cache_salt.value_or("") == "");
+    CHECK(batch.skipped_namespace_events == 0);
+  }
+
+  TEST_CASE("EngineEventDecoder: a salt that cannot be read skips the event and counts it") {
+    const std::vector<std::pair<const char*, PackFn>> cases = {
+        {"cache_salt of type int", StoredMap(7, 1, [](Packer& pk) { Pair(pk, "cache_salt", 42); })},
+        {"metadata of type str",
+         StoredMap(7, 1, [](Packer& pk) { Pair(pk, "metadata", std::string("salt=x")); })},
+        {"metadata.cache_salt of type array", StoredMap(7, 1,
+                                                        [](Packer& pk) {
+                                                          pk.pack(std::string("metadata"));
+                                                          pk.pack_map(1);
+                                                          Pair(pk, "cache_salt",
+                                                               std::vector<int>{1});
+                                                        })},
+        {"an unknown field named *salt*",
+         StoredMap(7, 1, [](Packer& pk) { Pair(pk, "tenant_salt", std::string("x")); })},
+        {"an unknown field named *Salt* in metadata", StoredMap(7, 1,
+                                                                [](Packer& pk) {
+                                                                  pk.pack(std::string("metadata"));
+                                                                  pk.pack_map(2);
+                                                                  Pair(pk, "cache_salt",
+                                                                       std::string("a"));
+                                                                  Pair(pk, "Salt_Version", 2);
+                                                                })},
+        {"cache_salt and metadata.cache_salt disagree",
+         StoredMap(7, 2,
+                   [](Packer& pk) {
+                     Pair(pk, "cache_salt", std::string("a"));
+                     pk.pack(std::string("metadata"));
+                     SaltMetadata(pk, "b");
+                   })},
+        {"array index 7 metadata with an int salt", StoredArray(7, 1,
+                                                                [](Packer& pk) {
+                                                                  pk.pack_map(1);
+                                                                  Pair(pk, "cache_salt", 5);
+                                                                })},
+        {"array index 7 metadata with an unknown *salt* key",
+         StoredArray(7, 1,
+                     [](Packer& pk) {
+                       pk.pack_map(2);
+                       Pair(pk, "cache_salt", std::string("a"));
+                       Pair(pk, "salt_scope", std::string("b"));
+                     })},
+        {"a typed extra key CacheSaltKey with an int salt",
+         StoredMap(7, 1,
+                   [](Packer& pk) {
+                     pk.pack(std::string("extra_keys"));
+                     pk.pack_array(1);
+                     pk.pack_array(1);
+                     pk.pack_map(2);
+                     Pair(pk, "type", std::string("CacheSaltKey"));
+                     Pair(pk, "salt", 5);
+                   })},
+        {"Mooncake additional_salt of type int",
+         MooncakeStored(7, 1, [](Packer& pk) { Pair(pk, "additional_salt", 5); })},
+        {"Mooncake unknown *salt* field",
+         MooncakeStored(7, 1, [](Packer& pk) { Pair(pk, "cache_salt", std::string("x")); })},
+    };
+    for (const auto& [name, event] : cases) {
+      CAPTURE(name);
+      // The unreadable event is left out; the unsalted one after it is kept.
+      const EngineBatch batch = MustDecode(PackBatch({event, StoredMap(8, 0, nullptr)}));
+      CHECK(batch.skipped_namespace_events == 1);
+      CHECK(batch.skipped_events == 0);
+      REQUIRE(batch.events.size() == 1);
+      CHECK(batch.events[0].block_hashes == Hashes{8});
+      CHECK(!batch.events[0].cache_salt.has_value());
+    }
+  }
+
+  TEST_CASE("EngineEventDecoder: events without a salt field are unchanged") {
+    const EngineBatch batch = MustDecode(PackBatch({
+        StoredMap(9, 0, nullptr),
+        StoredArray(10, 1, [](Packer& pk) { pk.pack_nil(); }),  // lora_name nil
+        StoredMap(11, 1, [](Packer& pk) { NilPair(pk, "cache_salt"); }),
+    }));
+    REQUIRE(batch.events.size() == 3);
+    for (const EngineEvent& e : batch.events) {
+      CHECK(!e.cache_salt.has_value());
+      CHECK(!e.lora_name.has_value());
+      CHECK(e.token_ids == Tokens{1, 2});
+      CHECK(e.block_size == 2);
+    }
+    CHECK(batch.unknown_fields == 0);
+    CHECK(batch.skipped_events == 0);
+    CHECK(batch.skipped_namespace_events == 0);
   }
 }
 

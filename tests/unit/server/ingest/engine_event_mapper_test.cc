@@ -2,7 +2,12 @@
 
 #include <doctest/doctest.h>
 
+#include <string>
 #include <variant>
+#include <vector>
+
+#include "server/ingest/engine_event_decoder.h"
+#include "tests/unit/server/ingest/engine_batch_builder.h"
 
 namespace kvatlas::server {
 namespace {
@@ -155,6 +160,50 @@ TEST_SUITE("EngineEventMapper") {
     CHECK(store.locations == std::vector<std::string>{"obj/1", "obj/2"});
     CHECK(store.context.model == "other");
     CHECK(store.context.tenant == "t");
+  }
+  TEST_CASE("EngineEventMapper: a salt the engine names in any form picks the context") {
+    using namespace test;  // NOLINT(build/namespaces): the payload builders
+    // The registration's additional_salt applies when the event names none; an event's own
+    // salt replaces it (docs/engine-events.md §Keys).
+    const StreamIdentity identity{ContextKey{"default", "m", "", 2, "reg"}, HolderKey{"e1", 0}};
+    const std::vector<uint8_t> payload = PackBatch({
+        StoredMap(1, 2,
+                  [](Packer& pk) {
+                    Pair(pk, "cache_salt", std::string("tenant-a"));
+                    Pair(pk, "session_id", std::string("sess-1"));
+                  }),
+        StoredMap(2, 1,
+                  [](Packer& pk) {
+                    pk.pack(std::string("metadata"));
+                    SaltMetadata(pk, "tenant-b");
+                  }),
+        StoredArray(3, 1, [](Packer& pk) { SaltMetadata(pk, "tenant-c"); }),
+        StoredMap(4, 0, nullptr),
+        StoredMap(5, 1, [](Packer& pk) { Pair(pk, "cache_salt", 42); }),  // unreadable
+        MooncakeStored(6, 1, [](Packer& pk) { Pair(pk, "additional_salt", std::string("t1")); }),
+    });
+    Result<EngineBatch> batch = DecodeEngineBatch(payload);
+    REQUIRE(batch.has_value());
+    CHECK(batch->skipped_namespace_events == 1);
+    StreamMapState state;
+    const MappedBatch m = EngineEventMapper(&kHasher).Map(*batch, identity, &state);
+    REQUIRE(m.batch.commands.size() == 5);
+    const auto salt_of = [&](size_t i) { return At<StoreCommand>(m, i).context.salt; };
+    CHECK(salt_of(0) == "tenant-a");
+    CHECK(salt_of(1) == "tenant-b");
+    CHECK(salt_of(2) == "tenant-c");
+    CHECK(salt_of(3) == "reg");  // no salt field: the registration's, as before
+    CHECK(salt_of(4) == "t1");
+    for (size_t i = 0; i < 4; ++i) {
+      CHECK(At<StoreCommand>(m, i).hashes == kHasher.LocalHashes(std::vector<uint32_t>{1, 2}, 2));
+    }
+    // A removal of a salted block goes to the context it was stored in.
+    EngineEvent remove = Removed({static_cast<uint64_t>(1)}, "GPU");
+    EngineBatch removal;
+    removal.events = {remove};
+    const MappedBatch r = EngineEventMapper(&kHasher).Map(removal, identity, &state);
+    REQUIRE(r.batch.commands.size() == 1);
+    CHECK(At<RemoveCommand>(r, 0).context.salt == "tenant-a");
   }
 }
 
