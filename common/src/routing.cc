@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <random>
 #include <string>
 #include <string_view>
@@ -11,16 +13,32 @@
 namespace kvatlas {
 namespace {
 
+// A number in an error message: short, whatever its magnitude (std::to_string writes 1e308
+// as 309 digits).
+std::string Shown(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", value);
+  return text;
+}
+
+Status CheckRange(double value, double max, std::string_view field, std::string_view what) {
+  if (std::isfinite(value) && value >= 0.0 && value <= max) return Status::Ok();
+  return Status::InvalidArgument(std::string(field) + ": must be " + std::string(what) + ", got " +
+                                 Shown(value));
+}
+
 Status CheckFraction(double value, std::string_view field) {
-  if (std::isfinite(value) && value >= 0.0 && value <= 1.0) return Status::Ok();
-  return Status::InvalidArgument(std::string(field) + ": must be a number from 0 to 1, got " +
-                                 std::to_string(value));
+  return CheckRange(value, 1.0, field, "a number from 0 to 1");
+}
+
+// A scale is bounded so that no cost overflows (kMaxRoutingScale).
+static_assert(kMaxRoutingScale == 1e6, "CheckScale's message names the range");
+Status CheckScale(double value, std::string_view field) {
+  return CheckRange(value, kMaxRoutingScale, field, "a finite number from 0 to 1000000");
 }
 
 Status CheckNonNegative(double value, std::string_view field) {
-  if (std::isfinite(value) && value >= 0.0) return Status::Ok();
-  return Status::InvalidArgument(std::string(field) + ": must be a finite number >= 0, got " +
-                                 std::to_string(value));
+  return CheckRange(value, std::numeric_limits<double>::max(), field, "a finite number >= 0");
 }
 
 // A uniform double in [0, 1) from the top 53 bits: mt19937_64's output is specified
@@ -37,8 +55,8 @@ Status ValidateRoutingOptions(const RoutingOptions& options) {
   KVATLAS_RETURN_IF_ERROR(CheckFraction(options.weights.cpu, "weights.CPU"));
   KVATLAS_RETURN_IF_ERROR(CheckFraction(options.weights.disk, "weights.DISK"));
   KVATLAS_RETURN_IF_ERROR(CheckFraction(options.weights.shared, "weights.SHARED"));
-  KVATLAS_RETURN_IF_ERROR(CheckNonNegative(options.prefill_scale, "prefill_scale"));
-  KVATLAS_RETURN_IF_ERROR(CheckNonNegative(options.decode_scale, "decode_scale"));
+  KVATLAS_RETURN_IF_ERROR(CheckScale(options.prefill_scale, "prefill_scale"));
+  KVATLAS_RETURN_IF_ERROR(CheckScale(options.decode_scale, "decode_scale"));
   return CheckNonNegative(options.temperature, "temperature");
 }
 

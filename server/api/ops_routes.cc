@@ -1,12 +1,11 @@
-// Operations routes: GET /healthz (the process answers), GET /readyz (it can serve: it has
-// recovered, the applier has not failed and every engine stream can be followed), GET /metrics
-// (Prometheus text format).
+// Operations routes: GET /healthz (the process answers), GET /readyz (a write sent here
+// now would be taken: server/service/readiness.h decides), GET /metrics (Prometheus text).
 #include <nlohmann/json.hpp>
 
 #include "kvatlas/common/json_codec.h"
 #include "server/api/forwarding.h"
 #include "server/api/routes.h"
-#include "server/service/registration_service.h"
+#include "server/service/readiness.h"
 #include "server/service/stats_service.h"
 
 namespace kvatlas::server {
@@ -14,12 +13,7 @@ namespace {
 
 // HTTP starts only after recovery (server/runtime/server.h), so recovered is a given here.
 Result<HttpReply> HandleReady(const Services& api) {
-  if (api.applier->failed()) {
-    return Status::Unavailable(
-        "a storage write failed; the server takes no writes and must be "
-        "restarted");
-  }
-  KVATLAS_RETURN_IF_ERROR(CheckStreamsFollowed(api));
+  KVATLAS_RETURN_IF_ERROR(Readiness(api));
   return JsonReply(DumpJson({{"status", "ready"}, {"revision", api.machine->applied_revision()}}));
 }
 

@@ -229,6 +229,7 @@ void Server::AnnounceAddresses() {
     }
     lock.unlock();
     Status announced;
+    bool waiting = false;  // for a leader, or for its address: local checks, no backoff
     if (raft_->is_leader()) {
       CommandBatch batch;
       batch.commands.emplace_back(AnnounceCommand{config_.id, mine.http_address, mine.rpc_address});
@@ -237,23 +238,28 @@ void Server::AnnounceAddresses() {
                       ? applied.get().status()
                       : Status(StatusCode::kDeadlineExceeded, "not applied in time");
     } else if (status.leader_id == 0) {
-      announced = Status::Unavailable("no leader is known yet");
+      waiting = true;
     } else if (std::optional<ServerAddresses> leader = machine_->AddressesOf(status.leader_id);
                !leader || leader->http_address.empty()) {
-      announced = Status::Unavailable("the leader (server " + std::to_string(status.leader_id) +
-                                      ") has not announced its HTTP address yet");
+      waiting = true;
     } else {
       announced = PostAnnounce(leader->http_address, config_.id, mine.http_address,
                                mine.rpc_address, timeout);
     }
     lock.lock();
-    if (announced.ok()) {
+    if (waiting) {
+      // Nothing was sent, so no backoff: a server that wins the election announces itself
+      // within a poll, and its followers, which say ready only once they know the leader's
+      // address (server/service/readiness.h), become ready soon after the election.
+      delay = kPoll;
+    } else if (announced.ok()) {
       LogInfo("announced this server's addresses (http " + mine.http_address + ", rpc " +
               mine.rpc_address + ")");
       last_error.clear();
       delay = kPoll;
     } else {
-      // Expected while the cluster elects or the leader announces itself: log changes only.
+      // Expected around a change of leader (a proposal lost, a leader that stopped): log
+      // changes only.
       if (announced.ToString() != last_error) {
         last_error = announced.ToString();
         LogInfo("announcing this server's addresses: " + last_error + " (retrying)");

@@ -55,6 +55,11 @@ void Applier::SetWritesRefused(std::string reason) {
   refused_reason_ = std::move(reason);
 }
 
+std::string Applier::writes_refused() const {
+  std::lock_guard lock(mu_);
+  return refused_reason_;
+}
+
 void Applier::Stop() {
   {
     std::lock_guard lock(mu_);

@@ -66,6 +66,8 @@ class Applier {
   // Refuses new writes with `reason` (kResourceExhausted) until called with an empty
   // reason; queued and in-flight batches are unaffected. For the disk-space watermark.
   void SetWritesRefused(std::string reason);
+  // The reason new writes are refused (SetWritesRefused), or empty while they are accepted.
+  std::string writes_refused() const;
 
   // Applies what is queued, then stops the thread. Idempotent.
   void Stop();

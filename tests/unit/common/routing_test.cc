@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -111,6 +112,54 @@ TEST_CASE("ScoreCandidates: invalid input names the field") {
   bad = {};
   bad.prefill_scale = std::nan("");
   CHECK(ScoreCandidates(bad, 1, 16, one, match).status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("ScoreCandidates: scales past kMaxRoutingScale are refused, naming the range") {
+  // 1e308 · 2 blocks overflows to infinity, which JSON can only write as null.
+  const std::vector<RouteCandidate> one = {Candidate("a", 0, 5)};
+  const std::vector<PrefixMatch> match = {{}};
+  RoutingOptions bad;
+  bad.prefill_scale = 1e308;
+  Result<std::vector<ScoredCandidate>> scored = ScoreCandidates(bad, 2, 16, one, match);
+  REQUIRE_FALSE(scored.has_value());
+  CHECK(scored.status().code() == StatusCode::kInvalidArgument);
+  CHECK(scored.status().message().starts_with(
+      "prefill_scale: must be a finite number from 0 to 1000000"));
+  bad = {};
+  bad.decode_scale = kMaxRoutingScale * 2;
+  CHECK(ValidateRoutingOptions(bad).message().starts_with("decode_scale:"));
+  bad.decode_scale = std::numeric_limits<double>::infinity();
+  CHECK(ValidateRoutingOptions(bad).message().starts_with("decode_scale:"));
+  bad.decode_scale = kMaxRoutingScale;
+  CHECK(ValidateRoutingOptions(bad).ok());
+}
+
+TEST_CASE("ScoreCandidates: the largest accepted inputs give finite costs and probabilities") {
+  const uint64_t most = std::numeric_limits<uint64_t>::max();
+  const std::vector<RouteCandidate> candidates = {Candidate("full", most, most), Candidate("idle"),
+                                                  Candidate("half", most / 2, most / 2)};
+  const std::vector<PrefixMatch> matches = {{}, {}, {}};
+  for (const double temperature : {0.0, 1e-300, 0.5, 1e300}) {
+    CAPTURE(temperature);
+    RoutingOptions options;
+    options.prefill_scale = kMaxRoutingScale;
+    options.decode_scale = kMaxRoutingScale;
+    options.temperature = temperature;
+    options.seed = 3;
+    Result<std::vector<ScoredCandidate>> scored =
+        ScoreCandidates(options, std::numeric_limits<uint32_t>::max(), 1, candidates, matches);
+    REQUIRE(scored.has_value());
+    double total = 0;
+    for (const ScoredCandidate& s : *scored) {
+      CAPTURE(s.candidate.instance_id);
+      for (const double v : {s.cost, s.probability, s.credit, s.new_prefill_blocks,
+                             s.queued_prefill_blocks, s.prefill_cost, s.decode_cost}) {
+        CHECK(std::isfinite(v));
+      }
+      total += s.probability;
+    }
+    CHECK(total == doctest::Approx(1));
+  }
 }
 
 TEST_CASE("ScoreCandidates: softmax sampling is seeded and follows the probabilities") {
@@ -230,6 +279,16 @@ TEST_CASE("DecodeRouteRequest: fields, defaults and errors naming the field") {
   CHECK(error(R"({"block_size": 4, "token_ids": [1], "candidates": [{"instance_id": "a"}]})")
             .starts_with("model_name:"));
   CHECK(error("[1]").starts_with("body:"));
+  // Scales past kMaxRoutingScale would overflow the cost to infinity (written as null).
+  const std::string one = base + R"(, "candidates": [{"instance_id": "a"}])";
+  CHECK(error("{" + one + R"(, "prefill_scale": 1e308})")
+            .starts_with("prefill_scale: must be a finite number from 0 to 1000000"));
+  CHECK(error("{" + one + R"(, "decode_scale": 1000001})").starts_with("decode_scale:"));
+  // A number past the double range is refused by the JSON parser already.
+  CHECK(error("{" + one + R"(, "decode_scale": 1e999})").find("number overflow") !=
+        std::string::npos);
+  CHECK(DecodeRouteRequest("{" + one + R"(, "prefill_scale": 1e6, "decode_scale": 1e6})")
+            .has_value());
 }
 
 TEST_CASE("EncodeRouteAnswer: ranked candidates with the breakdown") {
@@ -342,6 +401,18 @@ TEST_CASE("kRoute request: malformed payloads name the field") {
             .status()
             .message()
             .starts_with("weights.DISK:"));
+  request.options.weights.disk = 0.25;
+  request.options.decode_scale = 1e300;
+  CHECK(protocol::DecodeRouteRequestBinary(protocol::EncodeRouteRequestBinary(request))
+            .status()
+            .message()
+            .starts_with("decode_scale: must be a finite number from 0 to 1000000"));
+  request.options.decode_scale = 1;
+  request.options.prefill_scale = kMaxRoutingScale + 1;
+  CHECK(protocol::DecodeRouteRequestBinary(protocol::EncodeRouteRequestBinary(request))
+            .status()
+            .message()
+            .starts_with("prefill_scale:"));
 }
 
 TEST_CASE("kRoute answer: round trip and truncation") {

@@ -39,6 +39,12 @@ struct TierWeights {
   friend bool operator==(const TierWeights&, const TierWeights&) = default;
 };
 
+// The largest prefill_scale and decode_scale. With it every cost is finite: a cost is at
+// most 1e6 · (2^64 queued blocks + 2^32 new blocks) + 1e6 · 2^64 decode blocks ≈ 3.7e25,
+// far below the largest double, whatever the candidates' loads (full u64 range) and the
+// prompt's length. Past it a cost could overflow to infinity, which JSON cannot carry.
+inline constexpr double kMaxRoutingScale = 1e6;
+
 struct RoutingOptions {
   TierWeights weights;
   // Weight of the prefill term (queued + new prefill blocks); Dynamo's prefill_load_scale.
@@ -54,8 +60,10 @@ struct RoutingOptions {
   friend bool operator==(const RoutingOptions&, const RoutingOptions&) = default;
 };
 
-// Checks ranges: weights finite and in [0, 1], scales finite and >= 0, temperature finite
-// and >= 0. kInvalidArgument naming the field ("weights.cpu: ...").
+// Checks ranges: weights finite and in [0, 1], scales finite and in [0, kMaxRoutingScale],
+// temperature finite and >= 0. kInvalidArgument naming the field and the range
+// ("weights.CPU: must be a number from 0 to 1, got 1.5"). Options that pass give finite
+// costs and probabilities for any candidates (ScoreCandidates checks them itself).
 [[nodiscard]] Status ValidateRoutingOptions(const RoutingOptions& options);
 
 // A routing target and its current load.

@@ -1,0 +1,36 @@
+#include "server/service/readiness.h"
+
+#include <string>
+
+#include "server/service/cluster_service.h"
+#include "server/service/registration_service.h"
+
+namespace kvatlas::server {
+
+Status Readiness(const Services& services) {
+  if (services.applier->failed()) {
+    return Status::Unavailable(
+        "a storage write failed; the server takes no writes and must be restarted");
+  }
+  if (std::string refused = services.applier->writes_refused(); !refused.empty()) {
+    return Status::Unavailable("writes are refused: " + refused);
+  }
+  if (services.log != nullptr) KVATLAS_RETURN_IF_ERROR(LeaderReachable(services));
+  return CheckStreamsFollowed(services);
+}
+
+Status LeaderReachable(const Services& services) {
+  const LeaderAddresses leader = FindLeader(services);
+  if (leader.id == 0) {
+    return Status::Unavailable(
+        "no leader known yet (the cluster is electing one); a write would be refused");
+  }
+  if (leader.id != services.server_id && !leader.http_address) {
+    return Status::Unavailable("the leader is server " + std::to_string(leader.id) +
+                               ", but the leader's address is not announced yet; a write "
+                               "could not be forwarded to it");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvatlas::server

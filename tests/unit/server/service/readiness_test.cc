@@ -1,0 +1,85 @@
+// Readiness (server/service/readiness.h): ready means a write sent to this server now would
+// be taken — not while writes are refused, nor on a follower that could not forward it.
+#include "server/service/readiness.h"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "server/service/ingest_service.h"
+#include "tests/support/in_memory_services.h"
+
+namespace kvatlas::server {
+namespace {
+
+using testing::InMemoryServices;
+
+// A replicated log that only reports a status: readiness never proposes.
+class StatusOnlyLog : public ReplicatedLog {
+ public:
+  Status Propose(std::string*, std::function<void(Result<uint64_t>)>) override {
+    return Status::Unavailable("not used");
+  }
+  ClusterStatus GetStatus() const override { return status; }
+  void AddServer(uint64_t, std::string, Done done) override { done(Status::Unavailable("")); }
+  void RemoveServer(uint64_t, Done done) override { done(Status::Unavailable("")); }
+  void TransferLeadership(uint64_t, Done done) override { done(Status::Unavailable("")); }
+
+  ClusterStatus status;
+};
+
+bool Mentions(const Status& status, const std::string& text) {
+  return status.message().find(text) != std::string::npos;
+}
+
+TEST_SUITE("Services.Readiness") {
+  TEST_CASE("an in-memory server is ready until writes are refused for low disk") {
+    InMemoryServices s;
+    CHECK(Readiness(s.api).ok());
+    s.applier.SetWritesRefused("disk space low: 10 bytes free");
+    CHECK(s.applier.writes_refused() == "disk space low: 10 bytes free");
+    const Status refused = Readiness(s.api);
+    CHECK(refused.code() == StatusCode::kUnavailable);
+    CHECK(Mentions(refused, "writes are refused: disk space low"));
+    s.applier.SetWritesRefused("");
+    CHECK(s.applier.writes_refused().empty());
+    CHECK(Readiness(s.api).ok());
+  }
+
+  TEST_CASE("with replication: ready once a leader is known and a follower knows its address") {
+    InMemoryServices s;
+    StatusOnlyLog log;
+    s.api.log = &log;
+    s.api.server_id = 2;
+    log.status.id = 2;
+
+    // Electing: no leader.
+    Status ready = Readiness(s.api);
+    CHECK(ready.code() == StatusCode::kUnavailable);
+    CHECK(Mentions(ready, "no leader known"));
+
+    // Server 1 leads but has not announced its address: a write could not be forwarded.
+    log.status.leader_id = 1;
+    ready = Readiness(s.api);
+    CHECK(ready.code() == StatusCode::kUnavailable);
+    CHECK(Mentions(ready, "leader's address is not announced yet"));
+    CHECK(Mentions(ready, "server 1"));
+
+    // Its announcement is applied here: a write would be forwarded.
+    CommandBatch batch;
+    batch.commands.emplace_back(AnnounceCommand{1, "127.0.0.1:7001", "127.0.0.1:7101"});
+    REQUIRE(SubmitAndWait(s.api, std::move(batch)).has_value());
+    CHECK(Readiness(s.api).ok());
+
+    // This server leads: it needs no address to take a write.
+    log.status.leader_id = 2;
+    CHECK(Readiness(s.api).ok());
+
+    // Low disk wins over a known leader.
+    s.applier.SetWritesRefused("disk space low");
+    CHECK(Mentions(Readiness(s.api), "disk space low"));
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas::server
