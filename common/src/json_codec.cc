@@ -4,7 +4,12 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
+#include <unordered_set>
 #include <utility>
+#include <vector>
+
+#include "kvatlas/common/limits.h"
 
 namespace kvatlas {
 namespace {
@@ -13,32 +18,24 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
 
-// The offending value as it appeared, shortened: enough to recognise it in a message.
-std::string Shown(const json& value) {
-  std::string text = DumpJson(value);
-  if (text.size() > 48) text = text.substr(0, 45) + "...";
-  return text;
-}
-
 Status Invalid(const std::string& path, std::string_view problem) {
   return Status::InvalidArgument(path + ": " + std::string(problem));
 }
 
 Status InvalidValue(const std::string& path, std::string_view problem, const json& value) {
-  return Invalid(path, std::string(problem) + ", got " + Shown(value));
+  return Invalid(path, std::string(problem) + ", got " + PreviewJson(value));
 }
 
-Status ParseJson(std::string_view body, json* out) {
-  try {
-    *out = json::parse(body);
-    return Status::Ok();
-  } catch (const json::exception& e) {
-    // nlohmann prefixes "[json.exception.parse_error.101] "; the rest says where and why.
-    std::string_view what = e.what();
-    if (const size_t end = what.find("] "); end != std::string_view::npos)
-      what.remove_prefix(end + 2);
-    return Status::InvalidArgument("body: invalid JSON: " + std::string(what));
-  }
+// Thrown by the parse callback to abandon a body as soon as it is known to be refused; the
+// message is the whole error. Caught in ParseJsonBody, never escapes it.
+struct RefusedBody {
+  std::string message;
+};
+
+// A string's JSON text, from at most its first `max_chars` bytes (a longer one is cut
+// anyway by the caller, so the rest need not be rendered).
+std::string QuotedPrefix(const std::string& text, size_t max_chars) {
+  return DumpJson(json(text.size() > max_chars ? text.substr(0, max_chars) : text));
 }
 
 Result<uint64_t> HashFrom(const json& value, const std::string& path) {
@@ -170,14 +167,10 @@ class Fields {
 };
 
 // The context fields are named differently by the event/v1 dialect and by the Conductor.
-struct ContextNames {
-  std::string_view model;
-  std::string_view salt;
-};
-constexpr ContextNames kEventNames{"model_name", "additional_salt"};
-constexpr ContextNames kConductorNames{"model", "cache_salt"};
+constexpr ContextFieldNames kEventNames{"model_name", "additional_salt"};
+constexpr ContextFieldNames kConductorNames{"model", "cache_salt"};
 
-Result<ContextKey> DecodeContext(const Fields& fields, const ContextNames& names) {
+Result<ContextKey> DecodeContext(const Fields& fields, const ContextFieldNames& names) {
   ContextKey context;
   KVATLAS_ASSIGN_OR_RETURN(context.tenant, fields.String("tenant_id", "default"));
   if (context.tenant.empty()) context.tenant = "default";
@@ -259,15 +252,17 @@ Result<BlockEvent> DecodeEvent(const json& value, const std::string& path) {
 // Which inputs a lookup dialect takes.
 enum class QueryInput { kTokensOrHashes, kTokens, kHashes };
 
-Result<LookupRequest> DecodeQuery(std::string_view body, const ContextNames& names,
+Result<LookupRequest> DecodeQuery(std::string_view body, const ContextFieldNames& names,
                                   QueryInput input) {
   json doc;
-  KVATLAS_RETURN_IF_ERROR(ParseJson(body, &doc));
+  KVATLAS_RETURN_IF_ERROR(ParseJsonBody(body, &doc));
   if (!doc.is_object()) return InvalidValue("body", "must be a JSON object", doc);
   const Fields fields(doc, "");
   LookupRequest request;
   KVATLAS_ASSIGN_OR_RETURN(request.context, DecodeContext(fields, names));
+  KVATLAS_RETURN_IF_ERROR(CheckContextLimits(request.context, "", names));
   KVATLAS_ASSIGN_OR_RETURN(request.instance_id, fields.String("instance_id", ""));
+  KVATLAS_RETURN_IF_ERROR(CheckLength("", "instance_id", request.instance_id, kMaxNameBytes));
   KVATLAS_ASSIGN_OR_RETURN(request.min_revision, fields.OptionalU64("min_revision"));
   KVATLAS_ASSIGN_OR_RETURN(const std::string consistency, fields.String("consistency", "any"));
   if (consistency != "any" && consistency != "linearizable") {
@@ -349,7 +344,7 @@ Result<std::vector<BlockEvent>> DecodeEventBatch(std::string_view body,
                                                  std::optional<WriterPosition>* writer) {
   return Guarded([&]() -> Result<std::vector<BlockEvent>> {
     json doc;
-    KVATLAS_RETURN_IF_ERROR(ParseJson(body, &doc));
+    KVATLAS_RETURN_IF_ERROR(ParseJsonBody(body, &doc));
     const json* events = &doc;
     if (doc.is_object()) {
       const auto it = doc.find("events");
@@ -465,6 +460,88 @@ std::string EncodeConductorAnswer(const LookupAnswer& answer) {
 std::string EncodeIngestAnswer(const IngestAnswer& answer) {
   return DumpJson(
       {{"revision", answer.revision}, {"events", answer.events}, {"blocks", answer.blocks}});
+}
+
+Status ParseJsonBody(std::string_view body, json* out) {
+  // One set of keys per open container (arrays' stay empty): duplicates are refused while
+  // parsing, as is a container past kMaxJsonDepth, before it is allocated.
+  std::vector<std::unordered_set<std::string>> open;
+  open.reserve(kMaxJsonDepth);
+  const json::parser_callback_t check = [&open](int /*depth*/, json::parse_event_t event,
+                                                json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        if (open.size() >= static_cast<size_t>(kMaxJsonDepth)) {
+          throw RefusedBody{"body: nested deeper than " + std::to_string(kMaxJsonDepth) +
+                            " levels"};
+        }
+        open.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        open.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!open.back().insert(parsed.get_ref<const std::string&>()).second) {
+          throw RefusedBody{"body: duplicate key " + PreviewJson(parsed)};
+        }
+        break;
+      case json::parse_event_t::value:
+        break;
+    }
+    return true;
+  };
+  try {
+    *out = json::parse(body, check);
+    return Status::Ok();
+  } catch (const RefusedBody& refused) {
+    return Status::InvalidArgument(refused.message);
+  } catch (const json::exception& e) {
+    // nlohmann prefixes "[json.exception.parse_error.101] "; the rest says where and why.
+    std::string_view what = e.what();
+    if (const size_t end = what.find("] "); end != std::string_view::npos)
+      what.remove_prefix(end + 2);
+    return Status::InvalidArgument("body: invalid JSON: " + std::string(what));
+  }
+}
+
+std::string PreviewJson(const json& value, size_t max_chars) {
+  std::string out;
+  // The containers being written, each with its next element: an explicit stack, so that
+  // no value, however deep, makes this recurse.
+  struct Open {
+    const json* container;
+    json::const_iterator next;
+  };
+  std::vector<Open> open;
+  const auto begin = [&](const json& v) {
+    if (v.is_object() || v.is_array()) {
+      out += v.is_object() ? '{' : '[';
+      open.push_back({&v, v.cbegin()});
+    } else if (v.is_string()) {
+      out += QuotedPrefix(v.get_ref<const std::string&>(), max_chars);
+    } else {
+      out += DumpJson(v);
+    }
+  };
+  begin(value);
+  while (!open.empty() && out.size() <= max_chars) {
+    Open& top = open.back();
+    const bool object = top.container->is_object();
+    if (top.next == top.container->cend()) {
+      out += object ? '}' : ']';
+      open.pop_back();
+      continue;
+    }
+    if (top.next != top.container->cbegin()) out += ',';
+    if (object) out += QuotedPrefix(top.next.key(), max_chars) + ":";
+    const json& element = *top.next;
+    ++top.next;
+    begin(element);  // may grow `open`: `top` is not used after this
+  }
+  if (out.size() > max_chars) out = out.substr(0, max_chars > 3 ? max_chars - 3 : 0) + "...";
+  return out;
 }
 
 std::string DumpJson(const nlohmann::json& value) {

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/internal/bytes.h"
+#include "kvatlas/common/limits.h"
 #include "kvatlas/common/protocol.h"
 #include "payload_reader.h"
 
@@ -44,6 +45,9 @@ ContextKey ReadRequestContext(Reader* in) {
   if (context.tenant.empty()) context.tenant = "default";
   if (in->ok() && context.model.empty()) in->Reject("model_name", "must be a non-empty string");
   if (in->ok() && context.block_size == 0) in->Reject("block_size", "must be a positive integer");
+  if (in->ok()) {
+    if (Status s = CheckContextLimits(context, ""); !s.ok()) in->Fail(std::move(s));
+  }
   return context;
 }
 
@@ -323,6 +327,9 @@ Result<LookupRequest> DecodeLookupRequestBinary(std::string_view payload) {
       request.token_ids = ReadTokens(in);
     }
     request.instance_id = in->String("instance_id");
+    if (in->ok() && request.instance_id.size() > kMaxNameBytes) {
+      in->Fail(TooLong("", "instance_id", request.instance_id.size(), kMaxNameBytes));
+    }
     request.include_locations = in->Flag("include_locations");
     return request;
   });

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/limits.h"
 #include "kvatlas/common/routing.h"
 
 namespace kvatlas {
@@ -15,15 +16,9 @@ using nlohmann::json;
 
 constexpr size_t kMaxCandidates = 65536;
 
-std::string Shown(const json& value) {
-  std::string text = DumpJson(value);
-  if (text.size() > 48) text = text.substr(0, 45) + "...";
-  return text;
-}
-
 Status Invalid(const std::string& path, std::string_view problem, const json* value = nullptr) {
   std::string message = path + ": " + std::string(problem);
-  if (value != nullptr) message += ", got " + Shown(*value);
+  if (value != nullptr) message += ", got " + PreviewJson(*value);
   return Status::InvalidArgument(std::move(message));
 }
 
@@ -58,6 +53,8 @@ Result<RouteCandidate> DecodeCandidate(const json& value, const std::string& pat
     return Invalid(path + ".instance_id", "must be a non-empty string", id);
   }
   candidate.instance_id = id->get<std::string>();
+  KVATLAS_RETURN_IF_ERROR(
+      CheckLength(path + ".", "instance_id", candidate.instance_id, kMaxNameBytes));
   KVATLAS_ASSIGN_OR_RETURN(std::optional<uint64_t> rank,
                            OptionalU64(value, "dp_rank", path + ".dp_rank"));
   if (rank) {
@@ -110,7 +107,8 @@ Result<RoutingRequest> DecodeRoute(std::string_view body) {
   KVATLAS_ASSIGN_OR_RETURN(request.lookup, DecodeLookupRequest(body));
   request.lookup.instance_id.clear();
   request.lookup.include_locations = false;
-  const json doc = json::parse(body);  // valid: DecodeLookupRequest parsed it
+  json doc;
+  KVATLAS_RETURN_IF_ERROR(ParseJsonBody(body, &doc));  // refused by DecodeLookupRequest if bad
   const json* candidates = Field(doc, "candidates");
   if (candidates == nullptr) {
     return Invalid("candidates", "is required (an array of {instance_id, ...})");

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/internal/host_port.h"
+#include "kvatlas/common/limits.h"
 #include "server/api/routes.h"
 #include "server/service/cluster_service.h"
 
@@ -80,6 +81,7 @@ Result<HttpReply> HandleAdd(const Services& api, const RouteRequest& request) {
     return Status::InvalidArgument("body.raft_address: must be HOST:PORT");
   }
   const std::string raft_address = address.get<std::string>();
+  KVATLAS_RETURN_IF_ERROR(CheckLength("body.", "raft_address", raft_address, kMaxEndpointBytes));
   return Changed(AddMember(api, id, raft_address), {{"added", id}, {"raft_address", raft_address}});
 }
 
@@ -107,6 +109,7 @@ Result<HttpReply> HandleAnnounce(const Services& api, const RouteRequest& reques
       return Status::InvalidArgument(std::string("body.") + field + ": must be HOST:PORT");
     }
     *out = value.get<std::string>();
+    KVATLAS_RETURN_IF_ERROR(CheckLength("body.", field, *out, kMaxEndpointBytes));
   }
   nlohmann::json answer = {{"status", "ok"},
                            {"id", id},

@@ -32,9 +32,8 @@ Result<HttpReply> HandleEvents(const Services& api, const RouteRequest& request)
 }  // namespace
 
 Result<nlohmann::json> ParseJsonObjectBody(const RouteRequest& request) {
-  nlohmann::json body =
-      nlohmann::json::parse(request.http.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return Status::InvalidArgument("body: not valid JSON");
+  nlohmann::json body;
+  KVATLAS_RETURN_IF_ERROR(ParseJsonBody(request.http.body, &body));
   if (!body.is_object()) return Status::InvalidArgument("body: expected a JSON object");
   return body;
 }

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/limits.h"
 #include "server/api/routes.h"
 #include "server/service/lease_service.h"
 
@@ -42,10 +44,11 @@ Result<HolderKey> HolderFromJson(const json& item, const std::string& path) {
     return Status::InvalidArgument(path + "." + name + ": must be a non-empty string");
   }
   HolderKey holder{id->get<std::string>(), 0};
+  KVATLAS_RETURN_IF_ERROR(CheckLength(path + ".", name, holder.id, kMaxNameBytes));
   if (const json* rank = Field(item, "dp_rank")) {
     if (!rank->is_number_unsigned() || rank->get<uint64_t>() > UINT32_MAX) {
       return Status::InvalidArgument(
-          path + ".dp_rank: must be an integer from 0 to 4294967295, got " + rank->dump());
+          path + ".dp_rank: must be an integer from 0 to 4294967295, got " + PreviewJson(*rank));
     }
     holder.dp_rank = static_cast<uint32_t>(rank->get<uint64_t>());
   }

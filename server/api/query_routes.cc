@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/limits.h"
 #include "server/api/routes.h"
 #include "server/service/lookup_service.h"
 #include "server/service/stats_service.h"
@@ -51,6 +52,7 @@ Result<std::optional<ContextKey>> ContextFromParams(const httplib::Request& http
   if (context.model.empty()) {
     return Status::InvalidArgument("model_name: is required when narrowing to a context");
   }
+  KVATLAS_RETURN_IF_ERROR(CheckContextLimits(context, ""));
   const std::string size = http.get_param_value("block_size");
   const char* const end = size.data() + size.size();
   const auto [ptr, ec] = std::from_chars(size.data(), end, context.block_size);

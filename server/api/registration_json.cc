@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "kvatlas/common/limits.h"
 #include "server/zmq/zmq_ingest.h"
 
 namespace kvatlas::server {
@@ -25,14 +26,19 @@ class Fields {
                                    std::string(problem));
   }
 
-  // A string field; `fallback` when absent or null. Required fields must be non-empty.
-  Status String(std::string_view field, bool required, std::string* out) const {
+  // A string field of at most `max_bytes`; left as is when absent or null. Required fields
+  // must be non-empty.
+  Status String(std::string_view field, bool required, size_t max_bytes, std::string* out) const {
     auto it = json_.find(field);
     if (it == json_.end() || it->is_null()) {
       return required ? Invalid(field, "is required") : Status::Ok();
     }
     if (!it->is_string()) return Invalid(field, "must be a string");
-    *out = it->get<std::string>();
+    const std::string& value = it->get_ref<const std::string&>();
+    if (value.size() > max_bytes) {
+      return TooLong(std::string(path_) + ".", field, value.size(), max_bytes);
+    }
+    *out = value;
     if (required && out->empty()) return Invalid(field, "must be a non-empty string");
     return Status::Ok();
   }
@@ -69,33 +75,34 @@ Result<Registration> RegistrationFromJson(const nlohmann::json& json, std::strin
   const Fields f(json, path);
   KVATLAS_RETURN_IF_ERROR(f.Check());
   Registration r;
-  KVATLAS_RETURN_IF_ERROR(f.String("endpoint", true, &r.endpoint));
+  KVATLAS_RETURN_IF_ERROR(f.String("endpoint", true, kMaxEndpointBytes, &r.endpoint));
   if (Status s = ZmqIngest::ValidateEndpoint(r.endpoint, /*for_bind=*/false); !s.ok()) {
     return f.Invalid("endpoint", s.message());
   }
-  KVATLAS_RETURN_IF_ERROR(f.String("replay_endpoint", false, &r.replay_endpoint));
+  KVATLAS_RETURN_IF_ERROR(
+      f.String("replay_endpoint", false, kMaxEndpointBytes, &r.replay_endpoint));
   if (!r.replay_endpoint.empty()) {
     if (Status s = ZmqIngest::ValidateEndpoint(r.replay_endpoint, false); !s.ok()) {
       return f.Invalid("replay_endpoint", s.message());
     }
   }
   std::string type;
-  KVATLAS_RETURN_IF_ERROR(f.String("type", true, &type));
+  KVATLAS_RETURN_IF_ERROR(f.String("type", true, kMaxNameBytes, &type));
   const std::optional<EngineType> parsed = ParseEngineType(type);
   if (!parsed) return f.Invalid("type", "must be \"vLLM\", \"SGLang\" or \"Mooncake\"");
   r.type = *parsed;
-  KVATLAS_RETURN_IF_ERROR(f.String("modelname", true, &r.model));
-  KVATLAS_RETURN_IF_ERROR(f.String("lora_name", false, &r.lora_name));
-  KVATLAS_RETURN_IF_ERROR(f.String("tenant_id", false, &r.tenant_id));
+  KVATLAS_RETURN_IF_ERROR(f.String("modelname", true, kMaxNameBytes, &r.model));
+  KVATLAS_RETURN_IF_ERROR(f.String("lora_name", false, kMaxNameBytes, &r.lora_name));
+  KVATLAS_RETURN_IF_ERROR(f.String("tenant_id", false, kMaxNameBytes, &r.tenant_id));
   if (r.tenant_id.empty()) r.tenant_id = "default";
-  KVATLAS_RETURN_IF_ERROR(f.String("instance_id", true, &r.instance_id));
+  KVATLAS_RETURN_IF_ERROR(f.String("instance_id", true, kMaxNameBytes, &r.instance_id));
   if (r.instance_id.find('|') != std::string::npos) {
     return f.Invalid("instance_id", "must not contain '|' (it separates the registration key)");
   }
   KVATLAS_RETURN_IF_ERROR(f.Uint32("block_size", true, /*positive=*/true, &r.block_size));
   KVATLAS_RETURN_IF_ERROR(f.Uint32("dp_rank", false, /*positive=*/false, &r.dp_rank));
-  KVATLAS_RETURN_IF_ERROR(f.String("additionalsalt", false, &r.additional_salt));
-  KVATLAS_RETURN_IF_ERROR(f.String("topic", false, &r.topic));
+  KVATLAS_RETURN_IF_ERROR(f.String("additionalsalt", false, kMaxSaltBytes, &r.additional_salt));
+  KVATLAS_RETURN_IF_ERROR(f.String("topic", false, kMaxTopicBytes, &r.topic));
   return r;
 }
 
@@ -121,8 +128,8 @@ Result<UnregisterRequest> UnregisterRequestFromJson(const nlohmann::json& json) 
   const Fields f(json, "body");
   KVATLAS_RETURN_IF_ERROR(f.Check());
   UnregisterRequest request;
-  KVATLAS_RETURN_IF_ERROR(f.String("instance_id", true, &request.instance_id));
-  KVATLAS_RETURN_IF_ERROR(f.String("tenant_id", false, &request.tenant_id));
+  KVATLAS_RETURN_IF_ERROR(f.String("instance_id", true, kMaxNameBytes, &request.instance_id));
+  KVATLAS_RETURN_IF_ERROR(f.String("tenant_id", false, kMaxNameBytes, &request.tenant_id));
   if (request.tenant_id.empty()) request.tenant_id = "default";
   KVATLAS_RETURN_IF_ERROR(f.Uint32("dp_rank", false, false, &request.dp_rank));
   return request;

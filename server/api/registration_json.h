@@ -13,7 +13,8 @@ namespace kvatlas::server {
 // {endpoint, replay_endpoint?, type: "vLLM"|"SGLang"|"Mooncake", modelname, lora_name?,
 //  tenant_id?, instance_id, block_size, dp_rank?, additionalsalt?, topic?}. Nulls count as
 // absent. kInvalidArgument naming the field ("<path>.block_size: must be a positive
-// integer") for a missing or mistyped field, an unknown type or an invalid endpoint.
+// integer") for a missing or mistyped field, an unknown type, an invalid endpoint, or a
+// string past its limits.h limit (names 256 bytes, salt and topic 1 KiB, endpoints 1 KiB).
 [[nodiscard]] Result<Registration> RegistrationFromJson(const nlohmann::json& json,
                                                         std::string_view path = "body");
 [[nodiscard]] nlohmann::json RegistrationToJson(const Registration& registration);

@@ -27,8 +27,9 @@ void AddRoutingRoutes(const Services* api, Router* router);  // routing_routes.c
 void AddWatchRoutes(const Services* api, Router* router);    // watch_routes.cc
 void AddLeaseRoutes(const Services* api, Router* router);    // lease_routes.cc
 
-// The request body as a JSON object; kInvalidArgument ("body: ...") when it is not valid
-// JSON or not an object. For the routes that read their fields directly.
+// The request body as a JSON object, parsed by ParseJsonBody (json_codec.h: depth limit,
+// no duplicate keys); kInvalidArgument ("body: ...") when it is refused there or is not an
+// object. For the routes that read their fields directly.
 [[nodiscard]] Result<nlohmann::json> ParseJsonObjectBody(const RouteRequest& request);
 
 }  // namespace kvatlas::server

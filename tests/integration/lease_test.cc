@@ -137,7 +137,7 @@ TEST_SUITE("Integration.Leases") {
         {R"({"holders": [{"instance_id": "a", "dp_rank": 4294967296}]})",
          "body.holders[0].dp_rank: must be an integer"},
         {R"([1, 2])", "body: expected a JSON object"},
-        {R"({"holders": [)", "body: not valid JSON"},
+        {R"({"holders": [)", "body: invalid JSON"},
     };
     for (const auto& c : cases) {
       CAPTURE(c.body);

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvatlas/common/limits.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 
@@ -67,10 +68,34 @@ struct BlockEvent {
   }
 };
 
+// The length limits of limits.h on an event's names (context, backend_id, medium, each
+// location), naming the field as "<path>.<field>". Part of ValidateBlockEvent.
+[[nodiscard]] inline Status LimitsOfBlockEvent(const BlockEvent& event, std::string_view path) {
+  const auto prefix = [&] { return std::string(path) + "."; };
+  const ContextKey& c = event.context;
+  if (c.tenant.size() > kMaxNameBytes || c.model.size() > kMaxNameBytes ||
+      c.lora_name.size() > kMaxNameBytes || c.salt.size() > kMaxSaltBytes) {
+    return CheckContextLimits(c, prefix());
+  }
+  if (event.holder.id.size() > kMaxNameBytes) {
+    return TooLong(prefix(), "backend_id", event.holder.id.size(), kMaxNameBytes);
+  }
+  if (event.medium && event.medium->size() > kMaxNameBytes) {
+    return TooLong(prefix(), "medium", event.medium->size(), kMaxNameBytes);
+  }
+  for (const std::string& location : event.locations) {
+    if (location.size() > kMaxLocationBytes) {
+      return TooLong(prefix(), "location", location.size(), kMaxLocationBytes);
+    }
+  }
+  return Status::Ok();
+}
+
 // Checks the invariants that every producer of BlockEvents must meet, whatever its source:
 // block_size > 0, a non-empty holder id and model name; stored has seq_hashes or token_ids,
 // token_ids hold exactly BlockCount() complete blocks (and seq_hashes.size() blocks when
-// both are given), locations are empty or one per block; removed has seq_hashes.
+// both are given), locations are empty or one per block; removed has seq_hashes; names
+// within limits.h's limits (LimitsOfBlockEvent).
 // Returns kInvalidArgument naming the field as "<path>.<field>: <problem>".
 [[nodiscard]] inline Status ValidateBlockEvent(const BlockEvent& event, std::string_view path) {
   const auto invalid = [&](std::string_view field, const std::string& problem) {
@@ -79,6 +104,7 @@ struct BlockEvent {
   if (event.context.block_size == 0) return invalid("block_size", "must be a positive integer");
   if (event.context.model.empty()) return invalid("model_name", "must be a non-empty string");
   if (event.holder.id.empty()) return invalid("backend_id", "must be a non-empty string");
+  KVATLAS_RETURN_IF_ERROR(LimitsOfBlockEvent(event, path));
   switch (event.type) {
     case EventType::kStored:
       break;

@@ -4,8 +4,10 @@
 //
 // Decoders validate completely and never throw: every problem is kInvalidArgument with a
 // message that starts with the field path ("events[3].block_size: must be a positive
-// integer, got 0"). Unknown fields are ignored (publishers add their own, e.g. Mooncake's
-// object_key). All functions are pure: safe from any thread.
+// integer, got 0"). Bodies are parsed by ParseJsonBody (depth limit, no duplicate
+// keys); names are bounded by limits.h, as the binary protocol's decoders bound them. Unknown
+// fields are ignored (publishers add their own, e.g. Mooncake's object_key). All functions are
+// pure: safe from any thread.
 //
 // Hashes are accepted as JSON unsigned integers, negative integers (SGLang's signed i64
 // hashes, read as their two's complement u64), or strings holding a decimal or 0x-hex
@@ -60,6 +62,17 @@ namespace kvatlas {
 
 // {"code": "<wire name>", "message": "..."}: the body of every REST error.
 [[nodiscard]] std::string EncodeErrorBody(const Status& status);
+
+// Parses a REST request body, the one way every REST route does. Refused with
+// kInvalidArgument before the document is built: containers nested deeper than
+// kMaxJsonDepth (limits.h; "body: nested deeper than 64 levels"), a key given twice in one
+// object ("body: duplicate key \"model_name\"") and invalid JSON ("body: invalid JSON: ...").
+[[nodiscard]] Status ParseJsonBody(std::string_view body, nlohmann::json* out);
+
+// The start of value.dump() for error messages: at most `max_chars` characters, the last
+// three "..." when cut. Built with an explicit stack, never rendering more than it shows:
+// safe and cheap for values of any depth and size.
+[[nodiscard]] std::string PreviewJson(const nlohmann::json& value, size_t max_chars = 48);
 
 // value.dump(), except that it cannot throw: strings that did not come through the JSON
 // parser (URL parameters, names from storage) may hold invalid UTF-8, which is replaced.
