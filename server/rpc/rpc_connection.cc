@@ -180,12 +180,6 @@ bool RpcConnection::DrainDecoder() {
     Flush();
     if (dry || ReadPaused()) break;
   }
-  // A large frame was decoded: free the decoder's buffer (a fresh decoder holds nothing)
-  // and return the frame's reservation.
-  if (reserved_ > 0 && large_frame_size_ == 0 && decoder_.buffered_bytes() == 0) {
-    decoder_ = protocol::FrameDecoder(options_.max_frame_bytes);
-    DropLargeFrame();
-  }
   return true;
 }
 
@@ -197,6 +191,12 @@ bool RpcConnection::DecodeOne() {
     return false;
   }
   if (!next->has_value()) return false;
+  if (reserved_ > 0 && large_frame_size_ == 0 && decoder_.buffered_bytes() == 0) {
+    // The large frame is out of the decoder (its payload moved into the frame): free the
+    // decoder's buffer (a fresh decoder holds nothing) and return the reservation.
+    decoder_ = protocol::FrameDecoder(options_.max_frame_bytes);
+    DropLargeFrame();
+  }
   ++in_flight_;
   if (IsStreamRequest((*next)->header)) {
     switch (streams_.Handle(**next, &out_)) {
