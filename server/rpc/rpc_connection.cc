@@ -9,6 +9,7 @@
 #include <exception>
 #include <utility>
 
+#include "common/internal/bytes.h"
 #include "common/internal/log.h"
 #include "server/service/ingest_service.h"
 
@@ -40,6 +41,17 @@ auto LogExceptions(std::shared_ptr<RpcConnection> connection, std::string_view w
   };
 }
 
+// The header of a frame whose first bytes are `frame`, once they hold one.
+std::optional<protocol::FrameHeader> HeaderOf(std::string_view frame) {
+  if (frame.size() < protocol::kHeaderBytes) return std::nullopt;
+  protocol::FrameHeader header;
+  header.type = static_cast<protocol::MessageType>(frame[5]);
+  header.flags = static_cast<uint8_t>(frame[6]);
+  ByteReader in(frame.substr(12, 8));
+  header.request_id = in.Fixed64();
+  return header;
+}
+
 std::string PeerOf(const asio::ip::tcp::socket& socket) {
   error_code ec;
   const auto endpoint = socket.remote_endpoint(ec);
@@ -50,7 +62,8 @@ std::string PeerOf(const asio::ip::tcp::socket& socket) {
 }  // namespace
 
 RpcConnection::RpcConnection(asio::ip::tcp::socket socket, const RpcHandler* handler,
-                             RpcConnectionOptions options, std::function<void()> on_closed)
+                             RpcBufferBudget* budget, RpcConnectionOptions options,
+                             std::function<void()> on_closed)
     : socket_(std::move(socket)),
       handler_(handler),
       options_(options),
@@ -59,12 +72,15 @@ RpcConnection::RpcConnection(asio::ip::tcp::socket socket, const RpcHandler* han
       decoder_(options.max_frame_bytes),
       streams_(&handler->api(), options.max_watches),
       read_buffer_(kReadChunkBytes),
+      budget_(budget),
       last_activity_(Clock::now()),
       writer_wake_(socket_.get_executor()),
       reader_wake_(socket_.get_executor()),
       idle_timer_(socket_.get_executor()) {}
 
-RpcConnection::~RpcConnection() = default;
+// Only at the server's teardown is a connection destroyed unclosed: its io_context (and
+// maybe those of waiting connections) is gone, so its release wakes nobody.
+RpcConnection::~RpcConnection() { DropLargeFrame(/*wake_waiters=*/false); }
 
 void RpcConnection::Start() {
   // Non-blocking for the direct sends of Flush(); Asio's asynchronous operations work on
@@ -122,16 +138,29 @@ asio::awaitable<void> RpcConnection::AsyncRead() {
       co_await reader_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
+    if (large_frame_size_ > 0 && reserved_ == 0 && !ReserveLargeFrame()) {
+      if (reading_done_) break;
+      // The budget is full: its next release wakes us (the watchdog bounds the wait).
+      reader_wake_.expires_at(Clock::time_point::max());
+      co_await reader_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    // A large frame is read up to its end only, so that it is decoded alone and its
+    // reservation returned at once.
+    size_t want = read_buffer_.size();
+    if (large_frame_size_ > 0)
+      want = std::min<uint64_t>(want, large_frame_size_ - large_frame_.size());
     const size_t n = co_await socket_.async_read_some(
-        asio::buffer(read_buffer_), asio::redirect_error(asio::use_awaitable, ec));
+        asio::buffer(read_buffer_.data(), want), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec != asio::error::eof && ec != asio::error::operation_aborted && !closed_) {
         LogDebug("rpc " + peer_ + ": read failed: " + ec.message());
       }
       break;
     }
+    if (reading_done_) break;  // e.g. the watchdog failed a large frame meanwhile
     last_activity_ = Clock::now();
-    decoder_.Feed(std::string_view(read_buffer_.data(), n));
+    OnBytes(std::string_view(read_buffer_.data(), n));
   }
   // The peer stopped sending (or we stopped reading): answer what is in flight, then close.
   reading_done_ = true;
@@ -140,42 +169,161 @@ asio::awaitable<void> RpcConnection::AsyncRead() {
 }
 
 bool RpcConnection::DrainDecoder() {
-  while (!ReadPaused()) {
-    Result<std::optional<protocol::Frame>> next = decoder_.Next();
-    if (!next.has_value()) {
-      // The stream can never resynchronise: tell the client why, then close.
-      LogWarning("rpc " + peer_ + ": closing the connection: " + next.error().ToString());
-      handler_->AppendStreamError(decoder_.failed_header(), next.error(), &out_);
-      close_after_flush_ = true;
-      reading_done_ = true;
-      writer_wake_.cancel();
-      return false;
+  // Decodes until the decoder runs dry or the in-flight cap is reached *after* the answers
+  // produced so far were flushed: a direct send can end a pause at once, and the frames
+  // still buffered must then be decoded here, since the client may send nothing more.
+  for (;;) {
+    bool dry = false;
+    while (!dry && !ReadPaused()) dry = !DecodeOne();
+    if (close_after_flush_) return false;
+    // Everything one read produced goes out together (pipelined answers coalesce).
+    Flush();
+    if (dry || ReadPaused()) break;
+  }
+  return true;
+}
+
+bool RpcConnection::DecodeOne() {
+  Result<std::optional<protocol::Frame>> next = decoder_.Next();
+  if (!next.has_value()) {
+    // The stream can never resynchronise: tell the client why, then close.
+    FailStream(decoder_.failed_header(), next.error());
+    return false;
+  }
+  if (!next->has_value()) return false;
+  if (reserved_ > 0 && large_frame_size_ == 0 && decoder_.buffered_bytes() == 0) {
+    // The large frame is out of the decoder (its payload moved into the frame): free the
+    // decoder's buffer (a fresh decoder holds nothing) and return the reservation.
+    decoder_ = protocol::FrameDecoder(options_.max_frame_bytes);
+    DropLargeFrame();
+  }
+  ++in_flight_;
+  if (IsStreamRequest((*next)->header)) {
+    switch (streams_.Handle(**next, &out_)) {
+      case RpcStreams::Handled::kAnswered:
+        Answered();
+        break;
+      case RpcStreams::Handled::kPending:  // answered by its last frame (PumpStreams)
+        break;
+      case RpcStreams::Handled::kIgnored:
+        --in_flight_;
+        break;
     }
-    if (!next->has_value()) break;
-    ++in_flight_;
-    if (IsStreamRequest((*next)->header)) {
-      switch (streams_.Handle(**next, &out_)) {
-        case RpcStreams::Handled::kAnswered:
-          Answered();
-          break;
-        case RpcStreams::Handled::kPending:  // answered by its last frame (PumpStreams)
-          break;
-        case RpcStreams::Handled::kIgnored:
-          --in_flight_;
-          break;
+    return true;
+  }
+  std::optional<PendingIngest> pending = handler_->Handle(**next, &out_);
+  if (pending) {
+    SubmitIngest(std::move(*pending));
+  } else {
+    Answered();
+  }
+  return true;
+}
+
+void RpcConnection::OnBytes(std::string_view bytes) {
+  while (!bytes.empty()) {
+    if (large_frame_size_ > 0) {
+      const size_t take = std::min<uint64_t>(bytes.size(), large_frame_size_ - large_frame_.size());
+      large_frame_.append(bytes.substr(0, take));
+      bytes.remove_prefix(take);
+      if (large_frame_.size() < large_frame_size_) continue;
+      // Complete. The decoder is empty (nothing is read while it holds a whole frame), so
+      // this frame is decoded next, alone, and DrainDecoder returns its reservation.
+      decoder_.Feed(large_frame_);
+      std::string().swap(large_frame_);
+      large_frame_size_ = 0;
+      continue;
+    }
+    if (!length_prefix_.empty()) {  // a length prefix that the previous read split
+      const size_t take = std::min(4 - length_prefix_.size(), bytes.size());
+      length_prefix_.append(bytes.substr(0, take));
+      bytes.remove_prefix(take);
+      if (length_prefix_.size() < 4) return;
+      std::string prefix = std::exchange(length_prefix_, std::string());
+      if (StartFrame(prefix)) {
+        large_frame_ = std::move(prefix);
+      } else {
+        decoder_.Feed(prefix);
+        small_frame_left_ -= prefix.size();
       }
       continue;
     }
-    std::optional<PendingIngest> pending = handler_->Handle(**next, &out_);
-    if (pending) {
-      SubmitIngest(std::move(*pending));
-    } else {
-      Answered();
+    // Small frames go to the decoder as they are, up to a large frame's length prefix (or
+    // a length prefix that this read split, held back until the next).
+    size_t n = 0;
+    while (n < bytes.size()) {
+      if (small_frame_left_ > 0) {
+        const uint64_t step = std::min<uint64_t>(small_frame_left_, bytes.size() - n);
+        n += step;
+        small_frame_left_ -= step;
+      } else if (bytes.size() - n < 4 || StartFrame(bytes.substr(n, 4))) {
+        break;
+      }
+    }
+    decoder_.Feed(bytes.substr(0, n));
+    bytes.remove_prefix(n);
+    if (large_frame_size_ == 0) {
+      length_prefix_.assign(bytes);  // fewer than 4 bytes, or none
+      return;
     }
   }
-  // Everything one read produced goes out together (pipelined answers coalesce).
-  Flush();
+}
+
+bool RpcConnection::StartFrame(std::string_view length_prefix) {
+  ByteReader in(length_prefix);
+  const uint32_t length = in.Fixed32();
+  const uint64_t size = uint64_t{4} + length;
+  // A frame that the decoder rejects by its header (shorter than a header, or a payload
+  // over max_frame_bytes) goes to it: it answers the error without buffering the payload.
+  constexpr uint32_t kHeaderBody = protocol::kHeaderBytes - 4;
+  const bool decodable = length >= kHeaderBody && length - kHeaderBody <= options_.max_frame_bytes;
+  if (size <= kSmallFrameBytes || !decodable) {
+    small_frame_left_ = size;
+    return false;
+  }
+  large_frame_size_ = size;
+  frame_deadline_ = Clock::now() + options_.frame_timeout;
+  idle_timer_.cancel();  // the watchdog keeps the frame's deadline from now on
   return true;
+}
+
+bool RpcConnection::ReserveLargeFrame() {
+  if (large_frame_size_ > budget_->limit()) {
+    FailStream(HeaderOf(large_frame_),
+               Status::ResourceExhausted("frame: " + std::to_string(large_frame_size_) +
+                                         " bytes exceed the server's buffer for incomplete "
+                                         "frames (rpc_max_buffered_bytes = " +
+                                         std::to_string(budget_->limit()) + ")"));
+    return false;
+  }
+  // Called by a release on any thread: only a post to the strand, to wake the reader.
+  auto wake = [weak = weak_from_this(), executor = socket_.get_executor()] {
+    asio::post(executor, [weak] {
+      if (auto self = weak.lock()) self->reader_wake_.cancel();
+    });
+  };
+  if (!budget_->AcquireOrWait(large_frame_size_, std::move(wake))) return false;
+  reserved_ = large_frame_size_;
+  large_frame_.reserve(large_frame_size_);
+  frame_deadline_ = Clock::now() + options_.frame_timeout;
+  return true;
+}
+
+void RpcConnection::DropLargeFrame(bool wake_waiters) {
+  if (reserved_ > 0) budget_->Release(std::exchange(reserved_, 0), wake_waiters);
+  large_frame_size_ = 0;
+  std::string().swap(large_frame_);
+}
+
+void RpcConnection::FailStream(const std::optional<protocol::FrameHeader>& header,
+                               const Status& status) {
+  LogWarning("rpc " + peer_ + ": closing the connection: " + status.ToString());
+  handler_->AppendStreamError(header, status, &out_);
+  close_after_flush_ = true;
+  reading_done_ = true;
+  DropLargeFrame();
+  reader_wake_.cancel();
+  writer_wake_.cancel();
 }
 
 void RpcConnection::Answered() { ++out_answers_; }
@@ -301,6 +449,19 @@ asio::awaitable<void> RpcConnection::AsyncWatchdog() {
       Close("write timeout");
       co_return;
     }
+    if (large_frame_size_ > 0 && now >= frame_deadline_) {
+      const std::string limit = std::to_string(options_.frame_timeout.count()) + " ms";
+      FailStream(
+          HeaderOf(large_frame_),
+          reserved_ == 0
+              ? Status::ResourceExhausted("frame: the server's buffer for incomplete frames "
+                                          "(rpc_max_buffered_bytes) stayed full for " +
+                                          limit + " (rpc_frame_timeout_ms); retry later")
+              : Status(StatusCode::kDeadlineExceeded,
+                       "frame: " + std::to_string(large_frame_size_) +
+                           " bytes not received within " + limit + " (rpc_frame_timeout_ms)"));
+      continue;
+    }
     const Clock::time_point idle_at = last_activity_ + options_.idle_timeout;
     if (now >= idle_at) {
       if (in_flight_ == 0 && !streams_.has_watches()) {
@@ -321,8 +482,10 @@ asio::awaitable<void> RpcConnection::AsyncWatchdog() {
     }
     // Wake for whichever comes first: the idle deadline, or the write deadline of a write in
     // progress (one that starts while we sleep is checked within write_timeout after it).
-    idle_timer_.expires_at(
-        std::min(idle_at, (write_pending_ ? write_started_ : now) + options_.write_timeout));
+    Clock::time_point wake_at =
+        std::min(idle_at, (write_pending_ ? write_started_ : now) + options_.write_timeout);
+    if (large_frame_size_ > 0) wake_at = std::min(wake_at, frame_deadline_);
+    idle_timer_.expires_at(wake_at);
     co_await idle_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
 }
@@ -336,6 +499,7 @@ void RpcConnection::Close(std::string_view reason) {
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   socket_.close(ec);
   streams_.Clear();  // unsubscribes the watchers
+  DropLargeFrame();
   writer_wake_.cancel();
   reader_wake_.cancel();
   idle_timer_.cancel();

@@ -11,6 +11,21 @@
 // reader stops decoding and reading, so a client that does not read its answers stalls
 // itself, not the server's memory; a write stuck for write_timeout closes the connection.
 //
+// Resuming after such a pause first decodes the frames already buffered: a client that
+// pipelined more than max_in_flight requests in one write sends nothing more until they
+// are answered.
+//
+// Large frames (more than kSmallFrameBytes in all): frames up to that size go straight to
+// the FrameDecoder (a connection buffers at most about twice that for them). A larger
+// frame's bytes are collected apart, under the server's RpcBufferBudget: when its length
+// prefix arrives the connection reserves the frame's whole size and reads no more of it
+// until the reservation is granted (it waits, reading nothing, while the budget is full).
+// The frame must arrive whole within frame_timeout of the grant; a reservation not granted
+// within frame_timeout of the length prefix gets a kResourceExhausted error frame, a frame
+// not received in time kDeadlineExceeded, and either way the connection is closed, which
+// returns the reservation. The whole frame is then decoded at once and the reservation
+// returned.
+//
 // Streams (kWatch, kSnapshot; RpcStreams): a watch is answered by its first frame and then
 // pushes records as the ChangeFeed publishes them (its notify hook posts to the strand); a
 // snapshot is in flight until its last part is queued. Their frames are produced only while
@@ -30,11 +45,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kvatlas/common/protocol.h"
+#include "server/rpc/rpc_buffer_budget.h"
 #include "server/rpc/rpc_handler.h"
 #include "server/rpc/rpc_streams.h"
 
@@ -53,6 +70,10 @@ struct RpcConnectionOptions {
   // reading, so its receive window stays full) closes the connection: backpressure already
   // stops such a client from growing the server's memory, this frees the connection too.
   std::chrono::milliseconds write_timeout{30'000};
+  // A large frame (RpcConnection's header) must be granted its share of the server's
+  // buffer budget within this long of its length prefix, and then arrive whole within this
+  // long of the grant; else an error frame and the connection is closed.
+  std::chrono::milliseconds frame_timeout{30'000};
   // Watches open at once on one connection (kResourceExhausted past it); the ChangeFeed's
   // max_watchers bounds them over all connections.
   size_t max_watches = 16;
@@ -60,11 +81,16 @@ struct RpcConnectionOptions {
 
 class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
  public:
+  // Frames of at most this many bytes (length prefix included) are read without the
+  // buffer budget; larger ones reserve their size in it first.
+  static constexpr size_t kSmallFrameBytes = 64 << 10;
+
   // `socket`'s executor must be a strand, or an io_context run by exactly one thread (an
-  // implicit strand); `handler` must outlive the connection's
-  // coroutines, and so must `on_closed` (called once, on the strand, when it closes).
+  // implicit strand); `handler` and `budget` must outlive the connection's coroutines, and
+  // so must `on_closed` (called once, on the strand, when it closes).
   RpcConnection(boost::asio::ip::tcp::socket socket, const RpcHandler* handler,
-                RpcConnectionOptions options, std::function<void()> on_closed);
+                RpcBufferBudget* budget, RpcConnectionOptions options,
+                std::function<void()> on_closed);
   ~RpcConnection();
   RpcConnection(const RpcConnection&) = delete;
   RpcConnection& operator=(const RpcConnection&) = delete;
@@ -87,6 +113,24 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   // Dispatches buffered frames while under the in-flight cap. False after a stream error
   // (the error answer is queued and the connection closes once it is written).
   bool DrainDecoder();
+  // Decodes and dispatches one buffered frame; false when there was none or the stream
+  // failed.
+  bool DecodeOne();
+  // Routes bytes read to the decoder, or to large_frame_ (see the header comment).
+  void OnBytes(std::string_view bytes);
+  // Reserves the large frame's size in the budget; false while it does not fit (the budget
+  // wakes the reader) or when it never can (the stream has failed).
+  bool ReserveLargeFrame();
+  // At a frame boundary, given the frame's 4-byte length prefix: notes a small frame's size
+  // in small_frame_left_ (prefix included) and returns false, or a large one's in
+  // large_frame_size_ and returns true.
+  bool StartFrame(std::string_view length_prefix);
+  // Returns the large frame's reservation (waking the budget's waiters, unless told not
+  // to) and drops its bytes.
+  void DropLargeFrame(bool wake_waiters = true);
+  // The stream cannot go on: queues `status` as an error answer for `header` and closes
+  // the connection once the answers queued before it are written.
+  void FailStream(const std::optional<protocol::FrameHeader>& header, const Status& status);
   void SubmitIngest(PendingIngest pending);
   // Appends frames of the streams that are ready, within the streams' output budget.
   void PumpStreams();
@@ -112,6 +156,17 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   protocol::FrameDecoder decoder_;
   RpcStreams streams_;
   std::vector<char> read_buffer_;
+  RpcBufferBudget* budget_;
+  // Framing of the bytes read (OnBytes): the held-back start of a length prefix that a
+  // read split, and the bytes of the current small frame not yet seen.
+  std::string length_prefix_;
+  uint64_t small_frame_left_ = 0;
+  // The large frame being received: its size (0 = none), its bytes so far, whether the
+  // budget granted it (reserved_ bytes), and when it must be granted or complete.
+  uint64_t large_frame_size_ = 0;
+  std::string large_frame_;
+  size_t reserved_ = 0;
+  std::chrono::steady_clock::time_point frame_deadline_;
   std::string out_;         // answers queued for the next write
   std::string writing_;     // answers of the write in progress
   size_t out_answers_ = 0;  // answers in out_

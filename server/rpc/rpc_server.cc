@@ -35,7 +35,9 @@ Result<tcp::endpoint> Resolve(asio::io_context& io, const std::string& host, uin
 }  // namespace
 
 RpcServer::RpcServer(RpcServerOptions options, const Services* api)
-    : options_(std::move(options)), handler_(api) {
+    : options_(std::move(options)),
+      handler_(api),
+      budget_(options_.max_buffered_bytes, api->metrics) {
   // Concurrency hint 1: each io_context is run by one thread, which lets Asio skip locking
   // on that thread's own queue (posts from other threads, e.g. the applier, stay safe).
   const size_t n = std::max<size_t>(1, options_.threads);
@@ -110,7 +112,7 @@ asio::awaitable<void> RpcServer::AsyncAccept() {
       id = next_connection_id_++;
     }
     metrics->RpcConnectionOpened();
-    auto connection = std::make_shared<RpcConnection>(std::move(socket), &handler_,
+    auto connection = std::make_shared<RpcConnection>(std::move(socket), &handler_, &budget_,
                                                       options_.connection, [this, id, metrics] {
                                                         metrics->RpcConnectionClosed();
                                                         std::lock_guard lock(mu_);

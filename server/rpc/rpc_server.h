@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kvatlas/common/status.h"
+#include "server/rpc/rpc_buffer_budget.h"
 #include "server/rpc/rpc_connection.h"
 #include "server/rpc/rpc_handler.h"
 
@@ -41,6 +42,9 @@ struct RpcServerOptions {
   // threads than cores buys nothing; one connection is served by one thread.
   size_t threads = 2;
   RpcConnectionOptions connection;
+  // Bytes all connections together may hold for incomplete large frames
+  // (RpcBufferBudget); a frame larger than this is refused with kResourceExhausted.
+  size_t max_buffered_bytes = 256u << 20;
   // How long Stop() lets connections answer their in-flight requests before it closes
   // them regardless.
   std::chrono::milliseconds shutdown_grace{5'000};
@@ -74,6 +78,7 @@ class RpcServer {
 
   RpcServerOptions options_;
   RpcHandler handler_;
+  RpcBufferBudget budget_;  // outlives the connections (ios_ below)
   uint16_t port_ = 0;
   bool stopped_ = false;
 

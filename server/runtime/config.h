@@ -65,6 +65,12 @@ struct Config {
   // Requests one connection may have in flight (decoded, answer not yet written); past it
   // the server stops reading that connection until answers drain (backpressure).
   uint64_t rpc_max_in_flight = 1'024;
+  // Bytes all binary-protocol connections together may hold for incomplete frames larger
+  // than 64 KiB; a connection waits (reading nothing) for its frame's share.
+  uint64_t rpc_max_buffered_bytes = 256ull << 20;
+  // How long such a frame may wait for that share, and then take to arrive whole; past
+  // it an error frame and the connection is closed.
+  uint64_t rpc_frame_timeout_ms = 30'000;
   // How long POST /v1/events waits for its batch to be applied (then 504).
   uint64_t apply_timeout_ms = 10'000;
   uint64_t max_events_per_batch = 10'000;

@@ -64,6 +64,11 @@ class Metrics {
   // Binary-protocol connections accepted and closed.
   void RpcConnectionOpened();
   void RpcConnectionClosed();
+  // Bytes the binary protocol holds for incomplete large frames (its rpc_max_buffered_bytes
+  // budget in use), set by the budget on every change.
+  void SetRpcBufferedBytes(uint64_t bytes) {
+    rpc_buffered_bytes_.store(bytes, std::memory_order_relaxed);
+  }
 
   [[nodiscard]] std::string Render(const StateGauges& gauges) const;
 
@@ -85,6 +90,7 @@ class Metrics {
   std::atomic<uint64_t> rpc_requests_[kRpcTypes][kRpcCodes] = {};
   std::atomic<uint64_t> rpc_connections_open_{0};
   std::atomic<uint64_t> rpc_connections_total_{0};
+  std::atomic<uint64_t> rpc_buffered_bytes_{0};
 };
 
 }  // namespace kvatlas::server

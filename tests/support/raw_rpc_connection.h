@@ -10,11 +10,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "kvatlas/common/protocol.h"
 
@@ -48,6 +51,27 @@ class RawRpcConnection {
       REQUIRE(n > 0);
       bytes.remove_prefix(static_cast<size_t>(n));
     }
+  }
+
+  // Sends what the socket takes without blocking, waiting up to `patience` for room each
+  // time it is full; returns the bytes sent (fewer when the server stops reading, or closed
+  // the connection). For filling a connection that the server does not read.
+  size_t SendSome(std::string_view bytes, std::chrono::milliseconds patience) {
+    size_t sent = 0;
+    auto give_up = std::chrono::steady_clock::now() + patience;
+    while (sent < bytes.size() && std::chrono::steady_clock::now() < give_up) {
+      const ssize_t n =
+          send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        give_up = std::chrono::steady_clock::now() + patience;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      } else {
+        break;
+      }
+    }
+    return sent;
   }
 
   // Appends one request frame to `out` (for several frames in one send).

@@ -54,7 +54,9 @@ struct ClientOptions {
   size_t connections = 1;
   // Calls sent and not yet answered, per connection. Further calls wait in order (under
   // their deadline) for a slot; this bounds the work one client can queue on a server.
-  size_t max_in_flight = 4096;
+  // The default matches the server's default rpc_max_in_flight: the server reads no
+  // further ahead, so calls beyond it would only wait in socket buffers.
+  size_t max_in_flight = 1024;
   // After every endpoint failed to connect, calls fail with kUnavailable without a new
   // attempt for this long; it doubles on each failed round up to reconnect_backoff_max,
   // so that a client hammering a dead server costs nothing. A connection lost while open
