@@ -2,9 +2,9 @@
 // adapter (server/api/) and the binary-protocol adapter (server/rpc/) decode a request,
 // call a function of this layer (lookup_service.h, route_decision.h, ingest_service.h,
 // stats_service.h, cluster_service.h, registration_service.h, lease_service.h,
-// feed_service.h, readiness.h) and encode what it returns; nothing here knows HTTP or frames. Handlers
-// only submit writes to the Applier and read state under StateMachine::Read, so no network
-// thread ever blocks the state machine.
+// feed_service.h, readiness.h) and encode what it returns; nothing here knows HTTP or
+// frames. Handlers only submit writes to the Applier and read state under
+// StateMachine::Read, so no network thread ever blocks the state machine.
 #pragma once
 
 #include <chrono>
