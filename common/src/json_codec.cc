@@ -186,8 +186,8 @@ Result<EventType> DecodeEventType(const Fields& fields) {
   for (EventType type : {EventType::kStored, EventType::kRemoved, EventType::kCleared}) {
     if (name == EventTypeName(type)) return type;
   }
-  return Invalid(fields.PathOf("event_type"),
-                 "unknown event type \"" + name + "\" (expected stored, removed or cleared)");
+  return Invalid(fields.PathOf("event_type"), "unknown event type " + PreviewJson(json(name)) +
+                                                  " (expected stored, removed or cleared)");
 }
 
 Result<HolderKey> DecodeHolder(const Fields& fields) {
@@ -502,6 +502,12 @@ Status ParseJsonBody(std::string_view body, json* out) {
     std::string_view what = e.what();
     if (const size_t end = what.find("] "); end != std::string_view::npos)
       what.remove_prefix(end + 2);
+    // It ends with the token read so far ("last read: '\"..."), which may be the whole body.
+    constexpr size_t kMaxDetail = 200;
+    if (what.size() > kMaxDetail) {
+      return Status::InvalidArgument(
+          "body: invalid JSON: " + std::string(what.substr(0, kMaxDetail - 3)) + "...");
+    }
     return Status::InvalidArgument("body: invalid JSON: " + std::string(what));
   }
 }

@@ -79,7 +79,8 @@ Status DecodeWeights(const json& doc, TierWeights* weights) {
   if (v == nullptr) return Status::Ok();
   if (!v->is_object()) return Invalid("weights", "must be an object of tier weights", v);
   for (const auto& [key, value] : v->items()) {
-    const std::string path = "weights." + key;
+    // The key is the client's: named by its start, as PreviewJson cuts values.
+    const std::string path = "weights." + (key.size() > 48 ? key.substr(0, 45) + "..." : key);
     const std::optional<Tier> tier = ParseTierName(key);
     if (!tier) return Invalid(path, "is not a tier (GPU, CPU, DISK or SHARED)");
     if (!value.is_number()) return Invalid(path, "must be a number", &value);

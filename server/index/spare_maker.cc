@@ -54,7 +54,9 @@ std::vector<IndexSpare> SpareMaker::TakeReady() {
   for (auto& [need, spare] : ready_) {
     // Taken spares are the part's now: a later request for the same need (the part may
     // have dropped one that no longer fit) is a new one.
-    std::erase_if(asked_, [&](const SpareNeed& asked) { return SameNeed(asked, need); });
+    // (A named reference: clang before 16 cannot capture a structured binding.)
+    const SpareNeed& taken = need;
+    std::erase_if(asked_, [&](const SpareNeed& asked) { return SameNeed(asked, taken); });
     ready.push_back(std::move(spare));
   }
   ready_.clear();

@@ -226,6 +226,27 @@ TEST_SUITE("HostileJson") {
           "body: duplicate key \"" + std::string(44, 'k') + "...");
     CHECK(ParseJsonBody("[1,", &doc).message().starts_with("body: invalid JSON: "));
   }
+
+  // Found by tests/fuzz/json_codec_fuzz: each of these echoed a megabyte of the body.
+  TEST_CASE("HostileJson: error messages stay short whatever the body echoes") {
+    const std::string big(1 << 20, 'x');
+    json doc;
+    // nlohmann's parse error quotes the whole token it read ("last read: '\"xxx...").
+    const std::string unterminated = ParseJsonBody("\"" + big, &doc).message();
+    CHECK(unterminated.starts_with("body: invalid JSON: "));
+    CHECK(unterminated.size() <= 300);
+    CHECK(unterminated.ends_with("..."));
+    const std::string type = EventError("event_type", big);
+    CHECK(type.starts_with("events[0].event_type: unknown event type \"xxx"));
+    CHECK(type.size() <= 200);
+    const std::string weight =
+        RouteStatus(R"({"model_name": "m", "block_size": 1, "seq_hashes": [5], )"
+                    R"("candidates": [{"instance_id": "x"}], "weights": {")" +
+                    big + R"(": 1}})")
+            .message();
+    CHECK(weight.starts_with("weights.xxx"));
+    CHECK(weight.size() <= 200);
+  }
 }
 
 }  // namespace
