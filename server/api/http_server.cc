@@ -3,6 +3,11 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <cctype>
 #include <exception>
 #include <optional>
@@ -14,30 +19,9 @@
 namespace kvatlas::server {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// httplib serves a connection's requests on one worker thread, from routing to the
-// logger callback, so the start of the current request can live in a thread_local set by
-// the pre-routing hook and consumed by the logger. A request that never reached routing
-// (malformed request line) finds it unset and is counted without a latency.
-thread_local std::optional<Clock::time_point> t_request_start;
-
-void WriteReply(const HttpReply& reply, httplib::Response& response) {
-  response.status = reply.status;
-  for (const auto& [name, value] : reply.headers) response.set_header(name, value);
-  if (!reply.stream) {
-    response.set_content(reply.body, reply.content_type.c_str());
-    return;
-  }
-  response.set_chunked_content_provider(
-      reply.content_type, [stream = reply.stream](size_t, httplib::DataSink& sink) {
-        const bool more = stream([&sink](std::string_view data) {
-          return sink.is_writable() && sink.write(data.data(), data.size());
-        });
-        if (!more) sink.done();
-        return true;
-      });
-}
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
 
 std::string Lower(std::string_view text) {
   std::string out(text);
@@ -46,6 +30,28 @@ std::string Lower(std::string_view text) {
 }
 
 constexpr std::string_view kFormType = "application/x-www-form-urlencoded";
+
+Result<tcp::endpoint> Endpoint(asio::io_context& io, const std::string& host, uint16_t port) {
+  error_code ec;
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (!ec) return tcp::endpoint(address, port);
+  tcp::resolver resolver(io);
+  const auto found = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
+  if (ec || found.empty()) return Status::Unavailable("cannot resolve \"" + host + "\"");
+  return found.begin()->endpoint();
+}
+
+// A refused connection's answer, written without waiting (a fresh socket's send buffer
+// holds it), then the socket is closed.
+void Refuse(tcp::socket& socket, const std::string& why) {
+  const std::string answer =
+      SerializeReply(ErrorReply(Status::Unavailable(why)), /*head=*/false, /*keep_alive=*/false);
+  error_code ec;
+  socket.non_blocking(true, ec);
+  if (!ec) (void)socket.write_some(asio::buffer(answer), ec);
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
+}
 
 // The declared media type, lower case, without parameters; "" when absent.
 std::string MediaType(const httplib::Request& request) {
@@ -94,151 +100,172 @@ HttpReply RunRoute(const Router& router, const Route& route, const httplib::Requ
 }  // namespace
 
 HttpServer::HttpServer(HttpServerOptions options, Router router, Metrics* metrics)
-    : options_(std::move(options)), router_(std::move(router)), metrics_(metrics) {}
+    : options_(std::move(options)), router_(std::move(router)), metrics_(metrics) {
+  context_.max_header_bytes = options_.max_header_bytes;
+  context_.max_body_bytes = options_.max_body_bytes;
+  context_.request_timeout = options_.request_timeout;
+  context_.idle_timeout = options_.idle_timeout;
+  context_.write_timeout = options_.write_timeout;
+  context_.handle = [this](const httplib::Request& request) { return Handle(request); };
+  context_.submit = [this](std::function<void()> job) { return pool_->Submit(std::move(job)); };
+  context_.record = [this](const std::string& path, int status, std::optional<double> seconds) {
+    metrics_->RecordRequest(router_.Label(path), status, seconds);
+  };
+}
 
 HttpServer::~HttpServer() { Stop(); }
 
-void HttpServer::Dispatch(const httplib::Request& request, httplib::Response& response) const {
-  // httplib routes HEAD to the GET handlers and drops the body itself.
+HttpReply HttpServer::Handle(const httplib::Request& request) const {
+  // HEAD is served by the GET route; the connection drops the body.
   std::string_view method = request.method;
   if (method == "HEAD") method = "GET";
   const RouteMatch match = router_.Find(method, request.path);
-  if (match.route != nullptr) {
-    WriteReply(RunRoute(router_, *match.route, request, match.path_param), response);
-    return;
-  }
-  if (match.allowed.empty()) {
-    WriteReply(ErrorReply(Status::NotFound("no route for " + request.path)), response);
-    return;
-  }
+  if (match.route != nullptr) return RunRoute(router_, *match.route, request, match.path_param);
+  if (match.allowed.empty()) return ErrorReply(Status::NotFound("no route for " + request.path));
   HttpReply reply = ErrorReply(Status(
       StatusCode::kMethodNotAllowed,
       request.method + " is not allowed on " + request.path + " (allowed: " + match.allowed + ")"));
   reply.headers.emplace_back("Allow", match.allowed);
-  WriteReply(reply, response);
-}
-
-void HttpServer::FillLibraryError(const httplib::Request& request,
-                                  httplib::Response& response) const {
-  Status status;
-  switch (response.status) {
-    case 413:
-      // httplib caps form-encoded bodies at 8 KiB whatever max_body_bytes says.
-      status = Status::PayloadTooLarge(
-          MediaType(request) == kFormType
-              ? "body: an " + std::string(kFormType) + " body is limited to " +
-                    std::to_string(CPPHTTPLIB_FORM_URL_ENCODED_PAYLOAD_MAX_LENGTH) +
-                    " bytes; send Content-Type: application/json"
-              : "body: larger than the limit of " + std::to_string(options_.max_body_bytes) +
-                    " bytes (max_body_bytes)");
-      break;
-    case 404:
-    case 405: {
-      // Methods we register no catch-all for (TRACE, CONNECT) end here.
-      const RouteMatch match = router_.Find(request.method, request.path);
-      status = match.allowed.empty()
-                   ? Status::NotFound("no route for " + request.path)
-                   : Status(StatusCode::kMethodNotAllowed, request.method + " is not allowed on " +
-                                                               request.path +
-                                                               " (allowed: " + match.allowed + ")");
-      break;
-    }
-    default:
-      status = response.status >= 500
-                   ? Status::Internal("HTTP " + std::to_string(response.status))
-                   : Status::InvalidArgument("malformed HTTP request (HTTP " +
-                                             std::to_string(response.status) + ")");
-  }
-  WriteReply(ErrorReply(status), response);
+  return reply;
 }
 
 Status HttpServer::Start() {
-  server_ = std::make_unique<httplib::Server>();
-  httplib::Server& s = *server_;
-  const size_t threads = std::max<size_t>(options_.threads, 1);
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  s.set_payload_max_length(options_.max_body_bytes);
-  s.set_read_timeout(options_.read_timeout);
-  // httplib's default sets SO_REUSEPORT, which would let a second server bind the same port
-  // and silently split the traffic. SO_REUSEADDR alone still allows a quick restart.
-  s.set_socket_options([](socket_t sock) {
-    const int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  s.set_write_timeout(options_.write_timeout);
-  // httplib writes a response's headers and body separately; with Nagle on, the body then
-  // waits for the client's delayed ACK of the headers (~40 ms per keep-alive request).
-  s.set_tcp_nodelay(true);
-
-  s.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
-    t_request_start = Clock::now();
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  // Every method goes through our router, so that 404 and 405 are decided in one place.
-  const auto dispatch = [this](const httplib::Request& request, httplib::Response& response) {
-    Dispatch(request, response);
-  };
-  s.Get(".*", dispatch);
-  s.Post(".*", dispatch);
-  s.Put(".*", dispatch);
-  s.Patch(".*", dispatch);
-  s.Delete(".*", dispatch);
-  s.Options(".*", dispatch);
-  s.set_error_handler(httplib::Server::HandlerWithResponse(
-      [this](const httplib::Request& request, httplib::Response& response) {
-        // Our own error replies have a body already; only httplib's bare statuses need one.
-        if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        FillLibraryError(request, response);
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  s.set_exception_handler(
-      [](const httplib::Request& request, httplib::Response& response, std::exception_ptr ep) {
-        std::string what = "non-exception";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        LogError("request " + request.method + " " + request.path + " failed: " + what);
-        WriteReply(ErrorReply(Status::Internal("unexpected error: " + what)), response);
-      });
-  s.set_logger([this](const httplib::Request& request, const httplib::Response& response) {
-    std::optional<double> seconds;
-    if (t_request_start) {
-      seconds = std::chrono::duration<double>(Clock::now() - *t_request_start).count();
-      t_request_start.reset();
-    }
-    metrics_->RecordRequest(router_.Label(request.path), response.status, seconds);
-  });
-
-  if (options_.port == 0) {
-    const int port = s.bind_to_any_port(options_.host);
-    if (port <= 0) return Status::Unavailable("cannot bind " + options_.host + " to any port");
-    port_ = static_cast<uint16_t>(port);
-  } else {
-    if (!s.bind_to_port(options_.host, options_.port)) {
-      return Status::Unavailable("cannot bind " + options_.host + ":" +
-                                 std::to_string(options_.port) +
-                                 " (in use, not a local address, or not permitted)");
-    }
-    port_ = options_.port;
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  Result<tcp::endpoint> endpoint = Endpoint(io_, options_.host, options_.port);
+  if (!endpoint.has_value()) return endpoint.error();
+  acceptor_.emplace(io_);
+  error_code ec;
+  acceptor_->open(endpoint.value().protocol(), ec);
+  // SO_REUSEADDR (not SO_REUSEPORT, which would let a second server split the traffic):
+  // a quick restart can bind again.
+  if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_->bind(endpoint.value(), ec);
+  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status::Unavailable("cannot bind " + where + " (" + ec.message() +
+                               "; in use, not a local address, or not permitted)");
   }
-  listen_ended_ = false;
-  thread_ = std::thread([this, &s] {
-    SetCurrentThreadName("http-accept");
-    if (!s.listen_after_bind()) LogError("HTTP accept loop ended with an error");
-    listen_ended_ = true;
+  port_ = acceptor_->local_endpoint().port();
+  pool_ = std::make_unique<HttpWorkerPool>(options_.threads, options_.max_queued_requests);
+  work_.emplace(io_.get_executor());
+  asio::co_spawn(io_, AsyncAccept(), [](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      LogError(std::string("HTTP accept loop failed: ") + ex.what());
+    }
   });
-  // httplib's stop() is a no-op until the accept loop has marked itself running; a Stop()
-  // right after Start() would then leave the loop blocked in accept() forever. Wait for it.
-  while (!s.is_running() && !listen_ended_) std::this_thread::yield();
+  thread_ = std::thread([this] {
+    SetCurrentThreadName("http-io");
+    // An exception here is a bug in one connection: log it and keep serving the others.
+    for (;;) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {
+        LogError(std::string("HTTP io thread: unexpected exception: ") + e.what());
+      }
+    }
+  });
   return Status::Ok();
 }
 
+bool HttpServer::Admit(const std::string& peer) {
+  std::lock_guard lock(mu_);
+  if (connections_ >= options_.max_connections) return false;
+  size_t& mine = per_peer_[peer];
+  if (mine >= options_.max_connections_per_peer) {
+    if (mine == 0) per_peer_.erase(peer);
+    return false;
+  }
+  ++mine;
+  ++connections_;
+  return true;
+}
+
+void HttpServer::Release(const std::string& peer, uint64_t id) {
+  std::lock_guard lock(mu_);
+  live_.erase(id);
+  --connections_;
+  if (--per_peer_[peer] == 0) per_peer_.erase(peer);
+  closed_cv_.notify_all();
+}
+
+asio::awaitable<void> HttpServer::AsyncAccept() {
+  asio::steady_timer backoff(io_);
+  for (;;) {
+    tcp::socket socket(io_);
+    error_code ec;
+    co_await acceptor_->async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == asio::error::operation_aborted || !acceptor_->is_open()) co_return;
+    if (ec) {
+      // E.g. out of file descriptors: wait a little instead of spinning.
+      LogWarning("HTTP accept failed: " + ec.message());
+      backoff.expires_after(std::chrono::milliseconds(50));
+      co_await backoff.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    const auto remote = socket.remote_endpoint(ec);
+    if (ec) continue;  // already gone
+    const std::string peer = remote.address().to_string();
+    if (!Admit(peer)) {
+      Refuse(socket, "too many HTTP connections (http_max_connections " +
+                         std::to_string(options_.max_connections) +
+                         ", http_max_connections_per_peer " +
+                         std::to_string(options_.max_connections_per_peer) + ")");
+      continue;
+    }
+    uint64_t id = 0;
+    {
+      std::lock_guard lock(mu_);
+      id = next_id_++;
+    }
+    auto connection = std::make_shared<HttpConnection>(std::move(socket), &context_,
+                                                       [this, peer, id] { Release(peer, id); });
+    {
+      std::lock_guard lock(mu_);
+      live_.emplace(id, connection);
+    }
+    asio::co_spawn(io_, connection->Serve(connection), [](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        LogError(std::string("HTTP connection failed: ") + ex.what());
+      }
+    });
+  }
+}
+
 void HttpServer::Stop() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  context_.stopping = true;
+  // Stop accepting and close the connections waiting for a request; those whose request is
+  // with a worker close after writing its answer (streams end at their next write).
+  asio::post(io_, [this] {
+    error_code ec;
+    acceptor_->close(ec);
+    std::vector<std::shared_ptr<HttpConnection>> live;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [id, weak] : live_) {
+        if (auto connection = weak.lock()) live.push_back(std::move(connection));
+      }
+    }
+    for (const auto& connection : live) connection->StopIfIdle();
+  });
+  pool_->Stop();
+  {
+    // The last answers are being written: each is bounded by the write deadline.
+    std::unique_lock lock(mu_);
+    closed_cv_.wait_for(lock, options_.write_timeout + std::chrono::seconds(1),
+                        [this] { return connections_ == 0; });
+  }
+  work_.reset();
+  io_.stop();
+  thread_.join();
 }
 
 }  // namespace kvatlas::server

@@ -1,28 +1,40 @@
-// HttpServer: serves a Router over HTTP/1.1 with cpp-httplib's worker pool. It owns the
+// HttpServer: serves a Router over HTTP/1.1 (Boost.Beast on Boost.Asio). It owns the
 // cross-cutting rules of the REST API: JSON Content-Type on bodies, 404/405 answers as
-// JSON, errors produced by httplib itself (413 oversized body, 400 malformed request) as
-// JSON, escaping exceptions as 500 JSON, and request metrics. Every error body is
-// ErrorReply(status).
+// JSON, errors found while reading a request (413 oversized body, 431 oversized header, 400
+// malformed request) as JSON, escaping exceptions as 500 JSON, and request metrics. Every
+// error body is ErrorReply(status).
+//
+// Threading: one io thread accepts connections and reads requests (HttpConnection: a
+// whole-request deadline, header and body limits, chunked bodies included); a waiting or
+// idle connection costs a socket and a small buffer, no thread. Connections are capped in
+// total and per peer address (past either, a new connection gets a 503 and is closed). A
+// complete request runs on a worker of a bounded pool (`threads`), because handlers block
+// (a write waiting to be applied, forwarding, an SSE stream); past the pool's queue the
+// answer is 503. The answer is written back by the io thread under a write deadline.
 //
 // Thread-safety: Start/Stop from one owner thread; handlers run on the worker threads.
 #pragma once
 
-#include <atomic>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "kvatlas/common/status.h"
+#include "server/api/http_connection.h"
+#include "server/api/http_worker_pool.h"
 #include "server/api/router.h"
 #include "server/service/metrics.h"
-
-namespace httplib {
-class Server;
-struct Response;
-}  // namespace httplib
 
 namespace kvatlas::server {
 
@@ -32,10 +44,19 @@ struct HttpServerOptions {
   // Worker threads, i.e. requests served at once; a request waiting for its write to be
   // applied holds one.
   size_t threads = 8;
-  // Larger bodies are refused with 413 before they are read.
+  // Complete requests waiting for a worker; past it, 503.
+  size_t max_queued_requests = 1024;
+  // Larger bodies (Content-Length or chunked) are refused with 413 before they are read.
   size_t max_body_bytes = 16u << 20;
-  std::chrono::milliseconds read_timeout{5'000};
+  // Request line and headers; past it, 431.
+  size_t max_header_bytes = 16u << 10;
+  // From a request's first byte to its last; past it the connection is closed.
+  std::chrono::milliseconds request_timeout{10'000};
+  // A keep-alive connection waiting for its next request is closed after this.
+  std::chrono::milliseconds idle_timeout{5'000};
   std::chrono::milliseconds write_timeout{5'000};
+  size_t max_connections = 2048;
+  size_t max_connections_per_peer = 256;
 };
 
 class HttpServer {
@@ -46,7 +67,7 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds host:port and serves on a background thread. Connections made after Start
+  // Binds host:port and serves on background threads. Connections made after Start
   // returns are served (the kernel queues them until the accept loop runs).
   // kUnavailable if the address cannot be bound (in use, not local, no permission).
   [[nodiscard]] Status Start();
@@ -54,21 +75,38 @@ class HttpServer {
   // The bound port (the chosen one when options.port was 0). REQUIRES: Start succeeded.
   uint16_t port() const { return port_; }
 
-  // Stops accepting, lets in-flight requests finish and joins the threads. Idempotent.
+  // Stops accepting, closes idle connections, lets in-flight requests finish (their
+  // answers are written) and joins the threads. Idempotent.
   void Stop();
 
  private:
-  void Dispatch(const httplib::Request& request, httplib::Response& response) const;
-  // Turns an error httplib produced on its own (status set, no body) into ErrorReply.
-  void FillLibraryError(const httplib::Request& request, httplib::Response& response) const;
+  // Routes one request (worker thread): HEAD as GET, 404/405, Content-Type, exceptions.
+  HttpReply Handle(const httplib::Request& request) const;
+  boost::asio::awaitable<void> AsyncAccept();
+  // Counts a new connection from `peer`; false (nothing counted) past a cap.
+  bool Admit(const std::string& peer);
+  void Release(const std::string& peer, uint64_t id);
 
   HttpServerOptions options_;
   Router router_;
   Metrics* metrics_;
-  std::unique_ptr<httplib::Server> server_;
+  HttpConnectionContext context_;
+  std::unique_ptr<HttpWorkerPool> pool_;
   std::thread thread_;
-  std::atomic<bool> listen_ended_{false};
   uint16_t port_ = 0;
+
+  std::mutex mu_;  // guards the members below
+  std::condition_variable closed_cv_;
+  size_t connections_ = 0;
+  std::map<std::string, size_t> per_peer_;
+  std::map<uint64_t, std::weak_ptr<HttpConnection>> live_;
+  uint64_t next_id_ = 0;
+
+  // Last, so destroyed first: connections still queued in the io_context release their
+  // counts (Release) while the members above exist.
+  boost::asio::io_context io_{1};
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
 };
 
 }  // namespace kvatlas::server

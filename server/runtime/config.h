@@ -51,8 +51,18 @@ struct Config {
   uint64_t http_threads = 8;
   // Request bodies larger than this are refused with 413 before being read.
   uint64_t max_body_bytes = 16ull << 20;
+  // A keep-alive connection waiting for its next request's first byte is closed after this.
   uint64_t http_read_timeout_ms = 5'000;
+  // A request's first byte to its last (headers and body); past it the connection closes.
+  uint64_t http_request_timeout_ms = 10'000;
+  // Per answer, or per chunk of an event stream; past it the connection closes.
   uint64_t http_write_timeout_ms = 5'000;
+  // Open REST connections, in total and per peer address; past either a new connection
+  // gets 503 and is closed.
+  uint64_t http_max_connections = 2'048;
+  uint64_t http_max_connections_per_peer = 256;
+  // Complete requests waiting for a worker thread; past it, 503.
+  uint64_t http_max_queued_requests = 1'024;
   // Binary-protocol io threads. Lookups are answered on them in microseconds and ingests
   // only wait on the applier asynchronously, so a thread per core is plenty.
   uint64_t rpc_threads = 2;

@@ -156,8 +156,12 @@ Status Server::Init() {
   http_options.port = listen.port;
   http_options.threads = config_.http_threads;
   http_options.max_body_bytes = config_.max_body_bytes;
-  http_options.read_timeout = std::chrono::milliseconds(config_.http_read_timeout_ms);
+  http_options.idle_timeout = std::chrono::milliseconds(config_.http_read_timeout_ms);
+  http_options.request_timeout = std::chrono::milliseconds(config_.http_request_timeout_ms);
   http_options.write_timeout = std::chrono::milliseconds(config_.http_write_timeout_ms);
+  http_options.max_connections = config_.http_max_connections;
+  http_options.max_connections_per_peer = config_.http_max_connections_per_peer;
+  http_options.max_queued_requests = config_.http_max_queued_requests;
   http_ = std::make_unique<HttpServer>(http_options, std::move(router), &metrics_);
   KVATLAS_RETURN_IF_ERROR(http_->Start());
   listen_address_ = HostPort{listen.host, http_->port()}.ToString();

@@ -52,6 +52,8 @@ class ServerProcess {
   void Pause();
   void Resume();
   bool running() const { return pid_ > 0; }
+  // The child's process id (for /proc/<pid>/status), -1 once reaped.
+  pid_t pid() const { return pid_; }
 
   // What the server wrote to stderr so far (all runs on this data dir).
   std::string Log() const;
