@@ -37,7 +37,7 @@ Client::Impl::Impl(ClientOptions options, std::vector<client::Endpoint> endpoint
 }
 
 void Client::Impl::FollowLeaders() {
-  redirector_ = std::make_unique<client::LeaderRedirector>(options_);
+  redirector_ = std::make_unique<client::LeaderRedirector>(options_, this);
 }
 
 Client::Impl::~Impl() {

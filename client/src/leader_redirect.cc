@@ -20,8 +20,8 @@ Client::Timeout TimeoutUntil(LeaderRedirector::Clock::time_point deadline) {
 
 }  // namespace
 
-LeaderRedirector::LeaderRedirector(ClientOptions options)
-    : options_(std::move(options)), worker_([this] { Run(); }) {}
+LeaderRedirector::LeaderRedirector(ClientOptions options, Client::Impl* origin)
+    : options_(std::move(options)), origin_(origin), worker_([this] { Run(); }) {}
 
 LeaderRedirector::~LeaderRedirector() { Stop(); }
 
@@ -84,8 +84,12 @@ Client::Impl::Done LeaderRedirector::WrapCall(std::shared_ptr<Call> call) {
     }
     const std::optional<protocol::NotLeaderHint> hint =
         protocol::ParseNotLeaderHint(frame.error().message());
-    if (!hint || hint->leader_rpc_address.empty()) {
+    if (!hint) {
       call->done(std::move(frame));
+      return;
+    }
+    if (hint->leader_rpc_address.empty()) {
+      RetryLater(std::move(call), frame.error());
       return;
     }
     Status not_leader = frame.error();
@@ -96,17 +100,40 @@ Client::Impl::Done LeaderRedirector::WrapCall(std::shared_ptr<Call> call) {
       call->done(std::move(not_leader));
       return;
     }
-    queue_.push_back(
-        [this, call, address = std::move(address), not_leader = std::move(not_leader)](bool run) {
-          if (run) {
-            Resend(call, address, not_leader);
-          } else {
-            call->done(not_leader);
-          }
-        });
+    queue_.emplace(Clock::now(), [this, call, address = std::move(address),
+                                  not_leader = std::move(not_leader)](bool run) {
+      if (run) {
+        Resend(call, address, not_leader);
+      } else {
+        call->done(not_leader);
+      }
+    });
     lock.unlock();
     cv_.notify_one();
   };
+}
+
+void LeaderRedirector::RetryLater(std::shared_ptr<Call> call, Status not_leader) {
+  const Clock::time_point at = Clock::now() + kNoLeaderRetryDelay;
+  std::unique_lock lock(mu_);
+  // The server that answered knows no leader; it is no leader to remember either.
+  if (!call->sent_to.empty() && known_leader_ == call->sent_to) known_leader_.clear();
+  if (stopping_ || at >= call->deadline) {
+    lock.unlock();
+    call->done(not_leader.WithContext("no leader was known within the call's deadline"));
+    return;
+  }
+  queue_.emplace(at, [this, call, not_leader = std::move(not_leader)](bool run) {
+    if (!run) {
+      call->done(not_leader);
+      return;
+    }
+    // A new call through the client's own path (the remembered leader, else the
+    // configured endpoints), with what is left of the deadline and fresh hops.
+    origin_->Call(call->type, call->payload, TimeoutUntil(call->deadline), std::move(call->done));
+  });
+  lock.unlock();
+  cv_.notify_one();
 }
 
 void LeaderRedirector::Remember(const Call& call, const Result<protocol::Frame>& frame) {
@@ -160,8 +187,13 @@ void LeaderRedirector::Run() {
   for (;;) {
     cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, nothing left
-    std::function<void(bool)> task = std::move(queue_.front());
-    queue_.pop_front();
+    // Stopping: every task at once (it fails); else the earliest, once it is due.
+    if (!stopping_ && queue_.begin()->first > Clock::now()) {
+      cv_.wait_until(lock, queue_.begin()->first);
+      continue;
+    }
+    std::function<void(bool)> task = std::move(queue_.begin()->second);
+    queue_.erase(queue_.begin());
     const bool run = !stopping_;
     lock.unlock();
     task(run);

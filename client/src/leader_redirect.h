@@ -2,9 +2,13 @@
 // sent to a follower is answered not_leader with the leader's binary-protocol address in
 // the error payload; the redirector connects to that address (one Client::Impl per
 // leader address, kept for later redirects) and sends the call again there, at most
-// kMaxHops times and within the call's original deadline. What it cannot follow (no
-// address in the answer, hops or deadline used up, the leader unreachable) completes the
-// call with the not_leader error (or the connect error) as is.
+// kMaxHops times and within the call's original deadline. An answer that names no leader
+// address (an election is under way, or the new leader has not announced itself yet) is
+// retried every kNoLeaderRetryDelay as a new call through the client (`origin`: the
+// remembered leader, else the configured endpoints), with what is left of the deadline;
+// nothing was applied, so resending is safe. What it cannot follow (hops or deadline used
+// up, the leader unreachable) completes the call with the not_leader error (or the
+// connect error) as is.
 //
 // Leader memory: once a resent call succeeds at an address, later writes go to that
 // leader directly (SendToKnownLeader) instead of paying a follower's not_leader round trip
@@ -19,7 +23,6 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -34,10 +37,13 @@ namespace kvatlas::client {
 class LeaderRedirector {
  public:
   static constexpr int kMaxHops = 3;
+  static constexpr std::chrono::milliseconds kNoLeaderRetryDelay{25};
   using Clock = std::chrono::steady_clock;
 
-  // `options` are those of the client (its endpoints are ignored).
-  explicit LeaderRedirector(ClientOptions options);
+  // `options` are those of the client (its endpoints are ignored); `origin` is the client
+  // that owns this redirector (it Stop()s it before it goes), used to retry a call whose
+  // answer named no leader.
+  LeaderRedirector(ClientOptions options, Client::Impl* origin);
   ~LeaderRedirector();  // Stop()s
   LeaderRedirector(const LeaderRedirector&) = delete;
   LeaderRedirector& operator=(const LeaderRedirector&) = delete;
@@ -72,6 +78,9 @@ class LeaderRedirector {
   // Remembers the leader `call` was sent to when it acknowledged; forgets it when it could
   // not be reached.
   void Remember(const Call& call, const Result<protocol::Frame>& frame);
+  // Queues `call` to be sent again through origin_ after kNoLeaderRetryDelay, or fails it
+  // with `not_leader` when that would pass its deadline.
+  void RetryLater(std::shared_ptr<Call> call, Status not_leader);
   // Worker thread: connects to `address` (or reuses the connection) and resends `call`.
   void Resend(std::shared_ptr<Call> call, const std::string& address, const Status& not_leader);
   void Run();
@@ -80,7 +89,9 @@ class LeaderRedirector {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::deque<std::function<void(bool run)>> queue_;  // run=false: stopping, fail it
+  Client::Impl* const origin_;
+  // Tasks by the time they are due; run=false: stopping, fail it.
+  std::multimap<Clock::time_point, std::function<void(bool run)>> queue_;
   // Connections by leader address: added by the worker thread, used by callers too, erased
   // only by Stop() (after the worker is joined).
   std::map<std::string, std::unique_ptr<Client::Impl>> leaders_;

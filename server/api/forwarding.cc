@@ -4,8 +4,10 @@
 
 #include <charconv>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "common/internal/host_port.h"
@@ -14,6 +16,9 @@
 
 namespace kvatlas::server {
 namespace {
+
+// How often a held request looks for the leader again.
+constexpr std::chrono::milliseconds kHoldPoll{5};
 
 nlohmann::json OrNull(const std::optional<std::string>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
@@ -43,28 +48,13 @@ std::unique_ptr<httplib::Client> MakeClient(const HostPort& to, std::chrono::mil
 
 }  // namespace
 
-HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
-                          const Status& not_leader) {
-  const LeaderAddresses leader = FindLeader(api);
-  if (request.http.has_header(kForwardedHeader)) {
-    // One hop only: a forwarded request that finds no leader here is not sent on, so that
-    // two servers with stale views cannot bounce it between them.
-    return NotLeaderReply(leader, not_leader.message() +
-                                      "; the request was already forwarded by "
-                                      "server " +
-                                      request.http.get_header_value(kForwardedHeader));
-  }
-  if (leader.id == 0) return NotLeaderReply(leader, "not the leader, and no leader is known yet");
-  if (leader.id == api.server_id || !leader.http_address) {
-    return NotLeaderReply(leader, "not the leader; the leader is server " +
-                                      std::to_string(leader.id) +
-                                      ", whose HTTP address is not known yet");
-  }
-  const Result<HostPort> to = ParseHostPort(*leader.http_address);
-  if (!to.has_value() || to->port == 0) {
-    return NotLeaderReply(leader, "not the leader; the leader's announced HTTP address \"" +
-                                      *leader.http_address + "\" is malformed");
-  }
+namespace {
+
+// Sends `request` on to the leader at `to` (one hop, marked with kForwardedHeader) and
+// relays its answer. nullopt when the connection could not be opened: nothing was sent,
+// so the caller may try again (the leader may have just died; a new one is being chosen).
+std::optional<HttpReply> Forward(const Services& api, const RouteRequest& request,
+                                 const LeaderAddresses& leader, const HostPort& to) {
   httplib::Request forward;
   forward.method = request.http.method;
   forward.path = request.http.target.empty() ? request.http.path : request.http.target;
@@ -75,22 +65,77 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
     forward.set_header("Content-Type", "application/json");
   }
   forward.set_header(kForwardedHeader, std::to_string(api.server_id));
-  std::unique_ptr<httplib::Client> client = MakeClient(*to, api.options.apply_timeout);
+  std::unique_ptr<httplib::Client> client = MakeClient(to, api.options.apply_timeout);
   httplib::Result result = client->send(forward);
+  if (!result && result.error() == httplib::Error::Connection) return std::nullopt;
+  HttpReply reply;
   if (!result) {
-    HttpReply reply = ErrorReply(Status::Unavailable(
+    reply = ErrorReply(Status::Unavailable(
         "not the leader; forwarding to the leader, server " + std::to_string(leader.id) + " at " +
         *leader.http_address + ", failed: " + httplib::to_string(result.error())));
-    reply.headers.emplace_back(kForwardedFromHeader, std::to_string(api.server_id));
-    return reply;
+  } else {
+    reply.status = result->status;
+    reply.body = result->body;
+    reply.content_type = result->has_header("Content-Type")
+                             ? result->get_header_value("Content-Type")
+                             : std::string("application/json");
   }
-  HttpReply reply;
-  reply.status = result->status;
-  reply.body = result->body;
-  reply.content_type = result->has_header("Content-Type") ? result->get_header_value("Content-Type")
-                                                          : std::string("application/json");
   reply.headers.emplace_back(kForwardedFromHeader, std::to_string(api.server_id));
   return reply;
+}
+
+}  // namespace
+
+HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
+                          const Status& not_leader) {
+  if (request.http.has_header(kForwardedHeader)) {
+    // One hop only: a forwarded request that finds no leader here is not sent on, so that
+    // two servers with stale views cannot bounce it between them.
+    return NotLeaderReply(FindLeader(api), not_leader.message() +
+                                               "; the request was already forwarded by "
+                                               "server " +
+                                               request.http.get_header_value(kForwardedHeader));
+  }
+  if (api.log == nullptr) return NotLeaderReply(FindLeader(api), not_leader.message());
+  // Hold the request until the leader and its HTTP address are known (an election, or a
+  // new leader's announcement, is under way), or its connection opens (a dead leader is
+  // still believed to lead until the election timeout): polled every kHoldPoll.
+  const auto deadline = std::chrono::steady_clock::now() + api.options.apply_timeout;
+  std::string last_error;
+  for (;;) {
+    const LeaderAddresses leader = FindLeader(api);
+    if (leader.id == api.server_id) {
+      // This server took over while the request was held: the route must run again here.
+      // The answer names this server, so a client resends it here.
+      LeaderAddresses self = leader;
+      self.http_address = api.http_address;
+      if (!api.rpc_address.empty()) self.rpc_address = api.rpc_address;
+      return NotLeaderReply(self,
+                            "this server became the leader while the request waited "
+                            "for one; send it again");
+    }
+    if (leader.id != 0 && leader.http_address) {
+      const Result<HostPort> to = ParseHostPort(*leader.http_address);
+      if (!to.has_value() || to->port == 0) {
+        return NotLeaderReply(leader, "not the leader; the leader's announced HTTP address \"" +
+                                          *leader.http_address + "\" is malformed");
+      }
+      if (std::optional<HttpReply> reply = Forward(api, request, leader, *to)) return *reply;
+      last_error = "the leader, server " + std::to_string(leader.id) + " at " +
+                   *leader.http_address + ", could not be reached";
+    } else if (leader.id == 0) {
+      last_error = "no leader is known";
+    } else {
+      last_error = "the leader is server " + std::to_string(leader.id) +
+                   ", whose HTTP address is not known yet";
+    }
+    if (std::chrono::steady_clock::now() + kHoldPoll >= deadline) {
+      return ErrorReply(Status::Unavailable(
+          "not the leader, and no leader could be forwarded to within apply_timeout_ms (" +
+          std::to_string(api.options.apply_timeout.count()) + " ms): " + last_error));
+    }
+    std::this_thread::sleep_for(kHoldPoll);
+  }
 }
 
 Status PostAnnounce(const std::string& leader_http, uint64_t id, const std::string& http_address,

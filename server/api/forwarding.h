@@ -5,7 +5,8 @@
 // kForwardedHeader and is never forwarded again, so a request crosses at most one hop.
 //
 // Runs on HTTP worker threads only (never on the raft or applier threads): the proxy blocks
-// its worker for up to options.apply_timeout. Stateless: safe from any thread.
+// its worker for up to twice options.apply_timeout (the hold, then the forward).
+// Stateless: safe from any thread.
 #pragma once
 
 #include <chrono>
@@ -25,10 +26,14 @@ inline constexpr char kForwardedHeader[] = "X-Kvatlas-Forwarded";
 inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
 
 // The answer to a request whose route failed with `not_leader` (a kNotLeader Status):
-// the leader's answer (status and body, plus kForwardedFromHeader) when it can be
-// forwarded, else 421 with the body {"code": "not_leader", "message", "leader_id",
-// "leader_http_address", "leader_rpc_address"} (null when unknown). An unreachable leader
-// is 503 unavailable naming it.
+// the leader's answer (status and body, plus kForwardedFromHeader) once it can be
+// forwarded. While no leader or no leader HTTP address is known, or the known leader's
+// connection cannot be opened (nothing sent), the request is held, FindLeader polled every
+// 5 ms, for up to options.apply_timeout; past it, 503 unavailable naming the last reason.
+// 421 with the body {"code": "not_leader", "message", "leader_id", "leader_http_address",
+// "leader_rpc_address"} (null when unknown) for an already forwarded request (never held)
+// and when this server became the leader while holding (its own addresses: resend here).
+// A leader reached that fails mid-request is 503 unavailable naming it.
 [[nodiscard]] HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
                                         const Status& not_leader);
 

@@ -13,6 +13,7 @@
 
 #include "common/internal/host_port.h"
 #include "kvatlas/common/block_hasher.h"
+#include "kvatlas/common/limits.h"
 #include "kvatlas/common/result.h"
 #include "server/model/registration.h"
 #include "server/zmq/endpoint_policy.h"
@@ -84,6 +85,11 @@ struct Config {
   // How long POST /v1/events waits for its batch to be applied (then 504).
   uint64_t apply_timeout_ms = 10'000;
   uint64_t max_events_per_batch = 10'000;
+  // Name limits the service layer applies to ingested events, registrations and lookups;
+  // at most the decoders' hard maxima (kvatlas/common/limits.h), which are the defaults.
+  uint64_t max_name_bytes = kMaxNameBytes;
+  uint64_t max_salt_bytes = kMaxSaltBytes;
+  uint64_t max_location_bytes = kMaxLocationBytes;
   uint64_t max_blocks_per_event = 16'384;
   // Write batches waiting for the applier; past it writes get 429 at once.
   uint64_t applier_max_queue = 1'024;

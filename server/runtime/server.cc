@@ -129,6 +129,9 @@ Status Server::Init() {
   services_.options.converter.max_events_per_batch = config_.max_events_per_batch;
   services_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
   services_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
+  services_.options.names.name_bytes = config_.max_name_bytes;
+  services_.options.names.salt_bytes = config_.max_salt_bytes;
+  services_.options.names.location_bytes = config_.max_location_bytes;
   services_.options.registrations = RegistrationLimitsOf(config_);
   services_.options.max_lookup_blocks = machine_options.index.max_lookup_blocks;
 

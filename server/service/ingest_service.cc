@@ -11,6 +11,14 @@ namespace kvatlas::server {
 
 Result<PreparedIngest> PrepareIngest(const Services& services, std::span<const BlockEvent> events,
                                      const std::optional<WriterPosition>& writer) {
+  // The configured name limits (the decoders applied the hard maxima); the field's path is
+  // built only for an event that fails.
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (!LimitsOfBlockEvent(events[i], "", services.options.names).ok()) {
+      return LimitsOfBlockEvent(events[i], "events[" + std::to_string(i) + "]",
+                                services.options.names);
+    }
+  }
   const EventConverter converter(&services.machine->hasher(), services.options.converter);
   KVATLAS_ASSIGN_OR_RETURN(ConvertedBatch converted, converter.Convert(events));
   if (writer) converted.batch.position = WriterStreamPosition(*writer);

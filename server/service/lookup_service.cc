@@ -16,6 +16,9 @@ Result<LookupAnswer> LookupPrefix(const Services& services, const LookupRequest&
   if (request.context.block_size == 0) {
     return Status::InvalidArgument("block_size: must be a positive integer, got 0");
   }
+  // The configured name limits; the fields are named neutrally (the dialects differ).
+  KVATLAS_RETURN_IF_ERROR(CheckContextLimits(request.context, "", {"model", "additional_salt"},
+                                             services.options.names));
   const size_t max_blocks = services.options.max_lookup_blocks;
   std::vector<BlockKey> hashed;
   std::span<const BlockKey> keys = request.seq_hashes;

@@ -28,7 +28,22 @@ Status CheckRegistrationLimits(const Registry& registry, std::span<const Registr
   return Status::Ok();
 }
 
+namespace {
+
+// The configured name limits on a registration's names (its REST field names).
+Status CheckRegistrationNames(const Registration& r, const NameLimits& limits) {
+  const std::string_view key = "max_name_bytes";
+  KVATLAS_RETURN_IF_ERROR(CheckLength("", "modelname", r.model, limits.name_bytes, key));
+  KVATLAS_RETURN_IF_ERROR(CheckLength("", "lora_name", r.lora_name, limits.name_bytes, key));
+  KVATLAS_RETURN_IF_ERROR(CheckLength("", "tenant_id", r.tenant_id, limits.name_bytes, key));
+  KVATLAS_RETURN_IF_ERROR(CheckLength("", "instance_id", r.instance_id, limits.name_bytes, key));
+  return CheckLength("", "additionalsalt", r.additional_salt, limits.salt_bytes, "max_salt_bytes");
+}
+
+}  // namespace
+
 Result<Revision> RegisterPublisher(const Services& services, Registration registration) {
+  KVATLAS_RETURN_IF_ERROR(CheckRegistrationNames(registration, services.options.names));
   // One registration at a time: the check and the write must not interleave with another.
   static std::mutex admit_mu;
   std::lock_guard lock(admit_mu);

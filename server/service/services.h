@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kvatlas/common/limits.h"
 #include "server/feed/change_feed.h"
 #include "server/index/index.h"
 #include "server/ingest/event_converter.h"
@@ -41,6 +42,10 @@ struct ServiceOptions {
   size_t max_snapshot_copies = 4'000'000;
   // Registrations admitted (count and endpoint transports), registration_service.h.
   RegistrationLimits registrations;
+  // The configured name limits (max_name_bytes, max_salt_bytes, max_location_bytes), at most
+  // the decoders' maxima: applied to ingested events (PrepareIngest), registrations
+  // (RegisterPublisher) and lookups (LookupPrefix).
+  NameLimits names{.config_keys = true};
 };
 
 // Pointers are not owned and must outlive every adapter that uses them.

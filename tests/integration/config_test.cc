@@ -46,6 +46,14 @@ TEST_SUITE("Integration.Config") {
     CHECK(printed["max_body_bytes"] == 4096);
     CHECK(printed["storage_sync"] == false);
     CHECK(printed["hash_seed"] == 1337);
+    CHECK(printed["max_name_bytes"] == 256);
+    const RunResult lowered = RunServerToExit({"--max-name-bytes=64", "--max-salt-bytes=100",
+                                               "--max-location-bytes=200", "--print-config"},
+                                              dir.path());
+    REQUIRE(lowered.exit_code == 0);
+    CHECK(json::parse(lowered.out)["max_name_bytes"] == 64);
+    CHECK(json::parse(lowered.out)["max_salt_bytes"] == 100);
+    CHECK(json::parse(lowered.out)["max_location_bytes"] == 200);
 
     const RunResult defaults = RunServerToExit({"--print-config"}, dir.path());
     const RunResult example = RunServerToExit(
@@ -78,6 +86,11 @@ TEST_SUITE("Integration.Config") {
         {{"--http-listen", "localhost"}, "http_listen: expected HOST:PORT"},
         {{"--log-level", "loud"}, "log_level: expected debug, info, warning or error"},
         {{"--data-dir"}, "--data-dir: needs a value"},
+        // Name limits: the decoders' maxima are hard caps (docs/limits.md).
+        {{"--max-name-bytes", "257"}, "max_name_bytes: 257 is out of range [1, 256]"},
+        {{"--max-name-bytes", "0"}, "max_name_bytes: 0 is out of range [1, 256]"},
+        {{"--max-salt-bytes", "1025"}, "max_salt_bytes: 1025 is out of range [1, 1024]"},
+        {{"--max-location-bytes", "4097"}, "max_location_bytes: 4097 is out of range [1, 4096]"},
     };
     for (const auto& [args, expected] : cases) {
       const RunResult run = RunServerToExit(args, dir.path());

@@ -173,16 +173,58 @@ TEST_SUITE("LeaderRedirect") {
     for (int i = 0; i < 4; ++i) CHECK(requests[i] == 1);
     CHECK(requests[4] == 0);
 
+    // A not_leader without the hint lines (not from a kvatlas server) passes at once.
+    std::atomic<int> plain_requests{0};
+    FakeServer plain([&](Frame request) {
+      ++plain_requests;
+      return FakeServer::Action{{FakeServer::Answer(
+          request, protocol::EncodeErrorPayload(Status(StatusCode::kNotLeader, "not the leader")),
+          StatusCode::kNotLeader)}};
+    });
+    auto lost = ConnectTo(plain.endpoint());
+    answer = lost->Ingest({Event()});
+    REQUIRE_FALSE(answer.has_value());
+    CHECK(answer.error().code() == StatusCode::kNotLeader);
+    CHECK(plain_requests == 1);
+  }
+
+  TEST_CASE("Client: a not_leader naming no leader address is retried until the deadline") {
+    // An election: the follower knows no leader, then no address, then names the leader.
+    std::atomic<int> leader_ingests{0};
+    FakeServer leader([&](Frame request) {
+      if (request.header.type == MessageType::kIngest) ++leader_ingests;
+      return Acked(request, 9);
+    });
+    std::atomic<int> follower_ingests{0};
+    FakeServer follower([&](Frame request) {
+      const int n = ++follower_ingests;
+      if (n <= 4) return FakeServer::Action{{NotLeader(request, {0, ""})}};
+      if (n <= 8) return FakeServer::Action{{NotLeader(request, {2, ""})}};
+      return FakeServer::Action{{NotLeader(request, {2, leader.endpoint()})}};
+    });
+    auto client = ConnectTo(follower.endpoint());
+    Result<IngestAnswer> answer = client->Ingest({Event()}, std::chrono::milliseconds(5000));
+    REQUIRE_MESSAGE(answer.has_value(), answer.status().ToString());
+    CHECK(answer->revision == 9);
+    CHECK(follower_ingests == 9);
+    CHECK(leader_ingests == 1);
+
+    // No leader ever: retried (not at once, not spinning), then not_leader at the deadline.
     std::atomic<int> unknown_requests{0};
     FakeServer unknown([&](Frame request) {
       ++unknown_requests;
       return FakeServer::Action{{NotLeader(request, {0, ""})}};
     });
     auto lost = ConnectTo(unknown.endpoint());
-    answer = lost->Ingest({Event()});
+    const auto start = std::chrono::steady_clock::now();
+    answer = lost->Ingest({Event()}, std::chrono::milliseconds(500));
+    const auto took = std::chrono::steady_clock::now() - start;
     REQUIRE_FALSE(answer.has_value());
     CHECK(answer.error().code() == StatusCode::kNotLeader);
-    CHECK(unknown_requests == 1);
+    CHECK(unknown_requests > 3);
+    CHECK(unknown_requests <= 500 / 25 + 1);  // kNoLeaderRetryDelay 25 ms
+    CHECK(took >= std::chrono::milliseconds(400));
+    CHECK(took < std::chrono::milliseconds(1500));
   }
 
   TEST_CASE("Client: an unreachable leader fails the call within its deadline") {

@@ -69,23 +69,27 @@ struct BlockEvent {
 };
 
 // The length limits of limits.h on an event's names (context, backend_id, medium, each
-// location), naming the field as "<path>.<field>". Part of ValidateBlockEvent.
-[[nodiscard]] inline Status LimitsOfBlockEvent(const BlockEvent& event, std::string_view path) {
+// location), naming the field as "<path>.<field>". Part of ValidateBlockEvent (with the
+// default limits); a server's service layer applies its configured ones.
+[[nodiscard]] inline Status LimitsOfBlockEvent(const BlockEvent& event, std::string_view path,
+                                               const NameLimits& limits = {}) {
   const auto prefix = [&] { return std::string(path) + "."; };
+  const std::string_view name_key = limits.config_keys ? "max_name_bytes" : "";
   const ContextKey& c = event.context;
-  if (c.tenant.size() > kMaxNameBytes || c.model.size() > kMaxNameBytes ||
-      c.lora_name.size() > kMaxNameBytes || c.salt.size() > kMaxSaltBytes) {
-    return CheckContextLimits(c, prefix());
+  if (c.tenant.size() > limits.name_bytes || c.model.size() > limits.name_bytes ||
+      c.lora_name.size() > limits.name_bytes || c.salt.size() > limits.salt_bytes) {
+    return CheckContextLimits(c, prefix(), {}, limits);
   }
-  if (event.holder.id.size() > kMaxNameBytes) {
-    return TooLong(prefix(), "backend_id", event.holder.id.size(), kMaxNameBytes);
+  if (event.holder.id.size() > limits.name_bytes) {
+    return TooLong(prefix(), "backend_id", event.holder.id.size(), limits.name_bytes, name_key);
   }
-  if (event.medium && event.medium->size() > kMaxNameBytes) {
-    return TooLong(prefix(), "medium", event.medium->size(), kMaxNameBytes);
+  if (event.medium && event.medium->size() > limits.name_bytes) {
+    return TooLong(prefix(), "medium", event.medium->size(), limits.name_bytes, name_key);
   }
   for (const std::string& location : event.locations) {
-    if (location.size() > kMaxLocationBytes) {
-      return TooLong(prefix(), "location", location.size(), kMaxLocationBytes);
+    if (location.size() > limits.location_bytes) {
+      return TooLong(prefix(), "location", location.size(), limits.location_bytes,
+                     limits.config_keys ? "max_location_bytes" : "");
     }
   }
   return Status::Ok();
