@@ -45,6 +45,9 @@ def rss_mib(pid):
 
 
 def percentile(values, q):
+    """NaN when nothing succeeded (every request failed: see the failures line)."""
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
