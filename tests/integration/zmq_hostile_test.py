@@ -19,7 +19,8 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zmq_ingest_test import BS, PROMPT, Fake, Server, free_port, match, wait_for  # noqa: E402
+from zmq_ingest_test import (BS, PROMPT, Fake, Server, free_port, match,  # noqa: E402
+                             run_cases, wait_for)
 
 
 def case_oversized_message(binary):
@@ -169,19 +170,7 @@ CASES = {
 
 
 def main():
-    binary = sys.argv[1]
-    names = sys.argv[2:] or list(CASES)
-    failed = []
-    for name in names:
-        start = time.time()
-        try:
-            CASES[name](binary)
-            print(f"PASS {name} ({time.time() - start:.1f}s)", flush=True)
-        except Exception as e:  # noqa: BLE001 - report every case
-            failed.append(name)
-            print(f"FAIL {name}: {e}", flush=True)
-    print(f"{len(names) - len(failed)}/{len(names)} cases passed")
-    sys.exit(1 if failed else 0)
+    run_cases(CASES)
 
 
 if __name__ == "__main__":

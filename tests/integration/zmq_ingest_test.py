@@ -434,20 +434,26 @@ CASES = {
 }
 
 
-def main():
+def run_cases(cases):
+    """Runs the cases named on the command line after the server binary (all by default),
+    reporting each; exits 1 if any failed."""
     binary = sys.argv[1]
-    names = sys.argv[2:] or list(CASES)
+    names = sys.argv[2:] or list(cases)
     failed = []
     for name in names:
         start = time.time()
         try:
-            CASES[name](binary)
+            cases[name](binary)
             print(f"PASS {name} ({time.time() - start:.1f}s)", flush=True)
         except Exception as e:  # noqa: BLE001 - report every case
             failed.append(name)
             print(f"FAIL {name}: {e}", flush=True)
     print(f"{len(names) - len(failed)}/{len(names)} cases passed")
     sys.exit(1 if failed else 0)
+
+
+def main():
+    run_cases(CASES)
 
 
 if __name__ == "__main__":
