@@ -2,14 +2,18 @@
 //
 // Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the server fails to start
 // or a storage write fails while running, 2 for a bad command line or config file.
+// SIGHUP reloads the access tokens. `kvatlas-server gen-token --name N --role R` prints a
+// new token and the lines that configure it.
 #include <signal.h>
 
 #include <cstdio>
 #include <iostream>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/internal/log.h"
+#include "server/runtime/access_config.h"
 #include "server/runtime/config.h"
 #include "server/runtime/server.h"
 
@@ -17,11 +21,29 @@ namespace {
 
 using kvatlas::server::Server;
 
-// Waits for SIGTERM/SIGINT, polling the applier's health meanwhile. Returns the exit code.
-int WaitForShutdown(const Server& server, const sigset_t& signals) {
+// SIGHUP: the command line is parsed again (the config file and the token file are read
+// again) and the server takes the new token set; other settings need a restart.
+void Reload(Server& server, const std::vector<std::string>& args) {
+  kvatlas::LogInfo("received SIGHUP, reloading the tokens");
+  auto command = kvatlas::server::ParseCommandLine(args);
+  if (!command.has_value()) {
+    kvatlas::LogError("SIGHUP: the configuration is not valid, nothing reloaded: " +
+                      command.error().ToString());
+    return;
+  }
+  server.ReloadTokens(command->config);
+}
+
+// Waits for SIGTERM/SIGINT, polling the applier's health meanwhile and reloading on SIGHUP.
+// Returns the exit code.
+int WaitForShutdown(Server& server, const sigset_t& signals, const std::vector<std::string>& args) {
   const timespec poll{0, 200'000'000};
   while (true) {
     const int sig = sigtimedwait(&signals, nullptr, &poll);
+    if (sig == SIGHUP) {
+      Reload(server, args);
+      continue;
+    }
     if (sig > 0) {
       kvatlas::LogInfo(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
                        ", shutting down");
@@ -46,9 +68,19 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   const std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "gen-token") {
+    auto text = kvatlas::server::GenTokenText(std::span(args).subspan(1));
+    if (!text.has_value()) {
+      std::cerr << "kvatlas-server: " << text.error().message() << "\n";
+      return 2;
+    }
+    std::cout << *text;
+    return 0;
+  }
   auto command = kvatlas::server::ParseCommandLine(args);
   if (!command.has_value()) {
     std::cerr << "kvatlas-server: " << command.error().message() << "\n";
@@ -75,7 +107,7 @@ int main(int argc, char** argv) {
   std::cout << "kvatlas listening on http://" << (*server)->listen_address() << " (data dir "
             << config.data_dir << ")" << std::endl;
   std::cout << "kvatlas rpc listening on " << (*server)->rpc_listen_address() << std::endl;
-  const int code = WaitForShutdown(**server, signals);
+  const int code = WaitForShutdown(**server, signals, args);
   if (kvatlas::Status s = (*server)->Shutdown(); !s.ok()) {
     kvatlas::LogError("shutdown: " + s.ToString());
     return 1;

@@ -33,9 +33,15 @@ static_assert(static_cast<int>(StatusCode::kPayloadTooLarge) == KVATLAS_PAYLOAD_
 static_assert(static_cast<int>(StatusCode::kUnavailable) == KVATLAS_UNAVAILABLE);
 static_assert(static_cast<int>(StatusCode::kDeadlineExceeded) == KVATLAS_DEADLINE_EXCEEDED);
 
+static_assert(static_cast<int>(StatusCode::kUnauthenticated) == KVATLAS_UNAUTHENTICATED);
+static_assert(static_cast<int>(StatusCode::kPermissionDenied) == KVATLAS_PERMISSION_DENIED);
+
 // Codes past the C enum (REST-only ones) are reported as internal.
 kvatlas_code CodeOf(StatusCode code) {
   const auto n = static_cast<int>(code);
+  if (code == StatusCode::kUnauthenticated || code == StatusCode::kPermissionDenied) {
+    return static_cast<kvatlas_code>(n);
+  }
   return n <= KVATLAS_PAYLOAD_TOO_LARGE ? static_cast<kvatlas_code>(n) : KVATLAS_INTERNAL;
 }
 
@@ -164,19 +170,31 @@ const char* kvatlas_error_message(const kvatlas_error* err) {
 void kvatlas_error_free(kvatlas_error* err) { delete err; }
 
 const char* kvatlas_code_name(kvatlas_code code) {
-  if (code < KVATLAS_OK || code > KVATLAS_PAYLOAD_TOO_LARGE) return "unknown";
+  const bool known = (code >= KVATLAS_OK && code <= KVATLAS_PAYLOAD_TOO_LARGE) ||
+                     code == KVATLAS_UNAUTHENTICATED || code == KVATLAS_PERMISSION_DENIED;
+  if (!known) return "unknown";
   // WireNameOf returns views of string literals: NUL-terminated, static storage.
   return kvatlas::WireNameOf(static_cast<StatusCode>(code)).data();
 }
 
 kvatlas_code kvatlas_open(const char* endpoints, int64_t timeout_ms, kvatlas_client** out,
                           kvatlas_error** err) {
+  const kvatlas_open_options options{endpoints, timeout_ms, nullptr};
+  return kvatlas_open_with(&options, out, err);
+}
+
+kvatlas_code kvatlas_open_with(const kvatlas_open_options* open, kvatlas_client** out,
+                               kvatlas_error** err) {
   return Guarded(err, [&] {
     if (out == nullptr) return Invalid("kvatlas_open: out is NULL", err);
     *out = nullptr;
+    if (open == nullptr) return Invalid("kvatlas_open: options is NULL", err);
+    const char* endpoints = open->endpoints;
+    const int64_t timeout_ms = open->timeout_ms;
     if (endpoints == nullptr) return Invalid("kvatlas_open: endpoints is NULL", err);
     if (timeout_ms <= 0) return Invalid("kvatlas_open: timeout_ms must be > 0", err);
     kvatlas::ClientOptions options;
+    if (open->token != nullptr) options.token = open->token;
     std::string_view list(endpoints);
     while (!list.empty()) {
       const size_t comma = list.find(',');

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 
 #include "kvatlas/common/json_codec.h"
 
@@ -9,7 +10,7 @@ namespace kvatlas::cli {
 namespace {
 
 // Flags every command takes, and flags that take no value.
-const std::vector<std::string> kGlobalFlags = {"server", "timeout-ms", "help"};
+const std::vector<std::string> kGlobalFlags = {"server", "timeout-ms", "token", "help"};
 const std::vector<std::string> kSwitches = {"json", "conductor", "help"};
 
 bool IsSwitch(const std::string& name) {
@@ -84,6 +85,17 @@ Result<Args> ParseArgs(int argc, const char* const* argv) {
     }
   }
   return args;
+}
+
+std::string TokenFrom(const Args& args) {
+  if (std::optional<std::string> token = args.Flag("token")) return *token;
+  const char* env = std::getenv("KVATLAS_TOKEN");
+  return env != nullptr ? std::string(env) : std::string();
+}
+
+std::vector<std::pair<std::string, std::string>> AuthHeaders(const std::string& token) {
+  if (token.empty()) return {};
+  return {{"Authorization", "Bearer " + token}};
 }
 
 std::optional<std::pair<std::string, int>> SplitHostPort(std::string_view address) {

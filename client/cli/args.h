@@ -31,6 +31,13 @@ struct Args {
 // on the line. kInvalidArgument for a value flag without its value.
 [[nodiscard]] Result<Args> ParseArgs(int argc, const char* const* argv);
 
+// The access token: --token, else $KVATLAS_TOKEN, else "" (none).
+[[nodiscard]] std::string TokenFrom(const Args& args);
+
+// The Authorization header of REST requests carrying `token` (none when it is empty).
+[[nodiscard]] std::vector<std::pair<std::string, std::string>> AuthHeaders(
+    const std::string& token);
+
 // "host:port" or "[v6]:port" → (host, port); nullopt when malformed.
 [[nodiscard]] std::optional<std::pair<std::string, int>> SplitHostPort(std::string_view address);
 

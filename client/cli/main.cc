@@ -1,7 +1,7 @@
 // kvatlas: the command-line client of a kvatlas server, over the binary protocol (and REST
 // for `cluster` and `watch`).
 //
-//   kvatlas [--server HOST:PORT] [--timeout-ms N] <command> [args]
+//   kvatlas [--server HOST:PORT] [--timeout-ms N] [--token T] <command> [args]
 //
 // Exit codes: 0 success; 1 the server could not be reached or refused the request;
 // 2 bad command line (usage printed).
@@ -28,9 +28,11 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kUsage[] = R"(usage: kvatlas [--server HOST:PORT] [--timeout-ms N] <command> [args]
+constexpr char kUsage[] = R"(usage: kvatlas [--server HOST:PORT] [--timeout-ms N] [--token T] <command> [args]
 
 The server defaults to $KVATLAS_SERVER, else 127.0.0.1:7071 (the binary protocol port).
+The access token (a server with access control on) is --token, else $KVATLAS_TOKEN; prefer
+the variable (a command line is visible to other users of the machine).
 
 commands:
   lookup --model M --block-size N [--tenant T] [--lora L] [--salt S]
@@ -75,9 +77,11 @@ int Failed(const Status& status) {
 }
 
 std::unique_ptr<Client> ConnectOrExplain(const std::string& server,
-                                         std::chrono::milliseconds timeout) {
+                                         std::chrono::milliseconds timeout,
+                                         const std::string& token) {
   ClientOptions options;
   options.endpoints = {server};
+  options.token = token;
   options.connect_timeout = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(3));
   options.default_deadline = timeout;
   Result<std::unique_ptr<Client>> client = Client::Connect(std::move(options));
@@ -88,6 +92,11 @@ std::unique_ptr<Client> ConnectOrExplain(const std::string& server,
                  "  Is kvatlas-server running with --rpc-listen %s? Pick the server with "
                  "--server HOST:PORT or KVATLAS_SERVER.\n",
                  server.c_str(), client.error().message().c_str(), server.c_str());
+  } else if (client.error().code() == StatusCode::kUnauthenticated) {
+    std::fprintf(stderr,
+                 "kvatlas: %s\n  The server at %s needs a valid access token: give it with "
+                 "--token or KVATLAS_TOKEN.\n",
+                 client.error().ToString().c_str(), server.c_str());
   } else {
     std::fprintf(stderr, "kvatlas: %s\n", client.error().ToString().c_str());
   }
@@ -404,7 +413,8 @@ int Main(int argc, char** argv) {
     return Usage("ingest: give at most one FILE");
   }
 
-  std::unique_ptr<Client> client = ConnectOrExplain(server, std::chrono::milliseconds(*timeout_ms));
+  std::unique_ptr<Client> client =
+      ConnectOrExplain(server, std::chrono::milliseconds(*timeout_ms), TokenFrom(args));
   if (client == nullptr) return 1;
   if (lookup) return RunLookup(*client, std::move(*lookup), args);
   if (locate) return RunBlocks(*client, *locate, args.Has("json"));

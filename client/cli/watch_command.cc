@@ -75,6 +75,7 @@ Result<uint64_t> ParseU64(std::string_view text, std::string_view what) {
 
 struct WatchOptions {
   std::string address;
+  std::string token;  // "" = none
   std::optional<uint64_t> from;  // nullopt = now
   httplib::Params filters;
   uint64_t count = 0;  // 0 = no limit
@@ -116,6 +117,7 @@ Result<WatchOptions> BuildWatch(const Args& args) {
     options.filters.emplace(param, *value);
   }
   options.json = args.Has("json");
+  options.token = TokenFrom(args);
   return options;
 }
 
@@ -234,8 +236,10 @@ class Watch {
         end = {StreamEnd::kCountReached, 0, ""};
       }
     });
+    httplib::Headers headers{{"Accept", "text/event-stream"}};
+    for (auto& [name, value] : AuthHeaders(options_.token)) headers.emplace(name, value);
     httplib::Result result = client.Get(
-        "/v1/watch", params, httplib::Headers{{"Accept", "text/event-stream"}},
+        "/v1/watch", params, headers,
         [&](const httplib::Response& response) {
           status = response.status;
           return true;

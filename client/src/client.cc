@@ -70,6 +70,10 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
                                    std::to_string(protocol::kMaxPayloadBytes) +
                                    " (the protocol's frame limit)");
   }
+  if (options.token.size() > protocol::kMaxTokenBytes) {
+    return Status::InvalidArgument("ClientOptions.token: at most " +
+                                   std::to_string(protocol::kMaxTokenBytes) + " bytes");
+  }
   std::vector<client::Endpoint> endpoints;
   for (const std::string& text : options.endpoints) {
     KVATLAS_ASSIGN_OR_RETURN(client::Endpoint endpoint, client::ParseEndpoint(text));

@@ -439,7 +439,7 @@ void Client::Impl::OnConnectFailed(size_t c, uint64_t generation, const Status& 
   conn.retry_after = Clock::now() + conn.backoff;
   conn.backoff = std::min<Clock::duration>(conn.backoff * 2, options_.reconnect_backoff_max);
   FailWaiting(c, error);
-  for (auto& f : std::exchange(conn.on_round_done, {})) f(error);
+  RoundDone(c, error);
 }
 
 void Client::Impl::OnConnected(size_t c) {
@@ -454,9 +454,47 @@ void Client::Impl::OnConnected(size_t c) {
   conn.out.clear();
   conn.writing = false;
   open_connections_.fetch_add(1, std::memory_order_relaxed);
-  for (auto& f : std::exchange(conn.on_round_done, {})) f(Status::Ok());
+  if (!options_.token.empty()) {
+    // First on the wire; the calls pipeline behind it (the server reads frames in order).
+    protocol::FrameHeader header;
+    header.type = protocol::MessageType::kAuth;
+    header.request_id = kAuthRequestId;
+    protocol::AppendFrame(header, protocol::EncodeAuthRequest({options_.token}), &conn.out);
+    conn.authenticating = true;
+  } else {
+    RoundDone(c, Status::Ok());
+  }
   StartRead(c);
   Pump(c);
+}
+
+void Client::Impl::RoundDone(size_t c, const Status& status) {
+  for (auto& f : std::exchange(connections_[c]->on_round_done, {})) f(status);
+}
+
+void Client::Impl::OnAuthFrame(size_t c, const protocol::Frame& frame) {
+  Connection& conn = *connections_[c];
+  Status status;
+  if (frame.header.status != StatusCode::kOk) {
+    status = protocol::DecodeErrorPayload(frame.header.status, frame.payload);
+  } else if (frame.header.type != protocol::MessageType::kAuth || !conn.authenticating) {
+    return;  // nothing that concerns the connection
+  } else if (Result<protocol::AuthAnswer> answer = protocol::DecodeAuthAnswer(frame.payload);
+             !answer) {
+    status = Status::Corruption("the server's kAuth answer: " + answer.error().message());
+  }
+  conn.authenticating = false;
+  if (status.ok()) {
+    RoundDone(c, status);
+    return;
+  }
+  // A refused token is not retried at once: the waiting calls fail with the server's
+  // answer, and new ones only after the reconnect backoff.
+  FailWaiting(c, status);
+  Close(c, status);
+  conn.retry_after = Clock::now() + conn.backoff;
+  conn.backoff = std::min<Clock::duration>(conn.backoff * 2, options_.reconnect_backoff_max);
+  RoundDone(c, status);
 }
 
 void Client::Impl::StartRead(size_t c) {
@@ -501,6 +539,11 @@ void Client::Impl::OnBytes(size_t c, uint64_t generation, const char* data, size
     const auto now = Clock::now();
     for (protocol::Frame& frame : frames) {
       const uint64_t id = frame.header.request_id;
+      if (id == kAuthRequestId) {
+        OnAuthFrame(c, frame);
+        if (conn.generation != generation) return;  // closed
+        continue;
+      }
       const auto it = calls_.find(id);
       if (it == calls_.end() || it->second->connection != c) continue;  // late: deadline passed
       if (now >= it->second->deadline) {
@@ -594,6 +637,11 @@ void Client::Impl::Close(size_t c, const Status& reason) {
   conn.out.clear();
   conn.writing = false;
   open_connections_.fetch_sub(1, std::memory_order_relaxed);
+  if (conn.authenticating) {
+    // Closed before the kAuth answer: the connect round ends with the reason.
+    conn.authenticating = false;
+    RoundDone(c, reason);
+  }
   const std::vector<uint64_t> lost(conn.in_flight.begin(), conn.in_flight.end());
   conn.in_flight.clear();
   for (const uint64_t id : lost) Complete(id, reason);

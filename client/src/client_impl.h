@@ -100,6 +100,10 @@ class Client::Impl {
 
   using Deadlines = std::set<std::pair<Clock::time_point, uint64_t>>;
 
+  // The request id of a connection's kAuth frame (calls' ids start at 1); the server also
+  // uses it for the error frame that ends a connection whose token was removed.
+  static constexpr uint64_t kAuthRequestId = 0;
+
   struct PendingCall {
     protocol::MessageType type = protocol::MessageType::kPing;
     std::string frame;  // the encoded request; emptied once written
@@ -141,7 +145,10 @@ class Client::Impl {
     std::mutex send_mu;
     std::unordered_set<uint64_t> in_flight;  // written, not answered
     std::deque<uint64_t> waiting;            // not written yet (connecting, or no slot)
+    // Called when the connect round ends: once the connection is open and, with a token,
+    // once the server accepted it (kAuth answered).
     std::vector<std::function<void(const Status&)>> on_round_done;
+    bool authenticating = false;  // the kAuth frame was sent and not answered yet
     std::shared_ptr<std::vector<char>> read_buffer;  // of the current generation
   };
 
@@ -174,6 +181,11 @@ class Client::Impl {
   void TryEndpoint(size_t c);
   void OnConnectFailed(size_t c, uint64_t generation, const Status& error);
   void OnConnected(size_t c);
+  // A frame under kAuthRequestId: the kAuth answer, or the server ending the connection for
+  // access control (a removed token). An error closes the connection with it.
+  void OnAuthFrame(size_t c, const protocol::Frame& frame);
+  // Ends the connect round with `status` (the on_round_done callbacks).
+  void RoundDone(size_t c, const Status& status);
   void StartRead(size_t c);
   // Decodes without the lock (the decoder is the I/O thread's), completes under it.
   void OnBytes(size_t c, uint64_t generation, const char* data, size_t size);

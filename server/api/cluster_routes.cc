@@ -132,14 +132,14 @@ Result<HttpReply> HandleTransfer(const Services& api, const RouteRequest& reques
 
 void AddClusterRoutes(const Services* api, Router* router) {
   router->Add(
-      {"GET", "/v1/cluster", false, [api](const RouteRequest&) { return HandleCluster(*api); }});
-  router->Add({"POST", "/v1/cluster/members", /*json_body=*/true,
+      {"GET", "/v1/cluster", RouteAccess::kRead, [api](const RouteRequest&) { return HandleCluster(*api); }});
+  router->Add({"POST", "/v1/cluster/members", RouteAccess::kAdmin,
                [api](const RouteRequest& request) { return HandleAdd(*api, request); }});
-  router->Add({"DELETE", "/v1/cluster/members/{id}", false,
+  router->Add({"DELETE", "/v1/cluster/members/{id}", RouteAccess::kAdmin,
                [api](const RouteRequest& request) { return HandleRemove(*api, request); }});
-  router->Add({"POST", "/v1/cluster/transfer", /*json_body=*/true,
+  router->Add({"POST", "/v1/cluster/transfer", RouteAccess::kAdmin,
                [api](const RouteRequest& request) { return HandleTransfer(*api, request); }});
-  router->Add({"POST", "/v1/cluster/announce", /*json_body=*/true,
+  router->Add({"POST", "/v1/cluster/announce", RouteAccess::kInternal,
                [api](const RouteRequest& request) { return HandleAnnounce(*api, request); }});
 }
 

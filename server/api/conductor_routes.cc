@@ -23,10 +23,10 @@ Result<HttpReply> HandleQuery(const Services& api, const RouteRequest& request, 
 }  // namespace
 
 void AddConductorRoutes(const Services* api, Router* router) {
-  router->Add({"POST", "/query", /*json_body=*/true, [api](const RouteRequest& request) {
+  router->Add({"POST", "/query", RouteAccess::kRead, [api](const RouteRequest& request) {
                  return HandleQuery(*api, request, &DecodeConductorQuery);
                }});
-  router->Add({"POST", "/query_by_hash", /*json_body=*/true, [api](const RouteRequest& request) {
+  router->Add({"POST", "/query_by_hash", RouteAccess::kRead, [api](const RouteRequest& request) {
                  return HandleQuery(*api, request, &DecodeConductorQueryByHash);
                }});
 }

@@ -64,6 +64,11 @@ std::optional<HttpReply> Forward(const Services& api, const RouteRequest& reques
   } else if (!forward.body.empty()) {
     forward.set_header("Content-Type", "application/json");
   }
+  // The client's credentials go along: the leader checks the token itself, so a forwarded
+  // request has exactly the authority it would have sent directly (docs/security.md).
+  if (request.http.has_header("Authorization")) {
+    forward.set_header("Authorization", request.http.get_header_value("Authorization"));
+  }
   forward.set_header(kForwardedHeader, std::to_string(api.server_id));
   std::unique_ptr<httplib::Client> client = MakeClient(to, api.options.apply_timeout);
   httplib::Result result = client->send(forward);

@@ -2,7 +2,9 @@
 // the leader (a write, a membership change, a linearizable read) and fails here with
 // kNotLeader is proxied to the leader's REST address, which every server knows from the
 // replicated member addresses (AnnounceCommand). A proxied request carries
-// kForwardedHeader and is never forwarded again, so a request crosses at most one hop.
+// kForwardedHeader and is never forwarded again, so a request crosses at most one hop. It
+// also carries the client's Authorization header: the leader authenticates and authorizes
+// the forwarded request itself, with the same token.
 //
 // Runs on HTTP worker threads only (never on the raft or applier threads): the proxy blocks
 // its worker for up to twice options.apply_timeout (the hold, then the forward).

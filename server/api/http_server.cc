@@ -15,6 +15,7 @@
 
 #include "common/internal/log.h"
 #include "common/internal/thread_name.h"
+#include "server/api/http_access.h"
 
 namespace kvatlas::server {
 namespace {
@@ -61,27 +62,27 @@ std::string MediaType(const httplib::Request& request) {
   return media;
 }
 
-// Bodies are JSON. Accepted: no Content-Type (some router clients omit it), JSON types, and
-// curl's default for -d (x-www-form-urlencoded), so that `curl -d '{...}'` works; any other
-// declared type (multipart, text, ...) is refused rather than misread.
-Status CheckJsonContentType(const httplib::Request& request) {
+// Bodies are JSON. On read routes: no Content-Type (some router clients omit it), JSON types,
+// and curl's default for -d (x-www-form-urlencoded), so that `curl -d '{...}'` works. On
+// write, admin and internal routes (`strict`) only JSON types: the others, none included,
+// are what a browser sends cross-origin without a CORS preflight (docs/security.md
+// §Browser-borne requests). Any other declared type is refused rather than misread.
+Status CheckJsonContentType(const httplib::Request& request, bool strict) {
   const std::string media = MediaType(request);
-  if (media.empty() || media == "application/json" || media.ends_with("+json") ||
-      media == kFormType) {
-    return Status::Ok();
-  }
-  return Status(StatusCode::kUnsupportedMediaType, "Content-Type must be application/json, got \"" +
-                                                       request.get_header_value("Content-Type") +
-                                                       "\"");
+  if (media == "application/json" || media.ends_with("+json")) return Status::Ok();
+  if (!strict && (media.empty() || media == kFormType)) return Status::Ok();
+  const std::string declared = request.has_header("Content-Type")
+                                   ? "\"" + request.get_header_value("Content-Type") + "\""
+                                   : std::string("none");
+  return Status(StatusCode::kUnsupportedMediaType,
+                "Content-Type must be application/json, got " + declared +
+                    (strict ? " (writes take only JSON: docs/security.md)" : ""));
 }
 
-HttpReply RunRoute(const Router& router, const Route& route, const httplib::Request& request,
-                   std::string_view path_param) {
-  if (route.json_body) {
-    if (Status s = CheckJsonContentType(request); !s.ok()) return ErrorReply(s);
-  }
+HttpReply RunHandler(const Router& router, const Route& route, const httplib::Request& request,
+                     std::string_view path_param, const Principal* principal) {
   try {
-    const RouteRequest route_request{request, path_param};
+    const RouteRequest route_request{request, path_param, principal};
     Result<HttpReply> reply = route.handler(route_request);
     if (reply.has_value()) return std::move(reply).value();
     if (reply.error().code() == StatusCode::kNotLeader && router.not_leader_handler()) {
@@ -95,6 +96,28 @@ HttpReply RunRoute(const Router& router, const Route& route, const httplib::Requ
     LogError("handler " + request.method + " " + request.path + " threw a non-exception");
     return ErrorReply(Status::Internal("unexpected error"));
   }
+}
+
+// Access control (HttpAccess: token and role), the Content-Type of a body, the handler, and
+// the audit of an admin route.
+HttpReply RunRoute(const Router& router, const Route& route, const httplib::Request& request,
+                   std::string_view path_param) {
+  const HttpAccess* access = router.access();
+  std::optional<Principal> principal;
+  if (access != nullptr) {
+    Result<Principal> admitted = access->Admit(route, request);
+    if (!admitted) return RefusalReply(admitted.error());
+    principal = std::move(*admitted);
+  }
+  if (route.json_body()) {
+    if (Status s = CheckJsonContentType(request, route.strict_json()); !s.ok()) {
+      return ErrorReply(s);
+    }
+  }
+  HttpReply reply =
+      RunHandler(router, route, request, path_param, principal ? &*principal : nullptr);
+  if (access != nullptr) access->Finished(route, request, *principal, reply);
+  return reply;
 }
 
 }  // namespace
@@ -119,6 +142,10 @@ HttpReply HttpServer::Handle(const httplib::Request& request) const {
   // HEAD is served by the GET route; the connection drops the body.
   std::string_view method = request.method;
   if (method == "HEAD") method = "GET";
+  if (const HttpAccess* access = router_.access()) {
+    // Before routing: a request naming another host is refused whatever its path.
+    if (Status s = access->CheckHost(request); !s.ok()) return ErrorReply(s);
+  }
   const RouteMatch match = router_.Find(method, request.path);
   if (match.route != nullptr) return RunRoute(router_, *match.route, request, match.path_param);
   if (match.allowed.empty()) return ErrorReply(Status::NotFound("no route for " + request.path));

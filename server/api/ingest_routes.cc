@@ -39,7 +39,7 @@ Result<nlohmann::json> ParseJsonObjectBody(const RouteRequest& request) {
 }
 
 void AddIngestRoutes(const Services* api, Router* router) {
-  router->Add({"POST", "/v1/events", /*json_body=*/true,
+  router->Add({"POST", "/v1/events", RouteAccess::kWrite,
                [api](const RouteRequest& request) { return HandleEvents(*api, request); }});
 }
 

@@ -90,7 +90,7 @@ Result<HttpReply> HandleHeartbeat(const Services& api, const RouteRequest& reque
 }  // namespace
 
 void AddLeaseRoutes(const Services* api, Router* router) {
-  router->Add({"POST", "/v1/heartbeat", /*json_body=*/true,
+  router->Add({"POST", "/v1/heartbeat", RouteAccess::kWrite,
                [api](const RouteRequest& request) { return HandleHeartbeat(*api, request); }});
 }
 

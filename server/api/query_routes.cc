@@ -120,16 +120,16 @@ Result<HttpReply> HandleStats(const Services& api) { return JsonReply(StatsDocum
 }  // namespace
 
 void AddQueryRoutes(const Services* api, Router* router) {
-  router->Add({"POST", "/v1/lookup", /*json_body=*/true,
+  router->Add({"POST", "/v1/lookup", RouteAccess::kRead,
                [api](const RouteRequest& request) { return HandleLookup(*api, request); }});
-  router->Add({"GET", "/v1/blocks/{key}", false,
+  router->Add({"GET", "/v1/blocks/{key}", RouteAccess::kRead,
                [api](const RouteRequest& request) { return HandleBlock(*api, request); }});
   router->Add(
-      {"GET", "/v1/holders", false, [api](const RouteRequest&) { return HandleHolders(*api); }});
+      {"GET", "/v1/holders", RouteAccess::kRead, [api](const RouteRequest&) { return HandleHolders(*api); }});
   router->Add(
-      {"GET", "/v1/contexts", false, [api](const RouteRequest&) { return HandleContexts(*api); }});
+      {"GET", "/v1/contexts", RouteAccess::kRead, [api](const RouteRequest&) { return HandleContexts(*api); }});
   router->Add(
-      {"GET", "/v1/stats", false, [api](const RouteRequest&) { return HandleStats(*api); }});
+      {"GET", "/v1/stats", RouteAccess::kRead, [api](const RouteRequest&) { return HandleStats(*api); }});
 }
 
 }  // namespace kvatlas::server

@@ -61,14 +61,14 @@ Result<HttpReply> HandleStreams(const Services& api) {
 }  // namespace
 
 void AddRegistrationRoutes(const Services* api, Router* router) {
-  router->Add({"POST", "/register", /*json_body=*/true,
+  router->Add({"POST", "/register", RouteAccess::kAdmin,
                [api](const RouteRequest& request) { return HandleRegister(*api, request); }});
-  router->Add({"POST", "/unregister", /*json_body=*/true,
+  router->Add({"POST", "/unregister", RouteAccess::kAdmin,
                [api](const RouteRequest& request) { return HandleUnregister(*api, request); }});
-  router->Add({"GET", "/v1/registrations", false,
+  router->Add({"GET", "/v1/registrations", RouteAccess::kRead,
                [api](const RouteRequest&) { return HandleRegistrations(*api); }});
   router->Add(
-      {"GET", "/v1/streams", false, [api](const RouteRequest&) { return HandleStreams(*api); }});
+      {"GET", "/v1/streams", RouteAccess::kRead, [api](const RouteRequest&) { return HandleStreams(*api); }});
 }
 
 }  // namespace kvatlas::server

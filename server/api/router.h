@@ -3,7 +3,9 @@
 // without sockets. Immutable after setup: Find() is safe from any thread.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -17,6 +19,9 @@ struct Request;
 }
 
 namespace kvatlas::server {
+
+struct Principal;  // server/service/auth.h
+class HttpAccess;  // server/api/http_access.h
 
 struct HttpReply {
   int status = 200;
@@ -36,21 +41,43 @@ struct HttpReply {
 // 200 with a JSON body.
 [[nodiscard]] HttpReply JsonReply(std::string body);
 
-// What a route handler sees: the request and the path segment captured by "{name}".
+// What a route handler sees: the request, the path segment captured by "{name}", and who
+// sent it (null when the router has no HttpAccess: unit tests).
 struct RouteRequest {
   const httplib::Request& http;
   std::string_view path_param;
+  const Principal* principal = nullptr;
 };
 
 // A handler returns its reply or a Status that becomes ErrorReply(status).
 using RouteHandler = std::function<Result<HttpReply>(const RouteRequest&)>;
 
+// Who may call a route (docs/security.md §Tokens and roles). With access control on, a
+// token whose role is at least the route's is needed; kOpen routes need none.
+enum class RouteAccess : uint8_t {
+  kOpen,   // health probes: /healthz, /readyz
+  kRead,   // lookups, routes, snapshots, watches, stats, streams, cluster status, metrics
+  kWrite,  // events, heartbeats
+  kAdmin,  // registrations, cluster membership, leadership transfer (audited)
+  // Server-to-server calls (POST /v1/cluster/announce): no client token is asked for here.
+  // Their authentication is the peers' (cluster membership), not a client role: the hook
+  // for it is HttpAccess::AdmitInternal.
+  kInternal,
+};
+
 struct Route {
   std::string method;   // "GET", "POST", ...
   std::string pattern;  // "/v1/stats", or "/v1/blocks/{key}" (one trailing parameter)
-  // POST routes that take a JSON body: the server checks Content-Type before the handler.
-  bool json_body = false;
+  RouteAccess access = RouteAccess::kRead;
   RouteHandler handler;
+
+  // A POST route's body is JSON. On kWrite, kAdmin and kInternal routes the server accepts
+  // only a JSON Content-Type (browser-borne requests, docs/security.md); on kRead routes
+  // also none and curl's default (x-www-form-urlencoded).
+  bool json_body() const { return method == "POST"; }
+  bool strict_json() const {
+    return json_body() && access != RouteAccess::kRead && access != RouteAccess::kOpen;
+  }
 };
 
 struct RouteMatch {
@@ -76,12 +103,17 @@ class Router {
   void SetNotLeaderHandler(NotLeaderHandler handler) { not_leader_ = std::move(handler); }
   const NotLeaderHandler& not_leader_handler() const { return not_leader_; }
 
+  // Access control of every request (Host, token and role, audit). Unset: none (tests).
+  void SetAccess(std::shared_ptr<const HttpAccess> access) { access_ = std::move(access); }
+  const HttpAccess* access() const { return access_.get(); }
+
  private:
   // The captured parameter when `pattern` matches `path`; false otherwise.
   static bool Matches(const Route& route, std::string_view path, std::string_view* param);
 
   std::vector<Route> routes_;
   NotLeaderHandler not_leader_;
+  std::shared_ptr<const HttpAccess> access_;
 };
 
 }  // namespace kvatlas::server

@@ -20,7 +20,7 @@ Result<HttpReply> HandleRoute(const Services& api, const RouteRequest& request) 
 }  // namespace
 
 void AddRoutingRoutes(const Services* api, Router* router) {
-  router->Add({"POST", "/v1/route", /*json_body=*/true,
+  router->Add({"POST", "/v1/route", RouteAccess::kRead,
                [api](const RouteRequest& request) { return HandleRoute(*api, request); }});
 }
 

@@ -70,14 +70,24 @@ Result<FeedFilter> ParseFilter(const httplib::Request& request) {
 
 // One SSE stream: records as `data:` lines; the last record of each revision also carries
 // `id: <revision>`, so an EventSource's Last-Event-ID resumes exactly after it.
+//
+// The token it was opened with is re-checked before every write (at least once per
+// kKeepAlive): a stream whose token a reload removed ends with an `unauthenticated` error
+// event (docs/security.md §Tokens and roles).
 class WatchStream {
  public:
-  WatchStream(std::unique_ptr<Watcher> watcher, std::shared_ptr<std::atomic<int>> streams)
-      : watcher_(std::move(watcher)), streams_(std::move(streams)) {}
+  WatchStream(std::unique_ptr<Watcher> watcher, std::shared_ptr<std::atomic<int>> streams,
+              const Services& api, std::optional<Principal> principal, std::string peer)
+      : watcher_(std::move(watcher)),
+        streams_(std::move(streams)),
+        api_(api),
+        principal_(std::move(principal)),
+        peer_(std::move(peer)) {}
   ~WatchStream() { streams_->fetch_sub(1); }
 
   bool Pump(const HttpReply::Write& write) {
     Result<std::vector<FeedRecord>> records = watcher_->Next(kKeepAlive);
+    if (Status s = Recheck(); !s.ok()) records = s;
     if (!records.has_value()) {
       const Status& s = records.error();
       json error = {{"code", WireNameOf(s.code())},
@@ -101,8 +111,26 @@ class WatchStream {
   }
 
  private:
+  // The stream's token is still configured, with a role that may read.
+  Status Recheck() {
+    if (!principal_ || api_.auth == nullptr) return Status::Ok();
+    Result<Principal> current = api_.auth->Recheck(*principal_);
+    if (current) {
+      principal_ = std::move(*current);
+      return Authenticator::Authorize(*principal_, Role::kRead, "GET /v1/watch");
+    }
+    if (api_.audit != nullptr) {
+      api_.audit->Refused({"rest", peer_, "GET /v1/watch"}, AuthFailure::kRevokedToken,
+                          principal_->name, current.error());
+    }
+    return current.error();
+  }
+
   std::unique_ptr<Watcher> watcher_;
   std::shared_ptr<std::atomic<int>> streams_;  // open streams, this one included
+  const Services& api_;
+  std::optional<Principal> principal_;  // nullopt: no access control
+  std::string peer_;
 };
 
 Result<HttpReply> HandleWatch(const Services& api, const std::shared_ptr<std::atomic<int>>& streams,
@@ -126,7 +154,10 @@ Result<HttpReply> HandleWatch(const Services& api, const std::shared_ptr<std::at
     streams->fetch_sub(1);
     return watcher.error();
   }
-  auto stream = std::make_shared<WatchStream>(std::move(watcher).value(), streams);
+  std::optional<Principal> principal;
+  if (request.principal != nullptr) principal = *request.principal;
+  auto stream = std::make_shared<WatchStream>(std::move(watcher).value(), streams, api,
+                                              std::move(principal), request.http.remote_addr);
   HttpReply reply;
   reply.content_type = "text/event-stream";
   reply.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
@@ -171,10 +202,10 @@ Result<HttpReply> HandleSnapshot(const Services& api, const RouteRequest& reques
 
 void AddWatchRoutes(const Services* api, Router* router) {
   auto streams = std::make_shared<std::atomic<int>>(0);
-  router->Add({"GET", "/v1/watch", false, [api, streams](const RouteRequest& request) {
+  router->Add({"GET", "/v1/watch", RouteAccess::kRead, [api, streams](const RouteRequest& request) {
                  return HandleWatch(*api, streams, request);
                }});
-  router->Add({"GET", "/v1/snapshot", false,
+  router->Add({"GET", "/v1/snapshot", RouteAccess::kRead,
                [api](const RouteRequest& request) { return HandleSnapshot(*api, request); }});
 }
 

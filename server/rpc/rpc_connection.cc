@@ -69,6 +69,8 @@ RpcConnection::RpcConnection(asio::ip::tcp::socket socket, const RpcHandler* han
       options_(options),
       on_closed_(std::move(on_closed)),
       peer_(PeerOf(socket_)),
+      session_{peer_, std::nullopt},
+      accepted_(Clock::now()),
       decoder_(options.max_frame_bytes),
       streams_(&handler->api(), options.max_watches),
       read_buffer_(kReadChunkBytes),
@@ -111,6 +113,19 @@ void RpcConnection::Shutdown() {
     self->EndWatches("the server is shutting down");
     self->reader_wake_.cancel();
     self->writer_wake_.cancel();
+  });
+}
+
+void RpcConnection::RecheckCredentials() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    if (self->closed_ || self->close_after_flush_) return;
+    const Status valid = self->handler_->Recheck(&self->session_);
+    if (valid.ok()) return;
+    LogInfo("rpc " + self->peer_ + ": closing the connection: " + valid.ToString());
+    if (self->streams_.has_watches()) self->streams_.EndWatches(valid, &self->out_);
+    self->handler_->AppendStreamError(std::nullopt, valid, &self->out_);
+    self->CloseAfterFlush();
+    self->Flush();
   });
 }
 
@@ -184,6 +199,7 @@ bool RpcConnection::DrainDecoder() {
 }
 
 bool RpcConnection::DecodeOne() {
+  if (close_after_flush_) return false;  // failing: nothing more is served
   Result<std::optional<protocol::Frame>> next = decoder_.Next();
   if (!next.has_value()) {
     // The stream can never resynchronise: tell the client why, then close.
@@ -198,6 +214,7 @@ bool RpcConnection::DecodeOne() {
     DropLargeFrame();
   }
   ++in_flight_;
+  if (!Admitted(**next)) return !close_after_flush_;
   if (IsStreamRequest((*next)->header)) {
     switch (streams_.Handle(**next, &out_)) {
       case RpcStreams::Handled::kAnswered:
@@ -218,6 +235,26 @@ bool RpcConnection::DecodeOne() {
     Answered();
   }
   return true;
+}
+
+bool RpcConnection::Admitted(const protocol::Frame& frame) {
+  switch (handler_->Admit(frame, &session_, &out_)) {
+    case RpcHandler::Admission::kServe:
+      return true;
+    case RpcHandler::Admission::kAnswered:
+      Answered();
+      return false;
+    case RpcHandler::Admission::kClose:
+      Answered();
+      LogInfo("rpc " + peer_ + ": closing the connection: refused by access control");
+      if (streams_.has_watches()) {
+        streams_.EndWatches(Status::Unauthenticated("the connection's token is not valid"),
+                            &out_);
+      }
+      CloseAfterFlush();
+      return false;
+  }
+  return false;
 }
 
 void RpcConnection::OnBytes(std::string_view bytes) {
@@ -288,6 +325,15 @@ bool RpcConnection::StartFrame(std::string_view length_prefix) {
 }
 
 bool RpcConnection::ReserveLargeFrame() {
+  if (handler_->AwaitingAuth(session_)) {
+    // The frames before it were decoded first (DrainDecoder), so a kAuth frame sent ahead
+    // of this one has been seen: a client that has not authenticated gets no share of the
+    // budget, only the small-frame buffer.
+    FailStream(HeaderOf(large_frame_),
+               Status::Unauthenticated("this server requires a token: the connection's first "
+                                       "frame must be kAuth"));
+    return false;
+  }
   if (large_frame_size_ > budget_->limit()) {
     FailStream(HeaderOf(large_frame_),
                Status::ResourceExhausted("frame: " + std::to_string(large_frame_size_) +
@@ -319,6 +365,10 @@ void RpcConnection::FailStream(const std::optional<protocol::FrameHeader>& heade
                                const Status& status) {
   LogWarning("rpc " + peer_ + ": closing the connection: " + status.ToString());
   handler_->AppendStreamError(header, status, &out_);
+  CloseAfterFlush();
+}
+
+void RpcConnection::CloseAfterFlush() {
   close_after_flush_ = true;
   reading_done_ = true;
   DropLargeFrame();
@@ -462,6 +512,14 @@ asio::awaitable<void> RpcConnection::AsyncWatchdog() {
                            " bytes not received within " + limit + " (rpc_frame_timeout_ms)"));
       continue;
     }
+    const bool awaiting_auth = handler_->AwaitingAuth(session_);
+    if (awaiting_auth && now >= accepted_ + options_.auth_timeout) {
+      FailStream(std::nullopt,
+                 Status::Unauthenticated("no kAuth frame within " +
+                                         std::to_string(options_.auth_timeout.count()) +
+                                         " ms of connecting (this server requires a token)"));
+      continue;
+    }
     const Clock::time_point idle_at = last_activity_ + options_.idle_timeout;
     if (now >= idle_at) {
       if (in_flight_ == 0 && !streams_.has_watches()) {
@@ -485,6 +543,7 @@ asio::awaitable<void> RpcConnection::AsyncWatchdog() {
     Clock::time_point wake_at =
         std::min(idle_at, (write_pending_ ? write_started_ : now) + options_.write_timeout);
     if (large_frame_size_ > 0) wake_at = std::min(wake_at, frame_deadline_);
+    if (awaiting_auth) wake_at = std::min(wake_at, accepted_ + options_.auth_timeout);
     idle_timer_.expires_at(wake_at);
     co_await idle_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }

@@ -77,6 +77,10 @@ struct RpcConnectionOptions {
   // Watches open at once on one connection (kResourceExhausted past it); the ChangeFeed's
   // max_watchers bounds them over all connections.
   size_t max_watches = 16;
+  // With access control on: a connection must have sent its kAuth frame within this long
+  // of being accepted, and a large frame (over kSmallFrameBytes) before it is refused;
+  // either way an unauthenticated error frame, and the connection is closed.
+  std::chrono::milliseconds auth_timeout{10'000};
 };
 
 class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
@@ -105,6 +109,10 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   // Closes at once (answers not yet written are dropped). Posts to the strand.
   void Abort();
 
+  // After a token reload: a connection whose token was removed ends its watches and closes
+  // with an unauthenticated error frame (id 0, kError); others go on. Posts to the strand.
+  void RecheckCredentials();
+
  private:
   boost::asio::awaitable<void> AsyncRead();
   boost::asio::awaitable<void> AsyncWrite();
@@ -131,6 +139,10 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   // The stream cannot go on: queues `status` as an error answer for `header` and closes
   // the connection once the answers queued before it are written.
   void FailStream(const std::optional<protocol::FrameHeader>& header, const Status& status);
+  // Stops reading; the connection closes once what is queued is written.
+  void CloseAfterFlush();
+  // Access control of a decoded request (RpcHandler::Admit); false when Admit answered it.
+  bool Admitted(const protocol::Frame& frame);
   void SubmitIngest(PendingIngest pending);
   // Appends frames of the streams that are ready, within the streams' output budget.
   void PumpStreams();
@@ -153,6 +165,8 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   RpcConnectionOptions options_;
   std::function<void()> on_closed_;
   std::string peer_;
+  RpcSession session_;  // who the connection authenticated as
+  std::chrono::steady_clock::time_point accepted_;
   protocol::FrameDecoder decoder_;
   RpcStreams streams_;
   std::vector<char> read_buffer_;

@@ -29,6 +29,7 @@ bool KnownRequestType(MessageType type) {
     case MessageType::kWatch:
     case MessageType::kSnapshot:
     case MessageType::kHeartbeat:
+    case MessageType::kAuth:
       return true;
     case MessageType::kError:
       break;
@@ -138,6 +139,9 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
       AppendAnswer(header.type, header.request_id, protocol::EncodeHeartbeatAnswer(answer), out);
       return answered();
     }
+    case MessageType::kAuth:
+      // Access control is the connection's (Admit), before any request is handled.
+      return Status::Internal("kAuth is answered by RpcHandler::Admit, not here");
     case MessageType::kError:
       break;
   }

@@ -28,12 +28,41 @@ struct PendingIngest {
   IngestAnswer answer;  // revision is filled in from the Applier's result
 };
 
+// Who a binary-protocol connection is (RpcHandler::Admit): set by its kAuth frame, or
+// anonymous on a server with access control off. One per connection, on its strand.
+struct RpcSession {
+  std::string peer;  // for audit lines
+  std::optional<Principal> principal;
+};
+
 class RpcHandler {
  public:
+  // What a connection does with a request frame after RpcHandler::Admit.
+  enum class Admission {
+    kServe,     // hand it to Handle (or the streams)
+    kAnswered,  // Admit appended its answer (a kAuth answer, a permission_denied)
+    kClose,     // Admit appended an error; close the connection once it is written
+  };
+
   // `api` must outlive the handler.
   explicit RpcHandler(const Services* api) : api_(api) {}
 
   const Services& api() const { return *api_; }
+
+  // Access control (docs/protocol.md §kAuth, docs/security.md), before every request frame:
+  // answers a kAuth frame (authenticating `session`); with access control on, refuses any
+  // other first frame (unauthenticated, close), re-checks the session's token after a
+  // reload (unauthenticated, close when it was removed) and the role the frame's type needs
+  // (permission_denied, the connection stays). Refusals are audited.
+  [[nodiscard]] Admission Admit(const protocol::Frame& request, RpcSession* session,
+                                std::string* out) const;
+
+  // Whether `session` must still send its kAuth frame (access control on, none yet).
+  [[nodiscard]] bool AwaitingAuth(const RpcSession& session) const;
+
+  // After a token reload: OK while the session's token is still configured (its principal
+  // refreshed), else kUnauthenticated (audited); the connection must then end.
+  [[nodiscard]] Status Recheck(RpcSession* session) const;
 
   // Answers `request` by appending exactly one answer frame to *out and returning nullopt,
   // or, for an ingest that changes state, appends nothing and returns it for submission.

@@ -127,6 +127,17 @@ asio::awaitable<void> RpcServer::AsyncAccept() {
   }
 }
 
+void RpcServer::RecheckCredentials() {
+  std::vector<std::shared_ptr<RpcConnection>> connections;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, weak] : live_) {
+      if (auto connection = weak.lock()) connections.push_back(std::move(connection));
+    }
+  }
+  for (const auto& connection : connections) connection->RecheckCredentials();
+}
+
 void RpcServer::Stop() {
   if (stopped_) return;
   stopped_ = true;

@@ -67,6 +67,10 @@ class RpcServer {
   // The bound port. REQUIRES: Start succeeded.
   uint16_t port() const { return port_; }
 
+  // After the token set was replaced (SIGHUP): every connection re-checks its token;
+  // those whose token was removed end (RpcConnection::RecheckCredentials). Thread-safe.
+  void RecheckCredentials();
+
   // Stops accepting, lets each connection answer what it has in flight (up to
   // shutdown_grace), closes the connections and joins the threads. Idempotent. Ingest
   // answers that arrive later are dropped (the Applier still applies the batches).

@@ -14,6 +14,7 @@
 #include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/protocol.h"
 #include "server/api/registration_json.h"
+#include "server/runtime/access_config.h"
 
 namespace kvatlas::server {
 namespace {
@@ -143,11 +144,24 @@ const Field kFields[] = {
      "first reconnect delay to a registered publisher (then doubling)"},
     {"zmq_reconnect_interval_max_ms", &Config::zmq_reconnect_interval_max_ms, 1, 600'000,
      "longest reconnect delay to a registered publisher"},
+    {"token_file", &Config::token_file, 0, 0,
+     "access tokens, one NAME:ROLE:SHA256HEX per line (kvatlas-server gen-token); reread on "
+     "SIGHUP"},
+    {"insecure", &Config::insecure, 0, 0,
+     "serve without tokens on non-loopback addresses (else such a server refuses to start)"},
+    {"http_allowed_hosts", &Config::http_allowed_hosts, 0, 0,
+     "comma-separated host names REST clients use (besides localhost, IP literals and the "
+     "listen host); \"*\" = any"},
 };
 
 // Keys whose values are lists of objects (config file only, no flag).
 constexpr std::string_view kPublishersKey = "publishers";
 constexpr std::string_view kListenersKey = "zmq_listeners";
+constexpr std::string_view kTokensKey = "tokens";
+
+bool IsListKey(std::string_view key) {
+  return key == kPublishersKey || key == kListenersKey || key == kTokensKey;
+}
 
 Result<ZmqListenerConfig> ListenerFromJson(const json& value, const std::string& path) {
   auto invalid = [&](const std::string& what) {
@@ -201,6 +215,9 @@ Status SetListFromJson(std::string_view key, const json& value, Config* config) 
     if (key == kPublishersKey) {
       KVATLAS_ASSIGN_OR_RETURN(Registration r, RegistrationFromJson(value[i], path));
       config->publishers.push_back(std::move(r));
+    } else if (key == kTokensKey) {
+      KVATLAS_ASSIGN_OR_RETURN(TokenEntry t, TokenFromJson(value[i], path));
+      config->tokens.push_back(std::move(t));
     } else {
       KVATLAS_ASSIGN_OR_RETURN(ZmqListenerConfig l, ListenerFromJson(value[i], path));
       config->zmq_listeners.push_back(std::move(l));
@@ -323,7 +340,7 @@ Result<Config> LoadConfigFile(const std::string& path, Config base) {
   // A typo must not silently fall back to a default: name every unknown key.
   std::string unknown;
   for (const auto& [key, value] : doc.items()) {
-    if (FindByKey(key) == nullptr && key != kPublishersKey && key != kListenersKey)
+    if (FindByKey(key) == nullptr && !IsListKey(key))
       unknown += (unknown.empty() ? "\"" : ", \"") + key + "\"";
   }
   if (!unknown.empty()) {
@@ -331,9 +348,11 @@ Result<Config> LoadConfigFile(const std::string& path, Config base) {
                                    " (see kvatlas-server --help for the known keys)");
   }
   for (const auto& [key, value] : doc.items()) {
-    if (key == kPublishersKey || key == kListenersKey) {
+    if (IsListKey(key)) {
       // The file's list replaces the base's: lists do not merge.
-      (key == kPublishersKey ? base.publishers.clear() : base.zmq_listeners.clear());
+      if (key == kPublishersKey) base.publishers.clear();
+      if (key == kListenersKey) base.zmq_listeners.clear();
+      if (key == kTokensKey) base.tokens.clear();
       KVATLAS_RETURN_IF_ERROR(
           SetListFromJson(key, value, &base).WithContext("config file " + path));
       continue;
@@ -389,6 +408,8 @@ Status ValidateConfig(const Config& config) {
           CheckTransport(path + "replay_endpoint", r.replay_endpoint, transports));
     }
   }
+  KVATLAS_RETURN_IF_ERROR(CheckTokenSet(config.tokens));
+  KVATLAS_RETURN_IF_ERROR(CheckExposure(config));
   if (config.publishers.size() > config.max_registrations) {
     return Status::InvalidArgument(
         std::string(kPublishersKey) + ": " + std::to_string(config.publishers.size()) +
@@ -448,6 +469,9 @@ std::string ConfigToJson(const Config& config) {
   nlohmann::ordered_json listeners = nlohmann::ordered_json::array();
   for (const ZmqListenerConfig& l : config.zmq_listeners) listeners.push_back(ListenerToJson(l));
   out[std::string(kListenersKey)] = std::move(listeners);
+  nlohmann::ordered_json tokens = nlohmann::ordered_json::array();
+  for (const TokenEntry& t : config.tokens) tokens.push_back(TokenToJson(t));
+  out[std::string(kTokensKey)] = std::move(tokens);
   return out.dump(2) + "\n";
 }
 
@@ -469,8 +493,12 @@ Result<CommandLine> ParseCommandLine(std::span<const std::string> args) {
       return Status::InvalidArgument("unexpected argument \"" + arg + "\" (see --help)");
     }
     const size_t eq = arg.find('=');
+    const Field* field = FindByFlag(arg.substr(0, eq));
+    const bool boolean = field != nullptr && std::holds_alternative<bool Config::*>(field->member);
     if (eq != std::string::npos) {
       flags.emplace_back(arg.substr(0, eq), arg.substr(eq + 1));
+    } else if (boolean && (i + 1 == args.size() || args[i + 1].starts_with("--"))) {
+      flags.emplace_back(arg, "true");  // `--insecure` alone
     } else if (i + 1 < args.size()) {
       flags.emplace_back(arg, args[++i]);
     } else {
@@ -495,10 +523,13 @@ Result<CommandLine> ParseCommandLine(std::span<const std::string> args) {
 std::string UsageText() {
   std::string out =
       "Usage: kvatlas-server [--config FILE] [--FLAG VALUE ...]\n"
+      "       kvatlas-server gen-token --name NAME --role read|write|admin\n"
       "\n"
       "Serves the kvatlas KV-cache block index over REST (docs/api.md) and the binary\n"
       "protocol (docs/protocol.md).\n"
       "Flags override the JSON config file, whose keys are the flag names with '_' for '-'.\n"
+      "SIGHUP reloads the access tokens (docs/security.md); gen-token prints a new token and\n"
+      "the lines that configure it.\n"
       "\n";
   const auto add = [&out](std::string usage, std::string_view help) {
     usage.resize(std::max<size_t>(usage.size() + 2, 40), ' ');

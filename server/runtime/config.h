@@ -16,6 +16,7 @@
 #include "kvatlas/common/limits.h"
 #include "kvatlas/common/result.h"
 #include "server/model/registration.h"
+#include "server/service/auth.h"
 #include "server/zmq/endpoint_policy.h"
 #include "server/zmq/zmq_ingest.h"
 
@@ -26,7 +27,7 @@ struct Config {
   // DIR/http.addr and DIR/rpc.addr.
   std::string data_dir = "./data";
   // HOST:PORT of the REST API ([v6]:PORT for IPv6). Port 0 picks a free port. Loopback by
-  // default: the API has no authentication yet.
+  // default; a non-loopback address needs tokens (or `insecure`).
   std::string http_listen = "127.0.0.1:7070";
   // HOST:PORT of the binary protocol (docs/protocol.md); port 0 picks a free port, written
   // to DIR/rpc.addr. Loopback by default, like the REST API.
@@ -155,6 +156,20 @@ struct Config {
   // Config file only: more bound listeners, objects {bind, topic?, type?, modelname?,
   // tenant_id?, lora_name?, block_size?, additionalsalt?}.
   std::vector<ZmqListenerConfig> zmq_listeners;
+
+  // Access control (docs/security.md). Tokens are configured by name, role and SHA-256:
+  // in a file of NAME:ROLE:SHA256HEX lines, and/or (config file only) as a list of objects
+  // {name, role, sha256}. Either turns access control on; both are read again on SIGHUP.
+  std::string token_file;
+  std::vector<TokenEntry> tokens;
+  // Serve without access control on non-loopback addresses. Without tokens and without
+  // this, a server whose REST, binary protocol or raft address is not loopback refuses to
+  // start.
+  bool insecure = false;
+  // Host names REST clients use for this server (comma-separated; "*" = any), besides
+  // "localhost", IP literals and the listen and advertised hosts: a request whose Host
+  // header names another host is refused (DNS rebinding).
+  std::string http_allowed_hosts;
 };
 
 // Reads a JSON object of config keys over `base`. kInvalidArgument naming the file and
@@ -162,7 +177,8 @@ struct Config {
 [[nodiscard]] Result<Config> LoadConfigFile(const std::string& path, Config base = {});
 
 // Checks ranges and formats (http_listen, rpc_listen, log_level, non-empty data_dir,
-// ZMQ endpoints, peers and raft_listen).
+// ZMQ endpoints, peers and raft_listen, tokens), and that a server listening on a
+// non-loopback address has tokens or `insecure` (kFailedPrecondition).
 [[nodiscard]] Status ValidateConfig(const Config& config);
 
 // "1@host:port,2@host:port" → {id, address} pairs (ids > 0, distinct; addresses
@@ -185,7 +201,8 @@ struct CommandLine {
 };
 
 // Parses the arguments after the program name: --help, --print-config, --config FILE,
-// and one flag per config key (--key VALUE or --key=VALUE; booleans take true/false).
+// and one flag per config key (--key VALUE or --key=VALUE; booleans take true/false, and a
+// boolean flag alone, e.g. `--insecure`, means true).
 // The config file is read first, then flags apply over it, then the result is validated.
 [[nodiscard]] Result<CommandLine> ParseCommandLine(std::span<const std::string> args);
 

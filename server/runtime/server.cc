@@ -15,6 +15,8 @@
 
 #include "common/internal/log.h"
 #include "server/api/forwarding.h"
+#include "server/api/http_access.h"
+#include "server/runtime/access_config.h"
 #include "server/service/registration_service.h"
 
 namespace kvatlas::server {
@@ -103,6 +105,7 @@ Status Server::Init() {
   applier_ = std::make_unique<Applier>(machine_.get(), applier_options, raft_.get());
 
   KVATLAS_RETURN_IF_ERROR(StartZmqIngest());
+  KVATLAS_RETURN_IF_ERROR(StartAccessControl());
 
   LeaseOptions lease_options;
   lease_options.ttl = std::chrono::seconds(config_.holder_ttl_seconds);
@@ -123,6 +126,8 @@ Status Server::Init() {
   services_.log = raft_.get();
   services_.feed = feed_.get();
   services_.leases = leases_.get();
+  services_.auth = auth_.get();
+  services_.audit = audit_.get();
   // Watch streams hold HTTP workers: at most half of them.
   services_.options.max_watch_streams = std::max<size_t>(1, config_.http_threads / 2);
   services_.server_id = config_.id;
@@ -153,6 +158,10 @@ Status Server::Init() {
 
   Router router;
   AddAllRoutes(&services_, &router);
+  // Only the host of the advertised address matters here: the port may still be 0.
+  router.SetAccess(std::make_shared<HttpAccess>(
+      &services_,
+      HostAllowList(AllowedHostNames(config_, Advertised(config_.http_listen, raft_address_)))));
 
   HttpServerOptions http_options;
   http_options.host = listen.host;
@@ -180,6 +189,57 @@ Status Server::Init() {
     lease_keeper_ = std::thread([this] { ExpireSilentHolders(); });
   }
   return Status::Ok();
+}
+
+Status Server::StartAccessControl() {
+  const bool enabled = AccessControlConfigured(config_);
+  KVATLAS_ASSIGN_OR_RETURN(std::vector<TokenEntry> tokens, LoadTokens(config_));
+  const size_t count = tokens.size();
+  auth_ = std::make_unique<Authenticator>(enabled, std::move(tokens));
+  audit_ = std::make_unique<AuditLog>(&metrics_);
+  metrics_.SetAuthTokens(enabled ? count : 0);
+  const std::vector<std::string> exposed = ExposedListeners(config_);
+  if (enabled) {
+    LogInfo("access control on: " + std::to_string(count) + " token(s) configured");
+    if (count == 0) LogWarning("access control is on but no token is configured: every request "
+                               "that needs one is refused until tokens are added (SIGHUP)");
+    if (config_.insecure) LogWarning("--insecure has no effect: tokens are configured");
+  } else if (!exposed.empty()) {
+    std::string list;
+    for (const std::string& e : exposed) list += (list.empty() ? "" : ", ") + e;
+    LogWarning("ACCESS CONTROL IS OFF (--insecure) while listening where other machines can "
+               "reach this server (" +
+               list + "): anyone who can connect can read, write and administer it");
+  } else {
+    LogInfo("access control off: no tokens configured; every listener is loopback-only");
+  }
+  return Status::Ok();
+}
+
+void Server::ReloadTokens(const Config& fresh) {
+  Result<std::vector<TokenEntry>> tokens = LoadTokens(fresh);
+  if (!tokens) {
+    metrics_.RecordTokenReload(false, 0);
+    LogError("SIGHUP: the tokens were not reloaded (the old ones stay): " +
+             tokens.error().ToString());
+    return;
+  }
+  if (!auth_->enabled()) {
+    if (!AccessControlConfigured(fresh)) {
+      LogInfo("SIGHUP: access control is off (no tokens configured): nothing to reload");
+      return;
+    }
+    metrics_.RecordTokenReload(false, 0);
+    LogError("SIGHUP: tokens are configured now, but this server started without access "
+             "control; restart it to turn access control on");
+    return;
+  }
+  const size_t count = tokens->size();
+  auth_->Replace(std::move(*tokens));
+  metrics_.RecordTokenReload(true, count);
+  audit_->Note("tokens reloaded: " + std::to_string(count) + " token(s) configured");
+  // Connections holding a token that was removed end now, not at their next request.
+  if (rpc_) rpc_->RecheckCredentials();
 }
 
 void Server::ExpireSilentHolders() {

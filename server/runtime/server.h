@@ -52,6 +52,12 @@ class Server {
   // from disk, which is behind the memory index after the failure).
   bool failed() const { return (applier_ && applier_->failed()) || (raft_ && raft_->failed()); }
 
+  // SIGHUP: replaces the token set with the one `fresh` configures (its `tokens` and token
+  // file, read again). Connections and streams whose token is still configured go on;
+  // those whose token was removed end (docs/security.md §Tokens and roles). A set that
+  // cannot be read keeps the old one (logged). Other settings of `fresh` are ignored.
+  void ReloadTokens(const Config& fresh);
+
   // Stops the binary protocol and HTTP (in-flight requests are answered), drains and stops
   // the applier, flushes storage and removes DATA_DIR/rpc.addr and DATA_DIR/http.addr.
   // Idempotent; returns the flush error, if any.
@@ -60,6 +66,8 @@ class Server {
  private:
   explicit Server(Config config) : config_(std::move(config)) {}
   Status Init();
+  // Reads the tokens, decides whether access control is on and logs what it means.
+  Status StartAccessControl();
   // Creates the ZMQ ingest, registers the config file's publishers and starts following.
   Status StartZmqIngest();
   // Opens DATA_DIR/raft and starts this server's member of the raft cluster.
@@ -88,6 +96,8 @@ class Server {
   std::unique_ptr<LeaseTracker> leases_;
   std::atomic<ZmqIngest*> zmq_notify_{nullptr};  // zmq_ once started, for the registry listener
   Metrics metrics_;
+  std::unique_ptr<Authenticator> auth_;  // outlives the servers that use it
+  std::unique_ptr<AuditLog> audit_;
   Services services_;
   std::unique_ptr<RpcServer> rpc_;
   std::unique_ptr<HttpServer> http_;

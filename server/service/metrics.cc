@@ -101,6 +101,8 @@ std::string_view RpcTypeName(size_t type) {
       return "snapshot";
     case protocol::MessageType::kHeartbeat:
       return "heartbeat";
+    case protocol::MessageType::kAuth:
+      return "auth";
   }
   return "other";
 }
@@ -134,6 +136,29 @@ void Metrics::RecordRequest(std::string_view route, int status, std::optional<do
   if (bucket != std::end(kLatencyBuckets)) ++h.buckets[bucket - std::begin(kLatencyBuckets)];
   ++h.count;
   h.sum += *seconds;
+}
+
+void Metrics::RecordAuthFailure(std::string_view reason) {
+  std::lock_guard lock(mu_);
+  auto it = auth_failures_.find(reason);
+  if (it == auth_failures_.end()) it = auth_failures_.emplace(std::string(reason), 0).first;
+  ++it->second;
+}
+
+void Metrics::RecordAdminAction(std::string_view action, std::string_view outcome) {
+  std::lock_guard lock(mu_);
+  ++admin_actions_[{std::string(action), std::string(outcome)}];
+}
+
+void Metrics::RecordTokenReload(bool ok, size_t tokens) {
+  std::lock_guard lock(mu_);
+  ++token_reloads_[ok ? "ok" : "failed"];
+  if (ok) auth_tokens_ = tokens;
+}
+
+void Metrics::SetAuthTokens(size_t tokens) {
+  std::lock_guard lock(mu_);
+  auth_tokens_ = tokens;
 }
 
 bool Metrics::RecordUnknownMedium(std::string_view medium) {
@@ -184,6 +209,24 @@ std::string Metrics::Render(const StateGauges& gauges) const {
                     "Accepted events whose medium is not a known name, by medium (mapped to "
                     "the nearest tier).",
                     "medium", unknown_media_);
+    LabelledCounter(&out, "kvatlas_auth_failures_total",
+                    "Requests and connections refused by access control (REST and binary "
+                    "protocol), by reason.",
+                    "reason", auth_failures_);
+    Family(&out, "kvatlas_admin_actions_total", "counter",
+           "Admin requests (registrations, cluster membership, leadership transfer) that "
+           "passed access control, by action and outcome.");
+    for (const auto& [key, count] : admin_actions_) {
+      Sample(&out, "kvatlas_admin_actions_total",
+             Label("action", key.first) + "," + Label("outcome", key.second),
+             static_cast<double>(count));
+    }
+    LabelledCounter(&out, "kvatlas_auth_token_reloads_total",
+                    "Token set reloads (SIGHUP), by outcome; a failed reload keeps the old set.",
+                    "outcome", token_reloads_);
+    Single(&out, "kvatlas_auth_tokens", "gauge",
+           "Access tokens configured (0 with access control off).",
+           static_cast<double>(auth_tokens_));
   }
   Family(&out, "kvatlas_rpc_requests_total", "counter",
          "Binary-protocol requests answered, by message type and status code.");

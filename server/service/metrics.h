@@ -70,6 +70,17 @@ class Metrics {
     rpc_buffered_bytes_.store(bytes, std::memory_order_relaxed);
   }
 
+  // Access control (docs/security.md §Audit log). A refused request or connection, by
+  // reason (a short fixed label: missing_token, invalid_token, revoked_token, forbidden,
+  // host_not_allowed).
+  void RecordAuthFailure(std::string_view reason);
+  // An admin request that passed access control: its action (the route, e.g. "POST
+  // /register") and outcome ("ok" or the error's wire name). Both label sets are bounded.
+  void RecordAdminAction(std::string_view action, std::string_view outcome);
+  // A token reload (SIGHUP); on success `tokens` becomes the kvatlas_auth_tokens gauge.
+  void RecordTokenReload(bool ok, size_t tokens);
+  void SetAuthTokens(size_t tokens);
+
   [[nodiscard]] std::string Render(const StateGauges& gauges) const;
 
  private:
@@ -83,6 +94,10 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // (route, status) → count
   std::map<std::string, Histogram, std::less<>> latency_;     // route → histogram
   std::map<std::string, uint64_t, std::less<>> unknown_media_;
+  std::map<std::string, uint64_t, std::less<>> auth_failures_;                  // reason → count
+  std::map<std::pair<std::string, std::string>, uint64_t> admin_actions_;      // (action, outcome)
+  std::map<std::string, uint64_t, std::less<>> token_reloads_;                 // outcome → count
+  size_t auth_tokens_ = 0;
   std::atomic<uint64_t> in_flight_{0};
   // RPC answers by [message type][status code]; larger numbers count in the last slot.
   static constexpr size_t kRpcTypes = 16;

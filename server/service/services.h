@@ -16,6 +16,8 @@
 #include "server/feed/change_feed.h"
 #include "server/index/index.h"
 #include "server/ingest/event_converter.h"
+#include "server/service/audit.h"
+#include "server/service/auth.h"
 #include "server/service/metrics.h"
 #include "server/state/applier.h"
 #include "server/state/lease_tracker.h"
@@ -58,6 +60,9 @@ struct Services {
   ReplicatedLog* log = nullptr;    // null without replication (tests)
   ChangeFeed* feed = nullptr;      // null without a change feed (tests)
   LeaseTracker* leases = nullptr;  // null = holder leases off (tests)
+  // Access control (auth.h): null = off, every request is the anonymous admin (tests).
+  const Authenticator* auth = nullptr;
+  AuditLog* audit = nullptr;  // null = no audit lines (tests)
   uint64_t server_id = 1;
   // This server's addresses as it announces them (GET /v1/cluster, AnnounceCommand): the
   // bound ones, with a wildcard host replaced by the raft address's host.

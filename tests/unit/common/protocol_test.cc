@@ -261,10 +261,30 @@ TEST_SUITE("protocol") {
     CHECK(static_cast<int>(MessageType::kWatch) == 7);
     CHECK(static_cast<int>(MessageType::kSnapshot) == 8);
     CHECK(static_cast<int>(MessageType::kHeartbeat) == 9);
+    CHECK(static_cast<int>(MessageType::kAuth) == 10);
+    CHECK(static_cast<int>(StatusCode::kUnauthenticated) == 18);
+    CHECK(static_cast<int>(StatusCode::kPermissionDenied) == 19);
+    CHECK(HttpStatusOf(StatusCode::kUnauthenticated) == 401);
+    CHECK(HttpStatusOf(StatusCode::kPermissionDenied) == 403);
+    CHECK(WireNameOf(StatusCode::kPermissionDenied) == "permission_denied");
     CHECK(kHeaderBytes == 20);
   }
 
   TEST_CASE("Protocol: payloads have the documented bytes") {
+    SUBCASE("auth") {
+      CHECK(EncodeAuthRequest({"kvt_ab"}) == Bytes("\x06kvt_ab"));
+      CHECK(DecodeAuthRequest(Bytes("\x06kvt_ab")).value() == AuthRequest{"kvt_ab"});
+      CHECK(EncodeAuthAnswer({Role::kWrite, "vllm-0"}) == Bytes("\x02\x06vllm-0"));
+      CHECK(DecodeAuthAnswer(Bytes("\x02\x06vllm-0")).value() ==
+            AuthAnswer{Role::kWrite, "vllm-0"});
+      CHECK(DecodeAuthRequest(Bytes("\x00")).status().message() == "token: must not be empty");
+      CHECK(DecodeAuthRequest(EncodeAuthRequest({std::string(1025, 't')}))
+                .status()
+                .message()
+                .starts_with("token: 1025 bytes, longer than the limit of 1024"));
+      CHECK(DecodeAuthRequest(Bytes("\x01tx")).status().message() == "payload: 1 trailing bytes");
+      CHECK(DecodeAuthAnswer(Bytes("\x04\x00")).status().message().starts_with("role: must be"));
+    }
     SUBCASE("heartbeat") {
       CHECK(EncodeHeartbeatRequest({{HolderKey{"a", 1}, HolderKey{"bc", 300}}}) ==
             Bytes("\x02"  // holders

@@ -30,7 +30,9 @@ typedef enum kvatlas_code {
   KVATLAS_CORRUPTION = 9,
   KVATLAS_IO_ERROR = 10,
   KVATLAS_INTERNAL = 11,
-  KVATLAS_PAYLOAD_TOO_LARGE = 12
+  KVATLAS_PAYLOAD_TOO_LARGE = 12,
+  KVATLAS_UNAUTHENTICATED = 18,  /* no token, or one the server refuses (or removed) */
+  KVATLAS_PERMISSION_DENIED = 19 /* the token's role does not allow the call */
 } kvatlas_code;
 
 typedef struct kvatlas_client kvatlas_client; /* opaque */
@@ -50,6 +52,17 @@ const char* kvatlas_code_name(kvatlas_code code);
  * accepted a connection. */
 kvatlas_code kvatlas_open(const char* endpoints, int64_t timeout_ms, kvatlas_client** out,
                           kvatlas_error** err);
+/* kvatlas_open with more options. Fields added later go at the end; zero-initialise the
+ * struct ({0}) so that they take their defaults. */
+typedef struct kvatlas_open_options {
+  const char* endpoints; /* as kvatlas_open's */
+  int64_t timeout_ms;    /* as kvatlas_open's */
+  const char* token;     /* the access token (docs/security.md); NULL or "" = none */
+} kvatlas_open_options;
+/* As kvatlas_open; also KVATLAS_UNAUTHENTICATED when the server refuses the token. */
+kvatlas_code kvatlas_open_with(const kvatlas_open_options* options, kvatlas_client** out,
+                               kvatlas_error** err);
+
 /* Fails calls still pending, closes the connections, frees the handle. NULL is a no-op. */
 void kvatlas_close(kvatlas_client* client);
 

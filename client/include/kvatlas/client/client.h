@@ -67,6 +67,12 @@ struct ClientOptions {
   // with kPayloadTooLarge without being sent, since the server would close the connection
   // (failing the other calls on it). Match the server's rpc_max_frame_bytes.
   uint32_t max_request_bytes = protocol::kDefaultMaxPayloadBytes;
+  // The access token (docs/security.md), sent as each connection's first frame (kAuth); a
+  // connection's calls are pipelined behind it. Empty = none (a server with access control
+  // off). A token the server refuses fails Connect, and every call made on that connection,
+  // with kUnauthenticated; a role that does not allow a call fails it with
+  // kPermissionDenied. At most protocol::kMaxTokenBytes.
+  std::string token;
 };
 
 // A watch of the change feed (Client::Watch; docs/feed.md §Binary watch).
@@ -133,7 +139,8 @@ class Client {
   // round. Succeeds when at least one connection is up (the others retry on use).
   // Returns kInvalidArgument for bad options (no endpoints, a malformed endpoint, zero
   // connections or max_in_flight, non-positive timeouts), kUnavailable when no endpoint
-  // accepted a connection (the message names the endpoint and the reason).
+  // accepted a connection (the message names the endpoint and the reason),
+  // kUnauthenticated when the server refused the token (or needs one).
   [[nodiscard]] static Result<std::unique_ptr<Client>> Connect(ClientOptions options);
 
   // Fails the calls still pending with kUnavailable, closes the connections and joins the

@@ -18,6 +18,7 @@
 #include "kvatlas/common/feed.h"
 #include "kvatlas/common/lookup.h"
 #include "kvatlas/common/result.h"
+#include "kvatlas/common/role.h"
 #include "kvatlas/common/routing.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
@@ -43,6 +44,7 @@ enum class MessageType : uint8_t {
   kWatch = 7,      // request: WatchRequest → a stream of response frames (docs/protocol.md)
   kSnapshot = 8,   // request: SnapshotRequest → one or more SnapshotPart response frames
   kHeartbeat = 9,  // request: HeartbeatRequest → response: HeartbeatAnswer (holder leases)
+  kAuth = 10,      // request: AuthRequest → response: AuthAnswer; a connection's first frame
 };
 
 inline constexpr uint8_t kFlagResponse = 1;  // set on every frame the server sends
@@ -291,5 +293,23 @@ struct HeartbeatAnswer {
 [[nodiscard]] Result<HeartbeatRequest> DecodeHeartbeatRequest(std::string_view payload);
 [[nodiscard]] std::string EncodeHeartbeatAnswer(const HeartbeatAnswer& answer);
 [[nodiscard]] Result<HeartbeatAnswer> DecodeHeartbeatAnswer(std::string_view payload);
+
+// kAuth (protocol_auth.cc; docs/protocol.md §kAuth): presents an access token. On a server
+// with access control on it must be a connection's first frame; the answer names the
+// token and its role. A token is 1 … kMaxTokenBytes bytes.
+inline constexpr size_t kMaxTokenBytes = 1024;
+struct AuthRequest {
+  std::string token;
+  friend bool operator==(const AuthRequest&, const AuthRequest&) = default;
+};
+struct AuthAnswer {
+  Role role = Role::kRead;  // u8 on the wire: 1 read, 2 write, 3 admin
+  std::string name;         // the token's configured name ("anonymous" with access control off)
+  friend bool operator==(const AuthAnswer&, const AuthAnswer&) = default;
+};
+[[nodiscard]] std::string EncodeAuthRequest(const AuthRequest& request);
+[[nodiscard]] Result<AuthRequest> DecodeAuthRequest(std::string_view payload);
+[[nodiscard]] std::string EncodeAuthAnswer(const AuthAnswer& answer);
+[[nodiscard]] Result<AuthAnswer> DecodeAuthAnswer(std::string_view payload);
 
 }  // namespace kvatlas::protocol

@@ -47,6 +47,12 @@ class [[nodiscard]] Status {
   static Status PayloadTooLarge(std::string msg) {
     return {StatusCode::kPayloadTooLarge, std::move(msg)};
   }
+  static Status Unauthenticated(std::string msg) {
+    return {StatusCode::kUnauthenticated, std::move(msg)};
+  }
+  static Status PermissionDenied(std::string msg) {
+    return {StatusCode::kPermissionDenied, std::move(msg)};
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

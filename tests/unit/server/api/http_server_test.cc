@@ -22,22 +22,24 @@ using nlohmann::json;
 
 Router StubRouter() {
   Router router;
-  router.Add({"POST", "/echo", /*json_body=*/true,
+  router.Add({"POST", "/echo", RouteAccess::kRead,
               [](const RouteRequest& r) -> Result<HttpReply> { return JsonReply(r.http.body); }});
-  router.Add({"GET", "/item/{id}", false, [](const RouteRequest& r) -> Result<HttpReply> {
+  router.Add({"GET", "/item/{id}", RouteAccess::kRead, [](const RouteRequest& r) -> Result<HttpReply> {
                 return JsonReply(json{{"id", r.path_param}}.dump());
               }});
-  router.Add({"GET", "/fail", false, [](const RouteRequest&) -> Result<HttpReply> {
+  router.Add({"GET", "/fail", RouteAccess::kRead, [](const RouteRequest&) -> Result<HttpReply> {
                 return Status::Unavailable("not now");
               }});
-  router.Add({"GET", "/throw", false,
+  router.Add({"GET", "/throw", RouteAccess::kRead,
               [](const RouteRequest&) -> Result<HttpReply> { throw std::runtime_error("boom"); }});
-  router.Add({"GET", "/param", false, [](const RouteRequest& r) -> Result<HttpReply> {
+  router.Add({"GET", "/param", RouteAccess::kRead, [](const RouteRequest& r) -> Result<HttpReply> {
                 return JsonReply(json{{"name", r.http.get_param_value("name")},
                                       {"header", r.http.get_header_value("x-CASE")}}
                                      .dump());
               }});
-  router.Add({"GET", "/events", false, [](const RouteRequest&) -> Result<HttpReply> {
+  router.Add({"POST", "/store", RouteAccess::kWrite,
+              [](const RouteRequest& r) -> Result<HttpReply> { return JsonReply(r.http.body); }});
+  router.Add({"GET", "/events", RouteAccess::kRead, [](const RouteRequest&) -> Result<HttpReply> {
                 HttpReply reply;
                 reply.content_type = "text/event-stream";
                 reply.stream = [n = 0](const HttpReply::Write& write) mutable {
@@ -147,7 +149,7 @@ TEST_SUITE("HttpServer") {
 
   TEST_CASE("HttpServer: a kNotLeader route error goes to the not-leader handler") {
     Router router = StubRouter();
-    router.Add({"POST", "/write", /*json_body=*/true, [](const RouteRequest&) -> Result<HttpReply> {
+    router.Add({"POST", "/write", RouteAccess::kWrite, [](const RouteRequest&) -> Result<HttpReply> {
                   return Status(StatusCode::kNotLeader, "not the leader");
                 }});
     router.SetNotLeaderHandler([](const RouteRequest& r, const Status& s) {
@@ -188,6 +190,31 @@ TEST_SUITE("HttpServer") {
     auto charset = client.Post("/echo", "{}", "application/json; charset=utf-8");
     REQUIRE(charset);
     CHECK(charset->status == 200);
+  }
+
+  TEST_CASE("HttpServer: write routes take only JSON: no CORS-simple or absent type") {
+    Fixture f;
+    auto client = f.Client();
+    // What a browser sends cross-origin without a preflight: the three CORS-safelisted
+    // types, and none at all (fetch with a Blob body).
+    for (const char* type : {"application/x-www-form-urlencoded", "multipart/form-data; b=x",
+                             "text/plain", "TEXT/PLAIN;charset=utf-8"}) {
+      CAPTURE(type);
+      CheckError(client.Post("/store", "{}", type), 415, "unsupported_media_type");
+    }
+    RawConnection raw(f.server.port());
+    raw.Send("POST /store HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
+             "Connection: close\r\n\r\n{}");
+    const std::string answer = raw.ReadUntilClosed(std::chrono::seconds(5));
+    CHECK(answer.starts_with("HTTP/1.1 415"));
+    CHECK(answer.find("got none") != std::string::npos);
+    for (const char* type : {"application/json", "application/json; charset=utf-8",
+                             "application/merge-patch+json"}) {
+      CAPTURE(type);
+      auto ok = client.Post("/store", "{}", type);
+      REQUIRE(ok);
+      CHECK(ok->status == 200);
+    }
   }
 
   TEST_CASE("HttpServer: every answer is counted by route pattern and code") {
@@ -303,7 +330,7 @@ TEST_SUITE("HttpServer") {
     std::shared_future<void> released = release.get_future().share();
     std::promise<void> entered;
     Router router = StubRouter();
-    router.Add({"GET", "/block", false, [&](const RouteRequest&) -> Result<HttpReply> {
+    router.Add({"GET", "/block", RouteAccess::kRead, [&](const RouteRequest&) -> Result<HttpReply> {
                   entered.set_value();
                   released.wait();
                   return JsonReply("{}");

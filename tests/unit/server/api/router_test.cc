@@ -10,10 +10,10 @@ namespace {
 Router TestRouter() {
   Router router;
   const RouteHandler ok = [](const RouteRequest&) -> Result<HttpReply> { return JsonReply("{}"); };
-  router.Add({"POST", "/v1/events", true, ok});
-  router.Add({"GET", "/v1/stats", false, ok});
-  router.Add({"POST", "/v1/stats", false, ok});
-  router.Add({"GET", "/v1/blocks/{key}", false, ok});
+  router.Add({"POST", "/v1/events", RouteAccess::kWrite, ok});
+  router.Add({"GET", "/v1/stats", RouteAccess::kRead, ok});
+  router.Add({"POST", "/v1/stats", RouteAccess::kRead, ok});
+  router.Add({"GET", "/v1/blocks/{key}", RouteAccess::kRead, ok});
   return router;
 }
 
