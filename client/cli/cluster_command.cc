@@ -107,10 +107,10 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* 
   client.set_write_timeout(seconds.count(), micros.count());
   httplib::Headers headers;
   for (auto& [name, value] : AuthHeaders(TokenFrom(args))) headers.emplace(name, value);
-  httplib::Result result = method == "GET"      ? client.Get(path, headers)
-                           : method == "DELETE" ? client.Delete(path, headers)
-                                                : client.Post(path, headers, body.dump(),
-                                                              "application/json");
+  httplib::Result result = method == "GET" ? client.Get(path, headers)
+                           : method == "DELETE"
+                               ? client.Delete(path, headers)
+                               : client.Post(path, headers, body.dump(), "application/json");
   if (!result) {
     std::fprintf(stderr,
                  "kvatlas: cannot reach the kvatlas REST API at %s: %s\n"

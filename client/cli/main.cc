@@ -28,7 +28,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kUsage[] = R"(usage: kvatlas [--server HOST:PORT] [--timeout-ms N] [--token T] <command> [args]
+constexpr char kUsage[] =
+    R"(usage: kvatlas [--server HOST:PORT] [--timeout-ms N] [--token T] <command> [args]
 
 The server defaults to $KVATLAS_SERVER, else 127.0.0.1:7071 (the binary protocol port).
 The access token (a server with access control on) is --token, else $KVATLAS_TOKEN; prefer
@@ -73,6 +74,11 @@ int Usage(const std::string& problem) {
 
 int Failed(const Status& status) {
   std::fprintf(stderr, "kvatlas: %s\n", status.ToString().c_str());
+  if (status.code() == StatusCode::kUnauthenticated) {
+    std::fprintf(stderr,
+                 "  The server needs a valid access token: give it with --token or "
+                 "KVATLAS_TOKEN.\n");
+  }
   return 1;
 }
 
@@ -92,13 +98,8 @@ std::unique_ptr<Client> ConnectOrExplain(const std::string& server,
                  "  Is kvatlas-server running with --rpc-listen %s? Pick the server with "
                  "--server HOST:PORT or KVATLAS_SERVER.\n",
                  server.c_str(), client.error().message().c_str(), server.c_str());
-  } else if (client.error().code() == StatusCode::kUnauthenticated) {
-    std::fprintf(stderr,
-                 "kvatlas: %s\n  The server at %s needs a valid access token: give it with "
-                 "--token or KVATLAS_TOKEN.\n",
-                 client.error().ToString().c_str(), server.c_str());
   } else {
-    std::fprintf(stderr, "kvatlas: %s\n", client.error().ToString().c_str());
+    (void)Failed(client.error());
   }
   return nullptr;
 }

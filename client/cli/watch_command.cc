@@ -75,7 +75,7 @@ Result<uint64_t> ParseU64(std::string_view text, std::string_view what) {
 
 struct WatchOptions {
   std::string address;
-  std::string token;  // "" = none
+  std::string token;             // "" = none
   std::optional<uint64_t> from;  // nullopt = now
   httplib::Params filters;
   uint64_t count = 0;  // 0 = no limit

@@ -38,8 +38,8 @@ Result<AuthAnswer> DecodeAuthAnswer(std::string_view payload) {
   PayloadReader in(payload);
   AuthAnswer answer;
   const uint8_t role = in.U8("role");
-  if (in.ok() && (role < static_cast<uint8_t>(Role::kRead) ||
-                  role > static_cast<uint8_t>(Role::kAdmin))) {
+  if (in.ok() &&
+      (role < static_cast<uint8_t>(Role::kRead) || role > static_cast<uint8_t>(Role::kAdmin))) {
     in.Reject("role", "must be 1 (read), 2 (write) or 3 (admin), got " + std::to_string(role));
   }
   answer.role = static_cast<Role>(role);

@@ -31,6 +31,34 @@ FrameHeader ParseHeader(uint32_t length, ByteReader* in) {
 
 }  // namespace
 
+std::string_view MessageTypeName(MessageType type) {
+  switch (type) {
+    case MessageType::kError:
+      return "error";
+    case MessageType::kIngest:
+      return "ingest";
+    case MessageType::kLookup:
+      return "lookup";
+    case MessageType::kLocate:
+      return "locate";
+    case MessageType::kStats:
+      return "stats";
+    case MessageType::kPing:
+      return "ping";
+    case MessageType::kRoute:
+      return "route";
+    case MessageType::kWatch:
+      return "watch";
+    case MessageType::kSnapshot:
+      return "snapshot";
+    case MessageType::kHeartbeat:
+      return "heartbeat";
+    case MessageType::kAuth:
+      return "auth";
+  }
+  return "other";
+}
+
 void AppendFrame(FrameHeader header, std::string_view payload, std::string* out) {
   out->reserve(out->size() + kHeaderBytes + payload.size());
   PutFixed32(out, static_cast<uint32_t>(kHeaderBodyBytes + payload.size()));

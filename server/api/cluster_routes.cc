@@ -131,8 +131,8 @@ Result<HttpReply> HandleTransfer(const Services& api, const RouteRequest& reques
 }  // namespace
 
 void AddClusterRoutes(const Services* api, Router* router) {
-  router->Add(
-      {"GET", "/v1/cluster", RouteAccess::kRead, [api](const RouteRequest&) { return HandleCluster(*api); }});
+  router->Add({"GET", "/v1/cluster", RouteAccess::kRead,
+               [api](const RouteRequest&) { return HandleCluster(*api); }});
   router->Add({"POST", "/v1/cluster/members", RouteAccess::kAdmin,
                [api](const RouteRequest& request) { return HandleAdd(*api, request); }});
   router->Add({"DELETE", "/v1/cluster/members/{id}", RouteAccess::kAdmin,

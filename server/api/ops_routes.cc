@@ -23,13 +23,15 @@ void AddOpsRoutes(const Services* api, Router* router) {
   router->Add({"GET", "/healthz", RouteAccess::kOpen, [](const RouteRequest&) -> Result<HttpReply> {
                  return JsonReply(R"({"status":"ok"})");
                }});
-  router->Add({"GET", "/readyz", RouteAccess::kOpen, [api](const RouteRequest&) { return HandleReady(*api); }});
-  router->Add({"GET", "/metrics", RouteAccess::kRead, [api](const RouteRequest&) -> Result<HttpReply> {
-                 HttpReply reply;
-                 reply.body = MetricsText(*api);
-                 reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-                 return reply;
-               }});
+  router->Add({"GET", "/readyz", RouteAccess::kOpen,
+               [api](const RouteRequest&) { return HandleReady(*api); }});
+  router->Add(
+      {"GET", "/metrics", RouteAccess::kRead, [api](const RouteRequest&) -> Result<HttpReply> {
+         HttpReply reply;
+         reply.body = MetricsText(*api);
+         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+         return reply;
+       }});
 }
 
 void AddAllRoutes(const Services* api, Router* router) {

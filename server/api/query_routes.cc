@@ -124,12 +124,12 @@ void AddQueryRoutes(const Services* api, Router* router) {
                [api](const RouteRequest& request) { return HandleLookup(*api, request); }});
   router->Add({"GET", "/v1/blocks/{key}", RouteAccess::kRead,
                [api](const RouteRequest& request) { return HandleBlock(*api, request); }});
-  router->Add(
-      {"GET", "/v1/holders", RouteAccess::kRead, [api](const RouteRequest&) { return HandleHolders(*api); }});
-  router->Add(
-      {"GET", "/v1/contexts", RouteAccess::kRead, [api](const RouteRequest&) { return HandleContexts(*api); }});
-  router->Add(
-      {"GET", "/v1/stats", RouteAccess::kRead, [api](const RouteRequest&) { return HandleStats(*api); }});
+  router->Add({"GET", "/v1/holders", RouteAccess::kRead,
+               [api](const RouteRequest&) { return HandleHolders(*api); }});
+  router->Add({"GET", "/v1/contexts", RouteAccess::kRead,
+               [api](const RouteRequest&) { return HandleContexts(*api); }});
+  router->Add({"GET", "/v1/stats", RouteAccess::kRead,
+               [api](const RouteRequest&) { return HandleStats(*api); }});
 }
 
 }  // namespace kvatlas::server

@@ -67,8 +67,8 @@ void AddRegistrationRoutes(const Services* api, Router* router) {
                [api](const RouteRequest& request) { return HandleUnregister(*api, request); }});
   router->Add({"GET", "/v1/registrations", RouteAccess::kRead,
                [api](const RouteRequest&) { return HandleRegistrations(*api); }});
-  router->Add(
-      {"GET", "/v1/streams", RouteAccess::kRead, [api](const RouteRequest&) { return HandleStreams(*api); }});
+  router->Add({"GET", "/v1/streams", RouteAccess::kRead,
+               [api](const RouteRequest&) { return HandleStreams(*api); }});
 }
 
 }  // namespace kvatlas::server

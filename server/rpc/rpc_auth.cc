@@ -11,56 +11,33 @@ namespace {
 using protocol::Frame;
 using protocol::MessageType;
 
-// The role a request type needs. kError and unknown types need read: any authenticated
-// connection gets their invalid_argument answer.
-Role RoleFor(MessageType type) {
-  switch (type) {
-    case MessageType::kIngest:
-    case MessageType::kHeartbeat:
-      return Role::kWrite;
-    case MessageType::kError:
-    case MessageType::kLookup:
-    case MessageType::kLocate:
-    case MessageType::kStats:
-    case MessageType::kPing:
-    case MessageType::kRoute:
-    case MessageType::kWatch:
-    case MessageType::kSnapshot:
-    case MessageType::kAuth:
-      break;
-  }
-  return Role::kRead;
-}
-
-std::string TypeName(MessageType type) {
-  switch (type) {
-    case MessageType::kIngest:
-      return "ingest";
-    case MessageType::kLookup:
-      return "lookup";
-    case MessageType::kLocate:
-      return "locate";
-    case MessageType::kStats:
-      return "stats";
-    case MessageType::kPing:
-      return "ping";
-    case MessageType::kRoute:
-      return "route";
-    case MessageType::kWatch:
-      return "watch";
-    case MessageType::kSnapshot:
-      return "snapshot";
-    case MessageType::kHeartbeat:
-      return "heartbeat";
-    case MessageType::kAuth:
-      return "auth";
-    case MessageType::kError:
-      break;
-  }
+std::string Described(MessageType type) {
+  const std::string_view name = protocol::MessageTypeName(type);
+  if (name != "other") return std::string(name);
   return "type " + std::to_string(static_cast<unsigned>(type));
 }
 
 }  // namespace
+
+std::optional<Role> RequiredRole(MessageType type) {
+  switch (type) {
+    case MessageType::kIngest:
+    case MessageType::kHeartbeat:
+      return Role::kWrite;
+    case MessageType::kLookup:
+    case MessageType::kLocate:
+    case MessageType::kStats:
+    case MessageType::kPing:
+    case MessageType::kRoute:
+    case MessageType::kWatch:
+    case MessageType::kSnapshot:
+    case MessageType::kAuth:
+      return Role::kRead;
+    case MessageType::kError:
+      break;
+  }
+  return std::nullopt;
+}
 
 bool RpcHandler::AwaitingAuth(const RpcSession& session) const {
   return api_->auth != nullptr && api_->auth->enabled() && !session.principal;
@@ -71,14 +48,14 @@ RpcHandler::Admission RpcHandler::Admit(const Frame& request, RpcSession* sessio
   const protocol::FrameHeader& header = request.header;
   const Authenticator* auth = api_->auth;
   const bool enabled = auth != nullptr && auth->enabled();
-  const std::string what = TypeName(header.type);
+  const std::string what = Described(header.type);
   const auto refuse = [&](AuthFailure reason, std::string_view name, const Status& status,
                           Admission admission) {
     if (api_->audit != nullptr) {
       api_->audit->Refused({"rpc", session->peer, what}, reason, name, status);
     }
-    AppendError(header.is_response() ? MessageType::kError : header.type, header.request_id,
-                status, out);
+    AppendError(header.is_response() ? MessageType::kError : header.type, header.request_id, status,
+                out);
     return admission;
   };
   if (header.type == MessageType::kAuth && !header.is_response()) {
@@ -123,8 +100,9 @@ RpcHandler::Admission RpcHandler::Admit(const Frame& request, RpcSession* sessio
                 out);
     return Admission::kClose;
   }
-  if (Status s = Authenticator::Authorize(*session->principal, RoleFor(header.type), what);
-      !s.ok()) {
+  // kError and unknown types: any authenticated connection gets their invalid_argument.
+  const Role needed = RequiredRole(header.type).value_or(Role::kRead);
+  if (Status s = Authenticator::Authorize(*session->principal, needed, what); !s.ok()) {
     return refuse(AuthFailure::kForbidden, session->principal->name, s, Admission::kAnswered);
   }
   return Admission::kServe;

@@ -248,8 +248,7 @@ bool RpcConnection::Admitted(const protocol::Frame& frame) {
       Answered();
       LogInfo("rpc " + peer_ + ": closing the connection: refused by access control");
       if (streams_.has_watches()) {
-        streams_.EndWatches(Status::Unauthenticated("the connection's token is not valid"),
-                            &out_);
+        streams_.EndWatches(Status::Unauthenticated("the connection's token is not valid"), &out_);
       }
       CloseAfterFlush();
       return false;

@@ -18,24 +18,8 @@ namespace {
 using protocol::Frame;
 using protocol::MessageType;
 
-bool KnownRequestType(MessageType type) {
-  switch (type) {
-    case MessageType::kIngest:
-    case MessageType::kLookup:
-    case MessageType::kLocate:
-    case MessageType::kStats:
-    case MessageType::kPing:
-    case MessageType::kRoute:
-    case MessageType::kWatch:
-    case MessageType::kSnapshot:
-    case MessageType::kHeartbeat:
-    case MessageType::kAuth:
-      return true;
-    case MessageType::kError:
-      break;
-  }
-  return false;
-}
+// A request type the server serves (kError and unknown numbers are not).
+bool KnownRequestType(MessageType type) { return RequiredRole(type).has_value(); }
 
 Status RequireEmpty(const Frame& request, std::string_view what) {
   if (request.payload.empty()) return Status::Ok();

@@ -28,6 +28,10 @@ struct PendingIngest {
   IngestAnswer answer;  // revision is filled in from the Applier's result
 };
 
+// The role a request of `type` needs (docs/security.md §Tokens and roles); nullopt for
+// kError and numbers that are no request type (rpc_auth.cc).
+[[nodiscard]] std::optional<Role> RequiredRole(protocol::MessageType type);
+
 // Who a binary-protocol connection is (RpcHandler::Admit): set by its kAuth frame, or
 // anonymous on a server with access control off. One per connection, on its strand.
 struct RpcSession {

@@ -171,10 +171,9 @@ Result<std::string> GenTokenText(std::span<const std::string> args) {
   const TokenEntry entry{name, *role, DigestOfToken(token)};
   return "# the token (give it to the client: KVATLAS_TOKEN, --token; the server keeps only "
          "its sha256):\n" +
-         token +
-         "\n# a line of the server's token_file:\n" + TokenLine(entry) +
-         "\n# or an entry of the config file's \"tokens\" list:\n" +
-         TokenToJson(entry).dump() + "\n";
+         token + "\n# a line of the server's token_file:\n" + TokenLine(entry) +
+         "\n# or an entry of the config file's \"tokens\" list:\n" + TokenToJson(entry).dump() +
+         "\n";
 }
 
 }  // namespace kvatlas::server

@@ -201,15 +201,18 @@ Status Server::StartAccessControl() {
   const std::vector<std::string> exposed = ExposedListeners(config_);
   if (enabled) {
     LogInfo("access control on: " + std::to_string(count) + " token(s) configured");
-    if (count == 0) LogWarning("access control is on but no token is configured: every request "
-                               "that needs one is refused until tokens are added (SIGHUP)");
+    if (count == 0)
+      LogWarning(
+          "access control is on but no token is configured: every request "
+          "that needs one is refused until tokens are added (SIGHUP)");
     if (config_.insecure) LogWarning("--insecure has no effect: tokens are configured");
   } else if (!exposed.empty()) {
     std::string list;
     for (const std::string& e : exposed) list += (list.empty() ? "" : ", ") + e;
-    LogWarning("ACCESS CONTROL IS OFF (--insecure) while listening where other machines can "
-               "reach this server (" +
-               list + "): anyone who can connect can read, write and administer it");
+    LogWarning(
+        "ACCESS CONTROL IS OFF (--insecure) while listening where other machines can "
+        "reach this server (" +
+        list + "): anyone who can connect can read, write and administer it");
   } else {
     LogInfo("access control off: no tokens configured; every listener is loopback-only");
   }
@@ -230,8 +233,9 @@ void Server::ReloadTokens(const Config& fresh) {
       return;
     }
     metrics_.RecordTokenReload(false, 0);
-    LogError("SIGHUP: tokens are configured now, but this server started without access "
-             "control; restart it to turn access control on");
+    LogError(
+        "SIGHUP: tokens are configured now, but this server started without access "
+        "control; restart it to turn access control on");
     return;
   }
   const size_t count = tokens->size();

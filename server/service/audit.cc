@@ -58,8 +58,8 @@ std::string_view AuthFailureName(AuthFailure reason) {
   return "other";
 }
 
-void AuditLog::Refused(const AuditSource& source, AuthFailure reason,
-                           std::string_view token_name, const Status& status) {
+void AuditLog::Refused(const AuditSource& source, AuthFailure reason, std::string_view token_name,
+                       const Status& status) {
   metrics_->RecordAuthFailure(AuthFailureName(reason));
   uint64_t suppressed = 0;
   {

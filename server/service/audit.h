@@ -52,14 +52,13 @@ class AuditLog {
 
   // A refused request or connection. `token_name` is empty when no valid token was shown.
   void Refused(const AuditSource& source, AuthFailure reason, std::string_view token_name,
-                   const Status& status);
+               const Status& status);
 
   // An admin request that passed access control, once its outcome is known. `action` is a
   // bounded label (the route: "POST /register"); `outcome` is "ok" or the error's wire name
   // (status_codes.def).
-  void AdminAction(const AuditSource& source, std::string_view token_name,
-                   std::string_view action, std::string_view outcome,
-                   std::string_view detail = {});
+  void AdminAction(const AuditSource& source, std::string_view token_name, std::string_view action,
+                   std::string_view outcome, std::string_view detail = {});
 
   // Anything else worth an audit line (token reloads).
   void Note(std::string_view what);

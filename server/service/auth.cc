@@ -185,8 +185,9 @@ Result<Principal> Authenticator::Authenticate(std::optional<std::string_view> to
     return anonymous;
   }
   if (!token || token->empty()) {
-    return Status::Unauthenticated("a token is required (Authorization: Bearer <token>, or the "
-                                   "binary protocol's kAuth frame)");
+    return Status::Unauthenticated(
+        "a token is required (Authorization: Bearer <token>, or the "
+        "binary protocol's kAuth frame)");
   }
   if (token->size() > protocol::kMaxTokenBytes) {
     return Status::Unauthenticated("the token is longer than " +
@@ -200,10 +201,9 @@ Result<Principal> Authenticator::Authenticate(std::optional<std::string_view> to
 
 Status Authenticator::Authorize(const Principal& principal, Role needed, std::string_view what) {
   if (principal.anonymous || RoleAllows(principal.role, needed)) return Status::Ok();
-  return Status::PermissionDenied(std::string(what) + " needs the " +
-                                  std::string(RoleName(needed)) + " role; the token \"" +
-                                  principal.name + "\" has " +
-                                  std::string(RoleName(principal.role)));
+  return Status::PermissionDenied(
+      std::string(what) + " needs the " + std::string(RoleName(needed)) + " role; the token \"" +
+      principal.name + "\" has " + std::string(RoleName(principal.role)));
 }
 
 Result<Principal> Authenticator::Recheck(const Principal& principal) const {

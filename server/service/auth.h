@@ -67,7 +67,7 @@ struct TokenEntry {
 struct Principal {
   std::string name;  // the token's name; "anonymous" with access control off
   Role role = Role::kAdmin;
-  TokenDigest digest{};    // to re-check the token after a reload
+  TokenDigest digest{};     // to re-check the token after a reload
   uint64_t generation = 0;  // the token set it was checked against
   bool anonymous = false;   // access control is off: everything is allowed
 };

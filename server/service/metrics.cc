@@ -80,31 +80,7 @@ void LabelledCounter(std::string* out, std::string_view name, std::string_view h
 
 // Label of a binary-protocol message type number (protocol.h MessageType).
 std::string_view RpcTypeName(size_t type) {
-  switch (static_cast<protocol::MessageType>(type)) {
-    case protocol::MessageType::kError:
-      return "error";
-    case protocol::MessageType::kIngest:
-      return "ingest";
-    case protocol::MessageType::kLookup:
-      return "lookup";
-    case protocol::MessageType::kLocate:
-      return "locate";
-    case protocol::MessageType::kStats:
-      return "stats";
-    case protocol::MessageType::kPing:
-      return "ping";
-    case protocol::MessageType::kRoute:
-      return "route";
-    case protocol::MessageType::kWatch:
-      return "watch";
-    case protocol::MessageType::kSnapshot:
-      return "snapshot";
-    case protocol::MessageType::kHeartbeat:
-      return "heartbeat";
-    case protocol::MessageType::kAuth:
-      return "auth";
-  }
-  return "other";
+  return protocol::MessageTypeName(static_cast<protocol::MessageType>(type));
 }
 
 }  // namespace

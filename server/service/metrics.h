@@ -94,9 +94,9 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // (route, status) → count
   std::map<std::string, Histogram, std::less<>> latency_;     // route → histogram
   std::map<std::string, uint64_t, std::less<>> unknown_media_;
-  std::map<std::string, uint64_t, std::less<>> auth_failures_;                  // reason → count
-  std::map<std::pair<std::string, std::string>, uint64_t> admin_actions_;      // (action, outcome)
-  std::map<std::string, uint64_t, std::less<>> token_reloads_;                 // outcome → count
+  std::map<std::string, uint64_t, std::less<>> auth_failures_;             // reason → count
+  std::map<std::pair<std::string, std::string>, uint64_t> admin_actions_;  // (action, outcome)
+  std::map<std::string, uint64_t, std::less<>> token_reloads_;             // outcome → count
   size_t auth_tokens_ = 0;
   std::atomic<uint64_t> in_flight_{0};
   // RPC answers by [message type][status code]; larger numbers count in the last slot.

@@ -71,6 +71,8 @@ void DecodeEveryPayload(std::string_view p) {
   CheckStable(p, DecodeWatchBatch, EncodeWatchBatch, eq, "watch batch");
   CheckStable(p, DecodeSnapshotRequest, EncodeSnapshotRequest, eq, "snapshot request");
   CheckStable(p, DecodeSnapshotPart, EncodeSnapshotPart, eq, "snapshot part");
+  CheckStable(p, DecodeAuthRequest, EncodeAuthRequest, eq, "auth request");
+  CheckStable(p, DecodeAuthAnswer, EncodeAuthAnswer, eq, "auth answer");
   (void)DecodeWatchEnd(StatusCode::kWatchCut, p);  // never crashes, any bytes
   Check(!DecodeErrorPayload(StatusCode::kOk, p).ok(), "an error payload read as success");
 }
@@ -134,6 +136,8 @@ void WriteSeeds(const std::string& dir) {
           frame(MessageType::kSnapshot, 7, EncodeSnapshotRequest({stored.context}), 0),
       frame(MessageType::kWatch, 6, EncodeWatchBatch(batch), kFlagResponse) +
           frame(MessageType::kSnapshot, 7, EncodeSnapshotPart(part), kFlagResponse),
+      frame(MessageType::kAuth, 0, EncodeAuthRequest({"kvt_token"}), 0) +
+          frame(MessageType::kAuth, 0, EncodeAuthAnswer({Role::kWrite, "vllm-0"}), kFlagResponse),
   };
   int n = 0;
   for (const std::string& seed : seeds) {

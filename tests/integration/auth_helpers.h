@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "kvatlas/common/protocol.h"
+#include "tests/integration/server_process.h"
 #include "tests/support/raw_rpc_connection.h"
 
 namespace kvatlas::testing {
@@ -49,6 +52,17 @@ class AuthedRpc : public RawRpcConnection {
  private:
   uint64_t next_id_ = 100;
 };
+
+// Starts `n` servers of one cluster on loopback (ids 1..n, free raft ports), data
+// directories under `dir`; `extra(i)` gives server i's further arguments.
+std::vector<std::unique_ptr<ServerProcess>> StartCluster(
+    const std::filesystem::path& dir, int n,
+    const std::function<std::vector<std::string>(int)>& extra);
+
+// A follower that is ready (it knows the leader and its address): its index in `servers`
+// and the leader's id. REQUIREs one within 30 s. `token` reads GET /v1/cluster.
+std::pair<int, uint64_t> ReadyFollower(const std::vector<std::unique_ptr<ServerProcess>>& servers,
+                                       const std::string& token);
 
 // GET `path` with `headers` on a thread, collecting the body as it arrives (an SSE stream).
 class StreamReader {

@@ -37,8 +37,11 @@ struct RouteCase {
   int allowed_status = 200;
 };
 
-const json kEvent = {{"event_type", "stored"}, {"model_name", "llama"}, {"block_size", 4},
-                     {"backend_id", "vllm-0"}, {"token_ids", {1, 2, 3, 4, 5, 6, 7, 8}}};
+const json kEvent = {{"event_type", "stored"},
+                     {"model_name", "llama"},
+                     {"block_size", 4},
+                     {"backend_id", "vllm-0"},
+                     {"token_ids", {1, 2, 3, 4, 5, 6, 7, 8}}};
 const json kLookup = {{"model_name", "llama"}, {"block_size", 4}, {"token_ids", {1, 2, 3, 4}}};
 
 // Every REST route, in an order where each allowed call can succeed (register before
@@ -46,9 +49,9 @@ const json kLookup = {{"model_name", "llama"}, {"block_size", 4}, {"token_ids", 
 // `leader` the cluster's leader id (a transfer to it changes nothing).
 std::vector<RouteCase> RestRoutes(uint64_t self_id, const std::string& self_http,
                                   const std::string& self_rpc, uint64_t leader) {
-  const json registration = {{"endpoint", "tcp://127.0.0.1:9"}, {"type", "vLLM"},
-                             {"modelname", "llama"},            {"instance_id", "engine-9"},
-                             {"block_size", 4},                 {"dp_rank", 0}};
+  const json registration = {
+      {"endpoint", "tcp://127.0.0.1:9"}, {"type", "vLLM"},  {"modelname", "llama"},
+      {"instance_id", "engine-9"},       {"block_size", 4}, {"dp_rank", 0}};
   return {
       {"GET", "/healthz", nullptr, Access::kOpen},
       {"GET", "/readyz", nullptr, Access::kOpen},
@@ -60,11 +63,16 @@ std::vector<RouteCase> RestRoutes(uint64_t self_id, const std::string& self_http
       {"GET", "/v1/holders", nullptr, Access::kRead},
       {"GET", "/v1/contexts", nullptr, Access::kRead},
       {"GET", "/v1/stats", nullptr, Access::kRead},
-      {"POST", "/query", {{"model", "llama"}, {"block_size", 4}, {"token_ids", {1, 2, 3, 4}}},
+      {"POST",
+       "/query",
+       {{"model", "llama"}, {"block_size", 4}, {"token_ids", {1, 2, 3, 4}}},
        Access::kRead},
-      {"POST", "/query_by_hash", {{"model", "llama"}, {"block_size", 4}, {"seq_hashes", {1}}},
+      {"POST",
+       "/query_by_hash",
+       {{"model", "llama"}, {"block_size", 4}, {"seq_hashes", {1}}},
        Access::kRead},
-      {"POST", "/v1/route",
+      {"POST",
+       "/v1/route",
        {{"model_name", "llama"},
         {"block_size", 4},
         {"token_ids", {1, 2, 3, 4}},
@@ -77,11 +85,15 @@ std::vector<RouteCase> RestRoutes(uint64_t self_id, const std::string& self_http
       {"GET", "/v1/cluster", nullptr, Access::kRead},
       {"POST", "/register", registration, Access::kAdmin},
       {"POST", "/unregister", {{"instance_id", "engine-9"}}, Access::kAdmin},
-      {"POST", "/v1/cluster/members", {{"id", 9}, {"raft_address", "127.0.0.1:9"}},
-       Access::kAdmin, 0},
+      {"POST",
+       "/v1/cluster/members",
+       {{"id", 9}, {"raft_address", "127.0.0.1:9"}},
+       Access::kAdmin,
+       0},
       {"DELETE", "/v1/cluster/members/9", nullptr, Access::kAdmin, 0},
       {"POST", "/v1/cluster/transfer", {{"id", leader}}, Access::kAdmin, 0},
-      {"POST", "/v1/cluster/announce",
+      {"POST",
+       "/v1/cluster/announce",
        {{"id", self_id}, {"http_address", self_http}, {"rpc_address", self_rpc}},
        Access::kInternal},
   };
@@ -147,8 +159,8 @@ Reply Call(const ServerProcess& server, const RouteCase& route, const std::strin
   } else {
     result = client.Post(route.path, headers, route.body.dump(), "application/json");
   }
-  REQUIRE_MESSAGE(result, route.method << " " << route.path << ": "
-                                       << httplib::to_string(result.error()));
+  REQUIRE_MESSAGE(result,
+                  route.method << " " << route.path << ": " << httplib::to_string(result.error()));
   reply.status = result->status;
   reply.body = result->body;
   reply.forwarded = result->has_header("X-Kvatlas-Forwarded-From");
@@ -302,56 +314,18 @@ TEST_SUITE("AccessMatrix") {
 
   TEST_CASE("AccessMatrix: through a follower, forwarded writes keep the client's token") {
     TempDir dir;
-    const auto tokens = dir.path() / "tokens";
-    WriteTokenFile(tokens, {kReader, kWriter, kAdmin});
-    int ports[3];
-    for (int& port : ports) {
-      // Free loopback ports for raft, picked by binding port 0.
-      const int fd = socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-      socklen_t len = sizeof(addr);
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-      port = ntohs(addr.sin_port);
-      close(fd);
-    }
-    std::string peers;
-    for (int i = 0; i < 3; ++i) {
-      peers += (i ? "," : "") + std::to_string(i + 1) + "@127.0.0.1:" + std::to_string(ports[i]);
-    }
-    std::vector<std::unique_ptr<ServerProcess>> servers;
     std::vector<std::filesystem::path> files;
     for (int i = 0; i < 3; ++i) {
       files.push_back(dir.path() / ("tokens" + std::to_string(i + 1)));
       WriteTokenFile(files.back(), {kReader, kWriter, kAdmin});
-      std::vector<std::string> args = TokenFileArgs(files.back());
-      // Holder leases on: heartbeats are then the leader's, and forwarded.
-      args.insert(args.end(), {"--id", std::to_string(i + 1), "--peers", peers,
-                               "--raft-election-timeout-ms", "300", "--holder-ttl", "600"});
-      servers.push_back(std::make_unique<ServerProcess>(
-          dir.path() / ("data" + std::to_string(i + 1)), std::move(args)));
     }
-    // A follower that is ready: it knows the leader and the leader's address.
-    int follower = -1;
-    uint64_t leader = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (follower < 0 && std::chrono::steady_clock::now() < deadline) {
-      for (int i = 0; i < 3 && follower < 0; ++i) {
-        httplib::Client client = servers[i]->Client();
-        auto ready = client.Get("/readyz");
-        auto cluster = client.Get("/v1/cluster", Bearer(kReader.token));
-        if (!ready || ready->status != 200 || !cluster) continue;
-        const json status = json::parse(cluster->body);
-        if (status["state"] == "follower") {
-          follower = i;
-          leader = status["leader_id"].get<uint64_t>();
-        }
-      }
-      if (follower < 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    REQUIRE(follower >= 0);
+    // Holder leases on: heartbeats are then the leader's, and forwarded.
+    const auto servers = StartCluster(dir.path(), 3, [&](int i) {
+      std::vector<std::string> args = TokenFileArgs(files[i]);
+      args.insert(args.end(), {"--holder-ttl", "600"});
+      return args;
+    });
+    const auto [follower, leader] = ReadyFollower(servers, kReader.token);
     const ServerProcess& server = *servers[follower];
     const std::string http = server.host() + ":" + std::to_string(server.port());
     const std::string rpc = server.host() + ":" + std::to_string(server.rpc_port());

@@ -151,9 +151,9 @@ TEST_SUITE("Access") {
           std::vector<std::string>{"--rpc-listen", "0.0.0.0:0"},
           std::vector<std::string>{"--raft-listen", "0.0.0.0:0"}}) {
       CAPTURE(exposed[0]);
-      std::vector<std::string> args = {"--data-dir", (dir.path() / "data").string(),
-                                       "--http-listen", "127.0.0.1:0", "--rpc-listen",
-                                       "127.0.0.1:0"};
+      std::vector<std::string> args = {"--data-dir",    (dir.path() / "data").string(),
+                                       "--http-listen", "127.0.0.1:0",
+                                       "--rpc-listen",  "127.0.0.1:0"};
       args.insert(args.end(), exposed.begin(), exposed.end());
       const RunResult refused = RunServerToExit(args, dir.path());
       CHECK(refused.exit_code == 2);
@@ -184,8 +184,8 @@ TEST_SUITE("Access") {
     TempDir dir;
     ServerProcess server(dir.path() / "data");  // access control off: the browser rules hold
     httplib::Client client = server.Client();
-    for (const char* type : {"application/x-www-form-urlencoded", "text/plain",
-                             "multipart/form-data; boundary=x"}) {
+    for (const char* type :
+         {"application/x-www-form-urlencoded", "text/plain", "multipart/form-data; boundary=x"}) {
       CAPTURE(type);
       auto write = client.Post("/v1/events", Event("x").dump(), type);
       REQUIRE(write);
@@ -206,12 +206,8 @@ TEST_SUITE("Access") {
     auto cross = client.Get("/v1/stats", {{"Origin", "http://attacker.example"}});
     CHECK(cross->status == 200);
     CHECK_FALSE(cross->has_header("Access-Control-Allow-Origin"));
-    httplib::Request preflight;
-    preflight.method = "OPTIONS";
-    preflight.path = "/v1/events";
-    preflight.headers = {{"Origin", "http://attacker.example"},
-                         {"Access-Control-Request-Method", "POST"}};
-    auto answer = client.send(preflight);
+    auto answer = client.Options("/v1/events", {{"Origin", "http://attacker.example"},
+                                                {"Access-Control-Request-Method", "POST"}});
     REQUIRE(answer);
     CHECK(answer->status == 405);
     CHECK_FALSE(answer->has_header("Access-Control-Allow-Origin"));
@@ -255,8 +251,8 @@ TEST_SUITE("Access") {
     CHECK(second.Get("/v1/stats", Bearer(token))->status == 200);
     CHECK(second.Get("/v1/stats")->status == 401);
 
-    const RunResult bad = RunServerToExit({"gen-token", "--name", "a b", "--role", "read"},
-                                          dir.path());
+    const RunResult bad =
+        RunServerToExit({"gen-token", "--name", "a b", "--role", "read"}, dir.path());
     CHECK(bad.exit_code == 2);
     CHECK(RunServerToExit({"gen-token", "--name", "a", "--role", "root"}, dir.path()).exit_code ==
           2);

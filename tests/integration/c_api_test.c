@@ -3,6 +3,7 @@
  * server and runs it:
  *
  *   c_api_test HOST:PORT DEAD_HOST:PORT
+ *   c_api_test HOST:PORT READ_TOKEN      (a server with access control on)
  *
  * Exit code 0 when every check passed; otherwise 1, after printing the failed checks. */
 #include "kvatlas/client/c_api.h"
@@ -113,10 +114,55 @@ static void TestCalls(kvatlas_client* client) {
   kvatlas_free_string(stats);
 }
 
+/* Against a server with access control on, `read_token` having the read role. */
+static void TestToken(const char* endpoint, const char* read_token) {
+  kvatlas_client* client = NULL;
+  kvatlas_error* err = NULL;
+  /* Without a token the connection opens; the server refuses the first call. */
+  CHECK(kvatlas_open(endpoint, 20000, &client, &err) == KVATLAS_OK);
+  if (client != NULL) {
+    CHECK(kvatlas_ping(client, &err) == KVATLAS_UNAUTHENTICATED);
+    CHECK(kvatlas_error_code(err) == KVATLAS_UNAUTHENTICATED);
+    kvatlas_error_free(err);
+    kvatlas_close(client);
+    client = NULL;
+  }
+  CHECK(strcmp(kvatlas_code_name(KVATLAS_UNAUTHENTICATED), "unauthenticated") == 0);
+  CHECK(strcmp(kvatlas_code_name(KVATLAS_PERMISSION_DENIED), "permission_denied") == 0);
+
+  kvatlas_open_options options;
+  memset(&options, 0, sizeof(options));
+  options.endpoints = endpoint;
+  options.timeout_ms = 20000;
+  options.token = "not-the-token";
+  err = NULL;
+  CHECK(kvatlas_open_with(&options, &client, &err) == KVATLAS_UNAUTHENTICATED);
+  kvatlas_error_free(err);
+
+  options.token = read_token;
+  CHECK(kvatlas_open_with(&options, &client, NULL) == KVATLAS_OK);
+  if (client == NULL) return;
+  char* stats = NULL;
+  CHECK(kvatlas_stats_json(client, &stats, NULL) == KVATLAS_OK);
+  kvatlas_free_string(stats);
+  kvatlas_ingest_result ingested;
+  err = NULL;
+  CHECK(kvatlas_ingest_json(client, kEvents, strlen(kEvents), &ingested, &err) ==
+        KVATLAS_PERMISSION_DENIED);
+  CHECK(err != NULL && strstr(kvatlas_error_message(err), "write role") != NULL);
+  kvatlas_error_free(err);
+  kvatlas_close(client);
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: %s HOST:PORT DEAD_HOST:PORT\n", argv[0]);
+    fprintf(stderr, "usage: %s HOST:PORT DEAD_HOST:PORT | HOST:PORT READ_TOKEN\n", argv[0]);
     return 2;
+  }
+  if (strncmp(argv[2], "kvt_", 4) == 0) {
+    TestToken(argv[1], argv[2]);
+    if (failures == 0) printf("c_api_test: ok (token)\n");
+    return failures == 0 ? 0 : 1;
   }
   TestErrors(argv[1], argv[2]);
   kvatlas_client* client = NULL;

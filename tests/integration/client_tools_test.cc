@@ -63,6 +63,72 @@ TEST_SUITE("Integration.ClientTools") {
     CHECK(run.output.find("c_api_test: ok") != std::string::npos);
   }
 
+  TEST_CASE("C ABI and CLI: the access token is sent, and a refusal is reported") {
+    TempDir dir;
+    const std::string read = "kvt_cli_reader";
+    const std::string admin = "kvt_cli_admin";
+    // NAME:ROLE:SHA256 lines (the hashes by sha256sum, apart from kvatlas's own code).
+    const auto line_of = [&](const std::string& name, const std::string& role,
+                             const std::string& token) {
+      const Run sum = RunProgram({"/bin/sh", "-c", "printf %s '" + token + "' | sha256sum"});
+      REQUIRE(sum.exit_code == 0);
+      return name + ":" + role + ":" + sum.output.substr(0, 64) + "\n";
+    };
+    {
+      std::ofstream tokens(dir.path() / "tokens");
+      tokens << line_of("reader", "read", read) << line_of("ops", "admin", admin);
+    }
+    ServerProcess server(dir.path() / "data", {"--token-file", (dir.path() / "tokens").string()});
+    const Run c_api = RunProgram({KVATLAS_C_API_TEST, RpcEndpoint(server), read});
+    CHECK_MESSAGE(c_api.exit_code == 0, c_api.output);
+    CHECK(c_api.output.find("c_api_test: ok (token)") != std::string::npos);
+
+    const std::string cli = KVATLAS_CLI;
+    const std::string at = RpcEndpoint(server);
+    const std::string http = server.host() + ":" + std::to_string(server.port());
+    const Run refused = RunProgram({cli, "--server", at, "stats"});
+    CHECK(refused.exit_code == 1);
+    CHECK(refused.output.find("unauthenticated") != std::string::npos);
+    CHECK(refused.output.find("KVATLAS_TOKEN") != std::string::npos);
+    const Run stats = RunProgram({"env", "KVATLAS_TOKEN=" + read, cli, "--server", at, "stats"});
+    CHECK_MESSAGE(stats.exit_code == 0, stats.output);
+    const Run ping = RunProgram({cli, "--server", at, "--token", read, "ping"});
+    CHECK_MESSAGE(ping.exit_code == 0, ping.output);
+    {
+      std::ofstream events(dir.path() / "events.jsonl");
+      events << json{{"event_type", "stored"},
+                     {"model_name", "llama"},
+                     {"block_size", 4},
+                     {"backend_id", "engine-a"},
+                     {"token_ids", Tokens(1, 4)}}
+                    .dump()
+             << "\n";
+    }
+    const std::string events = (dir.path() / "events.jsonl").string();
+    const Run denied = RunProgram({cli, "--server", at, "--token", read, "ingest", events});
+    CHECK(denied.exit_code == 1);
+    CHECK(denied.output.find("permission_denied") != std::string::npos);
+    const Run ingest =
+        RunProgram({"env", "KVATLAS_TOKEN=" + admin, cli, "--server", at, "ingest", events});
+    CHECK_MESSAGE(ingest.exit_code == 0, ingest.output);
+
+    const Run cluster = RunProgram({cli, "cluster", "status", "--http", http, "--token", read});
+    CHECK_MESSAGE(cluster.exit_code == 0, cluster.output);
+    const Run no_cluster = RunProgram({cli, "cluster", "status", "--http", http});
+    CHECK(no_cluster.exit_code == 1);
+    CHECK(no_cluster.output.find("HTTP 401 unauthenticated") != std::string::npos);
+    const Run transfer = RunProgram({cli, "cluster", "transfer", "--http", http, "--token", read});
+    CHECK(transfer.exit_code == 1);
+    CHECK(transfer.output.find("HTTP 403 permission_denied") != std::string::npos);
+    const Run watch = RunProgram({"env", "KVATLAS_TOKEN=" + read, cli, "watch", "--http", http,
+                                  "--from", "0", "--count", "1", "--json"});
+    CHECK_MESSAGE(watch.exit_code == 0, watch.output);
+    CHECK(watch.output.find("engine-a") != std::string::npos);
+    const Run no_watch = RunProgram({cli, "watch", "--http", http, "--count", "1"});
+    CHECK(no_watch.exit_code == 1);
+    CHECK(no_watch.output.find("unauthenticated") != std::string::npos);
+  }
+
   TEST_CASE("CLI: ingest, lookup (table and REST-shaped JSON), blocks, stats, ping") {
     TempDir dir;
     ServerProcess server(dir.path() / "data");

@@ -112,7 +112,7 @@ TEST_SUITE("Integration.HttpHostile") {
     ServerProcess server(dir.path() / "data", {"--http-read-timeout-ms", "30000"});
     const int port = server.port();
     const std::string header =
-        "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + std::string(100, 'a') + "\r\n\r\n";
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + std::string(100, 'a') + "\r\n\r\n";
     std::vector<int> slow;
     for (int i = 0; i < 10; ++i) {
       slow.push_back(Connect("127.0.0.2", port));
@@ -133,10 +133,11 @@ TEST_SUITE("Integration.HttpHostile") {
     }
     std::this_thread::sleep_for(milliseconds(300));  // the server has seen them all
 
-    const std::string healthz = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    const std::string healthz =
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     const std::string query_body = R"({"model": "m", "block_size": 2, "token_ids": [1, 2, 3, 4]})";
     const std::string query =
-        "POST /query HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        "POST /query HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
         "Content-Type: application/json\r\nContent-Length: " +
         std::to_string(query_body.size()) + "\r\n\r\n" + query_body;
     std::vector<double> latencies;
@@ -175,9 +176,10 @@ TEST_SUITE("Integration.HttpHostile") {
     const int fd = Connect("127.0.0.1", server.port());
     REQUIRE(fd >= 0);
     const auto start = Clock::now();
-    REQUIRE(SendAll(fd,
-                    "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    "Transfer-Encoding: chunked\r\n\r\n"));
+    REQUIRE(
+        SendAll(fd,
+                "POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n"));
     const std::string chunk = "100000\r\n" + std::string(1 << 20, ' ') + "\r\n";
     size_t rss_max = rss_before;
     for (int i = 0; i < 100; ++i) {
@@ -195,7 +197,7 @@ TEST_SUITE("Integration.HttpHostile") {
     CHECK(answer.find("payload_too_large") != std::string::npos);
     CHECK(seconds < 10.0);
     CHECK(rss_max - rss_before < (64u << 20));
-    CHECK(FreshRequest(server.port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+    CHECK(FreshRequest(server.port(), "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
                        milliseconds(2000)) == 200);
   }
 
@@ -218,7 +220,8 @@ TEST_SUITE("Integration.HttpHostile") {
     CHECK((refused.empty() || refused.rfind("HTTP/1.1 503", 0) == 0));
     ::close(extra);
     // ...while other addresses are served, and a freed slot is usable again.
-    const std::string healthz = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    const std::string healthz =
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     CHECK(FreshRequest(port, healthz, milliseconds(2000)) == 200);
     ::close(held.back());
     held.pop_back();

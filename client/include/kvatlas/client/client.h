@@ -69,8 +69,9 @@ struct ClientOptions {
   uint32_t max_request_bytes = protocol::kDefaultMaxPayloadBytes;
   // The access token (docs/security.md), sent as each connection's first frame (kAuth); a
   // connection's calls are pipelined behind it. Empty = none (a server with access control
-  // off). A token the server refuses fails Connect, and every call made on that connection,
-  // with kUnauthenticated; a role that does not allow a call fails it with
+  // off; one with it on refuses the first call with kUnauthenticated and closes the
+  // connection). A token the server refuses fails Connect, and every call made on that
+  // connection, with kUnauthenticated; a role that does not allow a call fails it with
   // kPermissionDenied. At most protocol::kMaxTokenBytes.
   std::string token;
 };

@@ -47,6 +47,10 @@ enum class MessageType : uint8_t {
   kAuth = 10,      // request: AuthRequest → response: AuthAnswer; a connection's first frame
 };
 
+// "ingest", "lookup", ..., "auth", "error" for kError; "other" for a number that is no
+// MessageType (metrics labels, log lines).
+[[nodiscard]] std::string_view MessageTypeName(MessageType type);
+
 inline constexpr uint8_t kFlagResponse = 1;  // set on every frame the server sends
 
 // The fixed header. On the wire (all little-endian):

@@ -36,10 +36,10 @@ Router AccessRouter(const Services* api, std::vector<std::string> hosts) {
   router.Add({"GET", "/read", RouteAccess::kRead, who});
   router.Add({"POST", "/write", RouteAccess::kWrite, who});
   router.Add({"POST", "/admin", RouteAccess::kAdmin, who});
-  router.Add({"POST", "/admin-fails", RouteAccess::kAdmin,
-              [](const RouteRequest&) -> Result<HttpReply> {
-                return Status::FailedPrecondition("busy");
-              }});
+  router.Add(
+      {"POST", "/admin-fails", RouteAccess::kAdmin, [](const RouteRequest&) -> Result<HttpReply> {
+         return Status::FailedPrecondition("busy");
+       }});
   router.SetAccess(std::make_shared<HttpAccess>(api, HostAllowList(std::move(hosts))));
   return router;
 }
@@ -86,8 +86,8 @@ TEST_SUITE("HttpAccess") {
       CHECK(hosts.Allows(ok));
     }
     for (const char* refused :
-         {"evil.example", "evil.example:7070", "127.0.0.1.nip.io", "localhost.evil.example",
-          "::1", "[::1", "[zz]:1", "[::1]x", "kvatlas.internal.evil"}) {
+         {"evil.example", "evil.example:7070", "127.0.0.1.nip.io", "localhost.evil.example", "::1",
+          "[::1", "[zz]:1", "[::1]x", "kvatlas.internal.evil"}) {
       CAPTURE(refused);
       CHECK_FALSE(hosts.Allows(refused));
     }
@@ -113,9 +113,10 @@ TEST_SUITE("HttpAccess") {
     CHECK(Outcome(ok).first == 200);
     CHECK(json::parse(ok->body)["principal"] == "writer");
     // Roles are ordered: admin may write and read; the scheme is case-insensitive.
-    CHECK(client.Post("/write", {{"Authorization", "bearer " + kAdminToken}}, "{}",
-                      "application/json")
-              ->status == 200);
+    CHECK(
+        client
+            .Post("/write", {{"Authorization", "bearer " + kAdminToken}}, "{}", "application/json")
+            ->status == 200);
     CHECK(client.Get("/read", f.Bearer(kWriteToken))->status == 200);
     CHECK(Outcome(client.Get("/read")).first == 401);
     CHECK(client.Get("/open")->status == 200);
@@ -129,8 +130,7 @@ TEST_SUITE("HttpAccess") {
           std::string::npos);
     CHECK(metrics.find("kvatlas_auth_failures_total{reason=\"invalid_token\"} 2") !=
           std::string::npos);
-    CHECK(metrics.find("kvatlas_auth_failures_total{reason=\"forbidden\"} 2") !=
-          std::string::npos);
+    CHECK(metrics.find("kvatlas_auth_failures_total{reason=\"forbidden\"} 2") != std::string::npos);
   }
 
   TEST_CASE("HttpAccess: admin actions are counted with their outcome") {
@@ -140,8 +140,7 @@ TEST_SUITE("HttpAccess") {
     CHECK(client.Post("/admin-fails", f.Bearer(kAdminToken), "{}", "application/json")->status ==
           412);
     const std::string metrics = f.metrics.Render({});
-    CHECK(metrics.find(
-              "kvatlas_admin_actions_total{action=\"POST /admin\",outcome=\"ok\"} 1") !=
+    CHECK(metrics.find("kvatlas_admin_actions_total{action=\"POST /admin\",outcome=\"ok\"} 1") !=
           std::string::npos);
     CHECK(metrics.find("kvatlas_admin_actions_total{action=\"POST /admin-fails\",outcome="
                        "\"failed_precondition\"} 1") != std::string::npos);
@@ -181,13 +180,9 @@ TEST_SUITE("HttpAccess") {
     REQUIRE(get);
     CHECK(get->status == 200);
     CHECK_FALSE(get->has_header("Access-Control-Allow-Origin"));
-    httplib::Request preflight;
-    preflight.method = "OPTIONS";
-    preflight.path = "/write";
-    preflight.headers = {{"Origin", "http://evil.example"},
-                         {"Access-Control-Request-Method", "POST"},
-                         {"Access-Control-Request-Headers", "content-type"}};
-    auto answer = client.send(preflight);
+    auto answer = client.Options("/write", {{"Origin", "http://evil.example"},
+                                            {"Access-Control-Request-Method", "POST"},
+                                            {"Access-Control-Request-Headers", "content-type"}});
     REQUIRE(answer);
     CHECK(answer->status == 405);
     for (const auto& [name, value] : answer->headers) {

@@ -24,9 +24,10 @@ Router StubRouter() {
   Router router;
   router.Add({"POST", "/echo", RouteAccess::kRead,
               [](const RouteRequest& r) -> Result<HttpReply> { return JsonReply(r.http.body); }});
-  router.Add({"GET", "/item/{id}", RouteAccess::kRead, [](const RouteRequest& r) -> Result<HttpReply> {
-                return JsonReply(json{{"id", r.path_param}}.dump());
-              }});
+  router.Add(
+      {"GET", "/item/{id}", RouteAccess::kRead, [](const RouteRequest& r) -> Result<HttpReply> {
+         return JsonReply(json{{"id", r.path_param}}.dump());
+       }});
   router.Add({"GET", "/fail", RouteAccess::kRead, [](const RouteRequest&) -> Result<HttpReply> {
                 return Status::Unavailable("not now");
               }});
@@ -149,9 +150,10 @@ TEST_SUITE("HttpServer") {
 
   TEST_CASE("HttpServer: a kNotLeader route error goes to the not-leader handler") {
     Router router = StubRouter();
-    router.Add({"POST", "/write", RouteAccess::kWrite, [](const RouteRequest&) -> Result<HttpReply> {
-                  return Status(StatusCode::kNotLeader, "not the leader");
-                }});
+    router.Add(
+        {"POST", "/write", RouteAccess::kWrite, [](const RouteRequest&) -> Result<HttpReply> {
+           return Status(StatusCode::kNotLeader, "not the leader");
+         }});
     router.SetNotLeaderHandler([](const RouteRequest& r, const Status& s) {
       HttpReply reply = JsonReply(json{{"relayed", r.http.body}, {"why", s.message()}}.dump());
       reply.status = 202;
@@ -203,13 +205,14 @@ TEST_SUITE("HttpServer") {
       CheckError(client.Post("/store", "{}", type), 415, "unsupported_media_type");
     }
     RawConnection raw(f.server.port());
-    raw.Send("POST /store HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
-             "Connection: close\r\n\r\n{}");
+    raw.Send(
+        "POST /store HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
+        "Connection: close\r\n\r\n{}");
     const std::string answer = raw.ReadUntilClosed(std::chrono::seconds(5));
     CHECK(answer.starts_with("HTTP/1.1 415"));
     CHECK(answer.find("got none") != std::string::npos);
-    for (const char* type : {"application/json", "application/json; charset=utf-8",
-                             "application/merge-patch+json"}) {
+    for (const char* type :
+         {"application/json", "application/json; charset=utf-8", "application/merge-patch+json"}) {
       CAPTURE(type);
       auto ok = client.Post("/store", "{}", type);
       REQUIRE(ok);

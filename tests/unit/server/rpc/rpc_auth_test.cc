@@ -40,6 +40,15 @@ Frame LastAnswer(const std::string& bytes) {
   return std::move(*last);
 }
 
+// A session authenticated with `token` (which must be accepted).
+RpcSession Authenticated(const RpcHandler& handler, const std::string& token) {
+  RpcSession session;
+  std::string out;
+  REQUIRE(handler.Admit(Auth(0, token), &session, &out) == Admission::kAnswered);
+  REQUIRE(session.principal.has_value());
+  return session;
+}
+
 struct AuthServer {
   AuthServer()
       : auth(true, {{"reader", Role::kRead, DigestOfToken("r")},
@@ -51,12 +60,13 @@ struct AuthServer {
   testing::InMemoryServices s;
   Authenticator auth;
   AuditLog audit;
+  const RpcHandler handler{&s.api};
 };
 
 TEST_SUITE("RpcAuth") {
   TEST_CASE("RpcAuth: with access control on, the first frame must be kAuth") {
     AuthServer server;
-    const RpcHandler handler(&server.s.api);
+    const RpcHandler& handler = server.handler;
     RpcSession session{"10.0.0.1:5000", std::nullopt};
     CHECK(handler.AwaitingAuth(session));
     std::string out;
@@ -69,7 +79,7 @@ TEST_SUITE("RpcAuth") {
 
   TEST_CASE("RpcAuth: a wrong token closes, a good one is answered with its name and role") {
     AuthServer server;
-    const RpcHandler handler(&server.s.api);
+    const RpcHandler& handler = server.handler;
     RpcSession session;
     std::string out;
     CHECK(handler.Admit(Auth(0, "nope"), &session, &out) == Admission::kClose);
@@ -93,15 +103,12 @@ TEST_SUITE("RpcAuth") {
 
   TEST_CASE("RpcAuth: each request type needs its role") {
     AuthServer server;
-    const RpcHandler handler(&server.s.api);
-    RpcSession reader;
-    RpcSession writer;
+    const RpcHandler& handler = server.handler;
+    RpcSession reader = Authenticated(handler, "r"), writer = Authenticated(handler, "w");
     std::string out;
-    REQUIRE(handler.Admit(Auth(0, "r"), &reader, &out) == Admission::kAnswered);
-    REQUIRE(handler.Admit(Auth(0, "w"), &writer, &out) == Admission::kAnswered);
-    for (const MessageType read : {MessageType::kPing, MessageType::kStats, MessageType::kLookup,
-                                   MessageType::kLocate, MessageType::kRoute, MessageType::kWatch,
-                                   MessageType::kSnapshot}) {
+    for (const MessageType read :
+         {MessageType::kPing, MessageType::kStats, MessageType::kLookup, MessageType::kLocate,
+          MessageType::kRoute, MessageType::kWatch, MessageType::kSnapshot}) {
       CAPTURE(static_cast<int>(read));
       CHECK(handler.Admit(Request(read, 5), &reader, &out) == Admission::kServe);
     }
@@ -114,18 +121,15 @@ TEST_SUITE("RpcAuth") {
       CHECK(denied.header.request_id == 6);
       CHECK(handler.Admit(Request(write, 7), &writer, &out) == Admission::kServe);
     }
-    CHECK(server.s.metrics.Render({}).find(
-              "kvatlas_auth_failures_total{reason=\"forbidden\"} 2") != std::string::npos);
+    CHECK(server.s.metrics.Render({}).find("kvatlas_auth_failures_total{reason=\"forbidden\"} 2") !=
+          std::string::npos);
   }
 
   TEST_CASE("RpcAuth: a removed token ends the connection at its next request") {
     AuthServer server;
-    const RpcHandler handler(&server.s.api);
-    RpcSession reader;
-    RpcSession writer;
+    const RpcHandler& handler = server.handler;
+    RpcSession reader = Authenticated(handler, "r"), writer = Authenticated(handler, "w");
     std::string out;
-    REQUIRE(handler.Admit(Auth(0, "r"), &reader, &out) == Admission::kAnswered);
-    REQUIRE(handler.Admit(Auth(0, "w"), &writer, &out) == Admission::kAnswered);
     server.auth.Replace({{"reader", Role::kRead, DigestOfToken("r")}});
     CHECK(handler.Recheck(&reader).ok());
     CHECK(handler.Admit(Request(MessageType::kPing, 8), &reader, &out) == Admission::kServe);

@@ -46,8 +46,8 @@ TEST_SUITE("Auth") {
   TEST_CASE("Auth: token files, line by line") {
     const std::string hash = DigestHex(DigestOfToken("t"));
     const Result<std::vector<TokenEntry>> parsed =
-        ParseTokenLines("# engines\n\nvllm-0:write:" + hash + "\n  ops : admin : " +
-                            DigestHex(DigestOfToken("u")) + "\r\n",
+        ParseTokenLines("# engines\n\nvllm-0:write:" + hash +
+                            "\n  ops : admin : " + DigestHex(DigestOfToken("u")) + "\r\n",
                         "tokens.txt");
     REQUIRE(parsed.has_value());
     REQUIRE(parsed->size() == 2);
@@ -72,10 +72,12 @@ TEST_SUITE("Auth") {
     const TokenEntry a{"a", Role::kRead, DigestOfToken("1")};
     const TokenEntry b{"b", Role::kRead, DigestOfToken("2")};
     CHECK(CheckTokenSet({a, b}).ok());
-    CHECK(CheckTokenSet({a, TokenEntry{"a", Role::kWrite, DigestOfToken("3")}}).message().find(
-              "configured twice") != std::string::npos);
-    CHECK(CheckTokenSet({a, TokenEntry{"c", Role::kWrite, DigestOfToken("1")}}).message().find(
-              "same sha256") != std::string::npos);
+    CHECK(CheckTokenSet({a, TokenEntry{"a", Role::kWrite, DigestOfToken("3")}})
+              .message()
+              .find("configured twice") != std::string::npos);
+    CHECK(CheckTokenSet({a, TokenEntry{"c", Role::kWrite, DigestOfToken("1")}})
+              .message()
+              .find("same sha256") != std::string::npos);
   }
 
   TEST_CASE("Authenticator: authenticates, authorizes by role, and rechecks after a reload") {
