@@ -511,7 +511,7 @@ asio::awaitable<void> RpcConnection::AsyncWatchdog() {
                            " bytes not received within " + limit + " (rpc_frame_timeout_ms)"));
       continue;
     }
-    const bool awaiting_auth = handler_->AwaitingAuth(session_);
+    const bool awaiting_auth = !close_after_flush_ && handler_->AwaitingAuth(session_);
     if (awaiting_auth && now >= accepted_ + options_.auth_timeout) {
       FailStream(std::nullopt,
                  Status::Unauthenticated("no kAuth frame within " +

@@ -38,8 +38,7 @@ TEST_SUITE("Integration.ClientAuth") {
   TEST_CASE("Client: the token is checked on connect, and each call by its role") {
     TempDir dir;
     WriteTokenFile(dir.path() / "tokens", {kReader, kWriter});
-    ServerProcess server(dir.path() / "data",
-                         {"--token-file", (dir.path() / "tokens").string()});
+    ServerProcess server(dir.path() / "data", {"--token-file", (dir.path() / "tokens").string()});
     Result<std::unique_ptr<Client>> refused = ConnectWith(server, "kvt_wrong");
     REQUIRE_FALSE(refused.has_value());
     CHECK(refused.error().code() == StatusCode::kUnauthenticated);

@@ -4,7 +4,9 @@
 #include <string>
 
 #include "server/rpc/rpc_handler.h"
+#include "server/rpc/rpc_server.h"
 #include "tests/support/in_memory_services.h"
+#include "tests/support/raw_rpc_connection.h"
 
 namespace kvatlas::server {
 namespace {
@@ -137,6 +139,56 @@ TEST_SUITE("RpcAuth") {
     CHECK(handler.Admit(Request(MessageType::kPing, 9), &writer, &out) == Admission::kClose);
     CHECK(LastAnswer(out).header.status == StatusCode::kUnauthenticated);
     CHECK(handler.Recheck(&writer).code() == StatusCode::kUnauthenticated);
+  }
+
+  TEST_CASE("RpcAuth: over a socket, requests pipeline behind kAuth, and stragglers are cut") {
+    AuthServer server;
+    RpcServerOptions options;
+    options.port = 0;
+    options.threads = 1;
+    options.connection.auth_timeout = std::chrono::milliseconds(300);
+    RpcServer rpc(options, &server.s.api);
+    REQUIRE(rpc.Start().ok());
+    {
+      // kAuth and a ping in one write: both answered, in order.
+      testing::RawRpcConnection c(rpc.port());
+      std::string bytes;
+      testing::RawRpcConnection::Append(MessageType::kAuth, 0, protocol::EncodeAuthRequest({"r"}),
+                                        &bytes);
+      testing::RawRpcConnection::Append(MessageType::kPing, 1, "", &bytes);
+      c.SendRaw(bytes);
+      CHECK(c.MustRead().header.type == MessageType::kAuth);
+      const Frame pong = c.MustRead();
+      CHECK(pong.header.type == MessageType::kPing);
+      CHECK(pong.header.status == StatusCode::kOk);
+      // A reload that removes the token closes the connection with an id-0 error.
+      server.auth.Replace({{"writer", Role::kWrite, DigestOfToken("w")}});
+      rpc.RecheckCredentials();
+      const Frame ended = c.MustRead();
+      CHECK(ended.header.type == MessageType::kError);
+      CHECK(ended.header.request_id == 0);
+      CHECK(ended.header.status == StatusCode::kUnauthenticated);
+      CHECK_FALSE(c.Read().has_value());
+    }
+    {
+      // No kAuth within auth_timeout: cut.
+      testing::RawRpcConnection c(rpc.port());
+      const Frame cut = c.MustRead();
+      CHECK(cut.header.status == StatusCode::kUnauthenticated);
+      CHECK_FALSE(c.Read().has_value());
+    }
+    {
+      // A large frame before kAuth gets no share of the buffer budget.
+      testing::RawRpcConnection c(rpc.port());
+      std::string bytes;
+      testing::RawRpcConnection::Append(MessageType::kIngest, 9, std::string(100 << 10, 'x'),
+                                        &bytes);
+      c.SendSome(bytes, std::chrono::milliseconds(500));
+      const Frame refused = c.MustRead();
+      CHECK(refused.header.status == StatusCode::kUnauthenticated);
+      CHECK_FALSE(c.Read().has_value());
+    }
+    rpc.Stop();
   }
 
   TEST_CASE("RpcAuth: with access control off nothing is asked, and kAuth is answered") {
