@@ -1,8 +1,10 @@
 // HttpServer: serves a Router over HTTP/1.1 (Boost.Beast on Boost.Asio). It owns the
-// cross-cutting rules of the REST API: JSON Content-Type on bodies, 404/405 answers as
-// JSON, errors found while reading a request (413 oversized body, 431 oversized header, 400
-// malformed request) as JSON, escaping exceptions as 500 JSON, and request metrics. Every
-// error body is ErrorReply(status).
+// cross-cutting rules of the REST API: access control through the router's HttpAccess (the
+// Host header before routing; token and role before the handler; the admin audit after
+// it), JSON Content-Type on bodies (strict on write routes), 404/405 answers as JSON, errors
+// found while reading a request (413 oversized body, 431 oversized header, 400 malformed
+// request) as JSON, escaping exceptions as 500 JSON, and request metrics. Every error body
+// is ErrorReply(status).
 //
 // Threading: one io thread accepts connections and reads requests (HttpConnection: a
 // whole-request deadline, header and body limits, chunked bodies included); a waiting or
@@ -80,7 +82,8 @@ class HttpServer {
   void Stop();
 
  private:
-  // Routes one request (worker thread): HEAD as GET, 404/405, Content-Type, exceptions.
+  // Routes one request (worker thread): Host, HEAD as GET, 404/405, access, Content-Type,
+  // exceptions.
   HttpReply Handle(const httplib::Request& request) const;
   boost::asio::awaitable<void> AsyncAccept();
   // Counts a new connection from `peer`; false (nothing counted) past a cap.

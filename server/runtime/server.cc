@@ -216,6 +216,22 @@ Status Server::StartAccessControl() {
   } else {
     LogInfo("access control off: no tokens configured; every listener is loopback-only");
   }
+  // ZMQ carries no credentials whatever the tokens: say so when it is reachable.
+  std::vector<std::string> zmq_binds;
+  if (!config_.zmq_listen.empty()) zmq_binds.push_back(config_.zmq_listen);
+  for (const ZmqListenerConfig& l : config_.zmq_listeners) zmq_binds.push_back(l.bind);
+  for (const std::string& bind : zmq_binds) {
+    const size_t scheme = bind.find("://");
+    const size_t colon = bind.rfind(':');
+    const std::string host = scheme == std::string::npos || colon <= scheme + 3
+                                 ? std::string()
+                                 : bind.substr(scheme + 3, colon - scheme - 3);
+    if (bind.starts_with("tcp://") && !IsLoopbackHost(host)) {
+      LogWarning("zmq listener " + bind +
+                 " accepts engine events from anyone who can reach it (ZMQ carries no "
+                 "credentials; docs/security.md)");
+    }
+  }
   return Status::Ok();
 }
 
