@@ -11,6 +11,7 @@
 
 #include "common/internal/log.h"
 #include "server/runtime/config.h"
+#include "server/runtime/fd_limit.h"
 #include "server/runtime/server.h"
 
 namespace {
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
   }
   const kvatlas::server::Config& config = command->config;
   kvatlas::SetLogLevel(*kvatlas::ParseLogLevel(config.log_level));
+  kvatlas::server::RaiseOpenFileLimit(config);
 
   auto server = Server::Start(config);
   if (!server.has_value()) {

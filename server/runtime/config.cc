@@ -139,6 +139,8 @@ const Field kFields[] = {
      "publishers registered at once, config file included (else 429)"},
     {"zmq_allowed_transports", &Config::zmq_allowed_transports, 0, 0,
      "transports registered publishers may use: comma-separated tcp, ipc, inproc"},
+    {"zmq_allowed_hosts", &Config::zmq_allowed_hosts, 0, 0,
+     "hosts tcp publishers may name: comma-separated *, ADDRESS[/BITS], NAME, *.SUFFIX"},
     {"zmq_reconnect_interval_ms", &Config::zmq_reconnect_interval_ms, 1, 60'000,
      "first reconnect delay to a registered publisher (then doubling)"},
     {"zmq_reconnect_interval_max_ms", &Config::zmq_reconnect_interval_max_ms, 1, 600'000,
@@ -380,14 +382,26 @@ Status ValidateConfig(const Config& config) {
   }
   KVATLAS_ASSIGN_OR_RETURN(const std::vector<std::string> transports,
                            ParseTransports(config.zmq_allowed_transports));
+  KVATLAS_ASSIGN_OR_RETURN(const std::vector<HostPattern> hosts,
+                           ParseHostPatterns(config.zmq_allowed_hosts));
   for (size_t i = 0; i < config.publishers.size(); ++i) {
     const Registration& r = config.publishers[i];
     const std::string path = std::string(kPublishersKey) + "[" + std::to_string(i) + "].";
     KVATLAS_RETURN_IF_ERROR(CheckTransport(path + "endpoint", r.endpoint, transports));
+    KVATLAS_RETURN_IF_ERROR(CheckHost(path + "endpoint", r.endpoint, hosts));
     if (!r.replay_endpoint.empty()) {
       KVATLAS_RETURN_IF_ERROR(
           CheckTransport(path + "replay_endpoint", r.replay_endpoint, transports));
+      KVATLAS_RETURN_IF_ERROR(CheckHost(path + "replay_endpoint", r.replay_endpoint, hosts));
     }
+  }
+  // libraft 0.15 does not survive its own log running out of space (a failed segment
+  // allocation crashes the leader), so the guard must leave room for the next segment.
+  if (config.min_free_disk_bytes < config.raft_segment_bytes) {
+    return Status::InvalidArgument(
+        "min_free_disk_bytes: " + std::to_string(config.min_free_disk_bytes) +
+        " is less than raft_segment_bytes (" + std::to_string(config.raft_segment_bytes) +
+        "): writes must stop while the raft log can still allocate its next segment");
   }
   if (config.publishers.size() > config.max_registrations) {
     return Status::InvalidArgument(
@@ -432,6 +446,8 @@ RegistrationLimits RegistrationLimitsOf(const Config& config) {
   limits.max_registrations = config.max_registrations;
   Result<std::vector<std::string>> transports = ParseTransports(config.zmq_allowed_transports);
   if (transports.has_value()) limits.allowed_transports = std::move(*transports);
+  Result<std::vector<HostPattern>> hosts = ParseHostPatterns(config.zmq_allowed_hosts);
+  if (hosts.has_value()) limits.allowed_hosts = std::move(*hosts);
   return limits;
 }
 

@@ -145,6 +145,9 @@ struct Config {
   // Transports a registered publisher or replay endpoint may use: a comma-separated list
   // of tcp, ipc, inproc (ipc and inproc reach local files and in-process names).
   std::string zmq_allowed_transports = "tcp";
+  // Hosts a registered tcp publisher or replay endpoint may name: a comma-separated list of
+  // "*" (any), addresses and networks (10.0.0.0/8), names and name suffixes (*.svc).
+  std::string zmq_allowed_hosts = "*";
   // Reconnection backoff of the SUB sockets to registered publishers: the first retry
   // after the interval, doubling up to the maximum.
   uint64_t zmq_reconnect_interval_ms = 100;

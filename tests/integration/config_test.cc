@@ -83,6 +83,8 @@ TEST_SUITE("Integration.Config") {
         {{"--raft-segment-bytes", "4096"},
          "raft_segment_bytes: 4096 is out of range [1048576, 1073741824]"},
         {{"--storage-sync", "maybe"}, "--storage-sync: expected true or false"},
+        {{"--min-free-disk-bytes", "0"},
+         "min_free_disk_bytes: 0 is less than raft_segment_bytes (67108864)"},
         {{"--http-listen", "localhost"}, "http_listen: expected HOST:PORT"},
         {{"--log-level", "loud"}, "log_level: expected debug, info, warning or error"},
         {{"--data-dir"}, "--data-dir: needs a value"},
