@@ -391,6 +391,10 @@ void PeerAuth::Refuse(PeerChannel channel, PeerRefusal reason, std::string_view 
   std::string line = "audit: peer refused: channel=" + std::string(PeerChannelName(channel)) +
                      " peer=" + std::string(peer) +
                      " reason=" + std::string(PeerRefusalName(reason)) + ": " + std::string(detail);
+  // A detail may quote what a stranger sent (an address, a target): one line, printable.
+  for (char& c : line) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
   if (folded > 0) {
     line += " (and " + std::to_string(folded) + " more like it from this host in the last " +
             std::to_string(kAuditRepeatWindow.count()) + " s)";

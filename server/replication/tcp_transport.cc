@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "server/replication/peer_handshake.h"
 
@@ -147,8 +148,6 @@ class PeerGate {
       gate->MaybeFireClose();
     });
   }
-
-  bool idle() const { return handles_open_ == 0; }
 
  private:
   static void OnListen(uv_stream_t* server, int status) {
