@@ -43,6 +43,8 @@ std::unique_ptr<httplib::Client> MakeClient(const HostPort& to, std::chrono::mil
   client->set_read_timeout(seconds.count(), micros.count());
   client->set_write_timeout(seconds.count(), micros.count());
   client->set_keep_alive(false);
+  // The target goes out as it came in (and as it was signed): no second encoding.
+  client->set_url_encode(false);
   return client;
 }
 
@@ -65,14 +67,27 @@ std::optional<HttpReply> Forward(const Services& api, const RouteRequest& reques
     forward.set_header("Content-Type", "application/json");
   }
   forward.set_header(kForwardedHeader, std::to_string(api.server_id));
+  const SignedPeerRequest signature =
+      api.peers->SignRequest(forward.method, forward.path, forward.body);
+  forward.set_header(kPeerAuthHeader, signature.header);
   std::unique_ptr<httplib::Client> client = MakeClient(to, api.options.apply_timeout);
   httplib::Result result = client->send(forward);
   if (!result && result.error() == httplib::Error::Connection) return std::nullopt;
+  const std::string failed = "not the leader; forwarding to the leader, server " +
+                             std::to_string(leader.id) + " at " + *leader.http_address +
+                             ", failed: ";
   HttpReply reply;
+  Status authentic;
+  if (result) {
+    authentic =
+        api.peers->VerifyReply(result->get_header_value(kPeerReplyHeader), leader.id,
+                               signature.nonce, result->status, result->body, to.ToString());
+  }
   if (!result) {
-    reply = ErrorReply(Status::Unavailable(
-        "not the leader; forwarding to the leader, server " + std::to_string(leader.id) + " at " +
-        *leader.http_address + ", failed: " + httplib::to_string(result.error())));
+    reply = ErrorReply(Status::Unavailable(failed + httplib::to_string(result.error())));
+  } else if (!authentic.ok()) {
+    // Whoever answered is not the leader of this cluster: nothing is acknowledged.
+    reply = ErrorReply(Status::Unavailable(failed + authentic.message()));
   } else {
     reply.status = result->status;
     reply.body = result->body;
@@ -96,7 +111,16 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
                                                "server " +
                                                request.http.get_header_value(kForwardedHeader));
   }
-  if (api.log == nullptr) return NotLeaderReply(FindLeader(api), not_leader.message());
+  if (request.peer != nullptr) {
+    // An internal call is made to the server meant (its sender retries elsewhere): its
+    // signature vouches for its sender, not for this server as a relay.
+    return NotLeaderReply(FindLeader(api),
+                          not_leader.message() + "; an internal call from server " +
+                              std::to_string(request.peer->sender) + " is not forwarded");
+  }
+  if (api.log == nullptr || api.peers == nullptr) {
+    return NotLeaderReply(FindLeader(api), not_leader.message());
+  }
   // Hold the request until the leader and its HTTP address are known (an election, or a
   // new leader's announcement, is under way), or its connection opens (a dead leader is
   // still believed to lead until the election timeout): polled every kHoldPoll.
@@ -138,22 +162,44 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
   }
 }
 
-Status PostAnnounce(const std::string& leader_http, uint64_t id, const std::string& http_address,
-                    const std::string& rpc_address, std::chrono::milliseconds timeout) {
+Status PostAnnounce(PeerAuth* auth, uint64_t leader_id, const std::string& leader_http, uint64_t id,
+                    const std::string& http_address, const std::string& rpc_address,
+                    std::chrono::milliseconds timeout) {
   const Result<HostPort> to = ParseHostPort(leader_http);
   if (!to.has_value() || to->port == 0)
     return Status::InvalidArgument("malformed leader address " + leader_http);
-  const nlohmann::json body = {
-      {"id", id}, {"http_address", http_address}, {"rpc_address", rpc_address}};
+  const std::string body =
+      nlohmann::json{{"id", id}, {"http_address", http_address}, {"rpc_address", rpc_address}}
+          .dump();
+  constexpr char kPath[] = "/v1/cluster/announce";
+  const SignedPeerRequest signature = auth->SignRequest("POST", kPath, body);
   std::unique_ptr<httplib::Client> client = MakeClient(*to, timeout);
-  httplib::Result result = client->Post("/v1/cluster/announce", body.dump(), "application/json");
+  httplib::Result result = client->Post(
+      kPath, httplib::Headers{{kPeerAuthHeader, signature.header}}, body, "application/json");
   if (!result) {
     return Status::Unavailable("POST http://" + leader_http +
                                "/v1/cluster/announce: " + httplib::to_string(result.error()));
   }
-  if (result->status == 200) return Status::Ok();
+  if (result->status == 200) {
+    return auth
+        ->VerifyReply(result->get_header_value(kPeerReplyHeader), leader_id, signature.nonce,
+                      result->status, result->body, leader_http)
+        .WithContext("POST http://" + leader_http + "/v1/cluster/announce");
+  }
   return Status(StatusCode::kUnavailable, "POST http://" + leader_http + "/v1/cluster/announce: " +
                                               std::to_string(result->status) + " " + result->body);
+}
+
+Result<PeerCall> VerifyPeerCall(const Services& api, const httplib::Request& request) {
+  return api.peers->VerifyRequest(
+      request.get_header_value(kPeerAuthHeader), request.method,
+      request.target.empty() ? request.path : request.target, request.body,
+      [&api](uint64_t id) { return IsMember(api, id); }, request.remote_addr);
+}
+
+void SignPeerReply(const Services& api, const PeerCall& call, HttpReply* reply) {
+  reply->headers.emplace_back(kPeerReplyHeader,
+                              api.peers->SignReply(call, reply->status, reply->body));
 }
 
 }  // namespace kvatlas::server

@@ -76,12 +76,12 @@ Status CheckJsonContentType(const httplib::Request& request) {
 }
 
 HttpReply RunRoute(const Router& router, const Route& route, const httplib::Request& request,
-                   std::string_view path_param) {
+                   std::string_view path_param, const PeerCall* peer) {
   if (route.json_body) {
     if (Status s = CheckJsonContentType(request); !s.ok()) return ErrorReply(s);
   }
   try {
-    const RouteRequest route_request{request, path_param};
+    const RouteRequest route_request{request, path_param, peer};
     Result<HttpReply> reply = route.handler(route_request);
     if (reply.has_value()) return std::move(reply).value();
     if (reply.error().code() == StatusCode::kNotLeader && router.not_leader_handler()) {
@@ -120,7 +120,18 @@ HttpReply HttpServer::Handle(const httplib::Request& request) const {
   std::string_view method = request.method;
   if (method == "HEAD") method = "GET";
   const RouteMatch match = router_.Find(method, request.path);
-  if (match.route != nullptr) return RunRoute(router_, *match.route, request, match.path_param);
+  if (match.route != nullptr) {
+    const Router::PeerCalls& peers = router_.peer_calls();
+    if (!peers.verify || !request.has_header(kPeerAuthHeader)) {
+      return RunRoute(router_, *match.route, request, match.path_param, nullptr);
+    }
+    // An internal call from another member: verified first, its answer signed.
+    Result<PeerCall> peer = peers.verify(request);
+    if (!peer.has_value()) return ErrorReply(peer.error());
+    HttpReply reply = RunRoute(router_, *match.route, request, match.path_param, &*peer);
+    if (!reply.stream) peers.sign(*peer, &reply);
+    return reply;
+  }
   if (match.allowed.empty()) return ErrorReply(Status::NotFound("no route for " + request.path));
   HttpReply reply = ErrorReply(Status(
       StatusCode::kMethodNotAllowed,

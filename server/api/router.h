@@ -11,6 +11,7 @@
 
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
+#include "server/peer/peer_auth.h"
 
 namespace httplib {
 struct Request;
@@ -36,10 +37,12 @@ struct HttpReply {
 // 200 with a JSON body.
 [[nodiscard]] HttpReply JsonReply(std::string body);
 
-// What a route handler sees: the request and the path segment captured by "{name}".
+// What a route handler sees: the request, the path segment captured by "{name}", and for
+// an internal call from another member (Router::PeerCalls) who sent it.
 struct RouteRequest {
   const httplib::Request& http;
   std::string_view path_param;
+  const PeerCall* peer = nullptr;  // null: not a verified internal call
 };
 
 // A handler returns its reply or a Status that becomes ErrorReply(status).
@@ -76,12 +79,24 @@ class Router {
   void SetNotLeaderHandler(NotLeaderHandler handler) { not_leader_ = std::move(handler); }
   const NotLeaderHandler& not_leader_handler() const { return not_leader_; }
 
+  // Internal calls between the servers of a cluster (forwarding.h): `verify` checks a
+  // request that carries kPeerAuthHeader before its route runs (its error is the answer);
+  // `sign` signs the answer to a request it verified (kPeerReplyHeader). Unset: the header
+  // is ignored (no cluster).
+  struct PeerCalls {
+    std::function<Result<PeerCall>(const httplib::Request&)> verify;
+    std::function<void(const PeerCall&, HttpReply*)> sign;
+  };
+  void SetPeerCalls(PeerCalls calls) { peer_calls_ = std::move(calls); }
+  const PeerCalls& peer_calls() const { return peer_calls_; }
+
  private:
   // The captured parameter when `pattern` matches `path`; false otherwise.
   static bool Matches(const Route& route, std::string_view path, std::string_view* param);
 
   std::vector<Route> routes_;
   NotLeaderHandler not_leader_;
+  PeerCalls peer_calls_;
 };
 
 }  // namespace kvatlas::server

@@ -322,7 +322,19 @@ class RaftLog::Loop {
       uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
       return s;
     };
-    if ((rv = TcpTransportInit(&transport_, &loop_)) != 0) {
+    TcpTransportOptions transport_options;
+    transport_options.auth = o.peer_auth;
+    transport_options.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
+    // A server with an empty configuration has not been added yet: any proven peer may be
+    // the leader adding it.
+    transport_options.is_member = [this](uint64_t id) {
+      if (raft_.configuration.n == 0) return true;
+      for (unsigned i = 0; i < raft_.configuration.n; ++i) {
+        if (raft_.configuration.servers[i].id == id) return true;
+      }
+      return false;
+    };
+    if ((rv = TcpTransportInit(&transport_, &loop_, std::move(transport_options))) != 0) {
       return fail(Status::Internal("raft_uv_tcp_init: " + RaftError(rv)));
     }
     if ((rv = raft_uv_init(&io_, &loop_, o.dir.c_str(), &transport_.transport)) != 0) {
@@ -451,7 +463,12 @@ class RaftLog::Loop {
 };
 
 RaftLog::RaftLog(RaftOptions options, LogStateMachine* machine)
-    : options_(std::move(options)), machine_(machine) {}
+    : options_(std::move(options)), machine_(machine) {
+  if (options_.peer_auth == nullptr) {
+    own_peer_auth_ = std::make_unique<PeerAuth>(options_.id, "", "");
+    options_.peer_auth = own_peer_auth_.get();
+  }
+}
 
 Result<std::unique_ptr<RaftLog>> RaftLog::Start(RaftOptions options, LogStateMachine* machine) {
   std::unique_ptr<RaftLog> log(new RaftLog(std::move(options), machine));

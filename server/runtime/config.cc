@@ -14,6 +14,7 @@
 #include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/protocol.h"
 #include "server/api/registration_json.h"
+#include "server/peer/peer_auth.h"
 
 namespace kvatlas::server {
 namespace {
@@ -105,6 +106,14 @@ const Field kFields[] = {
      "raft transport HOST:PORT; empty = this id's --peers entry (single server: any port)"},
     {"peers", &Config::peers, 0, 0,
      "initial voters 1@host:port,2@host:port,...; empty = single server"},
+    {"cluster_id", &Config::cluster_id, 0, 0,
+     "this cluster's name, the same on every server (needed with cluster_secret_file)"},
+    {"cluster_secret_file", &Config::cluster_secret_file, 0, 0,
+     "file with the cluster secret peers prove (head -c 32 /dev/urandom | base64 > FILE)"},
+    {"insecure", &Config::insecure, 0, 0,
+     "allow peers on non-loopback addresses without a cluster secret (true/false)"},
+    {"raft_handshake_timeout_ms", &Config::raft_handshake_timeout_ms, 100, 60'000,
+     "a raft connection's peer handshake must complete within this (else closed)"},
     {"raft_election_timeout_ms", &Config::raft_election_timeout_ms, 50, 60'000,
      "raft election timeout (randomised up to 2x)"},
     {"raft_heartbeat_timeout_ms", &Config::raft_heartbeat_timeout_ms, 10, 10'000,
@@ -376,6 +385,19 @@ Status ValidateConfig(const Config& config) {
                                      " differs from this server's peers entry " + own->second);
     }
   }
+  KVATLAS_RETURN_IF_ERROR(CheckClusterId(config.cluster_id));
+  if (!config.cluster_secret_file.empty() && config.cluster_id.empty()) {
+    return Status::InvalidArgument(
+        "cluster_id: must be set with cluster_secret_file (a name for this cluster, the same on "
+        "all its servers)");
+  }
+  if (config.cluster_secret_file.empty() && !config.insecure && PeersExposed(config)) {
+    return Status::InvalidArgument(
+        "cluster_secret_file: required for a cluster whose servers use non-loopback addresses "
+        "(without it anyone who reaches them can pose as a member); make one with `head -c 32 "
+        "/dev/urandom | base64 > FILE`, give every server the same file and a cluster_id, or "
+        "pass --insecure");
+  }
   if (!config.zmq_listen.empty()) {
     KVATLAS_RETURN_IF_ERROR(ZmqIngest::ValidateEndpoint(config.zmq_listen, /*for_bind=*/true)
                                 .WithContext("zmq_listen"));
@@ -409,6 +431,21 @@ Status ValidateConfig(const Config& config) {
         " entries, more than max_registrations (" + std::to_string(config.max_registrations) + ")");
   }
   return Status::Ok();
+}
+
+bool PeersExposed(const Config& config) {
+  const Result<std::vector<std::pair<uint64_t, std::string>>> peers = ParsePeers(config.peers);
+  if (!peers.has_value() || peers->empty()) return false;
+  const auto exposed = [](const std::string& address) {
+    const Result<HostPort> parsed = ParseHostPort(address);
+    if (!parsed.has_value()) return true;
+    const std::string& host = parsed->host;
+    return !(host == "localhost" || host == "::1" || host.starts_with("127."));
+  };
+  if (exposed(config.http_listen)) return true;
+  if (!config.raft_listen.empty() && exposed(config.raft_listen)) return true;
+  return std::any_of(peers->begin(), peers->end(),
+                     [&](const auto& peer) { return exposed(peer.second); });
 }
 
 Result<std::vector<std::pair<uint64_t, std::string>>> ParsePeers(std::string_view text) {

@@ -106,6 +106,19 @@ struct Config {
   // server whose id is not listed joins a running cluster (set raft_listen; the leader
   // adds it with POST /v1/cluster/members).
   std::string peers;
+  // Peer authentication (docs/security.md §Peers). The cluster's name, the same on every
+  // server: 1..64 of [A-Za-z0-9._-]. Required with cluster_secret_file.
+  std::string cluster_id;
+  // A file holding the cluster secret, the same on every server (at least 16 bytes, e.g.
+  // `head -c 32 /dev/urandom | base64 > FILE`): raft connections and internal calls prove
+  // knowledge of it. Required when peers are configured and any of http_listen,
+  // raft_listen or a peer address is not a loopback address, unless `insecure`.
+  std::string cluster_secret_file;
+  // Start where security would otherwise be required (peers on non-loopback addresses
+  // without cluster_secret_file), with a warning.
+  bool insecure = false;
+  // A raft connection's peer handshake must complete within this, or it is closed.
+  uint64_t raft_handshake_timeout_ms = 5'000;
   uint64_t raft_election_timeout_ms = 1'000;
   uint64_t raft_heartbeat_timeout_ms = 100;
   uint64_t raft_snapshot_threshold = 8'192;
@@ -167,6 +180,11 @@ struct Config {
 // Checks ranges and formats (http_listen, rpc_listen, log_level, non-empty data_dir,
 // ZMQ endpoints, peers and raft_listen).
 [[nodiscard]] Status ValidateConfig(const Config& config);
+
+// Whether the servers of a cluster (peers configured) reach each other or are reached over
+// a non-loopback address (http_listen, raft_listen, a peer's address): then peers must
+// authenticate with a cluster secret (ValidateConfig, unless insecure).
+[[nodiscard]] bool PeersExposed(const Config& config);
 
 // "1@host:port,2@host:port" → {id, address} pairs (ids > 0, distinct; addresses
 // HOST:PORT). kInvalidArgument naming the bad element.

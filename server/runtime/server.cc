@@ -123,6 +123,7 @@ Status Server::Init() {
   services_.log = raft_.get();
   services_.feed = feed_.get();
   services_.leases = leases_.get();
+  services_.peers = peer_auth_.get();
   // Watch streams hold HTTP workers: at most half of them.
   services_.options.max_watch_streams = std::max<size_t>(1, config_.http_threads / 2);
   services_.server_id = config_.id;
@@ -252,8 +253,8 @@ void Server::AnnounceAddresses() {
                !leader || leader->http_address.empty()) {
       waiting = true;
     } else {
-      announced = PostAnnounce(leader->http_address, config_.id, mine.http_address,
-                               mine.rpc_address, timeout);
+      announced = PostAnnounce(peer_auth_.get(), status.leader_id, leader->http_address, config_.id,
+                               mine.http_address, mine.rpc_address, timeout);
     }
     lock.lock();
     if (waiting) {
@@ -384,9 +385,35 @@ void Server::RegisterConfigPublishers() {
   }
 }
 
+Status Server::StartPeerAuth(bool single) {
+  std::string secret;
+  if (!config_.cluster_secret_file.empty()) {
+    KVATLAS_ASSIGN_OR_RETURN(secret, ReadClusterSecret(config_.cluster_secret_file));
+    LogInfo("peers authenticate with the cluster secret of " + config_.cluster_secret_file +
+            " (cluster_id \"" + config_.cluster_id + "\")");
+  } else if (!single && PeersExposed(config_)) {
+    LogWarning(
+        "insecure: this cluster's servers use non-loopback addresses and no cluster_secret_file "
+        "is set: anyone who reaches them can pose as a member (join raft, announce addresses, "
+        "answer forwarded writes); docs/security.md §Peers");
+  } else if (!single) {
+    LogWarning(
+        "no cluster_secret_file: peers on loopback addresses prove only the cluster id, so any "
+        "process on this machine can pose as a member");
+  }
+  // A single server without a secret uses a random key: nobody else can sign for it (a
+  // server that should take members later needs the secret from the start).
+  peer_auth_ = std::make_unique<PeerAuth>(config_.id, config_.cluster_id, secret,
+                                          /*random_if_no_secret=*/single);
+  return Status::Ok();
+}
+
 Status Server::StartRaft() {
   KVATLAS_ASSIGN_OR_RETURN(auto peers, ParsePeers(config_.peers));
+  KVATLAS_RETURN_IF_ERROR(StartPeerAuth(peers.empty()));
   RaftOptions options;
+  options.peer_auth = peer_auth_.get();
+  options.handshake_timeout_ms = static_cast<unsigned>(config_.raft_handshake_timeout_ms);
   options.id = config_.id;
   options.dir = (std::filesystem::path(config_.data_dir) / "raft").string();
   options.address = config_.raft_listen;

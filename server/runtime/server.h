@@ -76,12 +76,16 @@ class Server {
   // every check interval, the leader proposes an ExpireHolderCommand for each holder whose
   // lease ran out (LeaseTracker::DueExpiries) and waits, bounded, for it to be applied.
   // Does nothing on a follower.
+  // The PeerAuth of raft and the internal calls, from the cluster secret (a random key for
+  // a `single` server without one); logs how peers authenticate.
+  [[nodiscard]] Status StartPeerAuth(bool single);
   void ExpireSilentHolders();
 
   Config config_;
   std::unique_ptr<Storage> storage_;
   std::unique_ptr<ChangeFeed> feed_;  // outlives the state machine and the HTTP server
   std::unique_ptr<StateMachine> machine_;
+  std::unique_ptr<PeerAuth> peer_auth_;  // outlives raft_ and the HTTP server
   std::unique_ptr<RaftLog> raft_;
   std::unique_ptr<Applier> applier_;
   std::unique_ptr<ZmqIngest> zmq_;

@@ -18,6 +18,7 @@
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 #include "server/index/index.h"
+#include "server/peer/peer_auth.h"
 #include "server/state/state_machine.h"
 
 namespace kvatlas::server {
@@ -30,6 +31,8 @@ struct StateGauges {
   uint64_t storage_bytes = 0;
   bool applier_failed = false;
   double uptime_seconds = 0;
+  // Peer authentication (docs/security.md §Peers); unset without replication.
+  std::optional<PeerCounters> peers;
 };
 
 class Metrics {

@@ -16,6 +16,7 @@
 #include "server/feed/change_feed.h"
 #include "server/index/index.h"
 #include "server/ingest/event_converter.h"
+#include "server/peer/peer_auth.h"
 #include "server/service/metrics.h"
 #include "server/state/applier.h"
 #include "server/state/lease_tracker.h"
@@ -58,6 +59,9 @@ struct Services {
   ReplicatedLog* log = nullptr;    // null without replication (tests)
   ChangeFeed* feed = nullptr;      // null without a change feed (tests)
   LeaseTracker* leases = nullptr;  // null = holder leases off (tests)
+  // How internal calls between the servers are signed and checked (forwarding.h); null
+  // without replication (tests).
+  PeerAuth* peers = nullptr;
   uint64_t server_id = 1;
   // This server's addresses as it announces them (GET /v1/cluster, AnnounceCommand): the
   // bound ones, with a wildcard host replaced by the raft address's host.
