@@ -35,8 +35,19 @@ HttpReply NotLeaderReply(const LeaderAddresses& leader, std::string message) {
   return reply;
 }
 
-std::unique_ptr<httplib::Client> MakeClient(const HostPort& to, std::chrono::milliseconds timeout) {
-  auto client = std::make_unique<httplib::Client>(to.host, to.port);
+// A client of another member's REST API. Over TLS it reads the certificate files on each
+// call, so a reloaded certificate (SIGHUP) is used from the next call on.
+std::unique_ptr<httplib::Client> MakeClient(const PeerHttpOptions& peer, const HostPort& to,
+                                            std::chrono::milliseconds timeout) {
+  std::unique_ptr<httplib::Client> client;
+  if (peer.tls) {
+    client = std::make_unique<httplib::Client>("https://" + to.ToString(), peer.cert_file,
+                                               peer.key_file);
+    if (!peer.ca_file.empty()) client->set_ca_cert_path(peer.ca_file.c_str());
+    client->enable_server_certificate_verification(true);
+  } else {
+    client = std::make_unique<httplib::Client>(to.host, to.port);
+  }
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(timeout - seconds);
   client->set_connection_timeout(seconds.count(), micros.count());
@@ -65,7 +76,8 @@ std::optional<HttpReply> Forward(const Services& api, const RouteRequest& reques
     forward.set_header("Content-Type", "application/json");
   }
   forward.set_header(kForwardedHeader, std::to_string(api.server_id));
-  std::unique_ptr<httplib::Client> client = MakeClient(to, api.options.apply_timeout);
+  std::unique_ptr<httplib::Client> client =
+      MakeClient(api.peer_http, to, api.options.apply_timeout);
   httplib::Result result = client->send(forward);
   if (!result && result.error() == httplib::Error::Connection) return std::nullopt;
   HttpReply reply;
@@ -138,22 +150,25 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
   }
 }
 
-Status PostAnnounce(const std::string& leader_http, uint64_t id, const std::string& http_address,
-                    const std::string& rpc_address, std::chrono::milliseconds timeout) {
+Status PostAnnounce(const PeerHttpOptions& peer, const std::string& leader_http, uint64_t id,
+                    const std::string& http_address, const std::string& rpc_address,
+                    std::chrono::milliseconds timeout) {
   const Result<HostPort> to = ParseHostPort(leader_http);
   if (!to.has_value() || to->port == 0)
     return Status::InvalidArgument("malformed leader address " + leader_http);
   const nlohmann::json body = {
       {"id", id}, {"http_address", http_address}, {"rpc_address", rpc_address}};
-  std::unique_ptr<httplib::Client> client = MakeClient(*to, timeout);
+  std::unique_ptr<httplib::Client> client = MakeClient(peer, *to, timeout);
   httplib::Result result = client->Post("/v1/cluster/announce", body.dump(), "application/json");
   if (!result) {
-    return Status::Unavailable("POST http://" + leader_http +
+    return Status::Unavailable("POST " + std::string(peer.tls ? "https://" : "http://") +
+                               leader_http +
                                "/v1/cluster/announce: " + httplib::to_string(result.error()));
   }
   if (result->status == 200) return Status::Ok();
-  return Status(StatusCode::kUnavailable, "POST http://" + leader_http + "/v1/cluster/announce: " +
-                                              std::to_string(result->status) + " " + result->body);
+  return Status(StatusCode::kUnavailable,
+                "POST " + std::string(peer.tls ? "https://" : "http://") + leader_http +
+                    "/v1/cluster/announce: " + std::to_string(result->status) + " " + result->body);
 }
 
 }  // namespace kvatlas::server

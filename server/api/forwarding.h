@@ -37,10 +37,12 @@ inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
 [[nodiscard]] HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
                                         const Status& not_leader);
 
-// POSTs {"id", "http_address", "rpc_address"} to http://<leader_http>/v1/cluster/announce.
-// OK on 200; otherwise the leader's error (or kUnavailable when unreachable).
-[[nodiscard]] Status PostAnnounce(const std::string& leader_http, uint64_t id,
-                                  const std::string& http_address, const std::string& rpc_address,
+// POSTs {"id", "http_address", "rpc_address"} to http(s)://<leader_http>/v1/cluster/announce
+// (`peer`: plaintext or TLS). OK on 200; otherwise the leader's error (or kUnavailable when
+// unreachable).
+[[nodiscard]] Status PostAnnounce(const PeerHttpOptions& peer, const std::string& leader_http,
+                                  uint64_t id, const std::string& http_address,
+                                  const std::string& rpc_address,
                                   std::chrono::milliseconds timeout);
 
 }  // namespace kvatlas::server
