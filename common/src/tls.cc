@@ -41,7 +41,8 @@ Status Invalid(const char* what, const std::string& path, const std::string& why
 // The file must be readable: OpenSSL's own message for a missing file is obscure.
 Status CheckReadable(const char* what, const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "r");
-  if (file == nullptr) return Invalid(what, path, std::string("cannot read: ") + std::strerror(errno));
+  if (file == nullptr)
+    return Invalid(what, path, std::string("cannot read: ") + std::strerror(errno));
   std::fclose(file);
   return Status::Ok();
 }
@@ -50,8 +51,8 @@ TlsContextPtr NewContext(ssl::context::method method) {
   auto context = std::make_shared<ssl::context>(method);
   SSL_CTX* native = context->native_handle();
   SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
-  SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
-                                  SSL_OP_CIPHER_SERVER_PREFERENCE);
+  SSL_CTX_set_options(
+      native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
   SSL_CTX_set_cipher_list(native, kTls12Ciphers);
   return context;
 }

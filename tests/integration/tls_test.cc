@@ -5,6 +5,7 @@
 // or from another CA refused; plaintext clients on a TLS port closed while the server keeps
 // serving; a silent client closed by the handshake deadline; SIGHUP certificate rotation;
 // the CLI's --ca/--cert/--key and KVATLAS_CA; config errors.
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -12,7 +13,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <arpa/inet.h>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -103,10 +103,10 @@ Status ConnectAndPing(ClientOptions options) {
 
 std::unique_ptr<httplib::SSLClient> RestClient(const ServerProcess& server, const fs::path& ca,
                                                const PemFiles* cert = nullptr) {
-  auto client = cert == nullptr ? std::make_unique<httplib::SSLClient>(server.host(), server.port())
-                                : std::make_unique<httplib::SSLClient>(
-                                      server.host(), server.port(), cert->cert.string(),
-                                      cert->key.string());
+  auto client = cert == nullptr
+                    ? std::make_unique<httplib::SSLClient>(server.host(), server.port())
+                    : std::make_unique<httplib::SSLClient>(server.host(), server.port(),
+                                                           cert->cert.string(), cert->key.string());
   client->set_ca_cert_path(ca.c_str());
   client->enable_server_certificate_verification(true);
   client->set_connection_timeout(10s);
@@ -170,7 +170,7 @@ std::optional<std::string> SendAndWaitForClose(int port, const std::string& byte
       continue;
     }
     if (n == 0 || errno == ECONNRESET) result = received;  // closed by the server
-    break;                                                  // else: timed out
+    break;                                                 // else: timed out
   }
   close(fd);
   return result;
@@ -212,8 +212,7 @@ TEST_SUITE("Integration.Tls") {
 
     // The same lookup over REST answers the same.
     const httplib::Result rest_lookup = rest->Post(
-        "/v1/lookup",
-        R"({"model_name": "llama", "block_size": 4, "token_ids": [1,2,3,4,5,6,7,8]})",
+        "/v1/lookup", R"({"model_name": "llama", "block_size": 4, "token_ids": [1,2,3,4,5,6,7,8]})",
         "application/json");
     REQUIRE(rest_lookup);
     CHECK(rest_lookup->status == 200);
@@ -225,9 +224,9 @@ TEST_SUITE("Integration.Tls") {
     tls.ca_file = ca.c_str();
     kvatlas_client* c = nullptr;
     kvatlas_error* err = nullptr;
-    REQUIRE_MESSAGE(kvatlas_open_tls(RpcEndpoint(server).c_str(), 20'000, &tls, &c, &err) ==
-                        KVATLAS_OK,
-                    (err ? kvatlas_error_message(err) : ""));
+    REQUIRE_MESSAGE(
+        kvatlas_open_tls(RpcEndpoint(server).c_str(), 20'000, &tls, &c, &err) == KVATLAS_OK,
+        (err ? kvatlas_error_message(err) : ""));
     CHECK(kvatlas_ping(c, nullptr) == KVATLAS_OK);
     kvatlas_close(c);
     tls.ca_file = pki.other_ca.cert.c_str();
@@ -282,9 +281,9 @@ TEST_SUITE("Integration.Tls") {
       ServerProcess server(dir.path() / "other", TlsArgs(pki.other_server));
       const Status refused = ConnectAndPing(TlsOptions(server, pki.ca.cert));
       CHECK(refused.code() == StatusCode::kUnavailable);
-      CHECK_MESSAGE(refused.message().find("unable to get local issuer certificate") !=
-                        std::string::npos,
-                    refused.ToString());
+      CHECK_MESSAGE(
+          refused.message().find("unable to get local issuer certificate") != std::string::npos,
+          refused.ToString());
       CHECK_FALSE(RestClient(server, pki.ca.cert)->Get("/healthz"));
       // Trusting that CA instead works.
       CHECK(ConnectAndPing(TlsOptions(server, pki.other_ca.cert)).ok());
@@ -383,9 +382,9 @@ TEST_SUITE("Integration.Tls") {
     ServerProcess server(dir.path() / "data",
                          TlsArgs(pki.server, {"--tls-client-ca", pki.ca.cert.string()}));
     const std::string cli = KVATLAS_CLI;
-    const std::vector<std::string> tls = {"--ca", pki.ca.cert.string(), "--cert",
-                                          pki.client.cert.string(), "--key",
-                                          pki.client.key.string()};
+    const std::vector<std::string> tls = {"--ca",   pki.ca.cert.string(),
+                                          "--cert", pki.client.cert.string(),
+                                          "--key",  pki.client.key.string()};
     const auto with = [&](std::vector<std::string> args) {
       std::vector<std::string> line = {cli};
       line.insert(line.end(), tls.begin(), tls.end());
@@ -405,21 +404,20 @@ TEST_SUITE("Integration.Tls") {
     CHECK(run.output.find("engine-a") != std::string::npos);
 
     // The environment, as for KVATLAS_SERVER.
-    run = RunProgram({"env", "KVATLAS_CA=" + pki.ca.cert.string(),
-                      "KVATLAS_CERT=" + pki.client.cert.string(),
-                      "KVATLAS_KEY=" + pki.client.key.string(), cli, "--server",
-                      RpcEndpoint(server), "stats"});
+    run = RunProgram(
+        {"env", "KVATLAS_CA=" + pki.ca.cert.string(), "KVATLAS_CERT=" + pki.client.cert.string(),
+         "KVATLAS_KEY=" + pki.client.key.string(), cli, "--server", RpcEndpoint(server), "stats"});
     CHECK_MESSAGE(run.exit_code == 0, run.output);
 
     // Without TLS, or without the client certificate: a clear failure.
     run = RunProgram({cli, "--server", RpcEndpoint(server), "ping"});
     CHECK(run.exit_code == 1);
     CHECK_MESSAGE(run.output.find("--ca") != std::string::npos, run.output);
-    run = RunProgram({cli, "--ca", pki.ca.cert.string(), "--http", HttpEndpoint(server), "cluster",
-                      "status"});
+    run = RunProgram(
+        {cli, "--ca", pki.ca.cert.string(), "--http", HttpEndpoint(server), "cluster", "status"});
     CHECK(run.exit_code == 1);
-    run = RunProgram({cli, "--cert", pki.client.cert.string(), "--server", RpcEndpoint(server),
-                      "ping"});
+    run = RunProgram(
+        {cli, "--cert", pki.client.cert.string(), "--server", RpcEndpoint(server), "ping"});
     CHECK(run.exit_code == 2);  // --cert without --key
   }
 

@@ -49,8 +49,7 @@ std::unique_ptr<T, Free> ReadPem(const fs::path& path, Read read) {
 void AddExtension(X509* cert, X509* issuer, int nid, const std::string& value) {
   X509V3_CTX ctx;
   X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
-  std::unique_ptr<X509_EXTENSION, Free> ext(
-      X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str()));
+  std::unique_ptr<X509_EXTENSION, Free> ext(X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str()));
   if (!ext || X509_add_ext(cert, ext.get(), -1) != 1) Fail("extension " + value);
 }
 
@@ -58,8 +57,8 @@ void WritePem(const fs::path& path, X509* cert, EVP_PKEY* key) {
   std::unique_ptr<BIO, Free> bio(BIO_new_file(path.c_str(), "w"));
   if (!bio) Fail("create " + path.string());
   const bool ok = cert != nullptr ? PEM_write_bio_X509(bio.get(), cert) == 1
-                                  : PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr,
-                                                             0, nullptr, nullptr) == 1;
+                                  : PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0,
+                                                             nullptr, nullptr) == 1;
   if (!ok) Fail("write " + path.string());
 }
 
@@ -106,8 +105,8 @@ PemFiles TestPki::Issue(const PemFiles& ca, const std::string& file_stem, const 
   const auto ca_cert = ReadPem<X509>(ca.cert, PEM_read_bio_X509);
   const auto ca_key = ReadPem<EVP_PKEY>(ca.key, PEM_read_bio_PrivateKey);
   Key key = NewKey();
-  Cert cert = Build(spec.common_name, serial_++, key.get(), ca_cert.get(), spec.not_before,
-                    spec.not_after);
+  Cert cert =
+      Build(spec.common_name, serial_++, key.get(), ca_cert.get(), spec.not_before, spec.not_after);
   AddExtension(cert.get(), ca_cert.get(), NID_basic_constraints, "critical,CA:FALSE");
   AddExtension(cert.get(), ca_cert.get(), NID_key_usage, "critical,digitalSignature");
   AddExtension(cert.get(), ca_cert.get(), NID_ext_key_usage, "serverAuth,clientAuth");
