@@ -102,6 +102,7 @@ asio::awaitable<void> RpcConnection::AsyncHandshake() {
   idle_timer_.expires_after(options_.handshake_timeout);
   idle_timer_.async_wait([self = shared_from_this()](error_code timer_ec) {
     if (timer_ec || self->handshake_done_ || self->closed_) return;
+    self->handshake_timed_out_ = true;
     error_code ignored;
     self->stream_.next_layer().close(ignored);
   });
@@ -111,11 +112,11 @@ asio::awaitable<void> RpcConnection::AsyncHandshake() {
   handshake_done_ = true;
   idle_timer_.cancel();
   if (ec) {
-    const std::string why =
-        ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor
-            ? "not completed within " + std::to_string(options_.handshake_timeout.count()) +
-                  " ms (rpc_frame_timeout_ms)"
-            : TlsFailureReason(ec, stream_.native_handle());
+    const std::string why = handshake_timed_out_
+                                ? "not completed within " +
+                                      std::to_string(options_.handshake_timeout.count()) +
+                                      " ms (rpc_frame_timeout_ms)"
+                                : TlsFailureReason(ec, stream_.native_handle());
     LogInfo("rpc " + peer_ + ": TLS handshake failed: " + why);
     handler_->api().metrics->TlsHandshakeFailed(/*http=*/false);
     Close("TLS handshake failed");

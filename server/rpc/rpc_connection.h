@@ -165,7 +165,8 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   void Close(std::string_view reason);
 
   MaybeTlsStream<boost::asio::ip::tcp::socket> stream_;
-  bool handshake_done_ = false;
+  bool handshake_done_ = false;       // TLS: the handshake ended (Start: no handshake)
+  bool handshake_timed_out_ = false;  // TLS: the handshake deadline closed the socket
   const RpcHandler* handler_;
   RpcConnectionOptions options_;
   std::function<void()> on_closed_;
