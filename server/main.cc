@@ -1,5 +1,7 @@
 // kvatlas-server: one kvatlas server process. See `kvatlas-server --help` and docs/api.md.
 //
+// SIGHUP reloads the TLS certificate (Server::ReloadTls).
+//
 // Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the server fails to start
 // or a storage write fails while running, 2 for a bad command line or config file.
 #include <signal.h>
@@ -18,11 +20,17 @@ namespace {
 
 using kvatlas::server::Server;
 
-// Waits for SIGTERM/SIGINT, polling the applier's health meanwhile. Returns the exit code.
-int WaitForShutdown(const Server& server, const sigset_t& signals) {
+// Waits for SIGTERM/SIGINT, polling the applier's health meanwhile and reloading the TLS
+// certificate on SIGHUP. Returns the exit code.
+int WaitForShutdown(Server& server, const sigset_t& signals) {
   const timespec poll{0, 200'000'000};
   while (true) {
     const int sig = sigtimedwait(&signals, nullptr, &poll);
+    if (sig == SIGHUP) {
+      kvatlas::LogInfo("received SIGHUP, reloading the TLS certificate");
+      server.ReloadTls();
+      continue;
+    }
     if (sig > 0) {
       kvatlas::LogInfo(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
                        ", shutting down");
@@ -41,12 +49,13 @@ int WaitForShutdown(const Server& server, const sigset_t& signals) {
 int main(int argc, char** argv) {
   // A client closing its socket mid-answer must not kill the process.
   signal(SIGPIPE, SIG_IGN);
-  // Block the shutdown signals before any thread exists, so every thread inherits the mask
-  // and only sigtimedwait() in this thread receives them.
+  // Block the shutdown and reload signals before any thread exists, so every thread inherits the
+  // mask and only sigtimedwait() in this thread receives them.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   const std::vector<std::string> args(argv + 1, argv + argc);
@@ -74,9 +83,11 @@ int main(int argc, char** argv) {
     kvatlas::LogError("cannot start: " + server.error().ToString());
     return 1;
   }
-  std::cout << "kvatlas listening on http://" << (*server)->listen_address() << " (data dir "
-            << config.data_dir << ")" << std::endl;
-  std::cout << "kvatlas rpc listening on " << (*server)->rpc_listen_address() << std::endl;
+  const kvatlas::server::TlsListeners tls = kvatlas::server::TlsListenersOf(config);
+  std::cout << "kvatlas listening on " << (tls.http ? "https://" : "http://")
+            << (*server)->listen_address() << " (data dir " << config.data_dir << ")" << std::endl;
+  std::cout << "kvatlas rpc listening on " << (*server)->rpc_listen_address()
+            << (tls.rpc ? " (TLS)" : "") << std::endl;
   const int code = WaitForShutdown(**server, signals);
   if (kvatlas::Status s = (*server)->Shutdown(); !s.ok()) {
     kvatlas::LogError("shutdown: " + s.ToString());

@@ -35,8 +35,19 @@ HttpReply NotLeaderReply(const LeaderAddresses& leader, std::string message) {
   return reply;
 }
 
-std::unique_ptr<httplib::Client> MakeClient(const HostPort& to, std::chrono::milliseconds timeout) {
-  auto client = std::make_unique<httplib::Client>(to.host, to.port);
+// A client of another member's REST API. Over TLS it reads the certificate files on each
+// call, so a reloaded certificate (SIGHUP) is used from the next call on.
+std::unique_ptr<httplib::Client> MakeClient(const PeerHttpOptions& peer, const HostPort& to,
+                                            std::chrono::milliseconds timeout) {
+  std::unique_ptr<httplib::Client> client;
+  if (peer.tls) {
+    client = std::make_unique<httplib::Client>("https://" + to.ToString(), peer.cert_file,
+                                               peer.key_file);
+    if (!peer.ca_file.empty()) client->set_ca_cert_path(peer.ca_file.c_str());
+    client->enable_server_certificate_verification(true);
+  } else {
+    client = std::make_unique<httplib::Client>(to.host, to.port);
+  }
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(timeout - seconds);
   client->set_connection_timeout(seconds.count(), micros.count());
@@ -70,7 +81,8 @@ std::optional<HttpReply> Forward(const Services& api, const RouteRequest& reques
   const SignedPeerRequest signature =
       api.peers->SignRequest(forward.method, forward.path, forward.body);
   forward.set_header(kPeerAuthHeader, signature.header);
-  std::unique_ptr<httplib::Client> client = MakeClient(to, api.options.apply_timeout);
+  std::unique_ptr<httplib::Client> client =
+      MakeClient(api.peer_http, to, api.options.apply_timeout);
   httplib::Result result = client->send(forward);
   if (!result && result.error() == httplib::Error::Connection) return std::nullopt;
   const std::string failed = "not the leader; forwarding to the leader, server " +
@@ -162,7 +174,8 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
   }
 }
 
-Status PostAnnounce(PeerAuth* auth, uint64_t leader_id, const std::string& leader_http, uint64_t id,
+Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
+                    const std::string& leader_http, uint64_t id,
                     const std::string& http_address, const std::string& rpc_address,
                     std::chrono::milliseconds timeout) {
   const Result<HostPort> to = ParseHostPort(leader_http);
@@ -173,21 +186,20 @@ Status PostAnnounce(PeerAuth* auth, uint64_t leader_id, const std::string& leade
           .dump();
   constexpr char kPath[] = "/v1/cluster/announce";
   const SignedPeerRequest signature = auth->SignRequest("POST", kPath, body);
-  std::unique_ptr<httplib::Client> client = MakeClient(*to, timeout);
+  std::unique_ptr<httplib::Client> client = MakeClient(peer, *to, timeout);
   httplib::Result result = client->Post(
       kPath, httplib::Headers{{kPeerAuthHeader, signature.header}}, body, "application/json");
-  if (!result) {
-    return Status::Unavailable("POST http://" + leader_http +
-                               "/v1/cluster/announce: " + httplib::to_string(result.error()));
-  }
+  const std::string url =
+      std::string(peer.tls ? "https://" : "http://") + leader_http + "/v1/cluster/announce";
+  if (!result) return Status::Unavailable("POST " + url + ": " + httplib::to_string(result.error()));
   if (result->status == 200) {
     return auth
         ->VerifyReply(result->get_header_value(kPeerReplyHeader), leader_id, signature.nonce,
                       result->status, result->body, leader_http)
-        .WithContext("POST http://" + leader_http + "/v1/cluster/announce");
+        .WithContext("POST " + url);
   }
-  return Status(StatusCode::kUnavailable, "POST http://" + leader_http + "/v1/cluster/announce: " +
-                                              std::to_string(result->status) + " " + result->body);
+  return Status(StatusCode::kUnavailable,
+                "POST " + url + ": " + std::to_string(result->status) + " " + result->body);
 }
 
 Result<PeerCall> VerifyPeerCall(const Services& api, const httplib::Request& request) {

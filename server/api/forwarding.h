@@ -46,11 +46,11 @@ inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
 [[nodiscard]] HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
                                         const Status& not_leader);
 
-// POSTs {"id", "http_address", "rpc_address"} to http://<leader_http>/v1/cluster/announce,
-// signed by `auth` (whose server id must be `id`). OK on a 200 signed by server
-// `leader_id`; otherwise the leader's error (or kUnavailable when unreachable or when the
-// answer is not authentic).
-[[nodiscard]] Status PostAnnounce(PeerAuth* auth, uint64_t leader_id,
+// POSTs {"id", "http_address", "rpc_address"} to http(s)://<leader_http>/v1/cluster/announce
+// (`peer`: plaintext or TLS), signed by `auth` (whose server id must be `id`). OK on a 200
+// signed by server `leader_id`; otherwise the leader's error (or kUnavailable when
+// unreachable or when the answer is not authentic).
+[[nodiscard]] Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
                                   const std::string& leader_http, uint64_t id,
                                   const std::string& http_address, const std::string& rpc_address,
                                   std::chrono::milliseconds timeout);

@@ -42,13 +42,14 @@ Result<tcp::endpoint> Endpoint(asio::io_context& io, const std::string& host, ui
 }
 
 // A refused connection's answer, written without waiting (a fresh socket's send buffer
-// holds it), then the socket is closed.
-void Refuse(tcp::socket& socket, const std::string& why) {
+// holds it), then the socket is closed. A TLS client gets no answer (it expects a
+// handshake).
+void Refuse(tcp::socket& socket, const std::string& why, bool tls) {
   const std::string answer =
       SerializeReply(ErrorReply(Status::Unavailable(why)), /*head=*/false, /*keep_alive=*/false);
   error_code ec;
   socket.non_blocking(true, ec);
-  if (!ec) (void)socket.write_some(asio::buffer(answer), ec);
+  if (!ec && !tls) (void)socket.write_some(asio::buffer(answer), ec);
   socket.shutdown(tcp::socket::shutdown_both, ec);
   socket.close(ec);
 }
@@ -111,6 +112,7 @@ HttpServer::HttpServer(HttpServerOptions options, Router router, Metrics* metric
   context_.record = [this](const std::string& path, int status, std::optional<double> seconds) {
     metrics_->RecordRequest(router_.Label(path), status, seconds);
   };
+  context_.tls_failed = [this] { metrics_->TlsHandshakeFailed(/*http=*/true); };
 }
 
 HttpServer::~HttpServer() { Stop(); }
@@ -222,10 +224,11 @@ asio::awaitable<void> HttpServer::AsyncAccept() {
     if (ec) continue;  // already gone
     const std::string peer = remote.address().to_string();
     if (!Admit(peer)) {
-      Refuse(socket, "too many HTTP connections (http_max_connections " +
-                         std::to_string(options_.max_connections) +
-                         ", http_max_connections_per_peer " +
-                         std::to_string(options_.max_connections_per_peer) + ")");
+      Refuse(socket,
+             "too many HTTP connections (http_max_connections " +
+                 std::to_string(options_.max_connections) + ", http_max_connections_per_peer " +
+                 std::to_string(options_.max_connections_per_peer) + ")",
+             options_.tls != nullptr);
       continue;
     }
     uint64_t id = 0;
@@ -233,8 +236,9 @@ asio::awaitable<void> HttpServer::AsyncAccept() {
       std::lock_guard lock(mu_);
       id = next_id_++;
     }
-    auto connection = std::make_shared<HttpConnection>(std::move(socket), &context_,
-                                                       [this, peer, id] { Release(peer, id); });
+    auto connection = std::make_shared<HttpConnection>(
+        std::move(socket), &context_, [this, peer, id] { Release(peer, id); },
+        options_.tls != nullptr ? options_.tls->Current() : nullptr);
     {
       std::lock_guard lock(mu_);
       live_.emplace(id, connection);

@@ -85,6 +85,15 @@ const Field kFields[] = {
      "bytes of incomplete frames over 64 KiB buffered across all binary protocol connections"},
     {"rpc_frame_timeout_ms", &Config::rpc_frame_timeout_ms, 1, kMaxMillis,
      "a frame over 64 KiB must get its buffer share, then arrive, within this (else error, close)"},
+    {"tls_cert", &Config::tls_cert, 0, 0,
+     "PEM certificate chain: TLS on tls_listeners (with tls_key; reloaded on SIGHUP)"},
+    {"tls_key", &Config::tls_key, 0, 0, "PEM private key of tls_cert"},
+    {"tls_client_ca", &Config::tls_client_ca, 0, 0,
+     "PEM CA file: TLS clients must present a certificate it issued (mutual TLS)"},
+    {"tls_listeners", &Config::tls_listeners, 0, 0,
+     "listeners serving TLS when tls_cert is set: comma-separated http, rpc"},
+    {"tls_peer_ca", &Config::tls_peer_ca, 0, 0,
+     "PEM CA file for other members' REST certificates (forwarding); empty = system store"},
     {"apply_timeout_ms", &Config::apply_timeout_ms, 1, kMaxMillis,
      "how long a write waits to be applied (else 504 / deadline_exceeded)"},
     {"max_events_per_batch", &Config::max_events_per_batch, 1, 10'000'000,
@@ -313,7 +322,51 @@ nlohmann::ordered_json FieldToJson(const Field& field, const Config& config) {
                     field.member);
 }
 
+// The items of a comma-separated list, trimmed; empty items skipped.
+std::vector<std::string> SplitList(std::string_view text) {
+  std::vector<std::string> items;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (!item.empty()) items.emplace_back(item);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+  }
+  return items;
+}
+
+Status ValidateTls(const Config& config) {
+  if (config.tls_cert.empty() != config.tls_key.empty()) {
+    return Status::InvalidArgument("tls_cert and tls_key: give both (TLS) or neither (plaintext)");
+  }
+  if (config.tls_cert.empty() && !config.tls_client_ca.empty()) {
+    return Status::InvalidArgument("tls_client_ca: needs tls_cert and tls_key (TLS)");
+  }
+  const std::vector<std::string> listeners = SplitList(config.tls_listeners);
+  for (const std::string& listener : listeners) {
+    if (listener != "http" && listener != "rpc") {
+      return Status::InvalidArgument("tls_listeners: unknown listener \"" + listener +
+                                     "\" (expected http, rpc)");
+    }
+  }
+  if (!config.tls_cert.empty() && listeners.empty()) {
+    return Status::InvalidArgument("tls_listeners: empty, but tls_cert is set (http, rpc)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+TlsListeners TlsListenersOf(const Config& config) {
+  TlsListeners on;
+  if (config.tls_cert.empty()) return on;
+  for (const std::string& listener : SplitList(config.tls_listeners)) {
+    on.http = on.http || listener == "http";
+    on.rpc = on.rpc || listener == "rpc";
+  }
+  return on;
+}
 
 Result<Config> LoadConfigFile(const std::string& path, Config base) {
   std::ifstream in(path);
@@ -368,6 +421,7 @@ Status ValidateConfig(const Config& config) {
       KVATLAS_RETURN_IF_ERROR(CheckRange(field, config.**member));
     }
   }
+  KVATLAS_RETURN_IF_ERROR(ValidateTls(config));
   KVATLAS_ASSIGN_OR_RETURN(auto peers, ParsePeers(config.peers));
   if (!config.raft_listen.empty()) {
     KVATLAS_RETURN_IF_ERROR(ParseHostPort(config.raft_listen).status().WithContext("raft_listen"));

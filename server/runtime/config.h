@@ -26,7 +26,7 @@ struct Config {
   // DIR/http.addr and DIR/rpc.addr.
   std::string data_dir = "./data";
   // HOST:PORT of the REST API ([v6]:PORT for IPv6). Port 0 picks a free port. Loopback by
-  // default: the API has no authentication yet.
+  // default.
   std::string http_listen = "127.0.0.1:7070";
   // HOST:PORT of the binary protocol (docs/protocol.md); port 0 picks a free port, written
   // to DIR/rpc.addr. Loopback by default, like the REST API.
@@ -82,6 +82,19 @@ struct Config {
   // How long such a frame may wait for that share, and then take to arrive whole; past
   // it an error frame and the connection is closed.
   uint64_t rpc_frame_timeout_ms = 30'000;
+  // TLS (docs/security.md §TLS). The server's PEM certificate chain and private key; both
+  // set = TLS on the listeners of tls_listeners, reloaded on SIGHUP. Empty = plaintext.
+  std::string tls_cert;
+  std::string tls_key;
+  // PEM CA certificates; set = every TLS client must present a certificate chaining to one
+  // of them (mutual TLS).
+  std::string tls_client_ca;
+  // The listeners TLS applies to when tls_cert is set: a comma-separated list of http, rpc.
+  std::string tls_listeners = "http,rpc";
+  // PEM CA certificates that other members' REST certificates chain to, for this server's
+  // calls to them (forwarded writes, address announcements) when REST is TLS; empty = the
+  // system's trust store.
+  std::string tls_peer_ca;
   // How long POST /v1/events waits for its batch to be applied (then 504).
   uint64_t apply_timeout_ms = 10'000;
   uint64_t max_events_per_batch = 10'000;
@@ -178,7 +191,8 @@ struct Config {
 [[nodiscard]] Result<Config> LoadConfigFile(const std::string& path, Config base = {});
 
 // Checks ranges and formats (http_listen, rpc_listen, log_level, non-empty data_dir,
-// ZMQ endpoints, peers and raft_listen).
+// ZMQ endpoints, peers and raft_listen, the TLS keys: tls_cert and tls_key together,
+// tls_listeners). The TLS files themselves are read by Server::Start.
 [[nodiscard]] Status ValidateConfig(const Config& config);
 
 // Whether the servers of a cluster (peers configured) reach each other or are reached over
@@ -190,6 +204,13 @@ struct Config {
 // HOST:PORT). kInvalidArgument naming the bad element.
 [[nodiscard]] Result<std::vector<std::pair<uint64_t, std::string>>> ParsePeers(
     std::string_view text);
+
+// Which listeners serve TLS under a validated config.
+struct TlsListeners {
+  bool http = false;
+  bool rpc = false;
+};
+[[nodiscard]] TlsListeners TlsListenersOf(const Config& config);
 
 // The registration limits of a validated config (max_registrations,
 // zmq_allowed_transports).

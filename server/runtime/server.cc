@@ -55,10 +55,37 @@ Result<std::unique_ptr<Server>> Server::Start(const Config& config) {
   return server;
 }
 
+void Server::ReloadTls() {
+  if (!tls_) {
+    LogInfo("SIGHUP: TLS is off (no tls_cert); nothing to reload");
+    return;
+  }
+  Result<std::string> reloaded = tls_->Reload();
+  if (reloaded.has_value()) {
+    LogInfo("TLS certificate reloaded: " + *reloaded + " (new connections use it)");
+  } else {
+    LogError("TLS certificate reload failed, keeping the current certificate (" + tls_->Summary() +
+             "): " + reloaded.error().message());
+  }
+}
+
 Status Server::Init() {
   KVATLAS_RETURN_IF_ERROR(ValidateConfig(config_));
   KVATLAS_ASSIGN_OR_RETURN(const HostPort listen, ParseHostPort(config_.http_listen));
   KVATLAS_ASSIGN_OR_RETURN(const HostPort rpc_listen, ParseHostPort(config_.rpc_listen));
+  const TlsListeners tls_on = TlsListenersOf(config_);
+  if (tls_on.http || tls_on.rpc) {
+    // Before anything is opened: a bad certificate fails the start at once.
+    KVATLAS_ASSIGN_OR_RETURN(tls_, ReloadableTlsContext::Load(
+                                       {config_.tls_cert, config_.tls_key, config_.tls_client_ca}));
+    const std::string where = std::string(tls_on.http ? "REST" : "") +
+                              (tls_on.http && tls_on.rpc ? " and " : "") +
+                              (tls_on.rpc ? "the binary protocol" : "");
+    const std::string clients = config_.tls_client_ca.empty()
+                                    ? ""
+                                    : "; clients need a certificate from " + config_.tls_client_ca;
+    LogInfo("TLS on " + where + ": " + tls_->Summary() + clients);
+  }
   const fs::path data_dir(config_.data_dir);
   std::error_code ec;
   fs::create_directories(data_dir, ec);
@@ -135,6 +162,12 @@ Status Server::Init() {
   services_.options.names.location_bytes = config_.max_location_bytes;
   services_.options.registrations = RegistrationLimitsOf(config_);
   services_.options.max_lookup_blocks = machine_options.index.max_lookup_blocks;
+  // Other members' REST listeners are configured as this one's (the same TLS settings on
+  // every member).
+  services_.peer_http.tls = tls_on.http;
+  services_.peer_http.ca_file = config_.tls_peer_ca;
+  services_.peer_http.cert_file = config_.tls_cert;
+  services_.peer_http.key_file = config_.tls_key;
 
   RpcServerOptions rpc_options;
   rpc_options.host = rpc_listen.host;
@@ -145,6 +178,8 @@ Status Server::Init() {
   rpc_options.connection.frame_timeout = std::chrono::milliseconds(config_.rpc_frame_timeout_ms);
   rpc_options.max_buffered_bytes = static_cast<size_t>(config_.rpc_max_buffered_bytes);
   rpc_options.connection.idle_timeout = std::chrono::milliseconds(config_.rpc_idle_timeout_ms);
+  rpc_options.connection.handshake_timeout = rpc_options.connection.frame_timeout;
+  if (tls_on.rpc) rpc_options.tls = tls_.get();
   rpc_ = std::make_unique<RpcServer>(rpc_options, &services_);
   KVATLAS_RETURN_IF_ERROR(rpc_->Start());
   rpc_listen_address_ = HostPort{rpc_listen.host, rpc_->port()}.ToString();
@@ -166,6 +201,7 @@ Status Server::Init() {
   http_options.max_connections = config_.http_max_connections;
   http_options.max_connections_per_peer = config_.http_max_connections_per_peer;
   http_options.max_queued_requests = config_.http_max_queued_requests;
+  if (tls_on.http) http_options.tls = tls_.get();
   http_ = std::make_unique<HttpServer>(http_options, std::move(router), &metrics_);
   KVATLAS_RETURN_IF_ERROR(http_->Start());
   listen_address_ = HostPort{listen.host, http_->port()}.ToString();
@@ -253,7 +289,8 @@ void Server::AnnounceAddresses() {
                !leader || leader->http_address.empty()) {
       waiting = true;
     } else {
-      announced = PostAnnounce(peer_auth_.get(), status.leader_id, leader->http_address, config_.id,
+      announced = PostAnnounce(services_.peer_http, peer_auth_.get(), status.leader_id,
+                               leader->http_address, config_.id,
                                mine.http_address, mine.rpc_address, timeout);
     }
     lock.lock();

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "common/internal/tls.h"
 #include "kvatlas/common/result.h"
 #include "server/api/http_server.h"
 #include "server/api/routes.h"
@@ -52,6 +53,11 @@ class Server {
   // from disk, which is behind the memory index after the failure).
   bool failed() const { return (applier_ && applier_->failed()) || (raft_ && raft_->failed()); }
 
+  // SIGHUP: makes the TLS context again from tls_cert, tls_key and tls_client_ca. New
+  // connections use it; open ones keep theirs. A file that cannot be read or parsed is
+  // logged and the current context kept. Logs and does nothing without TLS. Thread-safe.
+  void ReloadTls();
+
   // Stops the binary protocol and HTTP (in-flight requests are answered), drains and stops
   // the applier, flushes storage and removes DATA_DIR/rpc.addr and DATA_DIR/http.addr.
   // Idempotent; returns the flush error, if any.
@@ -82,6 +88,7 @@ class Server {
   void ExpireSilentHolders();
 
   Config config_;
+  std::unique_ptr<ReloadableTlsContext> tls_;  // null without TLS; outlives the listeners
   std::unique_ptr<Storage> storage_;
   std::unique_ptr<ChangeFeed> feed_;  // outlives the state machine and the HTTP server
   std::unique_ptr<StateMachine> machine_;

@@ -238,6 +238,11 @@ std::string Metrics::Render(const StateGauges& gauges) const {
                   "duration",
                   std::map<std::string_view, uint64_t>{{"all", a.write_lock_holds},
                                                        {"over_1ms", a.write_lock_holds_over_1ms}});
+  LabelledCounter(&out, "kvatlas_tls_handshake_failures_total",
+                  "TLS handshakes that failed or timed out since start, by listener.", "listener",
+                  std::map<std::string_view, uint64_t>{
+                      {"http", tls_failures_http_.load(std::memory_order_relaxed)},
+                      {"rpc", tls_failures_rpc_.load(std::memory_order_relaxed)}});
   const IndexStats& s = gauges.index;
   const auto d = [](uint64_t v) { return static_cast<double>(v); };
   const struct {

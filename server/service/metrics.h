@@ -67,6 +67,12 @@ class Metrics {
   // Binary-protocol connections accepted and closed.
   void RpcConnectionOpened();
   void RpcConnectionClosed();
+  // A TLS handshake that failed or timed out on the REST (`http` true) or binary-protocol
+  // listener: a client that does not trust the certificate, has none or a wrong one, speaks
+  // plaintext, or stalls.
+  void TlsHandshakeFailed(bool http) {
+    (http ? tls_failures_http_ : tls_failures_rpc_).fetch_add(1, std::memory_order_relaxed);
+  }
   // Bytes the binary protocol holds for incomplete large frames (its rpc_max_buffered_bytes
   // budget in use), set by the budget on every change.
   void SetRpcBufferedBytes(uint64_t bytes) {
@@ -94,6 +100,8 @@ class Metrics {
   std::atomic<uint64_t> rpc_connections_open_{0};
   std::atomic<uint64_t> rpc_connections_total_{0};
   std::atomic<uint64_t> rpc_buffered_bytes_{0};
+  std::atomic<uint64_t> tls_failures_http_{0};
+  std::atomic<uint64_t> tls_failures_rpc_{0};
 };
 
 }  // namespace kvatlas::server

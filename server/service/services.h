@@ -49,6 +49,17 @@ struct ServiceOptions {
   NameLimits names{.config_keys = true};
 };
 
+// How this server calls other members' REST APIs (a follower forwarding a write to the
+// leader, announcing its addresses): plaintext, or TLS verifying the member's certificate.
+struct PeerHttpOptions {
+  bool tls = false;
+  std::string ca_file;  // CA certificates (PEM) of the members' certificates; empty: system's
+  // This server's certificate and key (PEM), presented to members that require client
+  // certificates; empty: none.
+  std::string cert_file;
+  std::string key_file;
+};
+
 // Pointers are not owned and must outlive every adapter that uses them.
 struct Services {
   StateMachine* machine = nullptr;
@@ -67,6 +78,7 @@ struct Services {
   // bound ones, with a wildcard host replaced by the raft address's host.
   std::string http_address;
   std::string rpc_address;
+  PeerHttpOptions peer_http;
   ServiceOptions options;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };

@@ -50,6 +50,25 @@ const char* kvatlas_code_name(kvatlas_code code);
  * accepted a connection. */
 kvatlas_code kvatlas_open(const char* endpoints, int64_t timeout_ms, kvatlas_client** out,
                           kvatlas_error** err);
+/* TLS for kvatlas_open_tls (docs/security.md, TLS). Zero-initialise it, then set what you
+ * need; NULL fields take the defaults. */
+typedef struct kvatlas_tls_options {
+  const char* ca_file;     /* PEM CA certificates the server's must chain to; NULL: the
+                              system's trust store */
+  const char* cert_file;   /* this client's certificate chain (PEM), for servers that
+                              require client certificates; with key_file, or NULL */
+  const char* key_file;    /* its private key (PEM, unencrypted) */
+  const char* server_name; /* the name the server's certificate must carry; NULL: each
+                              endpoint's host */
+} kvatlas_tls_options;
+
+/* kvatlas_open over TLS 1.2 or later. A certificate the client does not trust (another CA,
+ * expired, another name) fails the connect: KVATLAS_UNAVAILABLE with the reason
+ * ("... certificate has expired"); unreadable files are KVATLAS_INVALID_ARGUMENT. */
+kvatlas_code kvatlas_open_tls(const char* endpoints, int64_t timeout_ms,
+                              const kvatlas_tls_options* tls, kvatlas_client** out,
+                              kvatlas_error** err);
+
 /* Fails calls still pending, closes the connections, frees the handle. NULL is a no-op. */
 void kvatlas_close(kvatlas_client* client);
 
