@@ -8,6 +8,10 @@
 // nothing.
 //   rpc_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID [--entries N]
 //             [--rates 10000,20000,50000] [--seconds S]
+// With --tls-rpc HOST:PORT --tls-pid PID --ca FILE (scripts/bench/rpc --tls) it compares
+// transports instead: the same ingest, sequential lookups and saturation against the server
+// at --rpc in plaintext and the one at --tls-rpc over TLS (same settings, own data), one
+// after the other, and prints TLS / plain ratios.
 #include <httplib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -26,6 +30,7 @@
 #include <deque>
 #include <fstream>
 #include <future>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -55,6 +60,8 @@ constexpr uint32_t kHolders = 1000;
 struct Args {
   std::string rpc, http;
   long server_pid = 0;
+  std::string tls_rpc, ca;
+  long tls_pid = 0;
   uint64_t entries = 1'000'000;
   std::vector<uint64_t> rates{10000, 20000, 50000};
   double seconds = 3;
@@ -86,7 +93,8 @@ double SelfCpuSeconds() {
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
-void Ingest(kvatlas::Client& client, uint64_t chains) {
+// Returns the throughput in block events per second.
+double Ingest(kvatlas::Client& client, uint64_t chains) {
   constexpr uint64_t kPerBatch = 64;
   // The batches are built before the clock starts: generating test data is not the client's
   // or the server's work, and on a 2-core machine it would take CPU from both.
@@ -120,6 +128,7 @@ void Ingest(kvatlas::Client& client, uint64_t chains) {
       "flight) in %.2f s = %.0f k block events/s\n",
       static_cast<unsigned long long>(chains * kChain), s,
       static_cast<double>(chains * kChain) / s / 1e3);
+  return static_cast<double>(chains * kChain) / s;
 }
 
 // Waits (up to 30 s) until the server is idle — under 5% of a core over 250 ms — so that the
@@ -182,8 +191,13 @@ double OpenLoop(kvatlas::Client& client, uint64_t chains, uint64_t rate, double 
   return PrintOpenLoop("binary lookup", rate, latency, errors, cpu);
 }
 
+struct Saturation {
+  double lookups_per_s = 0;
+  double server_cpu_us = 0;  // per lookup
+};
+
 // Closed loop with `depth` calls in flight: throughput and server CPU per lookup.
-double BinarySaturation(kvatlas::Client& client, uint64_t chains, long pid) {
+Saturation BinarySaturation(kvatlas::Client& client, uint64_t chains, long pid) {
   constexpr int kDepth = 64;
   constexpr uint64_t kCount = 100000;
   std::mt19937_64 rng(1);
@@ -206,7 +220,7 @@ double BinarySaturation(kvatlas::Client& client, uint64_t chains, long pid) {
       "binary lookup saturation (%d in flight, 1 connection): %.0f k lookups/s, "
       "server CPU %.1f us/lookup, client CPU %.1f us/lookup\n",
       kDepth, static_cast<double>(kCount) / s / 1e3, cpu_us, client_cpu_us);
-  return cpu_us;
+  return {static_cast<double>(kCount) / s, cpu_us};
 }
 
 double RestLookups(const std::string& http, uint64_t chains, long pid) {
@@ -245,8 +259,11 @@ double RestLookups(const std::string& http, uint64_t chains, long pid) {
   return cpu_us;
 }
 
-// Returns the p99 in microseconds.
-double BinarySequential(kvatlas::Client& client, uint64_t chains) {
+struct Percentiles {
+  double p50 = 0, p99 = 0;  // microseconds
+};
+
+Percentiles BinarySequential(kvatlas::Client& client, uint64_t chains) {
   std::mt19937_64 rng(3);
   std::vector<double> latency;
   for (int i = 0; i < 20000; ++i) {
@@ -257,7 +274,61 @@ double BinarySequential(kvatlas::Client& client, uint64_t chains) {
   }
   std::printf("binary lookup (1 client, sequential): p50 %.1f us, p99 %.1f us\n", Pct(latency, 0.5),
               Pct(latency, 0.99));
-  return Pct(latency, 0.99);
+  return {Pct(latency, 0.5), Pct(latency, 0.99)};
+}
+
+// ---------------------------------------------------------------------------------------
+// Transports compared (--tls-rpc): each is a server and the client options that reach it.
+// Another connection setting (a token, a different cipher) is one more entry.
+struct Transport {
+  std::string name;
+  kvatlas::ClientOptions options;
+  long pid = 0;
+};
+
+struct Figures {
+  double ingest_per_s = 0;
+  Percentiles sequential;
+  Saturation saturation;
+};
+
+// Ingest, then sequential lookups and saturation, through a new client of `transport`.
+std::optional<Figures> Measure(const Transport& transport, uint64_t chains) {
+  std::printf("== %s (%s) ==\n", transport.name.c_str(), transport.options.endpoints[0].c_str());
+  auto client = kvatlas::Client::Connect(transport.options);
+  if (!client.has_value()) {
+    std::fprintf(stderr, "connect: %s\n", client.error().ToString().c_str());
+    return std::nullopt;
+  }
+  Figures figures;
+  figures.ingest_per_s = Ingest(**client, chains);
+  WaitForQuietServer(transport.pid);
+  figures.sequential = BinarySequential(**client, chains);
+  figures.saturation = BinarySaturation(**client, chains, transport.pid);
+  return figures;
+}
+
+// Measures every transport one after another and prints each one's figures relative to the
+// first (a ratio > 1 is more time or CPU, < 1 less throughput).
+int CompareTransports(const std::vector<Transport>& transports, uint64_t chains) {
+  std::vector<Figures> figures;
+  for (const Transport& transport : transports) {
+    std::optional<Figures> f = Measure(transport, chains);
+    if (!f) return 1;
+    figures.push_back(*f);
+  }
+  const Figures& base = figures[0];
+  for (size_t i = 1; i < transports.size(); ++i) {
+    const Figures& f = figures[i];
+    std::printf(
+        "%s / %s: ingest throughput %.2fx, sequential lookup p50 %.2fx, p99 %.2fx, "
+        "saturation throughput %.2fx, server CPU per lookup %.2fx\n",
+        transports[i].name.c_str(), transports[0].name.c_str(), f.ingest_per_s / base.ingest_per_s,
+        f.sequential.p50 / base.sequential.p50, f.sequential.p99 / base.sequential.p99,
+        f.saturation.lookups_per_s / base.saturation.lookups_per_s,
+        f.saturation.server_cpu_us / base.saturation.server_cpu_us);
+  }
+  return 0;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -458,6 +529,12 @@ int main(int argc, char** argv) {
       a.http = v;
     else if (k == "--server-pid")
       a.server_pid = std::atol(v.c_str());
+    else if (k == "--tls-rpc")
+      a.tls_rpc = v;
+    else if (k == "--tls-pid")
+      a.tls_pid = std::atol(v.c_str());
+    else if (k == "--ca")
+      a.ca = v;
     else if (k == "--entries")
       a.entries = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--seconds")
@@ -474,8 +551,18 @@ int main(int argc, char** argv) {
   if (a.rpc.empty() || a.http.empty() || a.server_pid == 0) {
     std::fprintf(stderr,
                  "usage: rpc_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID "
-                 "[--entries N] [--rates R1,R2] [--seconds S]\n");
+                 "[--entries N] [--rates R1,R2] [--seconds S] [--tls-rpc HOST:PORT --tls-pid "
+                 "PID --ca FILE]\n");
     return 2;
+  }
+  if (!a.tls_rpc.empty()) {
+    Transport plain{"plain", {}, a.server_pid};
+    plain.options.endpoints = {a.rpc};
+    Transport tls{"tls", {}, a.tls_pid};
+    tls.options.endpoints = {a.tls_rpc};
+    tls.options.tls.enabled = true;
+    tls.options.tls.ca_file = a.ca;
+    return CompareTransports({plain, tls}, a.entries / kChain);
   }
   kvatlas::ClientOptions options;
   options.endpoints = {a.rpc};
@@ -496,8 +583,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   namespace protocol = kvatlas::protocol;
-  double floor_sequential_p99 = 0, binary_sequential_p99 = 0;
-  std::vector<std::pair<double, double>> floor_binary_p99;  // per rate
+  double floor_sequential_p99 = 0, binary_sequential_p99 = 0;  // µs
+  std::vector<std::pair<double, double>> floor_binary_p99;     // per rate
   {
     EchoFloor floor(protocol::kHeaderBytes + protocol::EncodeLookupRequestBinary(sample).size(),
                     protocol::kHeaderBytes + protocol::EncodeLookupAnswerBinary(*answer).size());
@@ -506,14 +593,14 @@ int main(int argc, char** argv) {
     // Each floor runs right before its lookups so that both see the same machine state; the
     // server is idle meanwhile.
     floor_sequential_p99 = floor.Sequential(20000);
-    binary_sequential_p99 = BinarySequential(**client, chains);
+    binary_sequential_p99 = BinarySequential(**client, chains).p99;
     for (uint64_t rate : a.rates) {
       const double floor_p99 = floor.OpenLoop(rate, a.seconds);
       floor_binary_p99.emplace_back(floor_p99,
                                     OpenLoop(**client, chains, rate, a.seconds, a.server_pid));
     }
   }
-  const double binary_cpu = BinarySaturation(**client, chains, a.server_pid);
+  const double binary_cpu = BinarySaturation(**client, chains, a.server_pid).server_cpu_us;
   const double rest_cpu = RestLookups(a.http, chains, a.server_pid);
   if (binary_cpu > 0) {
     std::printf("server CPU per lookup, REST / binary: %.1fx\n", rest_cpu / binary_cpu);

@@ -1,5 +1,7 @@
 // kvatlas-server: one kvatlas server process. See `kvatlas-server --help` and docs/api.md.
 //
+// SIGHUP reloads the TLS certificate (Server::ReloadTls).
+//
 // Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the server fails to start
 // or a storage write fails while running, 2 for a bad command line or config file.
 // SIGHUP reloads the access tokens. `kvatlas-server gen-token --name N --role R` prints a
@@ -15,19 +17,22 @@
 #include "common/internal/log.h"
 #include "server/runtime/access_config.h"
 #include "server/runtime/config.h"
+#include "server/runtime/fd_limit.h"
 #include "server/runtime/server.h"
 
 namespace {
 
 using kvatlas::server::Server;
 
-// SIGHUP: the command line is parsed again (the config file and the token file are read
-// again) and the server takes the new token set; other settings need a restart.
+// SIGHUP: the TLS certificate is read again, and the command line is parsed again (the
+// config file and the token file are read again) and the server takes the new token set;
+// other settings need a restart.
 void Reload(Server& server, const std::vector<std::string>& args) {
-  kvatlas::LogInfo("received SIGHUP, reloading the tokens");
+  kvatlas::LogInfo("received SIGHUP, reloading the TLS certificate and the tokens");
+  server.ReloadTls();
   auto command = kvatlas::server::ParseCommandLine(args);
   if (!command.has_value()) {
-    kvatlas::LogError("SIGHUP: the configuration is not valid, nothing reloaded: " +
+    kvatlas::LogError("SIGHUP: the configuration is not valid, tokens not reloaded: " +
                       command.error().ToString());
     return;
   }
@@ -62,8 +67,8 @@ int WaitForShutdown(Server& server, const sigset_t& signals, const std::vector<s
 int main(int argc, char** argv) {
   // A client closing its socket mid-answer must not kill the process.
   signal(SIGPIPE, SIG_IGN);
-  // Block the shutdown signals before any thread exists, so every thread inherits the mask
-  // and only sigtimedwait() in this thread receives them.
+  // Block the shutdown and reload signals before any thread exists, so every thread inherits the
+  // mask and only sigtimedwait() in this thread receives them.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -98,15 +103,18 @@ int main(int argc, char** argv) {
   }
   const kvatlas::server::Config& config = command->config;
   kvatlas::SetLogLevel(*kvatlas::ParseLogLevel(config.log_level));
+  kvatlas::server::RaiseOpenFileLimit(config);
 
   auto server = Server::Start(config);
   if (!server.has_value()) {
     kvatlas::LogError("cannot start: " + server.error().ToString());
     return 1;
   }
-  std::cout << "kvatlas listening on http://" << (*server)->listen_address() << " (data dir "
-            << config.data_dir << ")" << std::endl;
-  std::cout << "kvatlas rpc listening on " << (*server)->rpc_listen_address() << std::endl;
+  const kvatlas::server::TlsListeners tls = kvatlas::server::TlsListenersOf(config);
+  std::cout << "kvatlas listening on " << (tls.http ? "https://" : "http://")
+            << (*server)->listen_address() << " (data dir " << config.data_dir << ")" << std::endl;
+  std::cout << "kvatlas rpc listening on " << (*server)->rpc_listen_address()
+            << (tls.rpc ? " (TLS)" : "") << std::endl;
   const int code = WaitForShutdown(**server, signals, args);
   if (kvatlas::Status s = (*server)->Shutdown(); !s.ok()) {
     kvatlas::LogError("shutdown: " + s.ToString());

@@ -155,6 +155,42 @@ kvatlas_code Lookup(kvatlas_client* client, const kvatlas_context* context, cons
   return KVATLAS_OK;
 }
 
+kvatlas_code Open(const kvatlas_open_options& open, kvatlas_client** out, kvatlas_error** err) {
+  if (out == nullptr) return Invalid("kvatlas_open: out is NULL", err);
+  *out = nullptr;
+  const char* endpoints = open.endpoints;
+  const int64_t timeout_ms = open.timeout_ms;
+  const kvatlas_tls_options* tls = open.tls;
+  if (endpoints == nullptr) return Invalid("kvatlas_open: endpoints is NULL", err);
+  if (timeout_ms <= 0) return Invalid("kvatlas_open: timeout_ms must be > 0", err);
+  kvatlas::ClientOptions options;
+  if (open.token != nullptr) options.token = open.token;
+  std::string_view list(endpoints);
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (!item.empty()) options.endpoints.emplace_back(item);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+  }
+  options.connect_timeout = std::chrono::milliseconds(timeout_ms);
+  options.default_deadline = std::chrono::milliseconds(timeout_ms);
+  if (tls != nullptr) {
+    const auto text = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
+    options.tls.enabled = true;
+    options.tls.ca_file = text(tls->ca_file);
+    options.tls.cert_file = text(tls->cert_file);
+    options.tls.key_file = text(tls->key_file);
+    options.tls.server_name = text(tls->server_name);
+  }
+  kvatlas::Result<std::unique_ptr<kvatlas::Client>> client =
+      kvatlas::Client::Connect(std::move(options));
+  if (!client) return Fail(client.error(), err);
+  *out = new kvatlas_client{std::move(client).value()};
+  return KVATLAS_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -179,38 +215,28 @@ const char* kvatlas_code_name(kvatlas_code code) {
 
 kvatlas_code kvatlas_open(const char* endpoints, int64_t timeout_ms, kvatlas_client** out,
                           kvatlas_error** err) {
-  const kvatlas_open_options options{endpoints, timeout_ms, nullptr};
-  return kvatlas_open_with(&options, out, err);
+  const kvatlas_open_options options{endpoints, timeout_ms, nullptr, nullptr};
+  return Guarded(err, [&] { return Open(options, out, err); });
+}
+
+kvatlas_code kvatlas_open_tls(const char* endpoints, int64_t timeout_ms,
+                              const kvatlas_tls_options* tls, kvatlas_client** out,
+                              kvatlas_error** err) {
+  return Guarded(err, [&] {
+    if (tls == nullptr) return Invalid("kvatlas_open_tls: tls is NULL", err);
+    const kvatlas_open_options options{endpoints, timeout_ms, nullptr, tls};
+    return Open(options, out, err);
+  });
 }
 
 kvatlas_code kvatlas_open_with(const kvatlas_open_options* open, kvatlas_client** out,
                                kvatlas_error** err) {
   return Guarded(err, [&] {
-    if (out == nullptr) return Invalid("kvatlas_open: out is NULL", err);
-    *out = nullptr;
-    if (open == nullptr) return Invalid("kvatlas_open: options is NULL", err);
-    const char* endpoints = open->endpoints;
-    const int64_t timeout_ms = open->timeout_ms;
-    if (endpoints == nullptr) return Invalid("kvatlas_open: endpoints is NULL", err);
-    if (timeout_ms <= 0) return Invalid("kvatlas_open: timeout_ms must be > 0", err);
-    kvatlas::ClientOptions options;
-    if (open->token != nullptr) options.token = open->token;
-    std::string_view list(endpoints);
-    while (!list.empty()) {
-      const size_t comma = list.find(',');
-      std::string_view item = list.substr(0, comma);
-      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-      while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-      if (!item.empty()) options.endpoints.emplace_back(item);
-      list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    if (open == nullptr) {
+      if (out != nullptr) *out = nullptr;
+      return Invalid("kvatlas_open: options is NULL", err);
     }
-    options.connect_timeout = std::chrono::milliseconds(timeout_ms);
-    options.default_deadline = std::chrono::milliseconds(timeout_ms);
-    kvatlas::Result<std::unique_ptr<kvatlas::Client>> client =
-        kvatlas::Client::Connect(std::move(options));
-    if (!client) return Fail(client.error(), err);
-    *out = new kvatlas_client{std::move(client).value()};
-    return KVATLAS_OK;
+    return Open(*open, out, err);
   });
 }
 

@@ -10,8 +10,9 @@ namespace kvatlas::cli {
 namespace {
 
 // Flags every command takes, and flags that take no value.
-const std::vector<std::string> kGlobalFlags = {"server", "timeout-ms", "token", "help"};
-const std::vector<std::string> kSwitches = {"json", "conductor", "help"};
+const std::vector<std::string> kGlobalFlags = {"server", "timeout-ms", "token", "help",
+                                               "ca",     "cert",       "key",   "tls"};
+const std::vector<std::string> kSwitches = {"json", "conductor", "help", "tls"};
 
 bool IsSwitch(const std::string& name) {
   return std::find(kSwitches.begin(), kSwitches.end(), name) != kSwitches.end();
@@ -96,6 +97,25 @@ std::string TokenFrom(const Args& args) {
 std::vector<std::pair<std::string, std::string>> AuthHeaders(const std::string& token) {
   if (token.empty()) return {};
   return {{"Authorization", "Bearer " + token}};
+}
+
+Result<TlsFlags> ParseTlsFlags(const Args& args) {
+  // The flag, else the environment variable (unset or empty: none).
+  const auto setting = [&args](const char* flag, const char* env) {
+    if (std::optional<std::string> value = args.Flag(flag)) return *value;
+    const char* from_env = std::getenv(env);
+    return std::string(from_env != nullptr ? from_env : "");
+  };
+  TlsFlags tls;
+  tls.ca_file = setting("ca", "KVATLAS_CA");
+  tls.cert_file = setting("cert", "KVATLAS_CERT");
+  tls.key_file = setting("key", "KVATLAS_KEY");
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return Status::InvalidArgument(
+        "--cert and --key (KVATLAS_CERT, KVATLAS_KEY) go together: give both or neither");
+  }
+  tls.enabled = args.Has("tls") || !tls.ca_file.empty() || !tls.cert_file.empty();
+  return tls;
 }
 
 std::optional<std::pair<std::string, int>> SplitHostPort(std::string_view address) {

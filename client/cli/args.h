@@ -26,8 +26,8 @@ struct Args {
   [[nodiscard]] Status CheckFlags(const std::vector<std::string>& allowed) const;
 };
 
-// "--name value", "--name=value", and the switches --json, --conductor and --help (no
-// value), anywhere
+// "--name value", "--name=value", and the switches --json, --conductor, --tls and --help
+// (no value), anywhere
 // on the line. kInvalidArgument for a value flag without its value.
 [[nodiscard]] Result<Args> ParseArgs(int argc, const char* const* argv);
 
@@ -37,6 +37,19 @@ struct Args {
 // The Authorization header of REST requests carrying `token` (none when it is empty).
 [[nodiscard]] std::vector<std::pair<std::string, std::string>> AuthHeaders(
     const std::string& token);
+
+// TLS of the CLI's connections (both protocols): --ca FILE, --cert FILE, --key FILE, each
+// else $KVATLAS_CA, $KVATLAS_CERT, $KVATLAS_KEY, and the --tls switch. TLS is on when any of
+// them is given; without a CA file the system's trust store verifies the server.
+struct TlsFlags {
+  bool enabled = false;
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
+// Reads the flags and the environment. kInvalidArgument for --cert without --key or the
+// reverse.
+[[nodiscard]] Result<TlsFlags> ParseTlsFlags(const Args& args);
 
 // "host:port" or "[v6]:port" → (host, port); nullopt when malformed.
 [[nodiscard]] std::optional<std::pair<std::string, int>> SplitHostPort(std::string_view address);

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "client/cli/rest_client.h"
 #include "kvatlas/common/json_codec.h"
 
 namespace kvatlas::cli {
@@ -99,7 +100,10 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* 
       args.Flag("http").value_or(env != nullptr && env[0] != '\0' ? env : "127.0.0.1:7070");
   const std::optional<std::pair<std::string, int>> to = SplitHostPort(address);
   if (!to) return Usage("--http must be HOST:PORT, got \"" + address + "\"", usage);
-  httplib::Client client(to->first, to->second);
+  Result<TlsFlags> tls = ParseTlsFlags(args);
+  if (!tls) return Usage(tls.error().message(), usage);
+  const std::unique_ptr<httplib::Client> rest = MakeRestClient(to->first, to->second, *tls);
+  httplib::Client& client = *rest;
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(timeout - seconds);
   client.set_connection_timeout(std::min<std::chrono::seconds>(seconds, std::chrono::seconds(3)));
@@ -112,11 +116,9 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* 
                                ? client.Delete(path, headers)
                                : client.Post(path, headers, body.dump(), "application/json");
   if (!result) {
-    std::fprintf(stderr,
-                 "kvatlas: cannot reach the kvatlas REST API at %s: %s\n"
-                 "  Is kvatlas-server running with --http-listen %s? Pick the server with "
-                 "--http HOST:PORT or KVATLAS_HTTP.\n",
-                 address.c_str(), httplib::to_string(result.error()).c_str(), address.c_str());
+    std::fprintf(stderr, "kvatlas: cannot reach the kvatlas REST API at %s: %s\n%s\n",
+                 address.c_str(), httplib::to_string(result.error()).c_str(),
+                 RestUnreachableAdvice(address, *tls).c_str());
     return 1;
   }
   const json answer = json::parse(result->body, nullptr, /*allow_exceptions=*/false);

@@ -1,7 +1,8 @@
 // kvatlas: the command-line client of a kvatlas server, over the binary protocol (and REST
 // for `cluster` and `watch`).
 //
-//   kvatlas [--server HOST:PORT] [--timeout-ms N] [--token T] <command> [args]
+//   kvatlas [--server HOST:PORT] [--timeout-ms N] [--token T] [--ca FILE]
+//           [--cert FILE --key FILE] [--tls] <command> [args]
 //
 // Exit codes: 0 success; 1 the server could not be reached or refused the request;
 // 2 bad command line (usage printed).
@@ -29,11 +30,19 @@ namespace {
 using nlohmann::json;
 
 constexpr char kUsage[] =
-    R"(usage: kvatlas [--server HOST:PORT] [--timeout-ms N] [--token T] <command> [args]
+    R"(usage: kvatlas [--server HOST:PORT] [--timeout-ms N] [--token T] [TLS flags]
+               <command> [args]
 
 The server defaults to $KVATLAS_SERVER, else 127.0.0.1:7071 (the binary protocol port).
 The access token (a server with access control on) is --token, else $KVATLAS_TOKEN; prefer
 the variable (a command line is visible to other users of the machine).
+
+TLS (both protocols; on when any of these is given):
+  --ca FILE      CA certificates (PEM) the server's certificate must chain to
+                 (default $KVATLAS_CA; without one, the system's trust store)
+  --cert FILE    this client's certificate (PEM), for servers with tls_client_ca
+  --key FILE     its private key (PEM); with --cert (defaults $KVATLAS_CERT, $KVATLAS_KEY)
+  --tls          TLS with the system's trust store
 
 commands:
   lookup --model M --block-size N [--tenant T] [--lora L] [--salt S]
@@ -72,6 +81,9 @@ int Usage(const std::string& problem) {
   return 2;
 }
 
+// Whether the connection is plaintext: a server that closes it may be expecting TLS.
+bool plaintext = true;
+
 int Failed(const Status& status) {
   std::fprintf(stderr, "kvatlas: %s\n", status.ToString().c_str());
   if (status.code() == StatusCode::kUnauthenticated) {
@@ -79,15 +91,23 @@ int Failed(const Status& status) {
                  "  The server needs a valid access token: give it with --token or "
                  "KVATLAS_TOKEN.\n");
   }
+  if (plaintext && status.code() == StatusCode::kUnavailable) {
+    std::fprintf(stderr,
+                 "  If the server uses TLS (tls_cert), pass --ca FILE (or KVATLAS_CA) or --tls.\n");
+  }
   return 1;
 }
 
 std::unique_ptr<Client> ConnectOrExplain(const std::string& server,
-                                         std::chrono::milliseconds timeout,
+                                         std::chrono::milliseconds timeout, const TlsFlags& tls,
                                          const std::string& token) {
   ClientOptions options;
   options.endpoints = {server};
   options.token = token;
+  options.tls.enabled = tls.enabled;
+  options.tls.ca_file = tls.ca_file;
+  options.tls.cert_file = tls.cert_file;
+  options.tls.key_file = tls.key_file;
   options.connect_timeout = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(3));
   options.default_deadline = timeout;
   Result<std::unique_ptr<Client>> client = Client::Connect(std::move(options));
@@ -371,6 +391,9 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (args.command.empty()) return Usage("no command given");
+  Result<TlsFlags> tls = ParseTlsFlags(args);
+  if (!tls) return Usage(tls.error().message());
+  plaintext = !tls->enabled;
   const char* env_server = std::getenv("KVATLAS_SERVER");
   const std::string server = args.Flag("server").value_or(
       env_server != nullptr && env_server[0] != '\0' ? env_server : "127.0.0.1:7071");
@@ -415,7 +438,7 @@ int Main(int argc, char** argv) {
   }
 
   std::unique_ptr<Client> client =
-      ConnectOrExplain(server, std::chrono::milliseconds(*timeout_ms), TokenFrom(args));
+      ConnectOrExplain(server, std::chrono::milliseconds(*timeout_ms), *tls, TokenFrom(args));
   if (client == nullptr) return 1;
   if (lookup) return RunLookup(*client, std::move(*lookup), args);
   if (locate) return RunBlocks(*client, *locate, args.Has("json"));

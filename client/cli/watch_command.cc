@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "client/cli/rest_client.h"
 #include "kvatlas/common/result.h"
 
 namespace kvatlas::cli {
@@ -75,7 +76,8 @@ Result<uint64_t> ParseU64(std::string_view text, std::string_view what) {
 
 struct WatchOptions {
   std::string address;
-  std::string token;             // "" = none
+  std::string token;  // "" = none
+  TlsFlags tls;
   std::optional<uint64_t> from;  // nullopt = now
   httplib::Params filters;
   uint64_t count = 0;  // 0 = no limit
@@ -93,6 +95,7 @@ Result<WatchOptions> BuildWatch(const Args& args) {
   if (!SplitHostPort(options.address)) {
     return Status::InvalidArgument("--http must be HOST:PORT, got \"" + options.address + "\"");
   }
+  KVATLAS_ASSIGN_OR_RETURN(options.tls, ParseTlsFlags(args));
   if (const std::optional<std::string> from = args.Flag("from"); from && *from != "now") {
     Result<uint64_t> revision = ParseU64(*from, "--from");
     if (!revision) return Status::InvalidArgument("--from: give a revision or \"now\"");
@@ -179,7 +182,8 @@ class Watch {
  private:
   StreamEnd Stream(std::optional<uint64_t> from, std::chrono::milliseconds timeout) {
     const auto [host, port] = *SplitHostPort(options_.address);
-    httplib::Client client(host, port);
+    const std::unique_ptr<httplib::Client> rest = MakeRestClient(host, port, options_.tls);
+    httplib::Client& client = *rest;
     const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
     client.set_connection_timeout(std::clamp<std::chrono::seconds>(seconds, std::chrono::seconds(1),
                                                                    std::chrono::seconds(3)));
@@ -267,9 +271,8 @@ class Watch {
       }
       return {StreamEnd::kFailed, 0,
               "cannot reach the kvatlas REST API at " + options_.address + ": " +
-                  httplib::to_string(result.error()) +
-                  "\n  Is kvatlas-server running with --http-listen " + options_.address +
-                  "? Pick the server with --http HOST:PORT or KVATLAS_HTTP."};
+                  httplib::to_string(result.error()) + "\n" +
+                  RestUnreachableAdvice(options_.address, options_.tls)};
     }
     if (status != 200) {
       const json answer = json::parse(error_body, nullptr, /*allow_exceptions=*/false);

@@ -79,7 +79,8 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     KVATLAS_ASSIGN_OR_RETURN(client::Endpoint endpoint, client::ParseEndpoint(text));
     endpoints.push_back(std::move(endpoint));
   }
-  auto impl = std::make_unique<Impl>(std::move(options), std::move(endpoints));
+  KVATLAS_ASSIGN_OR_RETURN(TlsContextPtr tls, Impl::MakeTlsContext(options.tls));
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(endpoints), std::move(tls));
   impl->FollowLeaders();
   KVATLAS_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<Client>(new Client(std::move(impl)));

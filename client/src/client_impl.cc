@@ -24,9 +24,11 @@ Status Unavailable(std::string what) { return Status::Unavailable(std::move(what
 
 }  // namespace
 
-Client::Impl::Impl(ClientOptions options, std::vector<client::Endpoint> endpoints)
+Client::Impl::Impl(ClientOptions options, std::vector<client::Endpoint> endpoints,
+                   TlsContextPtr tls)
     : options_(std::move(options)),
       endpoints_(std::move(endpoints)),
+      tls_(std::move(tls)),
       work_(io_.get_executor()),
       deadline_timer_(io_) {
   for (size_t i = 0; i < options_.connections; ++i) {
@@ -34,6 +36,13 @@ Client::Impl::Impl(ClientOptions options, std::vector<client::Endpoint> endpoint
     conn->backoff = options_.reconnect_backoff_min;
     connections_.push_back(std::move(conn));
   }
+}
+
+Result<TlsContextPtr> Client::Impl::MakeTlsContext(const ClientTlsOptions& tls) {
+  if (!tls.enabled) return TlsContextPtr();
+  Result<TlsContextPtr> context = MakeClientTlsContext({tls.ca_file, tls.cert_file, tls.key_file});
+  if (!context.has_value()) return context.error().WithContext("ClientOptions.tls");
+  return context;
 }
 
 void Client::Impl::FollowLeaders() {
@@ -217,6 +226,17 @@ bool Client::Impl::TrySendNow(uint64_t id, std::unique_ptr<PendingCall>& call,
     conn.out.append(frame);
     return true;
   }
+  if (conn.stream->is_tls()) {
+    // TLS records are made by the stream on the I/O thread: no send from here.
+    conn.out.append(frame);
+    const uint64_t generation = conn.generation;
+    asio::post(io_, [this, c, generation] {
+      Locked([this, c, generation] {
+        if (connections_[c]->generation == generation) StartWrite(c);
+      });
+    });
+    return true;
+  }
   // Claim the socket's write side, then send without mu_, so that the I/O thread can
   // complete other calls meanwhile (a loopback send() runs the receiver's TCP path too).
   // Calls made meanwhile queue behind this frame in `out`; send_mu keeps Close() from
@@ -224,7 +244,7 @@ bool Client::Impl::TrySendNow(uint64_t id, std::unique_ptr<PendingCall>& call,
   conn.writing = true;
   const uint64_t generation = conn.generation;
   std::unique_lock send_lock(conn.send_mu);
-  const int fd = conn.socket.native_handle();
+  const int fd = conn.stream->next_layer().native_handle();
   lock.unlock();
   // Non-blocking for this send only (MSG_DONTWAIT): what the kernel does not take at once,
   // and any error, is left to the I/O thread's asynchronous write, which reports errors by
@@ -382,7 +402,7 @@ void Client::Impl::StartConnectRound(size_t c) {
 void Client::Impl::TryEndpoint(size_t c) {
   Connection& conn = *connections_[c];
   const uint64_t gen = ++conn.generation;
-  conn.socket = Tcp::socket(io_);
+  conn.stream = std::make_shared<Stream>(Tcp::socket(io_), tls_);
   const client::Endpoint& endpoint = endpoints_[conn.endpoint];
   // Numeric hosts (the common case) resolve without a lookup; names block this thread (and,
   // since mu_ is held, callers) for the resolver's duration, which the connect deadline
@@ -401,14 +421,19 @@ void Client::Impl::TryEndpoint(size_t c) {
       Connection& k = *connections_[c];
       if (k.generation != gen || k.state != Connection::State::kConnecting) return;
       error_code ignored;
-      k.socket.close(ignored);  // the connect completes with operation_aborted
+      k.stream->next_layer().close(ignored);  // the connect (or handshake) is aborted
     });
   });
   asio::async_connect(
-      conn.socket, resolved, [this, c, gen](const error_code& connect_ec, const Tcp::endpoint&) {
+      conn.stream->next_layer(), resolved,
+      [this, c, gen, stream = conn.stream](const error_code& connect_ec, const Tcp::endpoint&) {
         Locked([&] {
           Connection& k = *connections_[c];
           if (k.generation != gen) return;
+          if (!connect_ec && stream->is_tls()) {
+            StartHandshake(c, gen);  // under the same deadline
+            return;
+          }
           k.connect_timer.cancel();
           if (connect_ec) {
             const std::string why =
@@ -416,6 +441,37 @@ void Client::Impl::TryEndpoint(size_t c) {
             OnConnectFailed(
                 c, gen,
                 Unavailable("cannot connect to " + endpoints_[k.endpoint].ToString() + ": " + why));
+            return;
+          }
+          OnConnected(c);
+        });
+      });
+}
+
+void Client::Impl::StartHandshake(size_t c, uint64_t generation) {
+  Connection& conn = *connections_[c];
+  std::shared_ptr<Stream> stream = conn.stream;
+  const client::Endpoint& endpoint = endpoints_[conn.endpoint];
+  const std::string& name =
+      options_.tls.server_name.empty() ? endpoint.host : options_.tls.server_name;
+  if (Status named = SetTlsPeerName(stream->native_handle(), name); !named.ok()) {
+    conn.connect_timer.cancel();
+    OnConnectFailed(c, generation, Unavailable(named.message()));
+    return;
+  }
+  stream->tls().async_handshake(
+      asio::ssl::stream_base::client, [this, c, generation, stream](const error_code& ec) {
+        Locked([&] {
+          Connection& k = *connections_[c];
+          if (k.generation != generation) return;
+          k.connect_timer.cancel();
+          if (ec) {
+            const std::string why = ec == asio::error::operation_aborted
+                                        ? "timed out"
+                                        : TlsFailureReason(ec, stream->native_handle());
+            OnConnectFailed(c, generation,
+                            Unavailable("TLS handshake with " + endpoints_[k.endpoint].ToString() +
+                                        " failed: " + why));
             return;
           }
           OnConnected(c);
@@ -435,7 +491,7 @@ void Client::Impl::OnConnectFailed(size_t c, uint64_t generation, const Status& 
   conn.state = Connection::State::kIdle;
   ++conn.generation;
   error_code ignored;
-  conn.socket.close(ignored);
+  conn.stream->next_layer().close(ignored);
   conn.retry_after = Clock::now() + conn.backoff;
   conn.backoff = std::min<Clock::duration>(conn.backoff * 2, options_.reconnect_backoff_max);
   FailWaiting(c, error);
@@ -446,7 +502,7 @@ void Client::Impl::OnConnected(size_t c) {
   Connection& conn = *connections_[c];
   error_code ignored;
   // Requests are small and latency-bound: never wait for a delayed ACK.
-  conn.socket.set_option(Tcp::no_delay(true), ignored);
+  conn.stream->next_layer().set_option(Tcp::no_delay(true), ignored);
   conn.state = Connection::State::kOpen;
   conn.backoff = options_.reconnect_backoff_min;
   conn.decoder = protocol::FrameDecoder(protocol::kMaxPayloadBytes);
@@ -504,18 +560,18 @@ void Client::Impl::StartRead(size_t c) {
   // read); the handler holds it, so a handler finishing after a reconnect never touches the
   // new socket's state.
   std::shared_ptr<std::vector<char>> buffer = conn.read_buffer;
-  conn.socket.async_read_some(
-      asio::buffer(*buffer), [this, c, gen, buffer](const error_code& ec, size_t n) {
-        if (ec) {
-          Locked([&] {
-            if (connections_[c]->generation != gen) return;
-            Close(c, Unavailable(ec == asio::error::eof ? "the server closed the connection"
-                                                        : "connection lost: " + ec.message()));
-          });
-          return;
-        }
-        OnBytes(c, gen, buffer->data(), n);
+  conn.stream->async_read_some(asio::buffer(*buffer), [this, c, gen, buffer, stream = conn.stream](
+                                                          const error_code& ec, size_t n) {
+    if (ec) {
+      Locked([&] {
+        if (connections_[c]->generation != gen) return;
+        Close(c, Unavailable(ec == asio::error::eof ? "the server closed the connection"
+                                                    : "connection lost: " + ec.message()));
       });
+      return;
+    }
+    OnBytes(c, gen, buffer->data(), n);
+  });
 }
 
 void Client::Impl::OnBytes(size_t c, uint64_t generation, const char* data, size_t size) {
@@ -604,8 +660,8 @@ void Client::Impl::StartWrite(size_t c) {
   // Frames queued while this write is in progress accumulate in `out` and go in one write.
   auto buffer = std::make_shared<std::string>(std::move(conn.out));
   conn.out = std::string();
-  asio::async_write(conn.socket, asio::buffer(*buffer),
-                    [this, c, gen, buffer](const error_code& ec, size_t) {
+  asio::async_write(*conn.stream, asio::buffer(*buffer),
+                    [this, c, gen, buffer, stream = conn.stream](const error_code& ec, size_t) {
                       Locked([&] {
                         Connection& k = *connections_[c];
                         if (k.generation != gen) return;
@@ -627,7 +683,7 @@ void Client::Impl::Close(size_t c, const Status& reason) {
   {
     // Waits out a caller's send() in progress (TrySendNow) before the descriptor goes.
     std::lock_guard send_lock(conn.send_mu);
-    conn.socket.close(ignored);
+    conn.stream->next_layer().close(ignored);
   }
   conn.state = Connection::State::kIdle;
   conn.last_error = reason;
@@ -667,7 +723,7 @@ void Client::Impl::Shutdown() {
     ++conn.generation;
     conn.state = Connection::State::kIdle;
     error_code ignored;
-    conn.socket.close(ignored);
+    conn.stream->next_layer().close(ignored);
     conn.connect_timer.cancel();
     FailWaiting(c, closing);
   }

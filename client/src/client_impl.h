@@ -40,6 +40,8 @@
 #include <vector>
 
 #include "client/src/endpoint.h"
+#include "common/internal/tls.h"
+#include "common/internal/tls_stream.h"
 #include "kvatlas/client/client.h"
 #include "kvatlas/common/protocol.h"
 
@@ -53,7 +55,8 @@ class Client::Impl {
   // Receives the answer frame (status OK, the request's type) or the call's failure.
   using Done = std::function<void(Result<protocol::Frame>)>;
 
-  Impl(ClientOptions options, std::vector<client::Endpoint> endpoints);
+  // `tls`: the context of ClientOptions::tls (MakeTlsContext), null for plaintext.
+  Impl(ClientOptions options, std::vector<client::Endpoint> endpoints, TlsContextPtr tls);
   // Fails pending calls with kUnavailable and joins the I/O thread.
   ~Impl();
   Impl(const Impl&) = delete;
@@ -94,9 +97,17 @@ class Client::Impl {
 
   size_t OpenConnections() const { return open_connections_.load(std::memory_order_relaxed); }
 
+  // The TLS context of ClientOptions::tls, or null when it is not enabled; kInvalidArgument
+  // naming an unreadable or malformed file.
+  [[nodiscard]] static Result<TlsContextPtr> MakeTlsContext(const ClientTlsOptions& tls);
+  const TlsContextPtr& tls_context() const { return tls_; }
+
  private:
   using Clock = std::chrono::steady_clock;
   using Tcp = boost::asio::ip::tcp;
+  // A connection's stream, shared with the handlers of its operations: a TLS stream must
+  // outlive them, and a reconnect makes a new one while the old one's are completing.
+  using Stream = MaybeTlsStream<Tcp::socket>;
 
   using Deadlines = std::set<std::pair<Clock::time_point, uint64_t>>;
 
@@ -123,11 +134,12 @@ class Client::Impl {
   };
 
   struct Connection {
-    explicit Connection(boost::asio::io_context& io) : socket(io), connect_timer(io) {}
+    explicit Connection(boost::asio::io_context& io)
+        : stream(std::make_shared<Stream>(Tcp::socket(io))), connect_timer(io) {}
 
     enum class State { kIdle, kConnecting, kOpen };
     State state = State::kIdle;
-    Tcp::socket socket;
+    std::shared_ptr<Stream> stream;  // replaced on every connect attempt
     boost::asio::steady_timer connect_timer;
     // Bumped on every close: handlers of an older socket see a different value and return.
     uint64_t generation = 0;
@@ -180,6 +192,8 @@ class Client::Impl {
   void StartConnectRound(size_t c);
   void TryEndpoint(size_t c);
   void OnConnectFailed(size_t c, uint64_t generation, const Status& error);
+  // TCP is connected: the TLS handshake (under the connect deadline) when TLS is on.
+  void StartHandshake(size_t c, uint64_t generation);
   void OnConnected(size_t c);
   // A frame under kAuthRequestId: the kAuth answer, or the server ending the connection for
   // access control (a removed token). An error closes the connection with it.
@@ -197,6 +211,7 @@ class Client::Impl {
 
   const ClientOptions options_;
   const std::vector<client::Endpoint> endpoints_;
+  const TlsContextPtr tls_;
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   std::thread thread_;

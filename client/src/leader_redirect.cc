@@ -162,8 +162,9 @@ void LeaderRedirector::Resend(std::shared_ptr<Call> call, const std::string& add
     ClientOptions options = options_;
     options.endpoints = {address};
     options.connections = 1;
-    auto impl = std::make_unique<Client::Impl>(std::move(options),
-                                               std::vector<Endpoint>{std::move(*endpoint)});
+    // The leader is verified as the client's servers are (one TLS context for all).
+    auto impl = std::make_unique<Client::Impl>(
+        std::move(options), std::vector<Endpoint>{std::move(*endpoint)}, origin_->tls_context());
     // Start fails only when no connection opened; the Impl then keeps retrying with its
     // backoff, so it is kept either way and the call below reports the outcome. It
     // connects without mu_ (up to connect_timeout); only this thread adds leaders.

@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -96,9 +97,14 @@ Result<HttpReply> HandleRemove(const Services& api, const RouteRequest& request)
 }
 
 // POST /v1/cluster/announce {"id", "http_address", "rpc_address"}: records a member's
-// addresses (servers call it on the leader for themselves; server.cc).
+// addresses (servers call it on the leader for themselves; server.cc). An internal call:
+// signed by the member itself (forwarding.h), never forwarded.
 Result<HttpReply> HandleAnnounce(const Services& api, const RouteRequest& request) {
   KVATLAS_RETURN_IF_ERROR(RequireCluster(api));
+  const std::optional<uint64_t> announcer =
+      request.peer ? std::optional<uint64_t>(request.peer->sender) : std::nullopt;
+  KVATLAS_RETURN_IF_ERROR(
+      RequireInternalCall(api, announcer, request.http.remote_addr, "POST /v1/cluster/announce"));
   KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
   KVATLAS_ASSIGN_OR_RETURN(uint64_t id, ServerId(body.value("id", nlohmann::json()), "id", false));
   ServerAddresses addresses;
@@ -115,7 +121,9 @@ Result<HttpReply> HandleAnnounce(const Services& api, const RouteRequest& reques
                            {"id", id},
                            {"http_address", addresses.http_address},
                            {"rpc_address", addresses.rpc_address}};
-  KVATLAS_ASSIGN_OR_RETURN(answer["revision"], AnnounceMember(api, id, std::move(addresses)));
+  KVATLAS_ASSIGN_OR_RETURN(
+      answer["revision"],
+      AnnounceMember(api, *announcer, request.http.remote_addr, id, std::move(addresses)));
   return JsonReply(answer.dump());
 }
 

@@ -35,14 +35,27 @@ HttpReply NotLeaderReply(const LeaderAddresses& leader, std::string message) {
   return reply;
 }
 
-std::unique_ptr<httplib::Client> MakeClient(const HostPort& to, std::chrono::milliseconds timeout) {
-  auto client = std::make_unique<httplib::Client>(to.host, to.port);
+// A client of another member's REST API. Over TLS it reads the certificate files on each
+// call, so a reloaded certificate (SIGHUP) is used from the next call on.
+std::unique_ptr<httplib::Client> MakeClient(const PeerHttpOptions& peer, const HostPort& to,
+                                            std::chrono::milliseconds timeout) {
+  std::unique_ptr<httplib::Client> client;
+  if (peer.tls) {
+    client = std::make_unique<httplib::Client>("https://" + to.ToString(), peer.cert_file,
+                                               peer.key_file);
+    if (!peer.ca_file.empty()) client->set_ca_cert_path(peer.ca_file.c_str());
+    client->enable_server_certificate_verification(true);
+  } else {
+    client = std::make_unique<httplib::Client>(to.host, to.port);
+  }
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(timeout - seconds);
   client->set_connection_timeout(seconds.count(), micros.count());
   client->set_read_timeout(seconds.count(), micros.count());
   client->set_write_timeout(seconds.count(), micros.count());
   client->set_keep_alive(false);
+  // The target goes out as it came in (and as it was signed): no second encoding.
+  client->set_url_encode(false);
   return client;
 }
 
@@ -70,14 +83,28 @@ std::optional<HttpReply> Forward(const Services& api, const RouteRequest& reques
     forward.set_header("Authorization", request.http.get_header_value("Authorization"));
   }
   forward.set_header(kForwardedHeader, std::to_string(api.server_id));
-  std::unique_ptr<httplib::Client> client = MakeClient(to, api.options.apply_timeout);
+  const SignedPeerRequest signature =
+      api.peers->SignRequest(forward.method, forward.path, forward.body);
+  forward.set_header(kPeerAuthHeader, signature.header);
+  std::unique_ptr<httplib::Client> client =
+      MakeClient(api.peer_http, to, api.options.apply_timeout);
   httplib::Result result = client->send(forward);
   if (!result && result.error() == httplib::Error::Connection) return std::nullopt;
+  const std::string failed = "not the leader; forwarding to the leader, server " +
+                             std::to_string(leader.id) + " at " + *leader.http_address +
+                             ", failed: ";
   HttpReply reply;
+  Status authentic;
+  if (result) {
+    authentic =
+        api.peers->VerifyReply(result->get_header_value(kPeerReplyHeader), leader.id,
+                               signature.nonce, result->status, result->body, to.ToString());
+  }
   if (!result) {
-    reply = ErrorReply(Status::Unavailable(
-        "not the leader; forwarding to the leader, server " + std::to_string(leader.id) + " at " +
-        *leader.http_address + ", failed: " + httplib::to_string(result.error())));
+    reply = ErrorReply(Status::Unavailable(failed + httplib::to_string(result.error())));
+  } else if (!authentic.ok()) {
+    // Whoever answered is not the leader of this cluster: nothing is acknowledged.
+    reply = ErrorReply(Status::Unavailable(failed + authentic.message()));
   } else {
     reply.status = result->status;
     reply.body = result->body;
@@ -101,7 +128,16 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
                                                "server " +
                                                request.http.get_header_value(kForwardedHeader));
   }
-  if (api.log == nullptr) return NotLeaderReply(FindLeader(api), not_leader.message());
+  if (request.peer != nullptr) {
+    // An internal call is made to the server meant (its sender retries elsewhere): its
+    // signature vouches for its sender, not for this server as a relay.
+    return NotLeaderReply(FindLeader(api),
+                          not_leader.message() + "; an internal call from server " +
+                              std::to_string(request.peer->sender) + " is not forwarded");
+  }
+  if (api.log == nullptr || api.peers == nullptr) {
+    return NotLeaderReply(FindLeader(api), not_leader.message());
+  }
   // Hold the request until the leader and its HTTP address are known (an election, or a
   // new leader's announcement, is under way), or its connection opens (a dead leader is
   // still believed to lead until the election timeout): polled every kHoldPoll.
@@ -143,22 +179,44 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
   }
 }
 
-Status PostAnnounce(const std::string& leader_http, uint64_t id, const std::string& http_address,
+Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
+                    const std::string& leader_http, uint64_t id, const std::string& http_address,
                     const std::string& rpc_address, std::chrono::milliseconds timeout) {
   const Result<HostPort> to = ParseHostPort(leader_http);
   if (!to.has_value() || to->port == 0)
     return Status::InvalidArgument("malformed leader address " + leader_http);
-  const nlohmann::json body = {
-      {"id", id}, {"http_address", http_address}, {"rpc_address", rpc_address}};
-  std::unique_ptr<httplib::Client> client = MakeClient(*to, timeout);
-  httplib::Result result = client->Post("/v1/cluster/announce", body.dump(), "application/json");
-  if (!result) {
-    return Status::Unavailable("POST http://" + leader_http +
-                               "/v1/cluster/announce: " + httplib::to_string(result.error()));
+  const std::string body =
+      nlohmann::json{{"id", id}, {"http_address", http_address}, {"rpc_address", rpc_address}}
+          .dump();
+  constexpr char kPath[] = "/v1/cluster/announce";
+  const SignedPeerRequest signature = auth->SignRequest("POST", kPath, body);
+  std::unique_ptr<httplib::Client> client = MakeClient(peer, *to, timeout);
+  httplib::Result result = client->Post(
+      kPath, httplib::Headers{{kPeerAuthHeader, signature.header}}, body, "application/json");
+  const std::string url =
+      std::string(peer.tls ? "https://" : "http://") + leader_http + "/v1/cluster/announce";
+  if (!result)
+    return Status::Unavailable("POST " + url + ": " + httplib::to_string(result.error()));
+  if (result->status == 200) {
+    return auth
+        ->VerifyReply(result->get_header_value(kPeerReplyHeader), leader_id, signature.nonce,
+                      result->status, result->body, leader_http)
+        .WithContext("POST " + url);
   }
-  if (result->status == 200) return Status::Ok();
-  return Status(StatusCode::kUnavailable, "POST http://" + leader_http + "/v1/cluster/announce: " +
-                                              std::to_string(result->status) + " " + result->body);
+  return Status(StatusCode::kUnavailable,
+                "POST " + url + ": " + std::to_string(result->status) + " " + result->body);
+}
+
+Result<PeerCall> VerifyPeerCall(const Services& api, const httplib::Request& request) {
+  return api.peers->VerifyRequest(
+      request.get_header_value(kPeerAuthHeader), request.method,
+      request.target.empty() ? request.path : request.target, request.body,
+      [&api](uint64_t id) { return IsMember(api, id); }, request.remote_addr);
+}
+
+void SignPeerReply(const Services& api, const PeerCall& call, HttpReply* reply) {
+  reply->headers.emplace_back(kPeerReplyHeader,
+                              api.peers->SignReply(call, reply->status, reply->body));
 }
 
 }  // namespace kvatlas::server

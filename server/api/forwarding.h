@@ -1,10 +1,17 @@
 // Writes on a follower (docs/replication.md §Writes on followers): a REST route that needs
 // the leader (a write, a membership change, a linearizable read) and fails here with
 // kNotLeader is proxied to the leader's REST address, which every server knows from the
-// replicated member addresses (AnnounceCommand). A proxied request carries
-// kForwardedHeader and is never forwarded again, so a request crosses at most one hop. It
-// also carries the client's Authorization header: the leader authenticates and authorizes
-// the forwarded request itself, with the same token.
+// replicated member addresses (AnnounceCommand, which only the member itself can make). A
+// proxied request carries kForwardedHeader and is never forwarded again, so a request
+// crosses at most one hop. It also carries the client's Authorization header: the leader
+// authenticates and authorizes the forwarded request itself, with the same token.
+//
+// Internal calls (docs/replication.md §Internal calls): a proxied request and an address
+// announcement are signed with the cluster secret (kPeerAuthHeader, PeerAuth), and the
+// answer relayed or accepted must be signed by the server it was sent to, the leader this
+// server knows from raft (kPeerReplyHeader): an answer from anyone else is never relayed,
+// so a write is acknowledged only by the leader of this cluster. A signed request is
+// never forwarded again either.
 //
 // Runs on HTTP worker threads only (never on the raft or applier threads): the proxy blocks
 // its worker for up to twice options.apply_timeout (the hold, then the forward).
@@ -18,6 +25,7 @@
 #include "kvatlas/common/status.h"
 #include "server/api/router.h"
 #include "server/api/routes.h"
+#include "server/peer/peer_auth.h"
 
 namespace kvatlas::server {
 
@@ -39,10 +47,18 @@ inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
 [[nodiscard]] HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
                                         const Status& not_leader);
 
-// POSTs {"id", "http_address", "rpc_address"} to http://<leader_http>/v1/cluster/announce.
-// OK on 200; otherwise the leader's error (or kUnavailable when unreachable).
-[[nodiscard]] Status PostAnnounce(const std::string& leader_http, uint64_t id,
+// POSTs {"id", "http_address", "rpc_address"} to http(s)://<leader_http>/v1/cluster/announce
+// (`peer`: plaintext or TLS), signed by `auth` (whose server id must be `id`). OK on a 200
+// signed by server `leader_id`; otherwise the leader's error (or kUnavailable when
+// unreachable or when the answer is not authentic).
+[[nodiscard]] Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
+                                  const std::string& leader_http, uint64_t id,
                                   const std::string& http_address, const std::string& rpc_address,
                                   std::chrono::milliseconds timeout);
+
+// Router::PeerCalls over `api.peers`: a signed request from a current member is verified
+// (PeerAuth::VerifyRequest), and the answer to it signed.
+[[nodiscard]] Result<PeerCall> VerifyPeerCall(const Services& api, const httplib::Request& request);
+void SignPeerReply(const Services& api, const PeerCall& call, HttpReply* reply);
 
 }  // namespace kvatlas::server

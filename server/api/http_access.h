@@ -62,8 +62,9 @@ class HttpAccess {
                 const HttpReply& reply) const;
 
  private:
-  // kInternal routes: the hook where peer authentication (cluster membership) belongs. With
-  // none configured they are admitted as the principal "internal".
+  // kInternal routes: admitted as the principal "internal" whatever the token. Their
+  // authentication is the peers' (the cluster secret): the route itself requires a
+  // verified internal call (RouteRequest::peer, forwarding.h).
   Result<Principal> AdmitInternal(const httplib::Request& request) const;
 
   const Services* api_;

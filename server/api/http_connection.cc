@@ -4,6 +4,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl/stream_base.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -86,10 +87,12 @@ std::string SerializeReply(const HttpReply& reply, bool head, bool keep_alive) {
 }
 
 HttpConnection::HttpConnection(asio::ip::tcp::socket socket, HttpConnectionContext* context,
-                               std::function<void()> on_close)
-    : stream_(std::move(socket)), context_(context), on_close_(std::move(on_close)) {
+                               std::function<void()> on_close, TlsContextPtr tls)
+    : stream_(beast::tcp_stream(std::move(socket)), std::move(tls)),
+      context_(context),
+      on_close_(std::move(on_close)) {
   error_code ec;
-  const auto remote = stream_.socket().remote_endpoint(ec);
+  const auto remote = stream_.next_layer().socket().remote_endpoint(ec);
   if (!ec) peer_ = remote.address().to_string();
 }
 
@@ -100,12 +103,52 @@ HttpConnection::~HttpConnection() {
 void HttpConnection::StopIfIdle() {
   if (busy_) return;
   error_code ec;
-  stream_.socket().close(ec);
+  stream_.next_layer().socket().close(ec);
+}
+
+asio::awaitable<bool> HttpConnection::Handshake() {
+  error_code ec;
+  beast::tcp_stream& tcp = stream_.next_layer();
+  tcp.expires_after(context_->request_timeout);
+  const size_t n = co_await tcp.async_read_some(buffer_.prepare(4096), kRedirect(ec));
+  if (!ec) buffer_.commit(n);
+  // Every TLS connection starts with a handshake record (content type 22).
+  constexpr unsigned char kHandshakeRecord = 0x16;
+  if (!ec && *static_cast<const unsigned char*>(buffer_.data().data()) != kHandshakeRecord) {
+    const std::string answer = SerializeReply(
+        ErrorReply(Status::InvalidArgument(
+            "this port serves HTTPS: the request was sent in plaintext; use https:// and TLS")),
+        /*head=*/false, /*keep_alive=*/false);
+    tcp.expires_after(context_->write_timeout);
+    co_await asio::async_write(tcp, asio::buffer(answer), kRedirect(ec));
+    context_->record("", 400, std::nullopt);
+    context_->tls_failed();
+    buffer_.consume(buffer_.size());
+    if (!ec) co_await Linger();
+    co_return false;
+  }
+  if (!ec) {
+    const size_t used = co_await stream_.tls().async_handshake(asio::ssl::stream_base::server,
+                                                               buffer_.data(), kRedirect(ec));
+    buffer_.consume(used);
+  }
+  if (ec) {
+    const std::string why = ec == beast::error::timeout
+                                ? "not completed within " +
+                                      std::to_string(context_->request_timeout.count()) +
+                                      " ms (http_request_timeout_ms)"
+                                : TlsFailureReason(ec, stream_.native_handle());
+    LogInfo("http " + peer_ + ": TLS handshake failed: " + why);
+    context_->tls_failed();
+    co_return false;
+  }
+  co_return true;
 }
 
 asio::awaitable<void> HttpConnection::Serve(std::shared_ptr<HttpConnection> self) {
   (void)self;  // held by the coroutine frame: the connection lives until the loop ends
-  while (!context_->stopping) {
+  bool open = !stream_.is_tls() || co_await Handshake();
+  while (open && !context_->stopping) {
     bool keep_alive = false;
     std::optional<httplib::Request> request = co_await ReadRequest(&keep_alive);
     if (!request) co_return;
@@ -123,22 +166,22 @@ asio::awaitable<void> HttpConnection::Serve(std::shared_ptr<HttpConnection> self
     if (!written || !keep_alive) break;
   }
   error_code ec;
-  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
-  stream_.socket().close(ec);
+  stream_.next_layer().socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+  stream_.next_layer().socket().close(ec);
 }
 
 asio::awaitable<std::optional<httplib::Request>> HttpConnection::ReadRequest(bool* keep_alive) {
   error_code ec;
   if (buffer_.size() == 0) {
     // Idle between requests: only the socket and this buffer are held.
-    stream_.expires_after(context_->idle_timeout);
+    stream_.next_layer().expires_after(context_->idle_timeout);
     const size_t n = co_await stream_.async_read_some(buffer_.prepare(4096), kRedirect(ec));
     if (ec) co_return std::nullopt;
     buffer_.commit(n);
   }
   // One deadline for the whole request, from its first byte: Beast's stream timer is not
   // re-armed by each read.
-  stream_.expires_after(context_->request_timeout);
+  stream_.next_layer().expires_after(context_->request_timeout);
   http::request_parser<http::string_body> parser;
   parser.header_limit(static_cast<uint32_t>(context_->max_header_bytes));
   parser.body_limit(context_->max_body_bytes);
@@ -186,17 +229,19 @@ asio::awaitable<void> HttpConnection::AnswerAndClose(HttpReply reply, const std:
 }
 
 asio::awaitable<void> HttpConnection::Linger() {
+  // Discards raw bytes (TLS records too: nothing more is answered).
   error_code ec;
-  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
-  stream_.expires_after(kLinger);
+  beast::tcp_stream& tcp = stream_.next_layer();
+  tcp.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+  tcp.expires_after(kLinger);
   std::array<char, 16384> discard;
-  while (!ec) co_await stream_.async_read_some(asio::buffer(discard), kRedirect(ec));
-  stream_.socket().close(ec);
+  while (!ec) co_await tcp.async_read_some(asio::buffer(discard), kRedirect(ec));
+  tcp.socket().close(ec);
 }
 
 asio::awaitable<bool> HttpConnection::Write(std::string data) {
   error_code ec;
-  stream_.expires_after(context_->write_timeout);
+  stream_.next_layer().expires_after(context_->write_timeout);
   co_await asio::async_write(stream_, asio::buffer(data), kRedirect(ec));
   co_return !ec;
 }
@@ -266,7 +311,7 @@ bool HttpConnection::BlockingWrite(std::string data) {
   auto done = std::make_shared<std::promise<bool>>();
   std::future<bool> written = done->get_future();
   asio::post(stream_.get_executor(), [self = shared_from_this(), bytes, done] {
-    self->stream_.expires_after(self->context_->write_timeout);
+    self->stream_.next_layer().expires_after(self->context_->write_timeout);
     asio::async_write(self->stream_, asio::buffer(*bytes),
                       [bytes, done](const error_code& ec, size_t) { done->set_value(!ec); });
   });

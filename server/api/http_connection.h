@@ -5,6 +5,12 @@
 // the server's bounded worker pool, and writes the answer back under a write deadline.
 // Waiting for a request costs a socket and a small buffer, never a thread.
 //
+// TLS (docs/security.md §TLS): a connection made with a TLS context reads its first bytes
+// under the request deadline; a TLS handshake record goes on to the server side of the
+// handshake (same deadline), anything else is a plaintext client on the TLS port and gets a
+// plaintext 400 naming the problem, then the connection is closed. Requests are then read
+// and answered through the TLS stream exactly as in plaintext.
+//
 // Thread-safety: the connection's socket is used only on the io thread (a single-threaded
 // io_context, the connection's implicit strand). A worker running a streamed answer writes
 // through BlockingWrite, which posts the write to the io thread and waits for it.
@@ -25,6 +31,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/internal/tls.h"
+#include "common/internal/tls_stream.h"
 #include "server/api/router.h"
 
 namespace kvatlas::server {
@@ -45,6 +53,8 @@ struct HttpConnectionContext {
   std::function<bool(std::function<void()> job)> submit;
   // Counts an answer: the request path ("" if it was not parsed), status, seconds spent.
   std::function<void(const std::string& path, int status, std::optional<double> seconds)> record;
+  // Counts a TLS handshake that failed or timed out.
+  std::function<void()> tls_failed;
   std::atomic<bool> stopping{false};
 };
 
@@ -53,9 +63,10 @@ struct HttpConnectionContext {
 
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  public:
-  // `on_close` runs once when the connection is destroyed (on any thread).
+  // `on_close` runs once when the connection is destroyed (on any thread). `tls`: serve
+  // TLS with this context; null: plaintext.
   HttpConnection(boost::asio::ip::tcp::socket socket, HttpConnectionContext* context,
-                 std::function<void()> on_close);
+                 std::function<void()> on_close, TlsContextPtr tls = nullptr);
   ~HttpConnection();
   HttpConnection(const HttpConnection&) = delete;
   HttpConnection& operator=(const HttpConnection&) = delete;
@@ -74,6 +85,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     bool streamed = false;
   };
 
+  // TLS: the first bytes and the handshake, under the request deadline. False when the
+  // connection must close (failed, timed out, or a plaintext client was answered).
+  boost::asio::awaitable<bool> Handshake();
   // Waits for and reads one request; nullopt when the connection must close (an error was
   // answered, or the peer left or timed out).
   boost::asio::awaitable<std::optional<httplib::Request>> ReadRequest(bool* keep_alive);
@@ -91,7 +105,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // answer instead of a reset, then closes.
   boost::asio::awaitable<void> Linger();
 
-  boost::beast::tcp_stream stream_;
+  MaybeTlsStream<boost::beast::tcp_stream> stream_;
   boost::beast::flat_buffer buffer_;
   HttpConnectionContext* context_;
   std::function<void()> on_close_;

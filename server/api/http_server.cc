@@ -43,13 +43,14 @@ Result<tcp::endpoint> Endpoint(asio::io_context& io, const std::string& host, ui
 }
 
 // A refused connection's answer, written without waiting (a fresh socket's send buffer
-// holds it), then the socket is closed.
-void Refuse(tcp::socket& socket, const std::string& why) {
+// holds it), then the socket is closed. A TLS client gets no answer (it expects a
+// handshake).
+void Refuse(tcp::socket& socket, const std::string& why, bool tls) {
   const std::string answer =
       SerializeReply(ErrorReply(Status::Unavailable(why)), /*head=*/false, /*keep_alive=*/false);
   error_code ec;
   socket.non_blocking(true, ec);
-  if (!ec) (void)socket.write_some(asio::buffer(answer), ec);
+  if (!ec && !tls) (void)socket.write_some(asio::buffer(answer), ec);
   socket.shutdown(tcp::socket::shutdown_both, ec);
   socket.close(ec);
 }
@@ -80,9 +81,10 @@ Status CheckJsonContentType(const httplib::Request& request, bool strict) {
 }
 
 HttpReply RunHandler(const Router& router, const Route& route, const httplib::Request& request,
-                     std::string_view path_param, const Principal* principal) {
+                     std::string_view path_param, const PeerCall* peer,
+                     const Principal* principal) {
   try {
-    const RouteRequest route_request{request, path_param, principal};
+    const RouteRequest route_request{request, path_param, peer, principal};
     Result<HttpReply> reply = route.handler(route_request);
     if (reply.has_value()) return std::move(reply).value();
     if (reply.error().code() == StatusCode::kNotLeader && router.not_leader_handler()) {
@@ -99,9 +101,9 @@ HttpReply RunHandler(const Router& router, const Route& route, const httplib::Re
 }
 
 // Access control (HttpAccess: token and role), the Content-Type of a body, the handler, and
-// the audit of an admin route.
+// the audit of an admin route. `peer`: the verified internal call, or null.
 HttpReply RunRoute(const Router& router, const Route& route, const httplib::Request& request,
-                   std::string_view path_param) {
+                   std::string_view path_param, const PeerCall* peer) {
   const HttpAccess* access = router.access();
   std::optional<Principal> principal;
   if (access != nullptr) {
@@ -115,7 +117,7 @@ HttpReply RunRoute(const Router& router, const Route& route, const httplib::Requ
     }
   }
   HttpReply reply =
-      RunHandler(router, route, request, path_param, principal ? &*principal : nullptr);
+      RunHandler(router, route, request, path_param, peer, principal ? &*principal : nullptr);
   if (access != nullptr) access->Finished(route, request, *principal, reply);
   return reply;
 }
@@ -134,6 +136,7 @@ HttpServer::HttpServer(HttpServerOptions options, Router router, Metrics* metric
   context_.record = [this](const std::string& path, int status, std::optional<double> seconds) {
     metrics_->RecordRequest(router_.Label(path), status, seconds);
   };
+  context_.tls_failed = [this] { metrics_->TlsHandshakeFailed(/*http=*/true); };
 }
 
 HttpServer::~HttpServer() { Stop(); }
@@ -147,7 +150,18 @@ HttpReply HttpServer::Handle(const httplib::Request& request) const {
     if (Status s = access->CheckHost(request); !s.ok()) return ErrorReply(s);
   }
   const RouteMatch match = router_.Find(method, request.path);
-  if (match.route != nullptr) return RunRoute(router_, *match.route, request, match.path_param);
+  if (match.route != nullptr) {
+    const Router::PeerCalls& peers = router_.peer_calls();
+    if (!peers.verify || !request.has_header(kPeerAuthHeader)) {
+      return RunRoute(router_, *match.route, request, match.path_param, nullptr);
+    }
+    // An internal call from another member: verified first, its answer signed.
+    Result<PeerCall> peer = peers.verify(request);
+    if (!peer.has_value()) return ErrorReply(peer.error());
+    HttpReply reply = RunRoute(router_, *match.route, request, match.path_param, &*peer);
+    if (!reply.stream) peers.sign(*peer, &reply);
+    return reply;
+  }
   if (match.allowed.empty()) return ErrorReply(Status::NotFound("no route for " + request.path));
   HttpReply reply = ErrorReply(Status(
       StatusCode::kMethodNotAllowed,
@@ -238,10 +252,11 @@ asio::awaitable<void> HttpServer::AsyncAccept() {
     if (ec) continue;  // already gone
     const std::string peer = remote.address().to_string();
     if (!Admit(peer)) {
-      Refuse(socket, "too many HTTP connections (http_max_connections " +
-                         std::to_string(options_.max_connections) +
-                         ", http_max_connections_per_peer " +
-                         std::to_string(options_.max_connections_per_peer) + ")");
+      Refuse(socket,
+             "too many HTTP connections (http_max_connections " +
+                 std::to_string(options_.max_connections) + ", http_max_connections_per_peer " +
+                 std::to_string(options_.max_connections_per_peer) + ")",
+             options_.tls != nullptr);
       continue;
     }
     uint64_t id = 0;
@@ -249,8 +264,9 @@ asio::awaitable<void> HttpServer::AsyncAccept() {
       std::lock_guard lock(mu_);
       id = next_id_++;
     }
-    auto connection = std::make_shared<HttpConnection>(std::move(socket), &context_,
-                                                       [this, peer, id] { Release(peer, id); });
+    auto connection = std::make_shared<HttpConnection>(
+        std::move(socket), &context_, [this, peer, id] { Release(peer, id); },
+        options_.tls != nullptr ? options_.tls->Current() : nullptr);
     {
       std::lock_guard lock(mu_);
       live_.emplace(id, connection);

@@ -14,6 +14,11 @@
 // (a write waiting to be applied, forwarding, an SSE stream); past the pool's queue the
 // answer is 503. The answer is written back by the io thread under a write deadline.
 //
+// TLS: with options.tls every connection is served over TLS with the context current at its
+// accept; its handshake is bounded by request_timeout and the connection counts toward the
+// caps from its accept (HttpConnection). Past a cap, a TLS connection is closed without an
+// answer (a plaintext 503 would mean nothing to a TLS client).
+//
 // Thread-safety: Start/Stop from one owner thread; handlers run on the worker threads.
 #pragma once
 
@@ -32,6 +37,7 @@
 #include <string>
 #include <thread>
 
+#include "common/internal/tls.h"
 #include "kvatlas/common/status.h"
 #include "server/api/http_connection.h"
 #include "server/api/http_worker_pool.h"
@@ -59,6 +65,8 @@ struct HttpServerOptions {
   std::chrono::milliseconds write_timeout{5'000};
   size_t max_connections = 2048;
   size_t max_connections_per_peer = 256;
+  // Serve TLS with its current context; null: plaintext. Not owned; outlives the server.
+  const ReloadableTlsContext* tls = nullptr;
 };
 
 class HttpServer {

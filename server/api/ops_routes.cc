@@ -45,6 +45,12 @@ void AddAllRoutes(const Services* api, Router* router) {
   router->SetNotLeaderHandler([api](const RouteRequest& request, const Status& not_leader) {
     return AnswerNotLeader(*api, request, not_leader);
   });
+  // Internal calls between the servers (announcements, forwarded requests).
+  if (api->peers != nullptr) {
+    router->SetPeerCalls(
+        {[api](const httplib::Request& request) { return VerifyPeerCall(*api, request); },
+         [api](const PeerCall& call, HttpReply* reply) { SignPeerReply(*api, call, reply); }});
+  }
   AddRoutingRoutes(api, router);
   AddWatchRoutes(api, router);
   AddLeaseRoutes(api, router);

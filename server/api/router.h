@@ -13,6 +13,7 @@
 
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
+#include "server/peer/peer_auth.h"
 
 namespace httplib {
 struct Request;
@@ -41,11 +42,13 @@ struct HttpReply {
 // 200 with a JSON body.
 [[nodiscard]] HttpReply JsonReply(std::string body);
 
-// What a route handler sees: the request, the path segment captured by "{name}", and who
-// sent it (null when the router has no HttpAccess: unit tests).
+// What a route handler sees: the request, the path segment captured by "{name}", for an
+// internal call from another member (Router::PeerCalls) who sent it, and who sent it as a
+// client (null when the router has no HttpAccess: unit tests).
 struct RouteRequest {
   const httplib::Request& http;
   std::string_view path_param;
+  const PeerCall* peer = nullptr;  // null: not a verified internal call
   const Principal* principal = nullptr;
 };
 
@@ -107,6 +110,17 @@ class Router {
   void SetAccess(std::shared_ptr<const HttpAccess> access) { access_ = std::move(access); }
   const HttpAccess* access() const { return access_.get(); }
 
+  // Internal calls between the servers of a cluster (forwarding.h): `verify` checks a
+  // request that carries kPeerAuthHeader before its route runs (its error is the answer);
+  // `sign` signs the answer to a request it verified (kPeerReplyHeader). Unset: the header
+  // is ignored (no cluster).
+  struct PeerCalls {
+    std::function<Result<PeerCall>(const httplib::Request&)> verify;
+    std::function<void(const PeerCall&, HttpReply*)> sign;
+  };
+  void SetPeerCalls(PeerCalls calls) { peer_calls_ = std::move(calls); }
+  const PeerCalls& peer_calls() const { return peer_calls_; }
+
  private:
   // The captured parameter when `pattern` matches `path`; false otherwise.
   static bool Matches(const Route& route, std::string_view path, std::string_view* param);
@@ -114,6 +128,7 @@ class Router {
   std::vector<Route> routes_;
   NotLeaderHandler not_leader_;
   std::shared_ptr<const HttpAccess> access_;
+  PeerCalls peer_calls_;
 };
 
 }  // namespace kvatlas::server

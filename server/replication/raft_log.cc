@@ -74,12 +74,22 @@ class RaftLog::Loop {
       closing_ = true;
       started->set_value(s);
       // Run the close callbacks of whatever was initialised, then close the loop.
-      uv_run(&loop_, UV_RUN_DEFAULT);
-      uv_loop_close(&loop_);
+      RunUntilClosed();
       return;
     }
     started->set_value(Status::Ok());
+    RunUntilClosed();
+  }
+
+  // Runs the loop until every handle is closed, then frees the raft io and transport: only
+  // then has libraft made its last call into them (see OnRaftClosed).
+  void RunUntilClosed() {
     uv_run(&loop_, UV_RUN_DEFAULT);
+    if (io_initialised_) {
+      raft_uv_close(&io_);
+      TcpTransportClose(&transport_);
+      io_initialised_ = false;
+    }
     uv_loop_close(&loop_);
   }
 
@@ -106,13 +116,21 @@ class RaftLog::Loop {
   }
 
   void CloseRaft() {
-    raft_close(&raft_, [](struct raft* r) {
-      Loop* self = static_cast<Loop*>(r->data);
-      raft_uv_close(&self->io_);
-      TcpTransportClose(&self->transport_);
-      uv_close(reinterpret_cast<uv_handle_t*>(&self->wake_), nullptr);
-      uv_close(reinterpret_cast<uv_handle_t*>(&self->timer_), nullptr);
-    });
+    raft_close(&raft_, [](struct raft* r) { static_cast<Loop*>(r->data)->OnRaftClosed(); });
+  }
+
+  // raft_close's callback. libraft 0.15 can call it before its io is done: closing a log
+  // segment takes it off the queue its close check watches and then closes the segment's
+  // writer asynchronously (uv_append.c), and that writer's close callback runs the check --
+  // and the close callback, with the same io -- again. Freeing the io here (as the upstream
+  // example does) made that late callback read freed memory: SIGTERM crashed whenever a
+  // segment was being finalised, which on tmpfs (no async I/O) was most stops under load.
+  // So the io is freed only once the loop has run dry (RunUntilClosed), and a repeated
+  // callback finds a zeroed raft whose close frees nothing and calls nothing.
+  void OnRaftClosed() {
+    io_.data = &closed_raft_;
+    uv_close(reinterpret_cast<uv_handle_t*>(&wake_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
   }
 
   void Wake() { uv_async_send(&wake_); }
@@ -304,7 +322,19 @@ class RaftLog::Loop {
       uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
       return s;
     };
-    if ((rv = TcpTransportInit(&transport_, &loop_)) != 0) {
+    TcpTransportOptions transport_options;
+    transport_options.auth = o.peer_auth;
+    transport_options.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
+    // A server with an empty configuration has not been added yet: any proven peer may be
+    // the leader adding it.
+    transport_options.is_member = [this](uint64_t id) {
+      if (raft_.configuration.n == 0) return true;
+      for (unsigned i = 0; i < raft_.configuration.n; ++i) {
+        if (raft_.configuration.servers[i].id == id) return true;
+      }
+      return false;
+    };
+    if ((rv = TcpTransportInit(&transport_, &loop_, std::move(transport_options))) != 0) {
       return fail(Status::Internal("raft_uv_tcp_init: " + RaftError(rv)));
     }
     if ((rv = raft_uv_init(&io_, &loop_, o.dir.c_str(), &transport_.transport)) != 0) {
@@ -321,6 +351,7 @@ class RaftLog::Loop {
       TcpTransportClose(&transport_);
       return fail(Status::Internal("raft_init: " + message));
     }
+    io_initialised_ = true;
     raft_.data = this;
     fsm_.set_raft(&raft_);
     raft_set_election_timeout(&raft_, o.election_timeout_ms);
@@ -419,6 +450,11 @@ class RaftLog::Loop {
   struct raft_io io_;
   FsmAdapter fsm_;
   struct raft raft_;
+  // What a repeated io close callback sees (OnRaftClosed): no address, log, configuration
+  // or close callback.
+  struct raft closed_raft_ {};
+  // raft_init succeeded: the io and the transport are freed after the loop ends.
+  bool io_initialised_ = false;
   bool closing_ = false;
   uint64_t close_started_ = 0;
   uint64_t last_refresh_ns_ = 0;
@@ -427,7 +463,12 @@ class RaftLog::Loop {
 };
 
 RaftLog::RaftLog(RaftOptions options, LogStateMachine* machine)
-    : options_(std::move(options)), machine_(machine) {}
+    : options_(std::move(options)), machine_(machine) {
+  if (options_.peer_auth == nullptr) {
+    own_peer_auth_ = std::make_unique<PeerAuth>(options_.id, "", "");
+    options_.peer_auth = own_peer_auth_.get();
+  }
+}
 
 Result<std::unique_ptr<RaftLog>> RaftLog::Start(RaftOptions options, LogStateMachine* machine) {
   std::unique_ptr<RaftLog> log(new RaftLog(std::move(options), machine));

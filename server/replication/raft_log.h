@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kvatlas/common/result.h"
+#include "server/peer/peer_auth.h"
 #include "server/state/replicated_log.h"
 
 namespace kvatlas::server {
@@ -53,6 +54,12 @@ struct RaftOptions {
   // Committed entries handed to the apply thread and not yet applied, at most (the loop
   // waits beyond it); 0 = apply on the loop thread, as libraft itself would.
   size_t apply_queue = 64;
+  // How raft connections prove membership (tcp_transport.h): not owned, outlives the
+  // RaftLog. Null: a PeerAuth of the RaftLog's own with no cluster secret and cluster id ""
+  // (tests).
+  PeerAuth* peer_auth = nullptr;
+  // A raft connection's peer handshake must complete within this, or it is closed.
+  unsigned handshake_timeout_ms = 5'000;
 };
 
 class RaftLog final : public ReplicatedLog {
@@ -98,6 +105,7 @@ class RaftLog final : public ReplicatedLog {
   void DrainOps();
 
   RaftOptions options_;
+  std::unique_ptr<PeerAuth> own_peer_auth_;  // when options_.peer_auth was null
   LogStateMachine* machine_;
   std::unique_ptr<Loop> loop_;
   std::thread thread_;

@@ -1,12 +1,27 @@
-// TcpTransport: libraft's TCP transport with TCP_NODELAY on every raft connection.
+// TcpTransport: libraft's TCP transport, with a peer handshake on every raft connection
+// and TCP_NODELAY on every raft stream.
 //
-// libraft 0.15's raft_uv_tcp never disables Nagle's algorithm. Raft sends small messages
-// back to back (AppendEntries while the previous one is unacknowledged, then the
-// follower's small results), so Nagle holds the next message until the peer's delayed ACK
-// arrives, ~40 ms on Linux. Measured on a 3-server cluster at half load: every third
-// entry in a burst waited 40-50 ms to commit, which set the commit p50 and p99. This
-// wrapper forwards to raft_uv_tcp and sets TCP_NODELAY on each stream it hands to raft,
-// outgoing (where raft writes) and accepted.
+// Peer handshake (docs/replication.md §Peer handshake, peer_handshake.h): this transport
+// accepts connections itself instead of letting raft_uv_tcp do it. It reads libraft's
+// connection preamble (bounded: kMaxRaftAddressBytes) and then runs a mutual
+// challenge-response: both ends prove knowledge of the cluster secret with an HMAC over
+// both nonces, the cluster id and both server ids (PeerAuth::RaftProof), and the acceptor
+// checks that the connecting server is in its raft configuration (any server while that
+// configuration is still empty: a server waiting to be added). Outgoing connections are
+// made by raft_uv_tcp (which writes the preamble) and then run the connector's side. Only
+// a connection that passed is handed to raft; one that fails, or does not finish within
+// the handshake timeout, is closed, counted and logged (PeerAuth::Refuse) before raft has
+// read a byte of it. At most `max_pending` handshakes run at once; more connections are
+// closed at once.
+//
+// TCP_NODELAY: libraft 0.15's raft_uv_tcp never disables Nagle's algorithm. Raft sends
+// small messages back to back (AppendEntries while the previous one is unacknowledged,
+// then the follower's small results), so Nagle holds the next message until the peer's
+// delayed ACK arrives, ~40 ms on Linux. Measured on a 3-server cluster at half load: every
+// third entry in a burst waited 40-50 ms to commit, which set the commit p50 and p99.
+//
+// Raft traffic itself is not encrypted or authenticated per message after the handshake
+// (docs/security.md §Peers says what the operator must do about it).
 //
 // Thread-safety: as raft_uv_tcp, loop thread only.
 #pragma once
@@ -17,22 +32,41 @@ extern "C" {
 }
 #include <uv.h>
 
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "server/peer/peer_auth.h"
+
 namespace kvatlas::server {
+
+class PeerGate;  // tcp_transport.cc: the listener and the handshakes in progress
+
+struct TcpTransportOptions {
+  PeerAuth* auth = nullptr;  // required; outlives the transport
+  // Whether server `id` may connect (called on the loop thread).
+  std::function<bool(uint64_t)> is_member;
+  std::chrono::milliseconds handshake_timeout{5'000};
+  size_t max_pending = 64;
+};
 
 struct TcpTransport {
   // First member: the callbacks get `struct raft_uv_transport*` and cast it back to the
   // TcpTransport it belongs to (standard layout, checked in the .cc).
   struct raft_uv_transport transport;
-  int (*tcp_listen)(struct raft_uv_transport*, raft_uv_accept_cb) = nullptr;
+  // raft_uv_tcp's implementation, which ours wraps.
+  int (*tcp_init)(struct raft_uv_transport*, raft_id, const char*) = nullptr;
   int (*tcp_connect)(struct raft_uv_transport*, struct raft_uv_connect*, raft_id, const char*,
                      raft_uv_connect_cb) = nullptr;
-  raft_uv_accept_cb accept_cb = nullptr;  // raft's, given to listen
+  void (*tcp_close)(struct raft_uv_transport*, raft_uv_transport_close_cb) = nullptr;
+  PeerGate* gate = nullptr;
 };
 
 // As raft_uv_tcp_init: 0 or a raft error code. Pass `&t->transport` to raft_uv_init.
-int TcpTransportInit(TcpTransport* t, uv_loop_t* loop);
+int TcpTransportInit(TcpTransport* t, uv_loop_t* loop, TcpTransportOptions options);
 
-// As raft_uv_tcp_close.
+// As raft_uv_tcp_close (after the transport closed, or if it never listened).
 void TcpTransportClose(TcpTransport* t);
 
 }  // namespace kvatlas::server

@@ -63,12 +63,12 @@ std::string PeerOf(const asio::ip::tcp::socket& socket) {
 
 RpcConnection::RpcConnection(asio::ip::tcp::socket socket, const RpcHandler* handler,
                              RpcBufferBudget* budget, RpcConnectionOptions options,
-                             std::function<void()> on_closed)
-    : socket_(std::move(socket)),
+                             std::function<void()> on_closed, TlsContextPtr tls)
+    : stream_(std::move(socket), std::move(tls)),
       handler_(handler),
       options_(options),
       on_closed_(std::move(on_closed)),
-      peer_(PeerOf(socket_)),
+      peer_(PeerOf(stream_.next_layer())),
       session_{peer_, std::nullopt},
       accepted_(Clock::now()),
       decoder_(options.max_frame_bytes),
@@ -76,39 +76,80 @@ RpcConnection::RpcConnection(asio::ip::tcp::socket socket, const RpcHandler* han
       read_buffer_(kReadChunkBytes),
       budget_(budget),
       last_activity_(Clock::now()),
-      writer_wake_(socket_.get_executor()),
-      reader_wake_(socket_.get_executor()),
-      idle_timer_(socket_.get_executor()) {}
+      writer_wake_(stream_.get_executor()),
+      reader_wake_(stream_.get_executor()),
+      idle_timer_(stream_.get_executor()) {}
 
 // Only at the server's teardown is a connection destroyed unclosed: its io_context (and
 // maybe those of waiting connections) is gone, so its release wakes nobody.
 RpcConnection::~RpcConnection() { DropLargeFrame(/*wake_waiters=*/false); }
 
 void RpcConnection::Start() {
+  if (stream_.is_tls()) {
+    asio::co_spawn(stream_.get_executor(), AsyncHandshake(),
+                   LogExceptions(shared_from_this(), "TLS handshake"));
+    return;
+  }
   // Non-blocking for the direct sends of Flush(); Asio's asynchronous operations work on
   // either kind of socket.
   error_code ec;
-  socket_.non_blocking(true, ec);
+  stream_.next_layer().non_blocking(true, ec);
+  handshake_done_ = true;
+  Serve();
+}
+
+asio::awaitable<void> RpcConnection::AsyncHandshake() {
+  // The deadline closes the socket, which fails the handshake. A handshake that completes
+  // first cancels it (the strand orders the two).
+  idle_timer_.expires_after(options_.handshake_timeout);
+  idle_timer_.async_wait([self = shared_from_this()](error_code timer_ec) {
+    if (timer_ec || self->handshake_done_ || self->closed_) return;
+    self->handshake_timed_out_ = true;
+    error_code ignored;
+    self->stream_.next_layer().close(ignored);
+  });
+  error_code ec;
+  co_await stream_.tls().async_handshake(asio::ssl::stream_base::server,
+                                         asio::redirect_error(asio::use_awaitable, ec));
+  handshake_done_ = true;
+  idle_timer_.cancel();
+  if (ec) {
+    const std::string why = handshake_timed_out_
+                                ? "not completed within " +
+                                      std::to_string(options_.handshake_timeout.count()) +
+                                      " ms (rpc_frame_timeout_ms)"
+                                : TlsFailureReason(ec, stream_.native_handle());
+    LogInfo("rpc " + peer_ + ": TLS handshake failed: " + why);
+    handler_->api().metrics->TlsHandshakeFailed(/*http=*/false);
+    Close("TLS handshake failed");
+    co_return;
+  }
+  last_activity_ = Clock::now();
+  Serve();
+}
+
+void RpcConnection::Serve() {
+  if (closed_) return;
   auto self = shared_from_this();
   // Called by watchers' notify hooks on the applying thread: only a post, never a wait.
   streams_.SetWake(
-      [weak = weak_from_this(), executor = socket_.get_executor()](uint64_t id, uint64_t serial) {
+      [weak = weak_from_this(), executor = stream_.get_executor()](uint64_t id, uint64_t serial) {
         asio::post(executor, [weak, id, serial] {
           if (auto connection = weak.lock()) connection->OnWatchReady(id, serial);
         });
       });
-  asio::co_spawn(socket_.get_executor(), AsyncRead(), LogExceptions(self, "reader"));
-  asio::co_spawn(socket_.get_executor(), AsyncWrite(), LogExceptions(self, "writer"));
-  asio::co_spawn(socket_.get_executor(), AsyncWatchdog(), LogExceptions(self, "watchdog"));
+  asio::co_spawn(stream_.get_executor(), AsyncRead(), LogExceptions(self, "reader"));
+  asio::co_spawn(stream_.get_executor(), AsyncWrite(), LogExceptions(self, "writer"));
+  asio::co_spawn(stream_.get_executor(), AsyncWatchdog(), LogExceptions(self, "watchdog"));
 }
 
 void RpcConnection::Shutdown() {
-  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+  asio::post(stream_.get_executor(), [self = shared_from_this()] {
     if (self->closed_) return;
     // The pending read completes with EOF (or an error): the reader stops, the writer
     // answers what is in flight and then closes.
     error_code ec;
-    self->socket_.shutdown(asio::ip::tcp::socket::shutdown_receive, ec);
+    self->stream_.next_layer().shutdown(asio::ip::tcp::socket::shutdown_receive, ec);
     self->reading_done_ = true;
     self->EndWatches("the server is shutting down");
     self->reader_wake_.cancel();
@@ -117,7 +158,7 @@ void RpcConnection::Shutdown() {
 }
 
 void RpcConnection::RecheckCredentials() {
-  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+  asio::post(stream_.get_executor(), [self = shared_from_this()] {
     if (self->closed_ || self->close_after_flush_) return;
     const Status valid = self->handler_->Recheck(&self->session_);
     if (valid.ok()) return;
@@ -130,7 +171,7 @@ void RpcConnection::RecheckCredentials() {
 }
 
 void RpcConnection::Abort() {
-  asio::post(socket_.get_executor(),
+  asio::post(stream_.get_executor(),
              [self = shared_from_this()] { self->Close("closed by the server"); });
 }
 
@@ -165,7 +206,7 @@ asio::awaitable<void> RpcConnection::AsyncRead() {
     size_t want = read_buffer_.size();
     if (large_frame_size_ > 0)
       want = std::min<uint64_t>(want, large_frame_size_ - large_frame_.size());
-    const size_t n = co_await socket_.async_read_some(
+    const size_t n = co_await stream_.async_read_some(
         asio::buffer(read_buffer_.data(), want), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec != asio::error::eof && ec != asio::error::operation_aborted && !closed_) {
@@ -342,7 +383,7 @@ bool RpcConnection::ReserveLargeFrame() {
     return false;
   }
   // Called by a release on any thread: only a post to the strand, to wake the reader.
-  auto wake = [weak = weak_from_this(), executor = socket_.get_executor()] {
+  auto wake = [weak = weak_from_this(), executor = stream_.get_executor()] {
     asio::post(executor, [weak] {
       if (auto self = weak.lock()) self->reader_wake_.cancel();
     });
@@ -398,12 +439,12 @@ void RpcConnection::EndWatches(std::string_view why) {
 void RpcConnection::Flush() {
   PumpStreams();
   if (closed_ || out_.empty()) return;
-  if (!write_pending_) {
+  if (!write_pending_ && !stream_.is_tls()) {
     // Send from here when no write is in progress: a lookup's answer then leaves in the
     // handler that read its request, instead of one more handler run (and reactor round) to
     // resume the writer. What the socket does not take is left to the writer.
     error_code ec;
-    const size_t n = socket_.send(asio::buffer(out_), 0, ec);
+    const size_t n = stream_.next_layer().send(asio::buffer(out_), 0, ec);
     if (!ec && n == out_.size()) {
       out_.clear();
       in_flight_ -= out_answers_;
@@ -432,7 +473,7 @@ void RpcConnection::SubmitIngest(PendingIngest pending) {
     bool answered = false;
   };
   CommandBatch batch = std::move(pending.batch);
-  auto wait = std::make_shared<Wait>(std::move(pending), socket_.get_executor());
+  auto wait = std::make_shared<Wait>(std::move(pending), stream_.get_executor());
   auto self = shared_from_this();
   const Services& api = handler_->api();
   wait->deadline.expires_after(api.options.apply_timeout);
@@ -446,7 +487,7 @@ void RpcConnection::SubmitIngest(PendingIngest pending) {
   });
   // Runs on the applier thread (or here, at once, when refused): only post from it.
   SubmitAsync(api, std::move(batch), [self, wait](Result<Revision> applied) {
-    asio::post(self->socket_.get_executor(), [self, wait, applied = std::move(applied)] {
+    asio::post(self->stream_.get_executor(), [self, wait, applied = std::move(applied)] {
       if (wait->answered) return;
       wait->answered = true;
       wait->deadline.cancel();
@@ -473,7 +514,7 @@ asio::awaitable<void> RpcConnection::AsyncWrite() {
     out_answers_ = 0;
     write_pending_ = true;
     write_started_ = Clock::now();
-    co_await asio::async_write(socket_, asio::buffer(writing_),
+    co_await asio::async_write(stream_, asio::buffer(writing_),
                                asio::redirect_error(asio::use_awaitable, ec));
     write_pending_ = false;
     if (ec) {
@@ -554,8 +595,8 @@ void RpcConnection::Close(std::string_view reason) {
   reading_done_ = true;
   LogDebug("rpc " + peer_ + ": connection closed (" + std::string(reason) + ")");
   error_code ec;
-  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
-  socket_.close(ec);
+  stream_.next_layer().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  stream_.next_layer().close(ec);
   streams_.Clear();  // unsubscribes the watchers
   DropLargeFrame();
   writer_wake_.cancel();

@@ -34,6 +34,13 @@
 // watches keep the connection from being idle; they end with `unavailable` when the server
 // shuts down or the client stops sending.
 //
+// TLS (docs/security.md §TLS): a connection made with a TLS context first completes the
+// server side of the handshake, within handshake_timeout of Start() (else it is closed,
+// like one that fails it: a plaintext client, an untrusted client certificate), and only
+// then starts the three coroutines, which read and write through the TLS stream. Answers
+// then always go through the writer (a TLS record cannot be sent from a handler with a
+// plain send()).
+//
 // Thread-safety: Start() once after construction; Shutdown() from any thread.
 #pragma once
 
@@ -50,6 +57,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/internal/tls.h"
+#include "common/internal/tls_stream.h"
 #include "kvatlas/common/protocol.h"
 #include "server/rpc/rpc_buffer_budget.h"
 #include "server/rpc/rpc_handler.h"
@@ -81,6 +90,9 @@ struct RpcConnectionOptions {
   // of being accepted, and a large frame (over kSmallFrameBytes) before it is refused;
   // either way an unauthenticated error frame, and the connection is closed.
   std::chrono::milliseconds auth_timeout{10'000};
+  // A TLS connection's handshake must complete within this long of Start(), else it is
+  // closed (the server sets rpc_frame_timeout_ms).
+  std::chrono::milliseconds handshake_timeout{30'000};
 };
 
 class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
@@ -91,15 +103,16 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
 
   // `socket`'s executor must be a strand, or an io_context run by exactly one thread (an
   // implicit strand); `handler` and `budget` must outlive the connection's coroutines, and
-  // so must `on_closed` (called once, on the strand, when it closes).
+  // so must `on_closed` (called once, on the strand, when it closes). `tls`: serve TLS
+  // with this context; null: plaintext.
   RpcConnection(boost::asio::ip::tcp::socket socket, const RpcHandler* handler,
                 RpcBufferBudget* budget, RpcConnectionOptions options,
-                std::function<void()> on_closed);
+                std::function<void()> on_closed, TlsContextPtr tls = nullptr);
   ~RpcConnection();
   RpcConnection(const RpcConnection&) = delete;
   RpcConnection& operator=(const RpcConnection&) = delete;
 
-  // Spawns the coroutines on the connection's strand.
+  // Spawns the coroutines on the connection's strand (after the TLS handshake).
   void Start();
 
   // Graceful close: stops reading, answers what is in flight (ingests included), then
@@ -114,6 +127,9 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   void RecheckCredentials();
 
  private:
+  // The server side of the TLS handshake, under handshake_timeout; then Serve().
+  boost::asio::awaitable<void> AsyncHandshake();
+  void Serve();
   boost::asio::awaitable<void> AsyncRead();
   boost::asio::awaitable<void> AsyncWrite();
   boost::asio::awaitable<void> AsyncWatchdog();
@@ -160,7 +176,9 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   bool Finished() const;
   void Close(std::string_view reason);
 
-  boost::asio::ip::tcp::socket socket_;
+  MaybeTlsStream<boost::asio::ip::tcp::socket> stream_;
+  bool handshake_done_ = false;       // TLS: the handshake ended (Start: no handshake)
+  bool handshake_timed_out_ = false;  // TLS: the handshake deadline closed the socket
   const RpcHandler* handler_;
   RpcConnectionOptions options_;
   std::function<void()> on_closed_;

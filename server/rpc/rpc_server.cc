@@ -112,13 +112,15 @@ asio::awaitable<void> RpcServer::AsyncAccept() {
       id = next_connection_id_++;
     }
     metrics->RpcConnectionOpened();
-    auto connection = std::make_shared<RpcConnection>(std::move(socket), &handler_, &budget_,
-                                                      options_.connection, [this, id, metrics] {
-                                                        metrics->RpcConnectionClosed();
-                                                        std::lock_guard lock(mu_);
-                                                        live_.erase(id);
-                                                        closed_cv_.notify_all();
-                                                      });
+    auto connection = std::make_shared<RpcConnection>(
+        std::move(socket), &handler_, &budget_, options_.connection,
+        [this, id, metrics] {
+          metrics->RpcConnectionClosed();
+          std::lock_guard lock(mu_);
+          live_.erase(id);
+          closed_cv_.notify_all();
+        },
+        options_.tls != nullptr ? options_.tls->Current() : nullptr);
     {
       std::lock_guard lock(mu_);
       live_.emplace(id, connection);

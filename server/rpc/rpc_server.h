@@ -10,6 +10,9 @@
 // whose callback posts the answer back to the connection's strand (no io thread ever waits on the
 // Applier).
 //
+// TLS: with options.tls every accepted connection is served over TLS with the context current
+// at its accept (ReloadableTlsContext), handshake first (RpcConnection).
+//
 // Thread-safety: Start/Stop from one owner thread.
 #pragma once
 
@@ -28,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/internal/tls.h"
 #include "kvatlas/common/status.h"
 #include "server/rpc/rpc_buffer_budget.h"
 #include "server/rpc/rpc_connection.h"
@@ -48,6 +52,8 @@ struct RpcServerOptions {
   // How long Stop() lets connections answer their in-flight requests before it closes
   // them regardless.
   std::chrono::milliseconds shutdown_grace{5'000};
+  // Serve TLS with its current context; null: plaintext. Not owned; outlives the server.
+  const ReloadableTlsContext* tls = nullptr;
 };
 
 class RpcServer {

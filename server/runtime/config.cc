@@ -14,6 +14,7 @@
 #include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/protocol.h"
 #include "server/api/registration_json.h"
+#include "server/peer/peer_auth.h"
 #include "server/runtime/access_config.h"
 
 namespace kvatlas::server {
@@ -85,6 +86,15 @@ const Field kFields[] = {
      "bytes of incomplete frames over 64 KiB buffered across all binary protocol connections"},
     {"rpc_frame_timeout_ms", &Config::rpc_frame_timeout_ms, 1, kMaxMillis,
      "a frame over 64 KiB must get its buffer share, then arrive, within this (else error, close)"},
+    {"tls_cert", &Config::tls_cert, 0, 0,
+     "PEM certificate chain: TLS on tls_listeners (with tls_key; reloaded on SIGHUP)"},
+    {"tls_key", &Config::tls_key, 0, 0, "PEM private key of tls_cert"},
+    {"tls_client_ca", &Config::tls_client_ca, 0, 0,
+     "PEM CA file: TLS clients must present a certificate it issued (mutual TLS)"},
+    {"tls_listeners", &Config::tls_listeners, 0, 0,
+     "listeners serving TLS when tls_cert is set: comma-separated http, rpc"},
+    {"tls_peer_ca", &Config::tls_peer_ca, 0, 0,
+     "PEM CA file for other members' REST certificates (forwarding); empty = system store"},
     {"apply_timeout_ms", &Config::apply_timeout_ms, 1, kMaxMillis,
      "how long a write waits to be applied (else 504 / deadline_exceeded)"},
     {"max_events_per_batch", &Config::max_events_per_batch, 1, 10'000'000,
@@ -106,6 +116,12 @@ const Field kFields[] = {
      "raft transport HOST:PORT; empty = this id's --peers entry (single server: any port)"},
     {"peers", &Config::peers, 0, 0,
      "initial voters 1@host:port,2@host:port,...; empty = single server"},
+    {"cluster_id", &Config::cluster_id, 0, 0,
+     "this cluster's name, the same on every server (needed with cluster_secret_file)"},
+    {"cluster_secret_file", &Config::cluster_secret_file, 0, 0,
+     "file with the cluster secret peers prove (head -c 32 /dev/urandom | base64 > FILE)"},
+    {"raft_handshake_timeout_ms", &Config::raft_handshake_timeout_ms, 100, 60'000,
+     "a raft connection's peer handshake must complete within this (else closed)"},
     {"raft_election_timeout_ms", &Config::raft_election_timeout_ms, 50, 60'000,
      "raft election timeout (randomised up to 2x)"},
     {"raft_heartbeat_timeout_ms", &Config::raft_heartbeat_timeout_ms, 10, 10'000,
@@ -140,6 +156,8 @@ const Field kFields[] = {
      "publishers registered at once, config file included (else 429)"},
     {"zmq_allowed_transports", &Config::zmq_allowed_transports, 0, 0,
      "transports registered publishers may use: comma-separated tcp, ipc, inproc"},
+    {"zmq_allowed_hosts", &Config::zmq_allowed_hosts, 0, 0,
+     "hosts tcp publishers may name: comma-separated *, ADDRESS[/BITS], NAME, *.SUFFIX"},
     {"zmq_reconnect_interval_ms", &Config::zmq_reconnect_interval_ms, 1, 60'000,
      "first reconnect delay to a registered publisher (then doubling)"},
     {"zmq_reconnect_interval_max_ms", &Config::zmq_reconnect_interval_max_ms, 1, 600'000,
@@ -148,7 +166,8 @@ const Field kFields[] = {
      "access tokens, one NAME:ROLE:SHA256HEX per line (kvatlas-server gen-token); reread on "
      "SIGHUP"},
     {"insecure", &Config::insecure, 0, 0,
-     "serve without tokens on non-loopback addresses (else such a server refuses to start)"},
+     "start without tokens on non-loopback listeners, and with peers on non-loopback "
+     "addresses without a cluster secret (else such a server refuses to start)"},
     {"http_allowed_hosts", &Config::http_allowed_hosts, 0, 0,
      "comma-separated host names REST clients use (besides localhost, IP literals and the "
      "listen host); \"*\" = any"},
@@ -319,7 +338,51 @@ nlohmann::ordered_json FieldToJson(const Field& field, const Config& config) {
                     field.member);
 }
 
+// The items of a comma-separated list, trimmed; empty items skipped.
+std::vector<std::string> SplitList(std::string_view text) {
+  std::vector<std::string> items;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (!item.empty()) items.emplace_back(item);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+  }
+  return items;
+}
+
+Status ValidateTls(const Config& config) {
+  if (config.tls_cert.empty() != config.tls_key.empty()) {
+    return Status::InvalidArgument("tls_cert and tls_key: give both (TLS) or neither (plaintext)");
+  }
+  if (config.tls_cert.empty() && !config.tls_client_ca.empty()) {
+    return Status::InvalidArgument("tls_client_ca: needs tls_cert and tls_key (TLS)");
+  }
+  const std::vector<std::string> listeners = SplitList(config.tls_listeners);
+  for (const std::string& listener : listeners) {
+    if (listener != "http" && listener != "rpc") {
+      return Status::InvalidArgument("tls_listeners: unknown listener \"" + listener +
+                                     "\" (expected http, rpc)");
+    }
+  }
+  if (!config.tls_cert.empty() && listeners.empty()) {
+    return Status::InvalidArgument("tls_listeners: empty, but tls_cert is set (http, rpc)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+TlsListeners TlsListenersOf(const Config& config) {
+  TlsListeners on;
+  if (config.tls_cert.empty()) return on;
+  for (const std::string& listener : SplitList(config.tls_listeners)) {
+    on.http = on.http || listener == "http";
+    on.rpc = on.rpc || listener == "rpc";
+  }
+  return on;
+}
 
 Result<Config> LoadConfigFile(const std::string& path, Config base) {
   std::ifstream in(path);
@@ -376,6 +439,7 @@ Status ValidateConfig(const Config& config) {
       KVATLAS_RETURN_IF_ERROR(CheckRange(field, config.**member));
     }
   }
+  KVATLAS_RETURN_IF_ERROR(ValidateTls(config));
   KVATLAS_ASSIGN_OR_RETURN(auto peers, ParsePeers(config.peers));
   if (!config.raft_listen.empty()) {
     KVATLAS_RETURN_IF_ERROR(ParseHostPort(config.raft_listen).status().WithContext("raft_listen"));
@@ -393,20 +457,45 @@ Status ValidateConfig(const Config& config) {
                                      " differs from this server's peers entry " + own->second);
     }
   }
+  KVATLAS_RETURN_IF_ERROR(CheckClusterId(config.cluster_id));
+  if (!config.cluster_secret_file.empty() && config.cluster_id.empty()) {
+    return Status::InvalidArgument(
+        "cluster_id: must be set with cluster_secret_file (a name for this cluster, the same on "
+        "all its servers)");
+  }
+  if (config.cluster_secret_file.empty() && !config.insecure && PeersExposed(config)) {
+    return Status::InvalidArgument(
+        "cluster_secret_file: required for a cluster whose servers use non-loopback addresses "
+        "(without it anyone who reaches them can pose as a member); make one with `head -c 32 "
+        "/dev/urandom | base64 > FILE`, give every server the same file and a cluster_id, or "
+        "pass --insecure");
+  }
   if (!config.zmq_listen.empty()) {
     KVATLAS_RETURN_IF_ERROR(ZmqIngest::ValidateEndpoint(config.zmq_listen, /*for_bind=*/true)
                                 .WithContext("zmq_listen"));
   }
   KVATLAS_ASSIGN_OR_RETURN(const std::vector<std::string> transports,
                            ParseTransports(config.zmq_allowed_transports));
+  KVATLAS_ASSIGN_OR_RETURN(const std::vector<HostPattern> hosts,
+                           ParseHostPatterns(config.zmq_allowed_hosts));
   for (size_t i = 0; i < config.publishers.size(); ++i) {
     const Registration& r = config.publishers[i];
     const std::string path = std::string(kPublishersKey) + "[" + std::to_string(i) + "].";
     KVATLAS_RETURN_IF_ERROR(CheckTransport(path + "endpoint", r.endpoint, transports));
+    KVATLAS_RETURN_IF_ERROR(CheckHost(path + "endpoint", r.endpoint, hosts));
     if (!r.replay_endpoint.empty()) {
       KVATLAS_RETURN_IF_ERROR(
           CheckTransport(path + "replay_endpoint", r.replay_endpoint, transports));
+      KVATLAS_RETURN_IF_ERROR(CheckHost(path + "replay_endpoint", r.replay_endpoint, hosts));
     }
+  }
+  // libraft 0.15 does not survive its own log running out of space (a failed segment
+  // allocation crashes the leader), so the guard must leave room for the next segment.
+  if (config.min_free_disk_bytes < config.raft_segment_bytes) {
+    return Status::InvalidArgument(
+        "min_free_disk_bytes: " + std::to_string(config.min_free_disk_bytes) +
+        " is less than raft_segment_bytes (" + std::to_string(config.raft_segment_bytes) +
+        "): writes must stop while the raft log can still allocate its next segment");
   }
   KVATLAS_RETURN_IF_ERROR(CheckTokenSet(config.tokens));
   KVATLAS_RETURN_IF_ERROR(CheckExposure(config));
@@ -416,6 +505,21 @@ Status ValidateConfig(const Config& config) {
         " entries, more than max_registrations (" + std::to_string(config.max_registrations) + ")");
   }
   return Status::Ok();
+}
+
+bool PeersExposed(const Config& config) {
+  const Result<std::vector<std::pair<uint64_t, std::string>>> peers = ParsePeers(config.peers);
+  if (!peers.has_value() || peers->empty()) return false;
+  const auto exposed = [](const std::string& address) {
+    const Result<HostPort> parsed = ParseHostPort(address);
+    if (!parsed.has_value()) return true;
+    const std::string& host = parsed->host;
+    return !(host == "localhost" || host == "::1" || host.starts_with("127."));
+  };
+  if (exposed(config.http_listen)) return true;
+  if (!config.raft_listen.empty() && exposed(config.raft_listen)) return true;
+  return std::any_of(peers->begin(), peers->end(),
+                     [&](const auto& peer) { return exposed(peer.second); });
 }
 
 Result<std::vector<std::pair<uint64_t, std::string>>> ParsePeers(std::string_view text) {
@@ -453,6 +557,8 @@ RegistrationLimits RegistrationLimitsOf(const Config& config) {
   limits.max_registrations = config.max_registrations;
   Result<std::vector<std::string>> transports = ParseTransports(config.zmq_allowed_transports);
   if (transports.has_value()) limits.allowed_transports = std::move(*transports);
+  Result<std::vector<HostPattern>> hosts = ParseHostPatterns(config.zmq_allowed_hosts);
+  if (hosts.has_value()) limits.allowed_hosts = std::move(*hosts);
   return limits;
 }
 

@@ -83,6 +83,19 @@ struct Config {
   // How long such a frame may wait for that share, and then take to arrive whole; past
   // it an error frame and the connection is closed.
   uint64_t rpc_frame_timeout_ms = 30'000;
+  // TLS (docs/security.md §TLS). The server's PEM certificate chain and private key; both
+  // set = TLS on the listeners of tls_listeners, reloaded on SIGHUP. Empty = plaintext.
+  std::string tls_cert;
+  std::string tls_key;
+  // PEM CA certificates; set = every TLS client must present a certificate chaining to one
+  // of them (mutual TLS).
+  std::string tls_client_ca;
+  // The listeners TLS applies to when tls_cert is set: a comma-separated list of http, rpc.
+  std::string tls_listeners = "http,rpc";
+  // PEM CA certificates that other members' REST certificates chain to, for this server's
+  // calls to them (forwarded writes, address announcements) when REST is TLS; empty = the
+  // system's trust store.
+  std::string tls_peer_ca;
   // How long POST /v1/events waits for its batch to be applied (then 504).
   uint64_t apply_timeout_ms = 10'000;
   uint64_t max_events_per_batch = 10'000;
@@ -107,6 +120,16 @@ struct Config {
   // server whose id is not listed joins a running cluster (set raft_listen; the leader
   // adds it with POST /v1/cluster/members).
   std::string peers;
+  // Peer authentication (docs/security.md §Peers). The cluster's name, the same on every
+  // server: 1..64 of [A-Za-z0-9._-]. Required with cluster_secret_file.
+  std::string cluster_id;
+  // A file holding the cluster secret, the same on every server (at least 16 bytes, e.g.
+  // `head -c 32 /dev/urandom | base64 > FILE`): raft connections and internal calls prove
+  // knowledge of it. Required when peers are configured and any of http_listen,
+  // raft_listen or a peer address is not a loopback address, unless `insecure`.
+  std::string cluster_secret_file;
+  // A raft connection's peer handshake must complete within this, or it is closed.
+  uint64_t raft_handshake_timeout_ms = 5'000;
   uint64_t raft_election_timeout_ms = 1'000;
   uint64_t raft_heartbeat_timeout_ms = 100;
   uint64_t raft_snapshot_threshold = 8'192;
@@ -146,6 +169,9 @@ struct Config {
   // Transports a registered publisher or replay endpoint may use: a comma-separated list
   // of tcp, ipc, inproc (ipc and inproc reach local files and in-process names).
   std::string zmq_allowed_transports = "tcp";
+  // Hosts a registered tcp publisher or replay endpoint may name: a comma-separated list of
+  // "*" (any), addresses and networks (10.0.0.0/8), names and name suffixes (*.svc).
+  std::string zmq_allowed_hosts = "*";
   // Reconnection backoff of the SUB sockets to registered publishers: the first retry
   // after the interval, doubling up to the maximum.
   uint64_t zmq_reconnect_interval_ms = 100;
@@ -162,9 +188,10 @@ struct Config {
   // {name, role, sha256}. Either turns access control on; both are read again on SIGHUP.
   std::string token_file;
   std::vector<TokenEntry> tokens;
-  // Serve without access control on non-loopback addresses. Without tokens and without
-  // this, a server whose REST, binary protocol or raft address is not loopback refuses to
-  // start.
+  // Start, with a warning, where security would otherwise be required (docs/security.md):
+  // without tokens while the REST, binary protocol or raft address is not loopback, and
+  // without cluster_secret_file while peers use non-loopback addresses. Without this, such
+  // a server refuses to start.
   bool insecure = false;
   // Host names REST clients use for this server (comma-separated; "*" = any), besides
   // "localhost", IP literals and the listen and advertised hosts: a request whose Host
@@ -177,14 +204,29 @@ struct Config {
 [[nodiscard]] Result<Config> LoadConfigFile(const std::string& path, Config base = {});
 
 // Checks ranges and formats (http_listen, rpc_listen, log_level, non-empty data_dir,
-// ZMQ endpoints, peers and raft_listen, tokens), and that a server listening on a
-// non-loopback address has tokens or `insecure` (kFailedPrecondition).
+// ZMQ endpoints, peers and raft_listen, tokens, the TLS keys: tls_cert and tls_key
+// together, tls_listeners), that a server listening on a non-loopback address has tokens or
+// `insecure` (kFailedPrecondition), and that a cluster whose servers use non-loopback
+// addresses has a cluster secret or `insecure`. The TLS files themselves are read by
+// Server::Start.
 [[nodiscard]] Status ValidateConfig(const Config& config);
+
+// Whether the servers of a cluster (peers configured) reach each other or are reached over
+// a non-loopback address (http_listen, raft_listen, a peer's address): then peers must
+// authenticate with a cluster secret (ValidateConfig, unless insecure).
+[[nodiscard]] bool PeersExposed(const Config& config);
 
 // "1@host:port,2@host:port" → {id, address} pairs (ids > 0, distinct; addresses
 // HOST:PORT). kInvalidArgument naming the bad element.
 [[nodiscard]] Result<std::vector<std::pair<uint64_t, std::string>>> ParsePeers(
     std::string_view text);
+
+// Which listeners serve TLS under a validated config.
+struct TlsListeners {
+  bool http = false;
+  bool rpc = false;
+};
+[[nodiscard]] TlsListeners TlsListenersOf(const Config& config);
 
 // The registration limits of a validated config (max_registrations,
 // zmq_allowed_transports).

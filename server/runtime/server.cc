@@ -57,10 +57,37 @@ Result<std::unique_ptr<Server>> Server::Start(const Config& config) {
   return server;
 }
 
+void Server::ReloadTls() {
+  if (!tls_) {
+    LogInfo("SIGHUP: TLS is off (no tls_cert); nothing to reload");
+    return;
+  }
+  Result<std::string> reloaded = tls_->Reload();
+  if (reloaded.has_value()) {
+    LogInfo("TLS certificate reloaded: " + *reloaded + " (new connections use it)");
+  } else {
+    LogError("TLS certificate reload failed, keeping the current certificate (" + tls_->Summary() +
+             "): " + reloaded.error().message());
+  }
+}
+
 Status Server::Init() {
   KVATLAS_RETURN_IF_ERROR(ValidateConfig(config_));
   KVATLAS_ASSIGN_OR_RETURN(const HostPort listen, ParseHostPort(config_.http_listen));
   KVATLAS_ASSIGN_OR_RETURN(const HostPort rpc_listen, ParseHostPort(config_.rpc_listen));
+  const TlsListeners tls_on = TlsListenersOf(config_);
+  if (tls_on.http || tls_on.rpc) {
+    // Before anything is opened: a bad certificate fails the start at once.
+    KVATLAS_ASSIGN_OR_RETURN(tls_, ReloadableTlsContext::Load(
+                                       {config_.tls_cert, config_.tls_key, config_.tls_client_ca}));
+    const std::string where = std::string(tls_on.http ? "REST" : "") +
+                              (tls_on.http && tls_on.rpc ? " and " : "") +
+                              (tls_on.rpc ? "the binary protocol" : "");
+    const std::string clients = config_.tls_client_ca.empty()
+                                    ? ""
+                                    : "; clients need a certificate from " + config_.tls_client_ca;
+    LogInfo("TLS on " + where + ": " + tls_->Summary() + clients);
+  }
   const fs::path data_dir(config_.data_dir);
   std::error_code ec;
   fs::create_directories(data_dir, ec);
@@ -128,6 +155,7 @@ Status Server::Init() {
   services_.leases = leases_.get();
   services_.auth = auth_.get();
   services_.audit = audit_.get();
+  services_.peers = peer_auth_.get();
   // Watch streams hold HTTP workers: at most half of them.
   services_.options.max_watch_streams = std::max<size_t>(1, config_.http_threads / 2);
   services_.server_id = config_.id;
@@ -139,6 +167,12 @@ Status Server::Init() {
   services_.options.names.location_bytes = config_.max_location_bytes;
   services_.options.registrations = RegistrationLimitsOf(config_);
   services_.options.max_lookup_blocks = machine_options.index.max_lookup_blocks;
+  // Other members' REST listeners are configured as this one's (the same TLS settings on
+  // every member).
+  services_.peer_http.tls = tls_on.http;
+  services_.peer_http.ca_file = config_.tls_peer_ca;
+  services_.peer_http.cert_file = config_.tls_cert;
+  services_.peer_http.key_file = config_.tls_key;
 
   RpcServerOptions rpc_options;
   rpc_options.host = rpc_listen.host;
@@ -149,6 +183,8 @@ Status Server::Init() {
   rpc_options.connection.frame_timeout = std::chrono::milliseconds(config_.rpc_frame_timeout_ms);
   rpc_options.max_buffered_bytes = static_cast<size_t>(config_.rpc_max_buffered_bytes);
   rpc_options.connection.idle_timeout = std::chrono::milliseconds(config_.rpc_idle_timeout_ms);
+  rpc_options.connection.handshake_timeout = rpc_options.connection.frame_timeout;
+  if (tls_on.rpc) rpc_options.tls = tls_.get();
   rpc_ = std::make_unique<RpcServer>(rpc_options, &services_);
   KVATLAS_RETURN_IF_ERROR(rpc_->Start());
   rpc_listen_address_ = HostPort{rpc_listen.host, rpc_->port()}.ToString();
@@ -174,6 +210,7 @@ Status Server::Init() {
   http_options.max_connections = config_.http_max_connections;
   http_options.max_connections_per_peer = config_.http_max_connections_per_peer;
   http_options.max_queued_requests = config_.http_max_queued_requests;
+  if (tls_on.http) http_options.tls = tls_.get();
   http_ = std::make_unique<HttpServer>(http_options, std::move(router), &metrics_);
   KVATLAS_RETURN_IF_ERROR(http_->Start());
   listen_address_ = HostPort{listen.host, http_->port()}.ToString();
@@ -205,7 +242,9 @@ Status Server::StartAccessControl() {
       LogWarning(
           "access control is on but no token is configured: every request "
           "that needs one is refused until tokens are added (SIGHUP)");
-    if (config_.insecure) LogWarning("--insecure has no effect: tokens are configured");
+    if (config_.insecure && (!config_.cluster_secret_file.empty() || !PeersExposed(config_))) {
+      LogWarning("--insecure has no effect: tokens are configured");
+    }
   } else if (!exposed.empty()) {
     std::string list;
     for (const std::string& e : exposed) list += (list.empty() ? "" : ", ") + e;
@@ -332,7 +371,8 @@ void Server::AnnounceAddresses() {
                !leader || leader->http_address.empty()) {
       waiting = true;
     } else {
-      announced = PostAnnounce(leader->http_address, config_.id, mine.http_address,
+      announced = PostAnnounce(services_.peer_http, peer_auth_.get(), status.leader_id,
+                               leader->http_address, config_.id, mine.http_address,
                                mine.rpc_address, timeout);
     }
     lock.lock();
@@ -464,9 +504,35 @@ void Server::RegisterConfigPublishers() {
   }
 }
 
+Status Server::StartPeerAuth(bool single) {
+  std::string secret;
+  if (!config_.cluster_secret_file.empty()) {
+    KVATLAS_ASSIGN_OR_RETURN(secret, ReadClusterSecret(config_.cluster_secret_file));
+    LogInfo("peers authenticate with the cluster secret of " + config_.cluster_secret_file +
+            " (cluster_id \"" + config_.cluster_id + "\")");
+  } else if (!single && PeersExposed(config_)) {
+    LogWarning(
+        "insecure: this cluster's servers use non-loopback addresses and no cluster_secret_file "
+        "is set: anyone who reaches them can pose as a member (join raft, announce addresses, "
+        "answer forwarded writes); docs/security.md §Peers");
+  } else if (!single) {
+    LogWarning(
+        "no cluster_secret_file: peers on loopback addresses prove only the cluster id, so any "
+        "process on this machine can pose as a member");
+  }
+  // A single server without a secret uses a random key: nobody else can sign for it (a
+  // server that should take members later needs the secret from the start).
+  peer_auth_ = std::make_unique<PeerAuth>(config_.id, config_.cluster_id, secret,
+                                          /*random_if_no_secret=*/single);
+  return Status::Ok();
+}
+
 Status Server::StartRaft() {
   KVATLAS_ASSIGN_OR_RETURN(auto peers, ParsePeers(config_.peers));
+  KVATLAS_RETURN_IF_ERROR(StartPeerAuth(peers.empty()));
   RaftOptions options;
+  options.peer_auth = peer_auth_.get();
+  options.handshake_timeout_ms = static_cast<unsigned>(config_.raft_handshake_timeout_ms);
   options.id = config_.id;
   options.dir = (std::filesystem::path(config_.data_dir) / "raft").string();
   options.address = config_.raft_listen;

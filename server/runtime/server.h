@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "common/internal/tls.h"
 #include "kvatlas/common/result.h"
 #include "server/api/http_server.h"
 #include "server/api/routes.h"
@@ -57,6 +58,10 @@ class Server {
   // those whose token was removed end (docs/security.md §Tokens and roles). A set that
   // cannot be read keeps the old one (logged). Other settings of `fresh` are ignored.
   void ReloadTokens(const Config& fresh);
+  // SIGHUP: makes the TLS context again from tls_cert, tls_key and tls_client_ca. New
+  // connections use it; open ones keep theirs. A file that cannot be read or parsed is
+  // logged and the current context kept. Logs and does nothing without TLS. Thread-safe.
+  void ReloadTls();
 
   // Stops the binary protocol and HTTP (in-flight requests are answered), drains and stops
   // the applier, flushes storage and removes DATA_DIR/rpc.addr and DATA_DIR/http.addr.
@@ -84,12 +89,17 @@ class Server {
   // every check interval, the leader proposes an ExpireHolderCommand for each holder whose
   // lease ran out (LeaseTracker::DueExpiries) and waits, bounded, for it to be applied.
   // Does nothing on a follower.
+  // The PeerAuth of raft and the internal calls, from the cluster secret (a random key for
+  // a `single` server without one); logs how peers authenticate.
+  [[nodiscard]] Status StartPeerAuth(bool single);
   void ExpireSilentHolders();
 
   Config config_;
+  std::unique_ptr<ReloadableTlsContext> tls_;  // null without TLS; outlives the listeners
   std::unique_ptr<Storage> storage_;
   std::unique_ptr<ChangeFeed> feed_;  // outlives the state machine and the HTTP server
   std::unique_ptr<StateMachine> machine_;
+  std::unique_ptr<PeerAuth> peer_auth_;  // outlives raft_ and the HTTP server
   std::unique_ptr<RaftLog> raft_;
   std::unique_ptr<Applier> applier_;
   std::unique_ptr<ZmqIngest> zmq_;

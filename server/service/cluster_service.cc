@@ -1,7 +1,9 @@
 #include "server/service/cluster_service.h"
 
+#include <algorithm>
 #include <future>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "server/service/ingest_service.h"
@@ -79,12 +81,40 @@ Status TransferLeadership(const Services& services, uint64_t id) {
   });
 }
 
-Result<Revision> AnnounceMember(const Services& services, uint64_t id, ServerAddresses addresses) {
-  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
+bool IsMember(const Services& services, uint64_t id) {
+  if (services.log == nullptr) return false;
   const ClusterStatus status = services.log->GetStatus();
-  bool member = false;
-  for (const ClusterMember& m : status.members) member = member || m.id == id;
-  if (!member) {
+  return std::any_of(status.members.begin(), status.members.end(),
+                     [id](const ClusterMember& m) { return m.id == id; });
+}
+
+Status RequireInternalCall(const Services& services, std::optional<uint64_t> announcer,
+                           std::string_view remote, std::string_view what) {
+  if (announcer.has_value()) return Status::Ok();
+  if (services.peers != nullptr) {
+    services.peers->Refuse(PeerChannel::kHttpIn, PeerRefusal::kUnsigned, remote,
+                           std::string(what) + " without " + kPeerAuthHeader);
+  }
+  return Status(StatusCode::kUnauthenticated,
+                std::string(what) +
+                    " is a call between the servers of the cluster: it must be signed with the "
+                    "cluster secret (" +
+                    kPeerAuthHeader + ")");
+}
+
+Result<Revision> AnnounceMember(const Services& services, uint64_t announcer,
+                                std::string_view remote, uint64_t id, ServerAddresses addresses) {
+  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
+  if (announcer != id) {
+    const std::string why = "server " + std::to_string(announcer) +
+                            " may announce only its own addresses, not server " +
+                            std::to_string(id) + "'s";
+    if (services.peers != nullptr) {
+      services.peers->Refuse(PeerChannel::kHttpIn, PeerRefusal::kWrongSender, remote, why);
+    }
+    return Status(StatusCode::kPermissionDenied, why);
+  }
+  if (!IsMember(services, id)) {
     return Status::NotFound("server " + std::to_string(id) + " is not a member of the cluster");
   }
   if (services.machine->AddressesOf(id) == addresses) {

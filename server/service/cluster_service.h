@@ -44,10 +44,24 @@ struct ClusterView {
 // id 0: any up-to-date voter.
 [[nodiscard]] Status TransferLeadership(const Services& services, uint64_t id);
 
-// Records member `id`'s client-facing addresses (servers announce themselves to the leader
-// at start). kNotFound when `id` is not a member. Addresses already recorded as these are
+// Whether server `id` is in raft's current configuration (false without replication).
+[[nodiscard]] bool IsMember(const Services& services, uint64_t id);
+
+// A call only the servers of the cluster make to each other (`what`, e.g. "POST
+// /v1/cluster/announce"): kUnauthenticated unless `announcer` (the verified sender of a
+// signed internal call, forwarding.h) is set; the refusal is counted and logged, naming
+// `remote`.
+[[nodiscard]] Status RequireInternalCall(const Services& services,
+                                         std::optional<uint64_t> announcer, std::string_view remote,
+                                         std::string_view what);
+
+// Records member `id`'s client-facing addresses, as announced by `announcer` (servers
+// announce themselves to the leader at start). A member announces only its own:
+// kPermissionDenied (counted and logged, naming `remote`) when `announcer` is another
+// server. kNotFound when `id` is not a member. Addresses already recorded as these are
 // answered with the current revision, without a log entry.
-[[nodiscard]] Result<Revision> AnnounceMember(const Services& services, uint64_t id,
+[[nodiscard]] Result<Revision> AnnounceMember(const Services& services, uint64_t announcer,
+                                              std::string_view remote, uint64_t id,
                                               ServerAddresses addresses);
 
 }  // namespace kvatlas::server

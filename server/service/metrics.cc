@@ -83,6 +83,29 @@ std::string_view RpcTypeName(size_t type) {
   return protocol::MessageTypeName(static_cast<protocol::MessageType>(type));
 }
 
+// Peer authentication: handshakes and verified internal calls, and every refusal by channel
+// and reason (only those that happened: the label set is fixed, the series appear on use).
+void RenderPeers(std::string* out, const PeerCounters& peers) {
+  Single(out, "kvatlas_peer_handshakes_total", "counter",
+         "Raft connections (accepted and opened) whose peer handshake passed.",
+         static_cast<double>(peers.handshakes));
+  Single(out, "kvatlas_peer_calls_verified_total", "counter",
+         "Internal HTTP calls from other members whose signature verified.",
+         static_cast<double>(peers.calls_verified));
+  constexpr std::string_view kRefused = "kvatlas_peer_refusals_total";
+  Family(out, kRefused, "counter",
+         "Refused peer handshakes, internal calls and answers, by channel and reason.");
+  for (size_t c = 0; c < kPeerChannels; ++c) {
+    for (size_t r = 0; r < kPeerRefusals; ++r) {
+      if (peers.refused[c][r] == 0) continue;
+      Sample(out, kRefused,
+             Label("channel", PeerChannelName(static_cast<PeerChannel>(c))) + "," +
+                 Label("reason", PeerRefusalName(static_cast<PeerRefusal>(r))),
+             static_cast<double>(peers.refused[c][r]));
+    }
+  }
+}
+
 }  // namespace
 
 void Metrics::RecordRpcRequest(uint8_t type, StatusCode code) {
@@ -234,6 +257,11 @@ std::string Metrics::Render(const StateGauges& gauges) const {
                   "duration",
                   std::map<std::string_view, uint64_t>{{"all", a.write_lock_holds},
                                                        {"over_1ms", a.write_lock_holds_over_1ms}});
+  LabelledCounter(&out, "kvatlas_tls_handshake_failures_total",
+                  "TLS handshakes that failed or timed out since start, by listener.", "listener",
+                  std::map<std::string_view, uint64_t>{
+                      {"http", tls_failures_http_.load(std::memory_order_relaxed)},
+                      {"rpc", tls_failures_rpc_.load(std::memory_order_relaxed)}});
   const IndexStats& s = gauges.index;
   const auto d = [](uint64_t v) { return static_cast<double>(v); };
   const struct {
@@ -288,6 +316,7 @@ std::string Metrics::Render(const StateGauges& gauges) const {
        gauges.uptime_seconds},
   };
   for (const auto& m : singles) Single(&out, m.name, m.type, m.help, m.value);
+  if (gauges.peers) RenderPeers(&out, *gauges.peers);
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 #include "server/index/index.h"
+#include "server/peer/peer_auth.h"
 #include "server/state/state_machine.h"
 
 namespace kvatlas::server {
@@ -30,6 +31,8 @@ struct StateGauges {
   uint64_t storage_bytes = 0;
   bool applier_failed = false;
   double uptime_seconds = 0;
+  // Peer authentication (docs/security.md §Peers); unset without replication.
+  std::optional<PeerCounters> peers;
 };
 
 class Metrics {
@@ -64,6 +67,12 @@ class Metrics {
   // Binary-protocol connections accepted and closed.
   void RpcConnectionOpened();
   void RpcConnectionClosed();
+  // A TLS handshake that failed or timed out on the REST (`http` true) or binary-protocol
+  // listener: a client that does not trust the certificate, has none or a wrong one, speaks
+  // plaintext, or stalls.
+  void TlsHandshakeFailed(bool http) {
+    (http ? tls_failures_http_ : tls_failures_rpc_).fetch_add(1, std::memory_order_relaxed);
+  }
   // Bytes the binary protocol holds for incomplete large frames (its rpc_max_buffered_bytes
   // budget in use), set by the budget on every change.
   void SetRpcBufferedBytes(uint64_t bytes) {
@@ -106,6 +115,8 @@ class Metrics {
   std::atomic<uint64_t> rpc_connections_open_{0};
   std::atomic<uint64_t> rpc_connections_total_{0};
   std::atomic<uint64_t> rpc_buffered_bytes_{0};
+  std::atomic<uint64_t> tls_failures_http_{0};
+  std::atomic<uint64_t> tls_failures_rpc_{0};
 };
 
 }  // namespace kvatlas::server

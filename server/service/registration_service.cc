@@ -13,9 +13,12 @@ Status CheckRegistrationLimits(const Registry& registry, std::span<const Registr
   size_t count = registry.registrations.size();
   for (const Registration& r : added) {
     KVATLAS_RETURN_IF_ERROR(CheckTransport("endpoint", r.endpoint, limits.allowed_transports));
+    KVATLAS_RETURN_IF_ERROR(CheckHost("endpoint", r.endpoint, limits.allowed_hosts));
     if (!r.replay_endpoint.empty()) {
       KVATLAS_RETURN_IF_ERROR(
           CheckTransport("replay_endpoint", r.replay_endpoint, limits.allowed_transports));
+      KVATLAS_RETURN_IF_ERROR(
+          CheckHost("replay_endpoint", r.replay_endpoint, limits.allowed_hosts));
     }
     if (!registry.registrations.contains(r.Key())) ++count;
   }

@@ -16,6 +16,7 @@
 #include "server/feed/change_feed.h"
 #include "server/index/index.h"
 #include "server/ingest/event_converter.h"
+#include "server/peer/peer_auth.h"
 #include "server/service/audit.h"
 #include "server/service/auth.h"
 #include "server/service/metrics.h"
@@ -50,6 +51,17 @@ struct ServiceOptions {
   NameLimits names{.config_keys = true};
 };
 
+// How this server calls other members' REST APIs (a follower forwarding a write to the
+// leader, announcing its addresses): plaintext, or TLS verifying the member's certificate.
+struct PeerHttpOptions {
+  bool tls = false;
+  std::string ca_file;  // CA certificates (PEM) of the members' certificates; empty: system's
+  // This server's certificate and key (PEM), presented to members that require client
+  // certificates; empty: none.
+  std::string cert_file;
+  std::string key_file;
+};
+
 // Pointers are not owned and must outlive every adapter that uses them.
 struct Services {
   StateMachine* machine = nullptr;
@@ -63,11 +75,15 @@ struct Services {
   // Access control (auth.h): null = off, every request is the anonymous admin (tests).
   const Authenticator* auth = nullptr;
   AuditLog* audit = nullptr;  // null = no audit lines (tests)
+  // How internal calls between the servers are signed and checked (forwarding.h); null
+  // without replication (tests).
+  PeerAuth* peers = nullptr;
   uint64_t server_id = 1;
   // This server's addresses as it announces them (GET /v1/cluster, AnnounceCommand): the
   // bound ones, with a wildcard host replaced by the raft address's host.
   std::string http_address;
   std::string rpc_address;
+  PeerHttpOptions peer_http;
   ServiceOptions options;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };

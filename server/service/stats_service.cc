@@ -20,6 +20,7 @@ StateGauges ReadGauges(const Services& services) {
   gauges.applier_failed = services.applier->failed();
   gauges.uptime_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - services.started).count();
+  if (services.peers != nullptr) gauges.peers = services.peers->counters();
   return gauges;
 }
 

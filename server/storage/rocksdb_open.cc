@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/storage/rocksdb_info_log.h"
 #include "server/storage/rocksdb_storage_impl.h"
 
 namespace kvatlas::server::rocksdb_storage {
@@ -89,7 +90,9 @@ Result<std::unique_ptr<Storage>> Storage::Open(const StorageOptions& options) {
     return Status::IOError("cannot create data directory " + options.path + ": " + ec.message());
   }
   std::shared_ptr<FlushJitter> jitter;
-  const rocksdb::Options rocks = rocksdb_storage::MakeOptions(options, &jitter);
+  rocksdb::Options rocks = rocksdb_storage::MakeOptions(options, &jitter);
+  KVATLAS_ASSIGN_OR_RETURN(rocks.info_log, rocksdb_storage::InfoLog::Open(
+                                               options.path, rocksdb_storage::kInfoLogMaxBytes));
   const std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions(rocks)},
       {rocksdb_storage::kEntriesColumnFamily, rocksdb::ColumnFamilyOptions(rocks)}};

@@ -22,6 +22,7 @@ namespace kvatlas::server::rocksdb_storage {
 
 rocksdb::Options MakeOptions(const StorageOptions& options, std::shared_ptr<FlushJitter>* jitter) {
   rocksdb::Options o;
+  if (options.env) o.env = options.env.get();  // RocksDbStorage keeps it alive
   o.create_if_missing = true;
   // Flushes and compactions share the machine with the applier and the network threads.
   o.max_background_jobs = 2;
@@ -32,7 +33,6 @@ rocksdb::Options MakeOptions(const StorageOptions& options, std::shared_ptr<Flus
   o.listeners.push_back(*jitter);
   // Smooths write-back of SSTs instead of one large fsync at the end of each file.
   o.bytes_per_sync = 1 << 20;
-  o.keep_log_file_num = 4;
   o.level_compaction_dynamic_level_bytes = true;
   // After a crash, recover the WAL up to the last intact record and stop there: the database
   // comes back at a consistent applied_index (the atomicity contract in docs/storage.md

@@ -30,7 +30,8 @@ std::string MetaKey(std::string_view name) {
 RocksDbStorage::RocksDbStorage(std::unique_ptr<rocksdb::DB> db,
                                std::vector<rocksdb::ColumnFamilyHandle*> families,
                                std::shared_ptr<FlushJitter> jitter, const StorageOptions& options)
-    : db_(std::move(db)),
+    : env_(options.env),
+      db_(std::move(db)),
       families_(std::move(families)),
       meta_(families_.at(0)),
       entries_(families_.at(1)),
@@ -52,6 +53,10 @@ RocksDbStorage::~RocksDbStorage() {
 }
 
 Status RocksDbStorage::Flush() {
+  if (write_failed_.load(std::memory_order_acquire)) {
+    return Status::IOError("not flushing " + path_ +
+                           ": a write failed earlier; the next start recovers from the raft log");
+  }
   if (write_options_.disableWAL) {
     // Without a WAL, durability at a clean stop means flushing the memtables.
     rocksdb::FlushOptions wait;

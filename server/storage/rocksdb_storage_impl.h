@@ -15,6 +15,7 @@
 #include <rocksdb/slice.h>
 #include <rocksdb/write_batch.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -50,6 +51,8 @@ std::string MetaKey(std::string_view name);
 // span from its entries to `Mapplied_index` and overlap everything (docs/storage.md
 // §Database layout).
 inline constexpr char kEntriesColumnFamily[] = "entries";
+// The LOG file is rotated to LOG.old past this size (rocksdb_info_log.h).
+inline constexpr uint64_t kInfoLogMaxBytes = 16 << 20;
 
 // The options both column families and the database open with (rocksdb_options.cc).
 // `jitter` receives the flush jitter listener, which the storage points at the entries
@@ -128,12 +131,17 @@ class RocksDbStorage final : public Storage {
   // Hands the entry records to `loader` (rocksdb_write_load.cc).
   Status LoadEntries(RecordLoader* loader) const;
 
+  std::shared_ptr<rocksdb::Env> env_;  // StorageOptions::env: declared first, freed last
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> families_;  // owned: destroyed before Close
   rocksdb::ColumnFamilyHandle* meta_;                   // families_[0], the default family
   rocksdb::ColumnFamilyHandle* entries_;                // families_[1]
   std::shared_ptr<FlushJitter> jitter_;
   rocksdb::WriteOptions write_options_;
+  // A write failed (a full disk, an I/O error). RocksDB 7.8, built with assertions as
+  // Debian does, aborts when a file writer that failed is flushed or synced again, and
+  // FlushWAL would do that to the WAL: Flush refuses instead.
+  std::atomic<bool> write_failed_{false};
   std::string path_;
   // Write's scratch, reused across calls.
   rocksdb::WriteBatch write_batch_;

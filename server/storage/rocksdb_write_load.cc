@@ -106,7 +106,9 @@ Status RocksDbStorage::Write(Revision applied_index, std::span<const Mutation> m
   PutFixed64(&value, applied_index);
   KVATLAS_RETURN_IF_ERROR(FromRocks(batch.Put(ToSlice(MetaKey(kMetaAppliedIndex)), ToSlice(value)),
                                     "building write batch"));
-  return FromRocks(db_->Write(write_options_, &batch), "writing to " + path_);
+  Status written = FromRocks(db_->Write(write_options_, &batch), "writing to " + path_);
+  if (!written.ok()) write_failed_.store(true, std::memory_order_release);
+  return written;
 }
 
 Status RocksDbStorage::LoadInto(RecordLoader* loader) const {

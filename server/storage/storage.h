@@ -18,6 +18,10 @@
 #include "server/model/record_loader.h"
 #include "server/model/registration.h"
 
+namespace rocksdb {
+class Env;
+}  // namespace rocksdb
+
 namespace kvatlas::server {
 
 struct StorageOptions {
@@ -34,6 +38,8 @@ struct StorageOptions {
   // between half the write buffer and all of it (flush_jitter.h).
   uint64_t block_cache_bytes = 64ull << 20;
   uint64_t write_buffer_bytes = 64ull << 20;
+  // The RocksDB environment; null is the default one. Tests inject I/O faults through it.
+  std::shared_ptr<rocksdb::Env> env;
 };
 
 class Storage {

@@ -22,14 +22,21 @@ std::string Join(const std::vector<std::string>& items) {
 
 }  // namespace
 
-Result<std::vector<std::string>> ParseTransports(std::string_view csv) {
-  std::vector<std::string> out;
+std::vector<std::string_view> SplitCommaList(std::string_view csv) {
+  std::vector<std::string_view> out;
   size_t start = 0;
   while (start <= csv.size()) {
     size_t end = csv.find(',', start);
     if (end == std::string_view::npos) end = csv.size();
-    const std::string_view item = csv.substr(start, end - start);
+    out.push_back(csv.substr(start, end - start));
     start = end + 1;
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> ParseTransports(std::string_view csv) {
+  std::vector<std::string> out;
+  for (const std::string_view item : SplitCommaList(csv)) {
     if (std::find(std::begin(kKnownTransports), std::end(kKnownTransports), item) ==
         std::end(kKnownTransports)) {
       return Status::InvalidArgument("zmq_allowed_transports: \"" + std::string(csv) +

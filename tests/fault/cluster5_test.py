@@ -135,6 +135,7 @@ class TmpfsCluster(h.Cluster):
         self.nodes = []
         ports = h.free_ports(n)
         peers = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+        self.auth = h.make_auth(self.root)
         for i in range(n):
             d = os.path.join(self.root, f"n{i + 1}")
             os.makedirs(d)
@@ -144,7 +145,7 @@ class TmpfsCluster(h.Cluster):
                 self.cleanup()
                 raise Skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
             self.mounts.append(d)
-            node = h.Node(binary, i + 1, peers, d)
+            node = h.Node(binary, i + 1, peers, d, auth=self.auth)
             node.extra = list(extra)
             self.nodes.append(node)
         for node in self.nodes:

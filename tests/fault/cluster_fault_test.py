@@ -10,6 +10,7 @@ Bounded in time; only 127.0.0.1 ports picked free by the test; every process and
 it creates is removed at the end.
 """
 
+import base64
 import json
 import os
 import shutil
@@ -39,10 +40,21 @@ def free_ports(n):
     return ports
 
 
+def make_auth(root, cluster_id=None):
+    """A fresh cluster secret in `root` (mode 600) and a cluster id: the (cluster_id, path)
+    a Node passes as --cluster-id/--cluster-secret-file (docs/security.md §Peers)."""
+    path = os.path.join(root, "cluster.secret")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(base64.b64encode(os.urandom(32)).decode() + "\n")
+    return (cluster_id or "test-" + os.urandom(4).hex(), path)
+
+
 class Node:
-    def __init__(self, binary, node_id, peers, data_dir, raft_listen=None):
+    def __init__(self, binary, node_id, peers, data_dir, raft_listen=None, auth=None):
         self.binary, self.id, self.peers, self.data_dir = binary, node_id, peers, data_dir
         self.raft_listen = raft_listen
+        self.auth = auth  # (cluster_id, secret file) from make_auth, or None
         self.extra = []
         self.proc = None
         self.base = None
@@ -53,7 +65,9 @@ class Node:
                 "--peers", self.peers, "--http-listen", http_listen,
                 "--rpc-listen", "127.0.0.1:0", "--raft-election-timeout-ms", "500",
                 "--apply-timeout-ms", "3000",
-                *(["--raft-listen", self.raft_listen] if self.raft_listen else []), *self.extra]
+                *(["--raft-listen", self.raft_listen] if self.raft_listen else []),
+                *(["--cluster-id", self.auth[0], "--cluster-secret-file", self.auth[1]]
+                  if self.auth else []), *self.extra]
 
     def start(self):
         addr_file = os.path.join(self.data_dir, "http.addr")
@@ -102,11 +116,12 @@ class Cluster:
         self.root = tempfile.mkdtemp(prefix="kvatlas-cluster-")
         ports = free_ports(n)
         peers = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+        self.auth = make_auth(self.root)
         self.nodes = []
         for i in range(n):
             d = os.path.join(self.root, f"n{i + 1}")
             os.makedirs(d)
-            self.nodes.append(Node(binary, i + 1, peers, d))
+            self.nodes.append(Node(binary, i + 1, peers, d, auth=self.auth))
         for node in self.nodes:
             node.start()
 
@@ -492,7 +507,8 @@ def case_membership(binary):
         port = free_ports(1)[0]
         d = os.path.join(cluster.root, "n4")
         os.makedirs(d)
-        joiner = Node(binary, 4, cluster.nodes[0].peers, d, raft_listen=f"127.0.0.1:{port}")
+        joiner = Node(binary, 4, cluster.nodes[0].peers, d, raft_listen=f"127.0.0.1:{port}",
+                      auth=cluster.auth)
         joiner.start()
         cluster.nodes.append(joiner)
         status, body = leader.request("POST", "/v1/cluster/members",

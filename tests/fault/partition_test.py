@@ -162,8 +162,8 @@ class NsNode(h.Node):
     (from --peers), REST on the control link, the binary protocol on the namespace's
     loopback."""
 
-    def __init__(self, binary, node_id, peers, data_dir, netns):
-        super().__init__(binary, node_id, peers, data_dir)
+    def __init__(self, binary, node_id, peers, data_dir, netns, auth):
+        super().__init__(binary, node_id, peers, data_dir, auth=auth)
         self.netns = netns
 
     def command(self, http_listen="127.0.0.1:0"):
@@ -203,10 +203,12 @@ def run(binary):
         net.create()
         net.enter_hub()
         peers = ",".join(f"{i}@{RAFT_NET}.{i}:7100" for i in range(1, 4))
+        # Non-loopback addresses: the servers refuse to start without a cluster secret.
+        auth = h.make_auth(root)
         for i in range(1, 4):
             d = os.path.join(root, f"n{i}")
             os.makedirs(d)
-            nodes.append(NsNode(binary, i, peers, d, net.nodes[i - 1]))
+            nodes.append(NsNode(binary, i, peers, d, net.nodes[i - 1], auth))
         for node in nodes:
             node.start()
         old = leader_among(nodes, h.DEADLINE_S)

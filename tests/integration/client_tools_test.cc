@@ -1,41 +1,17 @@
 // The C ABI test program (c_api_test.c) and the kvatlas CLI, run as processes against the
 // real server binary.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <fstream>
 
 #include "tests/integration/rest_helpers.h"
+#include "tests/integration/run_program.h"
 #include "tests/integration/server_process.h"
 #include "tests/support/temp_dir.h"
 
 namespace kvatlas::testing {
 namespace {
-
-struct Run {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr, interleaved
-};
-
-// Runs `args` through the shell (each argument single-quoted), with stdin from `input`
-// when given.
-Run RunProgram(const std::vector<std::string>& args, const std::string& input = "") {
-  std::string command;
-  for (const std::string& a : args) command += "'" + a + "' ";
-  command += input.empty() ? "</dev/null" : "<'" + input + "'";
-  command += " 2>&1";
-  Run run;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buf;
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) run.output.append(buf.data(), n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
 
 std::string RpcEndpoint(const ServerProcess& server) {
   return server.host() + ":" + std::to_string(server.rpc_port());

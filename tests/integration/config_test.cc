@@ -83,6 +83,8 @@ TEST_SUITE("Integration.Config") {
         {{"--raft-segment-bytes", "4096"},
          "raft_segment_bytes: 4096 is out of range [1048576, 1073741824]"},
         {{"--storage-sync", "maybe"}, "--storage-sync: expected true or false"},
+        {{"--min-free-disk-bytes", "0"},
+         "min_free_disk_bytes: 0 is less than raft_segment_bytes (67108864)"},
         {{"--http-listen", "localhost"}, "http_listen: expected HOST:PORT"},
         {{"--log-level", "loud"}, "log_level: expected debug, info, warning or error"},
         {{"--data-dir"}, "--data-dir: needs a value"},
@@ -91,6 +93,14 @@ TEST_SUITE("Integration.Config") {
         {{"--max-name-bytes", "0"}, "max_name_bytes: 0 is out of range [1, 256]"},
         {{"--max-salt-bytes", "1025"}, "max_salt_bytes: 1025 is out of range [1, 1024]"},
         {{"--max-location-bytes", "4097"}, "max_location_bytes: 4097 is out of range [1, 4096]"},
+        // Peer authentication (docs/security.md §Peers): peers reached over a non-loopback
+        // address need a cluster secret.
+        {{"--peers", "1@127.0.0.1:7101,2@127.0.0.1:7102", "--http-listen", "0.0.0.0:0"},
+         "cluster_secret_file: required for a cluster whose servers use non-loopback addresses"},
+        {{"--cluster-secret-file", "s"}, "cluster_id: must be set with cluster_secret_file"},
+        {{"--cluster-id", "a b"}, "cluster_id: only letters, digits"},
+        {{"--raft-handshake-timeout-ms", "10"},
+         "raft_handshake_timeout_ms: 10 is out of range [100, 60000]"},
     };
     for (const auto& [args, expected] : cases) {
       const RunResult run = RunServerToExit(args, dir.path());
@@ -99,6 +109,28 @@ TEST_SUITE("Integration.Config") {
       CHECK(run.exit_code == 2);
       CHECK(run.err.find(expected) != std::string::npos);
     }
+  }
+
+  TEST_CASE("Config: --insecure allows exposed peers without a secret; a bad secret file stops") {
+    TempDir dir;
+    const RunResult insecure =
+        RunServerToExit({"--peers", "1@127.0.0.1:7101,2@127.0.0.1:7102", "--http-listen",
+                         "0.0.0.0:0", "--insecure", "true", "--print-config"},
+                        dir.path());
+    CHECK(insecure.exit_code == 0);
+    // Loopback peers need no secret.
+    CHECK(RunServerToExit({"--peers", "1@127.0.0.1:7101,2@127.0.0.1:7102", "--print-config"},
+                          dir.path())
+              .exit_code == 0);
+    const fs::path secret = dir.path() / "short.secret";
+    std::ofstream(secret) << "short\n";
+    const RunResult run = RunServerToExit(
+        {"--data-dir", (dir.path() / "d").string(), "--http-listen", "127.0.0.1:0", "--rpc-listen",
+         "127.0.0.1:0", "--cluster-id", "c", "--cluster-secret-file", secret.string()},
+        dir.path());
+    CAPTURE(run.err);
+    CHECK(run.exit_code != 0);
+    CHECK(run.err.find("the secret must be at least 16 bytes") != std::string::npos);
   }
 
   TEST_CASE("Config: the server runs with the file's data dir and address") {

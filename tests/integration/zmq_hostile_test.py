@@ -5,17 +5,21 @@ usage: zmq_hostile_test.py KVATLAS_SERVER_BINARY [CASE...]
 
 Reuses the harness of zmq_ingest_test.py (Server, Fake: 127.0.0.1 only, temporary data
 directories). Cases: a message over the SUB socket's 64 MiB limit must not end a stream;
-endpoints of transports not allowed (ipc://, inproc:// by default) are refused; registrations
-past max_registrations are refused with a clear error; SIGTERM exits cleanly. Every wait is
+endpoints of transports not allowed (ipc://, inproc:// by default) and of hosts not in
+zmq_allowed_hosts are refused; registrations past max_registrations are refused with a clear
+error; a process out of file descriptors reports the streams it cannot follow; SIGTERM exits
+cleanly. Every wait is
 bounded.
 """
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -86,14 +90,19 @@ def case_transports_not_allowed(binary):
     finally:
         server.cleanup()
     # A config file cannot name one either.
-    config = write_config({"publishers": [register_body("c1", "ipc:///tmp/kvatlas-x.sock")]})
+    assert_config_refused(binary, {"publishers": [register_body("c1", "ipc:///tmp/x.sock")]},
+                          ["--zmq-allowed-transports", "tcp,udp"], "zmq_allowed_transports")
+
+
+def assert_config_refused(binary, config_doc, flags, key):
+    """Neither the config file `config_doc` nor the command line `flags` starts a server, and
+    both errors name `key`."""
+    config = write_config(config_doc)
     try:
-        run = subprocess.run([binary, "--config", config, "--print-config"],
-                             capture_output=True, text=True, timeout=10)
-        assert run.returncode != 0 and "zmq_allowed_transports" in run.stderr, run
-        run = subprocess.run([binary, "--zmq-allowed-transports", "tcp,udp", "--print-config"],
-                             capture_output=True, text=True, timeout=10)
-        assert run.returncode != 0 and "zmq_allowed_transports" in run.stderr, run
+        for args in (["--config", config], flags):
+            run = subprocess.run([binary, *args, "--print-config"], capture_output=True,
+                                 text=True, timeout=10)
+            assert run.returncode != 0 and key in run.stderr, run
     finally:
         os.unlink(config)
 
@@ -142,6 +151,72 @@ def case_registration_cap(binary):
         os.unlink(config)
 
 
+def case_hosts_not_allowed(binary):
+    """zmq_allowed_hosts: only the listed networks and names may be followed, from POST
+    /register and from the config file."""
+    server = Server(binary, extra=("--zmq-allowed-hosts", "127.0.0.0/8,*.engines.test"))
+    try:
+        for endpoint in ("tcp://10.1.2.3:5557", "tcp://localhost:5557", "tcp://[::1]:5557",
+                         "tcp://engines.test:5557"):
+            answer = server.request("POST", "/register", register_body("e1", endpoint),
+                                    expect=400)
+            assert "zmq_allowed_hosts" in answer["message"], answer
+        replay = dict(register_body("e1", f"tcp://127.0.0.1:{free_port()}"),
+                      replay_endpoint="tcp://192.168.0.1:5558")
+        answer = server.request("POST", "/register", replay, expect=400)
+        assert answer["message"].startswith("replay_endpoint: host 192.168.0.1"), answer
+        assert server.request("GET", "/v1/registrations")["registrations"] == []
+        server.request("POST", "/register", register_body("e1", f"tcp://127.0.0.1:{free_port()}"))
+        server.request("POST", "/register", register_body("e2", "tcp://a.engines.test:5557"))
+        assert len(server.request("GET", "/v1/registrations")["registrations"]) == 2
+    finally:
+        server.cleanup()
+    assert_config_refused(binary, {"zmq_allowed_hosts": "10.0.0.0/8",
+                                   "publishers": [register_body("c1", "tcp://127.0.0.1:5557")]},
+                          ["--zmq-allowed-hosts", "10.0.0.0/33"], "zmq_allowed_hosts")
+
+
+def case_descriptor_exhaustion(binary):
+    """A process that runs out of file descriptors (a hard limit of 160, which the server
+    cannot raise) says so at startup, shows the streams it cannot connect in /v1/streams and
+    /readyz, still answers (an accept that fails for want of a descriptor is retried, so a
+    client's connection may wait or be reset meanwhile: this one retries), and a SIGTERM still
+    exits cleanly."""
+    def limit():  # runs in the child, before exec
+        resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160))
+    server = Server(binary, extra=("--max-registrations", "300"), preexec_fn=limit)
+
+    def call(method, path, body=None, expect=200):
+        deadline = time.time() + 30
+        while True:
+            try:
+                return server.request(method, path, body, expect=expect)
+            except (ConnectionError, urllib.error.URLError, TimeoutError):
+                assert time.time() < deadline, f"{method} {path}: no answer for 30 s"
+                time.sleep(0.1)
+    try:
+        assert "open file limit 160 is below" in server.log_tail(), server.log_tail()
+        for i in range(150):
+            call("POST", "/register", register_body(f"e{i}", f"tcp://127.0.0.1:{1 + i % 3}"))
+
+        def failing():
+            streams = call("GET", "/v1/streams")["streams"]
+            return [s for s in streams if s["error"] and "Too many open files" in s["error"]]
+        short = len(wait_for("streams that cannot connect", failing, server))
+        # /readyz names them once their error has lasted 10 s (docs/limits.md).
+        deadline = time.time() + 30
+        while "Too many open files" not in str(call("GET", "/readyz", expect=None)):
+            assert time.time() < deadline, "/readyz did not report the streams"
+            time.sleep(0.5)
+        server.proc.send_signal(15)
+        code = server.proc.wait(timeout=20)
+        assert code == 0, f"exit code {code}\n{server.log_tail()}"
+        print(f"  {short} of 150 streams short of descriptors; /readyz 503 naming them; "
+              f"SIGTERM exited 0", flush=True)
+    finally:
+        server.cleanup()
+
+
 def case_sigterm_with_many_streams(binary):
     """Many registrations of endpoints where nothing listens: the server stays light and a
     SIGTERM exits cleanly (exit code 0)."""
@@ -164,6 +239,8 @@ def case_sigterm_with_many_streams(binary):
 CASES = {
     "oversized_message": case_oversized_message,
     "transports_not_allowed": case_transports_not_allowed,
+    "hosts_not_allowed": case_hosts_not_allowed,
+    "descriptor_exhaustion": case_descriptor_exhaustion,
     "registration_cap": case_registration_cap,
     "sigterm_with_many_streams": case_sigterm_with_many_streams,
 }

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include "client/cli/args.h"
 
 namespace kvatlas::cli {
@@ -29,6 +31,38 @@ TEST_SUITE("CliArgs") {
   TEST_CASE("CliArgs: a value flag without its value is an error") {
     CHECK(Parse({"lookup", "--model"}).status().message() == "--model needs a value");
     CHECK(Parse({"lookup", "--json=yes"}).status().code() == StatusCode::kInvalidArgument);
+  }
+
+  TEST_CASE("CliArgs: TLS flags are global; any of them turns TLS on; --cert needs --key") {
+    // The environment must not decide these cases.
+    unsetenv("KVATLAS_CA");
+    unsetenv("KVATLAS_CERT");
+    unsetenv("KVATLAS_KEY");
+    Result<Args> args = Parse({"ping"});
+    REQUIRE(args.has_value());
+    CHECK_FALSE(ParseTlsFlags(*args)->enabled);
+    args = Parse({"--ca", "ca.pem", "ping"});
+    REQUIRE(args.has_value());
+    CHECK(args->CheckFlags({}).ok());
+    Result<TlsFlags> tls = ParseTlsFlags(*args);
+    REQUIRE(tls.has_value());
+    CHECK(tls->enabled);
+    CHECK(tls->ca_file == "ca.pem");
+    args = Parse({"stats", "--tls"});
+    REQUIRE(args.has_value());
+    CHECK(ParseTlsFlags(*args)->enabled);
+    CHECK(ParseTlsFlags(*args)->ca_file.empty());
+    args = Parse({"--cert", "c.pem", "ping"});
+    REQUIRE(args.has_value());
+    CHECK(ParseTlsFlags(*args).status().code() == StatusCode::kInvalidArgument);
+    setenv("KVATLAS_CA", "env-ca.pem", 1);
+    args = Parse({"ping"});
+    REQUIRE(args.has_value());
+    CHECK(ParseTlsFlags(*args)->ca_file == "env-ca.pem");
+    args = Parse({"--ca", "flag-ca.pem", "ping"});
+    REQUIRE(args.has_value());
+    CHECK(ParseTlsFlags(*args)->ca_file == "flag-ca.pem");  // the flag wins
+    unsetenv("KVATLAS_CA");
   }
 
   TEST_CASE("CliArgs: token and hash lists") {

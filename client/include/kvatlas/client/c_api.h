@@ -52,14 +52,35 @@ const char* kvatlas_code_name(kvatlas_code code);
  * accepted a connection. */
 kvatlas_code kvatlas_open(const char* endpoints, int64_t timeout_ms, kvatlas_client** out,
                           kvatlas_error** err);
+/* TLS for kvatlas_open_tls and kvatlas_open_with (docs/security.md, TLS). Zero-initialise
+ * it, then set what you need; NULL fields take the defaults. */
+typedef struct kvatlas_tls_options {
+  const char* ca_file;     /* PEM CA certificates the server's must chain to; NULL: the
+                              system's trust store */
+  const char* cert_file;   /* this client's certificate chain (PEM), for servers that
+                              require client certificates; with key_file, or NULL */
+  const char* key_file;    /* its private key (PEM, unencrypted) */
+  const char* server_name; /* the name the server's certificate must carry; NULL: each
+                              endpoint's host */
+} kvatlas_tls_options;
+
+/* kvatlas_open over TLS 1.2 or later. A certificate the client does not trust (another CA,
+ * expired, another name) fails the connect: KVATLAS_UNAVAILABLE with the reason
+ * ("... certificate has expired"); unreadable files are KVATLAS_INVALID_ARGUMENT. */
+kvatlas_code kvatlas_open_tls(const char* endpoints, int64_t timeout_ms,
+                              const kvatlas_tls_options* tls, kvatlas_client** out,
+                              kvatlas_error** err);
+
 /* kvatlas_open with more options. Fields added later go at the end; zero-initialise the
  * struct ({0}) so that they take their defaults. */
 typedef struct kvatlas_open_options {
-  const char* endpoints; /* as kvatlas_open's */
-  int64_t timeout_ms;    /* as kvatlas_open's */
-  const char* token;     /* the access token (docs/security.md); NULL or "" = none */
+  const char* endpoints;          /* as kvatlas_open's */
+  int64_t timeout_ms;             /* as kvatlas_open's */
+  const char* token;              /* the access token (docs/security.md); NULL or "" = none */
+  const kvatlas_tls_options* tls; /* TLS as kvatlas_open_tls's; NULL = plain TCP */
 } kvatlas_open_options;
-/* As kvatlas_open; also KVATLAS_UNAUTHENTICATED when the server refuses the token. */
+/* As kvatlas_open (or kvatlas_open_tls with `tls`); also KVATLAS_UNAUTHENTICATED when the
+ * server refuses the token. */
 kvatlas_code kvatlas_open_with(const kvatlas_open_options* options, kvatlas_client** out,
                                kvatlas_error** err);
 

@@ -38,6 +38,22 @@ using protocol::LocateRequest;
 using protocol::SnapshotCopy;  // {key, copy}; copy.context is empty (the snapshot's)
 using protocol::StatsAnswer;
 
+// TLS on the client's connections (docs/security.md §TLS): TLS 1.2 or later, the server's
+// certificate verified against `ca_file` and required to name the host connected to.
+struct ClientTlsOptions {
+  bool enabled = false;
+  // PEM file of the CA certificates the server's certificate must chain to; empty: the
+  // system's default trust store.
+  std::string ca_file;
+  // This client's certificate chain and private key (PEM), for servers that require client
+  // certificates (tls_client_ca); both or neither.
+  std::string cert_file;
+  std::string key_file;
+  // The name the server's certificate must carry (a DNS name or an IP address), sent as
+  // SNI when it is a name; empty: each endpoint's host.
+  std::string server_name;
+};
+
 struct ClientOptions {
   // Servers to connect to, "host:port" or "[v6]:port", tried in order. Each connection
   // starts at the first endpoint and moves to the next one when a connect attempt fails,
@@ -72,8 +88,13 @@ struct ClientOptions {
   // off; one with it on refuses the first call with kUnauthenticated and closes the
   // connection). A token the server refuses fails Connect, and every call made on that
   // connection, with kUnauthenticated; a role that does not allow a call fails it with
-  // kPermissionDenied. At most protocol::kMaxTokenBytes.
+  // kPermissionDenied. At most protocol::kMaxTokenBytes. With TLS it is sent after the
+  // handshake, encrypted.
   std::string token;
+  // Off by default. With TLS a failed handshake (an untrusted or expired certificate, a
+  // name mismatch) counts as a failed connect attempt, and its reason is in the error
+  // (e.g. "TLS handshake with 10.0.0.1:7071 failed: certificate has expired").
+  ClientTlsOptions tls;
 };
 
 // A watch of the change feed (Client::Watch; docs/feed.md §Binary watch).
@@ -139,8 +160,9 @@ class Client {
   // Validates `options` and opens the connections, waiting for each one's first connect
   // round. Succeeds when at least one connection is up (the others retry on use).
   // Returns kInvalidArgument for bad options (no endpoints, a malformed endpoint, zero
-  // connections or max_in_flight, non-positive timeouts), kUnavailable when no endpoint
-  // accepted a connection (the message names the endpoint and the reason),
+  // connections or max_in_flight, non-positive timeouts, unreadable or malformed TLS
+  // files), kUnavailable when no endpoint accepted a connection (the message names the
+  // endpoint and the reason, e.g. a certificate the client does not trust),
   // kUnauthenticated when the server refused the token (or needs one).
   [[nodiscard]] static Result<std::unique_ptr<Client>> Connect(ClientOptions options);
 

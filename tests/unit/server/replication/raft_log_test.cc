@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "tests/support/temp_dir.h"
@@ -284,13 +286,25 @@ std::vector<int> NoDelayOfConnectionsOn(const std::set<int>& ports) {
   return options;
 }
 
-// libraft 0.15's TCP transport leaves Nagle's algorithm on: a message sent while the
-// previous one is unacknowledged then waits for the peer's delayed ACK (~40 ms), which set
-// the commit latency of a loaded cluster (docs/replication.md §Benchmark).
-TEST_CASE("RaftLog's raft connections, outgoing and accepted, disable Nagle's algorithm") {
-  TempDir dir;
-  RecordingMachine machine_1, machine_2;
-  const int port_1 = FreePort(), port_2 = FreePort();
+// Proposes on either log until one commits, for at most `attempts` x 20 ms.
+bool AnyCommits(std::vector<RaftLog*> logs, int attempts) {
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    for (RaftLog* log : logs) {
+      std::string entry = "fast";
+      std::promise<Result<uint64_t>> done;
+      std::future<Result<uint64_t>> result = done.get_future();
+      if (!log->Propose(&entry, [&](Result<uint64_t> r) { done.set_value(std::move(r)); }).ok()) {
+        continue;
+      }
+      if (result.get().has_value()) return true;  // always waits: `done` is on the stack
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// Two voters on loopback ports `port_1` and `port_2`, in `dir`.
+std::pair<RaftOptions, RaftOptions> TwoVoters(const TempDir& dir, int port_1, int port_2) {
   RaftOptions options_1;
   options_1.id = 1;
   options_1.address = "127.0.0.1:" + std::to_string(port_1);
@@ -301,33 +315,117 @@ TEST_CASE("RaftLog's raft connections, outgoing and accepted, disable Nagle's al
   options_2.id = 2;
   options_2.address = "127.0.0.1:" + std::to_string(port_2);
   options_2.dir = dir.str() + "/raft2";
+  return {options_1, options_2};
+}
+
+// libraft 0.15's TCP transport leaves Nagle's algorithm on: a message sent while the
+// previous one is unacknowledged then waits for the peer's delayed ACK (~40 ms), which set
+// the commit latency of a loaded cluster (docs/replication.md §Benchmark).
+TEST_CASE("RaftLog's raft connections, outgoing and accepted, disable Nagle's algorithm") {
+  TempDir dir;
+  RecordingMachine machine_1, machine_2;
+  const int port_1 = FreePort(), port_2 = FreePort();
+  const auto [options_1, options_2] = TwoVoters(dir, port_1, port_2);
   auto log_1 = RaftLog::Start(options_1, &machine_1);
   REQUIRE_MESSAGE(log_1.has_value(), log_1.status().ToString());
   auto log_2 = RaftLog::Start(options_2, &machine_2);
   REQUIRE_MESSAGE(log_2.has_value(), log_2.status().ToString());
   // Committing an entry takes both voters, so both have connected to each other by then
   // (each server sends on a connection of its own).
-  bool applied = false;
-  for (int attempt = 0; attempt < 400 && !applied; ++attempt) {
-    for (RaftLog* log : {log_1->get(), log_2->get()}) {
-      std::string entry = "fast";
-      std::promise<Result<uint64_t>> done;
-      std::future<Result<uint64_t>> result = done.get_future();
-      if (!log->Propose(&entry, [&](Result<uint64_t> r) { done.set_value(std::move(r)); }).ok()) {
-        continue;
-      }
-      const bool committed = result.get().has_value();  // always waits: `done` is on the stack
-      applied = applied || committed;
-    }
-    if (!applied) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  REQUIRE(applied);
+  REQUIRE(AnyCommits({log_1->get(), log_2->get()}, 400));
   const std::vector<int> no_delay = NoDelayOfConnectionsOn({port_1, port_2});
   // Both ends of both connections live in this process.
   CHECK(no_delay.size() >= 4);
   for (int option : no_delay) CHECK(option != 0);
   (*log_1)->Stop();
   (*log_2)->Stop();
+}
+
+uint64_t Refused(const PeerAuth& auth, PeerChannel channel, PeerRefusal reason) {
+  return auth.counters().refused[static_cast<size_t>(channel)][static_cast<size_t>(reason)];
+}
+
+// The peer handshake (tcp_transport.h): two voters with different cluster secrets never
+// form a majority, and each counts the other's connections as refused.
+TEST_CASE("RaftLog: voters with another cluster secret refuse each other's raft connections") {
+  TempDir dir;
+  RecordingMachine machine_1, machine_2;
+  PeerAuth auth_1(1, "prod", "the cluster secret, 32 bytes....");
+  PeerAuth auth_2(2, "prod", "another secret, also 32 bytes...");
+  auto [options_1, options_2] = TwoVoters(dir, FreePort(), FreePort());
+  options_1.election_timeout_ms = options_2.election_timeout_ms = 100;
+  options_1.peer_auth = &auth_1;
+  options_2.peer_auth = &auth_2;
+  auto log_1 = RaftLog::Start(options_1, &machine_1);
+  REQUIRE_MESSAGE(log_1.has_value(), log_1.status().ToString());
+  auto log_2 = RaftLog::Start(options_2, &machine_2);
+  REQUIRE_MESSAGE(log_2.has_value(), log_2.status().ToString());
+  CHECK_FALSE(AnyCommits({log_1->get(), log_2->get()}, 50));
+  CHECK(machine_1.last_applied == 0);
+  CHECK(machine_2.last_applied == 0);
+  for (PeerAuth* auth : {&auth_1, &auth_2}) {
+    CHECK(Refused(*auth, PeerChannel::kRaftIn, PeerRefusal::kBadProof) > 0);
+    CHECK(Refused(*auth, PeerChannel::kRaftOut, PeerRefusal::kRefusedByPeer) > 0);
+    CHECK(auth->counters().handshakes == 0);
+  }
+  (*log_1)->Stop();
+  (*log_2)->Stop();
+}
+
+int ConnectTo(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  timeval limit{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  return fd;
+}
+
+// True once the server closed `fd` (reads until EOF or reset; false on the 5 s limit).
+bool ClosedByServer(int fd) {
+  char buf[256];
+  for (;;) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    if (n < 0) return false;
+  }
+}
+
+// What reaches the raft port before the handshake is bounded: a silent connection is closed
+// after the handshake timeout, a bad preamble (libraft itself would allocate any address
+// length it is sent) at once; raft goes on committing.
+TEST_CASE("RaftLog: silent and malformed raft connections are closed before raft reads them") {
+  TempDir dir;
+  RecordingMachine machine;
+  PeerAuth auth(1, "prod", "the cluster secret, 32 bytes....");
+  RaftOptions options = OneVoter(dir);
+  options.peer_auth = &auth;
+  options.handshake_timeout_ms = 200;
+  auto log = RaftLog::Start(options, &machine);
+  REQUIRE_MESSAGE(log.has_value(), log.status().ToString());
+  const int port = std::stoi(options.address.substr(options.address.rfind(':') + 1));
+
+  const int silent = ConnectTo(port);
+  const auto started = std::chrono::steady_clock::now();
+  CHECK(ClosedByServer(silent));
+  CHECK(std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(150));
+  close(silent);
+  CHECK(Refused(auth, PeerChannel::kRaftIn, PeerRefusal::kTimeout) == 1);
+
+  const int greedy = ConnectTo(port);
+  uint8_t preamble[24] = {1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0,
+                          0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x40};  // an address of 2^62 bytes
+  REQUIRE(send(greedy, preamble, sizeof(preamble), 0) == sizeof(preamble));
+  CHECK(ClosedByServer(greedy));
+  close(greedy);
+  CHECK(Refused(auth, PeerChannel::kRaftIn, PeerRefusal::kMalformed) == 1);
+
+  CHECK(AnyCommits({log->get()}, 100));
+  (*log)->Stop();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <future>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -238,9 +239,29 @@ TEST_SUITE("Services") {
     CHECK(AddMember(s.api, 2, "127.0.0.1:7100").code() == StatusCode::kUnavailable);
     CHECK(RemoveMember(s.api, 2).code() == StatusCode::kUnavailable);
     CHECK(TransferLeadership(s.api, 0).code() == StatusCode::kUnavailable);
-    CHECK(AnnounceMember(s.api, 1, {"127.0.0.1:1", "127.0.0.1:2"}).error().code() ==
+    CHECK(AnnounceMember(s.api, 1, "10.0.0.9", 1, {"127.0.0.1:1", "127.0.0.1:2"}).error().code() ==
           StatusCode::kUnavailable);
     CHECK(FindLeader(s.api).id == 0);
+    CHECK_FALSE(IsMember(s.api, 1));
+  }
+
+  TEST_CASE("only a member's own signed call announces its addresses") {
+    InMemoryServices s;
+    PeerAuth peers(1, "prod", "0123456789abcdef0123456789abcdef");
+    s.api.peers = &peers;
+    const Status unsigned_call =
+        RequireInternalCall(s.api, std::nullopt, "10.0.0.9", "POST /v1/cluster/announce");
+    CHECK(unsigned_call.code() == StatusCode::kUnauthenticated);
+    CHECK(unsigned_call.message().find("signed with the cluster secret") != std::string::npos);
+    CHECK(RequireInternalCall(s.api, 2, "10.0.0.2", "POST /v1/cluster/announce").ok());
+    // Without replication there is nothing to announce to (the 403 for another member's
+    // addresses is in tests/fault/peer_auth_test.py, on a real cluster).
+    const Result<Revision> other = AnnounceMember(s.api, 2, "10.0.0.2", 1, {"a:1", "a:2"});
+    REQUIRE_FALSE(other.has_value());
+    CHECK(other.error().code() == StatusCode::kUnavailable);  // no replication here
+    const PeerCounters counters = peers.counters();
+    CHECK(counters.refused[static_cast<size_t>(PeerChannel::kHttpIn)]
+                          [static_cast<size_t>(PeerRefusal::kUnsigned)] == 1);
   }
 
   TEST_CASE("the stats document and the metrics text reflect the state") {
