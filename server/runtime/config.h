@@ -101,6 +101,10 @@ struct Config {
   // 127.0.0.1 on any free port.
   uint64_t id = 1;
   std::string raft_listen;
+  // The IPv4 HOST:PORT the raft transport binds (e.g. 0.0.0.0:7072); empty = the raft
+  // address above. Set it when that address is a host name, which peers resolve (a
+  // Kubernetes pod's stable DNS name) and a socket cannot bind.
+  std::string raft_bind;
   // The initial voters "1@host:port,2@host:port,3@host:port", the same on every server;
   // empty = a single-server (one-voter) cluster. Used to bootstrap a new data directory. A
   // server whose id is not listed joins a running cluster (set raft_listen; the leader
