@@ -47,7 +47,8 @@ esac
 case "$port" in
   '' | *[!0-9]*) fail "KVATLAS_RAFT_PORT=\"$port\" must be a port number" ;;
 esac
-ordinal=$((ordinal + 0))  # "007" -> 7
+# "08" -> 8 (shell arithmetic reads a leading 0 as octal).
+while [ "${ordinal#0}" != "$ordinal" ] && [ -n "${ordinal#0}" ]; do ordinal="${ordinal#0}"; done
 
 address() {  # the raft address of the server with ordinal $1
   if [ -n "$domain" ]; then

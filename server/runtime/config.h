@@ -182,12 +182,12 @@ struct Config {
 [[nodiscard]] Result<Config> LoadConfigFile(const std::string& path, Config base = {});
 
 // Checks ranges and formats (http_listen, rpc_listen, log_level, non-empty data_dir,
-// ZMQ endpoints, peers and raft_listen).
+// ZMQ endpoints, peers, raft_listen and raft_bind).
 [[nodiscard]] Status ValidateConfig(const Config& config);
 
 // Whether the servers of a cluster (peers configured) reach each other or are reached over
-// a non-loopback address (http_listen, raft_listen, a peer's address): then peers must
-// authenticate with a cluster secret (ValidateConfig, unless insecure).
+// a non-loopback address (http_listen, raft_listen, raft_bind, a peer's address): then
+// peers must authenticate with a cluster secret (ValidateConfig, unless insecure).
 [[nodiscard]] bool PeersExposed(const Config& config);
 
 // "1@host:port,2@host:port" → {id, address} pairs (ids > 0, distinct; addresses

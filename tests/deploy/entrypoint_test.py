@@ -60,6 +60,8 @@ def main():
     # Five initial voters; a name with dashes; a leading zero.
     got = argv("kv-atlas-07", KVATLAS_INITIAL_MEMBERS="5")
     assert got[3:6] == ["--id", "8", "--peers"], got
+    assert argv("kvatlas-09")[3:5] == ["--id", "10"]
+    assert argv("kvatlas-00")[3:5] == ["--id", "1"]
     assert got[6] == ",".join(f"{i + 1}@kv-atlas-{i}:7072" for i in range(5)), got
     assert got[-2:] == ["--raft-listen", "kv-atlas-7:7072"], got
 
