@@ -32,8 +32,11 @@ namespace kvatlas::server {
 
 struct RaftOptions {
   uint64_t id = 1;
-  // HOST:PORT this server's raft transport listens on and peers reach it at.
+  // HOST:PORT peers reach this server's raft transport at (a host name is resolved,
+  // tcp_transport.h); it listens there too unless bind_address is set.
   std::string address;
+  // IPv4 HOST:PORT the raft transport listens on; empty = `address`.
+  std::string bind_address;
   // Directory of the raft log segments, metadata and snapshots (created if missing).
   std::string dir;
   // The initial voters {id, address}, the same on every server. Used only to bootstrap a

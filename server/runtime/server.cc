@@ -454,6 +454,7 @@ Status Server::StartRaft() {
   options.id = config_.id;
   options.dir = (std::filesystem::path(config_.data_dir) / "raft").string();
   options.address = config_.raft_listen;
+  options.bind_address = config_.raft_bind;
   if (peers.empty()) {
     // A single server is a one-voter cluster: nobody connects to it, any port will do.
     if (options.address.empty()) options.address = "127.0.0.1:0";
