@@ -9,10 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench_util.h"
 #include "kvatlas/common/json_codec.h"
@@ -40,8 +39,9 @@ std::string EventsBody() {
   for (int e = 0; e < 32; ++e) {
     out += (e ? "," : "");
     out += R"({"event_type": "stored", "model_name": "llama", "block_size": 16, )"
-           R"("backend_id": "vllm-)" + std::to_string(e % 8) +
-           R"(", "medium": "gpu", "token_ids": )" + Tokens(256, 1000 + e * 256) + "}";
+           R"("backend_id": "vllm-)" +
+           std::to_string(e % 8) + R"(", "medium": "gpu", "token_ids": )" +
+           Tokens(256, 1000 + e * 256) + "}";
   }
   return out + "]";
 }

@@ -175,9 +175,8 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
 }
 
 Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
-                    const std::string& leader_http, uint64_t id,
-                    const std::string& http_address, const std::string& rpc_address,
-                    std::chrono::milliseconds timeout) {
+                    const std::string& leader_http, uint64_t id, const std::string& http_address,
+                    const std::string& rpc_address, std::chrono::milliseconds timeout) {
   const Result<HostPort> to = ParseHostPort(leader_http);
   if (!to.has_value() || to->port == 0)
     return Status::InvalidArgument("malformed leader address " + leader_http);
@@ -191,7 +190,8 @@ Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader
       kPath, httplib::Headers{{kPeerAuthHeader, signature.header}}, body, "application/json");
   const std::string url =
       std::string(peer.tls ? "https://" : "http://") + leader_http + "/v1/cluster/announce";
-  if (!result) return Status::Unavailable("POST " + url + ": " + httplib::to_string(result.error()));
+  if (!result)
+    return Status::Unavailable("POST " + url + ": " + httplib::to_string(result.error()));
   if (result->status == 200) {
     return auth
         ->VerifyReply(result->get_header_value(kPeerReplyHeader), leader_id, signature.nonce,

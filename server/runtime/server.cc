@@ -290,8 +290,8 @@ void Server::AnnounceAddresses() {
       waiting = true;
     } else {
       announced = PostAnnounce(services_.peer_http, peer_auth_.get(), status.leader_id,
-                               leader->http_address, config_.id,
-                               mine.http_address, mine.rpc_address, timeout);
+                               leader->http_address, config_.id, mine.http_address,
+                               mine.rpc_address, timeout);
     }
     lock.lock();
     if (waiting) {
