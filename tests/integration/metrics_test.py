@@ -184,8 +184,13 @@ def main():
         used = set().union(*(queried_names(e) for e in exprs))
         missing = used - exported - queried_names(alerts)
         assert not missing, f"the dashboard queries metrics nobody exports: {sorted(missing)}"
+        commits = value(leader_s, "kvatlas_raft_commit_duration_seconds_count")
+        mean_ms = value(leader_s, "kvatlas_raft_commit_duration_seconds_sum") / commits * 1e3
         print(f"  {len(exported)} metric families; promtool passed on 3 servers; dashboard: "
-              f"{len(exprs)} queries over {len(used)} metrics", flush=True)
+              f"{len(exprs)} queries over {len(used)} metrics; leader: {commits:.0f} commits, "
+              f"mean {mean_ms:.2f} ms; {snapshots:.0f} snapshots; prefix-hit rate "
+              f"{value(leader_s, 'kvatlas_lookup_blocks_matched_total')}/"
+              f"{value(leader_s, 'kvatlas_lookup_blocks_queried_total')}", flush=True)
     finally:
         cluster.cleanup()
     print("PASS metrics_test", flush=True)
