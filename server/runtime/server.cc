@@ -154,6 +154,8 @@ Status Server::Init() {
   // Watch streams hold HTTP workers: at most half of them.
   services_.options.max_watch_streams = std::max<size_t>(1, config_.http_threads / 2);
   services_.server_id = config_.id;
+  services_.data_dir = config_.data_dir;
+  services_.min_free_disk_bytes = config_.min_free_disk_bytes;
   services_.options.converter.max_events_per_batch = config_.max_events_per_batch;
   services_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
   services_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
