@@ -8,32 +8,15 @@ their ratio and the server's RSS. Prints figures; asserts nothing.
 import argparse
 import http.client
 import json
-import os
 import shutil
 import signal
 import socket
-import subprocess
-import tempfile
 import threading
 import time
 
+from rest_bench import start_server  # this directory: the same server start
+
 QUERY = json.dumps({"model": "m", "block_size": 4, "token_ids": list(range(64))})
-
-
-def start_server(binary):
-    data = tempfile.mkdtemp(prefix="kvatlas-hostile-")
-    proc = subprocess.Popen([binary, "--data-dir", data, "--http-listen", "127.0.0.1:0",
-                             "--rpc-listen", "127.0.0.1:0", "--log-level", "warning"],
-                            stdout=subprocess.DEVNULL)
-    addr_file = os.path.join(data, "http.addr")
-    deadline = time.time() + 30
-    while not os.path.exists(addr_file):
-        if proc.poll() is not None or time.time() > deadline:
-            raise SystemExit("kvatlas-server did not start")
-        time.sleep(0.05)
-    with open(addr_file) as f:
-        host, port = f.read().strip().rsplit(":", 1)
-    return proc, data, host, int(port)
 
 
 def rss_mib(pid):
@@ -116,7 +99,9 @@ def main():
     parser.add_argument("--idle", type=int, default=1000)
     parser.add_argument("--slow", type=int, default=100)
     args = parser.parse_args()
-    proc, data, host, port = start_server(args.binary)
+    proc, data, addr = start_server(args.binary, sync=False)
+    host, port_text = addr.rsplit(":", 1)
+    port = int(port_text)
     stop = threading.Event()
     try:
         measure(host, port, 20)  # warm-up

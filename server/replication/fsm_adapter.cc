@@ -85,6 +85,7 @@ int FsmAdapter::Snapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsig
   // 0.15 takes the snapshot at its last applied index: the state must be there.
   if (self->apply_thread_) self->apply_thread_->Drain();
   if (self->failed()) return RAFT_IOERR;
+  self->snapshot_started_ = std::chrono::steady_clock::now();
   Result<std::unique_ptr<LogStateMachine::Capture>> capture = self->machine_->CaptureState();
   if (!capture.has_value()) {
     LogWarning("snapshot: " + capture.error().ToString());
@@ -128,13 +129,27 @@ int FsmAdapter::SnapshotFinalize(struct raft_fsm* fsm, struct raft_buffer* bufs[
   }
   *bufs = nullptr;
   *n = 0;
-  self->capture_.reset();
+  if (self->capture_) {
+    self->capture_.reset();
+    self->snapshots_taken_.fetch_add(1, std::memory_order_relaxed);
+    self->snapshot_duration_.Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - self->snapshot_started_)
+            .count());
+  }
   return 0;
+}
+
+void FsmAdapter::ReadSnapshotMetrics(LogMetrics* out) const {
+  out->snapshots_taken = snapshots_taken_.load(std::memory_order_relaxed);
+  out->snapshot_duration = snapshot_duration_.Read();
+  out->snapshots_restored = snapshots_restored_.load(std::memory_order_relaxed);
+  out->restore_duration = restore_duration_.Read();
 }
 
 int FsmAdapter::Restore(struct raft_fsm* fsm, struct raft_buffer* buf) {
   auto* self = static_cast<FsmAdapter*>(fsm->data);
   if (self->apply_thread_) self->apply_thread_->Drain();
+  const auto started = std::chrono::steady_clock::now();
   Status s =
       self->machine_->Restore(std::string_view(static_cast<const char*>(buf->base), buf->len));
   raft_free(buf->base);
@@ -143,6 +158,9 @@ int FsmAdapter::Restore(struct raft_fsm* fsm, struct raft_buffer* buf) {
     self->failed_.store(true, std::memory_order_release);
     return RAFT_IOERR;
   }
+  self->snapshots_restored_.fetch_add(1, std::memory_order_relaxed);
+  self->restore_duration_.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return 0;
 }
 

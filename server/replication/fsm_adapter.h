@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -65,6 +66,9 @@ class FsmAdapter {
   // thread, the raft loop cannot send heartbeats while it applies).
   uint64_t TakeLongestApplyMs();
 
+  // Any thread: snapshots taken and installed, and their durations, into *out.
+  void ReadSnapshotMetrics(LogMetrics* out) const;
+
  private:
   static int Apply(struct raft_fsm* fsm, const struct raft_buffer* buf, void** result);
   static int Snapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n);
@@ -82,6 +86,12 @@ class FsmAdapter {
   std::unique_ptr<ApplyThread> apply_thread_;  // null: apply on the loop thread
   std::atomic<bool> failed_{false};
   uint64_t longest_apply_ms_ = 0;  // loop thread
+  // Snapshot metrics: a snapshot is timed from its capture to its finalize (written).
+  std::chrono::steady_clock::time_point snapshot_started_;  // loop thread
+  std::atomic<uint64_t> snapshots_taken_{0};
+  std::atomic<uint64_t> snapshots_restored_{0};
+  Histogram snapshot_duration_;
+  Histogram restore_duration_;
 };
 
 }  // namespace kvatlas::server

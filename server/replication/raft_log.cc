@@ -135,6 +135,9 @@ class RaftLog::Loop {
 
   void Wake() { uv_async_send(&wake_); }
 
+  // Any thread.
+  void ReadSnapshotMetrics(LogMetrics* out) const { fsm_.ReadSnapshotMetrics(out); }
+
   // --- operations (loop thread) ---------------------------------------------------------
 
   void Propose(std::string entry, std::function<void(Result<uint64_t>)> done) {
@@ -325,6 +328,7 @@ class RaftLog::Loop {
     TcpTransportOptions transport_options;
     transport_options.auth = o.peer_auth;
     transport_options.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
+    transport_options.bind_address = o.bind_address;
     // A server with an empty configuration has not been added yet: any proven peer may be
     // the leader adding it.
     transport_options.is_member = [this](uint64_t id) {
@@ -407,10 +411,24 @@ class RaftLog::Loop {
     s.commit_index = raft_.commit_index;
     s.applied_index = fsm_.applied_index();
     s.last_index = raft_last_index(&raft_);
+    // libraft 0.15 keeps the leader's replication progress in raft.h's struct raft (no
+    // accessor): progress[i] belongs to configuration.servers[i].
+    const bool leading = raft_state(&raft_) == RAFT_LEADER;
     for (unsigned i = 0; i < raft_.configuration.n; ++i) {
       const struct raft_server& server = raft_.configuration.servers[i];
-      s.members.push_back(
-          {server.id, server.address ? server.address : "", std::string(RoleName(server.role))});
+      s.members.push_back({server.id,
+                           server.address ? server.address : "",
+                           std::string(RoleName(server.role)),
+                           {}});
+      if (leading && raft_.leader_state.progress != nullptr) {
+        s.members.back().match_index = server.id == raft_.id
+                                           ? s.last_index
+                                           : uint64_t{raft_.leader_state.progress[i].match_index};
+      }
+    }
+    if (leader != 0 && leader != last_leader_) {
+      if (last_leader_ != 0) owner_->leadership_changes_.fetch_add(1, std::memory_order_relaxed);
+      last_leader_ = leader;
     }
     owner_->leader_.store(raft_state(&raft_) == RAFT_LEADER, std::memory_order_release);
     if (raft_state(&raft_) == RAFT_UNAVAILABLE && !closing_ &&
@@ -458,6 +476,7 @@ class RaftLog::Loop {
   bool closing_ = false;
   uint64_t close_started_ = 0;
   uint64_t last_refresh_ns_ = 0;
+  uint64_t last_leader_ = 0;  // the last known leader, for leadership_changes_
 
   friend class RaftLog;
 };
@@ -553,8 +572,16 @@ Status RaftLog::Propose(std::string* entry, std::function<void(Result<uint64_t>)
     }
   }
   Loop* loop = loop_.get();
+  auto timed = [this, started = std::chrono::steady_clock::now(),
+                done = std::move(done)](Result<uint64_t> applied) {
+    if (applied.has_value()) {
+      commit_latency_.Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    }
+    done(std::move(applied));
+  };
   const bool posted =
-      Post([loop, e = std::move(*entry), done]() mutable { loop->Propose(std::move(e), done); },
+      Post([loop, e = std::move(*entry), timed]() mutable { loop->Propose(std::move(e), timed); },
            /*is_proposal=*/true);
   if (!posted) return Status::Unavailable("the replicated log is stopped");
   return Status::Ok();
@@ -563,6 +590,14 @@ Status RaftLog::Propose(std::string* entry, std::function<void(Result<uint64_t>)
 ClusterStatus RaftLog::GetStatus() const {
   std::lock_guard lock(mu_);
   return status_;
+}
+
+LogMetrics RaftLog::GetMetrics() const {
+  LogMetrics m;
+  m.leadership_changes = leadership_changes_.load(std::memory_order_relaxed);
+  m.commit_latency = commit_latency_.Read();
+  loop_->ReadSnapshotMetrics(&m);
+  return m;
 }
 
 void RaftLog::AddServer(uint64_t id, std::string raft_address, Done done) {

@@ -32,8 +32,11 @@ namespace kvatlas::server {
 
 struct RaftOptions {
   uint64_t id = 1;
-  // HOST:PORT this server's raft transport listens on and peers reach it at.
+  // HOST:PORT peers reach this server's raft transport at (a host name is resolved,
+  // tcp_transport.h); it listens there too unless bind_address is set.
   std::string address;
+  // IPv4 HOST:PORT the raft transport listens on; empty = `address`.
+  std::string bind_address;
   // Directory of the raft log segments, metadata and snapshots (created if missing).
   std::string dir;
   // The initial voters {id, address}, the same on every server. Used only to bootstrap a
@@ -91,6 +94,7 @@ class RaftLog final : public ReplicatedLog {
   [[nodiscard]] Status Propose(std::string* entry,
                                std::function<void(Result<uint64_t>)> done) override;
   [[nodiscard]] ClusterStatus GetStatus() const override;
+  [[nodiscard]] LogMetrics GetMetrics() const override;
   void AddServer(uint64_t id, std::string raft_address, Done done) override;
   void RemoveServer(uint64_t id, Done done) override;
   void TransferLeadership(uint64_t id, Done done) override;
@@ -111,6 +115,8 @@ class RaftLog final : public ReplicatedLog {
   std::thread thread_;
   std::atomic<bool> leader_{false};
   std::atomic<bool> unavailable_{false};
+  std::atomic<uint64_t> leadership_changes_{0};
+  Histogram commit_latency_;  // Propose to applied, successful proposals only
 
   mutable std::mutex mu_;
   std::deque<std::function<void()>> ops_;  // guarded by mu_

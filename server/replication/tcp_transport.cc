@@ -1,11 +1,13 @@
 #include "server/replication/tcp_transport.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -103,9 +105,10 @@ class PeerGate {
   int Listen(raft_uv_accept_cb cb) {
     accept_cb_ = cb;
     // "HOST:PORT", IPv4, as raft_uv_tcp parses it.
-    const size_t colon = address_.rfind(':');
-    const std::string host = address_.substr(0, colon);
-    const int port = colon == std::string::npos ? 8080 : std::atoi(address_.c_str() + colon + 1);
+    const std::string& bind = options_.bind_address.empty() ? address_ : options_.bind_address;
+    const size_t colon = bind.rfind(':');
+    const std::string host = bind.substr(0, colon);
+    const int port = colon == std::string::npos ? 8080 : std::atoi(bind.c_str() + colon + 1);
     struct sockaddr_in addr {};
     if (uv_ip4_addr(host.c_str(), port, &addr) != 0) return RAFT_NOCONNECTION;
     uv_tcp_init(loop_, &listener_);
@@ -131,9 +134,33 @@ class PeerGate {
     Expect(h, kHelloBytes, Handshake::Stage::kHello);
   }
 
+  // Resolves `host` (IPv4) and then calls `then` with "IP:PORT", or with an empty string
+  // when it failed or the transport closed meanwhile. The transport's close waits for it.
+  // RAFT_NOCONNECTION at once when kMaxResolutions are in flight (tcp_transport.h).
+  int Resolve(const std::string& host, const std::string& port,
+              std::function<void(const std::string&)> then) {
+    if (resolutions_.size() >= kMaxResolutions) return RAFT_NOCONNECTION;
+    auto* r = new (std::nothrow) Resolution{{}, this, port, std::move(then)};
+    if (r == nullptr) return RAFT_NOMEM;
+    r->req.data = r;
+    struct addrinfo hints {};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    if (uv_getaddrinfo(loop_, &r->req, &OnResolved, host.c_str(), nullptr, &hints) != 0) {
+      delete r;
+      return RAFT_NOCONNECTION;
+    }
+    ++handles_open_;
+    resolutions_.insert(r);
+    return 0;
+  }
+
+  bool Closing() const { return closing_; }
+
   void Close(raft_uv_transport_close_cb cb) {
     closing_ = true;
     close_cb_ = cb;
+    for (Resolution* r : resolutions_) uv_cancel(reinterpret_cast<uv_req_t*>(&r->req));
     if (listening_) {
       listening_ = false;
       uv_close(reinterpret_cast<uv_handle_t*>(&listener_),
@@ -150,6 +177,32 @@ class PeerGate {
   }
 
  private:
+  static constexpr size_t kMaxResolutions = 2;
+
+  struct Resolution {
+    uv_getaddrinfo_t req;
+    PeerGate* gate;
+    std::string port;
+    std::function<void(const std::string&)> then;
+  };
+
+  static void OnResolved(uv_getaddrinfo_t* req, int status, struct addrinfo* result) {
+    auto* r = static_cast<Resolution*>(req->data);
+    PeerGate* gate = r->gate;
+    std::string address;
+    if (status == 0 && !gate->closing_ && result != nullptr && result->ai_family == AF_INET) {
+      char ip[INET_ADDRSTRLEN] = "";
+      uv_ip4_name(reinterpret_cast<const struct sockaddr_in*>(result->ai_addr), ip, sizeof(ip));
+      address = std::string(ip) + ":" + r->port;
+    }
+    uv_freeaddrinfo(result);
+    gate->resolutions_.erase(r);
+    r->then(address);
+    delete r;
+    --gate->handles_open_;
+    gate->MaybeFireClose();
+  }
+
   static void OnListen(uv_stream_t* server, int status) {
     auto* gate = static_cast<PeerGate*>(server->data);
     if (status != 0 || gate->closing_) return;
@@ -453,6 +506,7 @@ class PeerGate {
   raft_uv_transport_close_cb close_cb_ = nullptr;
   int handles_open_ = 0;
   std::unordered_set<Handshake*> handshakes_;
+  std::unordered_set<Resolution*> resolutions_;
 };
 
 namespace {
@@ -493,7 +547,27 @@ int Connect(struct raft_uv_transport* t, struct raft_uv_connect* req, raft_id id
   auto* relay = new (std::nothrow) ConnectRelay{{}, req, Of(t), id};
   if (relay == nullptr) return RAFT_NOMEM;
   relay->inner.data = relay;
-  const int rv = Of(t)->tcp_connect(t, &relay->inner, id, address, &OnConnected);
+  const std::string text(address);
+  const size_t colon = text.rfind(':');
+  const std::string host = text.substr(0, colon);
+  struct sockaddr_in numeric {};
+  if (colon == std::string::npos || uv_ip4_addr(host.c_str(), 0, &numeric) == 0) {
+    const int rv = Of(t)->tcp_connect(t, &relay->inner, id, address, &OnConnected);
+    if (rv != 0) delete relay;
+    return rv;
+  }
+  // A host name (tcp_transport.h §Host names): connect once it resolved. From here raft's
+  // callback is called exactly once, through the relay or directly.
+  const int rv =
+      Of(t)->gate->Resolve(host, text.substr(colon + 1), [t, relay, id](const std::string& ip) {
+        const int status = ip.empty()
+                               ? RAFT_NOCONNECTION
+                               : Of(t)->tcp_connect(t, &relay->inner, id, ip.c_str(), &OnConnected);
+        if (status == 0) return;
+        struct raft_uv_connect* outer = relay->outer;
+        delete relay;
+        outer->cb(outer, nullptr, Of(t)->gate->Closing() ? RAFT_CANCELED : status);
+      });
   if (rv != 0) delete relay;
   return rv;
 }

@@ -23,6 +23,16 @@
 // Raft traffic itself is not encrypted or authenticated per message after the handshake
 // (docs/security.md §Peers says what the operator must do about it).
 //
+// Host names: libraft 0.15's raft_uv_tcp takes only numeric IPv4 addresses. A peer address
+// whose host is a name ("kvatlas-1.kvatlas-peers:7072") is resolved here, asynchronously
+// (uv_getaddrinfo, IPv4), at every connect, so a peer that came back with a new IP is
+// reached at it; a failed resolution is a failed connect, which raft retries. The raft
+// configuration and the handshake keep the name. Lookups run in libuv's thread pool, which
+// libraft's disk writes share (4 threads), so at most 2 run at once and a connect beyond
+// that fails at once: a DNS server that does not answer cannot take the pool from the log.
+// The listener binds `bind_address` when set, else the server's own raft address, which
+// must then be numeric.
+//
 // Thread-safety: as raft_uv_tcp, loop thread only.
 #pragma once
 
@@ -36,6 +46,7 @@ extern "C" {
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "server/peer/peer_auth.h"
 
@@ -49,6 +60,9 @@ struct TcpTransportOptions {
   std::function<bool(uint64_t)> is_member;
   std::chrono::milliseconds handshake_timeout{5'000};
   size_t max_pending = 64;
+  // IPv4 HOST:PORT the listener binds (e.g. 0.0.0.0:7072); empty = this server's raft
+  // address. Needed when the raft address is a host name (a Kubernetes pod's DNS name).
+  std::string bind_address;
 };
 
 struct TcpTransport {

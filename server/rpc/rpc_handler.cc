@@ -41,17 +41,29 @@ std::optional<PendingIngest> RpcHandler::Handle(const Frame& request, std::strin
   const protocol::FrameHeader& header = request.header;
   // Exceptions (allocation failure, a bug below) stop here: the request gets kInternal and
   // the connection and the server go on.
+  const auto received = std::chrono::steady_clock::now();
   Result<std::optional<PendingIngest>> handled = Status::Internal("unhandled");
   try {
     handled = Dispatch(request, out);
   } catch (const std::exception& e) {
     handled = Status::Internal(std::string("request failed: ") + e.what());
   }
-  if (handled.has_value()) return std::move(*handled);
+  if (handled.has_value() && handled->has_value()) {
+    (*handled)->received = received;  // timed when answered (AppendIngestAnswer)
+    return std::move(*handled);
+  }
   const MessageType type =
       KnownRequestType(header.type) && !header.is_response() ? header.type : MessageType::kError;
-  AppendError(type, header.request_id, handled.error(), out);
+  if (!handled.has_value()) AppendError(type, header.request_id, handled.error(), out);
+  ObserveLatency(type, received);
   return std::nullopt;
+}
+
+void RpcHandler::ObserveLatency(MessageType type,
+                                std::chrono::steady_clock::time_point received) const {
+  api_->metrics->RecordRpcLatency(
+      static_cast<uint8_t>(type),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count());
 }
 
 Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
@@ -102,7 +114,7 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
       KVATLAS_ASSIGN_OR_RETURN(PreparedIngest prepared,
                                PrepareIngest(api, ingest.events, ingest.writer));
       NoteUnknownMedia(api, ingest.events);
-      PendingIngest pending{header.request_id, std::move(prepared.batch), prepared.answer};
+      PendingIngest pending{header.request_id, std::move(prepared.batch), prepared.answer, {}};
       // An empty batch changes nothing: it answers the current revision without a log entry.
       if (!pending.batch.commands.empty()) return Handled(std::move(pending));
       AppendIngestAnswer(pending, pending.answer.revision, out);
@@ -137,12 +149,13 @@ void RpcHandler::AppendIngestAnswer(const PendingIngest& ingest, const Result<Re
                                     std::string* out) const {
   if (!applied.has_value()) {
     AppendError(MessageType::kIngest, ingest.request_id, applied.error(), out);
-    return;
+  } else {
+    IngestAnswer answer = ingest.answer;
+    answer.revision = *applied;
+    AppendAnswer(MessageType::kIngest, ingest.request_id,
+                 protocol::EncodeIngestAnswerBinary(answer), out);
   }
-  IngestAnswer answer = ingest.answer;
-  answer.revision = *applied;
-  AppendAnswer(MessageType::kIngest, ingest.request_id, protocol::EncodeIngestAnswerBinary(answer),
-               out);
+  ObserveLatency(MessageType::kIngest, ingest.received);
 }
 
 void RpcHandler::AppendStreamError(const std::optional<protocol::FrameHeader>& header,

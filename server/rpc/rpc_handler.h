@@ -9,6 +9,7 @@
 // Immutable after construction: safe from any thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -26,6 +27,7 @@ struct PendingIngest {
   uint64_t request_id = 0;
   CommandBatch batch;
   IngestAnswer answer;  // revision is filled in from the Applier's result
+  std::chrono::steady_clock::time_point received;  // for the request latency metric
 };
 
 // The role a request of `type` needs (docs/security.md §Tokens and roles); nullopt for
@@ -94,6 +96,9 @@ class RpcHandler {
                     std::string* out) const;
   void AppendError(protocol::MessageType type, uint64_t request_id, const Status& status,
                    std::string* out) const;
+  // Records the request latency metric of a request of `type` received then.
+  void ObserveLatency(protocol::MessageType type,
+                      std::chrono::steady_clock::time_point received) const;
 
   const Services* api_;
 };

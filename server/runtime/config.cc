@@ -1,5 +1,8 @@
 #include "server/runtime/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -114,6 +117,9 @@ const Field kFields[] = {
     {"id", &Config::id, 1, kNoMax, "this server's raft id (> 0)"},
     {"raft_listen", &Config::raft_listen, 0, 0,
      "raft transport HOST:PORT; empty = this id's --peers entry (single server: any port)"},
+    {"raft_bind", &Config::raft_bind, 0, 0,
+     "IPv4 HOST:PORT the raft transport binds, e.g. 0.0.0.0:7072; empty = the raft address "
+     "(needed when that is a host name)"},
     {"peers", &Config::peers, 0, 0,
      "initial voters 1@host:port,2@host:port,...; empty = single server"},
     {"cluster_id", &Config::cluster_id, 0, 0,
@@ -426,6 +432,43 @@ Result<Config> LoadConfigFile(const std::string& path, Config base) {
   return base;
 }
 
+namespace {
+
+// The raft transport binds only numeric IPv4 addresses (tcp_transport.h): raft_bind must be
+// one, and without it so must this server's own raft address.
+Status CheckRaftBind(const Config& config,
+                     const std::vector<std::pair<uint64_t, std::string>>& peers) {
+  const auto ipv4 = [](const std::string& host) {
+    in_addr unused{};
+    return inet_pton(AF_INET, host.c_str(), &unused) == 1;
+  };
+  if (!config.raft_bind.empty()) {
+    const Result<HostPort> bind = ParseHostPort(config.raft_bind);
+    if (!bind.has_value()) return bind.status().WithContext("raft_bind");
+    if (!ipv4(bind->host)) {
+      return Status::InvalidArgument("raft_bind: " + config.raft_bind +
+                                     ": the host must be an IPv4 address (e.g. 0.0.0.0)");
+    }
+    return Status::Ok();
+  }
+  std::string own = config.raft_listen;
+  for (const auto& [id, address] : peers) {
+    if (id == config.id) own = address;
+  }
+  if (own.empty()) return Status::Ok();
+  const Result<HostPort> parsed = ParseHostPort(own);
+  if (parsed.has_value() && !ipv4(parsed->host)) {
+    return Status::InvalidArgument(
+        "raft_bind: must be set when this server's raft address " + own +
+        " is a host name (peers resolve it; the transport binds an IPv4 address, e.g. "
+        "--raft-bind 0.0.0.0:" +
+        std::to_string(parsed->port) + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ValidateConfig(const Config& config) {
   if (config.data_dir.empty()) return Status::InvalidArgument("data_dir: must not be empty");
   KVATLAS_RETURN_IF_ERROR(ParseHostPort(config.http_listen).status().WithContext("http_listen"));
@@ -457,6 +500,7 @@ Status ValidateConfig(const Config& config) {
                                      " differs from this server's peers entry " + own->second);
     }
   }
+  KVATLAS_RETURN_IF_ERROR(CheckRaftBind(config, peers));
   KVATLAS_RETURN_IF_ERROR(CheckClusterId(config.cluster_id));
   if (!config.cluster_secret_file.empty() && config.cluster_id.empty()) {
     return Status::InvalidArgument(
@@ -518,6 +562,7 @@ bool PeersExposed(const Config& config) {
   };
   if (exposed(config.http_listen)) return true;
   if (!config.raft_listen.empty() && exposed(config.raft_listen)) return true;
+  if (!config.raft_bind.empty() && exposed(config.raft_bind)) return true;
   return std::any_of(peers->begin(), peers->end(),
                      [&](const auto& peer) { return exposed(peer.second); });
 }

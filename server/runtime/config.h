@@ -115,6 +115,10 @@ struct Config {
   // 127.0.0.1 on any free port.
   uint64_t id = 1;
   std::string raft_listen;
+  // The IPv4 HOST:PORT the raft transport binds (e.g. 0.0.0.0:7072); empty = the raft
+  // address above. Set it when that address is a host name, which peers resolve (a
+  // Kubernetes pod's stable DNS name) and a socket cannot bind.
+  std::string raft_bind;
   // The initial voters "1@host:port,2@host:port,3@host:port", the same on every server;
   // empty = a single-server (one-voter) cluster. Used to bootstrap a new data directory. A
   // server whose id is not listed joins a running cluster (set raft_listen; the leader
@@ -204,7 +208,7 @@ struct Config {
 [[nodiscard]] Result<Config> LoadConfigFile(const std::string& path, Config base = {});
 
 // Checks ranges and formats (http_listen, rpc_listen, log_level, non-empty data_dir,
-// ZMQ endpoints, peers and raft_listen, tokens, the TLS keys: tls_cert and tls_key
+// ZMQ endpoints, peers, raft_listen and raft_bind, tokens, the TLS keys: tls_cert and tls_key
 // together, tls_listeners), that a server listening on a non-loopback address has tokens or
 // `insecure` (kFailedPrecondition), and that a cluster whose servers use non-loopback
 // addresses has a cluster secret or `insecure`. The TLS files themselves are read by
@@ -212,8 +216,8 @@ struct Config {
 [[nodiscard]] Status ValidateConfig(const Config& config);
 
 // Whether the servers of a cluster (peers configured) reach each other or are reached over
-// a non-loopback address (http_listen, raft_listen, a peer's address): then peers must
-// authenticate with a cluster secret (ValidateConfig, unless insecure).
+// a non-loopback address (http_listen, raft_listen, raft_bind, a peer's address): then
+// peers must authenticate with a cluster secret (ValidateConfig, unless insecure).
 [[nodiscard]] bool PeersExposed(const Config& config);
 
 // "1@host:port,2@host:port" → {id, address} pairs (ids > 0, distinct; addresses

@@ -159,6 +159,8 @@ Status Server::Init() {
   // Watch streams hold HTTP workers: at most half of them.
   services_.options.max_watch_streams = std::max<size_t>(1, config_.http_threads / 2);
   services_.server_id = config_.id;
+  services_.data_dir = config_.data_dir;
+  services_.min_free_disk_bytes = config_.min_free_disk_bytes;
   services_.options.converter.max_events_per_batch = config_.max_events_per_batch;
   services_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
   services_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
@@ -536,6 +538,7 @@ Status Server::StartRaft() {
   options.id = config_.id;
   options.dir = (std::filesystem::path(config_.data_dir) / "raft").string();
   options.address = config_.raft_listen;
+  options.bind_address = config_.raft_bind;
   if (peers.empty()) {
     // A single server is a one-voter cluster: nobody connects to it, any port will do.
     if (options.address.empty()) options.address = "127.0.0.1:0";

@@ -34,7 +34,11 @@ Result<LookupAnswer> LookupPrefix(const Services& services, const LookupRequest&
   auto [result, revision] = services.machine->Read([&](const Index& index, Revision rev) {
     return std::make_pair(index.Lookup(request.context, keys, options), rev);
   });
-  return BuildLookupAnswer(result, request.context, request.instance_id, revision);
+  LookupAnswer answer = BuildLookupAnswer(result, request.context, request.instance_id, revision);
+  if (services.metrics != nullptr) {
+    services.metrics->RecordLookup(answer.blocks_queried, answer.blocks_found);
+  }
+  return answer;
 }
 
 Status AwaitReadConsistency(const Services& services, const LookupRequest& request) {

@@ -78,6 +78,31 @@ void LabelledCounter(std::string* out, std::string_view name, std::string_view h
   }
 }
 
+// The _bucket, _sum and _count samples of one histogram (the family line is the caller's).
+// +Inf is at least the last bucket: a scrape during an Observe may see a bucket first.
+void HistogramSamples(std::string* out, std::string_view name, const std::string& labels,
+                      const HistogramData& h) {
+  const std::string prefix = labels.empty() ? "" : labels + ",";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < kNumLatencyBuckets; ++i) {
+    cumulative += h.buckets[i];
+    Sample(out, std::string(name) + "_bucket", prefix + Label("le", Number(kLatencyBuckets[i])),
+           static_cast<double>(cumulative));
+  }
+  const uint64_t count = std::max(cumulative, h.count);
+  Sample(out, std::string(name) + "_bucket", prefix + Label("le", "+Inf"),
+         static_cast<double>(count));
+  Sample(out, std::string(name) + "_sum", labels, h.sum);
+  Sample(out, std::string(name) + "_count", labels, static_cast<double>(count));
+}
+
+// A histogram family with one unlabelled histogram.
+void SingleHistogram(std::string* out, std::string_view name, std::string_view help,
+                     const HistogramData& h) {
+  Family(out, name, "histogram", help);
+  HistogramSamples(out, name, "", h);
+}
+
 // Label of a binary-protocol message type number (protocol.h MessageType).
 std::string_view RpcTypeName(size_t type) {
   return protocol::MessageTypeName(static_cast<protocol::MessageType>(type));
@@ -106,6 +131,86 @@ void RenderPeers(std::string* out, const PeerCounters& peers) {
   }
 }
 
+// The data dir's file system, when known.
+void RenderDisk(std::string* out, const StateGauges& g) {
+  if (g.disk_free_bytes) {
+    Single(out, "kvatlas_disk_free_bytes", "gauge",
+           "Bytes available to the server on the data dir's file system.",
+           static_cast<double>(*g.disk_free_bytes));
+  }
+  if (g.disk_size_bytes) {
+    Single(out, "kvatlas_disk_size_bytes", "gauge", "Size of the data dir's file system.",
+           static_cast<double>(*g.disk_size_bytes));
+  }
+  Single(out, "kvatlas_disk_min_free_bytes", "gauge",
+         "min_free_disk_bytes: below this much free space, writes are refused.",
+         static_cast<double>(g.min_free_disk_bytes));
+}
+
+// Raft as this server sees it; on the leader, each member's replication progress.
+void RenderCluster(std::string* out, const ClusterStatus& c) {
+  const auto d = [](uint64_t v) { return static_cast<double>(v); };
+  Single(out, "kvatlas_raft_term", "gauge", "Current raft term.", d(c.term));
+  Single(out, "kvatlas_raft_commit_index", "gauge", "Highest log index known committed.",
+         d(c.commit_index));
+  Single(out, "kvatlas_raft_applied_index", "gauge",
+         "Highest log index applied to this server's state.", d(c.applied_index));
+  Single(out, "kvatlas_raft_last_index", "gauge", "Highest index in this server's log.",
+         d(c.last_index));
+  Single(out, "kvatlas_raft_apply_lag_entries", "gauge",
+         "Committed log entries not yet applied here (commit index - applied index).",
+         d(c.commit_index > c.applied_index ? c.commit_index - c.applied_index : 0));
+  Single(out, "kvatlas_raft_leader_id", "gauge", "Id of the leader this server knows; 0: none.",
+         d(c.leader_id));
+  Single(out, "kvatlas_raft_is_leader", "gauge", "1 when this server is the leader.",
+         c.state == "leader" ? 1.0 : 0.0);
+  constexpr std::string_view kState = "kvatlas_raft_state";
+  Family(out, kState, "gauge", "This server's raft state: 1 for the current one.");
+  for (std::string_view state : {"leader", "follower", "candidate", "unavailable"}) {
+    Sample(out, kState, Label("state", state), c.state == state ? 1.0 : 0.0);
+  }
+  std::map<std::string, uint64_t> roles = {{"voter", 0}, {"standby", 0}, {"spare", 0}};
+  for (const ClusterMember& m : c.members) ++roles[m.role];
+  Family(out, "kvatlas_raft_members", "gauge", "Members of the configuration, by role.");
+  for (const auto& [role, count] : roles) {
+    Sample(out, "kvatlas_raft_members", Label("role", role), d(count));
+  }
+  constexpr std::string_view kMatch = "kvatlas_raft_member_match_index";
+  constexpr std::string_view kLag = "kvatlas_raft_member_lag_entries";
+  Family(out, kMatch, "gauge", "Leader only: highest log index known replicated on each member.");
+  for (const ClusterMember& m : c.members) {
+    if (m.match_index)
+      Sample(out, kMatch, Label("member", std::to_string(m.id)), d(*m.match_index));
+  }
+  Family(out, kLag, "gauge",
+         "Leader only: log entries each member lacks (leader's last index - member's match "
+         "index).");
+  for (const ClusterMember& m : c.members) {
+    if (!m.match_index) continue;
+    Sample(out, kLag, Label("member", std::to_string(m.id)),
+           d(c.last_index > *m.match_index ? c.last_index - *m.match_index : 0));
+  }
+}
+
+void RenderLog(std::string* out, const LogMetrics& m) {
+  Single(out, "kvatlas_raft_leadership_changes_total", "counter",
+         "Times this server saw the leader change (sampled every 50 ms).",
+         static_cast<double>(m.leadership_changes));
+  SingleHistogram(out, "kvatlas_raft_commit_duration_seconds",
+                  "Proposals made on this server (the leader), from proposal to applied here.",
+                  m.commit_latency);
+  Single(out, "kvatlas_raft_snapshots_total", "counter", "Raft snapshots taken since start.",
+         static_cast<double>(m.snapshots_taken));
+  SingleHistogram(out, "kvatlas_raft_snapshot_duration_seconds",
+                  "Raft snapshots, from capturing the state to the snapshot written.",
+                  m.snapshot_duration);
+  Single(out, "kvatlas_raft_snapshot_restores_total", "counter",
+         "Raft snapshots restored (at start, or sent by the leader) since start.",
+         static_cast<double>(m.snapshots_restored));
+  SingleHistogram(out, "kvatlas_raft_snapshot_restore_duration_seconds",
+                  "Time to restore the state from a raft snapshot.", m.restore_duration);
+}
+
 }  // namespace
 
 void Metrics::RecordRpcRequest(uint8_t type, StatusCode code) {
@@ -128,13 +233,18 @@ void Metrics::RecordRequest(std::string_view route, int status, std::optional<do
   ++requests_[{std::string(route), status}];
   if (!seconds) return;
   auto it = latency_.find(route);
-  if (it == latency_.end()) it = latency_.emplace(std::string(route), Histogram{}).first;
-  Histogram& h = it->second;
-  const double* bucket =
-      std::lower_bound(std::begin(kLatencyBuckets), std::end(kLatencyBuckets), *seconds);
-  if (bucket != std::end(kLatencyBuckets)) ++h.buckets[bucket - std::begin(kLatencyBuckets)];
-  ++h.count;
-  h.sum += *seconds;
+  if (it == latency_.end()) it = latency_.try_emplace(std::string(route)).first;
+  it->second.Observe(*seconds);
+}
+
+void Metrics::RecordRpcLatency(uint8_t type, double seconds) {
+  rpc_latency_[std::min<size_t>(type, kRpcTypes - 1)].Observe(seconds);
+}
+
+void Metrics::RecordLookup(uint64_t blocks_queried, uint64_t blocks_matched) {
+  lookups_.fetch_add(1, std::memory_order_relaxed);
+  lookup_blocks_queried_.fetch_add(blocks_queried, std::memory_order_relaxed);
+  lookup_blocks_matched_.fetch_add(blocks_matched, std::memory_order_relaxed);
 }
 
 void Metrics::RecordAuthFailure(std::string_view reason) {
@@ -191,18 +301,7 @@ std::string Metrics::Render(const StateGauges& gauges) const {
     Family(&out, kLatency, "histogram",
            "Time from routing a request to writing its answer, by route pattern.");
     for (const auto& [route, h] : latency_) {
-      const std::string route_label = Label("route", route);
-      uint64_t cumulative = 0;
-      for (size_t i = 0; i < kNumBuckets; ++i) {
-        cumulative += h.buckets[i];
-        Sample(&out, std::string(kLatency) + "_bucket",
-               route_label + "," + Label("le", Number(kLatencyBuckets[i])),
-               static_cast<double>(cumulative));
-      }
-      Sample(&out, std::string(kLatency) + "_bucket", route_label + "," + Label("le", "+Inf"),
-             static_cast<double>(h.count));
-      Sample(&out, std::string(kLatency) + "_sum", route_label, h.sum);
-      Sample(&out, std::string(kLatency) + "_count", route_label, static_cast<double>(h.count));
+      HistogramSamples(&out, kLatency, Label("route", route), h.Read());
     }
     LabelledCounter(&out, "kvatlas_events_unknown_medium_total",
                     "Accepted events whose medium is not a known name, by medium (mapped to "
@@ -238,6 +337,15 @@ std::string Metrics::Render(const StateGauges& gauges) const {
                  Label("code", WireNameOf(static_cast<StatusCode>(c))),
              static_cast<double>(count));
     }
+  }
+  constexpr std::string_view kRpcLatency = "kvatlas_rpc_request_duration_seconds";
+  Family(&out, kRpcLatency, "histogram",
+         "Time from decoding a binary-protocol request to appending its answer (an ingest: to "
+         "its batch applied), by message type.");
+  for (size_t t = 0; t < kRpcTypes; ++t) {
+    const HistogramData h = rpc_latency_[t].Read();
+    if (h.count == 0) continue;
+    HistogramSamples(&out, kRpcLatency, Label("type", RpcTypeName(t)), h);
   }
   const ApplyCounters& a = gauges.applied;
   LabelledCounter(&out, "kvatlas_events_applied_total",
@@ -314,8 +422,20 @@ std::string Metrics::Render(const StateGauges& gauges) const {
        gauges.applier_failed ? 1.0 : 0.0},
       {"kvatlas_uptime_seconds", "gauge", "Seconds since the server started.",
        gauges.uptime_seconds},
+      {"kvatlas_lookups_total", "counter", "Prefix lookups answered (every dialect).",
+       d(lookups_.load(std::memory_order_relaxed))},
+      {"kvatlas_lookup_blocks_queried_total", "counter",
+       "Complete blocks named by prefix lookups (after the lookup cap).",
+       d(lookup_blocks_queried_.load(std::memory_order_relaxed))},
+      {"kvatlas_lookup_blocks_matched_total", "counter",
+       "Leading blocks of prefix lookups that some holder has: over "
+       "kvatlas_lookup_blocks_queried_total, the prefix-hit rate.",
+       d(lookup_blocks_matched_.load(std::memory_order_relaxed))},
   };
   for (const auto& m : singles) Single(&out, m.name, m.type, m.help, m.value);
+  RenderDisk(&out, gauges);
+  if (gauges.cluster) RenderCluster(&out, *gauges.cluster);
+  if (gauges.log) RenderLog(&out, *gauges.log);
   if (gauges.peers) RenderPeers(&out, *gauges.peers);
   return out;
 }

@@ -15,10 +15,12 @@
 #include <string_view>
 #include <utility>
 
+#include "common/internal/histogram.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 #include "server/index/index.h"
 #include "server/peer/peer_auth.h"
+#include "server/state/replicated_log.h"
 #include "server/state/state_machine.h"
 
 namespace kvatlas::server {
@@ -33,16 +35,19 @@ struct StateGauges {
   double uptime_seconds = 0;
   // Peer authentication (docs/security.md §Peers); unset without replication.
   std::optional<PeerCounters> peers;
+  // The replicated log's status and metrics; unset without replication.
+  std::optional<ClusterStatus> cluster;
+  std::optional<LogMetrics> log;
+  // Space of the data dir's file system (statvfs: free = available to the server); unset
+  // for an in-memory server or when it cannot be read. min_free_disk_bytes: the configured
+  // floor under which writes are refused.
+  std::optional<uint64_t> disk_free_bytes;
+  std::optional<uint64_t> disk_size_bytes;
+  uint64_t min_free_disk_bytes = 0;
 };
 
 class Metrics {
  public:
-  // Upper bounds of the latency buckets, in seconds: 100 µs (an in-memory lookup) to 10 s
-  // (a group commit behind a slow disk).
-  static constexpr double kLatencyBuckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                                               0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
-                                               1,      2.5,     5,      10};
-  static constexpr size_t kNumBuckets = std::size(kLatencyBuckets);
   // Distinct unknown medium strings reported by label; the rest count as "other".
   static constexpr size_t kMaxMediumLabels = 32;
 
@@ -64,6 +69,12 @@ class Metrics {
   // One binary-protocol answer (server/rpc): the answer's message type number and status.
   // Lock-free (relaxed atomics): it runs on every request of the io threads.
   void RecordRpcRequest(uint8_t type, StatusCode code);
+  // How long one binary-protocol request took, from its frame decoded to its answer
+  // appended (an ingest: to its batch applied), by message type. Lock-free.
+  void RecordRpcLatency(uint8_t type, double seconds);
+  // One prefix lookup (any dialect): its complete blocks and the leading ones found.
+  // Lock-free.
+  void RecordLookup(uint64_t blocks_queried, uint64_t blocks_matched);
   // Binary-protocol connections accepted and closed.
   void RpcConnectionOpened();
   void RpcConnectionClosed();
@@ -93,12 +104,6 @@ class Metrics {
   [[nodiscard]] std::string Render(const StateGauges& gauges) const;
 
  private:
-  struct Histogram {
-    uint64_t buckets[kNumBuckets] = {};  // non-cumulative; Render accumulates
-    uint64_t count = 0;
-    double sum = 0;
-  };
-
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // (route, status) → count
   std::map<std::string, Histogram, std::less<>> latency_;     // route → histogram
@@ -117,6 +122,10 @@ class Metrics {
   std::atomic<uint64_t> rpc_buffered_bytes_{0};
   std::atomic<uint64_t> tls_failures_http_{0};
   std::atomic<uint64_t> tls_failures_rpc_{0};
+  Histogram rpc_latency_[kRpcTypes];
+  std::atomic<uint64_t> lookups_{0};
+  std::atomic<uint64_t> lookup_blocks_queried_{0};
+  std::atomic<uint64_t> lookup_blocks_matched_{0};
 };
 
 }  // namespace kvatlas::server

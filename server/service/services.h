@@ -79,6 +79,10 @@ struct Services {
   // without replication (tests).
   PeerAuth* peers = nullptr;
   uint64_t server_id = 1;
+  // The data dir (disk space metrics) and the free space under which writes are refused;
+  // empty for an in-memory server (tests).
+  std::string data_dir;
+  uint64_t min_free_disk_bytes = 0;
   // This server's addresses as it announces them (GET /v1/cluster, AnnounceCommand): the
   // bound ones, with a wildcard host replaced by the raft address's host.
   std::string http_address;

@@ -1,7 +1,9 @@
 #include "server/service/stats_service.h"
 
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <system_error>
 #include <tuple>
 #include <utility>
 
@@ -21,6 +23,19 @@ StateGauges ReadGauges(const Services& services) {
   gauges.uptime_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - services.started).count();
   if (services.peers != nullptr) gauges.peers = services.peers->counters();
+  if (services.log != nullptr) {
+    gauges.cluster = services.log->GetStatus();
+    gauges.log = services.log->GetMetrics();
+  }
+  gauges.min_free_disk_bytes = services.min_free_disk_bytes;
+  if (!services.data_dir.empty()) {
+    std::error_code ec;
+    const std::filesystem::space_info space = std::filesystem::space(services.data_dir, ec);
+    if (!ec) {
+      gauges.disk_free_bytes = space.available;
+      gauges.disk_size_bytes = space.capacity;
+    }
+  }
   return gauges;
 }
 

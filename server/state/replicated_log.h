@@ -10,10 +10,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/internal/histogram.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 
@@ -50,6 +52,9 @@ struct ClusterMember {
   uint64_t id = 0;
   std::string raft_address;
   std::string role;  // "voter", "standby", "spare"
+  // On the leader: the highest log index known replicated on this member (its own last
+  // index for the leader itself); unset on other servers.
+  std::optional<uint64_t> match_index;
 };
 
 struct ClusterStatus {
@@ -65,6 +70,20 @@ struct ClusterStatus {
   std::vector<ClusterMember> members;
 };
 
+// Counters and latency histograms of the log since this process started (GET /metrics).
+struct LogMetrics {
+  // Times this server saw the leader change to another known server (sampled with the
+  // status, every 50 ms: a leader that came and went between two samples is not counted).
+  uint64_t leadership_changes = 0;
+  // Proposals made here, from Propose to applied here (leader only: followers forward).
+  HistogramData commit_latency;
+  // Snapshots taken (capture to written) and restored (at start, or sent by the leader).
+  uint64_t snapshots_taken = 0;
+  HistogramData snapshot_duration;
+  uint64_t snapshots_restored = 0;
+  HistogramData restore_duration;
+};
+
 class ReplicatedLog {
  public:
   virtual ~ReplicatedLog() = default;
@@ -78,6 +97,7 @@ class ReplicatedLog {
                                        std::function<void(Result<uint64_t>)> done) = 0;
 
   [[nodiscard]] virtual ClusterStatus GetStatus() const = 0;
+  [[nodiscard]] virtual LogMetrics GetMetrics() const { return {}; }
 
   // Membership, leader only (kNotLeader otherwise); `done` reports the outcome.
   using Done = std::function<void(Status)>;

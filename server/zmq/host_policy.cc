@@ -113,12 +113,11 @@ std::string Join(const std::vector<HostPattern>& patterns) {
   return out;
 }
 
-bool Matches(std::string_view host, const HostPattern& pattern) {
+// `address` is the host parsed as an address literal; `name` the lower-case host otherwise.
+bool Matches(const std::optional<Address>& address, const std::string& name,
+             const HostPattern& pattern) {
   if (pattern.kind == HostPattern::Kind::kAny) return true;
-  if (const std::optional<Address> address = ParseAddress(host)) {
-    return pattern.kind == HostPattern::Kind::kNetwork && InNetwork(*address, pattern);
-  }
-  const std::string name = Lower(host);
+  if (address) return pattern.kind == HostPattern::Kind::kNetwork && InNetwork(*address, pattern);
   if (pattern.kind == HostPattern::Kind::kName) return name == pattern.name;
   return pattern.kind == HostPattern::Kind::kSuffix && name.size() > pattern.name.size() &&
          name.ends_with(pattern.name);
@@ -148,8 +147,10 @@ Status CheckHost(std::string_view field, std::string_view endpoint,
   if (const size_t semicolon = host.rfind(';'); semicolon != std::string_view::npos) {
     host = host.substr(semicolon + 1);
   }
+  const std::optional<Address> address = ParseAddress(host);
+  const std::string name = address ? std::string() : Lower(host);
   for (const HostPattern& pattern : allowed) {
-    if (Matches(host, pattern)) return Status::Ok();
+    if (Matches(address, name, pattern)) return Status::Ok();
   }
   return Status::InvalidArgument(std::string(field) + ": host " + std::string(host) +
                                  " of endpoint \"" + std::string(endpoint) +

@@ -112,7 +112,8 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, binary, n=3):
+    def __init__(self, binary, n=3, extra=()):
+        """`extra`: more server flags, the same for every server."""
         self.root = tempfile.mkdtemp(prefix="kvatlas-cluster-")
         ports = free_ports(n)
         peers = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
@@ -122,6 +123,7 @@ class Cluster:
             d = os.path.join(self.root, f"n{i + 1}")
             os.makedirs(d)
             self.nodes.append(Node(binary, i + 1, peers, d, auth=self.auth))
+            self.nodes[-1].extra = list(extra)
         for node in self.nodes:
             node.start()
 

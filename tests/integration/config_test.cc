@@ -99,6 +99,14 @@ TEST_SUITE("Integration.Config") {
          "cluster_secret_file: required for a cluster whose servers use non-loopback addresses"},
         {{"--cluster-secret-file", "s"}, "cluster_id: must be set with cluster_secret_file"},
         {{"--cluster-id", "a b"}, "cluster_id: only letters, digits"},
+        // The raft transport binds IPv4 addresses; a name is for peers to resolve.
+        {{"--raft-bind", "localhost:7072"},
+         "raft_bind: localhost:7072: the host must be an IPv4 address"},
+        {{"--peers", "1@127.0.0.1:7101,2@127.0.0.1:7102", "--raft-bind", "0.0.0.0:7101"},
+         "cluster_secret_file: required for a cluster whose servers use non-loopback addresses"},
+        {{"--peers", "1@kvatlas-0.kvatlas-peers:7072,2@127.0.0.1:7102"},
+         "raft_bind: must be set when this server's raft address kvatlas-0.kvatlas-peers:7072 "
+         "is a host name"},
         {{"--raft-handshake-timeout-ms", "10"},
          "raft_handshake_timeout_ms: 10 is out of range [100, 60000]"},
     };

@@ -71,6 +71,74 @@ TEST_SUITE("Metrics") {
     const std::string text = metrics.Render({});
     CHECK(Contains(text, "kvatlas_events_unknown_medium_total{medium=\"other\"} 6\n"));
   }
+
+  TEST_CASE("Metrics: binary-protocol latency by type and lookup hit counters") {
+    Metrics metrics;
+    metrics.RecordRpcLatency(2, 0.0002);  // kLookup
+    metrics.RecordRpcLatency(2, 0.02);
+    metrics.RecordLookup(10, 4);
+    metrics.RecordLookup(6, 6);
+    const std::string text = metrics.Render({});
+    constexpr std::string_view kBucket = "kvatlas_rpc_request_duration_seconds_bucket";
+    CHECK(Contains(text, "# TYPE kvatlas_rpc_request_duration_seconds histogram\n"));
+    CHECK(Contains(text, std::string(kBucket) + "{type=\"lookup\",le=\"0.00025\"} 1\n"));
+    CHECK(Contains(text, std::string(kBucket) + "{type=\"lookup\",le=\"0.025\"} 2\n"));
+    CHECK(Contains(text, std::string(kBucket) + "{type=\"lookup\",le=\"+Inf\"} 2\n"));
+    CHECK(Contains(text, "kvatlas_rpc_request_duration_seconds_count{type=\"lookup\"} 2\n"));
+    CHECK_FALSE(Contains(text, "{type=\"ingest\",le="));  // types never seen: no series
+    CHECK(Contains(text, "kvatlas_lookups_total 2\n"));
+    CHECK(Contains(text, "kvatlas_lookup_blocks_queried_total 16\n"));
+    CHECK(Contains(text, "kvatlas_lookup_blocks_matched_total 10\n"));
+  }
+
+  TEST_CASE("Metrics: raft status, member lag on the leader, log histograms and disk") {
+    Metrics metrics;
+    StateGauges gauges;
+    CHECK_FALSE(Contains(metrics.Render(gauges), "kvatlas_raft_term"));  // no replication
+    CHECK_FALSE(Contains(metrics.Render(gauges), "kvatlas_disk_free_bytes"));
+    ClusterStatus c;
+    c.state = "leader";
+    c.leader_id = 2;
+    c.term = 7;
+    c.commit_index = 100;
+    c.applied_index = 97;
+    c.last_index = 105;
+    c.members = {{1, "a", "voter", 90}, {2, "b", "voter", 105}, {3, "c", "spare", {}}};
+    gauges.cluster = c;
+    LogMetrics log;
+    log.leadership_changes = 3;
+    Histogram commit;
+    commit.Observe(0.003);
+    log.commit_latency = commit.Read();
+    log.snapshots_taken = 1;
+    gauges.log = log;
+    gauges.disk_free_bytes = 1000;
+    gauges.disk_size_bytes = 5000;
+    gauges.min_free_disk_bytes = 100;
+    const std::string text = metrics.Render(gauges);
+    CHECK(Contains(text, "kvatlas_raft_term 7\n"));
+    CHECK(Contains(text, "kvatlas_raft_commit_index 100\n"));
+    CHECK(Contains(text, "kvatlas_raft_applied_index 97\n"));
+    CHECK(Contains(text, "kvatlas_raft_apply_lag_entries 3\n"));
+    CHECK(Contains(text, "kvatlas_raft_leader_id 2\n"));
+    CHECK(Contains(text, "kvatlas_raft_is_leader 1\n"));
+    CHECK(Contains(text, "kvatlas_raft_state{state=\"leader\"} 1\n"));
+    CHECK(Contains(text, "kvatlas_raft_members{role=\"voter\"} 2\n"));
+    CHECK(Contains(text, "kvatlas_raft_members{role=\"spare\"} 1\n"));
+    CHECK(Contains(text, "kvatlas_raft_member_match_index{member=\"1\"} 90\n"));
+    CHECK(Contains(text, "kvatlas_raft_member_lag_entries{member=\"1\"} 15\n"));
+    CHECK(Contains(text, "kvatlas_raft_member_lag_entries{member=\"2\"} 0\n"));
+    CHECK_FALSE(Contains(text, "{member=\"3\"}"));  // progress unknown
+    CHECK(Contains(text, "kvatlas_raft_leadership_changes_total 3\n"));
+    CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_bucket{le=\"0.0025\"} 0\n"));
+    CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_bucket{le=\"0.005\"} 1\n"));
+    CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_count 1\n"));
+    CHECK(Contains(text, "kvatlas_raft_snapshots_total 1\n"));
+    CHECK(Contains(text, "kvatlas_raft_snapshot_duration_seconds_count 0\n"));
+    CHECK(Contains(text, "kvatlas_disk_free_bytes 1000\n"));
+    CHECK(Contains(text, "kvatlas_disk_size_bytes 5000\n"));
+    CHECK(Contains(text, "kvatlas_disk_min_free_bytes 100\n"));
+  }
 }
 
 }  // namespace
