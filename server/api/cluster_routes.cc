@@ -21,43 +21,7 @@ namespace {
 
 Result<HttpReply> HandleCluster(const Services& api) {
   KVATLAS_ASSIGN_OR_RETURN(ClusterView view, ViewCluster(api));
-  const ClusterStatus& s = view.status;
-  // An address not announced yet (or announced empty) is null.
-  const auto address = [&view](uint64_t id, std::string ServerAddresses::*field) {
-    auto it = view.addresses.find(id);
-    if (it == view.addresses.end() || (it->second.*field).empty()) return nlohmann::json(nullptr);
-    return nlohmann::json(it->second.*field);
-  };
-  nlohmann::json members = nlohmann::json::array();
-  for (const ClusterMember& m : s.members) {
-    const bool self = m.id == s.id;
-    members.push_back({{"id", m.id},
-                       {"raft_address", m.raft_address},
-                       {"http_address", address(m.id, &ServerAddresses::http_address)},
-                       {"rpc_address", address(m.id, &ServerAddresses::rpc_address)},
-                       {"role", m.role},
-                       {"state", self                  ? nlohmann::json(s.state)
-                                 : m.id == s.leader_id ? nlohmann::json("leader")
-                                                       : nlohmann::json(nullptr)},
-                       {"applied_index", self ? nlohmann::json(s.applied_index) : nullptr}});
-  }
-  nlohmann::json out = {{"id", s.id},
-                        {"state", s.state},
-                        {"leader_id", s.leader_id},
-                        {"leader_raft_address", s.leader_raft_address},
-                        {"leader_http_address",
-                         s.leader_id == 0 ? nlohmann::json(nullptr)
-                                          : address(s.leader_id, &ServerAddresses::http_address)},
-                        {"leader_rpc_address",
-                         s.leader_id == 0 ? nlohmann::json(nullptr)
-                                          : address(s.leader_id, &ServerAddresses::rpc_address)},
-                        {"term", s.term},
-                        {"commit_index", s.commit_index},
-                        {"applied_index", s.applied_index},
-                        {"last_index", s.last_index},
-                        {"revision", view.revision},
-                        {"members", std::move(members)}};
-  return JsonReply(out.dump());
+  return JsonReply(ClusterViewJson(view).dump());
 }
 
 Result<uint64_t> ServerId(const nlohmann::json& value, std::string_view field, bool allow_zero) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <future>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
@@ -52,6 +53,46 @@ Result<ClusterView> ViewCluster(const Services& services) {
   view.addresses[view.status.id] = ServerAddresses{services.http_address, services.rpc_address};
   view.revision = services.machine->applied_revision();
   return view;
+}
+
+nlohmann::json ClusterViewJson(const ClusterView& view) {
+  const ClusterStatus& s = view.status;
+  // An address not announced yet (or announced empty) is null.
+  const auto address = [&view](uint64_t id, std::string ServerAddresses::*field) {
+    auto it = view.addresses.find(id);
+    if (it == view.addresses.end() || (it->second.*field).empty()) return nlohmann::json(nullptr);
+    return nlohmann::json(it->second.*field);
+  };
+  nlohmann::json members = nlohmann::json::array();
+  for (const ClusterMember& m : s.members) {
+    const bool self = m.id == s.id;
+    members.push_back({{"id", m.id},
+                       {"raft_address", m.raft_address},
+                       {"http_address", address(m.id, &ServerAddresses::http_address)},
+                       {"rpc_address", address(m.id, &ServerAddresses::rpc_address)},
+                       {"role", m.role},
+                       {"state", self                  ? nlohmann::json(s.state)
+                                 : m.id == s.leader_id ? nlohmann::json("leader")
+                                                       : nlohmann::json(nullptr)},
+                       {"applied_index", self ? nlohmann::json(s.applied_index) : nullptr}});
+  }
+  nlohmann::json out = {{"id", s.id},
+                        {"state", s.state},
+                        {"leader_id", s.leader_id},
+                        {"leader_raft_address", s.leader_raft_address},
+                        {"leader_http_address",
+                         s.leader_id == 0 ? nlohmann::json(nullptr)
+                                          : address(s.leader_id, &ServerAddresses::http_address)},
+                        {"leader_rpc_address",
+                         s.leader_id == 0 ? nlohmann::json(nullptr)
+                                          : address(s.leader_id, &ServerAddresses::rpc_address)},
+                        {"term", s.term},
+                        {"commit_index", s.commit_index},
+                        {"applied_index", s.applied_index},
+                        {"last_index", s.last_index},
+                        {"revision", view.revision},
+                        {"members", std::move(members)}};
+  return out;
 }
 
 Status AddMember(const Services& services, uint64_t id, std::string raft_address) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,6 +38,9 @@ struct ClusterView {
   Revision revision = 0;
 };
 [[nodiscard]] Result<ClusterView> ViewCluster(const Services& services);
+// The document of GET /v1/cluster (docs/api.md §Cluster), also the "cluster" section of
+// GET /v1/stats and the binary kStats answer.
+[[nodiscard]] nlohmann::json ClusterViewJson(const ClusterView& view);
 
 [[nodiscard]] Status AddMember(const Services& services, uint64_t id, std::string raft_address);
 // Removes the member, then drops its announced addresses (a replicated command).

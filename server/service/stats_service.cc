@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "kvatlas/common/json_codec.h"
+#include "server/service/cluster_service.h"
 
 namespace kvatlas::server {
 
@@ -43,7 +44,7 @@ std::string StatsDocument(const Services& services) {
   const StateGauges g = ReadGauges(services);
   const IndexStats& s = g.index;
   const ApplyCounters& a = g.applied;
-  const nlohmann::json out = {
+  nlohmann::json out = {
       {"revision", g.revision},
       {"uptime_seconds", g.uptime_seconds},
       {"hash_seed", services.machine->hash_seed()},
@@ -66,6 +67,13 @@ std::string StatsDocument(const Services& services) {
         {"entries_added", a.entries_added},
         {"entries_removed", a.entries_removed},
         {"entries_evicted", a.entries_evicted}}}};
+  // The raft cluster as GET /v1/cluster shows it, so that binary-protocol clients (which
+  // have kStats, not the REST route) see it too.
+  if (services.log != nullptr) {
+    if (Result<ClusterView> view = ViewCluster(services); view.has_value()) {
+      out["cluster"] = ClusterViewJson(*view);
+    }
+  }
   return DumpJson(out);
 }
 

@@ -122,20 +122,26 @@ class Client(_Client):
         end (compacted: snapshot, then watch from the snapshot's revision) raises Error.
         Closing the generator cancels the server's watch.
         """
-        resume = from_revision
+        # The first stream starts now (not at the first next()), so that every change
+        # applied after watch() returns is delivered.
+        first = self._start_watch(from_revision, filter, max_queued_keys, reconnect, retry_for)
+        return self._follow(first, filter, max_queued_keys, reconnect, retry_for)
+
+    def _follow(self, stream: WatchStream, filter: Optional[FeedFilter],  # noqa: A002
+                max_queued_keys: int, reconnect: bool,
+                retry_for: float) -> Iterator[FeedRecord]:
         while True:
-            stream = self._start_watch(resume, filter, max_queued_keys, reconnect, retry_for)
             try:
                 for record in stream:
-                    resume = record.revision
                     yield record
                 return  # cancelled
             except Error as e:
                 if not reconnect or e.code not in _RESUMABLE:
                     raise
-                resume = stream.resume_from
             finally:
                 stream.cancel()
+            stream = self._start_watch(stream.resume_from, filter, max_queued_keys,
+                                       reconnect, retry_for)
 
     def _start_watch(self, resume: Optional[int], filter: Optional[FeedFilter],  # noqa: A002
                      max_queued_keys: int, reconnect: bool, retry_for: float) -> WatchStream:

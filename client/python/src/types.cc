@@ -20,6 +20,14 @@ namespace {
 
 std::string Quote(const std::string& s) { return py::repr(py::str(s)).cast<std::string>(); }
 
+// Value equality (the C++ operator==) for a bound struct.
+template <typename T>
+py::class_<T> WithEq(py::class_<T> c) {
+  c.def("__eq__", [](const T& a, const T& b) { return a == b; });
+  c.attr("__hash__") = py::none();  // mutable or unhashable values
+  return c;
+}
+
 std::string ReprContext(const ContextKey& c) {
   std::ostringstream out;
   out << "Context(model=" << Quote(c.model) << ", block_size=" << c.block_size;
@@ -98,17 +106,18 @@ void DefineLookup(py::module_& m) {
       .def_readonly("disk_only", &TierBlocks::disk_only)
       .def("__eq__", [](const TierBlocks& a, const TierBlocks& b) { return a == b; })
       .def("__repr__", &ReprBlocks);
-  py::class_<RankMatch>(m, "RankMatch")
+  WithEq(py::class_<RankMatch>(m, "RankMatch"))
       .def_readonly("dp_rank", &RankMatch::dp_rank)
       .def_readonly("blocks", &RankMatch::blocks);
-  py::class_<InstanceMatch>(m, "InstanceMatch", "An instance's match, the max over its ranks.")
+  WithEq(
+      py::class_<InstanceMatch>(m, "InstanceMatch", "An instance's match, the max over its ranks."))
       .def_readonly("instance_id", &InstanceMatch::instance_id)
       .def_readonly("blocks", &InstanceMatch::blocks)
       .def_readonly("dp_ranks", &InstanceMatch::dp_ranks)
       .def("__repr__", [](const InstanceMatch& i) {
         return "InstanceMatch(" + Quote(i.instance_id) + ", " + ReprBlocks(i.blocks) + ")";
       });
-  py::class_<SharedMatch>(m, "SharedMatch", "A shared backend holding a prefix.")
+  WithEq(py::class_<SharedMatch>(m, "SharedMatch", "A shared backend holding a prefix."))
       .def_readonly("backend_id", &SharedMatch::backend_id)
       .def_readonly("dp_rank", &SharedMatch::dp_rank)
       .def_readonly("blocks", &SharedMatch::blocks)
@@ -139,7 +148,7 @@ void DefineLookup(py::module_& m) {
 }
 
 void DefineRouting(py::module_& m) {
-  py::class_<RouteCandidate>(m, "Candidate", "A routing target and its current load.")
+  WithEq(py::class_<RouteCandidate>(m, "Candidate", "A routing target and its current load."))
       .def(py::init([](std::string instance_id, std::optional<uint32_t> dp_rank,
                        uint64_t queued_prefill_tokens, uint64_t active_decode_blocks) {
              return RouteCandidate{std::move(instance_id), dp_rank, queued_prefill_tokens,
@@ -156,7 +165,8 @@ void DefineRouting(py::module_& m) {
                ", queued_prefill_tokens=" + std::to_string(c.queued_prefill_tokens) +
                ", active_decode_blocks=" + std::to_string(c.active_decode_blocks) + ")";
       });
-  py::class_<PrefixMatch>(m, "PrefixMatch", "A candidate's cached prefix per tier, in blocks.")
+  WithEq(
+      py::class_<PrefixMatch>(m, "PrefixMatch", "A candidate's cached prefix per tier, in blocks."))
       .def(py::init([](uint32_t gpu, uint32_t cpu, uint32_t disk, uint32_t shared) {
              return PrefixMatch{gpu, cpu, disk, shared};
            }),
@@ -166,7 +176,8 @@ void DefineRouting(py::module_& m) {
       .def_readwrite("cpu", &PrefixMatch::cpu)
       .def_readwrite("disk", &PrefixMatch::disk)
       .def_readwrite("shared", &PrefixMatch::shared);
-  py::class_<RoutingOptions>(m, "RoutingOptions", "The route cost's weights (docs/routing.md).")
+  WithEq(py::class_<RoutingOptions>(m, "RoutingOptions",
+                                    "The route cost's weights (docs/routing.md)."))
       .def(py::init([](double gpu, double cpu, double disk, double shared, double prefill_scale,
                        double decode_scale, double temperature, std::optional<uint64_t> seed) {
              RoutingOptions o;
@@ -189,7 +200,8 @@ void DefineRouting(py::module_& m) {
       .def_readonly("decode_scale", &RoutingOptions::decode_scale)
       .def_readonly("temperature", &RoutingOptions::temperature)
       .def_readonly("seed", &RoutingOptions::seed);
-  py::class_<ScoredCandidate>(m, "ScoredCandidate", "A candidate's score and its breakdown.")
+  WithEq(
+      py::class_<ScoredCandidate>(m, "ScoredCandidate", "A candidate's score and its breakdown."))
       .def_readonly("index", &ScoredCandidate::index)
       .def_readonly("candidate", &ScoredCandidate::candidate)
       .def_readonly("matched", &ScoredCandidate::matched)
@@ -211,7 +223,7 @@ void DefineRouting(py::module_& m) {
                ", cost=" + std::to_string(s.cost) + ", gpu_blocks=" + std::to_string(s.gpu_blocks) +
                ")";
       });
-  py::class_<RoutingAnswer>(m, "RoutingAnswer", "Candidates ranked: the pick first.")
+  WithEq(py::class_<RoutingAnswer>(m, "RoutingAnswer", "Candidates ranked: the pick first."))
       .def_readonly("revision", &RoutingAnswer::revision)
       .def_readonly("prompt_blocks", &RoutingAnswer::prompt_blocks)
       .def_readonly("blocks_found", &RoutingAnswer::blocks_found)
@@ -283,13 +295,14 @@ void DefineEvents(py::module_& m) {
                ", events=" + std::to_string(a.events) + ", blocks=" + std::to_string(a.blocks) +
                ")";
       });
-  py::class_<HeartbeatAnswer>(m, "HeartbeatAnswer")
+  WithEq(py::class_<HeartbeatAnswer>(m, "HeartbeatAnswer"))
       .def_readonly("holders", &HeartbeatAnswer::holders)
       .def_readonly("ttl_seconds", &HeartbeatAnswer::ttl_seconds);
 }
 
 void DefineCopiesAndFeed(py::module_& m) {
-  py::class_<BlockCopy>(m, "BlockCopy", "One copy of a block: holder, tier, depth, location.")
+  WithEq(
+      py::class_<BlockCopy>(m, "BlockCopy", "One copy of a block: holder, tier, depth, location."))
       .def_readonly("context", &BlockCopy::context)
       .def_readonly("holder", &BlockCopy::holder)
       .def_readonly("tier", &BlockCopy::tier)
@@ -297,10 +310,11 @@ void DefineCopiesAndFeed(py::module_& m) {
       .def_readonly("refcount", &BlockCopy::refcount)
       .def_readonly("engine_hash", &BlockCopy::engine_hash)
       .def_readonly("location", &BlockCopy::location);
-  py::class_<LocateAnswer>(m, "LocateAnswer")
+  WithEq(py::class_<LocateAnswer>(m, "LocateAnswer"))
       .def_readonly("revision", &LocateAnswer::revision)
       .def_readonly("copies", &LocateAnswer::copies);
-  py::class_<SnapshotCopy>(m, "SnapshotCopy", "A copy in a snapshot; copy.context is empty.")
+  WithEq(
+      py::class_<SnapshotCopy>(m, "SnapshotCopy", "A copy in a snapshot; copy.context is empty."))
       .def_readonly("key", &SnapshotCopy::key)
       .def_readonly("copy", &SnapshotCopy::copy);
   py::class_<ContextSnapshot>(m, "ContextSnapshot", "Every copy of one context at a revision.")
@@ -314,7 +328,7 @@ void DefineCopiesAndFeed(py::module_& m) {
       .value("CLEARED", FeedOp::kCleared)
       .value("EVICTED", FeedOp::kEvicted)
       .value("EXPIRED", FeedOp::kExpired);
-  py::class_<FeedRecord>(m, "FeedRecord", "One applied change to the map (docs/feed.md).")
+  WithEq(py::class_<FeedRecord>(m, "FeedRecord", "One applied change to the map (docs/feed.md)."))
       .def_readonly("revision", &FeedRecord::revision)
       .def_readonly("op", &FeedRecord::op)
       .def_readonly("context", &FeedRecord::context)

@@ -1,0 +1,182 @@
+"""kvatlas.Client against a real kvatlas-server: every call, its errors, the Writer's
+exactly-once numbering, the GIL being released while a call waits."""
+
+import threading
+import time
+
+import pytest
+
+import kvatlas
+
+CTX = kvatlas.Context("m", 4)
+H = kvatlas.BlockHasher()
+
+
+def keys(tokens):
+    return H.sequence_hashes(tokens, CTX.block_size)
+
+
+def store(client, holder, tokens, **fields):
+    return client.ingest([kvatlas.stored(CTX, holder, keys(tokens), **fields)])
+
+
+def test_ingest_and_lookup_by_tokens_and_hashes(client):
+    tokens = list(range(1, 17))  # 4 blocks
+    answer = store(client, "a", tokens[:12])
+    assert answer.events == 1 and answer.blocks == 3 and answer.revision > 0
+    store(client, kvatlas.Holder("b", 1), tokens[:4], medium="cpu")
+
+    by_hash = client.lookup(CTX, hashes=keys(tokens), min_revision=answer.revision)
+    by_tokens = client.lookup(CTX, tokens=tokens)
+    assert by_hash.blocks_queried == 4 and by_hash.blocks_found == 3
+    assert by_tokens.instances == by_hash.instances
+    assert by_hash.instance("a").blocks.gpu == 3
+    b = by_hash.instance("b")
+    assert b.blocks.gpu == 0 and b.blocks.cpu == 1 and b.dp_ranks[0].dp_rank == 1
+    assert by_hash.instance("nobody") is None
+    only_a = client.lookup(CTX, hashes=keys(tokens), instance_id="a")
+    assert [i.instance_id for i in only_a.instances] == ["a"]
+
+    removed = client.ingest([kvatlas.removed(CTX, "a", keys(tokens)[2:3])])
+    assert client.lookup(CTX, tokens=tokens, min_revision=removed.revision).instance(
+        "a").blocks.gpu == 2
+    client.ingest([kvatlas.cleared(CTX, "a")])
+    assert client.lookup(CTX, tokens=tokens, linearizable=True).instance("a") is None
+
+
+def test_errors_carry_the_server_code(client):
+    with pytest.raises(kvatlas.Error) as e:
+        client.ingest([kvatlas.stored(kvatlas.Context("m", 0), "a", [1])])
+    assert e.value.code == "invalid_argument" and e.value.number == 1
+    assert "block_size" in e.value.message
+    with pytest.raises(kvatlas.Error) as e:
+        client.lookup(kvatlas.Context("", 4), hashes=[1])
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(ValueError):
+        client.lookup(CTX)  # neither tokens nor hashes
+    with pytest.raises(kvatlas.Error) as e:
+        kvatlas.Client(["127.0.0.1:1"], connect_timeout=0.5)
+    assert e.value.code == "unavailable"
+    with pytest.raises(kvatlas.Error) as e:
+        kvatlas.Client([])
+    assert e.value.code == "invalid_argument"
+
+
+def test_route_matches_the_local_scorer(client):
+    tokens = list(range(100, 132))  # 8 blocks
+    store(client, "warm", tokens[:24])
+    store(client, "cold", tokens[:4])
+    candidates = [kvatlas.Candidate("cold"), kvatlas.Candidate("warm"),
+                  kvatlas.Candidate("busy", queued_prefill_tokens=64)]
+    routed = client.route(CTX, candidates, tokens=tokens)
+    assert routed.pick == "warm" and routed.prompt_blocks == 8
+    local = kvatlas.Scorer().rank(client.lookup(CTX, tokens=tokens), candidates,
+                                  prompt_tokens=len(tokens))
+    assert [c.instance_id for c in local.ranked] == [c.instance_id for c in routed.ranked]
+    assert [c.cost for c in local.ranked] == [c.cost for c in routed.ranked]
+    # Options reach the server: with decode load dominating, the idle candidate wins.
+    heavy = [kvatlas.Candidate("warm", active_decode_blocks=1000), kvatlas.Candidate("cold")]
+    opts = kvatlas.RoutingOptions(decode_scale=1.0, cpu=0.5)
+    assert client.route(CTX, heavy, hashes=keys(tokens), options=opts).pick == "cold"
+    with pytest.raises(kvatlas.Error) as e:
+        kvatlas.RoutingOptions(gpu=1.5)
+    assert e.value.code == "invalid_argument"
+
+
+def test_writer_applies_each_batch_once(client):
+    w = client.writer("py-writer-1")
+    assert w.writer_id == "py-writer-1" and w.next_sequence == 1
+    first = w.write([kvatlas.stored(CTX, "w", keys(list(range(4))))])
+    assert w.next_sequence == 2 and not w.has_pending
+    w.settle()
+    # A resend of sequence 1 (its answer lost, say) changes nothing; sequence 2 applies.
+    before = client.stats()["applied"]["stored"]
+    client.ingest([kvatlas.stored(CTX, "w", keys(list(range(8))))],
+                  writer_id="py-writer-1", sequence=1)
+    assert client.stats()["applied"]["stored"] == before
+    assert client.lookup(CTX, tokens=list(range(8))).instance("w").blocks.gpu == 1
+    second = w.write([kvatlas.stored(CTX, "w", keys(list(range(8))))])
+    assert second.revision > first.revision
+    assert client.lookup(CTX, tokens=list(range(8))).instance("w").blocks.gpu == 2
+    with pytest.raises(kvatlas.Error) as e:
+        kvatlas.Writer(client, "bad id!").write([])
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(ValueError):
+        client.ingest([], writer_id="x")
+
+
+def test_heartbeat_stats_snapshot_locate_ping(client):
+    answer = client.heartbeat([kvatlas.Holder("a"), "b"])
+    assert answer.holders == 2 and answer.ttl_seconds == 0
+    tokens = list(range(40, 52))
+    written = store(client, "a", tokens, medium="GPU")
+    stats = client.stats()
+    assert stats["revision"] >= written.revision and stats["index"]["blocks"] == 3
+    assert stats["hash_seed"] == 1337
+    snap = client.snapshot(CTX)
+    assert snap.revision >= written.revision and snap.context == CTX
+    assert sorted(c.key for c in snap.copies) == sorted(keys(tokens))
+    assert {c.copy.holder.id for c in snap.copies} == {"a"}
+    located = client.locate(keys(tokens)[1], CTX)
+    assert len(located.copies) == 1
+    copy = located.copies[0]
+    assert copy.holder == kvatlas.Holder("a") and copy.depth == 1
+    assert copy.tier == kvatlas.Tier.GPU
+    assert client.locate(12345).copies == []
+    client.ping(timeout=2.0)
+    assert client.open_connections == 1
+    with pytest.raises(kvatlas.Error) as e:
+        client.heartbeat([""])
+    assert e.value.code == "invalid_argument"
+
+
+def test_cluster_status(client):
+    status = client.cluster_status()
+    assert status["state"] == "leader" and status["id"] == 1
+    assert [m["id"] for m in status["members"]] == [1]
+
+
+def test_closed_client_raises_unavailable(server):
+    c = kvatlas.Client([server.rpc])
+    c.close()
+    with pytest.raises(kvatlas.Error) as e:
+        c.ping()
+    assert e.value.code == "unavailable"
+    c.close()  # idempotent
+
+
+def test_calls_release_the_gil(client):
+    """A call waiting in C++ (a quiet watch's next) lets other Python threads run."""
+    stream = client.watch_stream()
+    waited = []
+    t = threading.Thread(target=lambda: waited.append(stream.next(timeout=2.0)))
+    t.start()
+    time.sleep(0.1)
+    spins = 0
+    while t.is_alive() and spins < 1000:
+        spins += 1  # runs only if the waiting thread dropped the GIL
+        client.ping()
+    assert t.is_alive(), "the waiting call returned before the other thread ran"
+    t.join()
+    assert waited == [[]]
+    stream.cancel()
+
+
+def test_threads_share_one_client(client):
+    tokens = list(range(200, 216))
+    store(client, "t", tokens)
+    errors, answers = [], []
+
+    def work():
+        try:
+            for _ in range(50):
+                answers.append(client.lookup(CTX, tokens=tokens).instance("t").blocks.gpu)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and answers == [4] * 400
