@@ -120,6 +120,7 @@ def make_handler(router):
                 return self.error(404, f"no route POST {self.path}")
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_BODY_BYTES:
+                self.close_connection = True  # the unread body must not be parsed as a request
                 return self.error(413, f"the body is over {MAX_BODY_BYTES} bytes")
             raw = self.rfile.read(length)
             try:
