@@ -99,8 +99,8 @@ int main(int argc, char** argv) {
     auto answer = (*client)->Lookup(std::move(request));
     found += answer.has_value() ? answer->blocks_found : 0;
   }
-  const double client_ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count() /
-                           double(client_iters);
+  const double client_ns =
+      std::chrono::duration<double, std::nano>(Clock::now() - start).count() / double(client_iters);
   std::printf("{\"local_index_lookup_ns\": %.1f, \"client_lookup_ns\": %.1f, \"found\": %llu}\n",
               local_ns, client_ns, static_cast<unsigned long long>(found));
   return 0;
