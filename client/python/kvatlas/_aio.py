@@ -97,7 +97,10 @@ class AsyncClient:
                     return
                 yield record
         finally:
-            await self._run(it.close)
+            try:
+                await self._run(it.close)
+            except ValueError:
+                pass  # a next() still running on the executor: it ends with the stream
 
     async def close(self) -> None:
         await self._run(self._client.close)
