@@ -10,7 +10,8 @@ compilers' default settings (no -std flag):
   1. a C++ project using find_package(kvatlas) with kvatlas::client (static) and
      kvatlas::client_shared (libkvatlas.so), and client/examples/ as documented;
   2. a C program built with `pkg-config kvatlas` (shared) and `pkg-config --static` (the
-     archive, with system libraries shared, and fully static);
+     archive, with system libraries shared, and fully static), and client/examples/ built
+     with `pkg-config kvatlas` as C++20;
   3. a Python ctypes program that opens libkvatlas.so.0 and ingests and looks up.
 Under a sanitizer build the installed libraries are instrumented, so the consumers are
 compiled with the same -fsanitize flags and the ctypes program runs with the ASan runtime
@@ -138,6 +139,14 @@ def main():
             what="C build with pkg-config --libs")
         assert "libkvatlas.so.0" in needed(c_shared), needed(c_shared)
         print(run(c_shared, endpoint, "c-shared", what="c_consumer_shared"), end="")
+        # C++ with the same flags (and the standard, which pkg-config cannot carry).
+        route_pc = os.path.join(work, "route_example_pc")
+        run(cxx, "-std=c++20", *san_flags, os.path.join(source_dir, "client", "examples",
+                                                         "route_example.cc"),
+            *cflags, *shared_libs, f"-Wl,-rpath,{lib}", "-o", route_pc,
+            what="C++ build with pkg-config --libs")
+        assert "libkvatlas.so.0" in needed(route_pc), needed(route_pc)
+        print(run(route_pc, endpoint, what="route_example (pkg-config)"), end="")
         # The archive with the system libraries shared (-l:libkvatlas.a names the archive
         # where -lkvatlas would find the .so first), and a fully static program (-static),
         # which cannot carry a sanitizer runtime.

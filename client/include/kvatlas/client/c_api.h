@@ -1,7 +1,8 @@
 /* The kvatlas C ABI: a C interface to kvatlas::Client for schedulers written in C, Rust,
- * Go or Python (ctypes/cffi). Opaque handles and plain structs only; no C++ type or
- * exception crosses it. Every function that can fail returns a kvatlas_code and, when
- * `err` is not NULL, stores a kvatlas_error the caller frees with kvatlas_error_free.
+ * Go or Python (ctypes/cffi), exported by libkvatlas.so.N and stable within that SONAME
+ * (docs/abi.md). Opaque handles and plain structs only; no C++ type or exception crosses
+ * it. Every function that can fail returns a kvatlas_code and, when `err` is not NULL,
+ * stores a kvatlas_error the caller frees with kvatlas_error_free.
  *
  * Thread-safety: a kvatlas_client may be used from many threads at once (calls pipeline
  * over its connections), except kvatlas_close, which must not race with other calls on the
@@ -74,7 +75,8 @@ KVATLAS_EXPORT kvatlas_code kvatlas_open_tls(const char* endpoints, int64_t time
                                              kvatlas_error** err);
 
 /* kvatlas_open with more options. Fields added later go at the end; zero-initialise the
- * struct ({0}) so that they take their defaults. */
+ * struct ({0}) so that they take their defaults (source compatibility; a new field is a new
+ * SONAME for binaries, docs/abi.md). */
 typedef struct kvatlas_open_options {
   const char* endpoints;          /* as kvatlas_open's */
   int64_t timeout_ms;             /* as kvatlas_open's */
