@@ -2,8 +2,9 @@
 #   kvatlas-server  the server, its systemd unit, /etc/kvatlas/kvatlas.json (a conffile),
 #                   the system user kvatlas and /var/lib/kvatlas (maintainer scripts in
 #                   deploy/debian/)
-#   kvatlas-client  the kvatlas CLI
-#   kvatlas-dev     headers, static libraries, the CMake package and pkg-config file
+#   kvatlas-client  the kvatlas CLI and the shared client library libkvatlas.so.N
+#   kvatlas-dev     headers, libkvatlas.a, the libkvatlas.so link name, the CMake package and
+#                   the pkg-config file
 # Each package is an install component (COMPONENT server / client / dev on the install
 # rules). Dependencies on shared libraries come from dpkg-shlibdeps (package dpkg-dev).
 set(CPACK_GENERATOR DEB)
@@ -34,8 +35,10 @@ set(CPACK_DEBIAN_SERVER_PACKAGE_CONTROL_EXTRA
     ${_debian}/conffiles ${_debian}/postinst ${_debian}/prerm ${_debian}/postrm)
 
 set(CPACK_DEBIAN_CLIENT_PACKAGE_NAME kvatlas-client)
+# A shlibs file for packages linking libkvatlas.so.0, and the ldconfig trigger.
+set(CPACK_DEBIAN_CLIENT_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_COMPONENT_CLIENT_DESCRIPTION
-    "kvatlas command-line client\nLookups, ingest, stats, the change feed and cluster administration.")
+    "kvatlas command-line client and client library\nLookups, ingest, stats, the change feed and cluster administration; libkvatlas.so\n(the C ABI, docs/abi.md).")
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME kvatlas-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)

@@ -81,8 +81,10 @@ def check_packages(debs):
             assert os.access(os.path.join(control, script), os.X_OK), script
     client = run("dpkg-deb", "-c", debs["kvatlas-client"]).stdout
     assert "./usr/bin/kvatlas\n" in client, client
+    assert "/libkvatlas.so.0" in client, client
     dev = run("dpkg-deb", "-c", debs["kvatlas-dev"]).stdout
-    for path in ("/usr/include/kvatlas/client/client.h", "/kvatlasConfig.cmake", "/kvatlas.pc"):
+    for path in ("/usr/include/kvatlas/client/client.h", "/kvatlasConfig.cmake", "/kvatlas.pc",
+                 "/libkvatlas.a", "/libkvatlas.so "):
         assert path in dev, (path, dev)
     print(f"packages: {', '.join(sorted(debs))} {fields['Version']} ({fields['Architecture']}); "
           f"server depends: {depends}")
