@@ -9,13 +9,16 @@ the leader's page must load with no console error, exception or CSP violation, s
 leader and the 3 members with their lag, an engine stream with its gap, and its numbers
 (index entries, ingest, lookup and prefix-hit rates) must move while the test ingests and
 looks up; a follower's page must
-show the same leader and link to the leader's dashboard. A screenshot of the leader's page
+show the same leader and link to the leader's dashboard. Then, on a server with access
+control on, the page (which needs no token) must say that a token is needed, and show the
+server once one is typed into its token field. A screenshot of the leader's page
 is written to OUTPUT_DIR/dashboard_test.png (the path is printed). Bounded: about 30 s,
 90 s at most. Exits 77 (skipped) only when Chromium is not installed (scripts/setup
 installs the Debian package chromium).
 """
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -206,6 +209,40 @@ def add_engine_stream(leader):
     return fake
 
 
+def start_server_with_token(binary, root):
+    """A single server with access control on: (process, base URL, a read token)."""
+    data = os.path.join(root, "auth-server")
+    os.makedirs(data)
+    token = "kvt_" + os.urandom(32).hex()
+    with open(os.path.join(data, "tokens"), "w") as f:
+        f.write(f"dash:read:{hashlib.sha256(token.encode()).hexdigest()}\n")
+    log = open(os.path.join(data, "server.log"), "wb")
+    proc = subprocess.Popen([binary, "--data-dir", data, "--http-listen", "127.0.0.1:0",
+                             "--rpc-listen", "127.0.0.1:0", "--token-file",
+                             os.path.join(data, "tokens")], stdout=log, stderr=log)
+    log.close()
+    addr = os.path.join(data, "http.addr")
+    deadline = time.time() + WAIT_S
+    while not (os.path.exists(addr) and os.path.getsize(addr) > 0):
+        assert proc.poll() is None and time.time() < deadline, "the server did not start"
+        time.sleep(0.02)
+    with open(addr) as f:
+        return proc, "http://" + f.read().strip(), token
+
+
+def check_token_entry(browser, base, token):
+    """Without a token the page says one is needed; typed in, it is used."""
+    browser.navigate(base + "/?interval=300")
+    browser.wait_for("that a token is needed", text("#status"),
+                     lambda v: "needs a token" in (v or ""))
+    browser.evaluate("document.getElementById('token').focus()")
+    browser.call("Input.insertText", text=token)
+    browser.evaluate("document.getElementById('token-form').requestSubmit()")
+    browser.wait_for("the server, with the token", text("#leader"), lambda v: v == "server 1")
+    assert browser.evaluate("sessionStorage.getItem('kvatlas-token')") == token
+    assert browser.evaluate("document.getElementById('token').value") == ""
+
+
 def main():
     binary, out_dir = sys.argv[1], sys.argv[2]
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -220,7 +257,7 @@ def main():
     signal.alarm(TOTAL_S)
     started = time.time()
     root = tempfile.mkdtemp(prefix="kvatlas-dashboard-")
-    cluster = browser = load = fake = None
+    cluster = browser = load = fake = auth_server = None
     try:
         cluster = h.Cluster(binary)
         leader = cluster.leader()
@@ -284,6 +321,13 @@ def main():
 
         errors = browser.errors()
         assert not errors, "the page reported errors:\n" + json.dumps(errors, indent=1)
+
+        # Access control on: 401s until the token is typed in (those are logged as failed
+        # loads, and are the only errors allowed here).
+        auth_server, auth_base, token = start_server_with_token(binary, root)
+        check_token_entry(browser, auth_base, token)
+        errors = [e for e in browser.errors()[len(errors):] if "401" not in e.get("text", "")]
+        assert not errors, "the page reported errors:\n" + json.dumps(errors, indent=1)
         print(f"  screenshot: {shot}", flush=True)
         print(f"  page weight: {sum(n for _, n in weight):,} bytes "
               f"({', '.join(f'{p} {n:,}' for p, n in weight)}); DOMContentLoaded "
@@ -303,6 +347,9 @@ def main():
             browser.close()
         if cluster is not None:
             cluster.cleanup()
+        if auth_server is not None:
+            auth_server.kill()
+            auth_server.wait(timeout=10)
         shutil.rmtree(root, ignore_errors=True)
     print("PASS dashboard_test", flush=True)
 

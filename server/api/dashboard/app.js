@@ -164,7 +164,12 @@
   const get = async (path, asText) => {
     const headers = {};
     if (token()) headers.Authorization = 'Bearer ' + token();
-    const response = await fetch(path, {headers, cache: 'no-store'});
+    let response;
+    try {
+      response = await fetch(path, {headers, cache: 'no-store'});
+    } catch (e) {
+      throw new HttpError(path, 0, 'unreachable (' + e.message + ')');
+    }
     if (!response.ok) {
       let message = response.statusText;
       try {
@@ -323,6 +328,8 @@
         status.textContent = (e instanceof HttpError && e.status === 401) ?
             'This server needs a token (read role): enter it above.' :
             'Cannot read the server: ' + e.message;
+        // Anything but an HTTP answer or an unreachable server is a bug of this page.
+        if (!(e instanceof HttpError)) console.error(e);
       }
     }
     setTimeout(tick, intervalMs);
