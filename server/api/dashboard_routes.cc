@@ -64,9 +64,8 @@ Result<HttpReply> ServeFile(const RouteRequest& request, std::string_view name) 
 void AddDashboardRoutes(Router* router) {
   router->Add({"GET", "/", RouteAccess::kOpen,
                [](const RouteRequest& request) { return ServeFile(request, "index.html"); }});
-  router->Add({"GET", "/dashboard/{file}", RouteAccess::kOpen, [](const RouteRequest& request) {
-                 return ServeFile(request, request.path_param);
-               }});
+  router->Add({"GET", "/dashboard/{file}", RouteAccess::kOpen,
+               [](const RouteRequest& request) { return ServeFile(request, request.path_param); }});
 }
 
 }  // namespace kvatlas::server

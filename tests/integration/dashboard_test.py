@@ -197,16 +197,16 @@ def check_cluster_view(browser, leader, nodes):
 def add_engine_stream(leader):
     """A fake vLLM engine registered on the leader, with one sequence gap (replayed)."""
     fake = z.Fake()
-    status, body = leader.request("POST", "/register", {
-        "endpoint": fake.endpoint, "replay_endpoint": fake.replay_endpoint, "type": "vLLM",
-        "modelname": "engine-model", "instance_id": "e1", "block_size": z.BS})
-    assert status == 200, body
-    assert fake.cmd(op="wait_peer", count=1, timeout_ms=5000)["ok"]
-    fake.store(z.PROMPT[:z.BS])
-    fake.cmd(op="drop_next")
-    fake.store(z.PROMPT[:2 * z.BS], from_block=1)
-    fake.store(z.PROMPT[:3 * z.BS], from_block=2)
-    return fake
+    try:
+        fake.register_on(leader, model="engine-model")
+        fake.store(z.PROMPT[:z.BS])
+        fake.cmd(op="drop_next")
+        fake.store(z.PROMPT[:2 * z.BS], from_block=1)
+        fake.store(z.PROMPT[:3 * z.BS], from_block=2)
+        return fake
+    except BaseException:
+        fake.close()
+        raise
 
 
 def start_server_with_token(binary, root):
