@@ -286,7 +286,16 @@
   let previous = null;  // {time, events, lookups, queried, matched} of the last sample
   let updates = 0;
 
-  const rate = (now, key) => previous ? (now[key] - previous[key]) / ((now.time - previous.time) / 1000) : null;
+  // Per second since the previous sample; null without one, or when the counter went back
+  // (the server restarted).
+  const delta = (now, key) => {
+    const d = previous ? now[key] - previous[key] : -1;
+    return d >= 0 ? d : null;
+  };
+  const rate = (now, key) => {
+    const d = delta(now, key);
+    return d === null ? null : d / Math.max(0.001, (now.time - previous.time) / 1000);
+  };
 
   const refresh = async () => {
     const [cluster, stats, streams, contexts, metricsText] = await Promise.all([
@@ -306,8 +315,9 @@
     renderContexts(contexts.contexts);
     charts.ingest.push(rate(now, 'events'));
     charts.lookups.push(rate(now, 'lookups'));
-    const queried = previous ? now.queried - previous.queried : 0;
-    charts.hits.push(queried > 0 ? (now.matched - previous.matched) / queried : null);
+    const queried = delta(now, 'queried');
+    const matched = delta(now, 'matched');
+    charts.hits.push(queried > 0 && matched !== null ? matched / queried : null);
     charts.memory.push(stats.index.memory_bytes);
     charts.entries.push(stats.index.entries);
     charts.applyLag.push(metricSum(metrics, 'kvatlas_raft_apply_lag_entries'));
