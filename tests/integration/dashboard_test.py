@@ -46,7 +46,11 @@ class Browser:
     Every console message, exception and log entry it reports is kept in `events`."""
 
     def __init__(self, chromium, root):
-        import websocket  # noqa: PLC0415 - Debian python3-websocket (scripts/setup)
+        try:
+            import websocket  # noqa: PLC0415 - only once Chromium is known to be there
+        except ImportError as e:
+            raise AssertionError("python3-websocket is not installed (scripts/setup installs "
+                                 "it with chromium)") from e
         self.profile = os.path.join(root, "chromium-profile")
         self.log_path = os.path.join(root, "chromium.log")
         self.log = open(self.log_path, "wb")

@@ -4,6 +4,10 @@
 #include <doctest/doctest.h>
 #include <httplib.h>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 #include <regex>
 #include <set>
 #include <string>
@@ -75,19 +79,35 @@ TEST_SUITE("Dashboard") {
     CHECK(client.Head("/dashboard/app.js")->status == 200);
   }
 
+  // Over one keep-alive connection with Beast's client, which reads a 304 as RFC 9112 says
+  // (no body, whatever the headers). cpp-httplib 0.11's client waits for the connection to
+  // close instead: none of kvatlas's clients sends If-None-Match.
   TEST_CASE("Dashboard: an unchanged file is a 304 by its ETag, on a connection that goes on") {
+    namespace http = boost::beast::http;
     DashboardServer s;
-    httplib::Client client = s.Client();
-    client.set_keep_alive(true);
-    const std::string etag = client.Get("/dashboard/app.css")->get_header_value("ETag");
-    const auto again = client.Get("/dashboard/app.css", {{"If-None-Match", etag}});
-    REQUIRE(again);
-    CHECK(again->status == 304);
-    CHECK(again->body.empty());
-    CHECK(again->get_header_value("ETag") == etag);
-    CHECK(client.Get("/dashboard/app.css", {{"If-None-Match", "\"0000\""}})->status == 200);
-    CHECK(client.Get("/", {{"If-None-Match", etag}})->status == 200);  // another file's tag
-    CHECK(client.Get("/dashboard/app.css")->status == 200);  // the same connection still serves
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::socket socket(io);
+    socket.connect({boost::asio::ip::make_address("127.0.0.1"), s.server.port()});
+    boost::beast::flat_buffer buffer;
+    const auto get = [&](const std::string& path, const std::string& if_none_match) {
+      http::request<http::empty_body> request(http::verb::get, path, 11);
+      request.set(http::field::host, "127.0.0.1");
+      if (!if_none_match.empty()) request.set(http::field::if_none_match, if_none_match);
+      http::write(socket, request);
+      http::response<http::string_body> response;
+      http::read(socket, buffer, response);
+      return response;
+    };
+    const std::string etag(get("/dashboard/app.css", "")[http::field::etag]);
+    const auto again = get("/dashboard/app.css", etag);
+    CHECK(again.result_int() == 304);
+    CHECK(again.body().empty());
+    CHECK(again[http::field::etag] == etag);
+    CHECK(again.count(http::field::content_length) == 0);
+    CHECK(get("/dashboard/app.css", "\"0000\"").result_int() == 200);
+    CHECK(get("/", etag).result_int() == 200);  // another file's tag
+    CHECK(get("/dashboard/app.css", "W/" + etag + ", \"x\"").result_int() == 304);
+    CHECK(get("/dashboard/app.css", "").body() == File("app.css"));  // the connection goes on
   }
 
   TEST_CASE("Dashboard: a 304 names no Content-Length") {
