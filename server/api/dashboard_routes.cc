@@ -30,7 +30,7 @@ std::string ContentType(std::string_view name) {
 
 // Whether an If-None-Match header names `etag` (a list of quoted tags, weak ones included,
 // or "*").
-bool Matches(std::string_view if_none_match, std::string_view etag) {
+bool NamesTag(std::string_view if_none_match, std::string_view etag) {
   if (if_none_match.find('*') != std::string_view::npos) return true;
   return !if_none_match.empty() && if_none_match.find(etag) != std::string_view::npos;
 }
@@ -42,7 +42,7 @@ Result<HttpReply> ServeFile(const RouteRequest& request, std::string_view name) 
     if (file.name != name) continue;
     HttpReply reply;
     const std::string etag = "\"" + std::string(file.sha256) + "\"";
-    if (Matches(request.http.get_header_value("If-None-Match"), etag)) {
+    if (NamesTag(request.http.get_header_value("If-None-Match"), etag)) {
       reply.status = 304;
     } else {
       reply.body = std::string(file.bytes);
