@@ -461,11 +461,7 @@ def case_engine_stream_fails_over(binary):
     fake = z.Fake()
     try:
         leader = cluster.leader()
-        status, body = leader.request("POST", "/register", {
-            "endpoint": fake.endpoint, "replay_endpoint": fake.replay_endpoint, "type": "vLLM",
-            "modelname": "m", "instance_id": "e1", "block_size": z.BS})
-        assert status == 200, body
-        assert fake.cmd(op="wait_peer", count=1, timeout_ms=5000)["ok"]
+        fake.register_on(leader)
         fake.store(z.PROMPT[:2 * z.BS])
 
         def gpu(node):
