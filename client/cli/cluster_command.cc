@@ -61,7 +61,7 @@ void PrintStatus(const json& s) {
 
 int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* usage) {
   if (args.positional.empty())
-    return Usage("give a subcommand: status, add, remove, transfer", usage);
+    return Usage("give a subcommand: status, ready, add, remove, transfer", usage);
   const std::string& sub = args.positional[0];
   const size_t operands = args.positional.size() - 1;
   std::string method = "POST";
@@ -71,6 +71,11 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* 
     if (operands != 0) return Usage("status takes no arguments", usage);
     method = "GET";
     path = "/v1/cluster";
+  } else if (sub == "ready") {
+    // GET /readyz needs no token: container health checks run this without one.
+    if (operands != 0) return Usage("ready takes no arguments", usage);
+    method = "GET";
+    path = "/readyz";
   } else if (sub == "add") {
     const std::optional<uint64_t> id = operands == 2 ? ParseId(args.positional[1]) : std::nullopt;
     if (!id || !SplitHostPort(args.positional[2])) {
@@ -92,7 +97,8 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* 
     }
     path = "/v1/cluster/transfer";
   } else {
-    return Usage("unknown subcommand \"" + sub + "\" (status, add, remove, transfer)", usage);
+    return Usage("unknown subcommand \"" + sub + "\" (status, ready, add, remove, transfer)",
+                 usage);
   }
 
   const char* env = std::getenv("KVATLAS_HTTP");
@@ -137,6 +143,8 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* 
   }
   if (sub == "status") {
     PrintStatus(answer);
+  } else if (sub == "ready") {
+    std::printf("ready (revision %s)\n", Text(answer.value("revision", json())).c_str());
   } else if (sub == "add") {
     std::printf("added server %s (raft %s) as a voter\n",
                 Text(answer.value("added", json())).c_str(),

@@ -58,9 +58,12 @@ commands:
       every copy of one block key (decimal or 0x-hex), in one context or all
   ping
       round-trip time to the server
-  cluster status | add ID RAFT_ADDRESS | remove ID | transfer [ID]  [--http HOST:PORT] [--json]
+  cluster status | ready | add ID RAFT_ADDRESS | remove ID | transfer [ID]
+          [--http HOST:PORT] [--json]
       the raft cluster over the REST admin API (not the binary protocol): members, leader
-      and addresses; add or remove a server; hand leadership to server ID (or any voter).
+      and addresses; whether this server takes writes now (GET /readyz, no token needed;
+      exit 1 with the reason if not: a container health check); add or remove a server;
+      hand leadership to server ID (or any voter).
       The REST address defaults to $KVATLAS_HTTP, else 127.0.0.1:7070; any server will do
       (followers forward changes to the leader)
   watch [--from REV|now] [--model M] [--block-size N] [--tenant T] [--lora L] [--salt S]

@@ -19,7 +19,7 @@ using protocol::MessageType;
 
 // What a WatchStream and its call's frame callback share. The callback runs on the client's
 // I/O thread; Next/ResumeFrom/Cancel on the application's threads.
-class WatchStream::State {
+class KVATLAS_NO_EXPORT WatchStream::State {
  public:
   State(Client::Impl* impl, uint64_t id, size_t max_queued_keys)
       : impl_(impl), id_(id), max_queued_keys_(max_queued_keys) {}

@@ -50,7 +50,7 @@ namespace client {
 class LeaderRedirector;
 }
 
-class Client::Impl {
+class KVATLAS_NO_EXPORT Client::Impl {
  public:
   // Receives the answer frame (status OK, the request's type) or the call's failure.
   using Done = std::function<void(Result<protocol::Frame>)>;

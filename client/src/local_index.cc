@@ -49,7 +49,7 @@ struct ContextReplica {
   std::thread thread;
 };
 
-class LocalIndex::Impl {
+class KVATLAS_NO_EXPORT LocalIndex::Impl {
  public:
   explicit Impl(LocalIndexOptions options) : options_(std::move(options)) {
     start_ns_ = Nanos(Clock::now());

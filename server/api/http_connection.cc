@@ -80,7 +80,9 @@ bool IsDisconnect(const error_code& ec) {
 
 std::string SerializeReply(const HttpReply& reply, bool head, bool keep_alive) {
   std::string out = StatusLine(reply.status) + HeaderLines(reply);
-  out += "Content-Length: " + std::to_string(reply.body.size()) + "\r\n";
+  // A 304 has no body and must not claim a length other than the unsent 200's
+  // (RFC 9110 §8.6): it names none.
+  if (reply.status != 304) out += "Content-Length: " + std::to_string(reply.body.size()) + "\r\n";
   out += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
   if (!head) out += reply.body;
   return out;

@@ -4,6 +4,7 @@
 #include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -63,6 +64,10 @@ nlohmann::json ClusterViewJson(const ClusterView& view) {
     if (it == view.addresses.end() || (it->second.*field).empty()) return nlohmann::json(nullptr);
     return nlohmann::json(it->second.*field);
   };
+  // Known on the leader only (replicated_log.h): null elsewhere.
+  const auto optional = [](std::optional<uint64_t> v) {
+    return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  };
   nlohmann::json members = nlohmann::json::array();
   for (const ClusterMember& m : s.members) {
     const bool self = m.id == s.id;
@@ -74,7 +79,9 @@ nlohmann::json ClusterViewJson(const ClusterView& view) {
                        {"state", self                  ? nlohmann::json(s.state)
                                  : m.id == s.leader_id ? nlohmann::json("leader")
                                                        : nlohmann::json(nullptr)},
-                       {"applied_index", self ? nlohmann::json(s.applied_index) : nullptr}});
+                       {"applied_index", self ? nlohmann::json(s.applied_index) : nullptr},
+                       {"match_index", optional(m.match_index)},
+                       {"lag_entries", optional(MemberLagEntries(s, m))}});
   }
   nlohmann::json out = {{"id", s.id},
                         {"state", s.state},

@@ -186,9 +186,9 @@ void RenderCluster(std::string* out, const ClusterStatus& c) {
          "Leader only: log entries each member lacks (leader's last index - member's match "
          "index).");
   for (const ClusterMember& m : c.members) {
-    if (!m.match_index) continue;
-    Sample(out, kLag, Label("member", std::to_string(m.id)),
-           d(c.last_index > *m.match_index ? c.last_index - *m.match_index : 0));
+    if (const std::optional<uint64_t> lag = MemberLagEntries(c, m)) {
+      Sample(out, kLag, Label("member", std::to_string(m.id)), d(*lag));
+    }
   }
 }
 

@@ -70,6 +70,14 @@ struct ClusterStatus {
   std::vector<ClusterMember> members;
 };
 
+// On the leader: the log entries `member` lacks (the leader's last index - its match
+// index; 0 for the leader itself); unset where its match index is.
+[[nodiscard]] inline std::optional<uint64_t> MemberLagEntries(const ClusterStatus& status,
+                                                              const ClusterMember& member) {
+  if (!member.match_index) return std::nullopt;
+  return status.last_index > *member.match_index ? status.last_index - *member.match_index : 0;
+}
+
 // Counters and latency histograms of the log since this process started (GET /metrics).
 struct LogMetrics {
   // Times this server saw the leader change to another known server (sampled with the

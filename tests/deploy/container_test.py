@@ -15,6 +15,7 @@ first server's published REST port, writes through a follower and reads it back,
 the cluster down. Elsewhere that part is skipped (exit 77) with the reason.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -64,6 +65,8 @@ def check_recipe():
         volumes = service["volumes"]
         assert f"{name}:/var/lib/kvatlas" in volumes, volumes
         assert f"./cluster.secret:{config['cluster_secret_file']}:ro" in volumes, volumes
+        assert f"./tokens:{config['token_file']}:ro" in volumes, volumes
+        assert service["healthcheck"]["test"][1:4] == ["kvatlas", "cluster", "ready"]
         assert service["environment"]["KVATLAS_INITIAL_MEMBERS"] == "3"
     print("recipe and compose file: checked")
 
@@ -88,10 +91,14 @@ def engine():
     return None, reason
 
 
+TOKEN = "kvt_" + os.urandom(24).hex()
+
+
 def http(method, url, body=None):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json",
+                                          "Authorization": f"Bearer {TOKEN}"})
     with urllib.request.urlopen(req, timeout=5) as resp:
         return json.loads(resp.read())
 
@@ -103,6 +110,10 @@ def build_and_run(path):
     with open(secret, "w") as f:
         f.write(os.urandom(32).hex() + "\n")
     os.chmod(secret, 0o444)
+    tokens = os.path.join(CONTAINER, "tokens")
+    with open(tokens, "w") as f:
+        f.write(f"test:admin:{hashlib.sha256(TOKEN.encode()).hexdigest()}\n")
+    os.chmod(tokens, 0o444)
     compose = [path, "compose", "-f", os.path.join(CONTAINER, "compose.yaml"), "-p",
                "kvatlas-test"]
     try:
@@ -128,6 +139,7 @@ def build_and_run(path):
     finally:
         subprocess.run([*compose, "down", "-v"], timeout=300)
         os.remove(secret)
+        os.remove(tokens)
 
 
 def main():

@@ -87,7 +87,8 @@ def main():
         config = os.path.join(tmp, "kvatlas.json")
         with open(config, "w") as f:
             json.dump({"data_dir": os.path.join(tmp, "data"), "http_listen": "0.0.0.0:7070",
-                       "cluster_id": "c", "cluster_secret_file": "/etc/kvatlas/c.secret"}, f)
+                       "cluster_id": "c", "cluster_secret_file": "/etc/kvatlas/c.secret",
+                       "token_file": "/etc/kvatlas/api/tokens"}, f)
         for hostname, raft_listen in (("kvatlas-1", ""), ("kvatlas-3", f"kvatlas-3.{DOMAIN}:7072")):
             result = run(hostname, "--print-config", path=tmp + ":/usr/bin:/bin", dry=False,
                          KVATLAS_PEER_DOMAIN=DOMAIN, KVATLAS_CONFIG=config)

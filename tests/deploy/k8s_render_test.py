@@ -133,9 +133,11 @@ def main():
     assert volumes["cluster-secret"]["secret"]["secretName"] == "kvatlas-cluster"
     assert os.path.dirname(config["cluster_secret_file"]) == mounts["cluster-secret"]
     assert config["cluster_id"]
-    assert volumes["api-secret"]["secret"] == {"secretName": "kvatlas-api", "optional": True,
-                                               "defaultMode": 0o400}
+    # Access control on: the tokens come from the Secret kvatlas-api, which the pods need.
+    assert volumes["api-secret"]["secret"] == {"secretName": "kvatlas-api", "defaultMode": 0o400}
     assert mounts["api-secret"] == "/etc/kvatlas/api"
+    assert os.path.dirname(config["token_file"]) == mounts["api-secret"], config
+    assert not config.get("insecure", False)
     # The server listens on every interface, on the container's ports.
     assert config["http_listen"] == f"0.0.0.0:{ports['http']}"
     assert config["rpc_listen"] == f"0.0.0.0:{ports['rpc']}"
@@ -169,6 +171,7 @@ def main():
             assert effective["data_dir"] == config["data_dir"]
             assert effective["cluster_secret_file"] == config["cluster_secret_file"]
             assert effective["http_listen"] == config["http_listen"]
+            assert effective["token_file"] == config["token_file"]
             print(f"{hostname}: id {effective['id']}, raft address {own}: accepted")
     print("PASS k8s_render_test")
 

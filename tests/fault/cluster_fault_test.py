@@ -461,11 +461,7 @@ def case_engine_stream_fails_over(binary):
     fake = z.Fake()
     try:
         leader = cluster.leader()
-        status, body = leader.request("POST", "/register", {
-            "endpoint": fake.endpoint, "replay_endpoint": fake.replay_endpoint, "type": "vLLM",
-            "modelname": "m", "instance_id": "e1", "block_size": z.BS})
-        assert status == 200, body
-        assert fake.cmd(op="wait_peer", count=1, timeout_ms=5000)["ok"]
+        fake.register_on(leader)
         fake.store(z.PROMPT[:2 * z.BS])
 
         def gpu(node):
@@ -582,6 +578,51 @@ def case_disk_low(binary):
         shutil.rmtree(root, ignore_errors=True)
 
 
+def case_replace_dead(binary):
+    """docs/operations.md §Replacing a dead server: a follower dies with its disk; the two
+    left keep taking writes, the dead one is removed, a new server with a new id and an
+    empty data directory is added and catches up; no acknowledged write is lost."""
+    cluster = Cluster(binary)
+    try:
+        leader = cluster.leader()
+        acked = [(i, write(leader, i)) for i in range(40)]
+        dead = next(n for n in cluster.nodes if n.id != leader.id)
+        dead.kill(signal.SIGKILL)
+        shutil.rmtree(dead.data_dir)  # the disk is gone with it
+        acked += [(i, write(leader, i)) for i in range(40, 60)]  # 2 of 3 still commit
+        assert all(rev for _, rev in acked), acked
+        status, body = leader.request("DELETE", f"/v1/cluster/members/{dead.id}")
+        assert status == 200, body
+        port = free_ports(1)[0]
+        d = os.path.join(cluster.root, "n4")
+        os.makedirs(d)
+        replacement = Node(binary, 4, cluster.nodes[0].peers, d,
+                           raft_listen=f"127.0.0.1:{port}", auth=cluster.auth)
+        replacement.start()
+        cluster.nodes.append(replacement)
+        status, body = leader.request("POST", "/v1/cluster/members",
+                                      {"id": 4, "raft_address": f"127.0.0.1:{port}"})
+        assert status == 200, body
+        live = [n for n in cluster.nodes if n.alive()]
+        deadline = time.time() + DEADLINE_S  # promoted once it caught up
+        while True:
+            members = leader.request("GET", "/v1/cluster")[1]["members"]
+            roles = {m["id"]: m["role"] for m in members}
+            if roles == {n.id: "voter" for n in live}:
+                break
+            assert time.time() < deadline, members
+            time.sleep(0.05)
+        acked += [(i, write(leader, i)) for i in range(60, 80)]
+        assert all(rev for _, rev in acked), acked
+        check_acked(cluster, acked, live)
+        # The new voter counts: with the old leader gone, the other two elect and serve.
+        leader.kill(signal.SIGKILL)
+        survivor = cluster.leader(exclude=(leader.id,))
+        assert write(survivor, 80), "a write after losing the old leader"
+    finally:
+        cluster.cleanup()
+
+
 CASES = {
     "replicate": case_replicate_and_follower_refuses,
     "addresses": case_addresses_cli_and_client,
@@ -590,6 +631,7 @@ CASES = {
     "rebuild": case_rebuild_from_log,
     "engine_failover": case_engine_stream_fails_over,
     "membership": case_membership,
+    "replace_dead": case_replace_dead,
     "disk_low": case_disk_low,
 }
 

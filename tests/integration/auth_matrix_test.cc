@@ -55,6 +55,8 @@ std::vector<RouteCase> RestRoutes(uint64_t self_id, const std::string& self_http
   return {
       {"GET", "/healthz", nullptr, Access::kOpen},
       {"GET", "/readyz", nullptr, Access::kOpen},
+      {"GET", "/", nullptr, Access::kOpen},  // the dashboard: no data in it
+      {"GET", "/dashboard/app.js", nullptr, Access::kOpen},
       {"GET", "/metrics", nullptr, Access::kRead},
       {"POST", "/v1/events", json::array({kEvent}), Access::kWrite},
       {"POST", "/v1/heartbeat", {{"holders", {{{"instance_id", "vllm-0"}}}}}, Access::kWrite},

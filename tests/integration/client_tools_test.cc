@@ -93,6 +93,10 @@ TEST_SUITE("Integration.ClientTools") {
     const Run no_cluster = RunProgram({cli, "cluster", "status", "--http", http});
     CHECK(no_cluster.exit_code == 1);
     CHECK(no_cluster.output.find("HTTP 401 unauthenticated") != std::string::npos);
+    // A container health check: /readyz needs no token.
+    const Run ready = RunProgram({cli, "cluster", "ready", "--http", http});
+    CHECK_MESSAGE(ready.exit_code == 0, ready.output);
+    CHECK(ready.output.find("ready (revision ") != std::string::npos);
     const Run transfer = RunProgram({cli, "cluster", "transfer", "--http", http, "--token", read});
     CHECK(transfer.exit_code == 1);
     CHECK(transfer.output.find("HTTP 403 permission_denied") != std::string::npos);

@@ -73,11 +73,7 @@ def promtool_check(promtool, text, what):
 def exercise(cluster, leader, cli):
     fake = z.Fake()
     try:
-        status, body = leader.request("POST", "/register", {
-            "endpoint": fake.endpoint, "replay_endpoint": fake.replay_endpoint, "type": "vLLM",
-            "modelname": "m", "instance_id": "e1", "block_size": z.BS})
-        assert status == 200, body
-        assert fake.cmd(op="wait_peer", count=1, timeout_ms=5000)["ok"]
+        fake.register_on(leader)
         fake.store(z.PROMPT[:z.BS])
         fake.cmd(op="drop_next")  # a sequence gap, repaired over replay
         fake.store(z.PROMPT[:2 * z.BS], from_block=1)

@@ -128,6 +128,15 @@ class Fake:
     def store(self, tokens, **extra):
         return self.cmd(op="store", tokens=tokens, block_size=BS, **extra)
 
+    def register_on(self, node, model="m", instance="e1"):
+        """Registers this engine (vLLM) on a cluster harness node (cluster_fault_test.Node:
+        request() returns (status, body)) and waits until the server subscribed."""
+        status, body = node.request("POST", "/register", {
+            "endpoint": self.endpoint, "replay_endpoint": self.replay_endpoint, "type": "vLLM",
+            "modelname": model, "instance_id": instance, "block_size": BS})
+        assert status == 200, body
+        assert self.cmd(op="wait_peer", count=1, timeout_ms=5000)["ok"]
+
     def close(self):
         if self.proc.poll() is None:
             try:

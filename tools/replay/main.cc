@@ -27,8 +27,9 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
   --trace FILE               Mooncake-format JSONL trace (default: the source tree's
                              tests/data/mooncake_synthetic_trace.jsonl)
   --server HOST:PORT         kvatlas binary-protocol address (needed by the kvatlas policy)
-  --policies LIST            comma-separated: round-robin, random, least-loaded, kvatlas,
-                             kvatlas-local (default: round-robin,random,least-loaded,kvatlas)
+  --policies LIST            comma-separated: round-robin, random, least-loaded,
+                             prefix-oracle, kvatlas, kvatlas-local (default:
+                             round-robin,random,least-loaded,prefix-oracle,kvatlas)
   --limit N                  replay only the first N requests (default: all)
   --instances N              simulated instances (8)
   --gpu-blocks N             GPU capacity per instance, in 512-token blocks (2000)
@@ -54,7 +55,8 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
 struct Flags {
   std::string trace = KVATLAS_REPLAY_DEFAULT_TRACE;
   std::string server;
-  std::vector<std::string> policies = {"round-robin", "random", "least-loaded", "kvatlas"};
+  std::vector<std::string> policies = {"round-robin", "random", "least-loaded", "prefix-oracle",
+                                       "kvatlas"};
   size_t limit = 0;
   SimOptions sim;
   RoutingOptions routing;
@@ -94,7 +96,6 @@ Result<uint64_t> Integer(const std::string& flag, const std::string& text) {
 
 Result<Flags> ParseFlags(int argc, char** argv) {
   Flags f;
-  f.routing.decode_scale = 0.1;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--json") {
@@ -236,6 +237,8 @@ int Run(int argc, char** argv) {
       policy = MakeRandomPolicy(flags.seed);
     } else if (name == "least-loaded") {
       policy = MakeLeastLoadedPolicy(flags.sim.block_tokens);
+    } else if (name == "prefix-oracle") {
+      policy = MakePrefixOraclePolicy(flags.sim.block_tokens);
     } else if (name == "kvatlas-local") {
       Result<std::unique_ptr<Policy>> local =
           MakeLocalScorerPolicy(flags.routing, flags.sim.block_tokens);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace kvatlas::replay {
 namespace {
@@ -16,24 +17,49 @@ double Ratio(uint64_t part, uint64_t whole) {
   return whole == 0 ? 0 : static_cast<double>(part) / static_cast<double>(whole);
 }
 
+// A policy's figures as fractions of the prefix oracle's in the same run, when it ran.
+struct VsOracle {
+  double hit_ratio = 0, ttft_p50 = 0, ttft_p99 = 0;
+};
+
+std::optional<VsOracle> AgainstOracle(const std::vector<PolicyResult>& results,
+                                      const PolicyResult& r) {
+  for (const PolicyResult& oracle : results) {
+    if (oracle.policy != "prefix-oracle") continue;
+    const auto fraction = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+    return VsOracle{fraction(r.hit_ratio, oracle.hit_ratio),
+                    fraction(r.ttft_p50_ms, oracle.ttft_p50_ms),
+                    fraction(r.ttft_p99_ms, oracle.ttft_p99_ms)};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string FormatTable(const std::vector<PolicyResult>& results) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof(line), "%-14s %8s %9s %7s %7s %7s %9s %11s %11s %11s %11s\n", "policy",
+  const bool oracle = !results.empty() && AgainstOracle(results, results[0]).has_value();
+  std::snprintf(line, sizeof(line), "%-14s %8s %9s %7s %7s %7s %9s %11s %11s %11s %11s", "policy",
                 "requests", "hit_ratio", "gpu", "cpu", "shared", "imbalance", "ttft_p50_ms",
                 "ttft_p99_ms", "lookup_p50", "lookup_p99");
   out += line;
+  out += oracle ? "  hit/oracle p50/oracle p99/oracle\n" : "\n";
   for (const PolicyResult& r : results) {
     const std::string p50 = r.has_latency ? Fixed(r.lookup_p50_us, 0) + " us" : "-";
     const std::string p99 = r.has_latency ? Fixed(r.lookup_p99_us, 0) + " us" : "-";
     std::snprintf(line, sizeof(line),
-                  "%-14s %8zu %9.3f %7.3f %7.3f %7.3f %9.2f %11.0f %11.0f %11s %11s\n",
+                  "%-14s %8zu %9.3f %7.3f %7.3f %7.3f %9.2f %11.0f %11.0f %11s %11s",
                   r.policy.c_str(), r.requests, r.hit_ratio, Ratio(r.gpu_hits, r.prompt_blocks),
                   Ratio(r.cpu_hits, r.prompt_blocks), Ratio(r.shared_hits, r.prompt_blocks),
                   r.load_imbalance, r.ttft_p50_ms, r.ttft_p99_ms, p50.c_str(), p99.c_str());
     out += line;
+    if (const std::optional<VsOracle> vs = AgainstOracle(results, r)) {
+      std::snprintf(line, sizeof(line), "  %10.3f %10.2f %10.2f", vs->hit_ratio, vs->ttft_p50,
+                    vs->ttft_p99);
+      out += line;
+    }
+    out += "\n";
   }
   return out;
 }
@@ -74,7 +100,15 @@ std::string FormatJsonLines(const std::vector<PolicyResult>& results) {
                           {"lookup_p50_us", nullptr},
                           {"lookup_p99_us", nullptr},
                           {"index_mismatches", r.mismatches},
-                          {"requests_per_instance", r.requests_per_instance}};
+                          {"requests_per_instance", r.requests_per_instance},
+                          {"hit_ratio_vs_oracle", nullptr},
+                          {"ttft_p50_vs_oracle", nullptr},
+                          {"ttft_p99_vs_oracle", nullptr}};
+    if (const std::optional<VsOracle> vs = AgainstOracle(results, r)) {
+      doc["hit_ratio_vs_oracle"] = vs->hit_ratio;
+      doc["ttft_p50_vs_oracle"] = vs->ttft_p50;
+      doc["ttft_p99_vs_oracle"] = vs->ttft_p99;
+    }
     if (r.has_latency) {
       doc["lookup_p50_us"] = r.lookup_p50_us;
       doc["lookup_p99_us"] = r.lookup_p99_us;

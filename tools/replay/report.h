@@ -13,7 +13,9 @@ namespace kvatlas::replay {
 // One JSON object per line and policy: policy, requests, hit_ratio, gpu_hits, cpu_hits,
 // shared_hits, load_imbalance, ttft_p50_ms, ttft_p99_ms, ttft_mean_ms, lookup_p50_us and
 // lookup_p99_us (null when the policy did not call kvatlas), index_mismatches,
-// requests_per_instance.
+// requests_per_instance, and hit_ratio_vs_oracle, ttft_p50_vs_oracle, ttft_p99_vs_oracle
+// (fractions of the prefix-oracle's figures in the same run; null without it). The table
+// has those three columns too when the oracle ran.
 [[nodiscard]] std::string FormatJsonLines(const std::vector<PolicyResult>& results);
 
 }  // namespace kvatlas::replay

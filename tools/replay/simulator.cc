@@ -34,6 +34,12 @@ struct Instance {
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
+// An instance's outstanding work in blocks: queued prefill plus decoding requests.
+double LoadBlocks(const InstanceView& view, uint32_t block_tokens) {
+  return static_cast<double>(view.queued_prefill_tokens) / block_tokens +
+         static_cast<double>(view.active_decode_blocks);
+}
+
 class RoundRobin final : public Policy {
  public:
   std::string_view name() const override { return "round-robin"; }
@@ -68,10 +74,37 @@ class LeastLoaded final : public Policy {
     size_t best = 0;
     double best_load = 0;
     for (size_t i = 0; i < instances.size(); ++i) {
-      const double load = static_cast<double>(instances[i].queued_prefill_tokens) / block_tokens_ +
-                          static_cast<double>(instances[i].active_decode_blocks);
+      const double load = LoadBlocks(instances[i], block_tokens_);
       if (i == 0 || load < best_load) {
         best = i;
+        best_load = load;
+      }
+    }
+    return best;
+  }
+
+ private:
+  uint32_t block_tokens_;
+};
+
+// The longest cached prefix (the simulator's own caches: what an exact index with no delay
+// would say), ties to the least loaded: the hit ratio no router can beat on this trace.
+class PrefixOracle final : public Policy {
+ public:
+  explicit PrefixOracle(uint32_t block_tokens) : block_tokens_(block_tokens) {}
+  std::string_view name() const override { return "prefix-oracle"; }
+  Result<size_t> Pick(size_t, const TraceRequest& request, std::span<const InstanceView> instances,
+                      const LruBlocks*) override {
+    size_t best = 0;
+    uint32_t best_prefix = 0;
+    double best_load = 0;
+    for (size_t i = 0; i < instances.size(); ++i) {
+      // Shared storage serves every instance alike: only the instance's own tiers differ.
+      const uint32_t prefix = instances[i].cache->Match(request.hash_ids, nullptr).total();
+      const double load = LoadBlocks(instances[i], block_tokens_);
+      if (i == 0 || prefix > best_prefix || (prefix == best_prefix && load < best_load)) {
+        best = i;
+        best_prefix = prefix;
         best_load = load;
       }
     }
@@ -204,6 +237,9 @@ std::unique_ptr<Policy> MakeRoundRobinPolicy() { return std::make_unique<RoundRo
 std::unique_ptr<Policy> MakeRandomPolicy(uint64_t seed) { return std::make_unique<Random>(seed); }
 std::unique_ptr<Policy> MakeLeastLoadedPolicy(uint32_t block_tokens) {
   return std::make_unique<LeastLoaded>(block_tokens);
+}
+std::unique_ptr<Policy> MakePrefixOraclePolicy(uint32_t block_tokens) {
+  return std::make_unique<PrefixOracle>(block_tokens);
 }
 
 }  // namespace kvatlas::replay

@@ -103,5 +103,9 @@ std::unique_ptr<Policy> MakeRandomPolicy(uint64_t seed);
 // The instance with the least queued prefill plus decode work (in blocks); ties: lowest
 // index.
 std::unique_ptr<Policy> MakeLeastLoadedPolicy(uint32_t block_tokens);
+// The instance whose cache (GPU and CPU) holds the longest prefix of the request; ties: the
+// least loaded as above. The upper bound of prefix reuse for a router with an exact index
+// and no delay (docs/routing.md §Trace replay).
+std::unique_ptr<Policy> MakePrefixOraclePolicy(uint32_t block_tokens);
 
 }  // namespace kvatlas::replay

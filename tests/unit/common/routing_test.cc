@@ -40,7 +40,9 @@ TEST_CASE("ScoreCandidates: Dynamo's cost with the default tier weights") {
   const std::vector<RouteCandidate> candidates = {Candidate("a", 32, 5), Candidate("b"),
                                                   Candidate("c", 160, 3)};
   const std::vector<PrefixMatch> matches = {{4, 6, 8, 0}, {}, {10, 10, 10, 0}};
-  const std::vector<ScoredCandidate> ranked = Score({}, 10, candidates, matches);
+  RoutingOptions dynamo;  // Dynamo's decode weight, so that the load decides here
+  dynamo.decode_scale = 1;
+  const std::vector<ScoredCandidate> ranked = Score(dynamo, 10, candidates, matches);
   REQUIRE(ranked.size() == 3);
   CHECK(ranked[0].candidate.instance_id == "b");
   CHECK(ranked[0].index == 1);
@@ -350,7 +352,7 @@ TEST_CASE("kRoute request: the documented bytes and a round trip") {
                                    "\x01\x02\x20\x05",
                                    7) +
                                Le64(1.0) + Le64(0.75) + Le64(0.25) + Le64(0.5) + Le64(1.0) +
-                               Le64(1.0) + Le64(0.0) + std::string("\x00", 1);
+                               Le64(0.1) + Le64(0.0) + std::string("\x00", 1);
   const std::string encoded = protocol::EncodeRouteRequestBinary(request);
   CHECK(encoded == expected);
   Result<RoutingRequest> decoded = protocol::DecodeRouteRequestBinary(encoded);

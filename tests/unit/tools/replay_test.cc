@@ -157,6 +157,23 @@ TEST_CASE("least-loaded and kvatlas-local pick by load and by cached prefix") {
   CHECK(r->hit_ratio > baseline->hit_ratio);
 }
 
+TEST_CASE("prefix-oracle: the longest cached prefix whatever the load, ties to the least loaded") {
+  std::unique_ptr<Policy> oracle = MakePrefixOraclePolicy(4);
+  CHECK(oracle->name() == "prefix-oracle");
+  Result<PolicyResult> r = Simulate(Timing(), SmallTrace(), *oracle);
+  REQUIRE(r.has_value());
+  // t=0: nothing cached, equal loads → inst0. t=1, t=2: inst0 holds blocks 1-2 → inst0,
+  // though it is busy until 8 and inst1 is idle. t=3: block 9 is nowhere, inst0 has work
+  // queued → inst1.
+  CHECK(r->requests_per_instance == std::vector<size_t>{3, 1});
+  CHECK(r->hit_blocks == 4);
+  CHECK(r->hit_ratio == doctest::Approx(0.5));
+  // The oracle ignores queues: t=1 waits until 8 for a prefill of nothing (TTFT 7), t=2
+  // then computes its 4 new tokens from 8 to 12 (TTFT 10).
+  CHECK(r->ttft_p50_ms == doctest::Approx(7));
+  CHECK(r->ttft_p99_ms == doctest::Approx(10));
+}
+
 TEST_CASE("kvatlas-local beats round-robin on a multi-turn synthetic trace") {
   // 15 sessions of 6 turns, each turn extending its session's prefix by 2 blocks,
   // interleaved, 1 s apart (no queues); 4 instances whose GPUs hold 4 sessions each.
@@ -233,6 +250,23 @@ TEST_CASE("Quantile and the report formats") {
   CHECK(json.find("\"lookup_p99_us\":120.0") != std::string::npos);
   CHECK(FormatCsv({r}).starts_with("policy,requests,"));
   CHECK(FormatTable({r}).find("kvatlas") != std::string::npos);
+  CHECK(FormatTable({r}).find("hit/oracle") == std::string::npos);
+  CHECK(json.find("\"hit_ratio_vs_oracle\":null") != std::string::npos);
+
+  // With the oracle in the same run: every policy's figures as fractions of its.
+  PolicyResult oracle;
+  oracle.policy = "prefix-oracle";
+  oracle.hit_ratio = 0.8;
+  oracle.ttft_p50_ms = 100;
+  oracle.ttft_p99_ms = 1000;
+  r.ttft_p50_ms = 50;
+  r.ttft_p99_ms = 1500;
+  CHECK(FormatTable({r, oracle}).find("hit/oracle") != std::string::npos);
+  CHECK(FormatTable({r, oracle}).find("0.625       0.50       1.50") != std::string::npos);
+  const std::string both = FormatJsonLines({r, oracle});
+  CHECK(both.find("\"hit_ratio_vs_oracle\":0.625") != std::string::npos);
+  CHECK(both.find("\"ttft_p50_vs_oracle\":0.5") != std::string::npos);
+  CHECK(both.find("\"ttft_p99_vs_oracle\":1.5") != std::string::npos);
 }
 
 }  // namespace

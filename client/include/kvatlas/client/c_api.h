@@ -1,7 +1,8 @@
 /* The kvatlas C ABI: a C interface to kvatlas::Client for schedulers written in C, Rust,
- * Go or Python (ctypes/cffi). Opaque handles and plain structs only; no C++ type or
- * exception crosses it. Every function that can fail returns a kvatlas_code and, when
- * `err` is not NULL, stores a kvatlas_error the caller frees with kvatlas_error_free.
+ * Go or Python (ctypes/cffi), exported by libkvatlas.so.N and stable within that SONAME
+ * (docs/abi.md). Opaque handles and plain structs only; no C++ type or exception crosses
+ * it. Every function that can fail returns a kvatlas_code and, when `err` is not NULL,
+ * stores a kvatlas_error the caller frees with kvatlas_error_free.
  *
  * Thread-safety: a kvatlas_client may be used from many threads at once (calls pipeline
  * over its connections), except kvatlas_close, which must not race with other calls on the
@@ -11,6 +12,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kvatlas/common/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,19 +42,19 @@ typedef struct kvatlas_client kvatlas_client; /* opaque */
 typedef struct kvatlas_error kvatlas_error;   /* opaque */
 
 /* The error's code and message ("field: problem"). The message lives as long as `err`. */
-kvatlas_code kvatlas_error_code(const kvatlas_error* err);
-const char* kvatlas_error_message(const kvatlas_error* err);
-void kvatlas_error_free(kvatlas_error* err); /* NULL is a no-op */
+KVATLAS_EXPORT kvatlas_code kvatlas_error_code(const kvatlas_error* err);
+KVATLAS_EXPORT const char* kvatlas_error_message(const kvatlas_error* err);
+KVATLAS_EXPORT void kvatlas_error_free(kvatlas_error* err); /* NULL is a no-op */
 /* "invalid_argument", "unavailable", ...; "unknown" for other values. Static storage. */
-const char* kvatlas_code_name(kvatlas_code code);
+KVATLAS_EXPORT const char* kvatlas_code_name(kvatlas_code code);
 
 /* Connects to `endpoints`, a comma-separated list of "host:port" (tried in order).
  * `timeout_ms` (> 0) bounds each connect attempt and is every call's deadline.
  * On success *out is a handle to release with kvatlas_close. Returns
  * KVATLAS_INVALID_ARGUMENT for a malformed list, KVATLAS_UNAVAILABLE if no endpoint
  * accepted a connection. */
-kvatlas_code kvatlas_open(const char* endpoints, int64_t timeout_ms, kvatlas_client** out,
-                          kvatlas_error** err);
+KVATLAS_EXPORT kvatlas_code kvatlas_open(const char* endpoints, int64_t timeout_ms,
+                                         kvatlas_client** out, kvatlas_error** err);
 /* TLS for kvatlas_open_tls and kvatlas_open_with (docs/security.md, TLS). Zero-initialise
  * it, then set what you need; NULL fields take the defaults. */
 typedef struct kvatlas_tls_options {
@@ -67,12 +70,13 @@ typedef struct kvatlas_tls_options {
 /* kvatlas_open over TLS 1.2 or later. A certificate the client does not trust (another CA,
  * expired, another name) fails the connect: KVATLAS_UNAVAILABLE with the reason
  * ("... certificate has expired"); unreadable files are KVATLAS_INVALID_ARGUMENT. */
-kvatlas_code kvatlas_open_tls(const char* endpoints, int64_t timeout_ms,
-                              const kvatlas_tls_options* tls, kvatlas_client** out,
-                              kvatlas_error** err);
+KVATLAS_EXPORT kvatlas_code kvatlas_open_tls(const char* endpoints, int64_t timeout_ms,
+                                             const kvatlas_tls_options* tls, kvatlas_client** out,
+                                             kvatlas_error** err);
 
 /* kvatlas_open with more options. Fields added later go at the end; zero-initialise the
- * struct ({0}) so that they take their defaults. */
+ * struct ({0}) so that they take their defaults (source compatibility; a new field is a new
+ * SONAME for binaries, docs/abi.md). */
 typedef struct kvatlas_open_options {
   const char* endpoints;          /* as kvatlas_open's */
   int64_t timeout_ms;             /* as kvatlas_open's */
@@ -81,11 +85,11 @@ typedef struct kvatlas_open_options {
 } kvatlas_open_options;
 /* As kvatlas_open (or kvatlas_open_tls with `tls`); also KVATLAS_UNAUTHENTICATED when the
  * server refuses the token. */
-kvatlas_code kvatlas_open_with(const kvatlas_open_options* options, kvatlas_client** out,
-                               kvatlas_error** err);
+KVATLAS_EXPORT kvatlas_code kvatlas_open_with(const kvatlas_open_options* options,
+                                              kvatlas_client** out, kvatlas_error** err);
 
 /* Fails calls still pending, closes the connections, frees the handle. NULL is a no-op. */
-void kvatlas_close(kvatlas_client* client);
+KVATLAS_EXPORT void kvatlas_close(kvatlas_client* client);
 
 /* A hash namespace. NULL strings take the defaults: tenant "default", no LoRA, no salt.
  * `model` is required and `block_size` must be > 0. */
@@ -134,13 +138,15 @@ typedef struct kvatlas_lookup_result {
 /* The longest cached prefix of a prompt given as tokens (only complete blocks count) or as
  * its block keys (standard rolling hashes). On success *out is a result to free with
  * kvatlas_free_lookup_result. */
-kvatlas_code kvatlas_lookup_tokens(kvatlas_client* client, const kvatlas_context* context,
-                                   const uint32_t* tokens, size_t num_tokens,
-                                   kvatlas_lookup_result** out, kvatlas_error** err);
-kvatlas_code kvatlas_lookup_hashes(kvatlas_client* client, const kvatlas_context* context,
-                                   const uint64_t* hashes, size_t num_hashes,
-                                   kvatlas_lookup_result** out, kvatlas_error** err);
-void kvatlas_free_lookup_result(kvatlas_lookup_result* result); /* NULL is a no-op */
+KVATLAS_EXPORT kvatlas_code kvatlas_lookup_tokens(kvatlas_client* client,
+                                                  const kvatlas_context* context,
+                                                  const uint32_t* tokens, size_t num_tokens,
+                                                  kvatlas_lookup_result** out, kvatlas_error** err);
+KVATLAS_EXPORT kvatlas_code kvatlas_lookup_hashes(kvatlas_client* client,
+                                                  const kvatlas_context* context,
+                                                  const uint64_t* hashes, size_t num_hashes,
+                                                  kvatlas_lookup_result** out, kvatlas_error** err);
+KVATLAS_EXPORT void kvatlas_free_lookup_result(kvatlas_lookup_result* result); /* NULL is a no-op */
 
 typedef struct kvatlas_ingest_result {
   uint64_t revision; /* the revision the batch was applied at */
@@ -151,16 +157,18 @@ typedef struct kvatlas_ingest_result {
 /* Applies a batch of events given as the JSON body of POST /v1/events (an array of RFC
  * #1527 events, or {"events": [...]}); `json` need not be NUL-terminated. The batch is
  * applied atomically or not at all (KVATLAS_INVALID_ARGUMENT names the bad field). */
-kvatlas_code kvatlas_ingest_json(kvatlas_client* client, const char* json, size_t json_len,
-                                 kvatlas_ingest_result* out, kvatlas_error** err);
+KVATLAS_EXPORT kvatlas_code kvatlas_ingest_json(kvatlas_client* client, const char* json,
+                                                size_t json_len, kvatlas_ingest_result* out,
+                                                kvatlas_error** err);
 
 /* The stats document of GET /v1/stats; *out_json is NUL-terminated, freed with
  * kvatlas_free_string. */
-kvatlas_code kvatlas_stats_json(kvatlas_client* client, char** out_json, kvatlas_error** err);
-void kvatlas_free_string(char* s); /* NULL is a no-op */
+KVATLAS_EXPORT kvatlas_code kvatlas_stats_json(kvatlas_client* client, char** out_json,
+                                               kvatlas_error** err);
+KVATLAS_EXPORT void kvatlas_free_string(char* s); /* NULL is a no-op */
 
 /* A round trip touching no state. */
-kvatlas_code kvatlas_ping(kvatlas_client* client, kvatlas_error** err);
+KVATLAS_EXPORT kvatlas_code kvatlas_ping(kvatlas_client* client, kvatlas_error** err);
 
 #ifdef __cplusplus
 } /* extern "C" */

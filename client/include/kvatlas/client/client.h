@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kvatlas/common/events.h"
+#include "kvatlas/common/export.h"
 #include "kvatlas/common/feed.h"
 #include "kvatlas/common/lookup.h"
 #include "kvatlas/common/protocol.h"
@@ -126,7 +127,7 @@ struct ContextSnapshot {
 //   kCorruption   the server sent a frame that could not be decoded.
 // Thread-safe: Next, ResumeFrom and Cancel may be called from any thread. The stream may
 // outlive its Client (it then ends with kUnavailable).
-class WatchStream {
+class KVATLAS_EXPORT WatchStream {
  public:
   ~WatchStream();  // Cancel()s
   WatchStream(const WatchStream&) = delete;
@@ -151,7 +152,7 @@ class WatchStream {
   std::shared_ptr<State> state_;
 };
 
-class Client {
+class KVATLAS_EXPORT Client {
  public:
   // A call's deadline, measured from when the call is made. Zero (the default argument)
   // means ClientOptions::default_deadline.

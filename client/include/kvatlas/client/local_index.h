@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kvatlas/client/client.h"
+#include "kvatlas/common/export.h"
 #include "kvatlas/common/lookup.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
@@ -60,7 +61,7 @@ struct LocalIndexStats {
   uint64_t watch_resumes = 0;     // watches restarted from their revision (cut, reconnect)
 };
 
-class LocalIndex {
+class KVATLAS_EXPORT LocalIndex {
  public:
   // Validates `options` (kInvalidArgument naming the field) and starts following in the
   // background; it does not wait for a server (see WaitSynced).

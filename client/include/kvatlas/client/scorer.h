@@ -14,13 +14,14 @@
 #include <span>
 #include <vector>
 
+#include "kvatlas/common/export.h"
 #include "kvatlas/common/lookup.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/routing.h"
 
 namespace kvatlas {
 
-class Scorer {
+class KVATLAS_EXPORT Scorer {
  public:
   // kInvalidArgument from Create for options out of range (ValidateRoutingOptions).
   [[nodiscard]] static Result<Scorer> Create(RoutingOptions options = {});

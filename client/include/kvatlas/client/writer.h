@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvatlas/client/client.h"
+#include "kvatlas/common/export.h"
 
 namespace kvatlas {
 
@@ -34,7 +35,7 @@ struct WriterOptions {
   std::chrono::milliseconds backoff_max{500};
 };
 
-class Writer {
+class KVATLAS_EXPORT Writer {
  public:
   // `client` must outlive the Writer. A writer id that outlives this process (stored by the
   // caller) continues at the sequence after the last one it had acknowledged; a fresh id

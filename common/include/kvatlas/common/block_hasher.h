@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "kvatlas/common/export.h"
 #include "kvatlas/common/types.h"
 
 namespace kvatlas {
@@ -18,7 +19,7 @@ namespace kvatlas {
 // Dynamo's router seed; kvatlas's default.
 inline constexpr uint64_t kDefaultHashSeed = 1337;
 
-class BlockHasher {
+class KVATLAS_EXPORT BlockHasher {
  public:
   explicit BlockHasher(uint64_t seed = kDefaultHashSeed) : seed_(seed) {}
 

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvatlas/common/export.h"
 #include "kvatlas/common/types.h"
 
 namespace kvatlas {
@@ -20,7 +21,7 @@ enum class FeedOp : uint8_t {
   kEvicted = 3,  // dropped by the per-context entry cap (FIFO eviction)
   kExpired = 4,  // dropped because the holder's lease expired ("holder-expired")
 };
-std::string_view FeedOpName(FeedOp op);
+KVATLAS_EXPORT std::string_view FeedOpName(FeedOp op);
 
 // One change: `op` on `keys` of `holder` in `tier` of `context`, applied at `revision`.
 struct FeedRecord {
@@ -37,7 +38,7 @@ struct FeedRecord {
 };
 
 // Which records a watcher wants; an unset field matches everything.
-struct FeedFilter {
+struct KVATLAS_EXPORT FeedFilter {
   std::optional<std::string> tenant;
   std::optional<std::string> model;
   std::optional<std::string> lora_name;

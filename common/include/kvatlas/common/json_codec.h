@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kvatlas/common/events.h"
+#include "kvatlas/common/export.h"
 #include "kvatlas/common/lookup.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/types.h"
@@ -35,50 +36,52 @@ namespace kvatlas {
 // The object form may name its writer for exactly-once application: "writer_id" and
 // "writer_sequence" (both or neither; events.h WriterPosition), stored in `*writer` when
 // given (left empty otherwise).
-[[nodiscard]] Result<std::vector<BlockEvent>> DecodeEventBatch(
+[[nodiscard]] KVATLAS_EXPORT Result<std::vector<BlockEvent>> DecodeEventBatch(
     std::string_view body, std::optional<WriterPosition>* writer = nullptr);
 
 // POST /v1/lookup: tenant_id?, model_name, lora_name?, block_size, additional_salt?,
 // token_ids | seq_hashes, instance_id?, include_locations?, min_revision?, consistency?.
-[[nodiscard]] Result<LookupRequest> DecodeLookupRequest(std::string_view body);
+[[nodiscard]] KVATLAS_EXPORT Result<LookupRequest> DecodeLookupRequest(std::string_view body);
 // POST /query: model, lora_name?, lora_id? (deprecated, ignored), token_ids, tenant_id?,
 // instance_id?, block_size, cache_salt?.
-[[nodiscard]] Result<LookupRequest> DecodeConductorQuery(std::string_view body);
+[[nodiscard]] KVATLAS_EXPORT Result<LookupRequest> DecodeConductorQuery(std::string_view body);
 // POST /query_by_hash: as /query with seq_hashes (older drafts: block_hash) for token_ids.
-[[nodiscard]] Result<LookupRequest> DecodeConductorQueryByHash(std::string_view body);
+[[nodiscard]] KVATLAS_EXPORT Result<LookupRequest> DecodeConductorQueryByHash(
+    std::string_view body);
 
 // A hash written as text: decimal ("123", or "-5" for a signed i64) or 0x-hex ("0x7b").
 // kInvalidArgument otherwise. For path segments and query parameters.
-[[nodiscard]] Result<uint64_t> ParseHashText(std::string_view text);
+[[nodiscard]] KVATLAS_EXPORT Result<uint64_t> ParseHashText(std::string_view text);
 
 // The /v1/lookup answer (block counts, plus tokens where named so).
-[[nodiscard]] std::string EncodeLookupAnswer(const LookupAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeLookupAnswer(const LookupAnswer& answer);
 // The Conductor /query answer, in tokens:
 // {tenant: {instance: {longest_matched, GPU, CPU, DISK, DP: {rank: n}}}}. Shared
 // backends are not instances there and are left out.
-[[nodiscard]] std::string EncodeConductorAnswer(const LookupAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeConductorAnswer(const LookupAnswer& answer);
 
-[[nodiscard]] std::string EncodeIngestAnswer(const IngestAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeIngestAnswer(const IngestAnswer& answer);
 
 // {"code": "<wire name>", "message": "..."}: the body of every REST error.
-[[nodiscard]] std::string EncodeErrorBody(const Status& status);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeErrorBody(const Status& status);
 
 // Parses a REST request body, the one way every REST route does. Refused with
 // kInvalidArgument before the document is built: containers nested deeper than
 // kMaxJsonDepth (limits.h; "body: nested deeper than 64 levels"), a key given twice in one
 // object ("body: duplicate key \"model_name\"") and invalid JSON ("body: invalid JSON: ...").
-[[nodiscard]] Status ParseJsonBody(std::string_view body, nlohmann::json* out);
+[[nodiscard]] KVATLAS_EXPORT Status ParseJsonBody(std::string_view body, nlohmann::json* out);
 
 // The start of value.dump() for error messages: at most `max_chars` characters, the last
 // three "..." when cut. Built with an explicit stack, never rendering more than it shows:
 // safe and cheap for values of any depth and size.
-[[nodiscard]] std::string PreviewJson(const nlohmann::json& value, size_t max_chars = 48);
+[[nodiscard]] KVATLAS_EXPORT std::string PreviewJson(const nlohmann::json& value,
+                                                     size_t max_chars = 48);
 
 // value.dump(), except that it cannot throw: strings that did not come through the JSON
 // parser (URL parameters, names from storage) may hold invalid UTF-8, which is replaced.
-[[nodiscard]] std::string DumpJson(const nlohmann::json& value);
+[[nodiscard]] KVATLAS_EXPORT std::string DumpJson(const nlohmann::json& value);
 
 // {"tenant_id", "model_name", "lora_name", "block_size", "additional_salt"}.
-[[nodiscard]] nlohmann::json ContextKeyToJson(const ContextKey& context);
+[[nodiscard]] KVATLAS_EXPORT nlohmann::json ContextKeyToJson(const ContextKey& context);
 
 }  // namespace kvatlas

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvatlas/common/events.h"
+#include "kvatlas/common/export.h"
 #include "kvatlas/common/feed.h"
 #include "kvatlas/common/lookup.h"
 #include "kvatlas/common/result.h"
@@ -49,7 +50,7 @@ enum class MessageType : uint8_t {
 
 // "ingest", "lookup", ..., "auth", "error" for kError; "other" for a number that is no
 // MessageType (metrics labels, log lines).
-[[nodiscard]] std::string_view MessageTypeName(MessageType type);
+[[nodiscard]] KVATLAS_EXPORT std::string_view MessageTypeName(MessageType type);
 
 inline constexpr uint8_t kFlagResponse = 1;  // set on every frame the server sends
 
@@ -81,7 +82,7 @@ struct Frame {
 
 // Appends header (payload_bytes is taken from payload.size()) and payload to *out.
 // Reserved bytes are written as 0. REQUIRES: payload.size() <= kMaxPayloadBytes.
-void AppendFrame(FrameHeader header, std::string_view payload, std::string* out);
+KVATLAS_EXPORT void AppendFrame(FrameHeader header, std::string_view payload, std::string* out);
 
 // Splits a byte stream into frames. Feed() appends received bytes; Next() returns the next
 // complete frame, nullopt when more bytes are needed, or an error for a stream that can
@@ -95,7 +96,7 @@ void AppendFrame(FrameHeader header, std::string_view payload, std::string* out)
 // up to max(64 KiB, as many again) until the next Feed() compacts it; the header is checked
 // before a payload is awaited, so an oversized frame is never buffered. Bytes fed after a
 // failure are dropped.
-class FrameDecoder {
+class KVATLAS_EXPORT FrameDecoder {
  public:
   explicit FrameDecoder(uint32_t max_payload_bytes = kDefaultMaxPayloadBytes)
       : max_payload_bytes_(max_payload_bytes) {}
@@ -131,20 +132,23 @@ struct IngestRequest {
   // Exactly-once application (events.h WriterPosition); an optional trailer on the wire.
   std::optional<WriterPosition> writer;
   // Every field of every event (BlockEvent has no operator== of its own); for tests.
-  friend bool operator==(const IngestRequest& a, const IngestRequest& b);
+  friend KVATLAS_EXPORT bool operator==(const IngestRequest& a, const IngestRequest& b);
 };
-[[nodiscard]] std::string EncodeIngestRequest(const IngestRequest& request);
-[[nodiscard]] Result<IngestRequest> DecodeIngestRequest(std::string_view payload);
-[[nodiscard]] std::string EncodeIngestAnswerBinary(const IngestAnswer& answer);
-[[nodiscard]] Result<IngestAnswer> DecodeIngestAnswerBinary(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeIngestRequest(const IngestRequest& request);
+[[nodiscard]] KVATLAS_EXPORT Result<IngestRequest> DecodeIngestRequest(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeIngestAnswerBinary(const IngestAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT Result<IngestAnswer> DecodeIngestAnswerBinary(
+    std::string_view payload);
 
 // kLookup: LookupRequest / LookupAnswer of lookup.h, in binary. The request decoder
 // checks the context as POST /v1/lookup does (non-empty model, block_size > 0, empty tenant
 // = "default"); only the query list that by_hash selects is sent.
-[[nodiscard]] std::string EncodeLookupRequestBinary(const LookupRequest& request);
-[[nodiscard]] Result<LookupRequest> DecodeLookupRequestBinary(std::string_view payload);
-[[nodiscard]] std::string EncodeLookupAnswerBinary(const LookupAnswer& answer);
-[[nodiscard]] Result<LookupAnswer> DecodeLookupAnswerBinary(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeLookupRequestBinary(const LookupRequest& request);
+[[nodiscard]] KVATLAS_EXPORT Result<LookupRequest> DecodeLookupRequestBinary(
+    std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeLookupAnswerBinary(const LookupAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT Result<LookupAnswer> DecodeLookupAnswerBinary(
+    std::string_view payload);
 
 // kLocate: every copy of one block key, in one context or in all. A request's context is
 // checked as a lookup's.
@@ -159,31 +163,33 @@ struct LocateAnswer {
   std::vector<BlockCopy> copies;
   friend bool operator==(const LocateAnswer&, const LocateAnswer&) = default;
 };
-[[nodiscard]] std::string EncodeLocateRequest(const LocateRequest& request);
-[[nodiscard]] Result<LocateRequest> DecodeLocateRequest(std::string_view payload);
-[[nodiscard]] std::string EncodeLocateAnswer(const LocateAnswer& answer);
-[[nodiscard]] Result<LocateAnswer> DecodeLocateAnswer(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeLocateRequest(const LocateRequest& request);
+[[nodiscard]] KVATLAS_EXPORT Result<LocateRequest> DecodeLocateRequest(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeLocateAnswer(const LocateAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT Result<LocateAnswer> DecodeLocateAnswer(std::string_view payload);
 
 // kStats answer: the JSON document of GET /v1/stats, as a length-prefixed string (one
 // schema for both APIs; the codec does not parse it).
 struct StatsAnswer {
   std::string json;
 };
-[[nodiscard]] std::string EncodeStatsAnswer(const StatsAnswer& answer);
-[[nodiscard]] Result<StatsAnswer> DecodeStatsAnswer(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeStatsAnswer(const StatsAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT Result<StatsAnswer> DecodeStatsAnswer(std::string_view payload);
 
 // An error answer's payload: the message (UTF-8, the whole payload, no length prefix); the
 // code is the header's status. Decoding with kOk gives kInternal: an error is never success.
-[[nodiscard]] std::string EncodeErrorPayload(const Status& status);
-[[nodiscard]] Status DecodeErrorPayload(StatusCode code, std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeErrorPayload(const Status& status);
+[[nodiscard]] KVATLAS_EXPORT Status DecodeErrorPayload(StatusCode code, std::string_view payload);
 
 // kRoute (protocol_route.cc): RoutingRequest / RoutingAnswer of routing.h. The request nests a
 // kLookup request payload (its instance_id and include_locations are ignored) and is checked
 // as POST /v1/route checks its body.
-[[nodiscard]] std::string EncodeRouteRequestBinary(const RoutingRequest& request);
-[[nodiscard]] Result<RoutingRequest> DecodeRouteRequestBinary(std::string_view payload);
-[[nodiscard]] std::string EncodeRouteAnswerBinary(const RoutingAnswer& answer);
-[[nodiscard]] Result<RoutingAnswer> DecodeRouteAnswerBinary(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeRouteRequestBinary(const RoutingRequest& request);
+[[nodiscard]] KVATLAS_EXPORT Result<RoutingRequest> DecodeRouteRequestBinary(
+    std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeRouteAnswerBinary(const RoutingAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT Result<RoutingAnswer> DecodeRouteAnswerBinary(
+    std::string_view payload);
 
 // ---------------------------------------------------------------------------------------
 // The change feed (protocol_feed.cc; docs/protocol.md §kWatch, §kSnapshot). Both are
@@ -199,7 +205,7 @@ enum class StreamMarker : uint8_t {
 // Whether a response frame of a stream (kWatch, kSnapshot) is its request's last: a status
 // other than ok, or an ok payload that does not start with kMore (an empty payload is
 // malformed, hence final too). Reads one byte: the transport's test, before decoding.
-[[nodiscard]] bool IsFinalStreamFrame(StatusCode status, std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT bool IsFinalStreamFrame(StatusCode status, std::string_view payload);
 
 // kWatch request: start a watch, or cancel the open watch that has the same request id.
 // A start's records are those after `from` (nullopt: from now) that `filter` matches; the
@@ -208,10 +214,10 @@ struct WatchRequest {
   bool cancel = false;  // true: the payload is only the action byte
   std::optional<Revision> from;
   FeedFilter filter;
-  friend bool operator==(const WatchRequest& a, const WatchRequest& b);
+  friend KVATLAS_EXPORT bool operator==(const WatchRequest& a, const WatchRequest& b);
 };
-[[nodiscard]] std::string EncodeWatchRequest(const WatchRequest& request);
-[[nodiscard]] Result<WatchRequest> DecodeWatchRequest(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeWatchRequest(const WatchRequest& request);
+[[nodiscard]] KVATLAS_EXPORT Result<WatchRequest> DecodeWatchRequest(std::string_view payload);
 
 // An ok kWatch response frame. kMore: records, in revision order; `through` says which
 // revisions are complete: every matching record of a revision <= through has been sent (in
@@ -226,10 +232,10 @@ struct WatchBatch {
   std::vector<FeedRecord> records;
   friend bool operator==(const WatchBatch&, const WatchBatch&) = default;
 };
-[[nodiscard]] std::string EncodeWatchBatch(const WatchBatch& batch);
-[[nodiscard]] Result<WatchBatch> DecodeWatchBatch(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeWatchBatch(const WatchBatch& batch);
+[[nodiscard]] KVATLAS_EXPORT Result<WatchBatch> DecodeWatchBatch(std::string_view payload);
 // Encoded bytes of `record` in a WatchBatch, for splitting records over frames.
-[[nodiscard]] size_t WatchRecordBytes(const FeedRecord& record);
+[[nodiscard]] KVATLAS_EXPORT size_t WatchRecordBytes(const FeedRecord& record);
 
 // The error payload that ends a watch (status watch_cut, compacted, unavailable, ...): the
 // message, then machine-readable lines as a not_leader error has (docs/protocol.md):
@@ -245,9 +251,10 @@ struct WatchEnd {
   Status status;  // its message without the hint lines
   WatchEndHint hint;
 };
-[[nodiscard]] std::string EncodeWatchEnd(const Status& status, const WatchEndHint& hint);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeWatchEnd(const Status& status,
+                                                        const WatchEndHint& hint);
 // Never fails: a payload without (or with unreadable) hint lines is all message.
-[[nodiscard]] WatchEnd DecodeWatchEnd(StatusCode code, std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT WatchEnd DecodeWatchEnd(StatusCode code, std::string_view payload);
 
 // kSnapshot: every copy of one context at one revision (GET /v1/snapshot), sent as parts of
 // at most kMaxSnapshotPartCopies copies. The request's context is checked as a lookup's.
@@ -273,12 +280,13 @@ struct SnapshotPart {
   std::vector<SnapshotCopy> copies;
   friend bool operator==(const SnapshotPart&, const SnapshotPart&) = default;
 };
-[[nodiscard]] std::string EncodeSnapshotRequest(const SnapshotRequest& request);
-[[nodiscard]] Result<SnapshotRequest> DecodeSnapshotRequest(std::string_view payload);
-[[nodiscard]] std::string EncodeSnapshotPart(const SnapshotPart& part);
-[[nodiscard]] Result<SnapshotPart> DecodeSnapshotPart(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeSnapshotRequest(const SnapshotRequest& request);
+[[nodiscard]] KVATLAS_EXPORT Result<SnapshotRequest> DecodeSnapshotRequest(
+    std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeSnapshotPart(const SnapshotPart& part);
+[[nodiscard]] KVATLAS_EXPORT Result<SnapshotPart> DecodeSnapshotPart(std::string_view payload);
 // Encoded bytes of `copy` in a SnapshotPart, for bounding a part's size.
-[[nodiscard]] size_t SnapshotCopyBytes(const SnapshotCopy& copy);
+[[nodiscard]] KVATLAS_EXPORT size_t SnapshotCopyBytes(const SnapshotCopy& copy);
 
 // kHeartbeat (protocol_heartbeat.cc): keeps holders' leases alive (docs/leases.md), as
 // POST /v1/heartbeat does. Leader-only: a follower answers not_leader with the leader's
@@ -293,10 +301,12 @@ struct HeartbeatAnswer {
   uint32_t ttl_seconds = 0;  // the server's holder_ttl_seconds; 0 = leases are off
   friend bool operator==(const HeartbeatAnswer&, const HeartbeatAnswer&) = default;
 };
-[[nodiscard]] std::string EncodeHeartbeatRequest(const HeartbeatRequest& request);
-[[nodiscard]] Result<HeartbeatRequest> DecodeHeartbeatRequest(std::string_view payload);
-[[nodiscard]] std::string EncodeHeartbeatAnswer(const HeartbeatAnswer& answer);
-[[nodiscard]] Result<HeartbeatAnswer> DecodeHeartbeatAnswer(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeHeartbeatRequest(const HeartbeatRequest& request);
+[[nodiscard]] KVATLAS_EXPORT Result<HeartbeatRequest> DecodeHeartbeatRequest(
+    std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeHeartbeatAnswer(const HeartbeatAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT Result<HeartbeatAnswer> DecodeHeartbeatAnswer(
+    std::string_view payload);
 
 // kAuth (protocol_auth.cc; docs/protocol.md §kAuth): presents an access token. On a server
 // with access control on it must be a connection's first frame; the answer names the
@@ -311,9 +321,9 @@ struct AuthAnswer {
   std::string name;         // the token's configured name ("anonymous" with access control off)
   friend bool operator==(const AuthAnswer&, const AuthAnswer&) = default;
 };
-[[nodiscard]] std::string EncodeAuthRequest(const AuthRequest& request);
-[[nodiscard]] Result<AuthRequest> DecodeAuthRequest(std::string_view payload);
-[[nodiscard]] std::string EncodeAuthAnswer(const AuthAnswer& answer);
-[[nodiscard]] Result<AuthAnswer> DecodeAuthAnswer(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeAuthRequest(const AuthRequest& request);
+[[nodiscard]] KVATLAS_EXPORT Result<AuthRequest> DecodeAuthRequest(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeAuthAnswer(const AuthAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT Result<AuthAnswer> DecodeAuthAnswer(std::string_view payload);
 
 }  // namespace kvatlas::protocol

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <utility>
 
+#include "kvatlas/common/export.h"
+
 namespace kvatlas {
 
 enum class StatusCode : uint16_t {
@@ -16,13 +18,13 @@ enum class StatusCode : uint16_t {
 };
 
 // The HTTP status that a REST answer carrying `code` uses.
-[[nodiscard]] int HttpStatusOf(StatusCode code);
+[[nodiscard]] KVATLAS_EXPORT int HttpStatusOf(StatusCode code);
 // The stable snake_case wire name of `code` ("invalid_argument").
-[[nodiscard]] std::string_view WireNameOf(StatusCode code);
+[[nodiscard]] KVATLAS_EXPORT std::string_view WireNameOf(StatusCode code);
 // The inverse of WireNameOf; kInternal for unknown names.
-[[nodiscard]] StatusCode StatusCodeFromWireName(std::string_view name);
+[[nodiscard]] KVATLAS_EXPORT StatusCode StatusCodeFromWireName(std::string_view name);
 // The stable number, or kInternal if `number` is not in the table.
-[[nodiscard]] StatusCode StatusCodeFromNumber(uint32_t number);
+[[nodiscard]] KVATLAS_EXPORT StatusCode StatusCodeFromNumber(uint32_t number);
 
 class [[nodiscard]] Status {
  public:
@@ -59,10 +61,10 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
 
   // "invalid_argument: events[3].block_size must be > 0"
-  std::string ToString() const;
+  KVATLAS_EXPORT std::string ToString() const;
 
   // Returns a copy whose message is prefixed with `context` and ": ".
-  Status WithContext(std::string_view context) const;
+  KVATLAS_EXPORT Status WithContext(std::string_view context) const;
 
   friend bool operator==(const Status& a, const Status& b) {
     return a.code_ == b.code_ && a.message_ == b.message_;

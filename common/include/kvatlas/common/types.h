@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "kvatlas/common/export.h"
+
 namespace kvatlas {
 
 // A block key: the rolling sequence hash of a prefix block (see block_hasher.h).
@@ -21,19 +23,19 @@ enum class Tier : uint8_t { kGpu = 0, kCpu = 1, kDisk = 2, kShared = 3 };
 inline constexpr int kNumTiers = 4;
 
 // "GPU", "CPU", "DISK", "SHARED".
-[[nodiscard]] std::string_view TierName(Tier tier);
+[[nodiscard]] KVATLAS_EXPORT std::string_view TierName(Tier tier);
 
 // Maps an engine `medium` string onto a tier, case-insensitively:
 // GPU/DEVICE/HBM → GPU; CPU/CPU_PINNED/HOST/CPU_TIER1/DRAM → CPU;
 // DISK/NVME/SSD/STORAGE/CPU_TIER2/LOCAL_DISK → DISK; EXTERNAL/REMOTE/SHARED/NETWORK → SHARED.
 // An empty medium means GPU (engines omit it for device blocks). `known` is set false for
 // strings outside these lists; they map to the nearest tier by substring, else GPU.
-[[nodiscard]] Tier TierFromMedium(std::string_view medium, bool* known = nullptr);
+[[nodiscard]] KVATLAS_EXPORT Tier TierFromMedium(std::string_view medium, bool* known = nullptr);
 // Parses exactly a TierName (case-insensitive). nullopt otherwise.
-[[nodiscard]] std::optional<Tier> ParseTierName(std::string_view name);
+[[nodiscard]] KVATLAS_EXPORT std::optional<Tier> ParseTierName(std::string_view name);
 
 // A hash namespace: blocks from different contexts never match.
-struct ContextKey {
+struct KVATLAS_EXPORT ContextKey {
   std::string tenant = "default";
   std::string model;
   std::string lora_name;  // empty = base model
@@ -47,7 +49,7 @@ struct ContextKey {
 
 // Who holds a copy: an instance (router-facing target, e.g. an engine endpoint) or a shared
 // storage backend, plus the data-parallel rank. Events name it by `backend_id`/`instance_id`.
-struct HolderKey {
+struct KVATLAS_EXPORT HolderKey {
   std::string id;
   uint32_t dp_rank = 0;
 
@@ -70,10 +72,10 @@ struct BlockCopy {
   friend bool operator==(const BlockCopy&, const BlockCopy&) = default;
 };
 
-struct ContextKeyHash {
+struct KVATLAS_EXPORT ContextKeyHash {
   size_t operator()(const ContextKey& k) const;
 };
-struct HolderKeyHash {
+struct KVATLAS_EXPORT HolderKeyHash {
   size_t operator()(const HolderKey& k) const;
 };
 

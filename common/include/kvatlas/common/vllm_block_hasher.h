@@ -22,9 +22,11 @@
 #include <variant>
 #include <vector>
 
+#include "kvatlas/common/export.h"
+
 namespace kvatlas {
 
-class VllmBlockHasher {
+class KVATLAS_EXPORT VllmBlockHasher {
  public:
   using Digest = std::array<uint8_t, 32>;
 
