@@ -54,6 +54,7 @@ void AddAllRoutes(const Services* api, Router* router) {
   AddRoutingRoutes(api, router);
   AddWatchRoutes(api, router);
   AddLeaseRoutes(api, router);
+  AddAdminRoutes(api, router);
 }
 
 }  // namespace kvatlas::server
