@@ -47,13 +47,15 @@ Result<std::string> ResolveBackupTarget(const std::string& root, std::string_vie
   for (const fs::path& part : given) {
     if (part == "..") return BadPath("must not contain a \"..\" component");
   }
-  const fs::path base = fs::path(root).lexically_normal();
-  fs::path target = (given.is_absolute() ? given : base / given).lexically_normal();
-  if (!target.has_filename()) target = target.parent_path();  // a trailing slash
+  const auto without_trailing_slash = [](fs::path p) {
+    p = p.lexically_normal();
+    return p.has_filename() || !p.has_parent_path() || p == p.root_path() ? p : p.parent_path();
+  };
+  const fs::path base = without_trailing_slash(root);
+  const fs::path target = without_trailing_slash(given.is_absolute() ? given : base / given);
   // Below the root, component by component (a string prefix would take /b2 for /b).
   auto t = target.begin();
   for (auto b = base.begin(); b != base.end(); ++b, ++t) {
-    if (b->empty()) continue;  // the root's own trailing slash
     if (t == target.end() || *t != *b) {
       return BadPath("must be a directory under backup_dir " + root);
     }

@@ -1,0 +1,47 @@
+// Where an online backup may be written (ResolveBackupTarget): below backup_dir only.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "server/service/backup_service.h"
+#include "tests/support/temp_dir.h"
+
+namespace kvatlas::server {
+
+TEST_SUITE("backup_service") {
+  TEST_CASE("ResolveBackupTarget: below backup_dir, no '..', no symbolic links") {
+    testing::TempDir dir;
+    const std::string root = dir.str() + "/backups";
+    std::filesystem::create_directories(root + "/sub");
+    std::filesystem::create_directory_symlink(dir.path(), root + "/link");
+
+    CHECK(*ResolveBackupTarget(root, "b1") == root + "/b1");
+    CHECK(*ResolveBackupTarget(root, "sub/b1/") == root + "/sub/b1");
+    CHECK(*ResolveBackupTarget(root, "./b1") == root + "/b1");
+    CHECK(*ResolveBackupTarget(root, root + "/new/b1") == root + "/new/b1");
+    CHECK(*ResolveBackupTarget(root + "/", "b1") == root + "/b1");
+
+    const auto refused = [&](std::string_view to, std::string_view words) {
+      Result<std::string> r = ResolveBackupTarget(root, to);
+      REQUIRE(!r.has_value());
+      CHECK(r.status().code() == StatusCode::kInvalidArgument);
+      CHECK_MESSAGE(r.status().message().find(words) != std::string::npos, r.status().message());
+    };
+    refused("", "must name");
+    refused("../b", "\"..\"");
+    refused("sub/../../b", "\"..\"");
+    refused(root + "/../b", "\"..\"");
+    refused(dir.str() + "/elsewhere", "under backup_dir");
+    refused(root + "2/b", "under backup_dir");
+    refused(root, "not itself");
+    refused(".", "not itself");
+    refused("link/b", "symbolic link");
+    refused("link", "symbolic link");
+    refused(std::string(2000, 'a'), "longer than");
+    refused(std::string("a\0b", 3), "NUL");
+    CHECK(ResolveBackupTarget("", "b1").status().code() == StatusCode::kFailedPrecondition);
+  }
+}
+
+}  // namespace kvatlas::server
