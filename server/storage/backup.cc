@@ -121,7 +121,8 @@ class HashedFileWriter {
   }
   Status Open(const std::string& path) {
     path_ = path;
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    // Owner only: a backup holds the whole state (names, locations).
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     return fd_ < 0 ? Errno("cannot create " + path) : Status::Ok();
   }
   Status Append(std::string_view bytes) {

@@ -72,9 +72,12 @@ class Storage {
   // (which must be empty).
   [[nodiscard]] virtual Status LoadRegistry(Registry* registry) const = 0;
 
-  // A consistent point-in-time image of the whole database (a replicated-log snapshot).
-  // Capture() is cheap (pins a RocksDB snapshot); Serialize() reads everything and may run
-  // on another thread, concurrently with later Writes.
+  // A consistent point-in-time image of the whole database (a replicated-log snapshot, an
+  // online backup). CaptureAll() is cheap (pins a RocksDB snapshot) and may be called from
+  // any thread: every Write carries its applied_index in the same atomic batch, so the image
+  // is the state after exactly one applied revision (on the applying thread, after the last
+  // one). Serialize() and ForEachRecord() read everything and may run on another thread,
+  // concurrently with later Writes.
   class Capture {
    public:
     virtual ~Capture() = default;

@@ -1,10 +1,12 @@
 // Where an online backup may be written (ResolveBackupTarget): below backup_dir only.
+#include "server/service/backup_service.h"
+
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 
-#include "server/service/backup_service.h"
 #include "tests/support/temp_dir.h"
 
 namespace kvatlas::server {
@@ -41,6 +43,35 @@ TEST_SUITE("backup_service") {
     refused(std::string(2000, 'a'), "longer than");
     refused(std::string("a\0b", 3), "NUL");
     CHECK(ResolveBackupTarget("", "b1").status().code() == StatusCode::kFailedPrecondition);
+  }
+
+  TEST_CASE("TakeBackup: one at a time, into an empty directory, the flag cleared after") {
+    testing::TempDir dir;
+    StorageOptions options;
+    options.path = dir.str() + "/db";
+    Result<std::unique_ptr<Storage>> storage = Storage::Open(options);
+    REQUIRE(storage.has_value());
+    Services api;
+    api.backup_dir = dir.str() + "/backups";
+    api.cluster_id = "c";
+    api.server_id = 4;
+    CHECK(TakeBackup(api, "b").status().code() == StatusCode::kFailedPrecondition);  // no storage
+    api.storage = storage->get();
+    api.backup_running->store(true);
+    CHECK(TakeBackup(api, "b").status().code() == StatusCode::kResourceExhausted);
+    api.backup_running->store(false);
+    Result<BackupTaken> taken = TakeBackup(api, "b");
+    REQUIRE_MESSAGE(taken.has_value(), taken.status().ToString());
+    CHECK(taken->path == api.backup_dir + "/b");
+    CHECK(taken->manifest.source.server_id == 4);
+    CHECK(taken->manifest.source.online);
+    CHECK(!api.backup_running->load());
+    CHECK(TakeBackup(api, "b").status().code() == StatusCode::kAlreadyExists);
+    CHECK(!api.backup_running->load());
+    CHECK(VerifyBackup(taken->path, nullptr).has_value());
+    Result<StateDigest> digest = DigestState(api);
+    REQUIRE(digest.has_value());
+    CHECK(digest->digest == taken->manifest.state_digest);
   }
 }
 
