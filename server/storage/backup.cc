@@ -69,7 +69,8 @@ std::string MetaKeyOf(std::string_view name) {
 // members' addresses, which belong to one cluster.
 bool OutsideDigest(std::string_view key) {
   static const std::string applied_key = MetaKeyOf(kMetaAppliedIndex);
-  return key == applied_key || key[0] == static_cast<char>(RecordType::kServerAddresses);
+  return key == applied_key ||
+         (!key.empty() && key[0] == static_cast<char>(RecordType::kServerAddresses));
 }
 
 // Accumulates the digest and the meta values of an image's records, in order.
@@ -226,7 +227,11 @@ Result<BackupManifest> ParseManifest(std::string_view text) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   const auto bad = [](const std::string& what) { return Status::Corruption("manifest: " + what); };
   if (!j.is_object()) return bad("not a JSON object");
-  if (j.value("format", "") != kManifestFormat) return bad("\"format\" is not \"kvatlas-backup\"");
+  // Every field is type-checked before it is read: nlohmann's typed reads throw.
+  const auto format = j.find("format");
+  if (format == j.end() || !format->is_string() || format->get<std::string>() != kManifestFormat) {
+    return bad("\"format\" is not \"kvatlas-backup\"");
+  }
   const auto number = [&](const nlohmann::json& object,
                           std::string_view field) -> Result<uint64_t> {
     const auto it = object.find(field);
@@ -255,7 +260,11 @@ Result<BackupManifest> ParseManifest(std::string_view text) {
   if (source == j.end() || !source->is_object()) return bad("\"source\" is not an object");
   KVATLAS_ASSIGN_OR_RETURN(m.source.cluster_id, text_of(*source, "cluster_id"));
   KVATLAS_ASSIGN_OR_RETURN(m.source.server_id, number(*source, "server_id"));
-  m.source.online = source->value("online", false);
+  const auto online = source->find("online");
+  if (online == source->end() || !online->is_boolean()) {
+    return bad("\"online\" is missing or not a boolean");
+  }
+  m.source.online = online->get<bool>();
   KVATLAS_ASSIGN_OR_RETURN(m.applied_index, number(j, "applied_index"));
   KVATLAS_ASSIGN_OR_RETURN(uint64_t storage_version, number(j, "storage_format_version"));
   m.storage_format_version = static_cast<uint32_t>(storage_version);
@@ -327,7 +336,7 @@ Result<BackupManifest> WriteBackup(const Storage::Capture& capture, const std::s
   KVATLAS_RETURN_IF_ERROR(capture.ForEachRecord([&](std::string_view key, std::string_view value) {
     const std::string encoded = EncodeRecord(key, value);
     KVATLAS_RETURN_IF_ERROR(summer.Add(key, value, encoded));
-    if (!header_written && key[0] == static_cast<char>(RecordType::kEntry)) {
+    if (!header_written && !key.empty() && key[0] == static_cast<char>(RecordType::kEntry)) {
       KVATLAS_RETURN_IF_ERROR(write_header());  // every default-family record came first
     }
     if (!header_written) {

@@ -177,6 +177,10 @@ TEST_SUITE("backup") {
             "unexpected file extra");
     refused([](const fs::path& copy) { WriteFile(copy / kBackupManifestFile, "{"); },
             StatusCode::kCorruption, "not a JSON object");
+    refused(with_manifest("\"kvatlas-backup\"", "7"), StatusCode::kCorruption, "format");
+    refused(with_manifest("\"online\": true", "\"online\": 1"), StatusCode::kCorruption, "online");
+    refused(with_manifest("\"hash_seed\": ", "\"hash_seed\": -"), StatusCode::kCorruption,
+            "hash_seed");
   }
 
   TEST_CASE("Backup: targets must be absent or empty directories") {
