@@ -19,7 +19,7 @@ constexpr char kUsage[] =
     "usage: kvatlas-server backup --data-dir DIR --to BACKUP_DIR\n"
     "       kvatlas-server restore --from BACKUP_DIR --data-dir NEW_DIR\n"
     "       kvatlas-server verify-backup --from BACKUP_DIR\n"
-    "(a running server: kvatlas backup --to NAME, docs/operations.md §Backup and restore)\n";
+    "(a running server: kvatlas cluster backup DIR, docs/operations.md §Backup and restore)\n";
 
 int Usage(const std::string& problem) {
   std::cerr << "kvatlas-server: " << problem << "\n" << kUsage;
@@ -85,7 +85,7 @@ Result<BackupManifest> BackUpStopped(const std::string& data_dir, const std::str
   if (!storage) {
     return Status(storage.error().code(), storage.error().message() +
                                               " (stop the server first, or back it up online "
-                                              "with kvatlas backup)");
+                                              "with kvatlas cluster backup)");
   }
   KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(to, "backup directory"));
   KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, (*storage)->CaptureAll());

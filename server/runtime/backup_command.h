@@ -2,7 +2,7 @@
 //   backup --data-dir DIR --to BACKUP_DIR         back up a stopped server's data directory
 //   restore --from BACKUP_DIR --data-dir NEW_DIR  make a new server's data directory from one
 //   verify-backup --from BACKUP_DIR               check a backup's checksums and digest
-// A running server is backed up through POST /v1/admin/backup (`kvatlas backup`).
+// A running server is backed up through POST /v1/admin/backup (`kvatlas cluster backup`).
 #pragma once
 
 #include <span>

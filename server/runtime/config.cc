@@ -686,7 +686,7 @@ std::string UsageText() {
       "Flags override the JSON config file, whose keys are the flag names with '_' for '-'.\n"
       "SIGHUP reloads the access tokens (docs/security.md); gen-token prints a new token and\n"
       "the lines that configure it. backup, restore and verify-backup: docs/operations.md\n"
-      "§Backup and restore (a running server is backed up with `kvatlas backup`).\n"
+      "§Backup and restore (a running server is backed up with `kvatlas cluster backup`).\n"
       "\n";
   const auto add = [&out](std::string usage, std::string_view help) {
     usage.resize(std::max<size_t>(usage.size() + 2, 40), ' ');
