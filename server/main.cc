@@ -5,7 +5,8 @@
 // Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the server fails to start
 // or a storage write fails while running, 2 for a bad command line or config file.
 // SIGHUP reloads the access tokens. `kvatlas-server gen-token --name N --role R` prints a
-// new token and the lines that configure it.
+// new token and the lines that configure it. `backup`, `restore` and `verify-backup` work on
+// data and backup directories (backup_command.h).
 #include <signal.h>
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 
 #include "common/internal/log.h"
 #include "server/runtime/access_config.h"
+#include "server/runtime/backup_command.h"
 #include "server/runtime/config.h"
 #include "server/runtime/fd_limit.h"
 #include "server/runtime/server.h"
@@ -85,6 +87,9 @@ int main(int argc, char** argv) {
     }
     std::cout << *text;
     return 0;
+  }
+  if (!args.empty() && kvatlas::server::IsBackupCommand(args[0])) {
+    return kvatlas::server::RunBackupCommand(args);
   }
   auto command = kvatlas::server::ParseCommandLine(args);
   if (!command.has_value()) {

@@ -61,7 +61,7 @@ void PrintStatus(const json& s) {
 
 int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* usage) {
   if (args.positional.empty())
-    return Usage("give a subcommand: status, ready, add, remove, transfer", usage);
+    return Usage("give a subcommand: status, ready, add, remove, transfer, backup, digest", usage);
   const std::string& sub = args.positional[0];
   const size_t operands = args.positional.size() - 1;
   std::string method = "POST";
@@ -96,9 +96,20 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* 
       body["id"] = *id;
     }
     path = "/v1/cluster/transfer";
+  } else if (sub == "backup") {
+    if (operands != 1 || args.positional[1].empty()) {
+      return Usage("usage: cluster backup DIR (a directory under the server's backup_dir)", usage);
+    }
+    path = "/v1/admin/backup";
+    body = {{"to", args.positional[1]}};
+  } else if (sub == "digest") {
+    if (operands != 0) return Usage("digest takes no arguments", usage);
+    method = "GET";
+    path = "/v1/admin/digest";
   } else {
-    return Usage("unknown subcommand \"" + sub + "\" (status, ready, add, remove, transfer)",
-                 usage);
+    return Usage(
+        "unknown subcommand \"" + sub + "\" (status, ready, add, remove, transfer, backup, digest)",
+        usage);
   }
 
   const char* env = std::getenv("KVATLAS_HTTP");
@@ -151,6 +162,19 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* 
                 Text(answer.value("raft_address", json())).c_str());
   } else if (sub == "remove") {
     std::printf("removed server %s\n", Text(answer.value("removed", json())).c_str());
+  } else if (sub == "backup") {
+    std::printf(
+        "server %s backed up to %s: applied index %s, %s records, %s bytes, state "
+        "digest %s\n",
+        Text(answer.value("server_id", json())).c_str(), Text(answer.value("path", json())).c_str(),
+        Text(answer.value("applied_index", json())).c_str(),
+        Text(answer.value("records", json())).c_str(), Text(answer.value("bytes", json())).c_str(),
+        Text(answer.value("state_digest", json())).c_str());
+  } else if (sub == "digest") {
+    std::printf("server %s at applied index %s: state digest %s\n",
+                Text(answer.value("server_id", json())).c_str(),
+                Text(answer.value("applied_index", json())).c_str(),
+                Text(answer.value("state_digest", json())).c_str());
   } else {
     const json to_id = answer.value("transfer_to", json(0));
     std::printf("leadership transferred to %s\n",

@@ -58,14 +58,16 @@ commands:
       every copy of one block key (decimal or 0x-hex), in one context or all
   ping
       round-trip time to the server
-  cluster status | ready | add ID RAFT_ADDRESS | remove ID | transfer [ID]
-          [--http HOST:PORT] [--json]
+  cluster status | ready | add ID RAFT_ADDRESS | remove ID | transfer [ID] | backup DIR
+          | digest  [--http HOST:PORT] [--json]
       the raft cluster over the REST admin API (not the binary protocol): members, leader
       and addresses; whether this server takes writes now (GET /readyz, no token needed;
       exit 1 with the reason if not: a container health check); add or remove a server;
-      hand leadership to server ID (or any voter).
+      hand leadership to server ID (or any voter); write a backup of the server asked into
+      DIR under its backup_dir (ask the leader: docs/operations.md §Backup and restore);
+      print its state digest.
       The REST address defaults to $KVATLAS_HTTP, else 127.0.0.1:7070; any server will do
-      (followers forward changes to the leader)
+      for the others (followers forward changes to the leader)
   watch [--from REV|now] [--model M] [--block-size N] [--tenant T] [--lora L] [--salt S]
         [--backend ID] [--dp-rank R] [--medium GPU|CPU|DISK|...] [--json] [--count N]
         [--http HOST:PORT]

@@ -55,6 +55,7 @@ void AddAllRoutes(const Services* api, Router* router) {
   AddWatchRoutes(api, router);
   AddLeaseRoutes(api, router);
   AddDashboardRoutes(router);
+  AddAdminRoutes(api, router);
 }
 
 }  // namespace kvatlas::server

@@ -1,7 +1,7 @@
 // The REST routes of kvatlas (docs/api.md), grouped by concern, each group in its own .cc:
 // ingest (POST /v1/events), queries (/v1/lookup, /v1/blocks, holders, contexts, stats),
 // the Mooncake Conductor dialect (/query, /query_by_hash), operations (/healthz, /readyz,
-// /metrics), registrations, the cluster, routing, the change feed, leases and the
+// /metrics), registrations, the cluster, routing, the change feed, leases, backups and the
 // dashboard (/). A route decodes its request (JSON body, path and query parameters), asks
 // the service layer (server/service/) and encodes the answer; nothing is decided here.
 #pragma once
@@ -27,6 +27,7 @@ void AddRoutingRoutes(const Services* api, Router* router);  // routing_routes.c
 void AddWatchRoutes(const Services* api, Router* router);    // watch_routes.cc
 void AddLeaseRoutes(const Services* api, Router* router);    // lease_routes.cc
 void AddDashboardRoutes(Router* router);                     // dashboard_routes.cc
+void AddAdminRoutes(const Services* api, Router* router);    // admin_routes.cc
 
 // The request body as a JSON object, parsed by ParseJsonBody (json_codec.h: depth limit,
 // no duplicate keys); kInvalidArgument ("body: ...") when it is refused there or is not an

@@ -46,6 +46,8 @@ struct Field {
 const Field kFields[] = {
     {"data_dir", &Config::data_dir, 0, 0,
      "data directory: RocksDB in DIR/db, addresses in DIR/http.addr, DIR/rpc.addr"},
+    {"backup_dir", &Config::backup_dir, 0, 0,
+     "root directory of online backups (POST /v1/admin/backup); empty = off"},
     {"http_listen", &Config::http_listen, 0, 0,
      "REST address HOST:PORT ([v6]:PORT); port 0 = any free port"},
     {"rpc_listen", &Config::rpc_listen, 0, 0,
@@ -675,12 +677,16 @@ std::string UsageText() {
   std::string out =
       "Usage: kvatlas-server [--config FILE] [--FLAG VALUE ...]\n"
       "       kvatlas-server gen-token --name NAME --role read|write|admin\n"
+      "       kvatlas-server backup --data-dir DIR --to BACKUP_DIR   (a stopped server)\n"
+      "       kvatlas-server restore --from BACKUP_DIR --data-dir NEW_DIR\n"
+      "       kvatlas-server verify-backup --from BACKUP_DIR\n"
       "\n"
       "Serves the kvatlas KV-cache block index over REST (docs/api.md) and the binary\n"
       "protocol (docs/protocol.md).\n"
       "Flags override the JSON config file, whose keys are the flag names with '_' for '-'.\n"
       "SIGHUP reloads the access tokens (docs/security.md); gen-token prints a new token and\n"
-      "the lines that configure it.\n"
+      "the lines that configure it. backup, restore and verify-backup: docs/operations.md\n"
+      "§Backup and restore (a running server is backed up with `kvatlas cluster backup`).\n"
       "\n";
   const auto add = [&out](std::string usage, std::string_view help) {
     usage.resize(std::max<size_t>(usage.size() + 2, 40), ' ');

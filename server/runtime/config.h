@@ -26,6 +26,10 @@ struct Config {
   // Where the server keeps its state: RocksDB in DIR/db, the bound addresses in
   // DIR/http.addr and DIR/rpc.addr.
   std::string data_dir = "./data";
+  // The directory online backups (POST /v1/admin/backup) are written under; empty = online
+  // backups are off. Every backup is a new, empty directory inside it (docs/operations.md
+  // §Backup and restore).
+  std::string backup_dir;
   // HOST:PORT of the REST API ([v6]:PORT for IPv6). Port 0 picks a free port. Loopback by
   // default; a non-loopback address needs tokens (or `insecure`).
   std::string http_listen = "127.0.0.1:7070";

@@ -160,6 +160,8 @@ Status Server::Init() {
   services_.options.max_watch_streams = std::max<size_t>(1, config_.http_threads / 2);
   services_.server_id = config_.id;
   services_.data_dir = config_.data_dir;
+  services_.backup_dir = config_.backup_dir;
+  services_.cluster_id = config_.cluster_id;
   services_.min_free_disk_bytes = config_.min_free_disk_bytes;
   services_.options.converter.max_events_per_batch = config_.max_events_per_batch;
   services_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;

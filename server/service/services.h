@@ -7,9 +7,11 @@
 // StateMachine::Read, so no network thread ever blocks the state machine.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "kvatlas/common/limits.h"
@@ -83,6 +85,12 @@ struct Services {
   // empty for an in-memory server (tests).
   std::string data_dir;
   uint64_t min_free_disk_bytes = 0;
+  // Online backups (backup_service.h): the root they are written under (empty = off), the
+  // configured cluster_id recorded in them, and the flag that lets one run at a time
+  // (shared by every copy of this struct).
+  std::string backup_dir;
+  std::string cluster_id;
+  std::shared_ptr<std::atomic<bool>> backup_running = std::make_shared<std::atomic<bool>>(false);
   // This server's addresses as it announces them (GET /v1/cluster, AnnounceCommand): the
   // bound ones, with a wildcard host replaced by the raft address's host.
   std::string http_address;

@@ -63,30 +63,39 @@ class RocksDbCapture final : public Storage::Capture {
     out.push_back(static_cast<char>(kSnapshotVersion));
     const size_t applied_at = out.size();
     PutFixed64(&out, 0);  // The applied index, filled in once the scan has read it.
-    rocksdb::ReadOptions read;
-    read.snapshot = snapshot_;
-    read.fill_cache = false;
-    read.readahead_size = 2 << 20;
     const std::string applied_key = MetaKey(kMetaAppliedIndex);
     Revision applied = 0;  // A database never written has none.
     uint64_t count = 0;
-    for (rocksdb::ColumnFamilyHandle* family : families_) {
-      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, family));
-      for (it->SeekToFirst(); it->Valid(); it->Next()) {
-        if (View(it->key()) == applied_key) {
-          KVATLAS_ASSIGN_OR_RETURN(applied, DecodeMetaFixed64(applied_key, View(it->value())));
-        }
-        PutLengthPrefixed(&out, View(it->key()));
-        PutLengthPrefixed(&out, View(it->value()));
-        ++count;
+    KVATLAS_RETURN_IF_ERROR(ForEachRecord([&](std::string_view key, std::string_view value) {
+      if (key == applied_key) {
+        KVATLAS_ASSIGN_OR_RETURN(applied, DecodeMetaFixed64(applied_key, value));
       }
-      KVATLAS_RETURN_IF_ERROR(FromRocks(it->status(), "reading a snapshot"));
-    }
+      PutLengthPrefixed(&out, key);
+      PutLengthPrefixed(&out, value);
+      ++count;
+      return Status::Ok();
+    }));
     PutFixed64(&out, count);
     std::string fixed;
     PutFixed64(&fixed, applied);
     out.replace(applied_at, fixed.size(), fixed);
     return out;
+  }
+
+  Status ForEachRecord(
+      const std::function<Status(std::string_view, std::string_view)>& fn) const override {
+    rocksdb::ReadOptions read;
+    read.snapshot = snapshot_;
+    read.fill_cache = false;
+    read.readahead_size = 2 << 20;
+    for (rocksdb::ColumnFamilyHandle* family : families_) {
+      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, family));
+      for (it->SeekToFirst(); it->Valid(); it->Next()) {
+        KVATLAS_RETURN_IF_ERROR(fn(View(it->key()), View(it->value())));
+      }
+      KVATLAS_RETURN_IF_ERROR(FromRocks(it->status(), "reading a snapshot"));
+    }
+    return Status::Ok();
   }
 
  private:
@@ -139,6 +148,12 @@ namespace kvatlas::server {
 
 Result<Revision> Storage::SnapshotAppliedIndex(std::string_view snapshot) {
   return rocksdb_storage::WalkSnapshot(snapshot, nullptr);
+}
+
+Result<Revision> Storage::WalkSnapshot(
+    std::string_view snapshot,
+    const std::function<Status(std::string_view key, std::string_view value)>& fn) {
+  return rocksdb_storage::WalkSnapshot(snapshot, fn);
 }
 
 }  // namespace kvatlas::server

@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
@@ -70,20 +72,33 @@ class Storage {
   // (which must be empty).
   [[nodiscard]] virtual Status LoadRegistry(Registry* registry) const = 0;
 
-  // A consistent point-in-time image of the whole database (a replicated-log snapshot).
-  // Capture() is cheap (pins a RocksDB snapshot); Serialize() reads everything and may run
-  // on another thread, concurrently with later Writes.
+  // A consistent point-in-time image of the whole database (a replicated-log snapshot, an
+  // online backup). CaptureAll() is cheap (pins a RocksDB snapshot) and may be called from
+  // any thread: every Write carries its applied_index in the same atomic batch, so the image
+  // is the state after exactly one applied revision (on the applying thread, after the last
+  // one). Serialize() and ForEachRecord() read everything and may run on another thread,
+  // concurrently with later Writes.
   class Capture {
    public:
     virtual ~Capture() = default;
     // docs/storage.md §Snapshots: "KVSN", u8 version, le64 applied_index, then every record
     // as (varint key length, key, varint value length, value), then le64 record count.
     [[nodiscard]] virtual Result<std::string> Serialize() const = 0;
+    // Calls fn(key, value) for every record of the image in the order Serialize() writes
+    // them (the default family's in key order, then the entries family's), stopping at the
+    // first non-OK Status. Any thread; memory stays constant (a backup streams this).
+    [[nodiscard]] virtual Status ForEachRecord(
+        const std::function<Status(std::string_view key, std::string_view value)>& fn) const = 0;
   };
   [[nodiscard]] virtual Result<std::unique_ptr<Capture>> CaptureAll() const = 0;
 
   // Reads the applied_index a serialized capture was taken at (kCorruption if malformed).
   [[nodiscard]] static Result<Revision> SnapshotAppliedIndex(std::string_view snapshot);
+  // Checks a serialized capture as SnapshotAppliedIndex does and calls fn(key, value) for
+  // every record in order, stopping at the first non-OK Status. Returns its applied_index.
+  [[nodiscard]] static Result<Revision> WalkSnapshot(
+      std::string_view snapshot,
+      const std::function<Status(std::string_view key, std::string_view value)>& fn);
 
   // Replaces every record with those of a serialized capture, atomically (one WriteBatch):
   // after a crash the database holds either the old records or the new ones. Checks the

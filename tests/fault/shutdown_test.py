@@ -63,6 +63,7 @@ class Writers:
         self.node, self.next, self.acked = node, first, []
         self.lock, self.stop = threading.Lock(), threading.Event()
         self.statuses = {}
+        self.latencies = []  # (start, end) of every acknowledged write, time.monotonic()
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(count)]
         for t in self.threads:
             t.start()
@@ -71,11 +72,14 @@ class Writers:
         while not self.stop.is_set():
             with self.lock:
                 i, self.next = self.next, self.next + 1
+            start = time.monotonic()
             status, _ = write(self.node, i)
+            end = time.monotonic()
             with self.lock:
                 self.statuses[status] = self.statuses.get(status, 0) + 1
                 if status == 200:
                     self.acked.append(i)
+                    self.latencies.append((start, end))
             if status == 0:
                 if not self.node.alive():
                     return

@@ -1,0 +1,55 @@
+// Backups over REST (docs/api.md §Backups): POST /v1/admin/backup writes a backup of this
+// server's state into a new directory under its backup_dir, GET /v1/admin/digest answers
+// the state digest a backup records. Both admin; neither is forwarded (a backup is of the
+// server asked, so ask the leader for every acknowledged write).
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "server/api/routes.h"
+#include "server/service/backup_service.h"
+
+namespace kvatlas::server {
+namespace {
+
+Result<HttpReply> HandleBackup(const Services& api, const RouteRequest& request) {
+  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
+  for (const auto& [key, value] : body.items()) {
+    if (key != "to") return Status::InvalidArgument("body." + key + ": unknown field");
+  }
+  const auto to = body.find("to");
+  if (to == body.end() || !to->is_string()) {
+    return Status::InvalidArgument("body.to: must be a string naming a directory");
+  }
+  KVATLAS_ASSIGN_OR_RETURN(BackupTaken taken, TakeBackup(api, to->get<std::string>()));
+  const BackupManifest& m = taken.manifest;
+  const nlohmann::json out = {{"status", "ok"},
+                              {"path", taken.path},
+                              {"server_id", m.source.server_id},
+                              {"applied_index", m.applied_index},
+                              {"records", m.records},
+                              {"bytes", m.files.empty() ? 0 : m.files[0].bytes},
+                              {"state_digest", m.state_digest},
+                              {"capture_micros", taken.capture_micros},
+                              {"total_micros", taken.total_micros}};
+  return JsonReply(out.dump());
+}
+
+Result<HttpReply> HandleDigest(const Services& api) {
+  KVATLAS_ASSIGN_OR_RETURN(StateDigest digest, DigestState(api));
+  const nlohmann::json out = {{"server_id", api.server_id},
+                              {"applied_index", digest.applied_index},
+                              {"records", digest.records},
+                              {"state_digest", digest.digest}};
+  return JsonReply(out.dump());
+}
+
+}  // namespace
+
+void AddAdminRoutes(const Services* api, Router* router) {
+  router->Add({"POST", "/v1/admin/backup", RouteAccess::kAdmin,
+               [api](const RouteRequest& request) { return HandleBackup(*api, request); }});
+  router->Add({"GET", "/v1/admin/digest", RouteAccess::kAdmin,
+               [api](const RouteRequest&) { return HandleDigest(*api); }});
+}
+
+}  // namespace kvatlas::server

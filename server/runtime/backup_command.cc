@@ -1,0 +1,136 @@
+// kvatlas-server backup / restore / verify-backup (backup_command.h).
+#include "server/runtime/backup_command.h"
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "server/replication/raft_log.h"
+#include "server/storage/backup.h"
+#include "server/storage/storage.h"
+
+namespace kvatlas::server {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kUsage[] =
+    "usage: kvatlas-server backup --data-dir DIR --to BACKUP_DIR\n"
+    "       kvatlas-server restore --from BACKUP_DIR --data-dir NEW_DIR\n"
+    "       kvatlas-server verify-backup --from BACKUP_DIR\n"
+    "(a running server: kvatlas cluster backup DIR, docs/operations.md §Backup and restore)\n";
+
+int Usage(const std::string& problem) {
+  std::cerr << "kvatlas-server: " << problem << "\n" << kUsage;
+  return 2;
+}
+
+int Failed(const std::string& command, const Status& status) {
+  std::cerr << "kvatlas-server " << command << ": " << status.ToString() << "\n";
+  return 1;
+}
+
+// The value of every flag in `required`, given as "--flag VALUE" pairs, each once; nullopt
+// (after printing why) on anything else.
+std::optional<std::map<std::string, std::string>> ParseFlags(
+    const std::string& command, std::span<const std::string> args,
+    std::initializer_list<const char*> required) {
+  std::map<std::string, std::string> flags;
+  std::string names;
+  for (const char* flag : required) names += std::string(names.empty() ? "" : " and ") + flag;
+  for (size_t i = 0; i < args.size(); i += 2) {
+    bool known = false;
+    for (const char* flag : required) known = known || args[i] == flag;
+    if (!known) {
+      Usage(command + ": unknown argument \"" + args[i] + "\"");
+      return std::nullopt;
+    }
+    if (i + 1 >= args.size() || args[i + 1].empty()) {
+      Usage(command + ": " + args[i] + " needs a value");
+      return std::nullopt;
+    }
+    flags[args[i]] = args[i + 1];
+  }
+  if (flags.size() != required.size()) {
+    Usage(command + " needs " + names);
+    return std::nullopt;
+  }
+  return flags;
+}
+
+void PrintManifest(const BackupManifest& m) {
+  std::cout << "applied index " << m.applied_index << ", " << m.records << " records, "
+            << (m.files.empty() ? 0 : m.files[0].bytes) << " bytes, state digest " << m.state_digest
+            << "\n";
+}
+
+// Backs up a stopped server: its database opens only when no server holds it.
+Result<BackupManifest> BackUpStopped(const std::string& data_dir, const std::string& to) {
+  const fs::path db = fs::path(data_dir) / "db";
+  std::error_code ec;
+  if (!fs::exists(db / "CURRENT", ec)) {
+    return Status::NotFound("no kvatlas database in " + db.string());
+  }
+  if (fs::exists(fs::path(data_dir) / "raft" / RaftLog::kRebuildMarker, ec)) {
+    return Status::FailedPrecondition(
+        "the server stopped after its raft log failed and rebuilds its state at its next "
+        "start: start it once (and stop it) before backing it up");
+  }
+  StorageOptions options;
+  options.path = db.string();
+  options.sync_writes = false;
+  options.block_cache_bytes = 0;
+  Result<std::unique_ptr<Storage>> storage = Storage::Open(options);
+  if (!storage) {
+    return Status(storage.error().code(), storage.error().message() +
+                                              " (stop the server first, or back it up online "
+                                              "with kvatlas cluster backup)");
+  }
+  KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(to, "backup directory"));
+  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, (*storage)->CaptureAll());
+  return WriteBackup(*capture, to, {"", 0, /*online=*/false});
+}
+
+}  // namespace
+
+bool IsBackupCommand(const std::string& command) {
+  return command == "backup" || command == "restore" || command == "verify-backup";
+}
+
+int RunBackupCommand(std::span<const std::string> args) {
+  const std::string command = args[0];
+  const std::span<const std::string> rest = args.subspan(1);
+  if (command == "backup") {
+    const auto flags = ParseFlags(command, rest, {"--data-dir", "--to"});
+    if (!flags) return 2;
+    Result<BackupManifest> m = BackUpStopped(flags->at("--data-dir"), flags->at("--to"));
+    if (!m) return Failed(command, m.status());
+    std::cout << "backed up " << flags->at("--data-dir") << " to " << flags->at("--to") << ": ";
+    PrintManifest(*m);
+    return 0;
+  }
+  if (command == "restore") {
+    const auto flags = ParseFlags(command, rest, {"--from", "--data-dir"});
+    if (!flags) return 2;
+    Result<RestoreResult> r = RestoreBackup(flags->at("--from"), flags->at("--data-dir"));
+    if (!r) return Failed(command, r.status());
+    std::cout << "restored " << flags->at("--from") << " into " << r->db_path << ": ";
+    PrintManifest(r->manifest);
+    std::cout << "dropped the addresses of " << r->dropped_members
+              << " old member(s); revision 0. Start the new server(s) on this data directory "
+                 "(each member of a new cluster on its own restored copy, all with --peers) "
+                 "with --hash-seed "
+              << r->manifest.hash_seed << ".\n";
+    return 0;
+  }
+  const auto flags = ParseFlags(command, rest, {"--from"});
+  if (!flags) return 2;
+  Result<BackupManifest> m = VerifyBackup(flags->at("--from"), nullptr);
+  if (!m) return Failed(command, m.status());
+  std::cout << "backup " << flags->at("--from") << " is whole: ";
+  PrintManifest(*m);
+  return 0;
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,115 @@
+// Online backups: target paths and taking one (backup_service.h).
+#include "server/service/backup_service.h"
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <system_error>
+
+namespace kvatlas::server {
+namespace fs = std::filesystem;
+namespace {
+
+Status BadPath(const std::string& what) { return Status::InvalidArgument("body.to: " + what); }
+
+// Clears the one-backup-at-a-time flag when the backup ends, however it ends.
+class RunningFlag {
+ public:
+  explicit RunningFlag(std::atomic<bool>* flag) : flag_(flag) {}
+  ~RunningFlag() { flag_->store(false, std::memory_order_release); }
+  RunningFlag(const RunningFlag&) = delete;
+  RunningFlag& operator=(const RunningFlag&) = delete;
+
+ private:
+  std::atomic<bool>* flag_;
+};
+
+uint64_t MicrosSince(std::chrono::steady_clock::time_point start) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::steady_clock::now() - start)
+                                   .count());
+}
+
+}  // namespace
+
+Result<std::string> ResolveBackupTarget(const std::string& root, std::string_view to) {
+  if (root.empty()) {
+    return Status::FailedPrecondition(
+        "online backups are off on this server: set backup_dir (or back up a stopped server "
+        "with kvatlas-server backup --data-dir)");
+  }
+  if (to.empty()) return BadPath("must name a directory");
+  if (to.size() > kMaxBackupPathBytes) {
+    return BadPath("longer than " + std::to_string(kMaxBackupPathBytes) + " bytes");
+  }
+  if (to.find('\0') != std::string_view::npos) return BadPath("contains a NUL byte");
+  const fs::path given{std::string(to)};
+  for (const fs::path& part : given) {
+    if (part == "..") return BadPath("must not contain a \"..\" component");
+  }
+  const auto without_trailing_slash = [](fs::path p) {
+    p = p.lexically_normal();
+    return p.has_filename() || !p.has_parent_path() || p == p.root_path() ? p : p.parent_path();
+  };
+  const fs::path base = without_trailing_slash(root);
+  const fs::path target = without_trailing_slash(given.is_absolute() ? given : base / given);
+  // Below the root, component by component (a string prefix would take /b2 for /b).
+  auto t = target.begin();
+  for (auto b = base.begin(); b != base.end(); ++b, ++t) {
+    if (t == target.end() || *t != *b) {
+      return BadPath("must be a directory under backup_dir " + root);
+    }
+  }
+  if (t == target.end()) return BadPath("must be a directory under backup_dir, not itself");
+  // No symbolic link below the root on the way (it could point anywhere).
+  fs::path walked = base;
+  for (; t != target.end(); ++t) {
+    walked /= *t;
+    std::error_code ec;
+    const fs::file_status status = fs::symlink_status(walked, ec);
+    if (fs::is_symlink(status)) return BadPath(walked.string() + " is a symbolic link");
+    if (!fs::exists(status)) break;
+  }
+  return target.string();
+}
+
+Result<BackupTaken> TakeBackup(const Services& api, std::string_view to) {
+  const auto start = std::chrono::steady_clock::now();
+  KVATLAS_ASSIGN_OR_RETURN(std::string target, ResolveBackupTarget(api.backup_dir, to));
+  if (api.storage == nullptr) {
+    return Status::FailedPrecondition("this server keeps no storage to back up");
+  }
+  if (api.backup_running->exchange(true, std::memory_order_acq_rel)) {
+    return Status::ResourceExhausted("another backup is running on this server; retry later");
+  }
+  RunningFlag running(api.backup_running.get());
+  KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(target, "body.to: backup directory"));
+  // Every acknowledged write was applied, and so written, before it was acknowledged: the
+  // image pinned now holds all of them.
+  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, api.storage->CaptureAll());
+  BackupTaken taken;
+  taken.capture_micros = MicrosSince(start);
+  taken.path = target;
+  Result<BackupManifest> manifest =
+      WriteBackup(*capture, target, {api.cluster_id, api.server_id, /*online=*/true});
+  if (!manifest) {
+    // Leave no half-written files behind (there is no manifest: nothing would restore).
+    std::error_code ec;
+    fs::remove(fs::path(target) / kBackupStateFile, ec);
+    fs::remove(fs::path(target) / (std::string(kBackupManifestFile) + ".tmp"), ec);
+    return manifest.status();
+  }
+  taken.manifest = std::move(*manifest);
+  taken.total_micros = MicrosSince(start);
+  return taken;
+}
+
+Result<StateDigest> DigestState(const Services& api) {
+  if (api.storage == nullptr) {
+    return Status::FailedPrecondition("this server keeps no storage to digest");
+  }
+  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, api.storage->CaptureAll());
+  return DigestOf(*capture);
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,47 @@
+// Online backups and state digests (docs/operations.md §Backup and restore): where a backup
+// may be written on this server's file system, and taking it. The backup itself is a
+// pinned RocksDB snapshot streamed to files (server/storage/backup.h) on the caller's
+// thread: neither the raft loop nor the applying thread does any of it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kvatlas/common/result.h"
+#include "server/service/services.h"
+#include "server/storage/backup.h"
+
+namespace kvatlas::server {
+
+// Longest `to` a backup request may name.
+inline constexpr size_t kMaxBackupPathBytes = 1024;
+
+// The directory a backup request's `to` names, under `root` (the configured backup_dir):
+// a relative path is taken below `root`, an absolute one must lie below it. Refused
+// (kInvalidArgument naming the problem): an empty or overlong path, a NUL byte, any ".."
+// component, the root itself, a path outside the root, and an existing symbolic link
+// between the root and the target (which could lead out of it). kFailedPrecondition when
+// `root` is empty (online backups are off). The target itself is checked when written
+// (PrepareEmptyDirectory: absent or an empty directory).
+[[nodiscard]] Result<std::string> ResolveBackupTarget(const std::string& root, std::string_view to);
+
+struct BackupTaken {
+  BackupManifest manifest;
+  std::string path;
+  // From the request to the pinned snapshot (all the backup asks of the live database
+  // before its scan), and the whole backup.
+  uint64_t capture_micros = 0;
+  uint64_t total_micros = 0;
+};
+
+// Writes a backup of this server's state at its current applied index into the directory
+// `to` names (ResolveBackupTarget). One at a time: kResourceExhausted while another runs.
+// kAlreadyExists when the target is not empty. The backup holds every write this server
+// had applied (every write it acknowledged) when the request arrived.
+[[nodiscard]] Result<BackupTaken> TakeBackup(const Services& api, std::string_view to);
+
+// The state digest (backup.h) of this server's state now, with its applied index.
+[[nodiscard]] Result<StateDigest> DigestState(const Services& api);
+
+}  // namespace kvatlas::server

@@ -1,0 +1,112 @@
+// Backups of a server's state (docs/storage.md §Backups, docs/operations.md §Backup and
+// restore). A backup is a directory holding
+//   state.kvsn   the database at one applied index, in the raft snapshot encoding
+//                (docs/storage.md §Snapshots), written from a pinned RocksDB snapshot;
+//   backup.json  its manifest: format version, source, applied index, the state digest,
+//                and every file with its size and SHA-256. Written last: a directory
+//                without it is an unfinished backup and restores nothing.
+// Every RocksDB write batch carries its applied_index, so any RocksDB snapshot is the state
+// after exactly one applied revision: a backup needs nothing from the raft loop or the
+// applying thread, and never stops them.
+//
+// The state digest is SHA-256 over the image's records in order (varint key length, key,
+// varint value length, value) without `Mapplied_index` and the `A` (member address)
+// records: equal digests mean equal contexts, holders, entries, registrations and stream
+// positions, whatever cluster or revision holds them.
+//
+// Free functions over values and files; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvatlas/common/result.h"
+#include "kvatlas/common/status.h"
+#include "kvatlas/common/types.h"
+#include "server/storage/storage.h"
+
+namespace kvatlas::server {
+
+inline constexpr uint32_t kBackupFormatVersion = 1;
+inline constexpr char kBackupManifestFile[] = "backup.json";
+inline constexpr char kBackupStateFile[] = "state.kvsn";
+// A manifest larger than this is refused unread.
+inline constexpr uint64_t kMaxBackupManifestBytes = 1 << 20;
+
+// Where a backup came from, recorded in its manifest (informational: a restore makes a
+// new cluster whichever cluster this was).
+struct BackupSource {
+  std::string cluster_id;  // the source's configured cluster_id; empty when none
+  uint64_t server_id = 0;
+  bool online = false;  // taken from a running server (POST /v1/admin/backup)
+};
+
+struct BackupFile {
+  std::string name;
+  uint64_t bytes = 0;
+  std::string sha256;  // lowercase hex
+};
+
+struct BackupManifest {
+  uint32_t format_version = kBackupFormatVersion;
+  std::string created_at;  // UTC, RFC 3339
+  BackupSource source;
+  Revision applied_index = 0;
+  uint32_t storage_format_version = 0;
+  uint64_t hash_seed = 0;
+  uint64_t records = 0;
+  std::string state_digest;  // lowercase hex SHA-256 (file comment)
+  std::vector<BackupFile> files;
+};
+
+std::string ManifestToJson(const BackupManifest& manifest);
+// kCorruption naming the field when the text is not a manifest this build reads.
+[[nodiscard]] Result<BackupManifest> ParseManifest(std::string_view text);
+
+// The digest of a state image, and what it was taken at.
+struct StateDigest {
+  Revision applied_index = 0;
+  uint64_t records = 0;
+  std::string digest;  // lowercase hex SHA-256
+};
+// One scan of the image (any thread; constant memory).
+[[nodiscard]] Result<StateDigest> DigestOf(const Storage::Capture& capture);
+
+// Writes `capture` as a backup into `dir`, an existing empty directory, and fsyncs it.
+// Streams: memory stays at the size of the non-entry records (contexts, holders,
+// registrations), whatever the number of entries.
+[[nodiscard]] Result<BackupManifest> WriteBackup(const Storage::Capture& capture,
+                                                 const std::string& dir,
+                                                 const BackupSource& source);
+
+// Reads the manifest and checks every file it lists (present, regular, its size and
+// SHA-256), that the directory holds nothing else, and that the state file decodes and has
+// the recorded applied index, record count and state digest. kCorruption (or kNotFound
+// for a missing manifest) naming the first problem. On success `state` (if not null) holds
+// the state file's bytes.
+[[nodiscard]] Result<BackupManifest> VerifyBackup(const std::string& dir, std::string* state);
+
+struct RestoreResult {
+  BackupManifest manifest;
+  std::string db_path;
+  uint64_t dropped_members = 0;  // `A` records removed
+};
+
+// Makes `data_dir` (absent, or an empty directory) the data directory of a new server
+// whose initial state is the backup's: verifies the backup, writes its records into
+// `data_dir`/db, removes the old members' addresses and sets the applied index to 0 (the
+// new cluster's raft log starts at 1 and is applied on top), checks the restored
+// database's digest against the manifest, and fsyncs. Nothing else is created: the raft
+// log, and with it the cluster's membership, comes from the server's first start
+// (--id, --peers). kAlreadyExists for a non-empty `data_dir`.
+[[nodiscard]] Result<RestoreResult> RestoreBackup(const std::string& from,
+                                                  const std::string& data_dir);
+
+// `dir` as an empty directory to write into: created (with its parents) when absent;
+// kAlreadyExists when it exists and is not empty, kInvalidArgument when it is not a
+// directory or is a symbolic link. `what` names it in messages.
+[[nodiscard]] Status PrepareEmptyDirectory(const std::string& dir, std::string_view what);
+
+}  // namespace kvatlas::server

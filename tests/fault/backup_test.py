@@ -1,0 +1,436 @@
+#!/usr/bin/python3
+"""Backup and restore (docs/operations.md §Backup and restore), real processes on loopback.
+
+usage: backup_test.py KVATLAS_SERVER_BINARY [CASE...]
+
+online_single   a server under continuous ingest is backed up through POST /v1/admin/backup;
+                the backup restores into a new single server whose state digest is the
+                backup's and which holds every write acknowledged before the backup began;
+                it takes new writes and keeps them across a restart.
+online_cluster  the same from the leader of a 3-server cluster, restored into a new 3-server
+                cluster (new cluster id and secret): every member has the backup's digest and
+                the writes; a new write reaches all three and their digests stay equal.
+offline         `kvatlas-server backup --data-dir` refuses a running server's directory and
+                backs up the stopped one; restored, it has every acknowledged write.
+hostile         tokens on: no token 401, a write token 403; paths outside backup_dir, "..",
+                symbolic links, non-empty targets refused with 4xx JSON; online backups off
+                without backup_dir (412); a damaged or edited backup and a non-empty target
+                data directory are refused by verify-backup and restore.
+
+Prints the figures it measured (backup time and size, the longest write latency during the
+backup). Bounded in time; every process and directory it creates is removed at the end.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_fault_test as h  # noqa: E402 - the shared harness
+from shutdown_test import Writers, holds, write  # noqa: E402 - writers with latencies
+
+STARTED = []  # every node started, killed at the end of its case whatever happened
+
+
+def stop(node):
+    if node.alive():
+        node.proc.send_signal(signal.SIGTERM)
+        code = node.proc.wait(timeout=h.DEADLINE_S)
+        assert code == 0, f"server {node.id} exited {code}:\n" + node.log_tail()
+    node.log.close()
+
+
+def run(binary, *args):
+    done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout, done.stderr
+
+
+def new_cluster(binary, root, name, n, data_dirs=None, extra=(), headers=None):
+    """`n` servers with fresh ports, cluster id and secret, on `data_dirs` (created empty
+    when not given); started, with their leader."""
+    ports = h.free_ports(n)
+    peers = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+    base = os.path.join(root, name)
+    os.makedirs(base, exist_ok=True)
+    auth = h.make_auth(base)
+    nodes = []
+    for i in range(n):
+        d = data_dirs[i] if data_dirs else os.path.join(base, f"n{i + 1}")
+        os.makedirs(d, exist_ok=True)
+        node = h.Node(binary, i + 1, peers, d, auth=auth)
+        node.extra = list(extra)
+        nodes.append(node)
+    STARTED.extend(nodes)
+    for node in nodes:
+        node.start()
+    return nodes, leader_of(nodes, headers)
+
+
+def leader_of(nodes, headers=None):
+    deadline = time.time() + h.DEADLINE_S
+    while time.time() < deadline:
+        for node in nodes:
+            status, body, _ = h.request_with_headers(node, "GET", "/v1/cluster", None,
+                                                     headers or {})
+            if status == 200 and body["state"] == "leader" and body["id"] == node.id:
+                return node
+        time.sleep(0.05)
+    raise AssertionError("no leader:\n" + "\n".join(n.log_tail() for n in nodes))
+
+
+def digest(node, revision=0):
+    h.wait_applied(node, revision)
+    status, body = node.request("GET", "/v1/admin/digest")
+    assert status == 200, (status, body)
+    return body
+
+
+def manifest_of(backup):
+    with open(os.path.join(backup, "backup.json")) as f:
+        return json.load(f)
+
+
+def backup_under_ingest(leader, backup_root, name):
+    """Backs `leader` up while writers run; returns (answer, writes acked before the request,
+    longest write latency overlapping the backup in ms)."""
+    writers = Writers(leader, 0, count=2)
+
+    def acked():
+        with writers.lock:
+            return list(writers.acked)
+
+    try:
+        deadline = time.time() + h.DEADLINE_S
+        while len(acked()) < 200:
+            assert time.time() < deadline, "writers made no progress"
+            time.sleep(0.02)
+        before = acked()
+        started = time.monotonic()
+        status, answer = leader.request("POST", "/v1/admin/backup", {"to": name})
+        ended = time.monotonic()
+        time.sleep(0.3)  # writes go on after the backup
+    finally:
+        acked = writers.finish()
+    assert status == 200, (status, answer)
+    assert answer["path"] == os.path.join(backup_root, name), answer
+    after = [i for i in acked if i not in set(before)]
+    assert after, "no write was acknowledged after the backup"
+    overlapping = [e - s for s, e in writers.latencies if s < ended and e > started]
+    worst = max(overlapping, default=0) * 1000
+    m = manifest_of(answer["path"])
+    assert m["applied_index"] == answer["applied_index"] and \
+        m["state_digest"] == answer["state_digest"], (m, answer)
+    print(f"  backup of {len(before)}+ writes: applied index {answer['applied_index']}, "
+          f"{answer['records']} records, {answer['bytes']} bytes, capture "
+          f"{answer['capture_micros']} us, total {answer['total_micros'] / 1000:.1f} ms "
+          f"(request {1000 * (ended - started):.1f} ms); {len(overlapping)} writes overlapped "
+          f"it, longest {worst:.1f} ms")
+    return answer, before
+
+
+def check_restored(nodes, answer, before):
+    for node in nodes:
+        d = digest(node)
+        assert d["state_digest"] == answer["state_digest"], (node.id, d, answer)
+        missing = [i for i in before if not holds(node, i)]
+        assert not missing, f"server {node.id} lacks acked writes {missing[:5]}"
+
+
+def backed_up_source(binary, root, n):
+    """A new n-server cluster backed up under ingest from its leader, then stopped:
+    (the backup's answer, the writes acknowledged before it)."""
+    backups = os.path.join(root, "backups")
+    os.makedirs(backups)
+    nodes, leader = new_cluster(binary, root, "src", n, extra=["--backup-dir", backups])
+    try:
+        return backup_under_ingest(leader, backups, "b1")
+    finally:
+        for node in nodes:
+            stop(node)
+
+
+def case_online_single(binary, root):
+    answer, before = backed_up_source(binary, root, 1)
+    code, out, err = run(binary, "verify-backup", "--from", answer["path"])
+    assert code == 0 and answer["state_digest"] in out, (code, out, err)
+    target = os.path.join(root, "restored")
+    code, out, err = run(binary, "restore", "--from", answer["path"], "--data-dir", target)
+    assert code == 0, (out, err)
+    nodes, leader = new_cluster(binary, root, "dst", 1, data_dirs=[target])
+    try:
+        check_restored(nodes, answer, before)
+        status, body = write(leader, 10**6)
+        assert status == 200, (status, body)
+        grown = digest(leader, body["revision"])
+        assert grown["state_digest"] != answer["state_digest"], grown
+        stop(leader)
+        leader.start()
+        leader_of([leader])
+        # The restored state and the new write, each once: the log's entries at or below
+        # the database's applied index are not applied again.
+        check_restored([leader], grown, before)
+        assert holds(leader, 10**6), "a write to the restored server was lost at its restart"
+    finally:
+        for node in nodes:
+            if node.alive():
+                stop(node)
+
+
+def case_online_cluster(binary, root):
+    answer, before = backed_up_source(binary, root, 3)
+    dirs = [os.path.join(root, f"r{i}") for i in range(3)]
+    for d in dirs:
+        code, out, err = run(binary, "restore", "--from", answer["path"], "--data-dir", d)
+        assert code == 0, (out, err)
+    nodes, leader = new_cluster(binary, root, "dst", 3, data_dirs=dirs)
+    try:
+        check_restored(nodes, answer, before)
+        status, body = write(leader, 10**6)
+        assert status == 200, (status, body)
+        digests = {digest(node, body["revision"])["state_digest"] for node in nodes}
+        assert len(digests) == 1 and answer["state_digest"] not in digests, digests
+        assert all(holds(node, 10**6) for node in nodes)
+        status, cluster = leader.request("GET", "/v1/cluster")
+        assert sorted(m["id"] for m in cluster["members"]) == [1, 2, 3], cluster
+    finally:
+        for node in nodes:
+            stop(node)
+
+
+def case_offline(binary, root):
+    nodes, leader = new_cluster(binary, root, "src", 1)
+    acked = []
+    try:
+        for i in range(300):
+            status, _ = write(leader, i)
+            assert status == 200
+            acked.append(i)
+        target = os.path.join(root, "running")
+        code, out, err = run(binary, "backup", "--data-dir", leader.data_dir, "--to", target)
+        assert code == 1 and "in use" in err, (code, out, err)
+        assert not os.path.exists(target), "a refused backup left a directory behind"
+        live = digest(leader)
+    finally:
+        stop(leader)
+    backup = os.path.join(root, "offline")
+    started = time.monotonic()
+    code, out, err = run(binary, "backup", "--data-dir", leader.data_dir, "--to", backup)
+    elapsed = time.monotonic() - started
+    assert code == 0, (out, err)
+    m = manifest_of(backup)
+    assert m["state_digest"] == live["state_digest"] and not m["source"]["online"], (m, live)
+    print(f"  offline backup of 300 writes: {m['records']} records, {m['files'][0]['bytes']} "
+          f"bytes, {1000 * elapsed:.0f} ms (the whole command)")
+    target = os.path.join(root, "restored")
+    code, out, err = run(binary, "restore", "--from", backup, "--data-dir", target)
+    assert code == 0, (out, err)
+    nodes, _ = new_cluster(binary, root, "dst", 1, data_dirs=[target])
+    try:
+        check_restored(nodes, {"state_digest": m["state_digest"]}, acked)
+    finally:
+        stop(nodes[0])
+
+
+def token_line(name, role):
+    token = "kvt_" + os.urandom(32).hex()
+    return token, f"{name}:{role}:{hashlib.sha256(token.encode()).hexdigest()}\n"
+
+
+def case_hostile(binary, root):
+    backups = os.path.join(root, "backups")
+    os.makedirs(backups)
+    admin, admin_line = token_line("ops", "admin")
+    writer, writer_line = token_line("ingest", "write")
+    token_file = os.path.join(root, "tokens")
+    with open(token_file, "w") as f:
+        f.write(admin_line + writer_line)
+    as_admin = {"Authorization": "Bearer " + admin}
+    nodes, leader = new_cluster(binary, root, "src", 1, headers=as_admin,
+                                extra=["--backup-dir", backups, "--token-file", token_file])
+
+    def backup(body, headers=None, raw=None):
+        headers = as_admin if headers is None else headers
+        if raw is not None:
+            import urllib.request
+            req = urllib.request.Request(leader.base + "/v1/admin/backup", data=raw,
+                                         method="POST")
+            req.add_header("Content-Type", "application/json")
+            for k, v in headers.items():
+                req.add_header(k, v)
+            try:
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    return resp.status, json.loads(resp.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+        status, answer, _ = h.request_with_headers(leader, "POST", "/v1/admin/backup", body,
+                                                   headers)
+        return status, answer
+
+    try:
+        event = {"event_type": "stored", "model_name": "m", "block_size": h.BS,
+                 "backend_id": "w", "seq_hashes": list(range(1, 21))}
+        status, body, _ = h.request_with_headers(leader, "POST", "/v1/events",
+                                                 {"events": [event]}, as_admin)
+        assert status == 200, (status, body)
+        assert backup({"to": "x"}, {})[0] == 401
+        assert backup({"to": "x"}, {"Authorization": "Bearer " + writer})[0] == 403
+        status, body, _ = h.request_with_headers(leader, "GET", "/v1/admin/digest", None, {})
+        assert status == 401, (status, body)
+        assert not os.path.exists(os.path.join(backups, "x"))
+        outside = os.path.join(root, "outside")
+        os.makedirs(outside)
+        os.symlink(outside, os.path.join(backups, "link"))
+        os.makedirs(os.path.join(backups, "full"))
+        with open(os.path.join(backups, "full", "f"), "w") as f:
+            f.write("x")
+        refused = [
+            ({"to": "../escape"}, 400, ".."),
+            ({"to": "a/../../escape"}, 400, ".."),
+            ({"to": outside + "/b"}, 400, "under backup_dir"),
+            ({"to": backups}, 400, "not itself"),
+            ({"to": backups + "2/b"}, 400, "under backup_dir"),
+            ({"to": "link/b"}, 400, "symbolic link"),
+            ({"to": "link"}, 400, "symbolic link"),
+            ({"to": ""}, 400, "directory"),
+            ({"to": 7}, 400, "string"),
+            ({"to": "a" * 2000}, 400, "longer"),
+            ({"to": "ok", "mode": "fast"}, 400, "unknown field"),
+            ({}, 400, "body.to"),
+            ({"to": "full"}, 409, "not empty"),
+        ]
+        for body, want, words in refused:
+            status, answer = backup(body)
+            assert status == want and words in answer.get("message", ""), (body, status, answer)
+            assert answer["code"] in ("invalid_argument", "already_exists"), answer
+        status, answer = backup(None, raw=b'{"to": "a\\u0000b"}')
+        assert status == 400 and "NUL" in answer["message"], (status, answer)
+        assert os.listdir(outside) == [], "a refused backup wrote outside backup_dir"
+        status, answer = backup({"to": os.path.join(backups, "nested", "ok")})
+        assert status == 200, (status, answer)
+        status, answer = backup({"to": "nested/ok"})
+        assert status == 409, (status, answer)
+        # The CLI: kvatlas cluster backup / digest, with and without the admin token.
+        cli, http = h.cli_binary(binary), leader.base[len("http://"):]
+        code, out, err = h.run_cli(cli, "--token", admin, "cluster", "backup", "cli", "--http",
+                                   http)
+        assert code == 0 and os.path.join(backups, "cli") in out, (code, out, err)
+        code, out, err = h.run_cli(cli, "--token", admin, "cluster", "digest", "--http", http)
+        assert code == 0 and manifest_of(os.path.join(backups, "cli"))["state_digest"] in out, \
+            (code, out, err)
+        code, out, err = h.run_cli(cli, "cluster", "backup", "cli2", "--http", http)
+        assert code == 1 and "401" in err, (code, out, err)
+        good = os.path.join(backups, "nested", "ok")
+    finally:
+        stop(leader)
+    # Without backup_dir, online backups are off.
+    nodes, plain = new_cluster(binary, root, "plain", 1)
+    try:
+        status, answer = plain.request("POST", "/v1/admin/backup", {"to": "x"})
+        assert status == 412 and "backup_dir" in answer["message"], (status, answer)
+    finally:
+        stop(plain)
+
+    # Damaged backups are refused by verify-backup and restore, which create nothing.
+    def damaged(name, damage):
+        copy = os.path.join(root, name)
+        shutil.copytree(good, copy)
+        damage(copy)
+        code, out, err = run(binary, "verify-backup", "--from", copy)
+        assert code == 1, (name, code, out, err)
+        target = os.path.join(root, name + "-restored")
+        code2, out2, err2 = run(binary, "restore", "--from", copy, "--data-dir", target)
+        assert code2 == 1 and not os.path.exists(target), (name, code2, out2, err2)
+        return err
+
+    def flip_byte(copy):
+        path = os.path.join(copy, "state.kvsn")
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            b = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([b[0] ^ 0x40]))
+
+    def edit_manifest(field, value):
+        def edit(copy):
+            m = manifest_of(copy)
+            m[field] = value
+            with open(os.path.join(copy, "backup.json"), "w") as f:
+                json.dump(m, f)
+        return edit
+
+    def rehash_after(edit_bytes):
+        """Damages the state file and updates the manifest's checksum to match: only the
+        digest check can tell."""
+        def damage(copy):
+            path = os.path.join(copy, "state.kvsn")
+            with open(path, "rb") as f:
+                data = bytearray(f.read())
+            edit_bytes(data)
+            with open(path, "wb") as f:
+                f.write(data)
+            m = manifest_of(copy)
+            m["files"][0]["sha256"] = hashlib.sha256(data).hexdigest()
+            with open(os.path.join(copy, "backup.json"), "w") as f:
+                json.dump(m, f)
+        return damage
+
+    def change_last_value_byte(data):
+        data[-9] ^= 0x01  # the last byte of the last record's value, before the count
+
+    assert "SHA-256" in damaged("flipped", flip_byte)
+    assert "digest" in damaged("rehashed", rehash_after(change_last_value_byte))
+    assert "bytes" in damaged("truncated", lambda c: os.truncate(
+        os.path.join(c, "state.kvsn"), os.path.getsize(os.path.join(c, "state.kvsn")) - 1))
+    assert "format_version" in damaged("future", edit_manifest("format_version", 99))
+    assert "backup.json" in damaged("no-manifest",
+                                    lambda c: os.remove(os.path.join(c, "backup.json")))
+    assert "unexpected" in damaged("extra", lambda c: open(os.path.join(c, "x"), "w").close())
+    # A target data directory that is not empty.
+    busy = os.path.join(root, "busy")
+    os.makedirs(busy)
+    open(os.path.join(busy, "keep"), "w").close()
+    code, out, err = run(binary, "restore", "--from", good, "--data-dir", busy)
+    assert code == 1 and "not empty" in err and os.listdir(busy) == ["keep"], (code, out, err)
+    code, out, err = run(binary, "restore", "--from", good)
+    assert code == 2, (code, out, err)
+
+
+CASES = {
+    "online_single": case_online_single,
+    "online_cluster": case_online_cluster,
+    "offline": case_offline,
+    "hostile": case_hostile,
+}
+
+
+def main():
+    binary = sys.argv[1]
+    names = sys.argv[2:] or list(CASES)
+    failed = 0
+    for name in names:
+        root = tempfile.mkdtemp(prefix="kvatlas-backup-")
+        started = time.time()
+        try:
+            CASES[name](binary, root)
+            print(f"PASS {name} ({time.time() - started:.1f} s)", flush=True)
+        except Exception as e:  # noqa: BLE001 - report and go on with the next case
+            failed += 1
+            print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+        finally:
+            for node in STARTED:
+                if node.alive():
+                    node.kill(signal.SIGKILL)
+            STARTED.clear()
+            shutil.rmtree(root, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

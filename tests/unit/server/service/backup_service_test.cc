@@ -1,0 +1,78 @@
+// Where an online backup may be written (ResolveBackupTarget): below backup_dir only.
+#include "server/service/backup_service.h"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "tests/support/temp_dir.h"
+
+namespace kvatlas::server {
+
+TEST_SUITE("backup_service") {
+  TEST_CASE("ResolveBackupTarget: below backup_dir, no '..', no symbolic links") {
+    testing::TempDir dir;
+    const std::string root = dir.str() + "/backups";
+    std::filesystem::create_directories(root + "/sub");
+    std::filesystem::create_directory_symlink(dir.path(), root + "/link");
+
+    CHECK(*ResolveBackupTarget(root, "b1") == root + "/b1");
+    CHECK(*ResolveBackupTarget(root, "sub/b1/") == root + "/sub/b1");
+    CHECK(*ResolveBackupTarget(root, "./b1") == root + "/b1");
+    CHECK(*ResolveBackupTarget(root, root + "/new/b1") == root + "/new/b1");
+    CHECK(*ResolveBackupTarget(root + "/", "b1") == root + "/b1");
+
+    const auto refused = [&](std::string_view to, std::string_view words) {
+      Result<std::string> r = ResolveBackupTarget(root, to);
+      REQUIRE(!r.has_value());
+      CHECK(r.status().code() == StatusCode::kInvalidArgument);
+      CHECK_MESSAGE(r.status().message().find(words) != std::string::npos, r.status().message());
+    };
+    refused("", "must name");
+    refused("../b", "\"..\"");
+    refused("sub/../../b", "\"..\"");
+    refused(root + "/../b", "\"..\"");
+    refused(dir.str() + "/elsewhere", "under backup_dir");
+    refused(root + "2/b", "under backup_dir");
+    refused(root, "not itself");
+    refused(".", "not itself");
+    refused("link/b", "symbolic link");
+    refused("link", "symbolic link");
+    refused(std::string(2000, 'a'), "longer than");
+    refused(std::string("a\0b", 3), "NUL");
+    CHECK(ResolveBackupTarget("", "b1").status().code() == StatusCode::kFailedPrecondition);
+  }
+
+  TEST_CASE("TakeBackup: one at a time, into an empty directory, the flag cleared after") {
+    testing::TempDir dir;
+    StorageOptions options;
+    options.path = dir.str() + "/db";
+    Result<std::unique_ptr<Storage>> storage = Storage::Open(options);
+    REQUIRE(storage.has_value());
+    Services api;
+    api.backup_dir = dir.str() + "/backups";
+    api.cluster_id = "c";
+    api.server_id = 4;
+    CHECK(TakeBackup(api, "b").status().code() == StatusCode::kFailedPrecondition);  // no storage
+    api.storage = storage->get();
+    api.backup_running->store(true);
+    CHECK(TakeBackup(api, "b").status().code() == StatusCode::kResourceExhausted);
+    api.backup_running->store(false);
+    Result<BackupTaken> taken = TakeBackup(api, "b");
+    REQUIRE_MESSAGE(taken.has_value(), taken.status().ToString());
+    CHECK(taken->path == api.backup_dir + "/b");
+    CHECK(taken->manifest.source.server_id == 4);
+    CHECK(taken->manifest.source.online);
+    CHECK(!api.backup_running->load());
+    CHECK(TakeBackup(api, "b").status().code() == StatusCode::kAlreadyExists);
+    CHECK(!api.backup_running->load());
+    CHECK(VerifyBackup(taken->path, nullptr).has_value());
+    Result<StateDigest> digest = DigestState(api);
+    REQUIRE(digest.has_value());
+    CHECK(digest->digest == taken->manifest.state_digest);
+  }
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,204 @@
+// Backups (server/storage/backup.h): a written backup verifies, restores into a new
+// database with the same state digest (member addresses dropped, revision 0), and every
+// kind of damage is refused before anything is created.
+#include "server/storage/backup.h"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/support/temp_dir.h"
+#include "tests/unit/server/storage/storage_test_support.h"
+
+namespace kvatlas::server {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+Mutation Addresses(uint64_t id) {
+  Mutation m;
+  m.kind = MutationKind::kPutServerAddresses;
+  m.stamp = id;
+  m.server_addresses = std::make_shared<ServerAddresses>("h:1", "h:2");
+  return m;
+}
+
+// A database with a context, a holder, many entries and two members' addresses, at
+// revision 7.
+std::unique_ptr<Storage> Filled(const TempDir& dir) {
+  auto storage = OpenOk(SmallOptions(dir));
+  REQUIRE(storage->CheckHashSeed(1337).ok());
+  std::vector<Mutation> mutations = OneOfEach();
+  for (uint64_t i = 0; i < 5000; ++i) {
+    Mutation entry = PutEntry(1, 0x10000 + i, 2, Tier::kGpu, i % 2 ? "s3://x" : "");
+    entry.stamp = 2 + i;
+    mutations.push_back(entry);
+  }
+  mutations.push_back(Addresses(1));
+  mutations.push_back(Addresses(2));
+  REQUIRE(storage->Write(7, mutations).ok());
+  return storage;
+}
+
+StateDigest DigestOk(const Storage& storage) {
+  auto capture = storage.CaptureAll();
+  REQUIRE(capture.has_value());
+  Result<StateDigest> digest = DigestOf(**capture);
+  REQUIRE_MESSAGE(digest.has_value(), digest.status().ToString());
+  return *digest;
+}
+
+BackupManifest BackupOk(const Storage& storage, const std::string& to) {
+  REQUIRE(PrepareEmptyDirectory(to, "backup").ok());
+  auto capture = storage.CaptureAll();
+  REQUIRE(capture.has_value());
+  Result<BackupManifest> manifest = WriteBackup(**capture, to, {"prod", 3, true});
+  REQUIRE_MESSAGE(manifest.has_value(), manifest.status().ToString());
+  return *manifest;
+}
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void WriteFile(const fs::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+}  // namespace
+
+TEST_SUITE("backup") {
+  TEST_CASE("Backup: written, verified and restored with the same state digest") {
+    TempDir source, backups, target;
+    auto storage = Filled(source);
+    const StateDigest live = DigestOk(*storage);
+    CHECK(live.applied_index == 7);
+    const std::string to = backups.str() + "/b";
+    const BackupManifest m = BackupOk(*storage, to);
+    CHECK(m.applied_index == 7);
+    CHECK(m.state_digest == live.digest);
+    CHECK(m.records == live.records);
+    CHECK(m.hash_seed == 1337);
+    CHECK(m.storage_format_version == kStorageFormatVersion);
+    CHECK(m.source.cluster_id == "prod");
+    REQUIRE(m.files.size() == 1);
+    CHECK(m.files[0].bytes == fs::file_size(fs::path(to) / kBackupStateFile));
+    // The state file is a raft snapshot: the same bytes Serialize() writes.
+    auto capture = storage->CaptureAll();
+    REQUIRE(capture.has_value());
+    CHECK(ReadFile(fs::path(to) / kBackupStateFile) == *(*capture)->Serialize());
+    capture->reset();
+
+    Result<BackupManifest> verified = VerifyBackup(to, nullptr);
+    REQUIRE_MESSAGE(verified.has_value(), verified.status().ToString());
+    CHECK(verified->state_digest == m.state_digest);
+
+    const std::string data_dir = target.str() + "/new";
+    Result<RestoreResult> restored = RestoreBackup(to, data_dir);
+    REQUIRE_MESSAGE(restored.has_value(), restored.status().ToString());
+    CHECK(restored->dropped_members == 2);
+    StorageOptions options = SmallOptions(target);
+    options.path = restored->db_path;
+    auto opened = OpenOk(options);
+    CHECK(*opened->AppliedIndex() == 0);
+    const StateDigest after = DigestOk(*opened);
+    CHECK(after.digest == m.state_digest);
+    CHECK(after.records == m.records - 2);
+    Registry registry;
+    REQUIRE(opened->LoadRegistry(&registry).ok());
+    CHECK(registry.servers.empty());
+    CHECK(opened->CheckHashSeed(1337).ok());
+    CHECK(LoadedIndex(*opened, {})->StateDigest() == LoadedIndex(*storage, {})->StateDigest());
+  }
+
+  TEST_CASE("Backup: the digest leaves out the revision and the member addresses only") {
+    TempDir dir;
+    auto storage = Filled(dir);
+    const StateDigest before = DigestOk(*storage);
+    REQUIRE(storage->Write(8, std::vector<Mutation>{Addresses(9)}).ok());
+    CHECK(DigestOk(*storage).digest == before.digest);
+    Mutation entry = PutEntry(1, 0x99, 2, Tier::kCpu, "");
+    entry.stamp = 9000;
+    REQUIRE(storage->Write(9, std::vector<Mutation>{entry}).ok());
+    CHECK(DigestOk(*storage).digest != before.digest);
+  }
+
+  TEST_CASE("Backup: damaged or edited backups are refused, and restore creates nothing") {
+    TempDir source, scratch;
+    auto storage = Filled(source);
+    const std::string good = scratch.str() + "/good";
+    BackupOk(*storage, good);
+    const std::string state = ReadFile(fs::path(good) / kBackupStateFile);
+    const std::string manifest = ReadFile(fs::path(good) / kBackupManifestFile);
+    int copies = 0;
+    const auto refused = [&](auto damage, StatusCode code, std::string_view words) {
+      const fs::path copy = scratch.path() / ("copy" + std::to_string(++copies));
+      fs::copy(good, copy);
+      damage(copy);
+      Result<BackupManifest> verified = VerifyBackup(copy.string(), nullptr);
+      REQUIRE(!verified.has_value());
+      CHECK(verified.status().code() == code);
+      CHECK_MESSAGE(verified.status().message().find(words) != std::string::npos,
+                    verified.status().message());
+      const fs::path target = scratch.path() / ("restored" + std::to_string(copies));
+      CHECK(!RestoreBackup(copy.string(), target.string()).has_value());
+      CHECK(!fs::exists(target));
+    };
+    const auto with_state = [&](std::string bytes) {
+      return [bytes](const fs::path& copy) { WriteFile(copy / kBackupStateFile, bytes); };
+    };
+    const auto with_manifest = [&](std::string from, std::string to) {
+      std::string text = manifest;
+      const size_t at = text.find(from);
+      REQUIRE(at != std::string::npos);
+      text.replace(at, from.size(), to);
+      return [text](const fs::path& copy) { WriteFile(copy / kBackupManifestFile, text); };
+    };
+    std::string flipped = state;
+    flipped[flipped.size() / 2] ^= 0x20;
+    refused(with_state(flipped), StatusCode::kCorruption, "SHA-256");
+    refused(with_state(state.substr(0, state.size() - 1)), StatusCode::kCorruption, "bytes");
+    refused(with_state(state + "x"), StatusCode::kCorruption, "bytes");
+    refused(with_manifest("\"format_version\": 1", "\"format_version\": 2"),
+            StatusCode::kCorruption, "format_version 2");
+    refused(with_manifest("kvatlas-backup", "other"), StatusCode::kCorruption, "format");
+    refused(with_manifest("\"records\": ", "\"records\": 1"), StatusCode::kCorruption,
+            "record count");
+    refused(with_manifest("state.kvsn", "../x"), StatusCode::kCorruption, "exactly one file");
+    refused([](const fs::path& copy) { fs::remove(copy / kBackupManifestFile); },
+            StatusCode::kNotFound, "backup.json");
+    refused([](const fs::path& copy) { WriteFile(copy / "extra", "x"); }, StatusCode::kCorruption,
+            "unexpected file extra");
+    refused([](const fs::path& copy) { WriteFile(copy / kBackupManifestFile, "{"); },
+            StatusCode::kCorruption, "not a JSON object");
+    refused(with_manifest("\"kvatlas-backup\"", "7"), StatusCode::kCorruption, "format");
+    refused(with_manifest("\"online\": true", "\"online\": 1"), StatusCode::kCorruption, "online");
+    refused(with_manifest("\"hash_seed\": ", "\"hash_seed\": -"), StatusCode::kCorruption,
+            "hash_seed");
+  }
+
+  TEST_CASE("Backup: targets must be absent or empty directories") {
+    TempDir dir;
+    CHECK(PrepareEmptyDirectory(dir.str() + "/a/b", "t").ok());
+    CHECK(fs::is_directory(dir.path() / "a" / "b"));
+    CHECK(PrepareEmptyDirectory(dir.str() + "/a/b", "t").ok());
+    CHECK(PrepareEmptyDirectory(dir.str() + "/a", "t").code() == StatusCode::kAlreadyExists);
+    WriteFile(dir.path() / "file", "x");
+    CHECK(PrepareEmptyDirectory(dir.str() + "/file", "t").code() == StatusCode::kInvalidArgument);
+    fs::create_directory_symlink(dir.path() / "a" / "b", dir.path() / "link");
+    CHECK(PrepareEmptyDirectory(dir.str() + "/link", "t").code() == StatusCode::kInvalidArgument);
+    TempDir source;
+    auto storage = Filled(source);
+    const std::string to = dir.str() + "/backup";
+    BackupOk(*storage, to);
+    CHECK(RestoreBackup(to, dir.str() + "/a").status().code() == StatusCode::kAlreadyExists);
+  }
+}
+
+}  // namespace kvatlas::server
