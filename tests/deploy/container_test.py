@@ -34,8 +34,8 @@ CONTAINER = os.path.join(ROOT, "deploy", "container")
 def setup_packages():
     with open(os.path.join(ROOT, "scripts", "setup")) as f:
         text = f.read()
-    body = re.search(r"packages=\((.*?)\)", text, re.S).group(1)
-    return body.split()
+    body = re.search(r"^packages=\((.*?)^\)", text, re.S | re.M).group(1)
+    return [word for line in body.splitlines() for word in line.split("#", 1)[0].split()]
 
 
 def check_recipe():
