@@ -360,8 +360,9 @@ class RaftLog::Loop {
     fsm_.set_raft(&raft_);
     raft_set_election_timeout(&raft_, o.election_timeout_ms);
     raft_set_heartbeat_timeout(&raft_, o.heartbeat_timeout_ms);
-    raft_set_snapshot_threshold(&raft_, o.snapshot_threshold);
-    raft_set_snapshot_trailing(&raft_, o.snapshot_trailing);
+    compacting_early_ = o.compact_early;
+    raft_set_snapshot_threshold(&raft_, compacting_early_ ? 1 : o.snapshot_threshold);
+    raft_set_snapshot_trailing(&raft_, compacting_early_ ? 0 : o.snapshot_trailing);
     raft_set_pre_vote(&raft_, true);
     if (!o.bootstrap.empty()) {
       struct raft_configuration conf;
@@ -390,6 +391,20 @@ class RaftLog::Loop {
     return Status::Ok();
   }
 
+  // RaftOptions::compact_early: once a snapshot is written, back to the configured
+  // thresholds (raft_set_* only store them: safe outside raft's callbacks, as here).
+  void FinishEarlyCompaction() {
+    if (!compacting_early_) return;
+    LogMetrics metrics;
+    fsm_.ReadSnapshotMetrics(&metrics);
+    if (metrics.snapshots_taken == 0) return;
+    compacting_early_ = false;
+    const RaftOptions& o = owner_->options_;
+    raft_set_snapshot_threshold(&raft_, o.snapshot_threshold);
+    raft_set_snapshot_trailing(&raft_, o.snapshot_trailing);
+    if (o.compacted) o.compacted();
+  }
+
   // After raft_init succeeded: close raft and then the handles (the loop then exits).
   void StartClose() {
     closing_ = true;
@@ -398,6 +413,7 @@ class RaftLog::Loop {
 
   void RefreshStatus() {
     WarnIfLoopWasBlocked();
+    FinishEarlyCompaction();
     ClusterStatus s;
     s.id = raft_.id;
     s.raft_address = raft_.address ? raft_.address : "";
@@ -464,6 +480,7 @@ class RaftLog::Loop {
   uv_loop_t loop_;
   uv_async_t wake_;
   uv_timer_t timer_;
+  bool compacting_early_ = false;  // RaftOptions::compact_early, until its snapshot
   TcpTransport transport_;
   struct raft_io io_;
   FsmAdapter fsm_;

@@ -63,6 +63,14 @@ struct RaftOptions {
   PeerAuth* peer_auth = nullptr;
   // A raft connection's peer handshake must complete within this, or it is closed.
   unsigned handshake_timeout_ms = 5'000;
+  // The state was restored from a backup under a new log (kvatlas-server restore): a log
+  // replayed from index 1, as the leader sends it to a member added before any snapshot,
+  // would lack that state. So the first snapshot is taken after the first applied entry
+  // and keeps no trailing entries (a member added later receives the state as a snapshot);
+  // `compacted` runs on the loop thread once it is written, and snapshot_threshold and
+  // snapshot_trailing apply from then on.
+  bool compact_early = false;
+  std::function<void()> compacted;
 };
 
 class RaftLog final : public ReplicatedLog {

@@ -18,6 +18,7 @@
 #include "server/api/http_access.h"
 #include "server/runtime/access_config.h"
 #include "server/service/registration_service.h"
+#include "server/storage/backup.h"
 
 namespace kvatlas::server {
 namespace {
@@ -562,6 +563,20 @@ Status Server::StartRaft() {
   options.snapshot_threshold = static_cast<unsigned>(config_.raft_snapshot_threshold);
   options.snapshot_trailing = static_cast<unsigned>(config_.raft_snapshot_trailing);
   options.apply_queue = static_cast<size_t>(config_.raft_apply_queue);
+  // A data directory made by `kvatlas-server restore`: snapshot at once (RaftOptions).
+  const fs::path restored = fs::path(config_.data_dir) / kRestoredMarker;
+  std::error_code exists_error;
+  if (fs::exists(restored, exists_error)) {
+    options.compact_early = true;
+    options.compacted = [restored] {
+      std::error_code ec;
+      fs::remove(restored, ec);
+      LogInfo("the restored state is in a raft snapshot" +
+              (ec ? " (cannot remove " + restored.string() + ": " + ec.message() + ")"
+                  : std::string()));
+    };
+    LogInfo("data directory restored from a backup: taking a raft snapshot of it first");
+  }
   options.segment_bytes = static_cast<size_t>(config_.raft_segment_bytes);
   LogInfo("raft: server " + std::to_string(options.id) + " at " + options.address +
           (peers.empty() ? " (single server)"

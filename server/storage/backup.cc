@@ -464,6 +464,13 @@ Result<RestoreResult> RestoreBackup(const std::string& from, const std::string& 
     return Status::Corruption("restored database " + result.db_path + " has state digest " +
                               restored.digest + ", the backup " + result.manifest.state_digest);
   }
+  HashedFileWriter marker;
+  KVATLAS_RETURN_IF_ERROR(marker.Open((fs::path(data_dir) / kRestoredMarker).string()));
+  KVATLAS_RETURN_IF_ERROR(
+      marker.Append("restored from " + from + " (state digest " + restored.digest +
+                    "); removed by the server once its first raft snapshot holds the state\n"));
+  KVATLAS_RETURN_IF_ERROR(marker.Finish(kRestoredMarker).status());
+  KVATLAS_RETURN_IF_ERROR(FsyncPath(data_dir));
   return result;
 }
 

@@ -98,11 +98,18 @@ struct RestoreResult {
 // whose initial state is the backup's: verifies the backup, writes its records into
 // `data_dir`/db, removes the old members' addresses and sets the applied index to 0 (the
 // new cluster's raft log starts at 1 and is applied on top), checks the restored
-// database's digest against the manifest, and fsyncs. Nothing else is created: the raft
+// database's digest against the manifest, writes kRestoredMarker, and fsyncs. Nothing else
+// is created: the raft
 // log, and with it the cluster's membership, comes from the server's first start
 // (--id, --peers). kAlreadyExists for a non-empty `data_dir`.
 [[nodiscard]] Result<RestoreResult> RestoreBackup(const std::string& from,
                                                   const std::string& data_dir);
+
+// The file RestoreBackup leaves in the data directory: the state did not come from the raft
+// log, so a log replayed from index 1 (to a member added later) would lack it. The server
+// takes a raft snapshot at once when it finds the file and deletes it once the snapshot is
+// written (RaftOptions::compact_early).
+inline constexpr const char* kRestoredMarker = "RESTORED";
 
 // `dir` as an empty directory to write into: created (with its parents) when absent;
 // kAlreadyExists when it exists and is not empty, kInvalidArgument when it is not a

@@ -199,6 +199,29 @@ def case_online_cluster(binary, root):
         assert all(holds(node, 10**6) for node in nodes)
         status, cluster = leader.request("GET", "/v1/cluster")
         assert sorted(m["id"] for m in cluster["members"]) == [1, 2, 3], cluster
+        # Each restored server snapshots the restored state at once and drops the marker:
+        # a member added later with an EMPTY data directory receives that snapshot instead
+        # of a log that lacks the restored state.
+        deadline = time.time() + h.DEADLINE_S
+        while any(os.path.exists(os.path.join(d, "RESTORED")) for d in dirs):
+            assert time.time() < deadline, "the restored servers kept their RESTORED marker"
+            time.sleep(0.05)
+        port = h.free_ports(1)[0]
+        empty = os.path.join(root, "dst", "n4")
+        os.makedirs(empty)
+        joiner = h.Node(binary, 4, nodes[0].peers, empty, raft_listen=f"127.0.0.1:{port}",
+                        auth=nodes[0].auth)
+        STARTED.append(joiner)
+        joiner.start()
+        nodes.append(joiner)
+        status, body = leader.request("POST", "/v1/cluster/members",
+                                      {"id": 4, "raft_address": f"127.0.0.1:{port}"})
+        assert status == 200, (status, body)
+        status, body = write(leader, 10**6 + 1)
+        assert status == 200, (status, body)
+        joined = {digest(node, body["revision"])["state_digest"] for node in nodes}
+        assert len(joined) == 1, f"the member added after the restore diverged: {joined}"
+        assert holds(joiner, 10**6) and all(holds(joiner, i) for i in before[:50])
     finally:
         for node in nodes:
             stop(node)
