@@ -103,6 +103,8 @@ TEST_SUITE("backup") {
     Result<RestoreResult> restored = RestoreBackup(to, data_dir);
     REQUIRE_MESSAGE(restored.has_value(), restored.status().ToString());
     CHECK(restored->dropped_members == 2);
+    // The server snapshots a restored state before any member can be sent the log.
+    CHECK(fs::exists(fs::path(data_dir) / kRestoredMarker));
     StorageOptions options = SmallOptions(target);
     options.path = restored->db_path;
     auto opened = OpenOk(options);
