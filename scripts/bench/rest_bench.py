@@ -33,11 +33,14 @@ def chain(c, length):
 
 
 def post(conn, path, body):
+    """POSTs and reads the answer; True when the server asked to close the connection
+    (http.client then reconnects on the next request)."""
     conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     data = resp.read()
     if resp.status != 200:
         raise SystemExit(f"{path}: HTTP {resp.status}: {data[:200]!r}")
+    return resp.will_close
     return data
 
 
@@ -56,6 +59,7 @@ def main():
     ap.add_argument("--holders", type=int, default=100)
     ap.add_argument("--lookups", type=int, default=5000)
     ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--lookup-clients", type=int, default=8)
     ap.add_argument("--no-sync", action="store_true")
     a = ap.parse_args()
 
@@ -115,6 +119,38 @@ def main():
             lat.append((time.perf_counter() - t) * 1e6)
         print(f"REST lookup ({a.chain}-block chain, one client, keep-alive, includes the "
               f"Python client): p50 {pct(lat, 0.5):.0f} us, p99 {pct(lat, 0.99):.0f} us")
+
+        # Persistent connections from several clients at once: every answer should keep its
+        # connection (a server that closes after N requests makes clients reconnect, which
+        # shows as closes and as latency outliers).
+        per_client = max(1, a.lookups // a.lookup_clients)
+        lats = [[] for _ in range(a.lookup_clients)]
+        closes = [0] * a.lookup_clients
+
+        def lookup_worker(k):
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            r = random.Random(100 + k)
+            for _ in range(per_client):
+                body = json.dumps({"model_name": "bench", "block_size": 16,
+                                   "seq_hashes": chain(r.randrange(n_chains), a.chain)})
+                t = time.perf_counter()
+                closes[k] += post(conn, "/v1/lookup", body)
+                lats[k].append((time.perf_counter() - t) * 1e6)
+            conn.close()
+
+        t0 = time.perf_counter()
+        workers = [threading.Thread(target=lookup_worker, args=(k,))
+                   for k in range(a.lookup_clients)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - t0
+        every = [v for l in lats for v in l]
+        print(f"REST lookup, {a.lookup_clients} clients each on one keep-alive connection "
+              f"({per_client} lookups each): {len(every) / elapsed:.0f} lookups/s, p50 "
+              f"{pct(every, 0.5):.0f} us, p99 {pct(every, 0.99):.0f} us, max "
+              f"{max(every) / 1e3:.1f} ms; connections the server closed: {sum(closes)}")
     finally:
         if proc:
             proc.send_signal(signal.SIGTERM)
