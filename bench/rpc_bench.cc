@@ -11,7 +11,8 @@
 // With --tls-rpc HOST:PORT --tls-pid PID --ca FILE (scripts/bench/rpc --tls) it compares
 // transports instead: the same ingest, sequential lookups and saturation against the server
 // at --rpc in plaintext and the one at --tls-rpc over TLS (same settings, own data), one
-// after the other, and prints TLS / plain ratios.
+// after the other, and prints TLS / plain ratios; with --tls-token-rpc HOST:PORT
+// --tls-token-pid PID --token T also a TLS server with access control on, reached with a token.
 #include <httplib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -62,6 +63,8 @@ struct Args {
   long server_pid = 0;
   std::string tls_rpc, ca;
   long tls_pid = 0;
+  std::string tls_token_rpc, token;  // a TLS server with access control, and the token
+  long tls_token_pid = 0;
   uint64_t entries = 1'000'000;
   std::vector<uint64_t> rates{10000, 20000, 50000};
   double seconds = 3;
@@ -279,7 +282,7 @@ Percentiles BinarySequential(kvatlas::Client& client, uint64_t chains) {
 
 // ---------------------------------------------------------------------------------------
 // Transports compared (--tls-rpc): each is a server and the client options that reach it.
-// Another connection setting (a token, a different cipher) is one more entry.
+// Another connection setting (a different cipher, say) is one more entry.
 struct Transport {
   std::string name;
   kvatlas::ClientOptions options;
@@ -533,6 +536,12 @@ int main(int argc, char** argv) {
       a.tls_rpc = v;
     else if (k == "--tls-pid")
       a.tls_pid = std::atol(v.c_str());
+    else if (k == "--tls-token-rpc")
+      a.tls_token_rpc = v;
+    else if (k == "--tls-token-pid")
+      a.tls_token_pid = std::atol(v.c_str());
+    else if (k == "--token")
+      a.token = v;
     else if (k == "--ca")
       a.ca = v;
     else if (k == "--entries")
@@ -552,7 +561,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: rpc_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID "
                  "[--entries N] [--rates R1,R2] [--seconds S] [--tls-rpc HOST:PORT --tls-pid "
-                 "PID --ca FILE]\n");
+                 "PID --ca FILE [--tls-token-rpc HOST:PORT --tls-token-pid PID --token T]]\n");
     return 2;
   }
   if (!a.tls_rpc.empty()) {
@@ -562,7 +571,14 @@ int main(int argc, char** argv) {
     tls.options.endpoints = {a.tls_rpc};
     tls.options.tls.enabled = true;
     tls.options.tls.ca_file = a.ca;
-    return CompareTransports({plain, tls}, a.entries / kChain);
+    std::vector<Transport> transports = {plain, tls};
+    if (!a.tls_token_rpc.empty()) {
+      Transport with_token{"tls+token", tls.options, a.tls_token_pid};
+      with_token.options.endpoints = {a.tls_token_rpc};
+      with_token.options.token = a.token;
+      transports.push_back(with_token);
+    }
+    return CompareTransports(transports, a.entries / kChain);
   }
   kvatlas::ClientOptions options;
   options.endpoints = {a.rpc};
