@@ -506,7 +506,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (a.http.size() < 2 || a.http.size() != a.rpc.size() || a.http.size() != a.pids.size() ||
+  if (a.http.size() < 2) a.failover = false;  // one server (a baseline): nobody to fail over to
+  if (a.http.empty() || a.http.size() != a.rpc.size() || a.http.size() != a.pids.size() ||
       a.seconds <= 0 || a.clients < 1 || a.in_flight < 1 || a.batch_events < 1 || a.blocks < 1 ||
       a.blocks > kMaxBlocks || a.latency_batch_events < 1 || !(a.latency_load > 0) ||
       a.latency_load > 1 || a.latency_rate < 0) {
