@@ -135,22 +135,8 @@ double Ingest(kvatlas::Client& client, uint64_t chains) {
   return static_cast<double>(chains * kChain) / s;
 }
 
-// Waits (up to 30 s) until the server is idle — under 5% of a core over 250 ms — so that the
-// lookups below do not compete with the background work the bulk ingest left behind
-// (RocksDB memtable flushes and compactions, which took ~30% of the server's CPU samples
-// during the first lookup phase when measured without this wait).
 void WaitForQuietServer(long pid) {
-  const auto start = Clock::now();
-  double cpu = CpuSeconds(pid);
-  while (Clock::now() - start < std::chrono::seconds(30)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    const double now = CpuSeconds(pid);
-    const bool quiet = now - cpu < 0.0125;
-    cpu = now;
-    if (quiet) break;
-  }
-  std::printf("(server quiet %.1f s after the ingest)\n",
-              std::chrono::duration<double>(Clock::now() - start).count());
+  std::printf("(server quiet %.1f s after the ingest)\n", kvatlas::bench::WaitForQuietServer(pid));
 }
 
 // Open loop: request i is due at t0 + i/rate; latency counts from when it was due, so a
