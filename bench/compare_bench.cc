@@ -5,10 +5,11 @@
 // 128-block lookups of random ingested chains, open loop at fixed rates after the same
 // number of that side's floor requests (kvatlas kPing, Redis PING) on the same connection;
 // closed-loop capacity (64 lookups in flight); server CPU per operation from /proc/PID/stat;
-// memory per entry from VmRSS after the ingest minus before it.
+// memory per entry from VmRSS after the ingest minus before it, and from the server's own
+// count (kvatlas's index memory_bytes in kStats, Redis's used_memory in INFO).
 //   compare_bench --kvatlas HOST:PORT --pid PID --name NAME [common flags]
 //   compare_bench --redis HOST:PORT --pid PID --name NAME --layout hset|set-hset [common]
-//   common: --entries N --rates 1000,5000,20000 --seconds S --capacity-seconds S
+//   common: --entries N --rates 1000,2000,5000,20000 --seconds S --capacity-seconds S
 // Redis is driven in llm-d's KV-cache indexer layout (pkg/kvcache/kvblock/redis.go of
 // llm-d/llm-d-kv-cache-manager; scripts/bench/compare names the commits): hash
 // "<model>@<hash>" with one field "<pod>@<tier>" (value "") per holder; an add is pipelined
@@ -55,6 +56,18 @@ uint64_t BlockHash(uint64_t chain, uint32_t i) { return Mix(chain * kChain + i);
 // The engine's own hash of the same block (llm-d maps engine keys to its request keys).
 uint64_t EngineHash(uint64_t chain, uint32_t i) { return Mix(~(chain * kChain + i)); }
 std::string Pod(uint64_t chain) { return "pod-" + std::to_string(chain % kPods); }
+
+// `"<as>": <number>` for the number after the first `<name>` in `text` and the quotes, colon
+// and spaces that follow it (`"name": N` in JSON, `name:N` in Redis's INFO); "" when absent.
+std::string NumberField(const std::string& text, const std::string& name, const char* as) {
+  const size_t at = text.find(name);
+  if (at == std::string::npos) return "";
+  size_t from = at + name.size();
+  while (from < text.size() && (text[from] == '"' || text[from] == ':' || text[from] == ' '))
+    ++from;
+  return "\"" + std::string(as) +
+         "\": " + std::to_string(std::strtoull(text.c_str() + from, nullptr, 10));
+}
 
 // Everything measured is a future of whether the request succeeded.
 class Side {
@@ -125,6 +138,12 @@ class KvatlasSide : public Side {
   bool LookupHitsAll() override {
     auto answer = client_->Lookup(lookups_[0]);
     return answer.has_value() && answer->blocks_found == kChain;
+  }
+  // The index's own count of its bytes (GET /v1/stats "index"."memory_bytes").
+  std::string ServerMemoryJson() override {
+    auto stats = client_->Stats();
+    if (!stats.has_value()) return "";
+    return NumberField(stats->json, "memory_bytes", "index_memory");
   }
 
  private:
@@ -199,9 +218,7 @@ class RedisSide : public Side {
     std::string raw, commands;
     kvatlas::bench::AppendCommand(commands, {"INFO", "memory"});
     if (!connection_->Send(commands, 1, &raw).get()) return "";
-    const size_t at = raw.find("used_memory:");
-    if (at == std::string::npos) return "";
-    return "\"used_memory\": " + std::to_string(std::strtoull(raw.c_str() + at + 12, nullptr, 10));
+    return NumberField(raw, "used_memory", "used_memory");
   }
 
  private:
@@ -231,7 +248,7 @@ struct Args {
   std::string kvatlas, redis, name, layout = "hset";
   long pid = 0;
   uint64_t entries = 1'000'000;
-  std::vector<uint64_t> rates{1000, 5000, 20000};
+  std::vector<uint64_t> rates{1000, 2000, 5000, 20000};
   double seconds = 3;
   double capacity_seconds = 3;
 };

@@ -21,6 +21,13 @@ LABELS = {
     "redis": "Redis no persistence",
     "redis-set-hset": "Redis SET+HSET (llm-d now)",
 }
+# Two-line labels for the plots' x axes.
+SHORT = {
+    "kvatlas": "kvatlas\n(raft fsync)",
+    "redis-aof": "Redis\nAOF always",
+    "redis": "Redis\nno persistence",
+    "redis-set-hset": "Redis SET+HSET\n(llm-d now)",
+}
 
 
 def load(path):
@@ -40,6 +47,11 @@ def load(path):
 def span(values, fmt):
     lo, hi = min(values), max(values)
     return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else fmt.format(lo) + "–" + fmt.format(hi)
+
+
+def own_bytes(r):
+    """The server's own count of its bytes: kvatlas's index memory_bytes, Redis used_memory."""
+    return r.get("index_memory", r.get("used_memory"))
 
 
 def at_rate(r, rate):
@@ -64,14 +76,17 @@ def table(runs):
                 for s in SIDES]
 
     for rate in rates:
+        rows.append((f"@{rate}/s: share of own capacity", [
+            span([100 * rate / run[s]["capacity_per_s"] for run in runs], "{:.0f}") + " %"
+            for s in SIDES]))
         rows.append((f"lookup p50 / p99 @{rate}/s, µs", pair(rate, "lookup")))
         rows.append((f"floor p50 / p99 @{rate}/s, µs", pair(rate, "floor")))
     row("closed-loop capacity, lookups/s", lambda r: r["capacity_per_s"] / 1e3, "{:.1f}k")
     row("server CPU per lookup at capacity, µs", lambda r: r["capacity_server_cpu_us"], "{:.1f}")
     row("memory per entry, RSS, B", lambda r: r["rss_per_entry"], "{:.1f}")
-    rows.append(("Redis used_memory per entry, B", ["—"] + [
-        span([run[s]["used_memory"] / run[s]["entries"] for run in runs], "{:.1f}")
-        for s in SIDES[1:]]))
+    if all(own_bytes(run[s]) for run in runs for s in SIDES):
+        row("own count per entry, B (index / used_memory)",
+            lambda r: own_bytes(r) / r["entries"], "{:.1f}")
     return rows
 
 
@@ -82,7 +97,7 @@ def ratios(runs):
     def ratio(title, get, other, invert=False):
         values = [(get(run["kvatlas"]) / get(run[other])) if not invert else
                   (get(run[other]) / get(run["kvatlas"])) for run in runs]
-        out.append((title, span(values, "{:.2f}") + "×"))
+        out.append((title, span(values, "{:.3g}") + "×"))
 
     ingest = lambda r: r["ingest_per_s"]
     ratio("ingest, kvatlas durable / Redis AOF always (durable vs durable)", ingest, "redis-aof")
@@ -98,10 +113,13 @@ def ratios(runs):
         for s in ("kvatlas", "redis"):
             values = [at_rate(run[s], rate)["lookup"]["p99"] / at_rate(run[s], rate)["floor"]["p99"]
                       for run in runs]
-            out.append((f"lookup p99 / own floor p99 @{rate}/s, {s}", span(values, "{:.2f}") + "×"))
+            out.append((f"lookup p99 / own floor p99 @{rate}/s, {s}", span(values, "{:.3g}") + "×"))
     ratio("closed-loop capacity, kvatlas / Redis", lambda r: r["capacity_per_s"], "redis")
     ratio("server CPU per lookup, kvatlas / Redis", lambda r: r["capacity_server_cpu_us"], "redis")
     ratio("memory per entry (RSS), kvatlas / Redis", lambda r: r["rss_per_entry"], "redis")
+    if all(own_bytes(run[s]) for run in runs for s in ("kvatlas", "redis")):
+        ratio("memory per entry (own count), kvatlas index / Redis used_memory", own_bytes,
+              "redis")
     return out
 
 
@@ -128,7 +146,7 @@ def plot(runs, directory):
             his.append(max(v) - m)
         x = range(len(sides))
         ax.bar(x, means, yerr=[los, his], capsize=4, color=[colors[s] for s in sides])
-        ax.set_xticks(list(x), [LABELS[s] for s in sides], fontsize=8)
+        ax.set_xticks(list(x), [SHORT[s] for s in sides], fontsize=8)
         for i, m in enumerate(means):
             ax.annotate(f"{m:,.0f}", (i, m), ha="center", va="bottom", fontsize=8,
                         xytext=(0, 2), textcoords="offset points")
@@ -140,8 +158,25 @@ def plot(runs, directory):
 
     bars(lambda r: r["ingest_per_s"] / 1e3, "k block events/s",
          f"Ingest, {n:,} block events (mean, range over {len(runs)} runs)", "compare-ingest.png")
-    bars(lambda r: r["rss_per_entry"], "bytes per entry (RSS growth)",
-         f"Memory per entry at {n:,} entries", "compare-memory.png")
+    fig, ax = plt.subplots(figsize=(6.4, 3.4), dpi=90)
+    width = 0.38
+    for k, (get, label, alpha) in enumerate((
+            (lambda r: r["rss_per_entry"], "RSS growth / entries", 1.0),
+            (lambda r: (own_bytes(r) or 0) / r["entries"],
+             "own count (kvatlas index memory_bytes, Redis used_memory)", 0.5))):
+        means = [sum(get(run[s]) for run in runs) / len(runs) for s in SIDES]
+        xs = [i + (k - 0.5) * width for i in range(len(SIDES))]
+        ax.bar(xs, means, width, color=[colors[s] for s in SIDES], alpha=alpha, label=label)
+        for x, m in zip(xs, means):
+            ax.annotate(f"{m:.0f}", (x, m), ha="center", va="bottom", fontsize=7,
+                        xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(list(range(len(SIDES))), [SHORT[s] for s in SIDES], fontsize=8)
+    ax.set_ylabel("bytes per entry")
+    ax.set_title(f"Memory per entry at {n:,} entries (mean of {len(runs)} runs)", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(directory, "compare-memory.png"))
+    plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=90)
     rates = [x["rate"] for x in runs[0]["kvatlas"]["rates"]]
@@ -154,6 +189,9 @@ def plot(runs, directory):
               for rate in rates]
         ax.plot(rates, ys, "--", color=colors[s], alpha=0.6,
                 label=f"{label} floor p99 ({'ping' if s == 'kvatlas' else 'PING'})")
+        capacity = sorted(run[s]["capacity_per_s"] for run in runs)[len(runs) // 2]
+        ax.axvline(capacity, color=colors[s], linestyle=":", alpha=0.8,
+                   label=f"{label} closed-loop capacity")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("open-loop rate, requests/s")
