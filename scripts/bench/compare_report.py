@@ -46,7 +46,8 @@ def load(path):
 
 def span(values, fmt):
     lo, hi = min(values), max(values)
-    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else fmt.format(lo) + "–" + fmt.format(hi)
+    a, b = fmt.format(lo), fmt.format(hi)
+    return a if a == b else a + "–" + b
 
 
 def own_bytes(r):
@@ -113,7 +114,8 @@ def ratios(runs):
         for s in ("kvatlas", "redis"):
             values = [at_rate(run[s], rate)["lookup"]["p99"] / at_rate(run[s], rate)["floor"]["p99"]
                       for run in runs]
-            out.append((f"lookup p99 / own floor p99 @{rate}/s, {s}", span(values, "{:.3g}") + "×"))
+            out.append((f"lookup p99 / own floor p99 @{rate}/s, {s}",
+                        span(values, "{:.3g}") + "×"))
     ratio("closed-loop capacity, kvatlas / Redis", lambda r: r["capacity_per_s"], "redis")
     ratio("server CPU per lookup, kvatlas / Redis", lambda r: r["capacity_server_cpu_us"], "redis")
     ratio("memory per entry (RSS), kvatlas / Redis", lambda r: r["rss_per_entry"], "redis")
