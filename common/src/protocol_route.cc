@@ -55,6 +55,12 @@ std::string EncodeRouteRequestBinary(const RoutingRequest& request) {
   }
   PutFlag(&out, o.seed.has_value());
   if (o.seed) PutFixed64(&out, *o.seed);
+  // queue_scale is an optional trailer: a request with the default is the same bytes as
+  // before queue_scale existed, so that servers without it still answer it.
+  if (o.queue_scale != kDefaultQueueScale) {
+    PutFlag(&out, true);
+    PutDouble(&out, o.queue_scale);
+  }
   return out;
 }
 
@@ -91,6 +97,13 @@ Result<RoutingRequest> DecodeRouteRequestBinary(std::string_view payload) {
   o.decode_scale = in.Double("decode_scale");
   o.temperature = in.Double("temperature");
   if (in.Flag("seed")) o.seed = in.Fixed64("seed");
+  if (in.ok() && !in.AtEnd()) {
+    if (in.Flag("queue_scale")) {
+      o.queue_scale = in.Double("queue_scale");
+    } else if (in.ok()) {
+      in.Reject("queue_scale", "must be 0x01 when present");
+    }
+  }
   KVATLAS_RETURN_IF_ERROR(in.Finish());
   KVATLAS_RETURN_IF_ERROR(ValidateRoutingOptions(o));
   return request;

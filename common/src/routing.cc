@@ -56,6 +56,7 @@ Status ValidateRoutingOptions(const RoutingOptions& options) {
   KVATLAS_RETURN_IF_ERROR(CheckFraction(options.weights.disk, "weights.DISK"));
   KVATLAS_RETURN_IF_ERROR(CheckFraction(options.weights.shared, "weights.SHARED"));
   KVATLAS_RETURN_IF_ERROR(CheckScale(options.prefill_scale, "prefill_scale"));
+  KVATLAS_RETURN_IF_ERROR(CheckScale(options.queue_scale, "queue_scale"));
   KVATLAS_RETURN_IF_ERROR(CheckScale(options.decode_scale, "decode_scale"));
   return CheckNonNegative(options.temperature, "temperature");
 }
@@ -122,7 +123,8 @@ Result<std::vector<ScoredCandidate>> ScoreCandidates(const RoutingOptions& optio
                w.shared * s.shared_blocks;
     s.new_prefill_blocks = std::max(static_cast<double>(prompt_blocks) - s.credit, 0.0);
     s.queued_prefill_blocks = static_cast<double>(candidates[i].queued_prefill_tokens) / block_size;
-    s.prefill_cost = options.prefill_scale * (s.queued_prefill_blocks + s.new_prefill_blocks);
+    s.prefill_cost = options.prefill_scale * s.new_prefill_blocks +
+                     options.queue_scale * s.queued_prefill_blocks;
     s.decode_cost = options.decode_scale * static_cast<double>(candidates[i].active_decode_blocks);
     s.cost = s.prefill_cost + s.decode_cost;
   }

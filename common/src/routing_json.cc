@@ -130,6 +130,7 @@ Result<RoutingRequest> DecodeRoute(std::string_view body) {
   KVATLAS_RETURN_IF_ERROR(DecodeWeights(doc, &options.weights));
   KVATLAS_RETURN_IF_ERROR(
       ReadNumber(doc, "prefill_scale", "prefill_scale", &options.prefill_scale));
+  KVATLAS_RETURN_IF_ERROR(ReadNumber(doc, "queue_scale", "queue_scale", &options.queue_scale));
   KVATLAS_RETURN_IF_ERROR(ReadNumber(doc, "decode_scale", "decode_scale", &options.decode_scale));
   KVATLAS_RETURN_IF_ERROR(ReadNumber(doc, "temperature", "temperature", &options.temperature));
   KVATLAS_ASSIGN_OR_RETURN(options.seed, OptionalU64(doc, "seed", "seed"));

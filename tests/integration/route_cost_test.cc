@@ -13,13 +13,14 @@
 namespace kvatlas::testing {
 namespace {
 
-json Route(double prefill_scale, double decode_scale) {
+json Route(double prefill_scale, double queue_scale, double decode_scale) {
   const uint64_t most = 18446744073709551615ULL;
   return {
       {"model_name", "m"},
       {"block_size", 1},
       {"token_ids", Tokens(1, 64)},
       {"prefill_scale", prefill_scale},
+      {"queue_scale", queue_scale},
       {"decode_scale", decode_scale},
       {"temperature", 0.5},
       {"seed", 7},
@@ -34,16 +35,17 @@ TEST_SUITE("Integration.Route") {
     TempDir dir;
     ServerProcess server(dir.path() / "data");
     auto client = server.Client();
-    for (const auto& [prefill, decode, field] :
-         {std::tuple{1e308, 1.0, "prefill_scale"}, std::tuple{1.0, 1e300, "decode_scale"}}) {
+    for (const auto& [prefill, queue, decode, field] :
+         {std::tuple{1e308, 1.0, 1.0, "prefill_scale"}, std::tuple{1.0, 1e308, 1.0, "queue_scale"},
+          std::tuple{1.0, -1.0, 1.0, "queue_scale"}, std::tuple{1.0, 1.0, 1e300, "decode_scale"}}) {
       CAPTURE(field);
-      const Answer answer = Post(client, "/v1/route", Route(prefill, decode));
+      const Answer answer = Post(client, "/v1/route", Route(prefill, queue, decode));
       CHECK(answer.status == 400);
       CHECK(answer.body.value("code", "") == "invalid_argument");
       CHECK(answer.body.value("message", "").rfind(std::string(field) + ":", 0) == 0);
     }
     // The largest accepted scales with the largest loads: every number is finite.
-    const Answer answer = Post(client, "/v1/route", Route(1e6, 1e6));
+    const Answer answer = Post(client, "/v1/route", Route(1e6, 1e6, 1e6));
     REQUIRE(answer.status == 200);
     REQUIRE(answer.body["candidates"].size() == 2);
     for (const json& c : answer.body["candidates"]) {

@@ -61,8 +61,10 @@ TEST_SUITE("Integration.Route") {
     request.lookup.context.block_size = kBlockSize;
     request.lookup.token_ids = prompt;
     request.lookup.token_ids.insert(request.lookup.token_ids.end(), {1, 2, 3});  // 9 blocks
-    // engine-a: credit 8, new 1, 10 queued → 11; engine-b: 3 CPU (0.75) → new 6.75;
-    // engine-c: 2 shared (0.5) → new 8.
+    // Dynamo weighs queued prefill work as new work: queue_scale 1 (on the wire as the
+    // kRoute trailer). engine-a: credit 8, new 1, 10 queued → 11; engine-b: 3 CPU (0.75) →
+    // new 6.75; engine-c: 2 shared (0.5) → new 8.
+    request.options.queue_scale = 1;
     request.candidates = {Candidate("engine-a", 10 * kBlockSize), Candidate("engine-b", 0),
                           Candidate("engine-c", 0)};
     Result<RoutingAnswer> answer = client.Route(request);
@@ -88,7 +90,8 @@ TEST_SUITE("Integration.Route") {
                  {"candidates",
                   {{{"instance_id", "engine-a"}, {"queued_prefill_tokens", 10 * kBlockSize}},
                    {{"instance_id", "engine-b"}},
-                   {{"instance_id", "engine-c"}, {"queued_prefill_tokens", 0}}}}};
+                   {{"instance_id", "engine-c"}, {"queued_prefill_tokens", 0}}}},
+                 {"queue_scale", 1}};
     httplib::Client rest = server.Client();
     Answer via_rest = Post(rest, "/v1/route", body);
     REQUIRE(via_rest.status == 200);
@@ -98,11 +101,28 @@ TEST_SUITE("Integration.Route") {
     // The scheduler-side Scorer over a lookup answer ranks the same way.
     Result<LookupAnswer> lookup = client.Lookup(request.lookup);
     REQUIRE(lookup.has_value());
-    Result<Scorer> scorer = Scorer::Create();
+    Result<Scorer> scorer = Scorer::Create(request.options);
     REQUIRE(scorer.has_value());
     Result<RoutingAnswer> local = scorer->Score(request.lookup, *lookup, request.candidates);
     REQUIRE(local.has_value());
     CHECK(local->ranked == answer->ranked);
+
+    // With the default queue_scale (0.3, no trailer), engine-a's prefix is worth waiting
+    // for: 1 + 0.3 · 10 = 4.
+    request.options.queue_scale = kDefaultQueueScale;
+    answer = client.Route(request);
+    REQUIRE_MESSAGE(answer.has_value(), answer.status().ToString());
+    CHECK(answer->ranked[0].candidate.instance_id == "engine-a");
+    CHECK(answer->ranked[0].cost == doctest::Approx(1 + kDefaultQueueScale * 10));
+    body.erase("queue_scale");
+    CHECK(Post(rest, "/v1/route", body).body == json::parse(EncodeRouteAnswer(*answer)));
+    body["queue_scale"] = 2e6;
+    via_rest = Post(rest, "/v1/route", body);
+    CHECK(via_rest.status == 400);
+    CHECK(via_rest.body["message"].get<std::string>().starts_with(
+        "queue_scale: must be a finite number from 0 to 1000000"));
+    body.erase("queue_scale");
+    request.options.queue_scale = 1;
 
     // With CPU copies worth nothing, engine-b's 3 CPU blocks count for nothing (its prefix
     // already covers the 2 shared ones): 9; engine-c with the shared 2 blocks wins at 8.

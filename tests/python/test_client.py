@@ -83,6 +83,22 @@ def test_route_matches_the_local_scorer(client):
     assert e.value.code == "invalid_argument"
 
 
+def test_route_queue_scale(client):
+    tokens = list(range(300, 332))  # 8 blocks
+    store(client, "q-warm", tokens[:24])
+    # q-warm: 2 new blocks behind 10 queued ones; q-cold: 8 new blocks, idle.
+    candidates = [kvatlas.Candidate("q-warm", queued_prefill_tokens=40), kvatlas.Candidate("q-cold")]
+    assert kvatlas.RoutingOptions().queue_scale == 0.3
+    # 2 + 0.3 * 10 = 5 < 8: the prefix wins; weighing the queue fully (12) sends it away.
+    assert client.route(CTX, candidates, tokens=tokens).pick == "q-warm"
+    full = kvatlas.RoutingOptions(queue_scale=1.0)
+    assert full.queue_scale == 1.0
+    assert client.route(CTX, candidates, tokens=tokens, options=full).pick == "q-cold"
+    with pytest.raises(kvatlas.Error) as e:
+        kvatlas.RoutingOptions(queue_scale=-1)
+    assert e.value.code == "invalid_argument" and "queue_scale" in str(e.value)
+
+
 def test_writer_applies_each_batch_once(client):
     w = client.writer("py-writer-1")
     assert w.writer_id == "py-writer-1" and w.next_sequence == 1

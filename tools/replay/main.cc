@@ -42,7 +42,8 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
   --shared-load-fraction X   cost of a shared-storage token relative to computing it (0.25)
   --decode-ms-per-token X    decode time per output token (20)
   --weights G,C,D,S          route tier weights (1,0.75,0.25,0.5)
-  --prefill-scale X          route prefill term weight (1)
+  --prefill-scale X          route weight of the request's new prefill blocks (1)
+  --queue-scale X            route weight of the candidate's queued prefill blocks (0.3)
   --decode-scale X           route decode term weight (0.1)
   --temperature X            route softmax temperature (0 = argmin)
   --seed N                   seed of the random policy and of route sampling (1)
@@ -146,6 +147,8 @@ Result<Flags> ParseFlags(int argc, char** argv) {
       KVATLAS_ASSIGN_OR_RETURN(f.routing.weights.shared, Number(flag, w[3]));
     } else if (flag == "--prefill-scale") {
       KVATLAS_ASSIGN_OR_RETURN(f.routing.prefill_scale, Number(flag, v));
+    } else if (flag == "--queue-scale") {
+      KVATLAS_ASSIGN_OR_RETURN(f.routing.queue_scale, Number(flag, v));
     } else if (flag == "--decode-scale") {
       KVATLAS_ASSIGN_OR_RETURN(f.routing.decode_scale, Number(flag, v));
     } else if (flag == "--temperature") {

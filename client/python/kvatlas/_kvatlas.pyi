@@ -88,12 +88,14 @@ class RoutingOptions:
     disk: float
     shared: float
     prefill_scale: float
+    queue_scale: float
     decode_scale: float
     temperature: float
     seed: Optional[int]
     def __init__(self, *, gpu: float = 1.0, cpu: float = 0.75, disk: float = 0.25,
-                 shared: float = 0.5, prefill_scale: float = 1.0, decode_scale: float = 1.0,
-                 temperature: float = 0.0, seed: Optional[int] = None) -> None: ...
+                 shared: float = 0.5, prefill_scale: float = 1.0, queue_scale: float = 0.3,
+                 decode_scale: float = 0.1, temperature: float = 0.0,
+                 seed: Optional[int] = None) -> None: ...
 
 class ScoredCandidate:
     index: int

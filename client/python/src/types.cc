@@ -148,6 +148,7 @@ void DefineLookup(py::module_& m) {
 }
 
 void DefineRouting(py::module_& m) {
+  constexpr RoutingOptions kDefaults{};
   WithEq(py::class_<RouteCandidate>(m, "Candidate", "A routing target and its current load."))
       .def(py::init([](std::string instance_id, std::optional<uint32_t> dp_rank,
                        uint64_t queued_prefill_tokens, uint64_t active_decode_blocks) {
@@ -179,24 +180,32 @@ void DefineRouting(py::module_& m) {
   WithEq(py::class_<RoutingOptions>(m, "RoutingOptions",
                                     "The route cost's weights (docs/routing.md)."))
       .def(py::init([](double gpu, double cpu, double disk, double shared, double prefill_scale,
-                       double decode_scale, double temperature, std::optional<uint64_t> seed) {
+                       double queue_scale, double decode_scale, double temperature,
+                       std::optional<uint64_t> seed) {
              RoutingOptions o;
              o.weights = TierWeights{gpu, cpu, disk, shared};
              o.prefill_scale = prefill_scale;
+             o.queue_scale = queue_scale;
              o.decode_scale = decode_scale;
              o.temperature = temperature;
              o.seed = seed;
              ThrowIfError(ValidateRoutingOptions(o));
              return o;
            }),
-           py::kw_only(), py::arg("gpu") = 1.0, py::arg("cpu") = 0.75, py::arg("disk") = 0.25,
-           py::arg("shared") = 0.5, py::arg("prefill_scale") = 1.0, py::arg("decode_scale") = 1.0,
-           py::arg("temperature") = 0.0, py::arg("seed") = py::none())
+           // The C++ defaults (docs/routing.md §Defaults), from one place.
+           py::kw_only(), py::arg("gpu") = kDefaults.weights.gpu,
+           py::arg("cpu") = kDefaults.weights.cpu, py::arg("disk") = kDefaults.weights.disk,
+           py::arg("shared") = kDefaults.weights.shared,
+           py::arg("prefill_scale") = kDefaults.prefill_scale,
+           py::arg("queue_scale") = kDefaults.queue_scale,
+           py::arg("decode_scale") = kDefaults.decode_scale,
+           py::arg("temperature") = kDefaults.temperature, py::arg("seed") = py::none())
       .def_property_readonly("gpu", [](const RoutingOptions& o) { return o.weights.gpu; })
       .def_property_readonly("cpu", [](const RoutingOptions& o) { return o.weights.cpu; })
       .def_property_readonly("disk", [](const RoutingOptions& o) { return o.weights.disk; })
       .def_property_readonly("shared", [](const RoutingOptions& o) { return o.weights.shared; })
       .def_readonly("prefill_scale", &RoutingOptions::prefill_scale)
+      .def_readonly("queue_scale", &RoutingOptions::queue_scale)
       .def_readonly("decode_scale", &RoutingOptions::decode_scale)
       .def_readonly("temperature", &RoutingOptions::temperature)
       .def_readonly("seed", &RoutingOptions::seed);

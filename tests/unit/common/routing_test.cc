@@ -40,7 +40,8 @@ TEST_CASE("ScoreCandidates: Dynamo's cost with the default tier weights") {
   const std::vector<RouteCandidate> candidates = {Candidate("a", 32, 5), Candidate("b"),
                                                   Candidate("c", 160, 3)};
   const std::vector<PrefixMatch> matches = {{4, 6, 8, 0}, {}, {10, 10, 10, 0}};
-  RoutingOptions dynamo;  // Dynamo's decode weight, so that the load decides here
+  RoutingOptions dynamo;  // Dynamo's load weights, so that the load decides here
+  dynamo.queue_scale = 1;
   dynamo.decode_scale = 1;
   const std::vector<ScoredCandidate> ranked = Score(dynamo, 10, candidates, matches);
   REQUIRE(ranked.size() == 3);
@@ -90,13 +91,48 @@ TEST_CASE("ScoreCandidates: scales, shared blocks, clamping and ties") {
   CHECK(ranked[1].candidate.instance_id == "y");
   CHECK(ranked[2].candidate.instance_id == "z");
 
-  // A zero GPU weight ignores GPU matches.
+  // A zero GPU weight ignores GPU matches. h's queued block weighs queue_scale.
   options = {};
   options.weights.gpu = 0;
   ranked = Score(options, 4, {Candidate("g"), Candidate("h", 16)}, {{4, 4, 4, 0}, {}});
   CHECK(ranked[0].candidate.instance_id == "g");
   CHECK(ranked[0].cost == doctest::Approx(4));
-  CHECK(ranked[1].cost == doctest::Approx(5));
+  CHECK(ranked[1].cost == doctest::Approx(4 + kDefaultQueueScale));
+}
+
+TEST_CASE("ScoreCandidates: queue_scale weighs queued work apart from new work") {
+  // A prompt of 10 blocks. warm: 8 on GPU (2 new) behind 20 queued blocks (320 tokens);
+  // cold: nothing cached (10 new), idle.
+  const std::vector<RouteCandidate> candidates = {Candidate("cold"), Candidate("warm", 320)};
+  const std::vector<PrefixMatch> matches = {{}, {8, 8, 8, 0}};
+  RoutingOptions options;
+  options.prefill_scale = 2;
+  options.queue_scale = 0.25;
+  // warm: 2 · 2 new + 0.25 · 20 queued = 9; cold: 2 · 10 = 20.
+  std::vector<ScoredCandidate> ranked = Score(options, 10, candidates, matches);
+  CHECK(ranked[0].candidate.instance_id == "warm");
+  CHECK(ranked[0].new_prefill_blocks == doctest::Approx(2));
+  CHECK(ranked[0].queued_prefill_blocks == doctest::Approx(20));
+  CHECK(ranked[0].prefill_cost == doctest::Approx(9));
+  CHECK(ranked[0].cost == doctest::Approx(9));
+  CHECK(ranked[1].cost == doctest::Approx(20));
+  // Weighing the queue as the new work (Dynamo's one prefill scale) flips the choice:
+  // warm 2 · (2 + 20) = 44 > cold 20.
+  options.queue_scale = 2;
+  ranked = Score(options, 10, candidates, matches);
+  CHECK(ranked[0].candidate.instance_id == "cold");
+  CHECK(ranked[1].prefill_cost == doctest::Approx(44));
+  // The default lets a request wait behind some queued work on its prefix: 2 + 0.3 · 20 = 8
+  // against 10.
+  ranked = Score({}, 10, candidates, matches);
+  CHECK(ranked[0].candidate.instance_id == "warm");
+  CHECK(ranked[0].cost == doctest::Approx(2 + kDefaultQueueScale * 20));
+  // queue_scale 0 ignores queues altogether.
+  options = {};
+  options.queue_scale = 0;
+  ranked = Score(options, 10, {Candidate("cold"), Candidate("warm", 1 << 30)}, matches);
+  CHECK(ranked[0].candidate.instance_id == "warm");
+  CHECK(ranked[0].cost == doctest::Approx(2));
 }
 
 TEST_CASE("ScoreCandidates: invalid input names the field") {
@@ -134,6 +170,15 @@ TEST_CASE("ScoreCandidates: scales past kMaxRoutingScale are refused, naming the
   CHECK(ValidateRoutingOptions(bad).message().starts_with("decode_scale:"));
   bad.decode_scale = kMaxRoutingScale;
   CHECK(ValidateRoutingOptions(bad).ok());
+  for (const double v :
+       {-1.0, kMaxRoutingScale * 2, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    CAPTURE(v);
+    bad.queue_scale = v;
+    CHECK(ValidateRoutingOptions(bad).message().starts_with(
+        "queue_scale: must be a finite number from 0 to 1000000"));
+  }
+  bad.queue_scale = kMaxRoutingScale;
+  CHECK(ValidateRoutingOptions(bad).ok());
 }
 
 TEST_CASE("ScoreCandidates: the largest accepted inputs give finite costs and probabilities") {
@@ -145,6 +190,7 @@ TEST_CASE("ScoreCandidates: the largest accepted inputs give finite costs and pr
     CAPTURE(temperature);
     RoutingOptions options;
     options.prefill_scale = kMaxRoutingScale;
+    options.queue_scale = kMaxRoutingScale;
     options.decode_scale = kMaxRoutingScale;
     options.temperature = temperature;
     options.seed = 3;
@@ -245,7 +291,8 @@ TEST_CASE("DecodeRouteRequest: fields, defaults and errors naming the field") {
       "token_ids": [1,2,3,4,5], "instance_id": "ignored",
       "candidates": [{"instance_id": "a", "dp_rank": 1, "queued_prefill_tokens": 8,
                       "active_decode_blocks": 3}, {"instance_id": "b"}],
-      "weights": {"CPU": 0.5, "shared": 0}, "prefill_scale": 2, "decode_scale": 0.25,
+      "weights": {"CPU": 0.5, "shared": 0}, "prefill_scale": 2, "queue_scale": 0.5,
+      "decode_scale": 0.25,
       "temperature": 0.5, "seed": 7})");
   REQUIRE_MESSAGE(r.has_value(), r.status().ToString());
   CHECK(r->lookup.context.model == "m");
@@ -260,6 +307,7 @@ TEST_CASE("DecodeRouteRequest: fields, defaults and errors naming the field") {
   CHECK(r->options.weights.cpu == 0.5);
   CHECK(r->options.weights.shared == 0.0);
   CHECK(r->options.prefill_scale == 2);
+  CHECK(r->options.queue_scale == 0.5);
   CHECK(r->options.decode_scale == 0.25);
   CHECK(r->options.temperature == 0.5);
   CHECK(r->options.seed == 7u);
@@ -291,6 +339,15 @@ TEST_CASE("DecodeRouteRequest: fields, defaults and errors naming the field") {
         std::string::npos);
   CHECK(DecodeRouteRequest("{" + one + R"(, "prefill_scale": 1e6, "decode_scale": 1e6})")
             .has_value());
+  CHECK(error("{" + one + R"(, "queue_scale": -0.5})")
+            .starts_with("queue_scale: must be a finite number from 0 to 1000000, got -0.5"));
+  CHECK(
+      error("{" + one + R"(, "queue_scale": "low"})").starts_with("queue_scale: must be a number"));
+  // Absent (or null): the default.
+  Result<RoutingRequest> plain = DecodeRouteRequest("{" + one + R"(, "queue_scale": null})");
+  REQUIRE(plain.has_value());
+  CHECK(plain->options.queue_scale == kDefaultQueueScale);
+  CHECK(DecodeRouteRequest("{" + one + "}")->options == RoutingOptions{});
 }
 
 TEST_CASE("EncodeRouteAnswer: ranked candidates with the breakdown") {
@@ -314,10 +371,10 @@ TEST_CASE("EncodeRouteAnswer: ranked candidates with the breakdown") {
   CHECK(first["matched"] == nlohmann::json({{"GPU", 3}, {"CPU", 5}, {"DISK", 6}, {"SHARED", 4}}));
   CHECK(first["blocks_from"] ==
         nlohmann::json({{"GPU", 3}, {"CPU", 2}, {"DISK", 1}, {"SHARED", 0}}));
-  // rank 1 of a: 3 GPU + 2 CPU + 1 DISK → credit 4.75, new 1.25, queued 1: cost 2.25;
-  // zz: 4 shared blocks · 0.5 → new 4, cost 4.
+  // rank 1 of a: 3 GPU + 2 CPU + 1 DISK → credit 4.75, new 1.25, queued 1: cost 1.25 +
+  // 0.3 = 1.55; zz: 4 shared blocks · 0.5 → new 4, cost 4.
   CHECK(first["credit"].get<double>() == doctest::Approx(4.75));
-  CHECK(first["cost"].get<double>() == doctest::Approx(2.25));
+  CHECK(first["cost"].get<double>() == doctest::Approx(1.25 + kDefaultQueueScale));
   CHECK(first["queued_prefill_tokens"] == 16);
   CHECK(first["active_decode_blocks"] == 0);
   CHECK(doc["candidates"][1]["instance_id"] == "zz");
@@ -368,15 +425,55 @@ TEST_CASE("kRoute request: the documented bytes and a round trip") {
   CHECK(decoded->options == request.options);
 }
 
-TEST_CASE("kRoute request: malformed payloads name the field") {
+// A route request of two tokens in blocks of 2 to one candidate, the default options.
+RoutingRequest SmallRequest() {
   RoutingRequest request;
   request.lookup.context.model = "m";
   request.lookup.context.block_size = 2;
   request.lookup.token_ids = {1, 2};
   request.candidates = {Candidate("a")};
+  return request;
+}
+
+TEST_CASE("kRoute request: queue_scale is an optional trailer") {
+  RoutingRequest request = SmallRequest();
+  // The default is not written: the bytes are those of a request from before the field.
+  const std::string plain = protocol::EncodeRouteRequestBinary(request);
+  CHECK(plain.ends_with(Le64(0.0) + std::string("\x00", 1)));  // temperature, no seed
+  Result<RoutingRequest> decoded = protocol::DecodeRouteRequestBinary(plain);
+  REQUIRE(decoded.has_value());
+  CHECK(decoded->options.queue_scale == kDefaultQueueScale);
+
+  request.options.queue_scale = 0.75;
+  request.options.seed = 5;
+  const std::string with = protocol::EncodeRouteRequestBinary(request);
+  CHECK(with.ends_with(std::string("\x01", 1) + Le64(0.75)));
+  decoded = protocol::DecodeRouteRequestBinary(with);
+  REQUIRE_MESSAGE(decoded.has_value(), decoded.status().ToString());
+  CHECK(decoded->options == request.options);
+  request.options.queue_scale = 1.0;  // Dynamo's weighing, written as any non-default
+  CHECK(protocol::DecodeRouteRequestBinary(protocol::EncodeRouteRequestBinary(request))
+            ->options.queue_scale == 1.0);
+
+  const auto error = [](const std::string& payload) {
+    return protocol::DecodeRouteRequestBinary(payload).status().message();
+  };
+  const std::string body = with.substr(0, with.size() - 9);  // up to the seed
+  CHECK(error(body + std::string("\x00", 1) + Le64(0.75))
+            .starts_with("queue_scale: must be 0x01 when present"));
+  CHECK(error(body + std::string("\x01", 1) + Le64(0.75).substr(0, 7))
+            .starts_with("queue_scale: truncated"));
+  CHECK(error(body + std::string("\x01", 1) + Le64(-2.0))
+            .starts_with("queue_scale: must be a finite number from 0 to 1000000"));
+  CHECK(error(body + std::string("\x01", 1) + Le64(0.75) + "x") == "payload: 1 trailing bytes");
+}
+
+TEST_CASE("kRoute request: malformed payloads name the field") {
+  RoutingRequest request = SmallRequest();
   const std::string good = protocol::EncodeRouteRequestBinary(request);
+  // A byte after the seed is the queue_scale trailer's flag: 'x' is no flag.
   CHECK(protocol::DecodeRouteRequestBinary(good + "x").status().message() ==
-        "payload: 1 trailing bytes");
+        "queue_scale: truncated or malformed");
   CHECK(protocol::DecodeRouteRequestBinary(good.substr(0, good.size() - 3))
             .status()
             .message()

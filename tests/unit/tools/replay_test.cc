@@ -144,9 +144,9 @@ TEST_CASE("least-loaded and kvatlas-local pick by load and by cached prefix") {
   REQUIRE(local.has_value());
   r = Simulate(Timing(), SmallTrace(), **local);
   REQUIRE(r.has_value());
-  // t=1: inst0 has both blocks (cost = 7 queued tokens = 1.75 blocks) vs inst1 idle but
-  // uncached (2 blocks): inst0. t=2: inst0 has blocks 1-2, queued until 8 → cost 1.5 + 1
-  // vs inst1 3 → inst0. t=3: block 9 is nowhere; inst1 is idle → inst1.
+  // t=1: inst0 has both blocks (cost = 0.3 · 7 queued tokens = 0.3 · 1.75 blocks) vs inst1
+  // idle but uncached (2 blocks): inst0. t=2: inst0 has blocks 1-2, queued until 8 → cost
+  // 0.3 · 1.5 + 1 vs inst1 3 → inst0. t=3: block 9 is nowhere; inst1 is idle → inst1.
   CHECK(r->requests_per_instance == std::vector<size_t>{3, 1});
   CHECK(r->hit_blocks == 4);
   CHECK(r->hit_ratio == doctest::Approx(0.5));

@@ -6,7 +6,7 @@
 //                (blocks served from each tier, each block counted once, in the first tier
 //                 of GPU, CPU, DISK, SHARED that covers it)
 //   new_blocks = max(prompt_blocks − credit, 0)
-//   cost       = prefill_scale · (queued_prefill_blocks + new_blocks)
+//   cost       = prefill_scale · new_blocks + queue_scale · queued_prefill_blocks
 //              + decode_scale · active_decode_blocks
 //
 // The lowest cost wins (temperature 0), or a candidate is sampled with probability
@@ -40,20 +40,29 @@ struct TierWeights {
   friend bool operator==(const TierWeights&, const TierWeights&) = default;
 };
 
-// The largest prefill_scale and decode_scale. With it every cost is finite: a cost is at
-// most 1e6 · (2^64 queued blocks + 2^32 new blocks) + 1e6 · 2^64 decode blocks ≈ 3.7e25,
-// far below the largest double, whatever the candidates' loads (full u64 range) and the
-// prompt's length. Past it a cost could overflow to infinity, which JSON cannot carry.
+// The largest prefill_scale, queue_scale and decode_scale. With it every cost is finite: a cost is
+// at most 1e6 · (2^64 queued blocks + 2^32 new blocks) + 1e6 · 2^64 decode blocks ≈ 3.7e25, far
+// below the largest double, whatever the candidates' loads (full u64 range) and the prompt's
+// length. Past it a cost could overflow to infinity, which JSON cannot carry.
 inline constexpr double kMaxRoutingScale = 1e6;
+
+// queue_scale's default: in the trace replay (docs/routing.md §Defaults) it kept the
+// oracle's prefix reuse within 1.3% on every shape measured, where weighing queued work as
+// heavily as new work (1) lost up to 7.6% of it on overloaded instances.
+inline constexpr double kDefaultQueueScale = 0.3;
 
 struct RoutingOptions {
   TierWeights weights;
-  // Weight of the prefill term (queued + new prefill blocks); Dynamo's prefill_load_scale.
+  // Weight of the request's own new prefill blocks (those no cached tier covers).
   double prefill_scale = 1.0;
+  // Weight of the prefill work already queued on the candidate (its tokens / block_size).
+  // Dynamo weighs both with one prefill_load_scale; apart, a router can let a request wait
+  // behind some queued work on the instance holding its prefix (docs/routing.md §Defaults).
+  double queue_scale = kDefaultQueueScale;
   // Weight of the decode term (active decode blocks). Not Dynamo's 1: in the trace replay
-  // (docs/routing.md §Defaults) 1 lost 10-18% of the oracle's prefix reuse by steering
-  // requests away from the instance holding their prefix; 0.1 keeps reuse within 2-7% of it
-  // and gives the lowest TTFT on all three shapes measured.
+  // (docs/routing.md §Defaults) 1 lost 6-18% of the oracle's prefix reuse by steering
+  // requests away from the instance holding their prefix; 0.1 (with queue_scale 0.3) keeps
+  // reuse within 1.3% of it and gives the lowest TTFT on all three shapes measured.
   double decode_scale = 0.1;
   // 0 = deterministic: lowest cost first, ties in candidate order. > 0 = softmax sampling.
   double temperature = 0.0;
@@ -112,7 +121,7 @@ struct ScoredCandidate {
   double credit = 0;                 // Σ weight · blocks
   double new_prefill_blocks = 0;     // max(prompt_blocks − credit, 0)
   double queued_prefill_blocks = 0;  // queued_prefill_tokens / block_size
-  double prefill_cost = 0;           // prefill_scale · (queued + new)
+  double prefill_cost = 0;           // prefill_scale · new + queue_scale · queued
   double decode_cost = 0;            // decode_scale · active_decode_blocks
   double cost = 0;                   // prefill_cost + decode_cost
   double probability = 0;            // of being picked: 1 for the winner at temperature 0
@@ -157,7 +166,8 @@ struct RoutingAnswer {
 
 // POST /v1/route body: the /v1/lookup fields, "candidates": [{instance_id, dp_rank?,
 // queued_prefill_tokens?, active_decode_blocks?}], "weights": {GPU?, CPU?, DISK?, SHARED?},
-// prefill_scale?, decode_scale?, temperature?, seed?. kInvalidArgument naming the field.
+// prefill_scale?, queue_scale?, decode_scale?, temperature?, seed?. kInvalidArgument naming the
+// field.
 [[nodiscard]] KVATLAS_EXPORT Result<RoutingRequest> DecodeRouteRequest(std::string_view body);
 // The JSON answer (docs/api.md §Routing).
 [[nodiscard]] KVATLAS_EXPORT std::string EncodeRouteAnswer(const RoutingAnswer& answer);
