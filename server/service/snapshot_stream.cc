@@ -13,8 +13,10 @@ namespace {
 
 // Pages the scanning thread keeps ready ahead of the consumer.
 constexpr size_t kQueuedPages = 2;
-// A row's bytes besides its location (the page byte bound counts both).
-constexpr size_t kRowBytes = sizeof(SnapshotRow);
+// About a copy's encoded bytes besides its location (docs/protocol.md §kSnapshot: key,
+// holder, tier, depth, refcount, engine hash), for the page byte bound: a full page of
+// copies without locations is 65,536 copies, 2 MiB.
+constexpr size_t kRowBytes = 32;
 
 // Adds a row to `page`, interning its holder in the page's table.
 void AddRow(ContextSnapshot* page, std::unordered_map<HolderKey, uint32_t, HolderKeyHash>* index,
