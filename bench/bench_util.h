@@ -70,6 +70,14 @@ inline double WaitForQuietServer(long pid) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Resident set size of process `pid` in bytes, from /proc/PID/statm; 0 when unreadable.
+inline uint64_t RssBytesOf(long pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(f >> size >> resident)) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
 // Sleeps until `t` (steady_clock is CLOCK_MONOTONIC on Linux) without spinning: a spinning
 // load generator takes a core from the server on a small machine.
 inline void SleepUntil(std::chrono::steady_clock::time_point t) {

@@ -34,27 +34,8 @@ BlockEvent Stored(uint64_t c) {
   return e;
 }
 
-// Ingests chains [first, first + n) in batches of 16; returns the last revision (0 on error).
 Revision Ingest(Client& client, uint64_t first, uint64_t n) {
-  Revision last = 0;
-  std::vector<std::future<Result<IngestAnswer>>> pending;
-  for (uint64_t c = first; c < first + n; c += 16) {
-    std::vector<BlockEvent> batch;
-    for (uint64_t i = c; i < std::min(first + n, c + 16); ++i) batch.push_back(Stored(i));
-    pending.push_back(client.IngestAsync(std::move(batch)));
-    if (pending.size() >= 64 || c + 16 >= first + n) {
-      for (auto& f : pending) {
-        Result<IngestAnswer> answer = f.get();
-        if (!answer.has_value()) {
-          std::fprintf(stderr, "ingest: %s\n", answer.error().ToString().c_str());
-          return 0;
-        }
-        last = std::max(last, answer->revision);
-      }
-      pending.clear();
-    }
-  }
-  return last;
+  return IngestEvents(client, first, n, Stored);
 }
 
 struct Latencies {
@@ -88,6 +69,29 @@ void Print(const char* what, const Latencies& l) {
 }
 
 }  // namespace
+
+Revision IngestEvents(Client& client, uint64_t first, uint64_t n,
+                      const std::function<BlockEvent(uint64_t)>& event) {
+  Revision last = 0;
+  std::vector<std::future<Result<IngestAnswer>>> pending;
+  for (uint64_t c = first; c < first + n; c += 16) {
+    std::vector<BlockEvent> batch;
+    for (uint64_t i = c; i < std::min(first + n, c + 16); ++i) batch.push_back(event(i));
+    pending.push_back(client.IngestAsync(std::move(batch)));
+    if (pending.size() >= 64 || c + 16 >= first + n) {
+      for (auto& f : pending) {
+        Result<IngestAnswer> answer = f.get();
+        if (!answer.has_value()) {
+          std::fprintf(stderr, "ingest: %s\n", answer.error().ToString().c_str());
+          return 0;
+        }
+        last = std::max(last, answer->revision);
+      }
+      pending.clear();
+    }
+  }
+  return last;
+}
 
 void LocalIndexLookups(Client& client, const std::string& rpc, uint64_t chains) {
   std::printf(

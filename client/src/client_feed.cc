@@ -214,16 +214,19 @@ Result<std::unique_ptr<WatchStream>> Client::Watch(const WatchOptions& options, 
 
 namespace {
 
-// Puts a snapshot's parts together; the call's frame callback (the I/O thread).
-struct SnapshotAssembly {
-  std::promise<Result<ContextSnapshot>> promise;
-  ContextSnapshot snapshot;
+// Checks a snapshot's parts (in order, one revision and context) and hands their copies on;
+// the call's frame callback (the I/O thread).
+struct SnapshotReceiver {
+  Client::SnapshotPartFn on_part;
+  std::function<void(Result<Revision>)> finish;  // called once, with the revision or error
+  Revision revision = 0;
+  ContextKey context;
   uint32_t next_part = 0;
   bool done = false;
 
-  void Finish(Result<ContextSnapshot> result) {
+  void Finish(Result<Revision> result) {
     done = true;
-    promise.set_value(std::move(result));
+    finish(std::move(result));
   }
 
   void OnFrame(Result<protocol::Frame> frame) {
@@ -237,40 +240,69 @@ struct SnapshotAssembly {
       return Finish(
           Status::Corruption("malformed snapshot part from the server: " + part.error().message()));
     }
-    if (part->part != next_part || (next_part > 0 && (part->revision != snapshot.revision ||
-                                                      part->context != snapshot.context))) {
-      return Finish(Status::Corruption("the server sent snapshot part " +
-                                       std::to_string(part->part) + " where part " +
-                                       std::to_string(next_part) + " of revision " +
-                                       std::to_string(snapshot.revision) + " was due"));
+    if (part->part != next_part ||
+        (next_part > 0 && (part->revision != revision || part->context != context))) {
+      return Finish(Status::Corruption(
+          "the server sent snapshot part " + std::to_string(part->part) + " where part " +
+          std::to_string(next_part) + " of revision " + std::to_string(revision) + " was due"));
     }
     if (next_part++ == 0) {
-      snapshot.revision = part->revision;
-      snapshot.context = std::move(part->context);
-      snapshot.copies = std::move(part->copies);
-    } else {
-      snapshot.copies.insert(snapshot.copies.end(), std::make_move_iterator(part->copies.begin()),
-                             std::make_move_iterator(part->copies.end()));
+      revision = part->revision;
+      context = std::move(part->context);
     }
-    if (part->last) Finish(std::move(snapshot));
+    if (Status taken = on_part(revision, std::move(part->copies)); !taken.ok()) {
+      return Finish(taken);
+    }
+    if (part->last) Finish(revision);
   }
 };
 
+// Starts a kSnapshot call handled by `receiver` (its finish is called once, at once for a
+// context the server would refuse).
+void StartSnapshot(Client::Impl* impl, ContextKey context,
+                   std::shared_ptr<SnapshotReceiver> receiver, Client::Timeout timeout) {
+  if (context.model.empty() || context.block_size == 0) {
+    receiver->Finish(Status::InvalidArgument(
+        "snapshot: the context needs a model name and a positive block_size"));
+    return;
+  }
+  impl->CallStream(impl->NewRequestId(), MessageType::kSnapshot,
+                   protocol::EncodeSnapshotRequest({std::move(context)}), timeout,
+                   /*open_ended=*/false, /*cancel=*/{}, [receiver](Result<protocol::Frame> frame) {
+                     receiver->OnFrame(std::move(frame));
+                   });
+}
+
 }  // namespace
 
+std::future<Result<Revision>> Client::StreamSnapshotAsync(ContextKey context,
+                                                          SnapshotPartFn on_part, Timeout timeout) {
+  auto promise = std::make_shared<std::promise<Result<Revision>>>();
+  std::future<Result<Revision>> future = promise->get_future();
+  auto receiver = std::make_shared<SnapshotReceiver>();
+  receiver->on_part = std::move(on_part);
+  receiver->finish = [promise](Result<Revision> result) { promise->set_value(std::move(result)); };
+  StartSnapshot(impl_.get(), std::move(context), std::move(receiver), timeout);
+  return future;
+}
+
 std::future<Result<ContextSnapshot>> Client::SnapshotAsync(ContextKey context, Timeout timeout) {
-  auto assembly = std::make_shared<SnapshotAssembly>();
-  std::future<Result<ContextSnapshot>> future = assembly->promise.get_future();
-  if (context.model.empty() || context.block_size == 0) {
-    assembly->Finish(Status::InvalidArgument(
-        "snapshot: the context needs a model name and a positive block_size"));
-    return future;
-  }
-  impl_->CallStream(impl_->NewRequestId(), MessageType::kSnapshot,
-                    protocol::EncodeSnapshotRequest({std::move(context)}), timeout,
-                    /*open_ended=*/false, /*cancel=*/{}, [assembly](Result<protocol::Frame> frame) {
-                      assembly->OnFrame(std::move(frame));
-                    });
+  auto promise = std::make_shared<std::promise<Result<ContextSnapshot>>>();
+  std::future<Result<ContextSnapshot>> future = promise->get_future();
+  auto snapshot = std::make_shared<ContextSnapshot>();
+  snapshot->context = context;
+  auto receiver = std::make_shared<SnapshotReceiver>();
+  receiver->on_part = [snapshot](Revision, std::vector<SnapshotCopy>&& copies) {
+    snapshot->copies.insert(snapshot->copies.end(), std::make_move_iterator(copies.begin()),
+                            std::make_move_iterator(copies.end()));
+    return Status::Ok();
+  };
+  receiver->finish = [promise, snapshot](Result<Revision> revision) {
+    if (!revision.has_value()) return promise->set_value(revision.error());
+    snapshot->revision = *revision;
+    promise->set_value(std::move(*snapshot));
+  };
+  StartSnapshot(impl_.get(), std::move(context), std::move(receiver), timeout);
   return future;
 }
 

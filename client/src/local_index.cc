@@ -29,8 +29,6 @@ constexpr std::chrono::milliseconds kPoll{100};
 constexpr int kFutureRetries = 8;
 // How long a watch may stay quiet before the server is pinged (and the ping's deadline).
 constexpr std::chrono::milliseconds kLivenessCheck{1000};
-// Bound on one snapshot (the whole list of a large context).
-constexpr std::chrono::seconds kSnapshotDeadline{120};
 
 int64_t Nanos(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -46,7 +44,25 @@ struct ContextReplica {
   std::atomic<Revision> revision{0};
   std::atomic<bool> synced{false};
   std::atomic<int64_t> last_synced_ns{0};  // when `synced` was last true (steady clock)
+  std::atomic<LocalIndexState> state{LocalIndexState::kConnecting};
+  std::atomic<Revision> snapshot_revision{0};
+  std::atomic<uint64_t> snapshot_copies{0};
+  mutable std::mutex status_mu;
+  Status last_error;      // guarded by status_mu
+  uint64_t failures = 0;  // guarded by status_mu
   std::thread thread;
+
+  LocalIndexContextStatus Describe() const {
+    LocalIndexContextStatus s;
+    s.context = context;
+    s.state = state.load();
+    s.snapshot_revision = snapshot_revision.load();
+    s.snapshot_copies = snapshot_copies.load();
+    std::lock_guard lock(status_mu);
+    s.last_error = last_error;
+    s.failures = failures;
+    return s;
+  }
 };
 
 class KVATLAS_NO_EXPORT LocalIndex::Impl {
@@ -142,13 +158,38 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
                        [](const auto& r) { return r->synced.load(); });
   }
 
+  std::vector<LocalIndexContextStatus> ContextStatus() const {
+    std::vector<LocalIndexContextStatus> out;
+    for (const auto& r : replicas_) out.push_back(r->Describe());
+    return out;
+  }
+
+  // Each context not synced: its state, snapshot progress and last error.
+  std::string DescribeUnsynced() const {
+    std::string out;
+    for (const auto& r : replicas_) {
+      const LocalIndexContextStatus s = r->Describe();
+      if (s.state == LocalIndexState::kSynced) continue;
+      out += "; " + s.context.ToString() + ": " + std::string(LocalIndexStateName(s.state));
+      if (s.state == LocalIndexState::kLoadingSnapshot) {
+        out += " (" + std::to_string(s.snapshot_copies) + " copies received)";
+      }
+      if (!s.last_error.ok()) {
+        out += ", " + std::to_string(s.failures) +
+               " failed attempts, the last: " + s.last_error.ToString();
+      }
+    }
+    return out;
+  }
+
   Status WaitUntil(std::chrono::milliseconds timeout, const std::function<bool()>& done,
                    const std::string& what) const {
     const auto deadline = Clock::now() + timeout;
     while (!done()) {
       if (Clock::now() >= deadline) {
-        return Status(StatusCode::kDeadlineExceeded,
-                      what + " not reached within " + std::to_string(timeout.count()) + " ms");
+        return Status(StatusCode::kDeadlineExceeded, what + " not reached within " +
+                                                         std::to_string(timeout.count()) + " ms" +
+                                                         DescribeUnsynced());
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -170,6 +211,15 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
       s.memory_bytes += r->table->memory_bytes();
     }
     s.staleness = std::chrono::milliseconds((now - oldest_sync) / 1'000'000);
+    s.state = LocalIndexState::kSynced;
+    for (const auto& r : replicas_) {
+      const LocalIndexContextStatus status = r->Describe();
+      if (static_cast<int>(status.state) < static_cast<int>(s.state) ||
+          status.state == LocalIndexState::kRetrying) {
+        if (s.state != LocalIndexState::kRetrying) s.state = status.state;
+      }
+      if (!status.last_error.ok()) s.last_error = status.last_error;
+    }
     s.records_applied = records_applied_.load();
     s.snapshots_loaded = snapshots_loaded_.load();
     s.watch_resumes = watch_resumes_.load();
@@ -189,53 +239,76 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
     return stopping_;
   }
 
-  // The shared client, connected on first use; null (after a backoff) while no server
-  // answers. Also learns the server's hash seed, which token lookups need.
-  Client* EnsureClient() {
+  // The shared client, connected on first use; the error while no server answers (or
+  // one refuses us). Also learns the server's hash seed, which token lookups need.
+  Result<Client*> EnsureClient() {
     std::lock_guard lock(client_mu_);
     if (client_) return client_.get();
-    Result<std::unique_ptr<Client>> client = Client::Connect(options_.client);
-    if (!client.has_value()) return nullptr;
-    Result<StatsAnswer> stats = (*client)->Stats();
-    if (!stats.has_value()) return nullptr;
-    const nlohmann::json doc = nlohmann::json::parse(stats->json, nullptr, false);
+    KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options_.client));
+    KVATLAS_ASSIGN_OR_RETURN(StatsAnswer stats, client->Stats());
+    const nlohmann::json doc = nlohmann::json::parse(stats.json, nullptr, false);
     if (doc.is_object() && doc.contains("hash_seed") && doc["hash_seed"].is_number_unsigned()) {
       hash_seed_ = doc["hash_seed"].get<uint64_t>();
       seed_known_ = true;
     }
-    client_ = std::move(client).value();
+    client_ = std::move(client);
     return client_.get();
+  }
+
+  // Records a failed attempt of `r` (visible in its status, given to on_error).
+  void Failed(ContextReplica& r, const Status& error) {
+    {
+      std::lock_guard lock(r.status_mu);
+      r.last_error = error;
+      ++r.failures;
+    }
+    r.state = LocalIndexState::kRetrying;
+    if (options_.on_error) options_.on_error(r.context, error);
   }
 
   void MarkUnsynced(ContextReplica& r) {
     if (r.synced.exchange(false)) r.last_synced_ns = Nanos(Clock::now());
   }
 
-  // Loads `r`'s snapshot; returns its revision.
+  // Loads `r`'s snapshot part by part into a fresh table (the parts are added on the
+  // client's I/O thread as they arrive: nothing holds the whole list), then swaps it in;
+  // returns its revision.
   Result<Revision> LoadSnapshot(Client& client, ContextReplica& r) {
+    r.state = LocalIndexState::kLoadingSnapshot;
+    r.snapshot_copies = 0;
+    // Shared with the call, which may outlive this function when the LocalIndex stops.
+    auto table = std::make_shared<std::unique_ptr<LocalTable>>(std::make_unique<LocalTable>());
+    (*table)->Track(r.context);
+    std::future<Result<Revision>> pending = client.StreamSnapshotAsync(
+        r.context,
+        [this, table, &r](Revision revision, std::vector<SnapshotCopy>&& part) -> Status {
+          if (Stopping()) return Status(StatusCode::kCancelled, "stopping");
+          r.snapshot_revision = revision;
+          std::vector<LocalCopy> copies;
+          copies.reserve(part.size());
+          for (SnapshotCopy& c : part) {
+            copies.push_back(LocalCopy{c.key, std::move(c.copy.holder), c.copy.tier,
+                                       std::move(c.copy.location)});
+          }
+          (*table)->Append(r.context, copies);
+          r.snapshot_copies.fetch_add(copies.size());
+          return Status::Ok();
+        },
+        options_.snapshot_timeout);
     // Waited for in slices, so that a LocalIndex being destroyed does not wait for a large
     // snapshot (the abandoned call ends with the client).
-    std::future<Result<ContextSnapshot>> pending =
-        client.SnapshotAsync(r.context, kSnapshotDeadline);
     while (pending.wait_for(kPoll) != std::future_status::ready) {
       if (Stopping()) return Status(StatusCode::kCancelled, "stopping");
     }
-    KVATLAS_ASSIGN_OR_RETURN(ContextSnapshot snapshot, pending.get());
-    std::vector<LocalCopy> copies;
-    copies.reserve(snapshot.copies.size());
-    for (SnapshotCopy& c : snapshot.copies) {
-      copies.push_back(
-          LocalCopy{c.key, std::move(c.copy.holder), c.copy.tier, std::move(c.copy.location)});
-    }
-    auto table = std::make_unique<LocalTable>();
-    table->Load(r.context, copies);
+    KVATLAS_ASSIGN_OR_RETURN(Revision revision, pending.get());
     {
+      // The call has finished: nothing else touches the table.
       std::unique_lock lock(r.mu);
-      r.table = std::move(table);
-      r.revision = snapshot.revision;
+      r.table = std::move(*table);
+      r.revision = revision;
     }
     snapshots_loaded_.fetch_add(1);
-    return snapshot.revision;
+    return revision;
   }
 
   // The sync loop of one context: snapshot, then watch from its revision; resume after a
@@ -245,14 +318,19 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
     std::optional<Revision> resume;  // nullopt: the snapshot must be (re)loaded
     int future_attempts = 0;         // consecutive watches refused for a future revision
     while (!Stopping()) {
-      Client* client = EnsureClient();
-      if (client == nullptr) {
+      if (r.state != LocalIndexState::kRetrying) r.state = LocalIndexState::kConnecting;
+      Result<Client*> connected = EnsureClient();
+      if (!connected.has_value()) {
+        Failed(r, connected.error());
         if (!Backoff(&backoff)) return;
         continue;
       }
+      Client* client = *connected;
       if (!resume) {
         Result<Revision> loaded = LoadSnapshot(*client, r);
         if (!loaded.has_value()) {
+          if (Stopping()) return;
+          Failed(r, loaded.error());
           if (!Backoff(&backoff)) return;
           continue;
         }
@@ -273,12 +351,19 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
         if (code == StatusCode::kCompacted || future_attempts > kFutureRetries) {
           resume.reset();
           future_attempts = 0;
-        } else if (!Backoff(&backoff)) {
-          return;
+          continue;
         }
+        Failed(r, stream.error());
+        if (!Backoff(&backoff)) return;
         continue;
       }
       future_attempts = 0;
+      {
+        std::lock_guard lock(r.status_mu);
+        r.last_error = Status::Ok();
+        r.failures = 0;
+      }
+      r.state = LocalIndexState::kSynced;
       r.synced = true;
       backoff = options_.retry_backoff_min;
       const Status ended = Drain(*client, r, **stream);
@@ -290,6 +375,7 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
         watch_resumes_.fetch_add(1);  // at once: the server is there, we were slow
       } else if (!Stopping()) {
         watch_resumes_.fetch_add(1);
+        Failed(r, ended);
         if (!Backoff(&backoff)) return;
       }
     }
@@ -435,6 +521,24 @@ Result<LookupAnswer> LocalIndex::Lookup(const ContextKey& context, std::span<con
 }
 
 Revision LocalIndex::revision() const { return impl_->MinRevision(); }
+
+std::vector<LocalIndexContextStatus> LocalIndex::ContextStatus() const {
+  return impl_->ContextStatus();
+}
+
+std::string_view LocalIndexStateName(LocalIndexState state) {
+  switch (state) {
+    case LocalIndexState::kConnecting:
+      return "connecting";
+    case LocalIndexState::kLoadingSnapshot:
+      return "loading_snapshot";
+    case LocalIndexState::kSynced:
+      return "synced";
+    case LocalIndexState::kRetrying:
+      return "retrying";
+  }
+  return "unknown";
+}
 
 LocalIndexStats LocalIndex::Stats() const { return impl_->Stats(); }
 

@@ -478,10 +478,15 @@ uint32_t LocalTable::InternHolder(const HolderKey& holder) {
 }
 
 void LocalTable::Load(const ContextKey& context, std::span<const LocalCopy> copies) {
-  auto table = std::make_unique<ContextTable>();
+  contexts_[context] = std::make_unique<ContextTable>();
+  Append(context, copies);
+}
+
+void LocalTable::Append(const ContextKey& context, std::span<const LocalCopy> copies) {
+  std::unique_ptr<ContextTable>& table = contexts_[context];
+  if (!table) table = std::make_unique<ContextTable>();
   for (const LocalCopy& c : copies)
     table->Add(c.key, Pack(InternHolder(c.holder), c.tier), &c.location);
-  contexts_[context] = std::move(table);
 }
 
 void LocalTable::Apply(const FeedRecord& record) {

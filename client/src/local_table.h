@@ -48,6 +48,8 @@ class LocalTable {
 
   // Replaces the content of `context` (tracking it) by `copies`.
   void Load(const ContextKey& context, std::span<const LocalCopy> copies);
+  // Adds `copies` to `context` (tracking it): a snapshot loaded part by part, in order.
+  void Append(const ContextKey& context, std::span<const LocalCopy> copies);
 
   // Applies one feed record. Records of contexts not tracked are ignored. kStored adds the
   // copy (a copy already present keeps its location unless the record brings one); every

@@ -16,6 +16,7 @@
 #include "server/api/routes.h"
 #include "server/feed/change_feed.h"
 #include "server/service/feed_service.h"
+#include "server/service/snapshot_stream.h"
 
 namespace kvatlas::server {
 namespace {
@@ -165,6 +166,33 @@ Result<HttpReply> HandleWatch(const Services& api, const std::shared_ptr<std::at
   return reply;
 }
 
+// A JSON string literal (invalid UTF-8 replaced by U+FFFD, as DumpJson does).
+std::string JsonString(const std::string& text) {
+  return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// The page's copies as JSON objects separated by commas (a GET /v1/snapshot "copies" run;
+// the keys in the order nlohmann's dump of the object gives them).
+void AppendSnapshotPageJson(const ContextSnapshot& page, std::string* out) {
+  std::vector<std::string> ids;
+  ids.reserve(page.holders.size());
+  for (const HolderKey& h : page.holders) ids.push_back(JsonString(h.id));
+  for (size_t i = 0; i < page.rows.size(); ++i) {
+    const SnapshotRow& c = page.rows[i];
+    if (i > 0) *out += ',';
+    *out += "{\"backend_id\":";
+    *out += ids[c.holder];
+    *out += ",\"depth\":" + std::to_string(c.depth);
+    *out += ",\"dp_rank\":" + std::to_string(page.holders[c.holder].dp_rank);
+    *out += ",\"engine_hash\":" + std::to_string(c.engine_hash);
+    *out += ",\"key\":" + std::to_string(c.key);
+    if (!c.location.empty()) *out += ",\"location\":" + JsonString(c.location);
+    *out += ",\"medium\":\"";
+    *out += TierName(c.tier);
+    *out += "\",\"refcount\":" + std::to_string(c.refcount) + "}";
+  }
+}
+
 Result<HttpReply> HandleSnapshot(const Services& api, const RouteRequest& request) {
   ContextKey context;
   context.tenant = Param(request.http, "tenant_id").value_or("default");
@@ -178,24 +206,47 @@ Result<HttpReply> HandleSnapshot(const Services& api, const RouteRequest& reques
   KVATLAS_ASSIGN_OR_RETURN(context.block_size, ParseU32("block_size", *block_size));
   if (context.block_size == 0) return Status::InvalidArgument("block_size: must be positive");
 
-  KVATLAS_ASSIGN_OR_RETURN(ContextSnapshot snapshot, SnapshotContext(api, context));
-  json list = json::array();
-  for (const SnapshotRow& c : snapshot.rows) {
-    json item = {{"key", c.key},
-                 {"depth", c.depth},
-                 {"backend_id", snapshot.holders[c.holder].id},
-                 {"dp_rank", snapshot.holders[c.holder].dp_rank},
-                 {"medium", TierName(c.tier)},
-                 {"refcount", c.refcount},
-                 {"engine_hash", c.engine_hash}};
-    if (!c.location.empty()) item["location"] = c.location;
-    list.push_back(std::move(item));
-  }
-  json out = {{"revision", snapshot.revision},    {"tenant_id", context.tenant},
-              {"model_name", context.model},      {"lora_name", context.lora_name},
-              {"block_size", context.block_size}, {"additional_salt", context.salt},
-              {"copies", std::move(list)}};
-  return JsonReply(out.dump());
+  // Streamed page by page (snapshot_stream.h): the first page is waited for here, so that
+  // a refused or failed stream is an ordinary error answer; the rest is written as chunks.
+  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStream> stream,
+                           SnapshotStream::Open(api, context, nullptr));
+  KVATLAS_ASSIGN_OR_RETURN(SnapshotPage first, stream->Next());
+  struct State {
+    std::unique_ptr<SnapshotStream> stream;
+    std::optional<SnapshotPage> page;
+    bool head_written = false;
+    bool rows_written = false;  // a page's rows follow earlier ones after a comma
+  };
+  auto state = std::make_shared<State>();
+  state->stream = std::move(stream);
+  state->page = std::move(first);
+  HttpReply reply;
+  reply.stream = [state, context](const HttpReply::Write& write) {
+    std::string out;
+    if (!state->head_written) {
+      state->head_written = true;
+      out = "{\"revision\":" + std::to_string(state->page->copies.revision) +
+            ",\"tenant_id\":" + JsonString(context.tenant) +
+            ",\"model_name\":" + JsonString(context.model) +
+            ",\"lora_name\":" + JsonString(context.lora_name) +
+            ",\"block_size\":" + std::to_string(context.block_size) +
+            ",\"additional_salt\":" + JsonString(context.salt) + ",\"copies\":[";
+    } else {
+      Result<SnapshotPage> next = state->stream->Next();
+      // A scan that fails mid-way ends the body unterminated: the client's JSON parse
+      // fails rather than taking a partial list for the whole.
+      if (!next.has_value()) return false;
+      state->page = std::move(next).value();
+    }
+    if (!state->page->copies.rows.empty()) {
+      if (state->rows_written) out += ',';
+      state->rows_written = true;
+      AppendSnapshotPageJson(state->page->copies, &out);
+    }
+    if (state->page->last) out += "]}";
+    return write(out) && !state->page->last;
+  };
+  return reply;
 }
 
 }  // namespace

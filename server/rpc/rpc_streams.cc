@@ -115,16 +115,24 @@ RpcStreams::Handled RpcStreams::HandleSnapshot(const protocol::Frame& request, s
     AppendError(MessageType::kSnapshot, id, decoded.error(), out);
     return Handled::kAnswered;
   }
-  // Copied under the read lock (as GET /v1/snapshot does), encoded in parts afterwards as
-  // the client reads them: the applying thread waits only for the copy.
-  Result<ContextSnapshot> copies = SnapshotContext(*api_, decoded->context);
-  if (!copies.has_value()) {
-    AppendError(MessageType::kSnapshot, id, copies.error(), out);
+  // Streamed (snapshot_stream.h): pages are read as the client drains them; the stream's
+  // thread wakes the strand when one is ready.
+  auto ready = std::make_shared<std::atomic<bool>>(false);
+  const uint64_t serial = next_serial_++;
+  Result<std::unique_ptr<SnapshotStream>> stream =
+      SnapshotStream::Open(*api_, decoded->context, [wake = wake_, ready, id, serial] {
+        ready->store(true);
+        if (wake) wake(id, serial);
+      });
+  if (!stream.has_value()) {
+    AppendError(MessageType::kSnapshot, id, stream.error(), out);
     return Handled::kAnswered;
   }
+  ready->store(true);  // an in-memory copy is ready at once; a scan's first try costs nothing
   Snapshot snapshot;
   snapshot.request_id = id;
-  snapshot.copies = std::move(copies).value();
+  snapshot.stream = std::move(stream).value();
+  snapshot.ready = std::move(ready);
   snapshots_.push_back(std::move(snapshot));
   return Handled::kPending;
 }
@@ -135,7 +143,10 @@ void RpcStreams::OnReady(uint64_t request_id, uint64_t serial) {
 }
 
 bool RpcStreams::pending() const {
-  if (!snapshots_.empty()) return true;
+  if (std::any_of(snapshots_.begin(), snapshots_.end(),
+                  [](const Snapshot& s) { return s.ready->load(); })) {
+    return true;
+  }
   return std::any_of(watches_.begin(), watches_.end(),
                      [](const auto& entry) { return entry.second.ready; });
 }
@@ -159,12 +170,17 @@ size_t RpcStreams::Produce(size_t budget, std::string* out) {
       }
       it = next;
     }
-    if (!snapshots_.empty() && out->size() < budget) {
-      if (ProducePart(snapshots_.front(), out)) {
-        snapshots_.pop_front();
+    // One part of every snapshot with one ready.
+    for (auto s = snapshots_.begin(); s != snapshots_.end() && out->size() < budget;) {
+      bool produced = false;
+      const bool ended = ProducePart(*s, &produced, out);
+      progress = progress || produced;
+      if (ended) {
+        s = snapshots_.erase(s);
         ++finished;
+      } else {
+        ++s;
       }
-      progress = true;
     }
   }
   return finished;
@@ -227,28 +243,36 @@ void RpcStreams::AppendRecords(uint64_t request_id, Watcher::Take take, std::str
   AppendOk(protocol::MessageType::kWatch, request_id, protocol::EncodeWatchBatch(batch), out);
 }
 
-bool RpcStreams::ProducePart(Snapshot& snapshot, std::string* out) {
+bool RpcStreams::ProducePart(Snapshot& snapshot, bool* produced, std::string* out) {
+  *produced = false;
+  if (!snapshot.ready->exchange(false)) return false;
+  Result<std::optional<SnapshotPage>> next = snapshot.stream->TryNext();
+  if (!next.has_value()) {
+    // The scan failed (the parts sent so far are abandoned: the client's call fails).
+    AppendError(MessageType::kSnapshot, snapshot.request_id, next.error(), out);
+    return true;
+  }
+  if (!next->has_value()) return false;  // not ready yet: the stream wakes us
+  snapshot.ready->store(true);           // maybe more queued: the next step tries again
+  *produced = true;
+  SnapshotPage& page = **next;
   protocol::SnapshotPart part;
-  const ContextSnapshot& copies = snapshot.copies;
-  part.revision = copies.revision;
+  part.revision = page.copies.revision;
   part.part = snapshot.part++;
-  part.context = copies.context;
-  size_t bytes = 0;
-  while (snapshot.next < copies.rows.size() &&
-         part.copies.size() < protocol::kMaxSnapshotPartCopies && bytes < kSnapshotPartBytes) {
-    SnapshotRow& row = snapshot.copies.rows[snapshot.next++];
+  part.context = page.copies.context;
+  part.copies.reserve(page.copies.rows.size());
+  for (SnapshotRow& row : page.copies.rows) {
     protocol::SnapshotCopy& c = part.copies.emplace_back();
     c.key = row.key;
     c.copy.context = ContextKey{"", "", "", 0, ""};  // the part's, not sent per copy
-    c.copy.holder = copies.holders[row.holder];
+    c.copy.holder = page.copies.holders[row.holder];
     c.copy.tier = row.tier;
     c.copy.depth = row.depth;
     c.copy.refcount = row.refcount;
     c.copy.engine_hash = row.engine_hash;
     c.copy.location = std::move(row.location);
-    bytes += protocol::SnapshotCopyBytes(c);
   }
-  part.last = snapshot.next == copies.rows.size();
+  part.last = page.last;
   AppendOk(MessageType::kSnapshot, snapshot.request_id, protocol::EncodeSnapshotPart(part), out);
   if (part.last) Count(MessageType::kSnapshot, StatusCode::kOk);
   return part.last;

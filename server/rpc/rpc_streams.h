@@ -4,7 +4,7 @@
 // a budget, so a client that reads slowly holds back its own streams and nothing else: a
 // watch's records wait in its Watcher's bounded queue (which cuts the watch when it is
 // full: the watch then ends with a watch_cut frame once what was queued has been sent), a
-// snapshot's remaining copies in the list taken under the read lock.
+// snapshot's next pages in its SnapshotStream, whose scan waits for them to be taken.
 //
 // A watcher's notify hook runs on the applying thread; it only calls `wake` (set by the
 // connection, which posts to its strand), so publishing never waits for a connection.
@@ -12,6 +12,7 @@
 // Thread-safety: the connection's strand only (SetWake's function excepted).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -25,6 +26,7 @@
 #include "server/feed/change_feed.h"
 #include "server/service/feed_service.h"
 #include "server/service/services.h"
+#include "server/service/snapshot_stream.h"
 
 namespace kvatlas::server {
 
@@ -34,7 +36,6 @@ class RpcStreams {
   static constexpr size_t kWatchFrameBytes = 1u << 20;  // records per frame, roughly
   static constexpr size_t kMaxRecordKeys = 65536;       // longer records go in pieces
   static constexpr size_t kTakeKeys = 131072;           // block keys taken per watcher step
-  static constexpr size_t kSnapshotPartBytes = 2u << 20;
 
   // How a request was answered.
   enum class Handled {
@@ -83,11 +84,12 @@ class RpcStreams {
     uint64_t serial = 0;
     bool ready = false;
   };
-  // A snapshot being sent: its copies are kept (feed_service.h) until their part is encoded.
+  // A snapshot being sent: its pages are produced by its stream (snapshot_stream.h) as the
+  // connection's output drains; `ready` is set (from the stream's thread) when one is.
   struct Snapshot {
     uint64_t request_id = 0;
-    ContextSnapshot copies;
-    size_t next = 0;  // the first row not yet sent
+    std::unique_ptr<SnapshotStream> stream;
+    std::shared_ptr<std::atomic<bool>> ready;
     uint32_t part = 0;
   };
 
@@ -97,8 +99,9 @@ class RpcStreams {
   // One step of a ready watch; erases it when it ended.
   void ProduceWatch(std::map<uint64_t, Watch>::iterator it, std::string* out);
   void AppendRecords(uint64_t request_id, Watcher::Take take, std::string* out);
-  // Appends the snapshot's next part; true when it was the last.
-  bool ProducePart(Snapshot& snapshot, std::string* out);
+  // Appends the snapshot's next part if its stream has one ready (*produced), or its error;
+  // true when the snapshot ended (its last part or an error frame was appended).
+  bool ProducePart(Snapshot& snapshot, bool* produced, std::string* out);
 
   void AppendOk(protocol::MessageType type, uint64_t request_id, std::string_view payload,
                 std::string* out) const;

@@ -103,6 +103,10 @@ struct Config {
   // How long POST /v1/events waits for its batch to be applied (then 504).
   uint64_t apply_timeout_ms = 10'000;
   uint64_t max_events_per_batch = 10'000;
+  // Context snapshots streamed at once (GET /v1/snapshot, kSnapshot; else 429 /
+  // resource_exhausted), and the copies of one of their pages (≤ 65,536, a kSnapshot part).
+  uint64_t max_snapshot_streams = 4;
+  uint64_t snapshot_page_copies = 65'536;
   // Name limits the service layer applies to ingested events, registrations and lookups;
   // at most the decoders' hard maxima (kvatlas/common/limits.h), which are the defaults.
   uint64_t max_name_bytes = kMaxNameBytes;

@@ -165,6 +165,8 @@ Status Server::Init() {
   services_.cluster_id = config_.cluster_id;
   services_.min_free_disk_bytes = config_.min_free_disk_bytes;
   services_.options.converter.max_events_per_batch = config_.max_events_per_batch;
+  services_.options.max_snapshot_streams = config_.max_snapshot_streams;
+  services_.options.snapshot_page_copies = config_.snapshot_page_copies;
   services_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
   services_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
   services_.options.names.name_bytes = config_.max_name_bytes;

@@ -42,8 +42,13 @@ struct ServiceOptions {
   uint32_t max_lookup_blocks = IndexOptions{}.max_lookup_blocks;
   // GET /v1/watch streams open at once (each holds an HTTP worker thread).
   size_t max_watch_streams = 4;
-  // Copies one context snapshot (GET /v1/snapshot, the binary kSnapshot) holds at most
-  // (payload_too_large past it).
+  // Context snapshots (GET /v1/snapshot, the binary kSnapshot; snapshot_stream.h) being
+  // streamed at once (resource_exhausted past it), and the copies of one page of them.
+  size_t max_snapshot_streams = 4;
+  size_t snapshot_page_copies = 65'536;
+  // Copies a context snapshot of an in-memory server (no storage: copied whole under the
+  // read lock) holds at most (payload_too_large past it). A server with storage streams
+  // any number of copies from a pinned RocksDB snapshot.
   size_t max_snapshot_copies = 4'000'000;
   // Registrations admitted (count and endpoint transports), registration_service.h.
   RegistrationLimits registrations;
@@ -91,6 +96,8 @@ struct Services {
   std::string backup_dir;
   std::string cluster_id;
   std::shared_ptr<std::atomic<bool>> backup_running = std::make_shared<std::atomic<bool>>(false);
+  // Snapshot streams open (snapshot_stream.h), shared by every copy of this struct.
+  std::shared_ptr<std::atomic<size_t>> snapshot_streams = std::make_shared<std::atomic<size_t>>(0);
   // This server's addresses as it announces them (GET /v1/cluster, AnnounceCommand): the
   // bound ones, with a wildcard host replaced by the raft address's host.
   std::string http_address;

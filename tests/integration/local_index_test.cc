@@ -10,11 +10,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <random>
 #include <thread>
 
 #include "kvatlas/client/client.h"
 #include "kvatlas/common/json_codec.h"
+#include "tests/integration/auth_helpers.h"
 #include "tests/integration/client_connect.h"
 #include "tests/integration/rest_helpers.h"
 #include "tests/integration/server_process.h"
@@ -55,12 +57,14 @@ BlockEvent RandomEvent(std::mt19937& rng) {
   return e;
 }
 
-std::unique_ptr<LocalIndex> StartReplica(const ServerProcess& server) {
+std::unique_ptr<LocalIndex> StartReplica(const ServerProcess& server,
+                                         std::function<void(LocalIndexOptions*)> adjust = {}) {
   LocalIndexOptions options;
   options.client.endpoints = {server.host() + ":" + std::to_string(server.rpc_port())};
   options.contexts = {kContext};
   options.retry_backoff_min = 20ms;
   options.retry_backoff_max = 200ms;
+  if (adjust) adjust(&options);
   Result<std::unique_ptr<LocalIndex>> local = LocalIndex::Start(options);
   REQUIRE_MESSAGE(local.has_value(), local.status().ToString());
   return std::move(local).value();
@@ -189,6 +193,71 @@ TEST_SUITE("Integration.LocalIndex") {
     CheckConverged(*client, *local, IngestRandom(*client, 31, 40), 32, 300);
     CHECK(local->WaitSynced(20s).ok());
     CHECK(local->Stats().watch_resumes >= 1);
+  }
+
+  TEST_CASE("LocalIndex follows a context streamed in many snapshot pages while writes go on") {
+    TempDir dir;
+    ServerProcess server(dir.path() / "data", {"--snapshot-page-copies", "64"});
+    std::unique_ptr<Client> client = ConnectClient(server);
+    IngestRandom(*client, 41, 600);
+    std::unique_ptr<LocalIndex> local = StartReplica(server);  // lists while ingest goes on
+    const Revision at = IngestRandom(*client, 43, 600);
+    CheckConverged(*client, *local, at, 44, 3000);
+    REQUIRE(local->WaitSynced(20s).ok());
+    const std::vector<LocalIndexContextStatus> status = local->ContextStatus();
+    REQUIRE(status.size() == 1);
+    CHECK(status[0].state == LocalIndexState::kSynced);
+    CHECK(status[0].last_error.ok());
+    CHECK(status[0].snapshot_revision > 0);
+    CHECK_MESSAGE(status[0].snapshot_copies > 10 * 64, status[0].snapshot_copies);
+    CHECK(local->Stats().state == LocalIndexState::kSynced);
+    // The assembled snapshot (Client::Snapshot) is the same list.
+    Result<ContextSnapshot> whole = client->Snapshot(kContext);
+    REQUIRE(whole.has_value());
+    CHECK(whole->copies.size() == local->Stats().copies);
+  }
+
+  TEST_CASE(
+      "LocalIndex reports a refused token and a server that is down instead of retrying "
+      "silently") {
+    TempDir dir;
+    WriteTokenFile(dir.path() / "tokens", {kReader});
+    auto server = std::make_unique<ServerProcess>(
+        dir.path() / "data",
+        std::vector<std::string>{"--token-file", (dir.path() / "tokens").string()});
+    std::atomic<int> reported{0};
+    const auto wrong_token = [&](LocalIndexOptions* options) {
+      options->client.token = "kvt_wrong";
+      options->on_error = [&](const ContextKey& context, const Status& error) {
+        if (context == kContext && error.code() == StatusCode::kUnauthenticated) {
+          reported.fetch_add(1);
+        }
+      };
+    };
+    std::unique_ptr<LocalIndex> local = StartReplica(*server, wrong_token);
+    const Status waited = local->WaitSynced(1s);
+    CHECK(waited.code() == StatusCode::kDeadlineExceeded);
+    CHECK_MESSAGE(waited.message().find("retrying") != std::string::npos, waited.message());
+    CHECK_MESSAGE(waited.message().find("unauthenticated") != std::string::npos, waited.message());
+    LocalIndexStats stats = local->Stats();
+    CHECK(stats.state == LocalIndexState::kRetrying);
+    CHECK(stats.last_error.code() == StatusCode::kUnauthenticated);
+    CHECK(local->ContextStatus()[0].failures >= 2);  // it retries, with a backoff
+    CHECK(reported.load() >= 2);
+    local.reset();
+
+    // The right token: synced; then the server goes away.
+    local = StartReplica(*server,
+                         [](LocalIndexOptions* options) { options->client.token = kReader.token; });
+    REQUIRE(local->WaitSynced(20s).ok());
+    server->Kill();
+    for (int i = 0; i < 200 && local->Stats().state != LocalIndexState::kRetrying; ++i) {
+      std::this_thread::sleep_for(50ms);
+    }
+    stats = local->Stats();
+    CHECK(stats.state == LocalIndexState::kRetrying);
+    CHECK_MESSAGE(!stats.last_error.ok(), stats.last_error.ToString());
+    CHECK(!stats.synced);
   }
 
   TEST_CASE("LocalIndex: invalid options are refused naming the field") {

@@ -65,6 +65,8 @@ def test_local_index_converges_with_the_server(client, server):
         stats = index.stats()
         assert stats.synced and stats.staleness == 0.0 and stats.revision >= revision
         assert stats.records_applied > 0 and stats.snapshots_loaded >= 2
+        assert stats.state == "synced"
+        assert stats.last_error_code == "" and stats.last_error == ""
 
         with pytest.raises(kvatlas.Error) as e:
             index.lookup(kvatlas.Context("unknown", 4), [1, 2])

@@ -216,6 +216,9 @@ class LocalIndexStats:
     records_applied: int
     snapshots_loaded: int
     watch_resumes: int
+    state: str  # connecting | loading_snapshot | synced | retrying
+    last_error_code: str  # "" when no attempt failed since the last sync
+    last_error: str
 
 class BlockHasher:
     seed: int

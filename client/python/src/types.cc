@@ -392,7 +392,20 @@ void DefineCopiesAndFeed(py::module_& m) {
       .def_readonly("memory_bytes", &LocalIndexStats::memory_bytes)
       .def_readonly("records_applied", &LocalIndexStats::records_applied)
       .def_readonly("snapshots_loaded", &LocalIndexStats::snapshots_loaded)
-      .def_readonly("watch_resumes", &LocalIndexStats::watch_resumes);
+      .def_readonly("watch_resumes", &LocalIndexStats::watch_resumes)
+      .def_property_readonly(
+          "state",
+          [](const LocalIndexStats& s) { return std::string(LocalIndexStateName(s.state)); },
+          "The least advanced context's state: connecting, loading_snapshot, synced, retrying.")
+      .def_property_readonly(
+          "last_error_code",
+          [](const LocalIndexStats& s) {
+            return s.last_error.ok() ? std::string() : std::string(WireNameOf(s.last_error.code()));
+          },
+          "The most recent failed attempt's code (e.g. unauthenticated), '' when none.")
+      .def_property_readonly(
+          "last_error", [](const LocalIndexStats& s) { return s.last_error.message(); },
+          "The most recent failed attempt's message, '' when none.");
 }
 
 }  // namespace

@@ -226,10 +226,21 @@ class KVATLAS_EXPORT Client {
 
   // Every copy of `context` at one revision (GET /v1/snapshot), received in parts (docs/
   // protocol.md §kSnapshot). Read-only. kInvalidArgument without a model name or
-  // block_size; kPayloadTooLarge past the server's max_snapshot_copies. The deadline is
-  // that of the whole answer. List, then Watch from `revision` to miss no change.
+  // block_size; kResourceExhausted when the server streams max_snapshot_streams snapshots
+  // already; kPayloadTooLarge past max_snapshot_copies on an in-memory server. The
+  // deadline is that of the whole answer. List, then Watch from `revision` to miss no
+  // change. The whole list is held in memory: StreamSnapshotAsync does not.
   std::future<Result<ContextSnapshot>> SnapshotAsync(ContextKey context, Timeout timeout = {});
   [[nodiscard]] Result<ContextSnapshot> Snapshot(ContextKey context, Timeout timeout = {});
+  // The same snapshot without assembling it: `on_part(revision, copies)` gets each part's
+  // copies in order, on the client's I/O thread (the connection reads nothing else while it
+  // runs, which also holds the server's sending back: keep it to a few ms per part). A
+  // non-OK Status from it ends the call with that error. The future holds the snapshot's
+  // revision once the last part was handed over. For contexts of any size: the server
+  // streams them from a consistent image (docs/feed.md §Snapshots).
+  using SnapshotPartFn = std::function<Status(Revision, std::vector<SnapshotCopy>&&)>;
+  std::future<Result<Revision>> StreamSnapshotAsync(ContextKey context, SnapshotPartFn on_part,
+                                                    Timeout timeout = {});
 
   // Watches the change feed (docs/feed.md §Binary watch): returns once the server has
   // started the watch (waiting up to `timeout` for that), so every change applied after

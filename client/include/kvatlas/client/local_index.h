@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -32,6 +33,30 @@
 
 namespace kvatlas {
 
+// Where a context's replica is in its sync loop (docs/feed.md §LocalIndex).
+enum class LocalIndexState : uint8_t {
+  kConnecting,       // connecting to a server (first, or after the connection was lost)
+  kLoadingSnapshot,  // receiving and loading the context's snapshot
+  kSynced,           // following a live watch
+  kRetrying,         // an attempt failed (last_error says why): waiting out the backoff
+};
+// "connecting", "loading_snapshot", "synced", "retrying".
+KVATLAS_EXPORT std::string_view LocalIndexStateName(LocalIndexState state);
+
+// One replicated context's sync state (LocalIndex::ContextStatus).
+struct LocalIndexContextStatus {
+  ContextKey context;
+  LocalIndexState state = LocalIndexState::kConnecting;
+  // The snapshot being loaded (kLoadingSnapshot): its revision (once its first part came)
+  // and the copies received so far; after it: those of the last snapshot loaded.
+  Revision snapshot_revision = 0;
+  uint64_t snapshot_copies = 0;
+  // The last failed attempt (connect, snapshot, watch start, a watch that ended with an
+  // error), OK while none failed since the last sync; and how many failed in a row.
+  Status last_error;
+  uint64_t failures = 0;
+};
+
 struct LocalIndexOptions {
   // The servers to follow: any members of one cluster, tried in order (ClientOptions).
   ClientOptions client;
@@ -43,6 +68,11 @@ struct LocalIndexOptions {
   std::chrono::milliseconds retry_backoff_max{2000};
   // Keys a lookup walks at most, as the server's max_lookup_blocks.
   uint32_t max_lookup_blocks = 8192;
+  // Bound on receiving one snapshot (a context of 50M copies takes about a minute).
+  std::chrono::milliseconds snapshot_timeout{600'000};
+  // Called on the context's sync thread for each failed attempt, before its backoff (e.g.
+  // to log it); may be empty. Must not call back into the LocalIndex's destructor.
+  std::function<void(const ContextKey&, const Status&)> on_error;
 };
 
 struct LocalIndexStats {
@@ -59,6 +89,10 @@ struct LocalIndexStats {
   uint64_t records_applied = 0;
   uint64_t snapshots_loaded = 0;  // first loads and reloads (after compaction or a reset)
   uint64_t watch_resumes = 0;     // watches restarted from their revision (cut, reconnect)
+  // The least advanced context's state, and the most recent failure of any context (OK
+  // when none failed since its last sync); LocalIndex::ContextStatus has them per context.
+  LocalIndexState state = LocalIndexState::kConnecting;
+  Status last_error;
 };
 
 class KVATLAS_EXPORT LocalIndex {
@@ -73,7 +107,8 @@ class KVATLAS_EXPORT LocalIndex {
   LocalIndex& operator=(const LocalIndex&) = delete;
 
   // Waits until every context has loaded a snapshot and follows a live watch, or fails
-  // with kDeadlineExceeded after `timeout`.
+  // with kDeadlineExceeded after `timeout`, its message naming each unsynced context's
+  // state and last error (e.g. a refused token, a server that does not answer).
   [[nodiscard]] Status WaitSynced(std::chrono::milliseconds timeout) const;
   // Waits until every context's replica has reached `revision` (e.g. an ingest's answer).
   [[nodiscard]] Status WaitForRevision(Revision revision, std::chrono::milliseconds timeout) const;
@@ -90,6 +125,8 @@ class KVATLAS_EXPORT LocalIndex {
 
   [[nodiscard]] Revision revision() const;
   [[nodiscard]] LocalIndexStats Stats() const;
+  // Each context's sync state, in the order of LocalIndexOptions::contexts.
+  [[nodiscard]] std::vector<LocalIndexContextStatus> ContextStatus() const;
 
   class Impl;
 
