@@ -113,6 +113,7 @@ Status Server::Init() {
   storage_options.disable_wal = !config_.storage_sync;
   storage_options.block_cache_bytes = config_.storage_block_cache_bytes;
   storage_options.write_buffer_bytes = config_.storage_write_buffer_bytes;
+  storage_options.memory_bytes = config_.storage_memory_bytes;
   KVATLAS_ASSIGN_OR_RETURN(storage_, Storage::Open(storage_options));
 
   StateMachineOptions machine_options;
