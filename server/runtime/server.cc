@@ -563,6 +563,7 @@ Status Server::StartRaft() {
   options.heartbeat_timeout_ms = static_cast<unsigned>(config_.raft_heartbeat_timeout_ms);
   options.snapshot_threshold = static_cast<unsigned>(config_.raft_snapshot_threshold);
   options.snapshot_trailing = static_cast<unsigned>(config_.raft_snapshot_trailing);
+  options.snapshot_log_bytes = static_cast<size_t>(config_.raft_snapshot_log_bytes);
   options.apply_queue = static_cast<size_t>(config_.raft_apply_queue);
   // A data directory made by `kvatlas-server restore`: snapshot at once (RaftOptions).
   const fs::path restored = fs::path(config_.data_dir) / kRestoredMarker;
