@@ -67,6 +67,8 @@ const Field kFields[] = {
      "RocksDB block cache: the part of storage_memory_bytes kept from memtables"},
     {"storage_write_buffer_bytes", &Config::storage_write_buffer_bytes, 1 << 20, kNoMax,
      "RocksDB write buffer (one memtable) size"},
+    {"feed_window_bytes", &Config::feed_window_bytes, 64 << 10, kNoMax,
+     "memory of the change feed's window of recent records; older watches resync"},
     {"http_threads", &Config::http_threads, 1, 1024, "HTTP worker threads"},
     {"max_body_bytes", &Config::max_body_bytes, 1024, kNoMax,
      "largest accepted request body (else 413)"},

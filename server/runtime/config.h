@@ -57,6 +57,9 @@ struct Config {
   uint64_t storage_memory_bytes = 96ull << 20;
   uint64_t storage_block_cache_bytes = 16ull << 20;
   uint64_t storage_write_buffer_bytes = 32ull << 20;  // one memtable, at most
+  // Memory of the change feed's window (ChangeFeedOptions::window_bytes): a watch resuming
+  // from before it is compacted and must list again.
+  uint64_t feed_window_bytes = 16ull << 20;
   // HTTP worker threads: requests served at once (a write waiting for its group commit
   // holds one).
   uint64_t http_threads = 8;
