@@ -36,6 +36,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -69,6 +70,7 @@ struct Args {
   uint64_t entries = 1'000'000;
   std::vector<uint64_t> rates{2000, 5000, 20000};
   double seconds = 3;
+  bool memory = false;  // ingest, then print the server's RSS against its index; no lookups
 };
 
 std::vector<uint64_t> ChainKeys(uint64_t c) {
@@ -216,6 +218,47 @@ Saturation BinarySaturation(kvatlas::Client& client, uint64_t chains, long pid) 
       "server CPU %.1f us/lookup, client CPU %.1f us/lookup\n",
       kDepth, static_cast<double>(kCount) / s / 1e3, cpu_us, client_cpu_us);
   return {static_cast<double>(kCount) / s, cpu_us};
+}
+
+// The number after `"key":` following `after` in `json`, or 0.
+uint64_t JsonNumber(const std::string& json, std::string_view after, std::string_view key) {
+  size_t at = json.find(after);
+  if (at == std::string::npos) return 0;
+  at = json.find(std::string("\"") + std::string(key) + "\":", at);
+  if (at == std::string::npos) return 0;
+  return std::strtoull(json.c_str() + at + key.size() + 3, nullptr, 10);
+}
+
+// The server's resident set (VmRSS) against its index's own accounting (GET /v1/stats),
+// after an ingest: what docs/operations.md §Sizing is made of.
+int PrintServerMemory(const std::string& http, long pid) {
+  const size_t colon = http.rfind(':');
+  httplib::Client rest(http.substr(0, colon), std::atoi(http.c_str() + colon + 1));
+  const auto stats = rest.Get("/v1/stats");
+  if (!stats || stats->status != 200) {
+    std::fprintf(stderr, "GET /v1/stats failed\n");
+    return 1;
+  }
+  const uint64_t entries = JsonNumber(stats->body, "\"index\"", "entries");
+  const uint64_t index_bytes = JsonNumber(stats->body, "\"index\"", "memory_bytes");
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  uint64_t rss_kib = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) rss_kib = std::strtoull(line.c_str() + 6, nullptr, 10);
+  }
+  if (entries == 0 || index_bytes == 0 || rss_kib == 0) {
+    std::fprintf(stderr, "no entries, index memory or VmRSS to report\n");
+    return 1;
+  }
+  const double rss = static_cast<double>(rss_kib) * 1024;
+  const double n = static_cast<double>(entries);
+  std::printf(
+      "server memory: %llu entries; index %.1f B/entry (%.0f MB); RSS %.1f B/entry (%.0f MB); "
+      "RSS / index %.3f; outside the index %.0f MB\n",
+      static_cast<unsigned long long>(entries), static_cast<double>(index_bytes) / n,
+      static_cast<double>(index_bytes) / 1e6, rss / n, rss / 1e6,
+      rss / static_cast<double>(index_bytes), (rss - static_cast<double>(index_bytes)) / 1e6);
+  return 0;
 }
 
 double RestLookups(const std::string& http, uint64_t chains, long pid) {
@@ -512,8 +555,16 @@ class EchoFloor {
 
 int main(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  std::vector<std::string> args;  // flag-value pairs; --memory is a lone flag
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--memory") {
+      a.memory = true;
+    } else {
+      args.emplace_back(argv[i]);
+    }
+  }
+  for (size_t i = 0; i + 1 < args.size(); i += 2) {
+    const std::string &k = args[i], &v = args[i + 1];
     if (k == "--rpc")
       a.rpc = v;
     else if (k == "--http")
@@ -546,10 +597,11 @@ int main(int argc, char** argv) {
     }
   }
   if (a.rpc.empty() || a.http.empty() || a.server_pid == 0) {
-    std::fprintf(stderr,
-                 "usage: rpc_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID "
-                 "[--entries N] [--rates R1,R2] [--seconds S] [--tls-rpc HOST:PORT --tls-pid "
-                 "PID --ca FILE [--tls-token-rpc HOST:PORT --tls-token-pid PID --token T]]\n");
+    std::fprintf(
+        stderr,
+        "usage: rpc_bench --rpc HOST:PORT --http HOST:PORT --server-pid PID "
+        "[--entries N] [--memory] [--rates R1,R2] [--seconds S] [--tls-rpc HOST:PORT --tls-pid "
+        "PID --ca FILE [--tls-token-rpc HOST:PORT --tls-token-pid PID --token T]]\n");
     return 2;
   }
   if (!a.tls_rpc.empty()) {
@@ -578,6 +630,7 @@ int main(int argc, char** argv) {
   const uint64_t chains = a.entries / kChain;
   Ingest(**client, chains);
   WaitForQuietServer(a.server_pid);
+  if (a.memory) return PrintServerMemory(a.http, a.server_pid);
   // The echo floor's frame sizes: what the client library writes for a lookup (header plus
   // the request payload) and what the server writes back for a real one.
   const LookupRequest sample = Lookup(chains / 2);

@@ -2,10 +2,20 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <utility>
 
 namespace kvatlas::server {
 namespace {
+
+// Heap bytes of a string beyond its inline size (0 while it fits the small buffer).
+size_t HeapBytes(const std::string& s) {
+  return s.capacity() > std::string().capacity() ? s.capacity() + 1 : 0;
+}
+size_t HeapBytes(const ContextKey& c) {
+  return HeapBytes(c.tenant) + HeapBytes(c.model) + HeapBytes(c.lora_name) + HeapBytes(c.salt);
+}
+size_t HeapBytes(const HolderKey& h) { return HeapBytes(h.id); }
 
 // The record a mutation contributes to, or nullopt for mutations the feed does not
 // report (blocks, registry records, a refcount change that leaves the copy in place). A
@@ -155,6 +165,7 @@ void ChangeFeed::OnReset(Revision revision, const Index& index) {
   // watchers that expected continuity are cut.
   window_.clear();
   window_keys_ = 0;
+  window_bytes_ = 0;
   revision_ = revision;
   published_.store(revision, std::memory_order_release);
   compacted_through_ = revision;
@@ -200,8 +211,13 @@ void ChangeFeed::OnApplied(Revision revision, const MutationList& mutations) {
     open->keys.push_back(m.key);
     ++chunk->keys;
   }
+  chunk->bytes = sizeof(FeedChunk) + chunk->records.capacity() * sizeof(FeedRecord);
   for (FeedRecord& r : chunk->records) {
     if (!r.locations.empty()) r.locations.resize(r.keys.size());
+    chunk->bytes += r.keys.capacity() * sizeof(BlockKey) +
+                    r.locations.capacity() * sizeof(std::string) + HeapBytes(r.context) +
+                    HeapBytes(r.holder);
+    for (const std::string& location : r.locations) chunk->bytes += HeapBytes(location);
   }
   chunk->published = std::chrono::steady_clock::now();
 
@@ -219,9 +235,12 @@ void ChangeFeed::OnApplied(Revision revision, const MutationList& mutations) {
   }
   records_published_ += chunk->records.size();
   window_keys_ += chunk->keys;
+  window_bytes_ += chunk->bytes;
   window_.push_back(chunk);
-  while (window_keys_ > options_.window_keys && window_.size() > 1) {
+  while ((window_keys_ > options_.window_keys || window_bytes_ > options_.window_bytes) &&
+         window_.size() > 1) {
     window_keys_ -= window_.front()->keys;
+    window_bytes_ -= window_.front()->bytes;
     compacted_through_ = window_.front()->revision;
     window_.pop_front();
   }
@@ -287,9 +306,18 @@ void ChangeFeed::CountDelivery(size_t records, std::chrono::steady_clock::time_p
 
 FeedStats ChangeFeed::Stats() const {
   std::lock_guard lock(mu_);
-  return FeedStats{revision_,        compacted_through_, window_.size(), window_keys_,
-                   watchers_.size(), records_published_, records_sent_,  cuts_,
-                   last_lag_seconds_};
+  FeedStats s;
+  s.revision = revision_;
+  s.compacted_through = compacted_through_;
+  s.window_chunks = window_.size();
+  s.window_keys = window_keys_;
+  s.window_bytes = window_bytes_;
+  s.watchers = watchers_.size();
+  s.records_published = records_published_;
+  s.records_sent = records_sent_;
+  s.cuts = cuts_;
+  s.last_lag_seconds = last_lag_seconds_;
+  return s;
 }
 
 std::string RenderFeedMetrics(const FeedStats& s) {
@@ -307,6 +335,9 @@ std::string RenderFeedMetrics(const FeedStats& s) {
          static_cast<double>(s.compacted_through));
   metric("kvatlas_feed_window_keys", "gauge", "Block keys held in the feed's window.",
          static_cast<double>(s.window_keys));
+  metric("kvatlas_feed_window_bytes", "gauge",
+         "Memory of the feed's window, about (bounded by feed_window_bytes).",
+         static_cast<double>(s.window_bytes));
   metric("kvatlas_feed_watchers", "gauge", "Open watchers.", static_cast<double>(s.watchers));
   metric("kvatlas_feed_records_published_total", "counter", "Records published.",
          static_cast<double>(s.records_published));

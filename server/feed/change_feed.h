@@ -38,14 +38,18 @@ namespace kvatlas::server {
 struct FeedChunk {
   Revision revision = 0;
   std::vector<FeedRecord> records;
-  size_t keys = 0;  // Σ records[i].keys.size(), for the window's bound
+  size_t keys = 0;   // Σ records[i].keys.size()
+  size_t bytes = 0;  // the chunk's memory, about (ChunkBytes): for the window's bound
   std::chrono::steady_clock::time_point published;
 };
 
 struct ChangeFeedOptions {
-  // Block keys kept in the window of recent records; older chunks are dropped (compacted)
-  // and a watch from before them fails with kCompacted.
-  size_t window_keys = 4'000'000;
+  // Memory of the window of recent records, about (FeedChunk::bytes), and block keys in
+  // it: past either bound the oldest chunks are dropped (compacted) and a watch from before
+  // them fails with kCompacted. The newest chunk stays whatever its size. 16 MiB holds
+  // ~1.5M keys of records without locations.
+  size_t window_bytes = 16u << 20;
+  size_t window_keys = SIZE_MAX;
   // Chunks (applied groups) a watcher may have queued; past it the watcher is cut.
   size_t watcher_queue_chunks = 4096;
   // Watchers at once; further Subscribe calls fail with kResourceExhausted.
@@ -57,6 +61,7 @@ struct FeedStats {
   Revision compacted_through = 0;  // records at or below are gone from the window
   size_t window_chunks = 0;
   size_t window_keys = 0;
+  size_t window_bytes = 0;
   size_t watchers = 0;
   uint64_t records_published = 0;
   uint64_t records_sent = 0;    // delivered to watchers (after their filters)
@@ -162,6 +167,7 @@ class ChangeFeed final : public ApplyObserver {
   mutable std::mutex mu_;
   std::deque<std::shared_ptr<const FeedChunk>> window_;
   size_t window_keys_ = 0;
+  size_t window_bytes_ = 0;
   Revision revision_ = 0;
   // revision_, stored once a revision's chunk is in every watcher's queue: a watcher whose
   // queue is empty has been handed every record up to it (TryTake's `through`).

@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "common/internal/log.h"
 #include "kvatlas/common/block_hasher.h"
 #include "server/index/index_impl.h"
 
@@ -28,12 +29,12 @@ void DeleteHolderEntries(Impl& m, uint32_t holder, uint32_t context, std::option
                          MutationCause cause, MutationList* out) {
   uint32_t e = m.holders_[holder].head;
   while (e != kNil) {
-    const EntryRec& rec = m.entries_[e];
-    const uint32_t next = rec.holder_next;
-    const bool context_ok = context == kNil || m.blocks_[rec.block].context == context;
-    const bool tier_ok = !tier || rec.tier == static_cast<uint8_t>(*tier);
-    // Deleting e never frees `next`: it belongs to this holder, and the block cascade only
-    // frees e's block record.
+    const uint32_t next = m.HolderNext(e);
+    const bool context_ok = context == kNil || m.blocks_[m.BlockOf(e)].context == context;
+    const bool tier_ok = !tier || m.TierOf(e) == static_cast<uint8_t>(*tier);
+    // Deleting e never frees or renames `next`: it belongs to this holder, the block
+    // cascade only frees e's block record (which has no copy left), and blocks never go
+    // back from chained to inline.
     if (context_ok && tier_ok) m.DeleteEntry(e, cause, out);
     e = next;
   }
@@ -108,7 +109,17 @@ uint32_t Index::Impl::InternHolder(const HolderKey& key, MutationList* out) {
 uint32_t Index::Impl::CreateBlock(uint32_t context, uint64_t key, uint32_t depth, uint64_t stamp) {
   const uint32_t b = blocks_.Allocate();
   ContextRec& ctx = contexts_[context];
-  blocks_[b] = BlockRec{key, context, depth, kNil, ctx.fifo_tail, kNil, 0, stamp};
+  blocks_[b] = BlockRec{key,
+                        context,
+                        depth,
+                        ctx.fifo_tail,
+                        kNil,
+                        kNil,
+                        kNil,
+                        kNil,
+                        static_cast<uint32_t>(stamp),
+                        static_cast<uint16_t>(stamp >> 32),
+                        0};
   if (ctx.fifo_tail != kNil) {
     blocks_[ctx.fifo_tail].fifo_next = b;
   } else {
@@ -126,29 +137,79 @@ uint32_t Index::Impl::FindAlias(uint32_t context, uint32_t holder, uint64_t engi
     uint32_t mine[kNumTiers];
     const int n = HolderEntries(b, holder, mine);
     for (int i = 0; i < n; ++i) {
-      const EntryRec& rec = entries_[mine[i]];
-      if (rec.engine_hash == engine_hash && (rec.flags & kEntryHasAlias)) return true;
+      if (HasAlias(mine[i]) && EngineHashOf(mine[i]) == engine_hash) return true;
     }
     return false;
   });
 }
 
+uint32_t Index::Impl::MakeChained(uint32_t b) {
+  BlockRec& block = blocks_[b];
+  if (block.chained()) return kNil;
+  const uint32_t holder = block.copy;
+  if (holder == kNil) {
+    block.meta = BlockRec::kMetaChained;
+    block.holder_prev = 0;  // no entries
+    return kNil;
+  }
+  const uint32_t inline_copy = b | kInlineCopy;
+  const uint32_t e = entries_.Allocate();
+  const uint8_t flags = HasLocation(inline_copy) ? kEntryHasLocation : 0;
+  entries_[e] = EntryRec{block.key,
+                         b,
+                         holder,
+                         kNil,
+                         block.holder_prev,
+                         block.holder_next,
+                         TierOf(inline_copy),
+                         flags,
+                         RefcountOf(inline_copy)};
+  if (block.holder_prev != kNil) {
+    SetHolderNext(block.holder_prev, e);
+  } else {
+    holders_[holder].head = e;
+  }
+  if (block.holder_next != kNil) SetHolderPrev(block.holder_next, e);
+  if (flags & kEntryHasLocation) {
+    auto node = locations_.extract(inline_copy);
+    node.key() = e;
+    locations_.insert(std::move(node));
+  }
+  block.copy = e;
+  block.holder_prev = 1;
+  block.holder_next = kNil;
+  block.meta = BlockRec::kMetaChained;
+  return e;
+}
+
 uint32_t Index::Impl::CreateEntry(uint32_t b, uint32_t holder, Tier tier, uint64_t engine_hash,
                                   uint16_t refcount, std::string location) {
-  BlockRec& block = blocks_[b];
-  const uint32_t e = entries_.Allocate();
   HolderRec& h = holders_[holder];
-  entries_[e] = EntryRec{
-      engine_hash, b, holder, block.head, kNil, h.head, static_cast<uint8_t>(tier), 0, refcount};
-  block.head = e;
-  if (++block.entry_count == kHotChain) {
-    for (uint32_t o = block.head; o != kNil; o = entries_[o].next_in_block) {
-      hot_.Insert(HotKey(b, entries_[o].holder, entries_[o].tier), o);
+  uint32_t e;
+  BlockRec& block = blocks_[b];
+  if (!block.chained() && block.copy == kNil && engine_hash == block.key &&
+      refcount <= kMaxInlineRefcount) {
+    e = b | kInlineCopy;
+    block.copy = holder;
+    block.holder_prev = kNil;
+    block.holder_next = h.head;
+    block.meta = static_cast<uint16_t>(static_cast<uint32_t>(tier) << BlockRec::kMetaTierShift |
+                                       uint32_t{refcount} << BlockRec::kMetaRefShift);
+  } else {
+    MakeChained(b);
+    e = entries_.Allocate();
+    entries_[e] = EntryRec{
+        engine_hash, b, holder, block.copy, kNil, h.head, static_cast<uint8_t>(tier), 0, refcount};
+    block.copy = e;
+    if (++block.holder_prev == kHotChain) {
+      for (uint32_t o = block.copy; o != kNil; o = entries_[o].next_in_block) {
+        hot_.Insert(HotKey(b, entries_[o].holder, entries_[o].tier), o);
+      }
+    } else if (block.holder_prev > kHotChain) {
+      hot_.Insert(HotKey(b, holder, static_cast<uint8_t>(tier)), e);
     }
-  } else if (block.entry_count > kHotChain) {
-    hot_.Insert(HotKey(b, holder, static_cast<uint8_t>(tier)), e);
   }
-  if (h.head != kNil) entries_[h.head].holder_prev = e;
+  if (h.head != kNil) SetHolderPrev(h.head, e);
   h.head = e;
   ++h.entries;
   ++h.by_tier[static_cast<int>(tier)];
@@ -159,40 +220,53 @@ uint32_t Index::Impl::CreateEntry(uint32_t b, uint32_t holder, Tier tier, uint64
   return e;
 }
 
-void Index::Impl::SetEntryLocation(uint32_t e, std::string location) {
-  EntryRec& rec = entries_[e];
-  if (location.empty()) return;
-  rec.flags |= kEntryHasLocation;
-  locations_[e] = std::move(location);
+void Index::Impl::SetRefcount(uint32_t c, uint16_t refcount) {
+  if (!IsInline(c)) {
+    entries_[c].refcount = refcount;
+    return;
+  }
+  BlockRec& block = blocks_[c & ~kInlineCopy];
+  block.meta = static_cast<uint16_t>((block.meta & ((1u << BlockRec::kMetaRefShift) - 1)) |
+                                     uint32_t{refcount} << BlockRec::kMetaRefShift);
 }
 
-const std::string& Index::Impl::LocationOf(uint32_t e) const {
+void Index::Impl::SetEntryLocation(uint32_t c, std::string location) {
+  if (location.empty()) return;
+  if (IsInline(c)) {
+    blocks_[c & ~kInlineCopy].meta |= BlockRec::kMetaLocation;
+  } else {
+    entries_[c].flags |= kEntryHasLocation;
+  }
+  locations_[c] = std::move(location);
+}
+
+const std::string& Index::Impl::LocationOf(uint32_t c) const {
   static const std::string kNone;
-  if (!(entries_[e].flags & kEntryHasLocation)) return kNone;
-  auto it = locations_.find(e);
+  if (!HasLocation(c)) return kNone;
+  auto it = locations_.find(c);
   return it == locations_.end() ? kNone : it->second;
 }
 
 void Index::Impl::EmitEntry(uint32_t e, MutationCause cause, MutationList* out) const {
   if (!out) return;
-  const EntryRec& rec = entries_[e];
-  const BlockRec& block = blocks_[rec.block];
+  const BlockRec& block = blocks_[BlockOf(e)];
   Mutation m;
   m.kind = MutationKind::kPutEntry;
   m.cause = cause;
   m.context = block.context;
-  m.holder = rec.holder;
+  m.holder = HolderOf(e);
   m.key = block.key;
-  m.tier = static_cast<Tier>(rec.tier);
+  m.tier = static_cast<Tier>(TierOf(e));
   m.depth = block.depth;
-  m.stamp = block.stamp;
-  m.refcount = rec.refcount;
-  m.engine_hash = rec.engine_hash;
+  m.stamp = block.stamp();
+  m.refcount = RefcountOf(e);
+  m.engine_hash = EngineHashOf(e);
   m.location = LocationOf(e);
   out->push_back(std::move(m));
 }
 
 void Index::Impl::AttachAlias(uint32_t e) {
+  if (IsInline(e)) return;  // inline copies carry the standard engine hash
   EntryRec& rec = entries_[e];
   const BlockRec& block = blocks_[rec.block];
   if (rec.engine_hash == block.key) return;
@@ -204,71 +278,79 @@ void Index::Impl::AttachAlias(uint32_t e) {
 }
 
 void Index::Impl::ReleaseAlias(uint32_t e) {
+  if (!HasAlias(e)) return;
   EntryRec& rec = entries_[e];
-  if (!(rec.flags & kEntryHasAlias)) return;
   rec.flags &= static_cast<uint8_t>(~kEntryHasAlias);
   const BlockRec& block = blocks_[rec.block];
   // Keep it while another tier of this holder still carries the same engine hash.
   uint32_t mine[kNumTiers];
   const int n = HolderEntries(rec.block, rec.holder, mine);
   for (int i = 0; i < n; ++i) {
-    const EntryRec& other = entries_[mine[i]];
-    if (mine[i] != e && other.engine_hash == rec.engine_hash && (other.flags & kEntryHasAlias)) {
-      return;
-    }
+    if (mine[i] != e && HasAlias(mine[i]) && EngineHashOf(mine[i]) == rec.engine_hash) return;
   }
   aliases_.Erase(AliasKey(block.context, rec.holder, rec.engine_hash), rec.block);
 }
 
 void Index::Impl::DeleteEntry(uint32_t e, MutationCause cause, MutationList* out, bool cascade) {
   ReleaseAlias(e);
-  const EntryRec rec = entries_[e];
-  BlockRec& block = blocks_[rec.block];
+  const uint32_t b = BlockOf(e);
+  const uint32_t holder = HolderOf(e);
+  const uint8_t tier = TierOf(e);
+  const uint32_t holder_prev = HolderPrev(e);
+  const uint32_t holder_next = HolderNext(e);
+  const bool had_location = HasLocation(e);
+  BlockRec& block = blocks_[b];
   if (out) {
     Mutation m;
     m.kind = MutationKind::kDeleteEntry;
     m.cause = cause;
     m.context = block.context;
-    m.holder = rec.holder;
+    m.holder = holder;
     m.key = block.key;
-    m.tier = static_cast<Tier>(rec.tier);
-    m.stamp = block.stamp;  // storage keys entry records by it
-    m.engine_hash = rec.engine_hash;
+    m.tier = static_cast<Tier>(tier);
+    m.stamp = block.stamp();  // storage keys entry records by it
+    m.engine_hash = EngineHashOf(e);
     out->push_back(std::move(m));
   }
-  if (block.entry_count == kHotChain) {
-    for (uint32_t o = block.head; o != kNil; o = entries_[o].next_in_block) {
-      hot_.Erase(HotKey(rec.block, entries_[o].holder, entries_[o].tier), o);
+  if (IsInline(e)) {
+    block.copy = kNil;
+    block.meta = 0;
+  } else {
+    const EntryRec rec = entries_[e];
+    if (block.holder_prev == kHotChain) {
+      for (uint32_t o = block.copy; o != kNil; o = entries_[o].next_in_block) {
+        hot_.Erase(HotKey(b, entries_[o].holder, entries_[o].tier), o);
+      }
+    } else if (block.holder_prev > kHotChain) {
+      hot_.Erase(HotKey(b, rec.holder, rec.tier), e);
     }
-  } else if (block.entry_count > kHotChain) {
-    hot_.Erase(HotKey(rec.block, rec.holder, rec.tier), e);
+    --block.holder_prev;
+    if (block.copy == e) {
+      block.copy = rec.next_in_block;
+    } else {
+      uint32_t p = block.copy;
+      while (entries_[p].next_in_block != e) p = entries_[p].next_in_block;
+      entries_[p].next_in_block = rec.next_in_block;
+    }
+    entries_.Free(e);
   }
-  --block.entry_count;
-  if (block.head == e) {
-    block.head = rec.next_in_block;
+  HolderRec& h = holders_[holder];
+  if (holder_prev != kNil) {
+    SetHolderNext(holder_prev, holder_next);
   } else {
-    uint32_t p = block.head;
-    while (entries_[p].next_in_block != e) p = entries_[p].next_in_block;
-    entries_[p].next_in_block = rec.next_in_block;
+    h.head = holder_next;
   }
-  HolderRec& h = holders_[rec.holder];
-  if (rec.holder_prev != kNil) {
-    entries_[rec.holder_prev].holder_next = rec.holder_next;
-  } else {
-    h.head = rec.holder_next;
-  }
-  if (rec.holder_next != kNil) entries_[rec.holder_next].holder_prev = rec.holder_prev;
+  if (holder_next != kNil) SetHolderPrev(holder_next, holder_prev);
   --h.entries;
-  --h.by_tier[rec.tier];
+  --h.by_tier[tier];
   --contexts_[block.context].entries;
   --entry_count_;
-  if (rec.flags & kEntryHasLocation) locations_.erase(e);
-  entries_.Free(e);
-  if (cascade && block.head == kNil) RemoveBlockRecord(rec.block, cause, out);
+  if (had_location) locations_.erase(e);
+  if (cascade && FirstCopy(b) == kNil) RemoveBlockRecord(b, cause, out);
 }
 
 void Index::Impl::DeleteBlock(uint32_t b, MutationCause cause, MutationList* out) {
-  while (blocks_[b].head != kNil) DeleteEntry(blocks_[b].head, cause, out, /*cascade=*/false);
+  while (FirstCopy(b) != kNil) DeleteEntry(FirstCopy(b), cause, out, /*cascade=*/false);
   RemoveBlockRecord(b, cause, out);
 }
 
@@ -381,6 +463,12 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
     const uint64_t engine_hash = engine_hashes.empty() ? key : engine_hashes[i];
     std::string location = locations.empty() ? std::string() : locations[i];
     uint32_t b = FindBlock(context, key);
+    if (Full()) {
+      // The documented limits (docs/limits.md): 2^31 - 1 blocks and chained copies, 48-bit
+      // stamps. Nothing past them is indexed.
+      LogFullOnce();
+      break;
+    }
     if (b == kNil) {
       b = CreateBlock(context, key, depth + static_cast<uint32_t>(i), next_stamp_++);
       if (out) {
@@ -389,7 +477,7 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
         m.context = context;
         m.key = key;
         m.depth = blocks_[b].depth;
-        m.stamp = blocks_[b].stamp;
+        m.stamp = blocks_[b].stamp();
         out->push_back(std::move(m));
       }
     }
@@ -404,12 +492,15 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
     if (e == kNil) {
       e = CreateEntry(b, holder, c.tier, engine_hash, 1, std::move(location));
     } else {
-      EntryRec& rec = entries_[e];
-      if (rec.refcount < kMaxRefcount) ++rec.refcount;
-      if (rec.engine_hash != engine_hash) {
+      const uint16_t refcount = RefcountOf(e);
+      if (IsInline(e) && (engine_hash != EngineHashOf(e) || refcount == kMaxInlineRefcount)) {
+        e = MakeChained(b);  // the inline form has no room for either
+      }
+      if (refcount < kMaxRefcount) SetRefcount(e, static_cast<uint16_t>(refcount + 1));
+      if (EngineHashOf(e) != engine_hash) {
         // The publisher re-announced the block under a new hash: re-key its alias.
         ReleaseAlias(e);
-        rec.engine_hash = engine_hash;
+        entries_[e].engine_hash = engine_hash;
         AttachAlias(e);
       }
       SetEntryLocation(e, std::move(location));
@@ -419,13 +510,26 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
   EvictOverflow(context, out);
 }
 
+bool Index::Impl::Full() const {
+  // A store adds at most one block and two entry records (MakeChained and the new copy).
+  return next_stamp_ > kMaxStamp || blocks_.live() >= kMaxRecords - 1 ||
+         entries_.live() >= kMaxRecords - 2;
+}
+
+void Index::Impl::LogFullOnce() {
+  if (logged_full_) return;
+  logged_full_ = true;
+  LogWarning(
+      "index: full (2^31 - 1 blocks or chained copies, or 48-bit stamps used up): "
+      "stores of new blocks and copies are dropped (docs/limits.md)");
+}
+
 void Index::Impl::RemoveAliased(uint32_t b, uint32_t holder, uint64_t engine_hash,
                                 MutationList* out) {
   uint32_t mine[kNumTiers];
   const int n = HolderEntries(b, holder, mine);
   for (int i = 0; i < n; ++i) {
-    if (entries_[mine[i]].engine_hash == engine_hash)
-      DeleteEntry(mine[i], MutationCause::kRemoved, out);
+    if (EngineHashOf(mine[i]) == engine_hash) DeleteEntry(mine[i], MutationCause::kRemoved, out);
   }
 }
 
@@ -443,13 +547,12 @@ void Index::Impl::ApplyRemove(const RemoveCommand& c, MutationList* out) {
     const int found = HolderEntries(b, holder, mine);
     int n = 0;
     for (int i = 0; i < found; ++i) {
-      if (!c.tier || entries_[mine[i]].tier == static_cast<uint8_t>(*c.tier))
-        victims[n++] = mine[i];
+      if (!c.tier || TierOf(mine[i]) == static_cast<uint8_t>(*c.tier)) victims[n++] = mine[i];
     }
     for (int i = 0; i < n; ++i) {
-      EntryRec& rec = entries_[victims[i]];
-      if (rec.refcount > 1) {
-        --rec.refcount;
+      const uint16_t refcount = RefcountOf(victims[i]);
+      if (refcount > 1) {
+        SetRefcount(victims[i], static_cast<uint16_t>(refcount - 1));
         EmitEntry(victims[i], MutationCause::kRemoved, out);
       } else {
         DeleteEntry(victims[i], MutationCause::kRemoved, out);
@@ -508,7 +611,10 @@ Status Index::LoadBlock(uint32_t context, BlockKey key, uint32_t depth, uint64_t
     return Status::Corruption("block of unknown context " + std::to_string(context));
   }
   const ContextRec& ctx = m.contexts_[context];
-  if (ctx.fifo_tail != kNil && stamp <= m.blocks_[ctx.fifo_tail].stamp) {
+  if (stamp > kMaxStamp) return Status::Corruption("block stamp beyond 48 bits");
+  if (m.blocks_.live() >= kMaxRecords)
+    return Status::Corruption("more blocks than the index holds");
+  if (ctx.fifo_tail != kNil && stamp <= m.blocks_[ctx.fifo_tail].stamp()) {
     return Status::Corruption("blocks of context " + std::to_string(context) +
                               " not loaded in stamp order");
   }

@@ -78,25 +78,26 @@ LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockK
       }
       for (size_t i = depth; i < end; ++i) {
         const uint32_t b = candidate[i - depth];
-        if (b != kNil && m.blocks_[b].head != kNil) Prefetch(&m.entries_[m.blocks_[b].head]);
+        if (b != kNil && m.blocks_[b].chained() && m.blocks_[b].copy != kNil) {
+          Prefetch(&m.entries_[m.blocks_[b].copy]);
+        }
       }
     }
     const uint32_t b = m.FindBlock(context, keys[depth]);
     if (b == kNil) break;
-    const uint32_t head = m.blocks_[b].head;
-    const EntryRec& first = m.entries_[head];
-    if (first.next_in_block == kNil &&
-        s.walk.RepeatsLastOnly(first.holder, static_cast<Tier>(first.tier))) {
+    const uint32_t head = m.FirstCopy(b);
+    if (m.NextCopy(head) == kNil &&
+        s.walk.RepeatsLastOnly(m.HolderOf(head), static_cast<Tier>(m.TierOf(head)))) {
       s.chain.push_back(b);  // held exactly as its parent
       continue;
     }
-    for (uint32_t e = head; e != kNil; e = m.entries_[e].next_in_block) {
-      const EntryRec& rec = m.entries_[e];
+    for (uint32_t e = head; e != kNil; e = m.NextCopy(e)) {
+      const uint32_t holder = m.HolderOf(e);
       if (depth == 0 && !options.instance_id.empty() &&
-          m.holders_[rec.holder].key.id != options.instance_id) {
+          m.holders_[holder].key.id != options.instance_id) {
         continue;
       }
-      s.walk.Add(rec.holder, static_cast<Tier>(rec.tier));
+      s.walk.Add(holder, static_cast<Tier>(m.TierOf(e)));
     }
     if (!s.walk.EndDepth()) break;
     s.chain.push_back(b);
@@ -127,11 +128,10 @@ std::vector<BlockLocation> Index::Locate(BlockKey key, const ContextKey* context
     if (!ctx.live || (context_key && !(ctx.key == *context_key))) continue;
     const uint32_t b = m.FindBlock(c, key);
     if (b == kNil) continue;
-    for (uint32_t e = m.blocks_[b].head; e != kNil; e = m.entries_[e].next_in_block) {
-      const EntryRec& rec = m.entries_[e];
-      out.push_back(BlockLocation{ctx.key, m.holders_[rec.holder].key, static_cast<Tier>(rec.tier),
-                                  m.blocks_[b].depth, rec.refcount, rec.engine_hash,
-                                  m.LocationOf(e)});
+    for (uint32_t e = m.FirstCopy(b); e != kNil; e = m.NextCopy(e)) {
+      out.push_back(BlockLocation{ctx.key, m.holders_[m.HolderOf(e)].key,
+                                  static_cast<Tier>(m.TierOf(e)), m.blocks_[b].depth,
+                                  m.RefcountOf(e), m.EngineHashOf(e), m.LocationOf(e)});
     }
   }
   return out;
@@ -145,13 +145,12 @@ void Index::ForEachCopy(const ContextKey& context,
   BlockCopy copy;
   for (uint32_t b = m.contexts_[c].fifo_head; b != kNil; b = m.blocks_[b].fifo_next) {
     const BlockRec& block = m.blocks_[b];
-    for (uint32_t e = block.head; e != kNil; e = m.entries_[e].next_in_block) {
-      const EntryRec& rec = m.entries_[e];
-      copy.holder = m.holders_[rec.holder].key;
-      copy.tier = static_cast<Tier>(rec.tier);
+    for (uint32_t e = m.FirstCopy(b); e != kNil; e = m.NextCopy(e)) {
+      copy.holder = m.holders_[m.HolderOf(e)].key;
+      copy.tier = static_cast<Tier>(m.TierOf(e));
       copy.depth = block.depth;
-      copy.refcount = rec.refcount;
-      copy.engine_hash = rec.engine_hash;
+      copy.refcount = m.RefcountOf(e);
+      copy.engine_hash = m.EngineHashOf(e);
       copy.location = m.LocationOf(e);
       visit(block.key, copy);
     }
@@ -250,10 +249,9 @@ uint64_t Index::StateDigest() const {
       digest = Mix(digest, m.blocks_[b].key);
       digest = Mix(digest, m.blocks_[b].depth);
       views.clear();
-      for (uint32_t e = m.blocks_[b].head; e != kNil; e = m.entries_[e].next_in_block) {
-        const EntryRec& rec = m.entries_[e];
-        views.push_back(EntryView{m.holders_[rec.holder].key.ToString(), rec.tier, rec.refcount,
-                                  rec.engine_hash, m.LocationOf(e)});
+      for (uint32_t e = m.FirstCopy(b); e != kNil; e = m.NextCopy(e)) {
+        views.push_back(EntryView{m.holders_[m.HolderOf(e)].key.ToString(), m.TierOf(e),
+                                  m.RefcountOf(e), m.EngineHashOf(e), m.LocationOf(e)});
       }
       std::sort(views.begin(), views.end());
       for (const EntryView& v : views) {

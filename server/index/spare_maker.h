@@ -1,7 +1,7 @@
 // SpareMaker: a thread that makes the index's growth spares (Index::MakeSpare) so that the
 // writer does not: the writer asks with Request() after applying, and installs what
 // TakeReady() returns before its next apply. Allocating and emptying a spare touches
-// hundreds of MB for large tables (flat_table.h §Spares), and a pool's next chunk 10 MB
+// hundreds of MB for large tables (flat_table.h §Spares), and a pool's next chunk up to 22 MB
 // (pool.h); here it costs the writer nothing.
 //
 // Memory: at most one spare per part (table or pool) is pending or ready (a part asks

@@ -411,9 +411,58 @@ class RaftLog::Loop {
     CloseRaft();
   }
 
+  // RaftOptions::snapshot_log_bytes: libraft 0.15 has no "snapshot now" call, so past the
+  // budget the threshold drops to 1 (a snapshot at the next applied entry) and, once that
+  // snapshot is written, returns to snapshot_threshold.
+  void CompactIfLogIsLarge() {
+    const RaftOptions& o = owner_->options_;
+    if (o.snapshot_log_bytes == 0 || compacting_early_ || closing_) return;
+    LogMetrics metrics;
+    fsm_.ReadSnapshotMetrics(&metrics);
+    if (compacting_for_bytes_) {
+      if (metrics.snapshots_taken == snapshots_before_compaction_) return;
+      compacting_for_bytes_ = false;
+      raft_set_snapshot_threshold(&raft_, o.snapshot_threshold);
+      raft_set_snapshot_trailing(&raft_, o.snapshot_trailing);
+      return;
+    }
+    const LogHeld held = MeasureLogHeld(o.snapshot_trailing, o.snapshot_log_bytes / 4);
+    if (held.bytes < o.snapshot_log_bytes) return;
+    compacting_for_bytes_ = true;
+    snapshots_before_compaction_ = metrics.snapshots_taken;
+    raft_set_snapshot_threshold(&raft_, 1);
+    raft_set_snapshot_trailing(&raft_, held.trailing);
+  }
+
+  struct LogHeld {
+    size_t bytes = 0;       // entry data in libraft's in-memory log
+    unsigned trailing = 0;  // newest applied entries within the trailing limits
+  };
+  // Reads raft.h's struct raft_log (a circular buffer of entries; 0.15 has no accessor).
+  // Costs one pass over at most snapshot_threshold + snapshot_trailing entries.
+  LogHeld MeasureLogHeld(unsigned max_trailing, size_t max_trailing_bytes) const {
+    const struct raft_log& log = raft_.log;
+    const size_t n = log.back >= log.front ? log.back - log.front : log.size - log.front + log.back;
+    LogHeld held;
+    size_t trailing_bytes = 0;
+    bool counting = true;
+    for (size_t k = n; k-- > 0;) {
+      const size_t len = log.entries[(log.front + k) % log.size].buf.len;
+      held.bytes += len;
+      if (log.offset + 1 + k > raft_.last_applied || !counting) continue;
+      counting = held.trailing < max_trailing && trailing_bytes + len <= max_trailing_bytes;
+      if (counting) {
+        ++held.trailing;
+        trailing_bytes += len;
+      }
+    }
+    return held;
+  }
+
   void RefreshStatus() {
     WarnIfLoopWasBlocked();
     FinishEarlyCompaction();
+    CompactIfLogIsLarge();
     ClusterStatus s;
     s.id = raft_.id;
     s.raft_address = raft_.address ? raft_.address : "";
@@ -481,6 +530,10 @@ class RaftLog::Loop {
   uv_async_t wake_;
   uv_timer_t timer_;
   bool compacting_early_ = false;  // RaftOptions::compact_early, until its snapshot
+  // RaftOptions::snapshot_log_bytes was exceeded: a snapshot is due, and snapshots_taken
+  // was snapshots_before_compaction_ when it was asked for.
+  bool compacting_for_bytes_ = false;
+  uint64_t snapshots_before_compaction_ = 0;
   TcpTransport transport_;
   struct raft_io io_;
   FsmAdapter fsm_;

@@ -47,6 +47,12 @@ struct RaftOptions {
   // Entries between snapshots, and entries kept after one (for followers slightly behind).
   unsigned snapshot_threshold = 8192;
   unsigned snapshot_trailing = 2048;
+  // Bytes of entry data libraft may hold in memory (its log since the last snapshot, plus
+  // the trailing entries) before a snapshot is taken regardless of snapshot_threshold: a
+  // bulk ingest applies few, large entries, so counting entries alone bounds no memory.
+  // Such a snapshot keeps at most snapshot_trailing entries and snapshot_log_bytes / 4 of
+  // them. Checked every 50 ms; the snapshot follows at the next applied entry. 0 = off.
+  size_t snapshot_log_bytes = 64u << 20;
   // Proposals queued for the loop thread; past it Propose returns kResourceExhausted.
   size_t max_queue = 4096;
   // Size of each raft log segment file, preallocated (libraft keeps about three ahead).

@@ -61,10 +61,14 @@ const Field kFields[] = {
      "longest key chain a lookup walks"},
     {"storage_sync", &Config::storage_sync, 0, 0,
      "fsync the WAL on every applied group (true/false)"},
+    {"storage_memory_bytes", &Config::storage_memory_bytes, 0, kNoMax,
+     "RocksDB memory budget: memtables and block cache in one cache; 0 = unbudgeted"},
     {"storage_block_cache_bytes", &Config::storage_block_cache_bytes, 0, kNoMax,
-     "RocksDB block cache size"},
+     "RocksDB block cache: the part of storage_memory_bytes kept from memtables"},
     {"storage_write_buffer_bytes", &Config::storage_write_buffer_bytes, 1 << 20, kNoMax,
-     "RocksDB write buffer size"},
+     "RocksDB write buffer (one memtable) size"},
+    {"feed_window_bytes", &Config::feed_window_bytes, 64 << 10, kNoMax,
+     "memory of the change feed's window of recent records; older watches resync"},
     {"http_threads", &Config::http_threads, 1, 1024, "HTTP worker threads"},
     {"max_body_bytes", &Config::max_body_bytes, 1024, kNoMax,
      "largest accepted request body (else 413)"},
@@ -142,6 +146,8 @@ const Field kFields[] = {
      "log entries between snapshots"},
     {"raft_snapshot_trailing", &Config::raft_snapshot_trailing, 0, 1'000'000,
      "log entries kept after a snapshot"},
+    {"raft_snapshot_log_bytes", &Config::raft_snapshot_log_bytes, 0, 1ull << 40,
+     "snapshot once the raft log held in memory reaches this many bytes; 0 = entries only"},
     {"raft_segment_bytes", &Config::raft_segment_bytes, 1ull << 20, 1ull << 30,
      "size of each raft log segment file (preallocated, ~3 at a time)"},
     {"raft_apply_queue", &Config::raft_apply_queue, 0, 1'000'000,
@@ -487,6 +493,13 @@ Status ValidateConfig(const Config& config) {
     if (const auto* member = std::get_if<uint64_t Config::*>(&field.member)) {
       KVATLAS_RETURN_IF_ERROR(CheckRange(field, config.**member));
     }
+  }
+  if (config.storage_memory_bytes != 0 &&
+      config.storage_memory_bytes <
+          config.storage_block_cache_bytes + config.storage_write_buffer_bytes) {
+    return Status::InvalidArgument(
+        "storage_memory_bytes: must be 0 or hold storage_block_cache_bytes plus one "
+        "storage_write_buffer_bytes");
   }
   KVATLAS_RETURN_IF_ERROR(ValidateTls(config));
   KVATLAS_ASSIGN_OR_RETURN(auto peers, ParsePeers(config.peers));

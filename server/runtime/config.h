@@ -50,8 +50,16 @@ struct Config {
   // once its raft log entry is fsynced (on a majority), and RocksDB, which may lose its
   // last writes in a power loss, is brought up to date from the log at restart.
   bool storage_sync = false;
-  uint64_t storage_block_cache_bytes = 64ull << 20;
-  uint64_t storage_write_buffer_bytes = 64ull << 20;
+  // RocksDB's memory, one budget (docs/operations.md §Sizing): memtables of both column
+  // families and cached blocks are charged to one cache of storage_memory_bytes; memtables
+  // flush once they pass storage_memory_bytes - storage_block_cache_bytes. 0 = no budget
+  // (a block cache of storage_block_cache_bytes, memtables bounded by their number only).
+  uint64_t storage_memory_bytes = 96ull << 20;
+  uint64_t storage_block_cache_bytes = 16ull << 20;
+  uint64_t storage_write_buffer_bytes = 32ull << 20;  // one memtable, at most
+  // Memory of the change feed's window (ChangeFeedOptions::window_bytes): a watch resuming
+  // from before it is compacted and must list again.
+  uint64_t feed_window_bytes = 16ull << 20;
   // HTTP worker threads: requests served at once (a write waiting for its group commit
   // holds one).
   uint64_t http_threads = 8;
@@ -146,6 +154,8 @@ struct Config {
   uint64_t raft_heartbeat_timeout_ms = 100;
   uint64_t raft_snapshot_threshold = 8'192;
   uint64_t raft_snapshot_trailing = 2'048;
+  // Bytes of raft log held in memory that also trigger a snapshot (RaftOptions); 0 = off.
+  uint64_t raft_snapshot_log_bytes = 64ull << 20;
   // Committed entries waiting for the apply thread, at most; 0 = apply on the raft loop
   // thread (docs/replication.md §Commit latency).
   uint64_t raft_apply_queue = 64;

@@ -113,6 +113,7 @@ Status Server::Init() {
   storage_options.disable_wal = !config_.storage_sync;
   storage_options.block_cache_bytes = config_.storage_block_cache_bytes;
   storage_options.write_buffer_bytes = config_.storage_write_buffer_bytes;
+  storage_options.memory_bytes = config_.storage_memory_bytes;
   KVATLAS_ASSIGN_OR_RETURN(storage_, Storage::Open(storage_options));
 
   StateMachineOptions machine_options;
@@ -120,7 +121,9 @@ Status Server::Init() {
   machine_options.index.max_entries_per_context = config_.max_entries_per_context;
   machine_options.index.max_lookup_blocks = static_cast<uint32_t>(config_.max_lookup_blocks);
   machine_ = std::make_unique<StateMachine>(machine_options, storage_.get());
-  feed_ = std::make_unique<ChangeFeed>();
+  ChangeFeedOptions feed_options;
+  feed_options.window_bytes = static_cast<size_t>(config_.feed_window_bytes);
+  feed_ = std::make_unique<ChangeFeed>(feed_options);
   machine_->SetApplyObserver(feed_.get());
   LogInfo("recovering state from " + storage_options.path);
   KVATLAS_RETURN_IF_ERROR(machine_->Recover());
@@ -564,6 +567,7 @@ Status Server::StartRaft() {
   options.heartbeat_timeout_ms = static_cast<unsigned>(config_.raft_heartbeat_timeout_ms);
   options.snapshot_threshold = static_cast<unsigned>(config_.raft_snapshot_threshold);
   options.snapshot_trailing = static_cast<unsigned>(config_.raft_snapshot_trailing);
+  options.snapshot_log_bytes = static_cast<size_t>(config_.raft_snapshot_log_bytes);
   options.apply_queue = static_cast<size_t>(config_.raft_apply_queue);
   // A data directory made by `kvatlas-server restore`: snapshot at once (RaftOptions).
   const fs::path restored = fs::path(config_.data_dir) / kRestoredMarker;

@@ -8,6 +8,7 @@
 #include <rocksdb/memtablerep.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
+#include <rocksdb/write_buffer_manager.h>
 
 #include <algorithm>
 #include <memory>
@@ -47,7 +48,17 @@ rocksdb::Options MakeOptions(const StorageOptions& options, std::shared_ptr<Flus
   o.compression = has_lz4 ? rocksdb::kLZ4Compression : rocksdb::kNoCompression;
 
   rocksdb::BlockBasedTableOptions table;
-  if (options.block_cache_bytes == 0) {
+  if (options.memory_bytes != 0) {
+    // One budget for RocksDB's memory (docs/operations.md §Sizing): a cache of
+    // memory_bytes that both column families read through, and a write buffer manager that
+    // charges their memtables to it (cost_to_cache) and flushes once they pass
+    // memory_bytes - block_cache_bytes. Memtables and cached blocks then stay within
+    // memory_bytes together, however many memtables the flush jitter or a slow flush
+    // leaves around (max_write_buffer_number alone allowed 6 per column family).
+    table.block_cache = rocksdb::NewLRUCache(options.memory_bytes);
+    o.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(
+        options.memory_bytes - options.block_cache_bytes, table.block_cache);
+  } else if (options.block_cache_bytes == 0) {
     table.no_block_cache = true;
   } else {
     table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);

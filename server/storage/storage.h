@@ -40,6 +40,11 @@ struct StorageOptions {
   // between half the write buffer and all of it (flush_jitter.h).
   uint64_t block_cache_bytes = 64ull << 20;
   uint64_t write_buffer_bytes = 64ull << 20;
+  // RocksDB's whole memory budget: memtables of both column families and cached blocks,
+  // charged to one cache of this size; memtables flush past memory_bytes -
+  // block_cache_bytes (rocksdb_options.cc). 0 = no budget (the cache is block_cache_bytes
+  // and memtables are bounded only by their number). REQUIRES: 0 or > block_cache_bytes.
+  uint64_t memory_bytes = 0;
   // The RocksDB environment; null is the default one. Tests inject I/O faults through it.
   std::shared_ptr<rocksdb::Env> env;
 };

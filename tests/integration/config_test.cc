@@ -85,6 +85,9 @@ TEST_SUITE("Integration.Config") {
         {{"--storage-sync", "maybe"}, "--storage-sync: expected true or false"},
         {{"--min-free-disk-bytes", "0"},
          "min_free_disk_bytes: 0 is less than raft_segment_bytes (67108864)"},
+        {{"--storage-memory-bytes", "33554432"},
+         "storage_memory_bytes: must be 0 or hold storage_block_cache_bytes plus one "
+         "storage_write_buffer_bytes"},
         {{"--http-listen", "localhost"}, "http_listen: expected HOST:PORT"},
         {{"--log-level", "loud"}, "log_level: expected debug, info, warning or error"},
         {{"--data-dir"}, "--data-dir: needs a value"},

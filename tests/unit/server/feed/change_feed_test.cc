@@ -147,6 +147,37 @@ TEST_SUITE("ChangeFeed") {
     CHECK(f.feed.Subscribe(6, {}).error().code() == StatusCode::kInvalidArgument);
   }
 
+  // The window's bound is its memory: a chunk of 1,000 keys takes at least 8,000 bytes, so a
+  // 12,000-byte window holds one such chunk, and the older ones are compacted.
+  TEST_CASE("ChangeFeed: the window is bounded by the bytes its records take") {
+    ChangeFeedOptions options;
+    options.window_bytes = 12'000;
+    Fixture f(options);
+    for (BlockKey first : {1, 1001, 2001}) {
+      std::vector<BlockKey> keys(1000);
+      for (BlockKey i = 0; i < 1000; ++i) keys[i] = first + i;
+      ApplyOne(f.machine, Store("a", std::move(keys)));
+    }
+    const FeedStats stats = f.feed.Stats();
+    CHECK(stats.window_chunks == 1);
+    CHECK(stats.window_keys == 1000);
+    CHECK(stats.window_bytes >= 8'000);
+    CHECK(stats.window_bytes <= options.window_bytes);
+    CHECK(stats.compacted_through == 2);
+    CHECK(f.feed.Subscribe(1, {}).error().code() == StatusCode::kCompacted);
+    auto w = f.feed.Subscribe(2, {});
+    REQUIRE(w.has_value());
+    CHECK(Drain(**w).size() == 1);
+    // A record's locations count too: the same keys with long locations take more.
+    ChangeFeedOptions wide;
+    Fixture g(wide);
+    ApplyOne(g.machine, Store("a", {1, 2}));
+    const size_t without = g.feed.Stats().window_bytes;
+    ApplyOne(g.machine,
+             Store("b", {1, 2}, Tier::kShared, {std::string(100, 'x'), std::string(100, 'y')}));
+    CHECK(g.feed.Stats().window_bytes - without > without + 200);
+  }
+
   TEST_CASE("ChangeFeed: a slow watcher is cut, resumable; the others get everything") {
     ChangeFeedOptions options;
     options.watcher_queue_chunks = 2;

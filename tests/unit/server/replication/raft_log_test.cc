@@ -243,6 +243,27 @@ TEST_CASE("RaftLog with an apply thread: a snapshot holds the state at its index
   }
 }
 
+// A bulk ingest applies few, large entries: far fewer than snapshot_threshold, so only the
+// bytes the log holds can bring a snapshot due. 64 KiB entries against a 1 MiB budget: a
+// snapshot within 256 entries (4x the budget); with the byte trigger off, none.
+TEST_CASE("RaftLog takes a snapshot once the log held in memory reaches snapshot_log_bytes") {
+  for (const size_t budget : {size_t{1} << 20, size_t{0}}) {
+    CAPTURE(budget);
+    TempDir dir;
+    RecordingMachine machine;
+    RaftOptions options = OneVoter(dir);
+    options.snapshot_threshold = 1'000'000;
+    options.snapshot_log_bytes = budget;
+    auto log = RaftLog::Start(options, &machine);
+    REQUIRE_MESSAGE(log.has_value(), log.status().ToString());
+    for (int i = 0; i < 256 && (*log)->GetMetrics().snapshots_taken == 0; ++i) {
+      ProposeAndWait(log->get(), "fast" + std::string(64 << 10, 'x'));
+    }
+    CHECK(((*log)->GetMetrics().snapshots_taken > 0) == (budget != 0));
+    (*log)->Stop();
+  }
+}
+
 // libraft preallocates each segment file at its full size: the option reaches it.
 TEST_CASE("RaftLog preallocates log segments of segment_bytes") {
   for (const size_t bytes : {size_t{64} << 20, size_t{3} << 20}) {
