@@ -56,8 +56,11 @@ void MemoryTrimmer::Run() {
     const auto finished = std::chrono::steady_clock::now();
     const auto took = std::chrono::duration_cast<std::chrono::microseconds>(finished - started);
     // A long trim stalled other threads' allocations in the arenas it held: worth knowing.
+    const std::string said = "malloc_trim took " + std::to_string(took.count()) + " us";
     if (took >= std::chrono::milliseconds(50)) {
-      LogInfo("malloc_trim took " + std::to_string(took.count() / 1000) + " ms");
+      LogInfo(said);
+    } else {
+      LogDebug(said);
     }
     lock.lock();
     ++trims_;
