@@ -459,10 +459,21 @@ class RaftLog::Loop {
     return held;
   }
 
+  void ReportSnapshots() {
+    if (!owner_->options_.snapshot_done) return;
+    LogMetrics metrics;
+    fsm_.ReadSnapshotMetrics(&metrics);
+    const uint64_t seen = metrics.snapshots_taken + metrics.snapshots_restored;
+    if (seen == snapshots_seen_) return;
+    snapshots_seen_ = seen;
+    owner_->options_.snapshot_done();
+  }
+
   void RefreshStatus() {
     WarnIfLoopWasBlocked();
     FinishEarlyCompaction();
     CompactIfLogIsLarge();
+    ReportSnapshots();
     ClusterStatus s;
     s.id = raft_.id;
     s.raft_address = raft_.address ? raft_.address : "";
@@ -534,6 +545,7 @@ class RaftLog::Loop {
   // was snapshots_before_compaction_ when it was asked for.
   bool compacting_for_bytes_ = false;
   uint64_t snapshots_before_compaction_ = 0;
+  uint64_t snapshots_seen_ = 0;  // snapshots taken + restored, for snapshot_done
   TcpTransport transport_;
   struct raft_io io_;
   FsmAdapter fsm_;

@@ -77,6 +77,9 @@ struct RaftOptions {
   // snapshot_trailing apply from then on.
   bool compact_early = false;
   std::function<void()> compacted;
+  // Runs on the loop thread (within 50 ms) after a snapshot was written or installed: the
+  // log entries and the state it replaced are freed by then. Must not block.
+  std::function<void()> snapshot_done;
 };
 
 class RaftLog final : public ReplicatedLog {

@@ -114,6 +114,8 @@ Status Server::Init() {
   storage_options.block_cache_bytes = config_.storage_block_cache_bytes;
   storage_options.write_buffer_bytes = config_.storage_write_buffer_bytes;
   storage_options.memory_bytes = config_.storage_memory_bytes;
+  trimmer_ = std::make_unique<MemoryTrimmer>();
+  storage_options.on_flush = [trimmer = trimmer_.get()] { trimmer->Request(); };
   KVATLAS_ASSIGN_OR_RETURN(storage_, Storage::Open(storage_options));
 
   StateMachineOptions machine_options;
@@ -568,6 +570,7 @@ Status Server::StartRaft() {
   options.snapshot_threshold = static_cast<unsigned>(config_.raft_snapshot_threshold);
   options.snapshot_trailing = static_cast<unsigned>(config_.raft_snapshot_trailing);
   options.snapshot_log_bytes = static_cast<size_t>(config_.raft_snapshot_log_bytes);
+  options.snapshot_done = [trimmer = trimmer_.get()] { trimmer->Request(); };
   options.apply_queue = static_cast<size_t>(config_.raft_apply_queue);
   // A data directory made by `kvatlas-server restore`: snapshot at once (RaftOptions).
   const fs::path restored = fs::path(config_.data_dir) / kRestoredMarker;

@@ -21,6 +21,7 @@
 #include "server/replication/raft_log.h"
 #include "server/rpc/rpc_server.h"
 #include "server/runtime/config.h"
+#include "server/runtime/memory_trimmer.h"
 #include "server/service/metrics.h"
 #include "server/state/applier.h"
 #include "server/state/lease_tracker.h"
@@ -95,6 +96,8 @@ class Server {
   void ExpireSilentHolders();
 
   Config config_;
+  // Trims the heap after RocksDB flushes and raft snapshots: outlives storage_ and raft_.
+  std::unique_ptr<MemoryTrimmer> trimmer_;
   std::unique_ptr<ReloadableTlsContext> tls_;  // null without TLS; outlives the listeners
   std::unique_ptr<Storage> storage_;
   std::unique_ptr<ChangeFeed> feed_;  // outlives the state machine and the HTTP server

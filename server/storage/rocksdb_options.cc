@@ -1,18 +1,21 @@
 // The RocksDB options of the storage (MakeOptions in rocksdb_storage_impl.h): database and
 // column family tuning from StorageOptions, the block cache and bloom filters, the vector
-// memtable, and the flush jitter listener. Both column families open with these options;
-// the choices and their measurements are in docs/storage.md.
+// memtable, the flush jitter listener and the on_flush hook. Both column families open with these
+// options; the choices and their measurements are in docs/storage.md.
 #include <rocksdb/cache.h>
 #include <rocksdb/convenience.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/memtablerep.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_buffer_manager.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "server/storage/flush_jitter.h"
@@ -20,6 +23,22 @@
 #include "server/storage/sorted_vector_rep.h"
 
 namespace kvatlas::server::rocksdb_storage {
+namespace {
+
+// StorageOptions::on_flush.
+class FlushHook final : public rocksdb::EventListener {
+ public:
+  explicit FlushHook(std::function<void()> hook) : hook_(std::move(hook)) {}
+  void OnFlushCompleted(rocksdb::DB* /*db*/, const rocksdb::FlushJobInfo& /*info*/) override {
+    hook_();
+  }
+  const char* Name() const override { return "KvatlasFlushHook"; }
+
+ private:
+  const std::function<void()> hook_;
+};
+
+}  // namespace
 
 rocksdb::Options MakeOptions(const StorageOptions& options, std::shared_ptr<FlushJitter>* jitter) {
   rocksdb::Options o;
@@ -32,6 +51,7 @@ rocksdb::Options MakeOptions(const StorageOptions& options, std::shared_ptr<Flus
   *jitter = std::make_shared<FlushJitter>(options.write_buffer_bytes, std::random_device{}());
   o.write_buffer_size = (*jitter)->NextSize();
   o.listeners.push_back(*jitter);
+  if (options.on_flush) o.listeners.push_back(std::make_shared<FlushHook>(options.on_flush));
   // Smooths write-back of SSTs instead of one large fsync at the end of each file.
   o.bytes_per_sync = 1 << 20;
   o.level_compaction_dynamic_level_bytes = true;

@@ -47,6 +47,9 @@ struct StorageOptions {
   uint64_t memory_bytes = 0;
   // The RocksDB environment; null is the default one. Tests inject I/O faults through it.
   std::shared_ptr<rocksdb::Env> env;
+  // Runs on a RocksDB flush thread after each flush (the memtable is freed by then). Must
+  // not block: flushes wait for it. Must outlive the Storage.
+  std::function<void()> on_flush;
 };
 
 class Storage {

@@ -245,7 +245,8 @@ TEST_CASE("RaftLog with an apply thread: a snapshot holds the state at its index
 
 // A bulk ingest applies few, large entries: far fewer than snapshot_threshold, so only the
 // bytes the log holds can bring a snapshot due. 64 KiB entries against a 1 MiB budget: a
-// snapshot within 256 entries (4x the budget); with the byte trigger off, none.
+// snapshot within 256 entries (4x the budget), reported to snapshot_done; with the byte
+// trigger off, none.
 TEST_CASE("RaftLog takes a snapshot once the log held in memory reaches snapshot_log_bytes") {
   for (const size_t budget : {size_t{1} << 20, size_t{0}}) {
     CAPTURE(budget);
@@ -254,12 +255,19 @@ TEST_CASE("RaftLog takes a snapshot once the log held in memory reaches snapshot
     RaftOptions options = OneVoter(dir);
     options.snapshot_threshold = 1'000'000;
     options.snapshot_log_bytes = budget;
+    std::atomic<int> reported{0};
+    options.snapshot_done = [&reported] { ++reported; };
     auto log = RaftLog::Start(options, &machine);
     REQUIRE_MESSAGE(log.has_value(), log.status().ToString());
     for (int i = 0; i < 256 && (*log)->GetMetrics().snapshots_taken == 0; ++i) {
       ProposeAndWait(log->get(), "fast" + std::string(64 << 10, 'x'));
     }
     CHECK(((*log)->GetMetrics().snapshots_taken > 0) == (budget != 0));
+    // snapshot_done reports it (within 50 ms: the loop's status refresh).
+    for (int i = 0; i < 100 && budget != 0 && reported == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK((reported > 0) == (budget != 0));
     (*log)->Stop();
   }
 }

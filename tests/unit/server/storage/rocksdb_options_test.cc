@@ -1,14 +1,17 @@
 // MakeOptions: RocksDB's memory as one budget (storage_memory_bytes, docs/storage.md
-// §RocksDB options).
+// §RocksDB options), and the on_flush hook.
 #include <doctest/doctest.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_buffer_manager.h>
 
+#include <atomic>
 #include <memory>
 
 #include "server/storage/flush_jitter.h"
 #include "server/storage/rocksdb_storage_impl.h"
+#include "tests/support/temp_dir.h"
+#include "tests/unit/server/storage/storage_test_support.h"
 
 namespace kvatlas::server {
 namespace {
@@ -42,6 +45,22 @@ TEST_CASE("without a budget the block cache is block_cache_bytes and memtables a
   REQUIRE(BlockCacheOf(o) != nullptr);
   CHECK(BlockCacheOf(o)->GetCapacity() == (8ull << 20));
   CHECK(o.write_buffer_manager == nullptr);
+}
+
+// The server trims the heap after a flush frees a memtable (memory_trimmer.h). Closing the
+// database waits for its flush jobs, listeners included.
+TEST_CASE("on_flush runs after each flush") {
+  testing::TempDir dir;
+  StorageOptions options = SmallOptions(dir);
+  options.disable_wal = true;  // so that Flush flushes the memtables
+  std::atomic<int> flushes{0};
+  options.on_flush = [&flushes] { ++flushes; };
+  {
+    auto storage = OpenOk(options);
+    REQUIRE(storage->Write(5, OneOfEach()).ok());
+    REQUIRE(storage->Flush().ok());
+  }
+  CHECK(flushes.load() >= 1);
 }
 
 }  // namespace
