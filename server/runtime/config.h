@@ -107,6 +107,9 @@ struct Config {
   // resource_exhausted), and the copies of one of their pages (≤ 65,536, a kSnapshot part).
   uint64_t max_snapshot_streams = 4;
   uint64_t snapshot_page_copies = 65'536;
+  // Block keys of recent change-feed records kept for watches (ChangeFeedOptions::
+  // window_keys): a watch from a revision older than the window fails with kCompacted.
+  uint64_t feed_window_keys = 4'000'000;
   // Name limits the service layer applies to ingested events, registrations and lookups;
   // at most the decoders' hard maxima (kvatlas/common/limits.h), which are the defaults.
   uint64_t max_name_bytes = kMaxNameBytes;

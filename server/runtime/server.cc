@@ -120,7 +120,9 @@ Status Server::Init() {
   machine_options.index.max_entries_per_context = config_.max_entries_per_context;
   machine_options.index.max_lookup_blocks = static_cast<uint32_t>(config_.max_lookup_blocks);
   machine_ = std::make_unique<StateMachine>(machine_options, storage_.get());
-  feed_ = std::make_unique<ChangeFeed>();
+  ChangeFeedOptions feed_options;
+  feed_options.window_keys = config_.feed_window_keys;
+  feed_ = std::make_unique<ChangeFeed>(feed_options);
   machine_->SetApplyObserver(feed_.get());
   LogInfo("recovering state from " + storage_options.path);
   KVATLAS_RETURN_IF_ERROR(machine_->Recover());
