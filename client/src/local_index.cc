@@ -422,8 +422,9 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
     return Loaded{std::max(buffer.through, revision), std::move(stream)};
   }
 
-  // The sync loop of one context: snapshot, then watch from its revision; resume after a
-  // cut or a lost connection, reload after compaction or a reset.
+  // The sync loop of one context: snapshot (with the feed buffered meanwhile), then the
+  // watch that buffered it (or one from the snapshot's revision); resume after a cut or a
+  // lost connection, reload after compaction or a reset.
   void Follow(ContextReplica& r) {
     std::chrono::milliseconds backoff = options_.retry_backoff_min;
     std::optional<Revision> resume;  // nullopt: the snapshot must be (re)loaded
