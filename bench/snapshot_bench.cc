@@ -145,9 +145,16 @@ int main(int argc, char** argv) {
   const uint64_t rss_before = bench::RssBytesOf(pid);
   std::atomic<uint64_t> rss_peak{rss_before};
   std::atomic<bool> syncing{true};
+  std::atomic<const LocalIndex*> syncing_index{nullptr};
+  uint64_t buffered_peak_records = 0, buffered_peak_bytes = 0;  // the sampler's
   std::thread sampler([&] {
     while (syncing.load()) {
       rss_peak = std::max(rss_peak.load(), bench::RssBytesOf(pid));
+      if (const LocalIndex* index = syncing_index.load()) {
+        const LocalIndexContextStatus s = index->ContextStatus()[0];
+        buffered_peak_records = std::max(buffered_peak_records, s.buffered_records);
+        buffered_peak_bytes = std::max(buffered_peak_bytes, s.buffered_bytes);
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
@@ -166,6 +173,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "LocalIndex: %s\n", local.error().ToString().c_str());
     return 1;
   }
+  syncing_index = local->get();
   const Status synced = (*local)->WaitSynced(std::chrono::minutes(20));
   const double sync_s = std::chrono::duration<double>(Clock::now() - t0).count();
   stop = true;
@@ -190,6 +198,14 @@ int main(int argc, char** argv) {
               static_cast<double>(rss_before) / (1 << 20),
               static_cast<double>(rss_peak.load()) / (1 << 20),
               (static_cast<double>(rss_peak.load()) - static_cast<double>(rss_before)) / (1 << 20));
+  std::printf(
+      "feed buffered during the load: peak %llu records, %.1f MiB; snapshots loaded %llu, "
+      "failed attempts %llu, records applied %llu\n",
+      static_cast<unsigned long long>(buffered_peak_records),
+      static_cast<double>(buffered_peak_bytes) / (1 << 20),
+      static_cast<unsigned long long>(stats.snapshots_loaded),
+      static_cast<unsigned long long>(status.failures),
+      static_cast<unsigned long long>(stats.records_applied));
   PrintProbes("before sync:", before);
   PrintProbes("during sync:", during);
   return 0;

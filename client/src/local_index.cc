@@ -34,6 +34,16 @@ int64_t Nanos(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
+// About what `record` occupies in memory (for LocalIndexOptions::max_buffered_feed_bytes).
+uint64_t RecordBytes(const FeedRecord& record) {
+  uint64_t bytes = sizeof(FeedRecord) + record.keys.size() * sizeof(BlockKey) +
+                   record.context.tenant.size() + record.context.model.size() +
+                   record.context.lora_name.size() + record.context.salt.size() +
+                   record.holder.id.size();
+  for (const std::string& location : record.locations) bytes += sizeof(location) + location.size();
+  return bytes;
+}
+
 }  // namespace
 
 // One replicated context: its table (swapped whole on a snapshot load) and sync state.
@@ -47,6 +57,9 @@ struct ContextReplica {
   std::atomic<LocalIndexState> state{LocalIndexState::kConnecting};
   std::atomic<Revision> snapshot_revision{0};
   std::atomic<uint64_t> snapshot_copies{0};
+  std::atomic<uint64_t> buffered_records{0};
+  std::atomic<uint64_t> buffered_bytes{0};
+  std::atomic<Revision> buffered_through{0};
   mutable std::mutex status_mu;
   Status last_error;      // guarded by status_mu
   uint64_t failures = 0;  // guarded by status_mu
@@ -58,6 +71,9 @@ struct ContextReplica {
     s.state = state.load();
     s.snapshot_revision = snapshot_revision.load();
     s.snapshot_copies = snapshot_copies.load();
+    s.buffered_records = buffered_records.load();
+    s.buffered_bytes = buffered_bytes.load();
+    s.buffered_through = buffered_through.load();
     std::lock_guard lock(status_mu);
     s.last_error = last_error;
     s.failures = failures;
@@ -172,7 +188,8 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
       if (s.state == LocalIndexState::kSynced) continue;
       out += "; " + s.context.ToString() + ": " + std::string(LocalIndexStateName(s.state));
       if (s.state == LocalIndexState::kLoadingSnapshot) {
-        out += " (" + std::to_string(s.snapshot_copies) + " copies received)";
+        out += " (" + std::to_string(s.snapshot_copies) + " copies received, " +
+               std::to_string(s.buffered_records) + " feed records buffered)";
       }
       if (!s.last_error.ok()) {
         out += ", " + std::to_string(s.failures) +
@@ -270,19 +287,88 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
     if (r.synced.exchange(false)) r.last_synced_ns = Nanos(Clock::now());
   }
 
+  // What a snapshot load leaves to the sync loop: the revision to follow from, and the
+  // watch that buffered the feed during the load while it is still live (else null).
+  struct Loaded {
+    Revision resume = 0;
+    std::unique_ptr<WatchStream> stream;
+  };
+
+  // The feed buffered while a snapshot loads (the sync thread's only).
+  struct FeedBuffer {
+    std::vector<FeedRecord> records;
+    uint64_t bytes = 0;
+    Revision through = 0;  // every record up to it is in `records`
+  };
+
+  void ShowBuffer(ContextReplica& r, const FeedBuffer& buffer) {
+    r.buffered_records = buffer.records.size();
+    r.buffered_bytes = buffer.bytes;
+    r.buffered_through = buffer.through;
+  }
+
+  // Moves the records `stream` has ready into `buffer`. Not OK when the buffer passed
+  // max_buffered_feed_bytes; `stream` is reset when it ended (the buffer is complete
+  // through its ResumeFrom()).
+  Status BufferFeed(ContextReplica& r, std::unique_ptr<WatchStream>& stream, FeedBuffer& buffer) {
+    Result<std::vector<FeedRecord>> next = stream->Next(kPoll);
+    buffer.through = stream->ResumeFrom();
+    if (!next.has_value()) {
+      stream.reset();  // resumed from buffer.through after the load
+      return Status::Ok();
+    }
+    for (FeedRecord& record : *next) {
+      buffer.bytes += RecordBytes(record);
+      buffer.records.push_back(std::move(record));
+    }
+    ShowBuffer(r, buffer);
+    if (buffer.bytes <= options_.max_buffered_feed_bytes) return Status::Ok();
+    return Status::ResourceExhausted(
+        "the feed buffered while the snapshot of revision " +
+        std::to_string(r.snapshot_revision.load()) + " loaded (" +
+        std::to_string(r.snapshot_copies.load()) + " copies received) passed " +
+        "max_buffered_feed_bytes (" + std::to_string(buffer.records.size()) + " records, ~" +
+        std::to_string(buffer.bytes) + " > " + std::to_string(options_.max_buffered_feed_bytes) +
+        " bytes): the snapshot is abandoned and listed again");
+  }
+
   // Loads `r`'s snapshot part by part into a fresh table (the parts are added on the
-  // client's I/O thread as they arrive: nothing holds the whole list), then swaps it in;
-  // returns its revision.
-  Result<Revision> LoadSnapshot(Client& client, ContextReplica& r) {
+  // client's I/O thread as they arrive: nothing holds the whole list), then swaps it in.
+  // The feed is watched from the revision current just before the snapshot is asked for
+  // (at or below the snapshot's) and buffered here while it loads (bounded by
+  // max_buffered_feed_bytes): a load that takes longer than the server's feed window lasts
+  // under ingest would otherwise find its revision compacted and list again, forever. The
+  // buffer is applied after the last part, its records at or below the snapshot's
+  // revision skipped (the snapshot has them).
+  Result<Loaded> LoadSnapshot(Client& client, ContextReplica& r) {
     r.state = LocalIndexState::kLoadingSnapshot;
     r.snapshot_copies = 0;
-    // Shared with the call, which may outlive this function when the LocalIndex stops.
-    auto table = std::make_shared<std::unique_ptr<LocalTable>>(std::make_unique<LocalTable>());
-    (*table)->Track(r.context);
+    r.snapshot_revision = 0;
+    FeedBuffer buffer;
+    ShowBuffer(r, buffer);
+    // Shared with the call, which may outlive this function (when the LocalIndex stops or
+    // the load is abandoned: the call then drops its remaining parts).
+    struct Shared {
+      std::unique_ptr<LocalTable> table = std::make_unique<LocalTable>();
+      std::atomic<bool> abandoned{false};
+    };
+    auto shared = std::make_shared<Shared>();
+    shared->table->Track(r.context);
+    // A watch that does not start leaves the load as it was: the watch from the snapshot's
+    // revision is tried after it.
+    std::unique_ptr<WatchStream> stream;
+    WatchOptions watch;  // from the current revision
+    watch.filter = FeedFilter::ForContext(r.context);
+    if (Result<std::unique_ptr<WatchStream>> started = client.Watch(watch); started.has_value()) {
+      stream = std::move(*started);
+      buffer.through = stream->ResumeFrom();
+      ShowBuffer(r, buffer);
+    }
+    const Revision watched_from = buffer.through;
     std::future<Result<Revision>> pending = client.StreamSnapshotAsync(
         r.context,
-        [this, table, &r](Revision revision, std::vector<SnapshotCopy>&& part) -> Status {
-          if (Stopping()) return Status(StatusCode::kCancelled, "stopping");
+        [this, shared, &r](Revision revision, std::vector<SnapshotCopy>&& part) -> Status {
+          if (Stopping() || shared->abandoned) return Status(StatusCode::kCancelled, "stopping");
           r.snapshot_revision = revision;
           std::vector<LocalCopy> copies;
           copies.reserve(part.size());
@@ -290,29 +376,55 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
             copies.push_back(LocalCopy{c.key, std::move(c.copy.holder), c.copy.tier,
                                        std::move(c.copy.location)});
           }
-          (*table)->Append(r.context, copies);
-          r.snapshot_copies.fetch_add(copies.size());
+          shared->table->Append(r.context, copies);
+          const uint64_t received = r.snapshot_copies.fetch_add(copies.size()) + copies.size();
+          if (options_.on_snapshot_progress) options_.on_snapshot_progress(r.context, received);
           return Status::Ok();
         },
         options_.snapshot_timeout);
+    const bool watched = stream != nullptr;
     // Waited for in slices, so that a LocalIndex being destroyed does not wait for a large
     // snapshot (the abandoned call ends with the client).
-    while (pending.wait_for(kPoll) != std::future_status::ready) {
-      if (Stopping()) return Status(StatusCode::kCancelled, "stopping");
+    while (pending.wait_for(stream ? std::chrono::milliseconds(0) : kPoll) !=
+           std::future_status::ready) {
+      if (Stopping()) {
+        shared->abandoned = true;
+        return Status(StatusCode::kCancelled, "stopping");
+      }
+      if (stream) {
+        if (Status buffered = BufferFeed(r, stream, buffer); !buffered.ok()) {
+          shared->abandoned = true;
+          ShowBuffer(r, FeedBuffer{});
+          return buffered;
+        }
+      }
     }
     KVATLAS_ASSIGN_OR_RETURN(Revision revision, pending.get());
     {
       // The call has finished: nothing else touches the table.
       std::unique_lock lock(r.mu);
-      r.table = std::move(*table);
+      r.table = std::move(shared->table);
       r.revision = revision;
     }
+    if (!watched || watched_from > revision || (!stream && buffer.through < revision)) {
+      // No watch; one from after the snapshot's revision (another server, behind the first,
+      // answered the snapshot: the records between would be missing); or one that ended at
+      // or before it: follow from the snapshot itself. (A live watch still behind it has
+      // the records after it to come.)
+      stream.reset();
+      buffer = FeedBuffer{};
+      buffer.through = revision;
+    }
+    ApplyInSlices(r, buffer.records, buffer.through);
+    records_applied_.fetch_add(buffer.records.size());
+    ShowBuffer(r, FeedBuffer{});
     snapshots_loaded_.fetch_add(1);
-    return revision;
+    return Loaded{std::max(buffer.through, revision), std::move(stream)};
   }
 
-  // The sync loop of one context: snapshot, then watch from its revision; resume after a
-  // cut or a lost connection, reload after compaction or a reset.
+  // The sync loop of one context: snapshot (with the feed buffered meanwhile), then the
+  // watch that buffered it (or one from the snapshot's revision); resume after a cut or a
+  // lost connection, reload after compaction or a reset.
   void Follow(ContextReplica& r) {
     std::chrono::milliseconds backoff = options_.retry_backoff_min;
     std::optional<Revision> resume;  // nullopt: the snapshot must be (re)loaded
@@ -326,20 +438,24 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
         continue;
       }
       Client* client = *connected;
+      std::unique_ptr<WatchStream> buffered;  // the watch that followed the load, if live
       if (!resume) {
-        Result<Revision> loaded = LoadSnapshot(*client, r);
+        Result<Loaded> loaded = LoadSnapshot(*client, r);
         if (!loaded.has_value()) {
           if (Stopping()) return;
           Failed(r, loaded.error());
           if (!Backoff(&backoff)) return;
           continue;
         }
-        resume = *loaded;
+        resume = loaded->resume;
+        buffered = std::move(loaded->stream);
       }
       WatchOptions watch;
       watch.from = *resume;
       watch.filter = FeedFilter::ForContext(r.context);
-      Result<std::unique_ptr<WatchStream>> stream = client->Watch(watch);
+      Result<std::unique_ptr<WatchStream>> stream =
+          buffered ? Result<std::unique_ptr<WatchStream>>(std::move(buffered))
+                   : client->Watch(watch);
       if (!stream.has_value()) {
         // Compacted: this server no longer has the records after `resume` (it restarted,
         // or we were away too long). A revision in the future: the server is behind us (a
@@ -414,7 +530,11 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
   // batches, and the revision a lookup reports never runs ahead of what it sees.
   void ApplyInSlices(ContextReplica& r, const std::vector<FeedRecord>& records, Revision reached) {
     constexpr size_t kSliceKeys = 4096;
+    // Records the replica has already (a watch opened before the snapshot it loaded) are
+    // skipped: applied again they would show lookups states older than the replica's.
     size_t i = 0;
+    const Revision had = r.revision.load();
+    while (i < records.size() && records[i].revision <= had) ++i;
     while (i < records.size()) {
       size_t end = i;
       size_t keys = 0;

@@ -52,7 +52,7 @@ struct RaftOptions {
   // bulk ingest applies few, large entries, so counting entries alone bounds no memory.
   // Such a snapshot keeps at most snapshot_trailing entries and snapshot_log_bytes / 4 of
   // them. Checked every 50 ms; the snapshot follows at the next applied entry. 0 = off.
-  size_t snapshot_log_bytes = 64u << 20;
+  size_t snapshot_log_bytes = 0;
   // Proposals queued for the loop thread; past it Propose returns kResourceExhausted.
   size_t max_queue = 4096;
   // Size of each raft log segment file, preallocated (libraft keeps about three ahead).

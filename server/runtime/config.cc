@@ -112,6 +112,8 @@ const Field kFields[] = {
      "context snapshots (GET /v1/snapshot, kSnapshot) streamed at once (else 429)"},
     {"snapshot_page_copies", &Config::snapshot_page_copies, 1, 65'536,
      "copies per page of a context snapshot (one kSnapshot part)"},
+    {"feed_window_keys", &Config::feed_window_keys, 1, 1'000'000'000,
+     "block keys of recent change-feed records kept for watches (older: compacted)"},
     {"max_name_bytes", &Config::max_name_bytes, 1, kMaxNameBytes,
      "model, LoRA, tenant names, instance/backend ids, media (else 400); at most the default"},
     {"max_salt_bytes", &Config::max_salt_bytes, 1, kMaxSaltBytes,

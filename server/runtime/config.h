@@ -115,6 +115,9 @@ struct Config {
   // resource_exhausted), and the copies of one of their pages (≤ 65,536, a kSnapshot part).
   uint64_t max_snapshot_streams = 4;
   uint64_t snapshot_page_copies = 65'536;
+  // Block keys of recent change-feed records kept for watches (ChangeFeedOptions::
+  // window_keys): a watch from a revision older than the window fails with kCompacted.
+  uint64_t feed_window_keys = 4'000'000;
   // Name limits the service layer applies to ingested events, registrations and lookups;
   // at most the decoders' hard maxima (kvatlas/common/limits.h), which are the defaults.
   uint64_t max_name_bytes = kMaxNameBytes;
@@ -155,7 +158,7 @@ struct Config {
   uint64_t raft_snapshot_threshold = 8'192;
   uint64_t raft_snapshot_trailing = 2'048;
   // Bytes of raft log held in memory that also trigger a snapshot (RaftOptions); 0 = off.
-  uint64_t raft_snapshot_log_bytes = 64ull << 20;
+  uint64_t raft_snapshot_log_bytes = 0;
   // Committed entries waiting for the apply thread, at most; 0 = apply on the raft loop
   // thread (docs/replication.md §Commit latency).
   uint64_t raft_apply_queue = 64;

@@ -125,6 +125,7 @@ Status Server::Init() {
   machine_ = std::make_unique<StateMachine>(machine_options, storage_.get());
   ChangeFeedOptions feed_options;
   feed_options.window_bytes = static_cast<size_t>(config_.feed_window_bytes);
+  feed_options.window_keys = config_.feed_window_keys;
   feed_ = std::make_unique<ChangeFeed>(feed_options);
   machine_->SetApplyObserver(feed_.get());
   LogInfo("recovering state from " + storage_options.path);

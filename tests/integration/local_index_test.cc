@@ -123,6 +123,69 @@ void CheckConverged(Client& client, const LocalIndex& local, Revision at, uint32
   CHECK(nonempty > n / 4);  // the comparison saw real matches, not only misses
 }
 
+// Every document's chain held by a storage backend with 1.5 KB locations: a snapshot of
+// ~15 MB, more than the connection holds in flight, so that records pushed during its
+// load arrive between its parts, as they do with a large context.
+void IngestLargeCopies(Client& client) {
+  for (uint32_t doc = 0; doc < kDocs; doc += 2) {
+    std::vector<BlockEvent> batch(2);
+    for (uint32_t i = 0; i < 2; ++i) {
+      BlockEvent& e = batch[i];
+      e.type = EventType::kStored;
+      e.context = kContext;
+      e.holder = HolderKey{"store-0", 0};
+      e.medium = "SHARED";
+      e.tier = Tier::kShared;
+      for (uint32_t b = 0; b < kBlocks; ++b) {
+        e.seq_hashes.push_back(KeyOf(doc + i, b));
+        e.locations.push_back(std::string(1500, static_cast<char>('a' + b % 26)));
+      }
+    }
+    Result<IngestAnswer> ack = client.Ingest(std::move(batch));
+    REQUIRE_MESSAGE(ack.has_value(), ack.status().ToString());
+  }
+}
+std::unique_ptr<LocalIndex> StartSlowReplica(const ServerProcess& server,
+                                             std::function<void(LocalIndexOptions*)> adjust) {
+  return StartReplica(server, [&](LocalIndexOptions* options) {
+    options->on_snapshot_progress = [](const ContextKey&, uint64_t) {
+      std::this_thread::sleep_for(3ms);
+    };
+    if (adjust) adjust(options);
+  });
+}
+// Waits until `local` is ten pages into its snapshot, then ingests `batches` batches (far
+// more than the window); returns the last acknowledged revision. The load must still be
+// going on at the end.
+Revision IngestDuringLoad(Client& client, const LocalIndex& local, int batches) {
+  LocalIndexContextStatus s = local.ContextStatus()[0];
+  for (int i = 0; i < 2000 && s.snapshot_copies < 160; ++i) {
+    std::this_thread::sleep_for(5ms);
+    s = local.ContextStatus()[0];
+  }
+  REQUIRE(s.state == LocalIndexState::kLoadingSnapshot);
+  CHECK_MESSAGE(s.buffered_through > 0, "the feed is not watched while the snapshot loads");
+  const Revision at = IngestRandom(client, 53, batches);
+  s = local.ContextStatus()[0];
+  REQUIRE_MESSAGE(s.state != LocalIndexState::kSynced,
+                  "the snapshot loaded before the ingest ended: the test proves nothing");
+  return at;
+}
+
+// A server whose feed window (600 block keys) is far smaller than what is ingested while
+// a replica loads its snapshot (IngestLargeCopies) in pages of 16 copies, slowly (3 ms per
+// page: StartSlowReplica).
+struct TinyWindowServer {
+  TinyWindowServer()
+      : server(dir.path() / "data", {"--snapshot-page-copies", "16", "--feed-window-keys", "600"}),
+        client(ConnectClient(server)) {
+    IngestLargeCopies(*client);
+  }
+  TempDir dir;
+  ServerProcess server;
+  std::unique_ptr<Client> client;
+};
+
 TEST_SUITE("Integration.LocalIndex") {
   TEST_CASE("LocalIndex converges to the server's answers under random concurrent ingest") {
     TempDir dir;
@@ -215,6 +278,62 @@ TEST_SUITE("Integration.LocalIndex") {
     Result<ContextSnapshot> whole = client->Snapshot(kContext);
     REQUIRE(whole.has_value());
     CHECK(whole->copies.size() == local->Stats().copies);
+  }
+
+  TEST_CASE(
+      "LocalIndex buffers the feed from the snapshot's revision while a slow snapshot loads: "
+      "ingest past the feed window does not make it list again") {
+    TinyWindowServer setup;
+    Client& client = *setup.client;
+    std::unique_ptr<LocalIndex> local = StartSlowReplica(setup.server, {});
+    const Revision at = IngestDuringLoad(client, *local, 60);  // ~50 keys per event
+    CheckConverged(client, *local, at, 54, 2000);
+    REQUIRE(local->WaitSynced(20s).ok());
+    const LocalIndexContextStatus status = local->ContextStatus()[0];
+    CHECK(status.failures == 0);
+    CHECK(status.last_error.ok());
+    CHECK(status.buffered_records == 0);  // applied
+    const LocalIndexStats stats = local->Stats();
+    CHECK(stats.snapshots_loaded == 1);  // the first snapshot, not a relisting
+    CHECK(stats.records_applied > 0);
+    Result<ContextSnapshot> whole = client.Snapshot(kContext);
+    REQUIRE(whole.has_value());
+    CHECK(whole->copies.size() == stats.copies);
+  }
+
+  TEST_CASE(
+      "LocalIndex: a feed buffered past max_buffered_feed_bytes abandons the snapshot with a "
+      "visible error and lists again") {
+    TinyWindowServer setup;
+    ServerProcess& server = setup.server;
+    Client* client = setup.client.get();
+    std::atomic<int> reported{0};
+    std::unique_ptr<LocalIndex> local = StartSlowReplica(server, [&](LocalIndexOptions* options) {
+      options->max_buffered_feed_bytes = 4096;
+      options->retry_backoff_min = 2s;  // the retrying state stays visible
+      options->retry_backoff_max = 2s;
+      options->on_error = [&](const ContextKey&, const Status& error) {
+        if (error.code() == StatusCode::kResourceExhausted) reported.fetch_add(1);
+      };
+    });
+    const Revision at = IngestDuringLoad(*client, *local, 60);
+    LocalIndexContextStatus status = local->ContextStatus()[0];
+    for (int i = 0; i < 200 && status.state != LocalIndexState::kRetrying; ++i) {
+      std::this_thread::sleep_for(10ms);
+      status = local->ContextStatus()[0];
+    }
+    REQUIRE(status.state == LocalIndexState::kRetrying);
+    CHECK(status.failures == 1);
+    CHECK(status.last_error.code() == StatusCode::kResourceExhausted);
+    CHECK_MESSAGE(status.last_error.message().find("max_buffered_feed_bytes") != std::string::npos,
+                  status.last_error.message());
+    CHECK(status.buffered_records == 0);  // dropped
+    CHECK(local->Stats().state == LocalIndexState::kRetrying);
+    CHECK(reported.load() == 1);
+    // The ingest is over: the second listing syncs.
+    CheckConverged(*client, *local, at, 55, 1000);
+    REQUIRE(local->WaitSynced(20s).ok());
+    CHECK(local->Stats().snapshots_loaded == 1);
   }
 
   TEST_CASE(

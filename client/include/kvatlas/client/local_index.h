@@ -36,7 +36,7 @@ namespace kvatlas {
 // Where a context's replica is in its sync loop (docs/feed.md §LocalIndex).
 enum class LocalIndexState : uint8_t {
   kConnecting,       // connecting to a server (first, or after the connection was lost)
-  kLoadingSnapshot,  // receiving and loading the context's snapshot
+  kLoadingSnapshot,  // receiving and loading the context's snapshot (and buffering the feed)
   kSynced,           // following a live watch
   kRetrying,         // an attempt failed (last_error says why): waiting out the backoff
 };
@@ -51,6 +51,13 @@ struct LocalIndexContextStatus {
   // and the copies received so far; after it: those of the last snapshot loaded.
   Revision snapshot_revision = 0;
   uint64_t snapshot_copies = 0;
+  // The feed watched from the snapshot's revision while it loads (kLoadingSnapshot): the
+  // records buffered, their approximate bytes (bounded by max_buffered_feed_bytes) and the
+  // revision through which the buffer is complete (0 until the watch has started). All 0
+  // once the buffer has been applied.
+  uint64_t buffered_records = 0;
+  uint64_t buffered_bytes = 0;
+  Revision buffered_through = 0;
   // The last failed attempt (connect, snapshot, watch start, a watch that ended with an
   // error), OK while none failed since the last sync; and how many failed in a row.
   Status last_error;
@@ -70,6 +77,16 @@ struct LocalIndexOptions {
   uint32_t max_lookup_blocks = 8192;
   // Bound on receiving one snapshot (a context of 50M copies takes about a minute).
   std::chrono::milliseconds snapshot_timeout{600'000};
+  // Bound on the feed records buffered while a snapshot loads (their approximate in-memory
+  // size). The watch starts from the snapshot's revision as soon as its first part arrives,
+  // so that ingest during a long load cannot push that revision out of the server's feed
+  // window; past this bound the load is abandoned (resource_exhausted, state kRetrying) and
+  // the context listed again.
+  uint64_t max_buffered_feed_bytes = 256ull << 20;
+  // Called on the client's I/O thread after each snapshot part is loaded, with the copies
+  // received so far (e.g. to report progress); may be empty. It holds up the client's
+  // other calls while it runs.
+  std::function<void(const ContextKey&, uint64_t copies)> on_snapshot_progress;
   // Called on the context's sync thread for each failed attempt, before its backoff (e.g.
   // to log it); may be empty. Must not call back into the LocalIndex's destructor.
   std::function<void(const ContextKey&, const Status&)> on_error;
