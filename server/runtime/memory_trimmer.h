@@ -1,6 +1,7 @@
 // MemoryTrimmer: gives freed heap memory back to the system (glibc malloc_trim(0)) on a
-// thread of its own, when asked, at most once per `min_interval` (a minute by default: a trim holds each arena's lock
-// for up to ~0.9 s on a server with 50M entries, stalling whatever allocates there).
+// thread of its own, when asked, at most once per `min_interval` (a minute by default: a trim holds
+// each arena's lock for up to ~0.9 s on a server with 50M entries, stalling whatever allocates
+// there).
 //
 // glibc keeps freed memory in its arenas; after a raft snapshot drops the log it replaced,
 // or a RocksDB flush drops a memtable, tens of MB stay in the process's RSS until a trim
