@@ -429,7 +429,7 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
       uint32_t b = FindAlias(context, holder, c.hashes[i]);
       if (b == kNil) b = FindBlock(context, c.hashes[i]);
       if (b == kNil) continue;
-      chained.push_back(blocks_[b].key);
+      chained.push_back(uint64_t{blocks_[b].key});  // a copy: BlockRec is packed
       resolved_engine_hashes.push_back(c.hashes[i]);
       if (!c.locations.empty()) resolved_locations.push_back(c.locations[i]);
     }
