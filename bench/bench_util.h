@@ -78,6 +78,15 @@ inline uint64_t RssBytesOf(long pid) {
   return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
+// The request rates of a `--rates R1,R2,...` argument. Throws std::invalid_argument on a
+// rate that is not a number, as std::stoull does.
+inline std::vector<uint64_t> ParseRates(const std::string& list) {
+  std::vector<uint64_t> rates;
+  std::stringstream ss(list);
+  for (std::string r; std::getline(ss, r, ',');) rates.push_back(std::stoull(r));
+  return rates;
+}
+
 // Sleeps until `t` (steady_clock is CLOCK_MONOTONIC on Linux) without spinning: a spinning
 // load generator takes a core from the server on a small machine.
 inline void SleepUntil(std::chrono::steady_clock::time_point t) {

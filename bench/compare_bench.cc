@@ -402,11 +402,9 @@ int main(int argc, char** argv) {
       a.seconds = std::atof(v.c_str());
     else if (k == "--capacity-seconds")
       a.capacity_seconds = std::atof(v.c_str());
-    else if (k == "--rates") {
-      a.rates.clear();
-      std::stringstream ss(v);
-      for (std::string r; std::getline(ss, r, ',');) a.rates.push_back(std::stoull(r));
-    } else {
+    else if (k == "--rates")
+      a.rates = kvatlas::bench::ParseRates(v);
+    else {
       std::fprintf(stderr, "unknown argument %s\n", k.c_str());
       return 2;
     }

@@ -587,11 +587,9 @@ int main(int argc, char** argv) {
       a.entries = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--seconds")
       a.seconds = std::atof(v.c_str());
-    else if (k == "--rates") {
-      a.rates.clear();
-      std::stringstream ss(v);
-      for (std::string r; std::getline(ss, r, ',');) a.rates.push_back(std::stoull(r));
-    } else {
+    else if (k == "--rates")
+      a.rates = kvatlas::bench::ParseRates(v);
+    else {
       std::fprintf(stderr, "unknown argument %s\n", k.c_str());
       return 2;
     }

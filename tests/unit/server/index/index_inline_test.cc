@@ -11,11 +11,13 @@
 
 #include "kvatlas/common/block_hasher.h"
 #include "server/index/index.h"
+#include "tests/unit/server/index/index_commands.h"
 
 namespace kvatlas::server {
 namespace {
 
-const ContextKey kCtx{"default", "llama", "", 16, ""};
+using test::kCtx;
+using test::Remove;
 const ContextKey kOther{"default", "llama", "lora", 16, ""};
 
 StoreCommand Store(const std::string& holder, Tier tier, std::vector<uint64_t> keys,
@@ -28,16 +30,6 @@ StoreCommand Store(const std::string& holder, Tier tier, std::vector<uint64_t> k
   c.hashes = std::move(keys);
   c.engine_hashes = std::move(engine_hashes);
   c.locations = std::move(locations);
-  return c;
-}
-
-RemoveCommand Remove(const std::string& holder, std::optional<Tier> tier,
-                     std::vector<uint64_t> hashes) {
-  RemoveCommand c;
-  c.context = kCtx;
-  c.holder = {holder, 0};
-  c.tier = tier;
-  c.hashes = std::move(hashes);
   return c;
 }
 

@@ -10,11 +10,13 @@
 #include <vector>
 
 #include "kvatlas/common/block_hasher.h"
+#include "tests/unit/server/index/index_commands.h"
 
 namespace kvatlas::server {
 namespace {
 
-const ContextKey kCtx{"default", "llama", "", 16, ""};
+using test::kCtx;
+using test::Remove;
 
 StoreCommand Store(const std::string& holder, Tier tier, std::vector<uint64_t> keys,
                    uint32_t rank = 0) {
@@ -23,16 +25,6 @@ StoreCommand Store(const std::string& holder, Tier tier, std::vector<uint64_t> k
   c.holder = {holder, rank};
   c.tier = tier;
   c.hashes = std::move(keys);
-  return c;
-}
-
-RemoveCommand Remove(const std::string& holder, std::optional<Tier> tier,
-                     std::vector<uint64_t> hashes) {
-  RemoveCommand c;
-  c.context = kCtx;
-  c.holder = {holder, 0};
-  c.tier = tier;
-  c.hashes = std::move(hashes);
   return c;
 }
 
