@@ -553,8 +553,14 @@ def case_disk_low(binary):
                       "--raft-segment-bytes", str(8 << 20)]
         node.start()
         assert write(node, 1)
+        # Fill the disk to half the watermark below it. The balloon is sized from the
+        # free space measured now, because what the server preallocates (WAL, raft
+        # segments) depends on its memory and segment options.
+        stat = os.statvfs(root)
+        balloon = stat.f_bavail * stat.f_frsize - (50 << 20)
+        assert balloon > 0, f"only {stat.f_bavail * stat.f_frsize} bytes free on the tmpfs"
         with open(os.path.join(root, "balloon"), "wb") as f:
-            f.write(b"\0" * (100 << 20))
+            f.write(b"\0" * balloon)
         deadline = time.time() + DEADLINE_S
         while True:
             event = {"event_type": "stored", "model_name": "m", "block_size": BS,
