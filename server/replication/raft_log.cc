@@ -381,7 +381,11 @@ class RaftLog::Loop {
       }
     }
     if ((rv = raft_start(&raft_)) != 0) {
-      Status s = Status::Unavailable("raft_start (" + o.address + "): " + raft_errmsg(&raft_));
+      // libraft leaves its message empty when the listen fails (e.g. the port is taken).
+      const std::string detail = raft_errmsg(&raft_);
+      Status s = Status::Unavailable("raft_start (" + o.address +
+                                     "): " + (detail.empty() ? RaftError(rv) : detail) +
+                                     " (is raft_listen's port free?)");
       StartClose();
       return s;
     }

@@ -13,6 +13,7 @@ it creates is removed at the end.
 import base64
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -29,10 +30,18 @@ BS = 4
 
 
 def free_ports(n):
+    """n distinct loopback ports free now, drawn below Linux's ephemeral range (32768 and
+    up): a port the kernel hands to another test's `:0` bind or outgoing connection could
+    otherwise be taken between this check and the server's own bind (a raft listener
+    failing with "raft_start" in a parallel CI run)."""
     socks, ports = [], []
-    for _ in range(n):
+    while len(ports) < n:
         s = socket.socket()
-        s.bind(("127.0.0.1", 0))
+        try:
+            s.bind(("127.0.0.1", random.randrange(20000, 32000)))
+        except OSError:
+            s.close()
+            continue
         socks.append(s)
         ports.append(s.getsockname()[1])
     for s in socks:
