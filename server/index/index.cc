@@ -22,14 +22,15 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 
 // Deletes the entries of `holder` (interned) in `context` (kNil = every context) and `tier`
 // (nullopt = every tier), ignoring refcounts: the one path of ClearCommand and
-// ExpireHolderCommand, which differ only in the cause they report. O(the holder's entries).
+// ExpireHolderCommand, which differ only in the cause they report. O(the holder's chained
+// copies), plus one pass over the block records when it holds inline copies.
 // A template so that it can take the private Index::Impl without naming it.
 template <typename Impl>
 void DeleteHolderEntries(Impl& m, uint32_t holder, uint32_t context, std::optional<Tier> tier,
                          MutationCause cause, MutationList* out) {
   uint32_t e = m.holders_[holder].head;
   while (e != kNil) {
-    const uint32_t next = m.HolderNext(e);
+    const uint32_t next = m.entries_[e].holder_next;
     const bool context_ok = context == kNil || m.blocks_[m.BlockOf(e)].context == context;
     const bool tier_ok = !tier || m.TierOf(e) == static_cast<uint8_t>(*tier);
     // Deleting e never frees or renames `next`: it belongs to this holder, the block
@@ -38,6 +39,7 @@ void DeleteHolderEntries(Impl& m, uint32_t holder, uint32_t context, std::option
     if (context_ok && tier_ok) m.DeleteEntry(e, cause, out);
     e = next;
   }
+  if (m.holders_[holder].inline_entries > 0) m.ClearInlineCopies(holder, context, tier, cause, out);
 }
 
 }  // namespace
@@ -74,6 +76,7 @@ void Index::Apply(const Command& command, uint64_t seed, MutationList* out) {
 
 uint32_t Index::Impl::InternContext(const ContextKey& key, MutationList* out) {
   if (uint32_t id = FindContext(key); id != kNil) return id;
+  if (contexts_.size() >= kMaxContexts) return kNil;
   const auto id = static_cast<uint32_t>(contexts_.size());
   contexts_.emplace_back();
   contexts_.back().key = key;
@@ -109,17 +112,15 @@ uint32_t Index::Impl::InternHolder(const HolderKey& key, MutationList* out) {
 uint32_t Index::Impl::CreateBlock(uint32_t context, uint64_t key, uint32_t depth, uint64_t stamp) {
   const uint32_t b = blocks_.Allocate();
   ContextRec& ctx = contexts_[context];
+  // Callers keep context < kMaxContexts, depth <= kMaxBlockDepth, stamp <= kMaxStamp.
   blocks_[b] = BlockRec{key,
-                        context,
-                        depth,
                         ctx.fifo_tail,
-                        kNil,
-                        kNil,
                         kNil,
                         kNil,
                         static_cast<uint32_t>(stamp),
                         static_cast<uint16_t>(stamp >> 32),
-                        0};
+                        static_cast<uint16_t>(context),
+                        depth << 8};
   if (ctx.fifo_tail != kNil) {
     blocks_[ctx.fifo_tail].fifo_next = b;
   } else {
@@ -148,37 +149,24 @@ uint32_t Index::Impl::MakeChained(uint32_t b) {
   if (block.chained()) return kNil;
   const uint32_t holder = block.copy;
   if (holder == kNil) {
-    block.meta = BlockRec::kMetaChained;
-    block.holder_prev = 0;  // no entries
+    block.set_meta(BlockRec::kMetaChained);  // no entries
     return kNil;
   }
   const uint32_t inline_copy = b | kInlineCopy;
   const uint32_t e = entries_.Allocate();
   const uint8_t flags = HasLocation(inline_copy) ? kEntryHasLocation : 0;
-  entries_[e] = EntryRec{block.key,
-                         b,
-                         holder,
-                         kNil,
-                         block.holder_prev,
-                         block.holder_next,
-                         TierOf(inline_copy),
-                         flags,
-                         RefcountOf(inline_copy)};
-  if (block.holder_prev != kNil) {
-    SetHolderNext(block.holder_prev, e);
-  } else {
-    holders_[holder].head = e;
-  }
-  if (block.holder_next != kNil) SetHolderPrev(block.holder_next, e);
+  entries_[e] = EntryRec{
+      block.key, b, holder, kNil, kNil, kNil, TierOf(inline_copy), flags, RefcountOf(inline_copy)};
+  --holders_[holder].inline_entries;
+  LinkToHolder(e);
   if (flags & kEntryHasLocation) {
     auto node = locations_.extract(inline_copy);
     node.key() = e;
     locations_.insert(std::move(node));
   }
   block.copy = e;
-  block.holder_prev = 1;
-  block.holder_next = kNil;
-  block.meta = BlockRec::kMetaChained;
+  block.set_meta(BlockRec::kMetaChained);
+  SetChainCount(b, 1);
   return e;
 }
 
@@ -191,26 +179,26 @@ uint32_t Index::Impl::CreateEntry(uint32_t b, uint32_t holder, Tier tier, uint64
       refcount <= kMaxInlineRefcount) {
     e = b | kInlineCopy;
     block.copy = holder;
-    block.holder_prev = kNil;
-    block.holder_next = h.head;
-    block.meta = static_cast<uint16_t>(static_cast<uint32_t>(tier) << BlockRec::kMetaTierShift |
-                                       uint32_t{refcount} << BlockRec::kMetaRefShift);
+    block.set_meta(static_cast<uint32_t>(tier) << BlockRec::kMetaTierShift |
+                   uint32_t{refcount} << BlockRec::kMetaRefShift);
+    ++h.inline_entries;
   } else {
     MakeChained(b);
     e = entries_.Allocate();
     entries_[e] = EntryRec{
-        engine_hash, b, holder, block.copy, kNil, h.head, static_cast<uint8_t>(tier), 0, refcount};
+        engine_hash, b, holder, block.copy, kNil, kNil, static_cast<uint8_t>(tier), 0, refcount};
     block.copy = e;
-    if (++block.holder_prev == kHotChain) {
+    const uint32_t count = CopyCount(b) + 1;
+    SetChainCount(b, count);
+    if (count == kHotChain) {
       for (uint32_t o = block.copy; o != kNil; o = entries_[o].next_in_block) {
         hot_.Insert(HotKey(b, entries_[o].holder, entries_[o].tier), o);
       }
-    } else if (block.holder_prev > kHotChain) {
+    } else if (count > kHotChain) {
       hot_.Insert(HotKey(b, holder, static_cast<uint8_t>(tier)), e);
     }
+    LinkToHolder(e);
   }
-  if (h.head != kNil) SetHolderPrev(h.head, e);
-  h.head = e;
   ++h.entries;
   ++h.by_tier[static_cast<int>(tier)];
   ++contexts_[block.context].entries;
@@ -225,15 +213,63 @@ void Index::Impl::SetRefcount(uint32_t c, uint16_t refcount) {
     entries_[c].refcount = refcount;
     return;
   }
-  BlockRec& block = blocks_[c & ~kInlineCopy];
-  block.meta = static_cast<uint16_t>((block.meta & ((1u << BlockRec::kMetaRefShift) - 1)) |
-                                     uint32_t{refcount} << BlockRec::kMetaRefShift);
+  BlockRec& block = blocks_[Id(c)];
+  block.set_meta((block.meta() & ((1u << BlockRec::kMetaRefShift) - 1)) |
+                 uint32_t{refcount} << BlockRec::kMetaRefShift);
+}
+
+void Index::Impl::SetChainCount(uint32_t b, uint32_t count) {
+  BlockRec& block = blocks_[b];
+  uint32_t bits = count;
+  if (count >= BlockRec::kChainCountElsewhere) {
+    long_chains_[b] = count;
+    bits = BlockRec::kChainCountElsewhere;
+  } else if (block.meta() >> BlockRec::kMetaCountShift == BlockRec::kChainCountElsewhere) {
+    long_chains_.erase(b);
+  }
+  block.set_meta(BlockRec::kMetaChained | bits << BlockRec::kMetaCountShift);
+}
+
+void Index::Impl::LinkToHolder(uint32_t e) {
+  EntryRec& rec = entries_[e];
+  HolderRec& h = holders_[rec.holder];
+  rec.holder_prev = kNil;
+  rec.holder_next = h.head;
+  if (h.head != kNil) entries_[h.head].holder_prev = e;
+  h.head = e;
+}
+
+void Index::Impl::UnlinkFromHolder(uint32_t e) {
+  const EntryRec& rec = entries_[e];
+  if (rec.holder_prev != kNil) {
+    entries_[rec.holder_prev].holder_next = rec.holder_next;
+  } else {
+    holders_[rec.holder].head = rec.holder_next;
+  }
+  if (rec.holder_next != kNil) entries_[rec.holder_next].holder_prev = rec.holder_prev;
+}
+
+void Index::Impl::ClearInlineCopies(uint32_t holder, uint32_t context, std::optional<Tier> tier,
+                                    MutationCause cause, MutationList* out) {
+  // Ids below allocated() are initialised; a freed record has copy == kNil (its copies were
+  // deleted first), so it never matches. Deleting a copy frees at most its own block.
+  const uint32_t end = blocks_.allocated();
+  const HolderRec& h = holders_[holder];
+  for (uint32_t b = 0; b < end && h.inline_entries > 0; ++b) {
+    const BlockRec& block = blocks_[b];
+    if (block.copy != holder || block.chained()) continue;
+    if (context != kNil && block.context != context) continue;
+    const uint32_t c = b | kInlineCopy;
+    if (tier && TierOf(c) != static_cast<uint8_t>(*tier)) continue;
+    DeleteEntry(c, cause, out);
+  }
 }
 
 void Index::Impl::SetEntryLocation(uint32_t c, std::string location) {
   if (location.empty()) return;
   if (IsInline(c)) {
-    blocks_[c & ~kInlineCopy].meta |= BlockRec::kMetaLocation;
+    BlockRec& block = blocks_[Id(c)];
+    block.set_meta(block.meta() | BlockRec::kMetaLocation);
   } else {
     entries_[c].flags |= kEntryHasLocation;
   }
@@ -257,7 +293,7 @@ void Index::Impl::EmitEntry(uint32_t e, MutationCause cause, MutationList* out) 
   m.holder = HolderOf(e);
   m.key = block.key;
   m.tier = static_cast<Tier>(TierOf(e));
-  m.depth = block.depth;
+  m.depth = block.depth();
   m.stamp = block.stamp();
   m.refcount = RefcountOf(e);
   m.engine_hash = EngineHashOf(e);
@@ -296,8 +332,6 @@ void Index::Impl::DeleteEntry(uint32_t e, MutationCause cause, MutationList* out
   const uint32_t b = BlockOf(e);
   const uint32_t holder = HolderOf(e);
   const uint8_t tier = TierOf(e);
-  const uint32_t holder_prev = HolderPrev(e);
-  const uint32_t holder_next = HolderNext(e);
   const bool had_location = HasLocation(e);
   BlockRec& block = blocks_[b];
   if (out) {
@@ -312,19 +346,22 @@ void Index::Impl::DeleteEntry(uint32_t e, MutationCause cause, MutationList* out
     m.engine_hash = EngineHashOf(e);
     out->push_back(std::move(m));
   }
+  HolderRec& h = holders_[holder];
   if (IsInline(e)) {
     block.copy = kNil;
-    block.meta = 0;
+    block.set_meta(0);
+    --h.inline_entries;
   } else {
     const EntryRec rec = entries_[e];
-    if (block.holder_prev == kHotChain) {
+    const uint32_t count = CopyCount(b);
+    if (count == kHotChain) {
       for (uint32_t o = block.copy; o != kNil; o = entries_[o].next_in_block) {
         hot_.Erase(HotKey(b, entries_[o].holder, entries_[o].tier), o);
       }
-    } else if (block.holder_prev > kHotChain) {
+    } else if (count > kHotChain) {
       hot_.Erase(HotKey(b, rec.holder, rec.tier), e);
     }
-    --block.holder_prev;
+    SetChainCount(b, count - 1);
     if (block.copy == e) {
       block.copy = rec.next_in_block;
     } else {
@@ -332,15 +369,9 @@ void Index::Impl::DeleteEntry(uint32_t e, MutationCause cause, MutationList* out
       while (entries_[p].next_in_block != e) p = entries_[p].next_in_block;
       entries_[p].next_in_block = rec.next_in_block;
     }
+    UnlinkFromHolder(e);
     entries_.Free(e);
   }
-  HolderRec& h = holders_[holder];
-  if (holder_prev != kNil) {
-    SetHolderNext(holder_prev, holder_next);
-  } else {
-    h.head = holder_next;
-  }
-  if (holder_next != kNil) SetHolderPrev(holder_next, holder_prev);
   --h.entries;
   --h.by_tier[tier];
   --contexts_[block.context].entries;
@@ -397,6 +428,10 @@ void Index::Impl::EvictOverflow(uint32_t context, MutationList* out) {
 void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList* out) {
   if (c.hashes.empty()) return;
   const uint32_t context = InternContext(c.context, out);
+  if (context == kNil) {
+    LogLimitOnce(IndexLimit::kContexts);
+    return;
+  }
   const uint32_t holder = InternHolder(c.holder, out);
 
   // Resolve the parent: an engine hash this holder published, else a block key.
@@ -409,7 +444,7 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
   if (c.base_depth) {
     depth = *c.base_depth;
   } else if (parent_block != kNil) {
-    depth = blocks_[parent_block].depth + 1;
+    depth = blocks_[parent_block].depth() + 1;
   }
 
   // Block keys. kLocal chains the standard local hashes from the parent's block key; an
@@ -466,17 +501,22 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
     if (Full()) {
       // The documented limits (docs/limits.md): 2^31 - 1 blocks and chained copies, 48-bit
       // stamps. Nothing past them is indexed.
-      LogFullOnce();
+      LogLimitOnce(IndexLimit::kRecords);
       break;
     }
     if (b == kNil) {
+      // Deeper blocks cannot be recorded (24-bit depths); nor can their descendants.
+      if (uint64_t{depth} + i > kMaxBlockDepth) {
+        LogLimitOnce(IndexLimit::kDepth);
+        break;
+      }
       b = CreateBlock(context, key, depth + static_cast<uint32_t>(i), next_stamp_++);
       if (out) {
         Mutation m;
         m.kind = MutationKind::kPutBlock;
         m.context = context;
         m.key = key;
-        m.depth = blocks_[b].depth;
+        m.depth = blocks_[b].depth();
         m.stamp = blocks_[b].stamp();
         out->push_back(std::move(m));
       }
@@ -516,12 +556,27 @@ bool Index::Impl::Full() const {
          entries_.live() >= kMaxRecords - 2;
 }
 
-void Index::Impl::LogFullOnce() {
-  if (logged_full_) return;
-  logged_full_ = true;
-  LogWarning(
-      "index: full (2^31 - 1 blocks or chained copies, or 48-bit stamps used up): "
-      "stores of new blocks and copies are dropped (docs/limits.md)");
+void Index::Impl::LogLimitOnce(IndexLimit limit) {
+  const auto bit = 1u << static_cast<int>(limit);
+  if (logged_limits_ & bit) return;
+  logged_limits_ |= bit;
+  switch (limit) {
+    case IndexLimit::kRecords:
+      LogWarning(
+          "index: full (2^31 - 1 blocks or chained copies, or 48-bit stamps used up): "
+          "stores of new blocks and copies are dropped (docs/limits.md)");
+      return;
+    case IndexLimit::kContexts:
+      LogWarning(
+          "index: 65,536 contexts exist: stores into new contexts are dropped "
+          "(docs/limits.md)");
+      return;
+    case IndexLimit::kDepth:
+      LogWarning(
+          "index: a block deeper than 16,777,215 in its chain: it and the blocks after "
+          "it in its store are dropped (docs/limits.md)");
+      return;
+  }
 }
 
 void Index::Impl::RemoveAliased(uint32_t b, uint32_t holder, uint64_t engine_hash,
@@ -577,7 +632,7 @@ void Index::Impl::ApplyClear(const ClearCommand& c, MutationList* out) {
 
 Status Index::LoadContext(uint32_t id, const ContextKey& key) {
   auto& contexts = impl_->contexts_;
-  if (id == kNil) return Status::Corruption("context id out of range");
+  if (id >= kMaxContexts) return Status::Corruption("context id beyond 16 bits");
   if (id < contexts.size() && contexts[id].live) {
     return Status::Corruption("duplicate context id " + std::to_string(id));
   }
@@ -612,6 +667,7 @@ Status Index::LoadBlock(uint32_t context, BlockKey key, uint32_t depth, uint64_t
   }
   const ContextRec& ctx = m.contexts_[context];
   if (stamp > kMaxStamp) return Status::Corruption("block stamp beyond 48 bits");
+  if (depth > kMaxBlockDepth) return Status::Corruption("block depth beyond 24 bits");
   if (m.blocks_.live() >= kMaxRecords)
     return Status::Corruption("more blocks than the index holds");
   if (ctx.fifo_tail != kNil && stamp <= m.blocks_[ctx.fifo_tail].stamp()) {

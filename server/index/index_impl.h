@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "kvatlas/common/events.h"
 #include "server/index/flat_table.h"
 #include "server/index/index.h"
 #include "server/index/pool.h"
@@ -28,43 +30,53 @@ inline constexpr uint64_t kMaxStamp = (uint64_t{1} << 48) - 1;
 // (stamp) order: the eviction order.
 //
 // Its copies take one of two forms. Inline (the common case, one copy with the standard
-// engine hash): `copy` is the holder, `holder_prev`/`holder_next` link the copy into its
-// holder's list (handles), `meta` holds its tier, location flag and refcount; no EntryRec.
-// Chained (a second copy, a non-standard engine hash, or a refcount past
-// kMaxInlineRefcount): `copy` is the first EntryRec of the block's chain and `holder_prev`
-// the chain's length. A block turns chained for good: going back would change the handles
+// engine hash and a refcount up to kMaxInlineRefcount): `copy` is the holder and the meta
+// bits hold its tier, location flag and refcount; no EntryRec, and no link into the holder's
+// list (a clear of the holder scans the block records for it: ClearInlineCopies). Chained
+// (a second copy, a non-standard engine hash, or a larger refcount): `copy` is the first
+// EntryRec of the block's chain and the meta bits its length (kChainCountElsewhere: in
+// Impl::long_chains_). A block turns chained for good: going back would change the handles
 // of copies that clears and removes are iterating over. An inline block with copy == kNil
-// has no copy yet (between CreateBlock and its first copy).
+// has no copy yet (between CreateBlock and its first copy), as has a freed record.
+//
+// 32 bytes: what a block with one copy costs beside its forward slot (docs/architecture.md
+// §Index). Hence 16-bit context ids (kMaxContexts) and 24-bit depths (kMaxBlockDepth).
 #pragma pack(push, 4)
 struct BlockRec {
   uint64_t key;
-  uint32_t context;
-  uint32_t depth;
   uint32_t fifo_prev;  // neighbours in the context's FIFO
   uint32_t fifo_next;
-  uint32_t copy;         // inline: the holder; chained: the first entry
-  uint32_t holder_prev;  // inline: holder list; chained: number of entries
-  uint32_t holder_next;  // inline: holder list
+  uint32_t copy;  // inline: the holder (kNil: none); chained: the first entry
   // Creation order, 48 bits: one counter for the whole index, so that a context's blocks
   // are in stamp order (its FIFO) and storage, which keys entry records by stamp, appends
   // new blocks at the end of its key space (docs/storage.md §Database layout).
   uint32_t stamp_lo;
   uint16_t stamp_hi;
-  uint16_t meta;  // kMetaChained | inline copy: tier, kMetaLocation, refcount << kMetaRefShift
+  uint16_t context;
+  uint32_t depth_meta;  // depth << 8 | meta
 
   uint64_t stamp() const { return uint64_t{stamp_hi} << 32 | stamp_lo; }
-  bool chained() const { return meta & kMetaChained; }
+  uint32_t depth() const { return depth_meta >> 8; }
+  uint8_t meta() const { return static_cast<uint8_t>(depth_meta); }
+  void set_meta(uint32_t meta) { depth_meta = (depth_meta & ~0xffu) | (meta & 0xffu); }
+  bool chained() const { return depth_meta & kMetaChained; }
 
-  static constexpr uint16_t kMetaChained = 1;
-  static constexpr int kMetaTierShift = 1;  // 2 bits
-  static constexpr uint16_t kMetaLocation = 8;
-  static constexpr int kMetaRefShift = 4;  // 12 bits
+  // Meta bits. Both forms: bit 0 chained. Inline: tier (2 bits), location flag, refcount
+  // (4 bits). Chained: the chain's length (7 bits).
+  static constexpr uint32_t kMetaChained = 1;
+  static constexpr int kMetaTierShift = 1;
+  static constexpr uint32_t kMetaLocation = 8;
+  static constexpr int kMetaRefShift = 4;
+  static constexpr int kMetaCountShift = 1;
+  static constexpr uint32_t kChainCountElsewhere = 127;
 };
 #pragma pack(pop)
-static_assert(sizeof(BlockRec) == 44);
+static_assert(sizeof(BlockRec) == 32);
 
-inline constexpr uint16_t kMaxInlineRefcount = (1u << 12) - 1;
+inline constexpr uint16_t kMaxInlineRefcount = 15;
 static_assert(kNumTiers <= 4);
+// Context ids are 16 bits in the block record (docs/limits.md).
+inline constexpr size_t kMaxContexts = size_t{1} << 16;
 
 // Blocks with at least this many entries ("hot": a shared system prompt held by many
 // instances) also index their entries by (block, holder, tier), so that stores and
@@ -104,8 +116,9 @@ struct ContextRec {
 struct HolderRec {
   HolderKey key;
   bool live = false;
-  uint32_t head = kNil;
+  uint32_t head = kNil;  // its chained copies (EntryRecs), a doubly linked list
   uint64_t entries = 0;
+  uint64_t inline_entries = 0;  // of `entries`: inline copies, linked from no list
   uint64_t by_tier[kNumTiers] = {};
 };
 
@@ -148,37 +161,37 @@ class Index::Impl {
   }
   // --- copies by handle (kInlineCopy above) ---
   static bool IsInline(uint32_t c) { return c & kInlineCopy; }
-  uint32_t BlockOf(uint32_t c) const { return IsInline(c) ? c & ~kInlineCopy : entries_[c].block; }
+  // Every accessor below indexes its pool with the masked id on both paths (Id(c) == c for
+  // an entry). Written as `IsInline(c) ? blocks_[c & ~kInlineCopy] : entries_[c]`, GCC 12.2
+  // at -O2 (tree PRE) shared `c >> 16`, both pools' chunk index, between the paths and so
+  // dropped the mask on the inline one: a release build read chunk 2^15 of the block pool.
+  // UBSan had nothing to flag; index_record_test's release run (scripts/test) catches it.
+  static uint32_t Id(uint32_t c) { return c & ~kInlineCopy; }
+  uint32_t BlockOf(uint32_t c) const {
+    const uint32_t id = Id(c);
+    return IsInline(c) ? id : entries_[id].block;
+  }
   uint32_t HolderOf(uint32_t c) const {
-    return IsInline(c) ? blocks_[c & ~kInlineCopy].copy : entries_[c].holder;
+    const uint32_t id = Id(c);
+    return IsInline(c) ? blocks_[id].copy : entries_[id].holder;
   }
   uint8_t TierOf(uint32_t c) const {
-    return IsInline(c) ? (blocks_[c & ~kInlineCopy].meta >> BlockRec::kMetaTierShift) & 3
-                       : entries_[c].tier;
+    const uint32_t id = Id(c);
+    return IsInline(c) ? (blocks_[id].meta() >> BlockRec::kMetaTierShift) & 3 : entries_[id].tier;
   }
   uint16_t RefcountOf(uint32_t c) const {
-    return IsInline(c) ? blocks_[c & ~kInlineCopy].meta >> BlockRec::kMetaRefShift
-                       : entries_[c].refcount;
+    const uint32_t id = Id(c);
+    return IsInline(c) ? blocks_[id].meta() >> BlockRec::kMetaRefShift : entries_[id].refcount;
   }
   uint64_t EngineHashOf(uint32_t c) const {
-    return IsInline(c) ? blocks_[c & ~kInlineCopy].key : entries_[c].engine_hash;
+    const uint32_t id = Id(c);
+    return IsInline(c) ? blocks_[id].key : entries_[id].engine_hash;
   }
   bool HasAlias(uint32_t c) const { return !IsInline(c) && (entries_[c].flags & kEntryHasAlias); }
   bool HasLocation(uint32_t c) const {
-    return IsInline(c) ? (blocks_[c & ~kInlineCopy].meta & BlockRec::kMetaLocation)
-                       : (entries_[c].flags & kEntryHasLocation);
-  }
-  uint32_t HolderPrev(uint32_t c) const {
-    return IsInline(c) ? blocks_[c & ~kInlineCopy].holder_prev : entries_[c].holder_prev;
-  }
-  uint32_t HolderNext(uint32_t c) const {
-    return IsInline(c) ? blocks_[c & ~kInlineCopy].holder_next : entries_[c].holder_next;
-  }
-  void SetHolderPrev(uint32_t c, uint32_t v) {
-    (IsInline(c) ? blocks_[c & ~kInlineCopy].holder_prev : entries_[c].holder_prev) = v;
-  }
-  void SetHolderNext(uint32_t c, uint32_t v) {
-    (IsInline(c) ? blocks_[c & ~kInlineCopy].holder_next : entries_[c].holder_next) = v;
+    const uint32_t id = Id(c);
+    return IsInline(c) ? (blocks_[id].meta() & BlockRec::kMetaLocation)
+                       : (entries_[id].flags & kEntryHasLocation);
   }
   // Block b's first copy (kNil: none), and the copy after c in its block.
   uint32_t FirstCopy(uint32_t b) const {
@@ -189,8 +202,9 @@ class Index::Impl {
   uint32_t NextCopy(uint32_t c) const { return IsInline(c) ? kNil : entries_[c].next_in_block; }
   uint32_t CopyCount(uint32_t b) const {
     const BlockRec& rec = blocks_[b];
-    if (rec.chained()) return rec.holder_prev;
-    return rec.copy == kNil ? 0 : 1;
+    if (!rec.chained()) return rec.copy == kNil ? 0 : 1;
+    const uint32_t count = rec.meta() >> BlockRec::kMetaCountShift;
+    return count == BlockRec::kChainCountElsewhere ? long_chains_.at(b) : count;
   }
 
   // The copy of `holder` in `tier` on block b, or kNil.
@@ -251,9 +265,20 @@ class Index::Impl {
   // Deletes every entry of `holder` on block b that carries `engine_hash`.
   void RemoveAliased(uint32_t b, uint32_t holder, uint64_t engine_hash, MutationList* out);
   void EvictOverflow(uint32_t context, MutationList* out);
+  // Sets chained block b's chain length (CopyCount).
+  void SetChainCount(uint32_t b, uint32_t count);
+  // Links chained copy e at the head of its holder's list / unlinks it.
+  void LinkToHolder(uint32_t e);
+  void UnlinkFromHolder(uint32_t e);
+  // Deletes the inline copies of `holder` in `context` (kNil: any) and `tier` (nullopt: any):
+  // one pass over the block records, since inline copies are in no holder list.
+  void ClearInlineCopies(uint32_t holder, uint32_t context, std::optional<Tier> tier,
+                         MutationCause cause, MutationList* out);
   // Whether the record or stamp limits leave no room for one more store (docs/limits.md).
   bool Full() const;
-  void LogFullOnce();
+  // Logs, the first time a store is dropped for it, which limit dropped it.
+  enum class IndexLimit { kRecords, kContexts, kDepth };
+  void LogLimitOnce(IndexLimit limit);
   void EmitEntry(uint32_t e, MutationCause cause, MutationList* out) const;
 
   const std::string& LocationOf(uint32_t e) const;
@@ -270,9 +295,12 @@ class Index::Impl {
   FlatTable aliases_;  // AliasKey(context, holder, engine hash) → block
   FlatTable hot_;      // HotKey(block, holder, tier) → entry, for hot blocks only
   std::unordered_map<uint32_t, std::string> locations_;  // copy handle → location (sparse)
+  // Chain lengths of blocks with kChainCountElsewhere or more copies (rare: a prompt held by
+  // over a hundred instances).
+  std::unordered_map<uint32_t, uint32_t> long_chains_;
   uint64_t entry_count_ = 0;
   uint64_t evicted_blocks_ = 0;
-  bool logged_full_ = false;
+  uint32_t logged_limits_ = 0;  // bit i: IndexLimit i logged
 };
 
 }  // namespace kvatlas::server

@@ -130,7 +130,7 @@ std::vector<BlockLocation> Index::Locate(BlockKey key, const ContextKey* context
     if (b == kNil) continue;
     for (uint32_t e = m.FirstCopy(b); e != kNil; e = m.NextCopy(e)) {
       out.push_back(BlockLocation{ctx.key, m.holders_[m.HolderOf(e)].key,
-                                  static_cast<Tier>(m.TierOf(e)), m.blocks_[b].depth,
+                                  static_cast<Tier>(m.TierOf(e)), m.blocks_[b].depth(),
                                   m.RefcountOf(e), m.EngineHashOf(e), m.LocationOf(e)});
     }
   }
@@ -148,7 +148,7 @@ void Index::ForEachCopy(const ContextKey& context,
     for (uint32_t e = m.FirstCopy(b); e != kNil; e = m.NextCopy(e)) {
       copy.holder = m.holders_[m.HolderOf(e)].key;
       copy.tier = static_cast<Tier>(m.TierOf(e));
-      copy.depth = block.depth;
+      copy.depth = block.depth();
       copy.refcount = m.RefcountOf(e);
       copy.engine_hash = m.EngineHashOf(e);
       copy.location = m.LocationOf(e);
@@ -207,7 +207,8 @@ IndexStats Index::Stats() const {
                     m.holders_.capacity() * sizeof(HolderRec) +
                     m.context_ids_.size() * (sizeof(ContextKey) + 4 + node_overhead) +
                     m.holder_ids_.size() * (sizeof(HolderKey) + 4 + node_overhead) +
-                    m.locations_.size() * (sizeof(std::string) + 4 + node_overhead) + strings;
+                    m.locations_.size() * (sizeof(std::string) + 4 + node_overhead) +
+                    m.long_chains_.size() * (8 + node_overhead) + strings;
   return st;
 }
 
@@ -247,7 +248,7 @@ uint64_t Index::StateDigest() const {
     digest = Mix(digest, ctx.blocks);
     for (uint32_t b = ctx.fifo_head; b != kNil; b = m.blocks_[b].fifo_next) {
       digest = Mix(digest, m.blocks_[b].key);
-      digest = Mix(digest, m.blocks_[b].depth);
+      digest = Mix(digest, m.blocks_[b].depth());
       views.clear();
       for (uint32_t e = m.FirstCopy(b); e != kNil; e = m.NextCopy(e)) {
         views.push_back(EntryView{m.holders_[m.HolderOf(e)].key.ToString(), m.TierOf(e),

@@ -64,6 +64,9 @@ class Pool {
     return next_++;
   }
 
+  // Ids handed out so far: every id below it is initialised (live or freed), none above.
+  uint32_t allocated() const { return next_; }
+
   // Records the pool holds room for (all chunks, used or not).
   size_t capacity() const { return chunks_.size() * kChunkSize; }
 

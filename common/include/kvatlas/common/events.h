@@ -95,6 +95,10 @@ struct BlockEvent {
   return Status::Ok();
 }
 
+// The deepest position a block can have in its chain (base_block_idx + its index in the
+// event): the index keeps 24-bit depths (docs/limits.md).
+inline constexpr uint32_t kMaxBlockDepth = (1u << 24) - 1;
+
 // Checks the invariants that every producer of BlockEvents must meet, whatever its source:
 // block_size > 0, a non-empty holder id and model name; stored has seq_hashes or token_ids,
 // token_ids hold exactly BlockCount() complete blocks (and seq_hashes.size() blocks when
@@ -109,6 +113,13 @@ struct BlockEvent {
   if (event.context.model.empty()) return invalid("model_name", "must be a non-empty string");
   if (event.holder.id.empty()) return invalid("backend_id", "must be a non-empty string");
   KVATLAS_RETURN_IF_ERROR(LimitsOfBlockEvent(event, path));
+  if (event.base_block_idx &&
+      uint64_t{*event.base_block_idx} + event.BlockCount() > uint64_t{kMaxBlockDepth} + 1) {
+    return invalid("base_block_idx", std::to_string(*event.base_block_idx) + " + " +
+                                         std::to_string(event.BlockCount()) +
+                                         " blocks passes the deepest block position, " +
+                                         std::to_string(kMaxBlockDepth));
+  }
   switch (event.type) {
     case EventType::kStored:
       break;

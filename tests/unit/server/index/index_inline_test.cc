@@ -87,7 +87,7 @@ TEST_SUITE("Index inline copies") {
 
   TEST_CASE("refcounts past the inline field count exactly") {
     Index index;
-    constexpr int kStores = 5000;  // beyond the 12-bit inline refcount
+    constexpr int kStores = 5000;  // beyond the 4-bit inline refcount
     for (int i = 0; i < kStores; ++i) Apply(index, Store("a", Tier::kGpu, {7}));
     REQUIRE(index.Locate(7).size() == 1);
     CHECK(index.Locate(7)[0].refcount == kStores);
