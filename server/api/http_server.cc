@@ -125,7 +125,10 @@ HttpReply RunRoute(const Router& router, const Route& route, const httplib::Requ
 }  // namespace
 
 HttpServer::HttpServer(HttpServerOptions options, Router router, Metrics* metrics)
-    : options_(std::move(options)), router_(std::move(router)), metrics_(metrics) {
+    : options_(std::move(options)),
+      router_(std::move(router)),
+      metrics_(metrics),
+      limiter_(options_.max_connections, options_.max_connections_per_peer) {
   context_.max_header_bytes = options_.max_header_bytes;
   context_.max_body_bytes = options_.max_body_bytes;
   context_.request_timeout = options_.request_timeout;
@@ -212,24 +215,10 @@ Status HttpServer::Start() {
   return Status::Ok();
 }
 
-bool HttpServer::Admit(const std::string& peer) {
-  std::lock_guard lock(mu_);
-  if (connections_ >= options_.max_connections) return false;
-  size_t& mine = per_peer_[peer];
-  if (mine >= options_.max_connections_per_peer) {
-    if (mine == 0) per_peer_.erase(peer);
-    return false;
-  }
-  ++mine;
-  ++connections_;
-  return true;
-}
-
 void HttpServer::Release(const std::string& peer, uint64_t id) {
+  limiter_.Release(peer);
   std::lock_guard lock(mu_);
   live_.erase(id);
-  --connections_;
-  if (--per_peer_[peer] == 0) per_peer_.erase(peer);
   closed_cv_.notify_all();
 }
 
@@ -251,7 +240,7 @@ asio::awaitable<void> HttpServer::AsyncAccept() {
     const auto remote = socket.remote_endpoint(ec);
     if (ec) continue;  // already gone
     const std::string peer = remote.address().to_string();
-    if (!Admit(peer)) {
+    if (!limiter_.Admit(peer)) {
       Refuse(socket,
              "too many HTTP connections (http_max_connections " +
                  std::to_string(options_.max_connections) + ", http_max_connections_per_peer " +
@@ -304,7 +293,7 @@ void HttpServer::Stop() {
     // The last answers are being written: each is bounded by the write deadline.
     std::unique_lock lock(mu_);
     closed_cv_.wait_for(lock, options_.write_timeout + std::chrono::seconds(1),
-                        [this] { return connections_ == 0; });
+                        [this] { return limiter_.open() == 0; });
   }
   work_.reset();
   io_.stop();

@@ -37,6 +37,7 @@
 #include <string>
 #include <thread>
 
+#include "common/internal/connection_limiter.h"
 #include "common/internal/tls.h"
 #include "kvatlas/common/status.h"
 #include "server/api/http_connection.h"
@@ -94,8 +95,7 @@ class HttpServer {
   // exceptions.
   HttpReply Handle(const httplib::Request& request) const;
   boost::asio::awaitable<void> AsyncAccept();
-  // Counts a new connection from `peer`; false (nothing counted) past a cap.
-  bool Admit(const std::string& peer);
+  // Uncounts a connection from `peer` (limiter_) and forgets it (live_).
   void Release(const std::string& peer, uint64_t id);
 
   HttpServerOptions options_;
@@ -106,10 +106,9 @@ class HttpServer {
   std::thread thread_;
   uint16_t port_ = 0;
 
+  ConnectionLimiter limiter_;
   std::mutex mu_;  // guards the members below
   std::condition_variable closed_cv_;
-  size_t connections_ = 0;
-  std::map<std::string, size_t> per_peer_;
   std::map<uint64_t, std::weak_ptr<HttpConnection>> live_;
   uint64_t next_id_ = 0;
 

@@ -32,12 +32,31 @@ Result<tcp::endpoint> Resolve(asio::io_context& io, const std::string& host, uin
   return results.begin()->endpoint();
 }
 
+// Answers a connection past a cap with an `unavailable` error frame (id 0, kError) and
+// closes it, without blocking the accept loop: a client that does not read loses the
+// frame. A TLS client gets no frame (it expects a handshake) and sees the close.
+void Refuse(tcp::socket& socket, const std::string& why, bool tls) {
+  const Status status = Status::Unavailable(why);
+  std::string frame;
+  protocol::FrameHeader header;
+  header.type = protocol::MessageType::kError;
+  header.flags = protocol::kFlagResponse;
+  header.status = status.code();
+  protocol::AppendFrame(header, protocol::EncodeErrorPayload(status), &frame);
+  error_code ec;
+  socket.non_blocking(true, ec);
+  if (!ec && !tls) (void)socket.write_some(asio::buffer(frame), ec);
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
+}
+
 }  // namespace
 
 RpcServer::RpcServer(RpcServerOptions options, const Services* api)
     : options_(std::move(options)),
       handler_(api),
-      budget_(options_.max_buffered_bytes, api->metrics) {
+      budget_(options_.max_buffered_bytes, api->metrics),
+      limiter_(options_.max_connections, options_.max_connections_per_peer) {
   // Concurrency hint 1: each io_context is run by one thread, which lets Asio skip locking
   // on that thread's own queue (posts from other threads, e.g. the applier, stay safe).
   const size_t n = std::max<size_t>(1, options_.threads);
@@ -104,18 +123,33 @@ asio::awaitable<void> RpcServer::AsyncAccept() {
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);  // answers are small; never wait for ACKs
+    const auto remote = socket.remote_endpoint(ec);
+    if (ec) continue;  // already gone
+    const std::string peer = remote.address().to_string();
+    if (!limiter_.Admit(peer)) {
+      Refuse(socket,
+             "too many binary-protocol connections (rpc_max_connections " +
+                 std::to_string(options_.max_connections) + ", rpc_max_connections_per_peer " +
+                 std::to_string(options_.max_connections_per_peer) + ")",
+             options_.tls != nullptr);
+      continue;
+    }
     Metrics* metrics = handler_.api().metrics;
     uint64_t id = 0;
     {
       std::lock_guard lock(mu_);
-      if (!accepting_) co_return;
+      if (!accepting_) {
+        limiter_.Release(peer);
+        co_return;
+      }
       id = next_connection_id_++;
     }
     metrics->RpcConnectionOpened();
     auto connection = std::make_shared<RpcConnection>(
         std::move(socket), &handler_, &budget_, options_.connection,
-        [this, id, metrics] {
+        [this, id, metrics, peer] {
           metrics->RpcConnectionClosed();
+          limiter_.Release(peer);
           std::lock_guard lock(mu_);
           live_.erase(id);
           closed_cv_.notify_all();

@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/internal/connection_limiter.h"
 #include "common/internal/tls.h"
 #include "kvatlas/common/status.h"
 #include "server/rpc/rpc_buffer_budget.h"
@@ -52,6 +53,10 @@ struct RpcServerOptions {
   // How long Stop() lets connections answer their in-flight requests before it closes
   // them regardless.
   std::chrono::milliseconds shutdown_grace{5'000};
+  // Open connections, and open connections from one peer address; past either, a new
+  // connection gets an `unavailable` error frame naming the cap and is closed.
+  size_t max_connections = 2048;
+  size_t max_connections_per_peer = 256;
   // Serve TLS with its current context; null: plaintext. Not owned; outlives the server.
   const ReloadableTlsContext* tls = nullptr;
 };
@@ -88,7 +93,8 @@ class RpcServer {
 
   RpcServerOptions options_;
   RpcHandler handler_;
-  RpcBufferBudget budget_;  // outlives the connections (ios_ below)
+  RpcBufferBudget budget_;     // outlives the connections (ios_ below)
+  ConnectionLimiter limiter_;  // likewise: closing connections release into it
   uint16_t port_ = 0;
   bool stopped_ = false;
 

@@ -89,6 +89,10 @@ struct Config {
   // Requests one connection may have in flight (decoded, answer not yet written); past it
   // the server stops reading that connection until answers drain (backpressure).
   uint64_t rpc_max_in_flight = 1'024;
+  // Open binary-protocol connections, in all and per peer address; past either a new
+  // connection gets an `unavailable` error frame and is closed.
+  uint64_t rpc_max_connections = 2'048;
+  uint64_t rpc_max_connections_per_peer = 256;
   // Bytes all binary-protocol connections together may hold for incomplete frames larger
   // than 64 KiB; a connection waits (reading nothing) for its frame's share.
   uint64_t rpc_max_buffered_bytes = 256ull << 20;

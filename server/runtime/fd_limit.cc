@@ -13,7 +13,8 @@
 namespace kvatlas::server {
 
 uint64_t DescriptorsWanted(const Config& config) {
-  return config.http_max_connections + 4 * config.max_registrations + 1024;
+  return config.http_max_connections + config.rpc_max_connections + 4 * config.max_registrations +
+         1024;
 }
 
 void RaiseOpenFileLimit(const Config& config) {
@@ -37,7 +38,8 @@ void RaiseOpenFileLimit(const Config& config) {
   if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < wanted) {
     LogWarning("open file limit " + std::to_string(limit.rlim_cur) + " is below the " +
                std::to_string(wanted) +
-               " descriptors http_max_connections and max_registrations can use: past it, "
+               " descriptors http_max_connections, rpc_max_connections and max_registrations can "
+               "use: past it, "
                "connections are refused and registered streams show \"Too many open files\" "
                "(raise LimitNOFILE / ulimit -n, or lower those limits)");
   }

@@ -193,6 +193,8 @@ Status Server::Init() {
   rpc_options.threads = config_.rpc_threads;
   rpc_options.connection.max_frame_bytes = static_cast<uint32_t>(config_.rpc_max_frame_bytes);
   rpc_options.connection.max_in_flight = config_.rpc_max_in_flight;
+  rpc_options.max_connections = config_.rpc_max_connections;
+  rpc_options.max_connections_per_peer = config_.rpc_max_connections_per_peer;
   rpc_options.connection.frame_timeout = std::chrono::milliseconds(config_.rpc_frame_timeout_ms);
   rpc_options.max_buffered_bytes = static_cast<size_t>(config_.rpc_max_buffered_bytes);
   rpc_options.connection.idle_timeout = std::chrono::milliseconds(config_.rpc_idle_timeout_ms);

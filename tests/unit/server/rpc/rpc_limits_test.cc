@@ -1,10 +1,14 @@
 // RpcConnection's read limits over real loopback sockets, with an in-memory state machine:
 // a connection paused at max_in_flight resumes by decoding what it already buffered (it
-// must not wait for more bytes from a client that sent everything in one write).
+// must not wait for more bytes from a client that sent everything in one write); and the
+// listener's connection caps.
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server/rpc/rpc_server.h"
@@ -47,6 +51,57 @@ TEST_SUITE("RpcConnection limits") {
     }
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
     server.Stop();
+  }
+
+  // Past a cap the new connection reads one `unavailable` frame naming the caps, then EOF.
+  void CheckRefused(uint16_t port) {
+    testing::RawRpcConnection refused(port);
+    const protocol::Frame frame = refused.MustRead();
+    CHECK(frame.header.type == MessageType::kError);
+    CHECK(frame.header.status == StatusCode::kUnavailable);
+    CHECK(frame.payload.find("rpc_max_connections") != std::string::npos);
+    CHECK_FALSE(refused.Read().has_value());
+  }
+
+  // A ping answered on a fresh connection, within a few seconds (a closed connection's
+  // count is released on its io thread).
+  bool PingAnswered(uint16_t port) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < give_up) {
+      testing::RawRpcConnection c(port);
+      c.Send(MessageType::kPing, 9, "");
+      const std::optional<protocol::Frame> frame = c.Read();
+      if (frame && frame->header.type == MessageType::kPing) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  TEST_CASE("RpcServer: past the per-peer and total connection caps a connection is refused") {
+    testing::InMemoryServices s;
+    for (const bool per_peer : {true, false}) {
+      CAPTURE(per_peer);
+      RpcServerOptions options;
+      options.port = 0;
+      options.threads = 1;
+      options.max_connections = per_peer ? 100 : 2;
+      options.max_connections_per_peer = per_peer ? 2 : 100;
+      RpcServer server(options, &s.api);
+      REQUIRE(server.Start().ok());
+      auto a = std::make_unique<testing::RawRpcConnection>(server.port());
+      testing::RawRpcConnection b(server.port());
+      a->Send(MessageType::kPing, 1, "");
+      CHECK(a->MustRead().header.type == MessageType::kPing);
+      b.Send(MessageType::kPing, 2, "");
+      CHECK(b.MustRead().header.type == MessageType::kPing);
+      CheckRefused(server.port());
+      CheckRefused(server.port());  // a refusal holds no count
+      a.reset();                    // one closes: room for one again
+      CHECK(PingAnswered(server.port()));
+      b.Send(MessageType::kPing, 3, "");  // the admitted ones are served throughout
+      CHECK(b.MustRead().header.type == MessageType::kPing);
+      server.Stop();
+    }
   }
 }
 
