@@ -221,6 +221,19 @@ void Run(const Config& cfg, uint64_t target_entries) {
   std::printf("clear of one holder (%llu entries, %llu block records passed over): %.1f ms\n",
               static_cast<unsigned long long>(entries_before - index.Stats().entries),
               static_cast<unsigned long long>(st.blocks), clear_ms);
+
+  // A hundred holders going silent together (their leases expire in one batch): one pass.
+  std::vector<HolderKey> silent;
+  for (uint32_t h = 1; h <= 100 && h < cfg.holders; ++h) {
+    silent.push_back(HolderKey{"instance-" + std::to_string(h), 0});
+  }
+  const uint64_t entries_before_expiry = index.Stats().entries;
+  const auto e0 = Clock::now();
+  const size_t expired = index.ExpireHolders(silent, &mutations);
+  const double expiry_ms = std::chrono::duration<double, std::milli>(Clock::now() - e0).count();
+  std::printf("expiry of %zu holders in one batch (%llu entries): %.1f ms\n", expired,
+              static_cast<unsigned long long>(entries_before_expiry - index.Stats().entries),
+              expiry_ms);
 }
 
 // The longest lookup stall during ingest. The applying thread takes the write lock per

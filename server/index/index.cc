@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <optional>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "common/internal/log.h"
 #include "kvatlas/common/block_hasher.h"
@@ -20,13 +22,12 @@ struct Overloaded : Ts... {
 template <typename... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
-// Deletes the entries of `holder` (interned) in `context` (kNil = every context) and `tier`
-// (nullopt = every tier), ignoring refcounts: the one path of ClearCommand and
-// ExpireHolderCommand, which differ only in the cause they report. O(the holder's chained
-// copies), plus one pass over the block records when it holds inline copies.
+// Deletes the chained copies of `holder` (interned) in `context` (kNil = every context) and
+// `tier` (nullopt = every tier), ignoring refcounts: a walk of the holder's list, O(those
+// copies). Its inline copies are in no list: ClearInlineCopies finds them.
 // A template so that it can take the private Index::Impl without naming it.
 template <typename Impl>
-void DeleteHolderEntries(Impl& m, uint32_t holder, uint32_t context, std::optional<Tier> tier,
+void DeleteChainedCopies(Impl& m, uint32_t holder, uint32_t context, std::optional<Tier> tier,
                          MutationCause cause, MutationList* out) {
   uint32_t e = m.holders_[holder].head;
   while (e != kNil) {
@@ -39,7 +40,20 @@ void DeleteHolderEntries(Impl& m, uint32_t holder, uint32_t context, std::option
     if (context_ok && tier_ok) m.DeleteEntry(e, cause, out);
     e = next;
   }
-  if (m.holders_[holder].inline_entries > 0) m.ClearInlineCopies(holder, context, tier, cause, out);
+}
+
+// Deletes every copy of `holder` in `context` and `tier` as DeleteChainedCopies, ignoring
+// refcounts: the one path of ClearCommand (and of a single ExpireHolderCommand, which
+// differs only in the cause it reports). O(the holder's chained copies), plus one pass over
+// the block records when it holds inline copies.
+template <typename Impl>
+void DeleteHolderEntries(Impl& m, uint32_t holder, uint32_t context, std::optional<Tier> tier,
+                         MutationCause cause, MutationList* out) {
+  DeleteChainedCopies(m, holder, context, tier, cause, out);
+  if (m.holders_[holder].inline_entries == 0) return;
+  std::vector<bool> selected(m.holders_.size(), false);
+  selected[holder] = true;
+  m.ClearInlineCopies(selected, context, tier, cause, out);
 }
 
 }  // namespace
@@ -57,10 +71,7 @@ void Index::Apply(const Command& command, uint64_t seed, MutationList* out) {
                  // The StateMachine decides whether an expiry applies (its race guard); here
                  // it is a clear of everything the holder has, reported as expired.
                  [&](const ExpireHolderCommand& c) {
-                   const uint32_t holder = impl_->FindHolder(c.holder);
-                   if (holder == kNil) return;
-                   DeleteHolderEntries(*impl_, holder, kNil, std::nullopt, MutationCause::kExpired,
-                                       out);
+                   (void)ExpireHolders(std::span<const HolderKey>(&c.holder, 1), out);
                  },
                  // Registry commands are the StateMachine's; they never reach the Index.
                  [](const RegisterCommand&) {},
@@ -69,6 +80,25 @@ void Index::Apply(const Command& command, uint64_t seed, MutationList* out) {
                  [](const ForgetServerCommand&) {},
              },
              command);
+}
+
+size_t Index::ExpireHolders(std::span<const HolderKey> holders, MutationList* out) {
+  Impl& m = *impl_;
+  size_t expired = 0;
+  std::vector<bool> selected;  // holders whose inline copies the pass deletes
+  for (const HolderKey& key : holders) {
+    const uint32_t holder = m.FindHolder(key);
+    if (holder == kNil || m.holders_[holder].entries == 0) continue;
+    ++expired;
+    DeleteChainedCopies(m, holder, kNil, std::nullopt, MutationCause::kExpired, out);
+    if (m.holders_[holder].inline_entries == 0) continue;
+    selected.resize(m.holders_.size(), false);
+    selected[holder] = true;
+  }
+  if (!selected.empty()) {
+    m.ClearInlineCopies(selected, kNil, std::nullopt, MutationCause::kExpired, out);
+  }
+  return expired;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -249,19 +279,24 @@ void Index::Impl::UnlinkFromHolder(uint32_t e) {
   if (rec.holder_next != kNil) entries_[rec.holder_next].holder_prev = rec.holder_prev;
 }
 
-void Index::Impl::ClearInlineCopies(uint32_t holder, uint32_t context, std::optional<Tier> tier,
-                                    MutationCause cause, MutationList* out) {
+void Index::Impl::ClearInlineCopies(const std::vector<bool>& holders, uint32_t context,
+                                    std::optional<Tier> tier, MutationCause cause,
+                                    MutationList* out) {
   // Ids below allocated() are initialised; a freed record has copy == kNil (its copies were
-  // deleted first), so it never matches. Deleting a copy frees at most its own block.
+  // deleted first), so it never matches. Deleting a copy frees at most its own block. Stops
+  // once the selected holders have no inline copy left (without filters, that is when the
+  // last one is deleted).
+  uint64_t left = 0;
+  for (uint32_t h = 0; h < holders.size(); ++h) left += holders[h] ? holders_[h].inline_entries : 0;
   const uint32_t end = blocks_.allocated();
-  const HolderRec& h = holders_[holder];
-  for (uint32_t b = 0; b < end && h.inline_entries > 0; ++b) {
+  for (uint32_t b = 0; b < end && left > 0; ++b) {
     const BlockRec& block = blocks_[b];
-    if (block.copy != holder || block.chained()) continue;
+    if (block.copy >= holders.size() || !holders[block.copy] || block.chained()) continue;
     if (context != kNil && block.context != context) continue;
     const uint32_t c = b | kInlineCopy;
     if (tier && TierOf(c) != static_cast<uint8_t>(*tier)) continue;
     DeleteEntry(c, cause, out);
+    --left;
   }
 }
 

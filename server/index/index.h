@@ -115,6 +115,11 @@ class Index final : public RecordLoader {
   // `seed` is the standard hasher seed, for KeyMode::kLocal chaining.
   void Apply(const Command& command, uint64_t seed, MutationList* out);
 
+  // Applies an ExpireHolderCommand for each of `holders` at once (cause kExpired), with one
+  // pass over the block records for all their inline copies instead of one pass each (a
+  // pass is ~100 ms at 50M blocks). Returns how many of them had entries.
+  size_t ExpireHolders(std::span<const HolderKey> holders, MutationList* out);
+
   // RecordLoader (server/model/record_loader.h): boot-time loading from storage, in the
   // order that interface states. New blocks get stamps after the largest loaded one.
   Status LoadContext(uint32_t id, const ContextKey& key) override;

@@ -270,10 +270,11 @@ class Index::Impl {
   // Links chained copy e at the head of its holder's list / unlinks it.
   void LinkToHolder(uint32_t e);
   void UnlinkFromHolder(uint32_t e);
-  // Deletes the inline copies of `holder` in `context` (kNil: any) and `tier` (nullopt: any):
-  // one pass over the block records, since inline copies are in no holder list.
-  void ClearInlineCopies(uint32_t holder, uint32_t context, std::optional<Tier> tier,
-                         MutationCause cause, MutationList* out);
+  // Deletes the inline copies of the holders selected in `holders` (indexed by holder id)
+  // in `context` (kNil: any) and `tier` (nullopt: any): one pass over the block records,
+  // since inline copies are in no holder list.
+  void ClearInlineCopies(const std::vector<bool>& holders, uint32_t context,
+                         std::optional<Tier> tier, MutationCause cause, MutationList* out);
   // Whether the record or stamp limits leave no room for one more store (docs/limits.md).
   bool Full() const;
   // Logs, the first time a store is dropped for it, which limit dropped it.

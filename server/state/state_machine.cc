@@ -204,9 +204,18 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
   }
   bool registry_changed = false;
   const HolderKey* last_holder = nullptr;
-  for (const Command& command : batch.commands) {
-    if (const auto* expire = std::get_if<ExpireHolderCommand>(&command)) {
-      ApplyExpire(*expire);
+  for (size_t i = 0; i < batch.commands.size(); ++i) {
+    const Command& command = batch.commands[i];
+    if (std::holds_alternative<ExpireHolderCommand>(command)) {
+      // A run of expiries (the lease checker proposes every due one in one batch) is
+      // applied together: one pass over the index's block records for all of them.
+      size_t end = i + 1;
+      while (end < batch.commands.size() &&
+             std::holds_alternative<ExpireHolderCommand>(batch.commands[end])) {
+        ++end;
+      }
+      ApplyExpiries(std::span<const Command>(batch.commands).subspan(i, end - i));
+      i = end - 1;
       continue;
     }
     if (const auto* reg = std::get_if<RegisterCommand>(&command)) {
@@ -259,24 +268,31 @@ void StateMachine::NoteActivity(const HolderKey& holder, const HolderKey** last,
   activity.applied_at = now;
 }
 
-void StateMachine::ApplyExpire(const ExpireHolderCommand& c) {
-  // Both checks read replicated state only (the activity map's revisions are derived from
-  // the log), so every replica decides alike; docs/leases.md §Race guard has the one case
-  // where a replica's history is too short to know.
-  const auto activity = activity_.find(c.holder);
-  const bool came_back =
-      activity != activity_.end() && activity->second.revision > c.last_activity_revision;
-  const bool registered = std::any_of(
-      registry_.registrations.begin(), registry_.registrations.end(), [&c](const auto& entry) {
-        return entry.second.instance_id == c.holder.id && entry.second.dp_rank == c.holder.dp_rank;
-      });
-  if (came_back || registered) {
-    counters_[kExpiriesSkipped].fetch_add(1, std::memory_order_relaxed);
-    return;
+void StateMachine::ApplyExpiries(std::span<const Command> expiries) {
+  std::vector<HolderKey> due;
+  due.reserve(expiries.size());
+  for (const Command& command : expiries) {
+    const auto& c = std::get<ExpireHolderCommand>(command);
+    // Both checks read replicated state only (the activity map's revisions are derived
+    // from the log), so every replica decides alike; docs/leases.md §Race guard has the
+    // one case where a replica's history is too short to know.
+    const auto activity = activity_.find(c.holder);
+    const bool came_back =
+        activity != activity_.end() && activity->second.revision > c.last_activity_revision;
+    const bool registered = std::any_of(registry_.registrations.begin(),
+                                        registry_.registrations.end(), [&c](const auto& entry) {
+                                          return entry.second.instance_id == c.holder.id &&
+                                                 entry.second.dp_rank == c.holder.dp_rank;
+                                        });
+    if (came_back || registered) {
+      counters_[kExpiriesSkipped].fetch_add(1, std::memory_order_relaxed);
+    } else {
+      due.push_back(c.holder);
+    }
   }
-  const size_t before = scratch_.size();
-  index_.Apply(c, options_.hash_seed, &scratch_);
-  if (scratch_.size() > before) counters_[kHoldersExpired].fetch_add(1, std::memory_order_relaxed);
+  if (due.empty()) return;
+  const size_t expired = index_.ExpireHolders(due, &scratch_);
+  counters_[kHoldersExpired].fetch_add(expired, std::memory_order_relaxed);
 }
 
 void StateMachine::ApplyRegister(const RegisterCommand& c) {

@@ -186,7 +186,9 @@ class StateMachine final : public LogStateMachine {
   // (nullptr at first), so a batch of one holder's events costs one map update.
   void NoteActivity(const HolderKey& holder, const HolderKey** last, Revision revision,
                     std::chrono::steady_clock::time_point now);
-  void ApplyExpire(const ExpireHolderCommand& c);
+  // A run of ExpireHolderCommands (the alternatives of `expiries`), each checked by the race
+  // guard, the due ones applied together (Index::ExpireHolders).
+  void ApplyExpiries(std::span<const Command> expiries);
   void ApplyRegister(const RegisterCommand& c);
   void ApplyUnregister(const UnregisterCommand& c);
   void ApplyAnnounce(const AnnounceCommand& c);
@@ -204,7 +206,7 @@ class StateMachine final : public LogStateMachine {
   MutationList scratch_;
   // Holder activity since activity_since_ (guarded by mu_). Deterministic apart from the
   // times: every replica that applied the same entries since the same point has the same
-  // revisions, which is what ApplyExpire's race guard reads.
+  // revisions, which is what ApplyExpiries' race guard reads.
   HolderActivityMap activity_;
   Revision activity_since_ = 0;
   std::atomic<uint64_t> counters_[14] = {};

@@ -132,6 +132,32 @@ TEST_SUITE("Index block record") {
     CHECK(index.Lookup(kCtx, std::vector<uint64_t>{1, 2}).blocks_found == 0);
   }
 
+  TEST_CASE("expiring several holders at once deletes exactly theirs, inline and chained") {
+    Index index;
+    for (int h = 0; h < 6; ++h) {
+      std::vector<uint64_t> keys;
+      for (uint64_t k = 0; k < 50; ++k) keys.push_back(1000 * (h + 1) + k);
+      Apply(index, Store("h" + std::to_string(h), Tier::kGpu, keys));
+    }
+    Apply(index, Store("h1", Tier::kCpu, {5000, 5001}));  // h4's blocks turn chained
+    Apply(index, Store("h0", Tier::kGpu, {2000}));        // h1's first block, chained
+    const std::vector<HolderKey> due = {{"h0", 0}, {"h1", 0}, {"h3", 0}, {"nobody", 0}};
+    MutationList out;
+    CHECK(index.ExpireHolders(due, &out) == 3);
+    for (const Mutation& m : out) CHECK(m.cause == MutationCause::kExpired);
+    CHECK(EntriesOf(index, "h0") == 0);
+    CHECK(EntriesOf(index, "h1") == 0);
+    CHECK(EntriesOf(index, "h3") == 0);
+    for (const char* kept : {"h2", "h4", "h5"}) {
+      CAPTURE(kept);
+      CHECK(EntriesOf(index, kept) == 50);
+    }
+    CHECK(index.Stats().entries == 150);
+    CHECK(index.Stats().blocks == 150);
+    CHECK(index.Locate(5000).size() == 1);       // h4's, its h1 copy gone
+    CHECK(index.ExpireHolders(due, &out) == 0);  // nothing left to expire
+  }
+
   TEST_CASE("blocks deeper than 24 bits are dropped; shallower ones of the store stay") {
     Index index;
     StoreCommand c = Store("a", Tier::kGpu, {1, 2, 3, 4});

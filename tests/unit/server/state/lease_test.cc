@@ -128,6 +128,27 @@ TEST_SUITE("Leases") {
     }
   }
 
+  TEST_CASE("Expire: a batch of expiries applies each one's guard, the due ones together") {
+    StateMachine machine({}, nullptr);
+    const HolderKey c{"c", 0};
+    ApplyOne(machine, Store(kA, {1, 2}));
+    ApplyOne(machine, Store(c, {2}, Tier::kCpu));  // block 2 chained: A's copy and C's
+    const Revision seen = ApplyOne(machine, Store(kB, {7}));
+    ApplyOne(machine, Store(kB, {8}));  // B came back after `seen`
+    CommandBatch batch;
+    batch.commands.emplace_back(ExpireHolderCommand{kA, seen});
+    batch.commands.emplace_back(ExpireHolderCommand{kB, seen});
+    batch.commands.emplace_back(ExpireHolderCommand{c, seen});
+    batch.commands.emplace_back(ExpireHolderCommand{{"never-seen", 0}, seen});
+    batch.commands.emplace_back(Store(kA, {3}).commands.front());  // after the run: kept
+    ApplyOne(machine, batch);
+    CHECK(EntriesOf(machine, kA) == 1);
+    CHECK(EntriesOf(machine, kB) == 2);
+    CHECK(EntriesOf(machine, c) == 0);
+    CHECK(machine.counters().holders_expired == 2);   // A and C
+    CHECK(machine.counters().expiries_skipped == 1);  // B
+  }
+
   TEST_CASE("Expire: holders of registered publishers are exempt") {
     StateMachine machine({}, nullptr);
     CommandBatch reg;
