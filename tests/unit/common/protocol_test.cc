@@ -52,7 +52,8 @@ class Gen : public testing::RandomContent {
     }
     if (e.type == EventType::kCleared) return e;
     e.seq_hashes = Hashes(e.type == EventType::kRemoved ? 1 + Below(6) : Below(6));
-    if (Chance(2)) e.base_block_idx = U32();
+    // Any position that leaves room for the event's blocks (ValidateBlockEvent).
+    if (Chance(2)) e.base_block_idx = U32() % (kMaxBlockDepth - 16);
     if (e.type == EventType::kRemoved) return e;
     if (Chance(2)) e.parent_hash = U64();
     size_t blocks = e.seq_hashes.size();
