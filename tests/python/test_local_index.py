@@ -67,6 +67,13 @@ def test_local_index_converges_with_the_server(client, server):
         assert stats.records_applied > 0 and stats.snapshots_loaded >= 2
         assert stats.state == "synced"
         assert stats.last_error_code == "" and stats.last_error == ""
+        status = {s.context.lora_name: s for s in index.context_status()}
+        assert set(status) == {CTX.lora_name, OTHER.lora_name}
+        for s in status.values():
+            assert s.state == "synced" and s.failures == 0 and s.last_error_code == ""
+            assert s.buffered_records == 0 and s.buffered_bytes == 0
+        assert status[CTX.lora_name].snapshot_revision >= 1
+        assert status[CTX.lora_name].snapshot_copies > 0
 
         with pytest.raises(kvatlas.Error) as e:
             index.lookup(kvatlas.Context("unknown", 4), [1, 2])

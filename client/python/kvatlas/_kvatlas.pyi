@@ -220,6 +220,18 @@ class LocalIndexStats:
     last_error_code: str  # "" when no attempt failed since the last sync
     last_error: str
 
+class LocalIndexContextStatus:
+    context: Context
+    state: str  # connecting | loading_snapshot | synced | retrying
+    snapshot_revision: int
+    snapshot_copies: int
+    buffered_records: int
+    buffered_bytes: int
+    buffered_through: int
+    failures: int
+    last_error_code: str  # "" when no attempt failed since the context's last sync
+    last_error: str
+
 class BlockHasher:
     seed: int
     def __init__(self, seed: int = ...) -> None: ...
@@ -328,6 +340,7 @@ class LocalIndex:
     def lookup(self, context: Context, hashes: Optional[Ints] = None, *,
                tokens: Optional[Ints] = None, instance_id: str = "") -> LookupAnswer: ...
     def stats(self) -> LocalIndexStats: ...
+    def context_status(self) -> List[LocalIndexContextStatus]: ...
     def close(self) -> None: ...
     def __enter__(self) -> LocalIndex: ...
     def __exit__(self, *args: Any) -> None: ...

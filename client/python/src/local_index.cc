@@ -115,6 +115,10 @@ void DefineLocalIndexClass(py::module_& m) {
       .def(
           "stats", [](const PyLocalIndex& self) { return self.Get()->Stats(); },
           "Revision, sync state, staleness, sizes and counters of the replica.")
+      .def(
+          "context_status", [](const PyLocalIndex& self) { return self.Get()->ContextStatus(); },
+          "Each replicated context's sync state: state, the snapshot loading or last loaded "
+          "(revision, copies), the feed buffered meanwhile, the last error and failures.")
       .def("close", &PyLocalIndex::Close, "Stops following; later calls raise unavailable.")
       .def("__enter__", [](PyLocalIndex& self) -> PyLocalIndex& { return self; })
       .def("__exit__", [](PyLocalIndex& self, const py::args&) { self.Close(); });

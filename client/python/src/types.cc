@@ -406,6 +406,28 @@ void DefineCopiesAndFeed(py::module_& m) {
       .def_property_readonly(
           "last_error", [](const LocalIndexStats& s) { return s.last_error.message(); },
           "The most recent failed attempt's message, '' when none.");
+
+  using ContextStatus = LocalIndexContextStatus;
+  py::class_<ContextStatus>(m, "LocalIndexContextStatus")
+      .def_readonly("context", &ContextStatus::context)
+      .def_property_readonly(
+          "state", [](const ContextStatus& s) { return std::string(LocalIndexStateName(s.state)); },
+          "connecting, loading_snapshot, synced or retrying.")
+      .def_readonly("snapshot_revision", &ContextStatus::snapshot_revision)
+      .def_readonly("snapshot_copies", &ContextStatus::snapshot_copies)
+      .def_readonly("buffered_records", &ContextStatus::buffered_records)
+      .def_readonly("buffered_bytes", &ContextStatus::buffered_bytes)
+      .def_readonly("buffered_through", &ContextStatus::buffered_through)
+      .def_readonly("failures", &ContextStatus::failures)
+      .def_property_readonly(
+          "last_error_code",
+          [](const ContextStatus& s) {
+            return s.last_error.ok() ? std::string() : std::string(WireNameOf(s.last_error.code()));
+          },
+          "The last failed attempt's code for this context, '' when none since its sync.")
+      .def_property_readonly(
+          "last_error", [](const ContextStatus& s) { return s.last_error.message(); },
+          "The last failed attempt's message, '' when none.");
 }
 
 }  // namespace
