@@ -309,6 +309,11 @@ void DefineEvents(py::module_& m) {
       .def_readonly("ttl_seconds", &HeartbeatAnswer::ttl_seconds);
 }
 
+// A failed attempt's wire code ("unauthenticated", ...), '' for OK.
+std::string ErrorCodeName(const Status& status) {
+  return status.ok() ? std::string() : std::string(WireNameOf(status.code()));
+}
+
 void DefineCopiesAndFeed(py::module_& m) {
   WithEq(
       py::class_<BlockCopy>(m, "BlockCopy", "One copy of a block: holder, tier, depth, location."))
@@ -398,10 +403,7 @@ void DefineCopiesAndFeed(py::module_& m) {
           [](const LocalIndexStats& s) { return std::string(LocalIndexStateName(s.state)); },
           "The least advanced context's state: connecting, loading_snapshot, synced, retrying.")
       .def_property_readonly(
-          "last_error_code",
-          [](const LocalIndexStats& s) {
-            return s.last_error.ok() ? std::string() : std::string(WireNameOf(s.last_error.code()));
-          },
+          "last_error_code", [](const LocalIndexStats& s) { return ErrorCodeName(s.last_error); },
           "The most recent failed attempt's code (e.g. unauthenticated), '' when none.")
       .def_property_readonly(
           "last_error", [](const LocalIndexStats& s) { return s.last_error.message(); },
@@ -420,10 +422,7 @@ void DefineCopiesAndFeed(py::module_& m) {
       .def_readonly("buffered_through", &ContextStatus::buffered_through)
       .def_readonly("failures", &ContextStatus::failures)
       .def_property_readonly(
-          "last_error_code",
-          [](const ContextStatus& s) {
-            return s.last_error.ok() ? std::string() : std::string(WireNameOf(s.last_error.code()));
-          },
+          "last_error_code", [](const ContextStatus& s) { return ErrorCodeName(s.last_error); },
           "The last failed attempt's code for this context, '' when none since its sync.")
       .def_property_readonly(
           "last_error", [](const ContextStatus& s) { return s.last_error.message(); },
