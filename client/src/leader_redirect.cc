@@ -129,8 +129,18 @@ void LeaderRedirector::RetryLater(std::shared_ptr<Call> call, Status not_leader)
       return;
     }
     // A new call through the client's own path (the remembered leader, else the
-    // configured endpoints), with what is left of the deadline and fresh hops.
-    origin_->Call(call->type, call->payload, TimeoutUntil(call->deadline), std::move(call->done));
+    // configured endpoints), with what is left of the deadline and fresh hops. If that
+    // attempt runs out of time it reports why it was made: no leader was known (a loaded
+    // client or server can take the retry's last milliseconds).
+    Client::Impl::Done done = [done = std::move(call->done),
+                               not_leader](Result<protocol::Frame> frame) {
+      if (!frame.has_value() && frame.error().code() == StatusCode::kDeadlineExceeded) {
+        done(not_leader.WithContext("no leader was known within the call's deadline"));
+        return;
+      }
+      done(std::move(frame));
+    };
+    origin_->Call(call->type, call->payload, TimeoutUntil(call->deadline), std::move(done));
   });
   lock.unlock();
   cv_.notify_one();

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvatlas/client/client.h"
@@ -225,6 +226,21 @@ TEST_SUITE("LeaderRedirect") {
     CHECK(unknown_requests <= 500 / 25 + 1);  // kNoLeaderRetryDelay 25 ms
     CHECK(took >= std::chrono::milliseconds(400));
     CHECK(took < std::chrono::milliseconds(1500));
+  }
+
+  TEST_CASE("Client: a resent call that outlives the deadline after not_leader fails not_leader") {
+    // The first answer names no leader; the resent call's answer comes after the deadline.
+    std::atomic<int> requests{0};
+    FakeServer slow([&](Frame request) {
+      if (++requests >= 2) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      return FakeServer::Action{{NotLeader(request, {0, ""})}};
+    });
+    auto client = ConnectTo(slow.endpoint());
+    const Result<IngestAnswer> answer = client->Ingest({Event()}, std::chrono::milliseconds(200));
+    REQUIRE_FALSE(answer.has_value());
+    CHECK(answer.error().code() == StatusCode::kNotLeader);
+    CHECK(answer.error().message().find("no leader was known") != std::string::npos);
+    CHECK(requests >= 2);
   }
 
   TEST_CASE("Client: an unreachable leader fails the call within its deadline") {
