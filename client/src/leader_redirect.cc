@@ -18,6 +18,11 @@ Client::Timeout TimeoutUntil(LeaderRedirector::Clock::time_point deadline) {
       Client::Timeout(1));
 }
 
+// How a call fails when its deadline passed while no server named a leader.
+Status NoLeaderKnown(const Status& not_leader) {
+  return not_leader.WithContext("no leader was known within the call's deadline");
+}
+
 }  // namespace
 
 LeaderRedirector::LeaderRedirector(ClientOptions options, Client::Impl* origin)
@@ -120,7 +125,7 @@ void LeaderRedirector::RetryLater(std::shared_ptr<Call> call, Status not_leader)
   if (!call->sent_to.empty() && known_leader_ == call->sent_to) known_leader_.clear();
   if (stopping_ || at >= call->deadline) {
     lock.unlock();
-    call->done(not_leader.WithContext("no leader was known within the call's deadline"));
+    call->done(NoLeaderKnown(not_leader));
     return;
   }
   queue_.emplace(at, [this, call, not_leader = std::move(not_leader)](bool run) {
@@ -135,7 +140,7 @@ void LeaderRedirector::RetryLater(std::shared_ptr<Call> call, Status not_leader)
     Client::Impl::Done done = [done = std::move(call->done),
                                not_leader](Result<protocol::Frame> frame) {
       if (!frame.has_value() && frame.error().code() == StatusCode::kDeadlineExceeded) {
-        done(not_leader.WithContext("no leader was known within the call's deadline"));
+        done(NoLeaderKnown(not_leader));
         return;
       }
       done(std::move(frame));
