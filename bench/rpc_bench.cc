@@ -229,8 +229,20 @@ uint64_t JsonNumber(const std::string& json, std::string_view after, std::string
   return std::strtoull(json.c_str() + at + key.size() + 3, nullptr, 10);
 }
 
+uint64_t VmRssKib(long pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  uint64_t rss_kib = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) rss_kib = std::strtoull(line.c_str() + 6, nullptr, 10);
+  }
+  return rss_kib;
+}
+
 // The server's resident set (VmRSS) against its index's own accounting (GET /v1/stats),
-// after an ingest: what docs/operations.md §Sizing is made of.
+// after an ingest: what docs/operations.md §Sizing is made of. Twice: once the server is
+// quiet, and settled, 65 s later: the server gives malloc's free memory back to the system
+// at most once a minute (its malloc-trim thread), and a snapshot the ingest brought due may
+// still be writing at the first.
 int PrintServerMemory(const std::string& http, long pid) {
   const size_t colon = http.rfind(':');
   httplib::Client rest(http.substr(0, colon), std::atoi(http.c_str() + colon + 1));
@@ -241,23 +253,23 @@ int PrintServerMemory(const std::string& http, long pid) {
   }
   const uint64_t entries = JsonNumber(stats->body, "\"index\"", "entries");
   const uint64_t index_bytes = JsonNumber(stats->body, "\"index\"", "memory_bytes");
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  uint64_t rss_kib = 0;
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) rss_kib = std::strtoull(line.c_str() + 6, nullptr, 10);
-  }
-  if (entries == 0 || index_bytes == 0 || rss_kib == 0) {
+  if (entries == 0 || index_bytes == 0 || VmRssKib(pid) == 0) {
     std::fprintf(stderr, "no entries, index memory or VmRSS to report\n");
     return 1;
   }
-  const double rss = static_cast<double>(rss_kib) * 1024;
   const double n = static_cast<double>(entries);
-  std::printf(
-      "server memory: %llu entries; index %.1f B/entry (%.0f MB); RSS %.1f B/entry (%.0f MB); "
-      "RSS / index %.3f; outside the index %.0f MB\n",
-      static_cast<unsigned long long>(entries), static_cast<double>(index_bytes) / n,
-      static_cast<double>(index_bytes) / 1e6, rss / n, rss / 1e6,
-      rss / static_cast<double>(index_bytes), (rss - static_cast<double>(index_bytes)) / 1e6);
+  const double index = static_cast<double>(index_bytes);
+  std::printf("server memory: %llu entries; index %.1f B/entry (%.0f MB)\n",
+              static_cast<unsigned long long>(entries), index / n, index / 1e6);
+  const auto print_rss = [&](const char* when) {
+    const double rss = static_cast<double>(VmRssKib(pid)) * 1024;
+    std::printf("  %-8s RSS %.1f B/entry (%.0f MB); RSS / index %.3f; outside the index %.0f MB\n",
+                when, rss / n, rss / 1e6, rss / index, (rss - index) / 1e6);
+    std::fflush(stdout);
+  };
+  print_rss("quiet:");
+  std::this_thread::sleep_for(std::chrono::seconds(65));
+  print_rss("settled:");
   return 0;
 }
 

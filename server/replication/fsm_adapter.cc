@@ -8,7 +8,9 @@ extern "C" {
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "common/internal/chunked_bytes.h"
 #include "common/internal/log.h"
 
 namespace kvatlas::server {
@@ -101,23 +103,28 @@ int FsmAdapter::SnapshotAsync(struct raft_fsm* fsm, struct raft_buffer* bufs[], 
 
 int FsmAdapter::Serialize(struct raft_buffer* bufs[], unsigned* n) {
   if (!capture_) return RAFT_IOERR;
-  Result<std::string> bytes = capture_->Serialize();
-  if (!bytes.has_value()) {
-    LogWarning("snapshot: " + bytes.error().ToString());
-    return RAFT_IOERR;
+  // libraft writes a taken snapshot from any number of buffers (and reads one back whole),
+  // so the serialisation goes straight into raft_malloc'd chunks: the state is in memory
+  // once, not once as a string and again as libraft's copy of it.
+  ChunkedBytes chunks(kSnapshotChunkBytes, &raft_malloc, &raft_free);
+  const Status s = capture_->SerializeInto(&chunks);
+  if (!s.ok()) {
+    LogWarning("snapshot: " + s.ToString());
+    return s.code() == StatusCode::kResourceExhausted ? RAFT_NOMEM : RAFT_IOERR;
   }
-  auto* array = static_cast<struct raft_buffer*>(raft_malloc(sizeof(struct raft_buffer)));
-  void* base = raft_malloc(bytes->empty() ? 1 : bytes->size());
-  if (array == nullptr || base == nullptr) {
-    raft_free(array);
-    raft_free(base);
-    return RAFT_NOMEM;
+  // Never empty: the encoding starts with a header. Allocated before the chunks are taken,
+  // so that a failure here still frees them.
+  auto* array = static_cast<struct raft_buffer*>(
+      raft_malloc(chunks.chunks().size() * sizeof(struct raft_buffer)));
+  if (array == nullptr) return RAFT_NOMEM;
+  last_snapshot_bytes_.store(chunks.size(), std::memory_order_relaxed);
+  const std::vector<ChunkedBytes::Chunk> taken = chunks.Take();
+  for (size_t i = 0; i < taken.size(); ++i) {
+    array[i].base = taken[i].data;
+    array[i].len = taken[i].size;
   }
-  std::memcpy(base, bytes->data(), bytes->size());
-  array[0].base = base;
-  array[0].len = bytes->size();
   *bufs = array;
-  *n = 1;
+  *n = static_cast<unsigned>(taken.size());
   return 0;
 }
 
@@ -142,6 +149,7 @@ int FsmAdapter::SnapshotFinalize(struct raft_fsm* fsm, struct raft_buffer* bufs[
 void FsmAdapter::ReadSnapshotMetrics(LogMetrics* out) const {
   out->snapshots_taken = snapshots_taken_.load(std::memory_order_relaxed);
   out->snapshot_duration = snapshot_duration_.Read();
+  out->last_snapshot_bytes = last_snapshot_bytes_.load(std::memory_order_relaxed);
   out->snapshots_restored = snapshots_restored_.load(std::memory_order_relaxed);
   out->restore_duration = restore_duration_.Read();
 }

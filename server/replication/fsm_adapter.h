@@ -75,8 +75,13 @@ class FsmAdapter {
   static int SnapshotAsync(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n);
   static int SnapshotFinalize(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n);
   static int Restore(struct raft_fsm* fsm, struct raft_buffer* buf);
-  // Serialises capture_ into one raft_malloc'd buffer.
+  // Serialises capture_ into raft_malloc'd buffers of kSnapshotChunkBytes.
   int Serialize(struct raft_buffer* bufs[], unsigned* n);
+
+  // Past glibc's largest mmap threshold (32 MiB), so every chunk is its own mapping and
+  // goes back to the system when libraft frees it: smaller chunks come from the heap once
+  // glibc's threshold has risen to them, and stay in the process until a malloc_trim.
+  static constexpr size_t kSnapshotChunkBytes = 64 << 20;
 
   LogStateMachine* machine_;
   bool async_;
@@ -90,6 +95,7 @@ class FsmAdapter {
   std::chrono::steady_clock::time_point snapshot_started_;  // loop thread
   std::atomic<uint64_t> snapshots_taken_{0};
   std::atomic<uint64_t> snapshots_restored_{0};
+  std::atomic<uint64_t> last_snapshot_bytes_{0};
   Histogram snapshot_duration_;
   Histogram restore_duration_;
 };

@@ -23,6 +23,8 @@ namespace kvatlas::server {
 namespace {
 
 constexpr uint64_t kStatusRefreshMs = 50;
+// RaftOptions::snapshot_log_bytes: the log may hold this fraction of the last snapshot.
+constexpr size_t kSnapshotLogFraction = 16;
 
 std::string RaftError(int rv) { return std::string(raft_strerror(rv)); }
 
@@ -349,6 +351,9 @@ class RaftLog::Loop {
     // FSM with async snapshots (fixed upstream in v0.17.1).
     io_.version = 2;
     raft_uv_set_segment_size(&io_, o.segment_bytes);
+    // LZ4 would compress a snapshot into a second buffer as large as the snapshot, for
+    // records that are mostly hashes: written as they are.
+    raft_uv_set_snapshot_compression(&io_, false);
     if ((rv = raft_init(&raft_, &io_, fsm_.fsm(), o.id, o.address.c_str())) != 0) {
       const std::string message = raft_errmsg(&raft_);
       raft_uv_close(&io_);
@@ -417,7 +422,9 @@ class RaftLog::Loop {
 
   // RaftOptions::snapshot_log_bytes: libraft 0.15 has no "snapshot now" call, so past the
   // budget the threshold drops to 1 (a snapshot at the next applied entry) and, once that
-  // snapshot is written, returns to snapshot_threshold.
+  // snapshot is written, returns to snapshot_threshold. The budget grows with the state
+  // (kSnapshotLogFraction of the last snapshot): each snapshot writes the whole state, so
+  // snapshotting a large state every snapshot_log_bytes would rewrite it ever more often.
   void CompactIfLogIsLarge() {
     const RaftOptions& o = owner_->options_;
     if (o.snapshot_log_bytes == 0 || compacting_early_ || closing_) return;
@@ -430,8 +437,10 @@ class RaftLog::Loop {
       raft_set_snapshot_trailing(&raft_, o.snapshot_trailing);
       return;
     }
-    const LogHeld held = MeasureLogHeld(o.snapshot_trailing, o.snapshot_log_bytes / 4);
-    if (held.bytes < o.snapshot_log_bytes) return;
+    const size_t budget =
+        std::max<size_t>(o.snapshot_log_bytes, metrics.last_snapshot_bytes / kSnapshotLogFraction);
+    const LogHeld held = MeasureLogHeld(o.snapshot_trailing, budget / 4);
+    if (held.bytes < budget) return;
     compacting_for_bytes_ = true;
     snapshots_before_compaction_ = metrics.snapshots_taken;
     raft_set_snapshot_threshold(&raft_, 1);

@@ -50,8 +50,11 @@ struct RaftOptions {
   // Bytes of entry data libraft may hold in memory (its log since the last snapshot, plus
   // the trailing entries) before a snapshot is taken regardless of snapshot_threshold: a
   // bulk ingest applies few, large entries, so counting entries alone bounds no memory.
-  // Such a snapshot keeps at most snapshot_trailing entries and snapshot_log_bytes / 4 of
-  // them. Checked every 50 ms; the snapshot follows at the next applied entry. 0 = off.
+  // The budget is the larger of this and 1/16 of the last snapshot's size: a snapshot
+  // rewrites the whole state, so its cost stays within 16 times the log's own bytes however
+  // large the state grows. Such a snapshot keeps at most snapshot_trailing entries and a
+  // quarter of the budget of them. Checked every 50 ms; the snapshot follows at the next
+  // applied entry. 0 = off.
   size_t snapshot_log_bytes = 0;
   // Proposals queued for the loop thread; past it Propose returns kResourceExhausted.
   size_t max_queue = 4096;

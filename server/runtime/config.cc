@@ -153,7 +153,8 @@ const Field kFields[] = {
     {"raft_snapshot_trailing", &Config::raft_snapshot_trailing, 0, 1'000'000,
      "log entries kept after a snapshot"},
     {"raft_snapshot_log_bytes", &Config::raft_snapshot_log_bytes, 0, 1ull << 40,
-     "snapshot once the raft log held in memory reaches this many bytes; 0 = entries only"},
+     "snapshot once the raft log held in memory reaches this many bytes (or 1/16 of the last "
+     "snapshot, if more); 0 = entries only"},
     {"raft_segment_bytes", &Config::raft_segment_bytes, 1ull << 20, 1ull << 30,
      "size of each raft log segment file (preallocated, ~3 at a time)"},
     {"raft_apply_queue", &Config::raft_apply_queue, 0, 1'000'000,

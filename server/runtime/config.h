@@ -161,8 +161,9 @@ struct Config {
   uint64_t raft_heartbeat_timeout_ms = 100;
   uint64_t raft_snapshot_threshold = 8'192;
   uint64_t raft_snapshot_trailing = 2'048;
-  // Bytes of raft log held in memory that also trigger a snapshot (RaftOptions); 0 = off.
-  uint64_t raft_snapshot_log_bytes = 0;
+  // Bytes of raft log held in memory that also trigger a snapshot, at least (RaftOptions:
+  // the budget grows to 1/16 of the last snapshot); 0 = off.
+  uint64_t raft_snapshot_log_bytes = 64ull << 20;
   // Committed entries waiting for the apply thread, at most; 0 = apply on the raft loop
   // thread (docs/replication.md §Commit latency).
   uint64_t raft_apply_queue = 64;

@@ -204,6 +204,10 @@ void RenderLog(std::string* out, const LogMetrics& m) {
   SingleHistogram(out, "kvatlas_raft_snapshot_duration_seconds",
                   "Raft snapshots, from capturing the state to the snapshot written.",
                   m.snapshot_duration);
+  Single(out, "kvatlas_raft_snapshot_bytes", "gauge",
+         "Size of the last raft snapshot taken here (0 before the first): the raft log may "
+         "hold 1/16 of it in memory before the next.",
+         static_cast<double>(m.last_snapshot_bytes));
   Single(out, "kvatlas_raft_snapshot_restores_total", "counter",
          "Raft snapshots restored (at start, or sent by the leader) since start.",
          static_cast<double>(m.snapshots_restored));

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/internal/chunked_bytes.h"
 #include "common/internal/histogram.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
@@ -35,11 +36,12 @@ class LogStateMachine {
 
   // A consistent image of the whole state for a snapshot, in two steps so that the log's
   // thread only pays for the cheap one: Capture() on the log's thread (pins a consistent
-  // view), then Serialize() on a worker thread.
+  // view), then SerializeInto() on a worker thread, which appends the snapshot's bytes to
+  // chunks that the log hands over as they are (a big state is never copied whole).
   class Capture {
    public:
     virtual ~Capture() = default;
-    [[nodiscard]] virtual Result<std::string> Serialize() = 0;
+    [[nodiscard]] virtual Status SerializeInto(ChunkedBytes* out) = 0;
   };
   [[nodiscard]] virtual Result<std::unique_ptr<Capture>> CaptureState() = 0;
 
@@ -88,6 +90,7 @@ struct LogMetrics {
   // Snapshots taken (capture to written) and restored (at start, or sent by the leader).
   uint64_t snapshots_taken = 0;
   HistogramData snapshot_duration;
+  uint64_t last_snapshot_bytes = 0;  // the last snapshot taken here, serialised
   uint64_t snapshots_restored = 0;
   HistogramData restore_duration;
 };

@@ -92,7 +92,7 @@ Result<std::unique_ptr<LogStateMachine::Capture>> StateMachine::CaptureState() {
    public:
     explicit StorageBacked(std::unique_ptr<Storage::Capture> capture)
         : capture_(std::move(capture)) {}
-    Result<std::string> Serialize() override { return capture_->Serialize(); }
+    Status SerializeInto(ChunkedBytes* out) override { return capture_->SerializeInto(out); }
 
    private:
     std::unique_ptr<Storage::Capture> capture_;

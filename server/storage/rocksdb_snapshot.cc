@@ -59,27 +59,17 @@ class RocksDbCapture final : public Storage::Capture {
   ~RocksDbCapture() override { db_->ReleaseSnapshot(snapshot_); }
 
   Result<std::string> Serialize() const override {
-    std::string out(kSnapshotMagic);
-    out.push_back(static_cast<char>(kSnapshotVersion));
-    const size_t applied_at = out.size();
-    PutFixed64(&out, 0);  // The applied index, filled in once the scan has read it.
-    const std::string applied_key = MetaKey(kMetaAppliedIndex);
-    Revision applied = 0;  // A database never written has none.
-    uint64_t count = 0;
-    KVATLAS_RETURN_IF_ERROR(ForEachRecord([&](std::string_view key, std::string_view value) {
-      if (key == applied_key) {
-        KVATLAS_ASSIGN_OR_RETURN(applied, DecodeMetaFixed64(applied_key, value));
-      }
-      PutLengthPrefixed(&out, key);
-      PutLengthPrefixed(&out, value);
-      ++count;
-      return Status::Ok();
-    }));
-    PutFixed64(&out, count);
-    std::string fixed;
-    PutFixed64(&fixed, applied);
-    out.replace(applied_at, fixed.size(), fixed);
+    std::string out;
+    StringSink sink{&out};
+    KVATLAS_RETURN_IF_ERROR(Write(sink));
     return out;
+  }
+
+  Status SerializeInto(ChunkedBytes* out) const override {
+    ChunkSink sink{out};
+    KVATLAS_RETURN_IF_ERROR(Write(sink));
+    if (!out->ok()) return Status::ResourceExhausted("no memory for a snapshot's chunks");
+    return Status::Ok();
   }
 
   Status ForEachRecord(
@@ -99,6 +89,50 @@ class RocksDbCapture final : public Storage::Capture {
   }
 
  private:
+  struct StringSink {
+    std::string* out;
+    void Append(std::string_view bytes) { out->append(bytes); }
+    void Patch(size_t offset, std::string_view bytes) { out->replace(offset, bytes.size(), bytes); }
+    size_t size() const { return out->size(); }
+  };
+  struct ChunkSink {
+    ChunkedBytes* out;
+    void Append(std::string_view bytes) { out->Append(bytes); }
+    void Patch(size_t offset, std::string_view bytes) { (void)out->Patch(offset, bytes); }
+    size_t size() const { return out->size(); }
+  };
+
+  // The "KVSN" encoding, appended to `sink` record by record (docs/storage.md §Snapshots).
+  template <typename Sink>
+  Status Write(Sink& sink) const {
+    std::string scratch(kSnapshotMagic);
+    scratch.push_back(static_cast<char>(kSnapshotVersion));
+    const size_t applied_at = sink.size() + scratch.size();
+    PutFixed64(&scratch, 0);  // The applied index, filled in once the scan has read it.
+    sink.Append(scratch);
+    const std::string applied_key = MetaKey(kMetaAppliedIndex);
+    Revision applied = 0;  // A database never written has none.
+    uint64_t count = 0;
+    KVATLAS_RETURN_IF_ERROR(ForEachRecord([&](std::string_view key, std::string_view value) {
+      if (key == applied_key) {
+        KVATLAS_ASSIGN_OR_RETURN(applied, DecodeMetaFixed64(applied_key, value));
+      }
+      scratch.clear();
+      PutLengthPrefixed(&scratch, key);
+      PutLengthPrefixed(&scratch, value);
+      sink.Append(scratch);
+      ++count;
+      return Status::Ok();
+    }));
+    scratch.clear();
+    PutFixed64(&scratch, count);
+    sink.Append(scratch);
+    scratch.clear();
+    PutFixed64(&scratch, applied);
+    sink.Patch(applied_at, scratch);
+    return Status::Ok();
+  }
+
   rocksdb::DB* db_;
   std::vector<rocksdb::ColumnFamilyHandle*> families_;
   const rocksdb::Snapshot* snapshot_;

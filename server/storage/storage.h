@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/internal/chunked_bytes.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
@@ -92,6 +93,9 @@ class Storage {
     // docs/storage.md §Snapshots: "KVSN", u8 version, le64 applied_index, then every record
     // as (varint key length, key, varint value length, value), then le64 record count.
     [[nodiscard]] virtual Result<std::string> Serialize() const = 0;
+    // The same bytes, appended to `out` (kResourceExhausted when its allocator fails): a
+    // raft snapshot's serialisation, handed to libraft chunk by chunk with no second copy.
+    [[nodiscard]] virtual Status SerializeInto(ChunkedBytes* out) const = 0;
     // Calls fn(key, value) for every record of the image in the order Serialize() writes
     // them (the default family's in key order, then the entries family's), stopping at the
     // first non-OK Status. Any thread; memory stays constant (a backup streams this).

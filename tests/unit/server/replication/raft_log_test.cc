@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -34,10 +35,12 @@ namespace {
 using testing::TempDir;
 
 // Records the last applied index; sleeps `apply_delay` in each apply of an entry reading
-// "slow". Its snapshots record the index they were captured at.
+// "slow". Its snapshots record the index they were captured at, padded to
+// `snapshot_bytes`.
 class RecordingMachine final : public LogStateMachine {
  public:
   std::chrono::milliseconds apply_delay{0};
+  size_t snapshot_bytes = 0;
   std::atomic<uint64_t> last_applied{0};
   std::mutex mu;
   std::vector<uint64_t> captured_at;  // guarded by mu
@@ -50,14 +53,19 @@ class RecordingMachine final : public LogStateMachine {
   Result<std::unique_ptr<Capture>> CaptureState() override {
     std::lock_guard lock(mu);
     captured_at.push_back(last_applied);
-    return std::unique_ptr<Capture>(new FixedCapture(std::to_string(last_applied)));
+    std::string bytes = std::to_string(last_applied);
+    bytes.resize(std::max(bytes.size(), snapshot_bytes), ' ');
+    return std::unique_ptr<Capture>(new FixedCapture(std::move(bytes)));
   }
   Status Restore(std::string_view /*snapshot*/) override { return Status::Ok(); }
 
  private:
   struct FixedCapture final : Capture {
     explicit FixedCapture(std::string text) : bytes(std::move(text)) {}
-    Result<std::string> Serialize() override { return bytes; }
+    Status SerializeInto(ChunkedBytes* out) override {
+      out->Append(bytes);
+      return Status::Ok();
+    }
     std::string bytes;
   };
 };
@@ -270,6 +278,37 @@ TEST_CASE("RaftLog takes a snapshot once the log held in memory reaches snapshot
     CHECK((reported > 0) == (budget != 0));
     (*log)->Stop();
   }
+}
+
+// The byte budget grows with the state: 1/16 of the last snapshot when that is more than
+// snapshot_log_bytes. An 8 MiB snapshot against a 128 KiB budget: after the first snapshot,
+// the next waits for 512 KiB of 32 KiB entries (16; the trailing quarter of the budget
+// counts), where the floor alone brings one after 4.
+TEST_CASE("RaftLog's log byte budget grows to a sixteenth of the last snapshot") {
+  TempDir dir;
+  RecordingMachine machine;
+  machine.snapshot_bytes = 8 << 20;
+  RaftOptions options = OneVoter(dir);
+  options.snapshot_threshold = 1'000'000;
+  options.snapshot_log_bytes = 128 << 10;
+  auto log = RaftLog::Start(options, &machine);
+  REQUIRE_MESSAGE(log.has_value(), log.status().ToString());
+  const auto propose_until_snapshots = [&](uint64_t snapshots) {
+    int proposed = 0;
+    for (; proposed < 200 && (*log)->GetMetrics().snapshots_taken < snapshots; ++proposed) {
+      ProposeAndWait(log->get(), "fast" + std::string(32 << 10, 'x'));
+      // The budget is checked every 50 ms: give each entry that long, so that the count
+      // measures the budget rather than the check's period.
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    }
+    return proposed;
+  };
+  CHECK(propose_until_snapshots(1) <= 8);
+  CHECK((*log)->GetMetrics().last_snapshot_bytes >= size_t{8} << 20);
+  const int second = propose_until_snapshots(2);
+  CHECK(second >= 12);
+  CHECK(second <= 24);
+  (*log)->Stop();
 }
 
 // libraft preallocates each segment file at its full size: the option reaches it.

@@ -111,6 +111,7 @@ TEST_SUITE("Metrics") {
     commit.Observe(0.003);
     log.commit_latency = commit.Read();
     log.snapshots_taken = 1;
+    log.last_snapshot_bytes = 4096;
     gauges.log = log;
     gauges.disk_free_bytes = 1000;
     gauges.disk_size_bytes = 5000;
@@ -134,6 +135,7 @@ TEST_SUITE("Metrics") {
     CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_bucket{le=\"0.005\"} 1\n"));
     CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_count 1\n"));
     CHECK(Contains(text, "kvatlas_raft_snapshots_total 1\n"));
+    CHECK(Contains(text, "kvatlas_raft_snapshot_bytes 4096\n"));
     CHECK(Contains(text, "kvatlas_raft_snapshot_duration_seconds_count 0\n"));
     CHECK(Contains(text, "kvatlas_disk_free_bytes 1000\n"));
     CHECK(Contains(text, "kvatlas_disk_size_bytes 5000\n"));

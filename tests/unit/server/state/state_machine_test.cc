@@ -179,9 +179,11 @@ TEST_SUITE("StateMachine") {
       CHECK_FALSE(machine.AddressesOf(3).has_value());
       auto capture = machine.CaptureState();
       REQUIRE(capture.has_value());
-      auto bytes = (*capture)->Serialize();
-      REQUIRE(bytes.has_value());
-      snapshot = std::move(*bytes);
+      // Chunks of 7 bytes: records straddle chunks, and the header is patched across two.
+      ChunkedBytes chunks(7);
+      REQUIRE((*capture)->SerializeInto(&chunks).ok());
+      for (const ChunkedBytes::Chunk& chunk : chunks.chunks())
+        snapshot.append(chunk.data, chunk.size);
     }
     {
       // Reopened: the records are loaded with the registry.

@@ -187,6 +187,14 @@ TEST_SUITE("rocksdb_storage") {
     auto later_bytes = (*later)->Serialize();
     REQUIRE(later_bytes.has_value());
     CHECK(Storage::SnapshotAppliedIndex(*later_bytes).value() == 6);
+    // Into chunks (of 5 bytes here: the header's applied index is patched across two), the
+    // same bytes.
+    ChunkedBytes chunks(5);
+    REQUIRE((*later)->SerializeInto(&chunks).ok());
+    std::string joined;
+    for (const ChunkedBytes::Chunk& chunk : chunks.chunks()) joined.append(chunk.data, chunk.size);
+    CHECK(chunks.chunks().size() == (later_bytes->size() + 4) / 5);
+    CHECK(joined == *later_bytes);
     REQUIRE(other->ReplaceAll(*later_bytes).ok());
     CHECK(other->AppliedIndex().value() == 6);
     CHECK(LoadedIndex(*other, {})->Stats().entries == 1);
