@@ -25,6 +25,10 @@ namespace {
 constexpr uint64_t kStatusRefreshMs = 50;
 // RaftOptions::snapshot_log_bytes: the log may hold this fraction of the last snapshot.
 constexpr size_t kSnapshotLogFraction = 16;
+// The count trigger's deferral (CompactIfLogIsLarge), and what an entry costs libraft
+// beside its data (its struct raft_entry slot and the data's allocation).
+constexpr unsigned kCountDeferral = 16;
+constexpr size_t kEntryOverheadBytes = 64;
 
 std::string RaftError(int rv) { return std::string(raft_strerror(rv)); }
 
@@ -440,7 +444,18 @@ class RaftLog::Loop {
     const size_t budget =
         std::max<size_t>(o.snapshot_log_bytes, metrics.last_snapshot_bytes / kSnapshotLogFraction);
     const LogHeld held = MeasureLogHeld(o.snapshot_trailing, budget / 4);
-    if (held.bytes < budget) return;
+    if (held.bytes < budget) {
+      // The count trigger scales too: snapshot_threshold small entries would otherwise
+      // rewrite a large state for a log of a few hundred KB. Until the entries hold the
+      // same fraction of the last snapshot (with libraft's per-entry overhead), they bring
+      // one due only at kCountDeferral times the threshold, which bounds the replay at a
+      // restart and this pass.
+      const size_t held_with_overhead = held.bytes + held.entries * kEntryOverheadBytes;
+      const bool defer = held_with_overhead < metrics.last_snapshot_bytes / kSnapshotLogFraction;
+      raft_set_snapshot_threshold(
+          &raft_, defer ? o.snapshot_threshold * kCountDeferral : o.snapshot_threshold);
+      return;
+    }
     compacting_for_bytes_ = true;
     snapshots_before_compaction_ = metrics.snapshots_taken;
     raft_set_snapshot_threshold(&raft_, 1);
@@ -448,15 +463,18 @@ class RaftLog::Loop {
   }
 
   struct LogHeld {
-    size_t bytes = 0;       // entry data in libraft's in-memory log
+    size_t entries = 0;     // entries in libraft's in-memory log
+    size_t bytes = 0;       // their data
     unsigned trailing = 0;  // newest applied entries within the trailing limits
   };
   // Reads raft.h's struct raft_log (a circular buffer of entries; 0.15 has no accessor).
-  // Costs one pass over at most snapshot_threshold + snapshot_trailing entries.
+  // Costs one pass over at most kCountDeferral * snapshot_threshold + snapshot_trailing
+  // entries (~130k by default: well under a millisecond).
   LogHeld MeasureLogHeld(unsigned max_trailing, size_t max_trailing_bytes) const {
     const struct raft_log& log = raft_.log;
     const size_t n = log.back >= log.front ? log.back - log.front : log.size - log.front + log.back;
     LogHeld held;
+    held.entries = n;
     size_t trailing_bytes = 0;
     bool counting = true;
     for (size_t k = n; k-- > 0;) {

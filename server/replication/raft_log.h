@@ -45,6 +45,8 @@ struct RaftOptions {
   unsigned election_timeout_ms = 1000;
   unsigned heartbeat_timeout_ms = 100;
   // Entries between snapshots, and entries kept after one (for followers slightly behind).
+  // With snapshot_log_bytes on, the threshold waits (up to 16 times itself) while the
+  // entries hold less than 1/16 of the last snapshot: a snapshot rewrites the whole state.
   unsigned snapshot_threshold = 8192;
   unsigned snapshot_trailing = 2048;
   // Bytes of entry data libraft may hold in memory (its log since the last snapshot, plus

@@ -311,6 +311,49 @@ TEST_CASE("RaftLog's log byte budget grows to a sixteenth of the last snapshot")
   (*log)->Stop();
 }
 
+// So does the count trigger: after an 8 MiB snapshot, 16 small entries are not worth
+// rewriting it; the next snapshot waits for 16 times the threshold (the entries never hold
+// 512 KiB). Before the first snapshot, and with the byte trigger off, the threshold holds.
+TEST_CASE("RaftLog's count trigger waits while the entries are small against the last snapshot") {
+  for (const size_t floor : {size_t{1} << 30, size_t{0}}) {
+    CAPTURE(floor);
+    TempDir dir;
+    RecordingMachine machine;
+    machine.snapshot_bytes = 8 << 20;
+    RaftOptions options = OneVoter(dir);
+    options.snapshot_threshold = 16;
+    options.snapshot_trailing = 2;
+    options.snapshot_log_bytes = floor;
+    auto log = RaftLog::Start(options, &machine);
+    REQUIRE_MESSAGE(log.has_value(), log.status().ToString());
+    // Snapshots are counted where they are captured (their index), not when written:
+    // entries applied while one is written count toward the next.
+    const auto captured = [&machine] {
+      std::lock_guard lock(machine.mu);
+      return machine.captured_at;
+    };
+    for (int i = 0; i < 100 && captured().empty(); ++i) ProposeAndWait(log->get(), "fast");
+    REQUIRE(captured().size() == 1);
+    for (int i = 0; i < 500 && (*log)->GetMetrics().snapshots_taken == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    // The budget check (every 50 ms) sees the written snapshot before the next entries.
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    for (int i = 0; i < 400 && captured().size() < 2; ++i) ProposeAndWait(log->get(), "fast");
+    const std::vector<uint64_t> at = captured();
+    REQUIRE(at.size() == 2);
+    const uint64_t between = at[1] - at[0];
+    if (floor == 0) {
+      CHECK(between >= 16);
+      CHECK(between <= 18);
+    } else {
+      CHECK(between >= 250);
+      CHECK(between <= 260);
+    }
+    (*log)->Stop();
+  }
+}
+
 // libraft preallocates each segment file at its full size: the option reaches it.
 TEST_CASE("RaftLog preallocates log segments of segment_bytes") {
   for (const size_t bytes : {size_t{64} << 20, size_t{3} << 20}) {
