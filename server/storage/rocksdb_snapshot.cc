@@ -59,16 +59,42 @@ class RocksDbCapture final : public Storage::Capture {
   ~RocksDbCapture() override { db_->ReleaseSnapshot(snapshot_); }
 
   Result<std::string> Serialize() const override {
+    ChunkedBytes chunks(1 << 20);
+    KVATLAS_RETURN_IF_ERROR(SerializeInto(&chunks));
     std::string out;
-    StringSink sink{&out};
-    KVATLAS_RETURN_IF_ERROR(Write(sink));
+    out.reserve(chunks.size());
+    for (const ChunkedBytes::Chunk& chunk : chunks.chunks()) out.append(chunk.data, chunk.size);
     return out;
   }
 
   Status SerializeInto(ChunkedBytes* out) const override {
-    ChunkSink sink{out};
-    KVATLAS_RETURN_IF_ERROR(Write(sink));
-    if (!out->ok()) return Status::ResourceExhausted("no memory for a snapshot's chunks");
+    std::string scratch(kSnapshotMagic);
+    scratch.push_back(static_cast<char>(kSnapshotVersion));
+    const size_t applied_at = out->size() + scratch.size();
+    PutFixed64(&scratch, 0);  // The applied index, filled in once the scan has read it.
+    out->Append(scratch);
+    const std::string applied_key = MetaKey(kMetaAppliedIndex);
+    Revision applied = 0;  // A database never written has none.
+    uint64_t count = 0;
+    KVATLAS_RETURN_IF_ERROR(ForEachRecord([&](std::string_view key, std::string_view value) {
+      if (key == applied_key) {
+        KVATLAS_ASSIGN_OR_RETURN(applied, DecodeMetaFixed64(applied_key, value));
+      }
+      scratch.clear();
+      PutLengthPrefixed(&scratch, key);
+      PutLengthPrefixed(&scratch, value);
+      out->Append(scratch);
+      ++count;
+      return Status::Ok();
+    }));
+    scratch.clear();
+    PutFixed64(&scratch, count);
+    out->Append(scratch);
+    scratch.clear();
+    PutFixed64(&scratch, applied);
+    if (!out->Patch(applied_at, scratch) || !out->ok()) {
+      return Status::ResourceExhausted("no memory for a snapshot's chunks");
+    }
     return Status::Ok();
   }
 
@@ -89,50 +115,6 @@ class RocksDbCapture final : public Storage::Capture {
   }
 
  private:
-  struct StringSink {
-    std::string* out;
-    void Append(std::string_view bytes) { out->append(bytes); }
-    void Patch(size_t offset, std::string_view bytes) { out->replace(offset, bytes.size(), bytes); }
-    size_t size() const { return out->size(); }
-  };
-  struct ChunkSink {
-    ChunkedBytes* out;
-    void Append(std::string_view bytes) { out->Append(bytes); }
-    void Patch(size_t offset, std::string_view bytes) { (void)out->Patch(offset, bytes); }
-    size_t size() const { return out->size(); }
-  };
-
-  // The "KVSN" encoding, appended to `sink` record by record (docs/storage.md §Snapshots).
-  template <typename Sink>
-  Status Write(Sink& sink) const {
-    std::string scratch(kSnapshotMagic);
-    scratch.push_back(static_cast<char>(kSnapshotVersion));
-    const size_t applied_at = sink.size() + scratch.size();
-    PutFixed64(&scratch, 0);  // The applied index, filled in once the scan has read it.
-    sink.Append(scratch);
-    const std::string applied_key = MetaKey(kMetaAppliedIndex);
-    Revision applied = 0;  // A database never written has none.
-    uint64_t count = 0;
-    KVATLAS_RETURN_IF_ERROR(ForEachRecord([&](std::string_view key, std::string_view value) {
-      if (key == applied_key) {
-        KVATLAS_ASSIGN_OR_RETURN(applied, DecodeMetaFixed64(applied_key, value));
-      }
-      scratch.clear();
-      PutLengthPrefixed(&scratch, key);
-      PutLengthPrefixed(&scratch, value);
-      sink.Append(scratch);
-      ++count;
-      return Status::Ok();
-    }));
-    scratch.clear();
-    PutFixed64(&scratch, count);
-    sink.Append(scratch);
-    scratch.clear();
-    PutFixed64(&scratch, applied);
-    sink.Patch(applied_at, scratch);
-    return Status::Ok();
-  }
-
   rocksdb::DB* db_;
   std::vector<rocksdb::ColumnFamilyHandle*> families_;
   const rocksdb::Snapshot* snapshot_;
