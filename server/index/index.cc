@@ -63,10 +63,11 @@ Index::~Index() = default;
 Index::Index(Index&&) noexcept = default;
 Index& Index::operator=(Index&&) noexcept = default;
 
-void Index::Apply(const Command& command, uint64_t seed, MutationList* out) {
+CommandTally Index::Apply(const Command& command, uint64_t seed, MutationList* out) {
+  CommandTally tally;
   std::visit(Overloaded{
-                 [&](const StoreCommand& c) { impl_->ApplyStore(c, seed, out); },
-                 [&](const RemoveCommand& c) { impl_->ApplyRemove(c, out); },
+                 [&](const StoreCommand& c) { impl_->ApplyStore(c, seed, out, &tally); },
+                 [&](const RemoveCommand& c) { impl_->ApplyRemove(c, out, &tally); },
                  [&](const ClearCommand& c) { impl_->ApplyClear(c, out); },
                  // The StateMachine decides whether an expiry applies (its race guard); here
                  // it is a clear of everything the holder has, reported as expired.
@@ -80,6 +81,7 @@ void Index::Apply(const Command& command, uint64_t seed, MutationList* out) {
                  [](const ForgetServerCommand&) {},
              },
              command);
+  return tally;
 }
 
 size_t Index::ExpireHolders(std::span<const HolderKey> holders, MutationList* out) {
@@ -460,7 +462,8 @@ void Index::Impl::EvictOverflow(uint32_t context, MutationList* out) {
 // ---------------------------------------------------------------------------------------
 // Commands
 
-void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList* out) {
+void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList* out,
+                             CommandTally* tally) {
   if (c.hashes.empty()) return;
   const uint32_t context = InternContext(c.context, out);
   if (context == kNil) {
@@ -563,22 +566,36 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
       const uint32_t previous = FindAlias(context, holder, engine_hash);
       if (previous != kNil && previous != b) RemoveAliased(previous, holder, engine_hash, out);
     }
+    ++tally->stored_blocks;
     uint32_t e = FindEntry(b, holder, c.tier);
     if (e == kNil) {
       e = CreateEntry(b, holder, c.tier, engine_hash, 1, std::move(location));
     } else {
+      ++tally->held_stores;
+      // A report of a held block changes no count: the holder still has as many copies.
+      const bool add_copy = !c.report;
       const uint16_t refcount = RefcountOf(e);
-      if (IsInline(e) && (engine_hash != EngineHashOf(e) || refcount == kMaxInlineRefcount)) {
+      if (IsInline(e) &&
+          (engine_hash != EngineHashOf(e) || (add_copy && refcount == kMaxInlineRefcount))) {
         e = MakeChained(b);  // the inline form has no room for either
       }
-      if (refcount < kMaxRefcount) SetRefcount(e, static_cast<uint16_t>(refcount + 1));
+      if (add_copy && refcount < kMaxRefcount) {
+        SetRefcount(e, static_cast<uint16_t>(refcount + 1));
+      }
+      bool changed = add_copy;
       if (EngineHashOf(e) != engine_hash) {
         // The publisher re-announced the block under a new hash: re-key its alias.
         ReleaseAlias(e);
         entries_[e].engine_hash = engine_hash;
         AttachAlias(e);
+        changed = true;
       }
-      SetEntryLocation(e, std::move(location));
+      if (!location.empty() && location != LocationOf(e)) {
+        SetEntryLocation(e, std::move(location));
+        changed = true;
+      }
+      // A report that changed nothing writes nothing (no storage write, no feed event).
+      if (!changed) continue;
     }
     EmitEntry(e, MutationCause::kStored, out);
   }
@@ -623,8 +640,9 @@ void Index::Impl::RemoveAliased(uint32_t b, uint32_t holder, uint64_t engine_has
   }
 }
 
-void Index::Impl::ApplyRemove(const RemoveCommand& c, MutationList* out) {
+void Index::Impl::ApplyRemove(const RemoveCommand& c, MutationList* out, CommandTally* tally) {
   // Unknown contexts, holders and hashes are no-ops: a remove never creates state.
+  tally->removed_hashes += static_cast<uint32_t>(c.hashes.size());
   const uint32_t context = FindContext(c.context);
   const uint32_t holder = FindHolder(c.holder);
   if (context == kNil || holder == kNil) return;
@@ -639,6 +657,7 @@ void Index::Impl::ApplyRemove(const RemoveCommand& c, MutationList* out) {
     for (int i = 0; i < found; ++i) {
       if (!c.tier || TierOf(mine[i]) == static_cast<uint8_t>(*c.tier)) victims[n++] = mine[i];
     }
+    if (n > 0) ++tally->found_removes;
     for (int i = 0; i < n; ++i) {
       const uint16_t refcount = RefcountOf(victims[i]);
       if (refcount > 1) {

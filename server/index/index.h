@@ -67,6 +67,18 @@ struct IndexStats {
   uint64_t memory_bytes = 0;    // bytes held by the index's own tables and pools
 };
 
+// What applying one Store or Remove command found, for the accounting of what publishers
+// mean by their stores (docs/engine-events.md §Report modes).
+struct CommandTally {
+  uint32_t stored_blocks = 0;  // blocks a store placed (a copy or a report)
+  // Of those, blocks the holder already held in the store's tier: another copy when the
+  // store adds copies, a re-report (no change) when it is a report.
+  uint32_t held_stores = 0;
+  uint32_t removed_hashes = 0;  // hashes a remove named
+  // Of those, hashes that found a copy of the holder (in the remove's tier, or any).
+  uint32_t found_removes = 0;
+};
+
 // The parts of the index that grow, for growth made ahead (Index::SparesWanted): three hash
 // tables and the two record pools.
 enum class IndexPart : uint8_t { kForward, kAliases, kHot, kBlocks, kEntries };
@@ -112,8 +124,9 @@ class Index final : public RecordLoader {
 
   // Applies one command. Appends what changed to `out` (may be null). Never fails on a
   // well-formed command: unknown holders, keys and aliases are no-ops, not errors.
-  // `seed` is the standard hasher seed, for KeyMode::kLocal chaining.
-  void Apply(const Command& command, uint64_t seed, MutationList* out);
+  // `seed` is the standard hasher seed, for KeyMode::kLocal chaining. Returns what a Store
+  // or Remove found (zeros for other commands).
+  CommandTally Apply(const Command& command, uint64_t seed, MutationList* out);
 
   // Applies an ExpireHolderCommand for each of `holders` at once (cause kExpired), with one
   // pass over the block records for all their inline copies instead of one pass each (a

@@ -239,8 +239,8 @@ class Index::Impl {
   uint32_t FindAlias(uint32_t context, uint32_t holder, uint64_t engine_hash) const;
 
   // --- mutations (index.cc) ---
-  void ApplyStore(const StoreCommand& c, uint64_t seed, MutationList* out);
-  void ApplyRemove(const RemoveCommand& c, MutationList* out);
+  void ApplyStore(const StoreCommand& c, uint64_t seed, MutationList* out, CommandTally* tally);
+  void ApplyRemove(const RemoveCommand& c, MutationList* out, CommandTally* tally);
   void ApplyClear(const ClearCommand& c, MutationList* out);
 
   uint32_t InternContext(const ContextKey& key, MutationList* out);

@@ -49,6 +49,13 @@ struct StoreCommand {
   std::vector<uint64_t> engine_hashes;
   // Empty, or one location descriptor per block (storage tiers: URI, object key, path+off).
   std::vector<std::string> locations;
+  // false: each block is a new copy — one more reference for the holder in `tier` (what
+  // an engine means when it caches a new physical block; a block stored twice needs two
+  // removes). true: a report that the holder holds each block — one reference if it had
+  // none, no change if it had some (vLLM's full report mode re-sends the blocks a request
+  // reused; counting them as copies would keep them past their one eviction).
+  // docs/engine-events.md §Report modes.
+  bool report = false;
 
   friend bool operator==(const StoreCommand&, const StoreCommand&) = default;
 };

@@ -36,6 +36,15 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreComman
               std::is_same_v<std::variant_alternative_t<6, Command>, ForgetServerCommand> &&
               std::is_same_v<std::variant_alternative_t<7, Command>, ExpireHolderCommand>);
 
+// A StoreCommand's mode byte: its KeyMode, with kReportBit set when the store is a report
+// (StoreCommand::report). One byte for both, so that a batch of copies keeps the bytes it
+// had before reports existed.
+inline constexpr uint8_t kReportBit = 0x80;
+template <typename C>
+struct StoreModeByte {
+  C& store;
+};
+
 // The smallest encoded command (a Clear of an empty holder id, without context or tier):
 // tag, holder id length, dp_rank, two absent flags. Bounds the command count of a batch.
 constexpr size_t kMinCommandBytes = 5;
@@ -48,6 +57,10 @@ class FieldWriter {
   void operator()(const ContextKey& v) { PutContextKey(out_, v); }
   void operator()(const HolderKey& v) { PutHolderKey(out_, v); }
   void operator()(Tier v) { PutTier(out_, v); }
+  void operator()(StoreModeByte<const StoreCommand> v) {
+    out_->push_back(
+        static_cast<char>(static_cast<uint8_t>(v.store.mode) | (v.store.report ? kReportBit : 0)));
+  }
   void operator()(KeyMode v) { out_->push_back(static_cast<char>(v)); }
   void operator()(uint64_t v) { PutFixed64(out_, v); }  // hashes: fixed width
   void operator()(uint32_t v) { PutVarint64(out_, v); }
@@ -77,10 +90,12 @@ class FieldReader {
   void operator()(ContextKey& v) { v = ReadContextKey(in_); }
   void operator()(HolderKey& v) { v = ReadHolderKey(in_); }
   void operator()(Tier& v) { v = ReadTier(in_); }
-  void operator()(KeyMode& v) {
-    const uint8_t mode = in_->U8();
+  void operator()(StoreModeByte<StoreCommand> v) {
+    const uint8_t byte = in_->U8();
+    const uint8_t mode = byte & ~kReportBit;
     if (mode > static_cast<uint8_t>(KeyMode::kAlias)) in_->Fail();
-    v = static_cast<KeyMode>(mode);
+    v.store.mode = static_cast<KeyMode>(mode);
+    v.store.report = (byte & kReportBit) != 0;
   }
   void operator()(uint64_t& v) { v = in_->Fixed64(); }
   void operator()(uint32_t& v) { v = in_->Varint32(); }
@@ -116,9 +131,9 @@ void VisitFields(Io& io, C& c) {
     io(c.context);
     io(c.holder);
     io(c.tier);
-    io(c.mode);
-    io(c.parent);      // fixed64: a hash
-    io(c.base_depth);  // varint32
+    io(StoreModeByte<C>{c});  // u8: mode, with kReportBit for a report (version 5)
+    io(c.parent);             // fixed64: a hash
+    io(c.base_depth);         // varint32
     io(c.hashes);
     io(c.engine_hashes);
     io(c.locations);
@@ -167,17 +182,25 @@ void ReadInto(CommandBatch* batch, ByteReader* in) {
 // The first version that has `command`.
 uint8_t VersionOf(const Command& command) {
   const CommandTag tag = TagOf(command);
+  const auto* store = std::get_if<StoreCommand>(&command);
+  const auto* registration = std::get_if<RegisterCommand>(&command);
+  if ((store && store->report) ||
+      (registration && registration->registration.report_mode != ReportMode::kIncremental)) {
+    return 5;
+  }
   if (tag >= CommandTag::kExpireHolder) return 4;
   if (tag >= CommandTag::kAnnounce) return 3;
-  const auto* store = std::get_if<StoreCommand>(&command);
   if (tag >= CommandTag::kRegister || (store && store->mode == KeyMode::kAlias)) return 2;
   return 1;
 }
 
 // Batches are written in the oldest version that can hold them, so that the encoding stays
 // canonical (one byte string per batch) and old logs and new ones agree byte for byte:
-// 4 with an expiry, else 3 with server-address commands, else 2 with a position, registry
-// commands or kAlias stores, else 1. Versions 2 to 4 share the layout; 3 and 4 only add tags.
+// 5 with a report store or a registration in a report mode other than incremental, else 4
+// with an expiry, else 3 with server-address commands, else 2 with a position, registry
+// commands or kAlias stores, else 1. Versions 2 to 5 share the layout; 3 and 4 only add
+// tags, 5 only the report bit of a store's mode byte and the report-mode bits of a
+// registration's type byte.
 uint8_t NeededVersion(const CommandBatch& batch) {
   uint8_t version = batch.position ? 2 : 1;
   for (const Command& command : batch.commands) version = std::max(version, VersionOf(command));

@@ -24,6 +24,24 @@ std::string_view EngineTypeName(EngineType type);
 // Case-insensitive; nullopt for anything else.
 std::optional<EngineType> ParseEngineType(std::string_view name);
 
+// What a publisher's stores mean (docs/engine-events.md §Report modes).
+enum class ReportMode : uint8_t {
+  // Every store announces a newly cached physical block: a copy, counted (vLLM's default
+  // "incremental" mode; SGLang and Mooncake publish a block once until it is removed).
+  kIncremental = 0,
+  // vLLM requests with kv_cache_report_mode="full" also re-send, on a prefix hit, the
+  // blocks they reused: a store without a parent (the only shape such a re-report has) is a
+  // report of blocks already held, not new copies. Stores that continue a parent stay
+  // copies. An event's own `origin` (NEW / REUSED) overrides either mode.
+  kFull = 1,
+};
+inline constexpr uint8_t kMaxReportMode = 1;
+
+// "incremental", "full".
+std::string_view ReportModeName(ReportMode mode);
+// Case-insensitive; nullopt for anything else.
+std::optional<ReportMode> ParseReportMode(std::string_view name);
+
 // One followed publisher: an engine process (one data-parallel rank) or a storage daemon.
 // Its events update holder {instance_id, dp_rank} in the contexts of `tenant_id`/`model`.
 struct Registration {
@@ -42,6 +60,7 @@ struct Registration {
   std::string additional_salt;
   // SUB topic prefix filter; empty = every topic.
   std::string topic;
+  ReportMode report_mode = ReportMode::kIncremental;
 
   friend bool operator==(const Registration&, const Registration&) = default;
 

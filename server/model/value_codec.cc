@@ -46,7 +46,10 @@ Tier ReadTier(ByteReader* in) {
 void PutRegistration(std::string* out, const Registration& r) {
   PutLengthPrefixed(out, r.endpoint);
   PutLengthPrefixed(out, r.replay_endpoint);
-  out->push_back(static_cast<char>(r.type));
+  // The type byte: engine type in the low nibble, report mode in the high one (0 for
+  // incremental, so a registration without a report mode keeps its old bytes).
+  out->push_back(
+      static_cast<char>(static_cast<uint8_t>(r.type) | static_cast<uint8_t>(r.report_mode) << 4));
   PutLengthPrefixed(out, r.model);
   PutLengthPrefixed(out, r.lora_name);
   PutLengthPrefixed(out, r.tenant_id);
@@ -61,9 +64,14 @@ Registration ReadRegistration(ByteReader* in) {
   Registration r;
   r.endpoint = in->LengthPrefixed();
   r.replay_endpoint = in->LengthPrefixed();
-  const uint8_t type = in->U8();
-  if (type > static_cast<uint8_t>(EngineType::kMooncake)) in->Fail();
+  const uint8_t byte = in->U8();
+  const uint8_t type = byte & 0x0f;
+  const uint8_t report_mode = byte >> 4;
+  if (type > static_cast<uint8_t>(EngineType::kMooncake) || report_mode > kMaxReportMode) {
+    in->Fail();
+  }
   r.type = static_cast<EngineType>(type);
+  r.report_mode = static_cast<ReportMode>(report_mode);
   r.model = in->LengthPrefixed();
   r.lora_name = in->LengthPrefixed();
   r.tenant_id = in->LengthPrefixed();

@@ -204,8 +204,10 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
   }
   bool registry_changed = false;
   const HolderKey* last_holder = nullptr;
+  BatchTally tally;
   for (size_t i = 0; i < batch.commands.size(); ++i) {
     const Command& command = batch.commands[i];
+    if (!std::holds_alternative<RemoveCommand>(command)) tally.AddOther();
     if (std::holds_alternative<ExpireHolderCommand>(command)) {
       // A run of expiries (the lease checker proposes every due one in one batch) is
       // applied together: one pass over the index's block records for all of them.
@@ -240,12 +242,19 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
     if (const HolderKey* holder = EventHolder(command)) {
       NoteActivity(*holder, &last_holder, revision, now);
     }
-    index_.Apply(command, options_.hash_seed, &scratch_);
+    const CommandTally found = index_.Apply(command, options_.hash_seed, &scratch_);
+    if (const auto* remove = std::get_if<RemoveCommand>(&command)) {
+      tally.AddRemove(*remove, found);
+    } else {
+      tally.AddStore(found);  // a Clear's tally is zero
+    }
     const int slot = std::holds_alternative<StoreCommand>(command)    ? kStoredCommands
                      : std::holds_alternative<RemoveCommand>(command) ? kRemovedCommands
                                                                       : kClearedCommands;
     counters_[slot].fetch_add(1, std::memory_order_relaxed);
   }
+  AddTally(batch.position ? std::string_view(batch.position->stream) : std::string_view(),
+           tally.Finish());
   if (batch.position && !batch.position->restart) {
     registry_.positions[batch.position->stream] = batch.position->sequence;
     Mutation m;
@@ -255,6 +264,24 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
     scratch_.push_back(std::move(m));
   }
   return registry_changed;
+}
+
+void StateMachine::AddTally(std::string_view stream, const StreamTally& tally) {
+  if (tally == StreamTally{}) return;
+  total_tally_ += tally;
+  if (stream.empty()) return;
+  auto it = tallies_.find(std::string(stream));
+  if (it == tallies_.end()) {
+    if (tallies_.size() >= kMaxTalliedStreams) return;
+    it = tallies_.emplace(std::string(stream), StreamTally{}).first;
+  }
+  it->second += tally;
+}
+
+StreamTally StateMachine::TallyOf(std::string_view stream) const {
+  std::shared_lock lock(mu_);
+  auto it = tallies_.find(std::string(stream));
+  return it == tallies_.end() ? StreamTally{} : it->second;
 }
 
 void StateMachine::NoteActivity(const HolderKey& holder, const HolderKey** last, Revision revision,
@@ -312,6 +339,7 @@ void StateMachine::ApplyUnregister(const UnregisterCommand& c) {
   m.kind = MutationKind::kDeleteRegistration;
   m.location = key;
   scratch_.push_back(m);
+  tallies_.erase(key);
   if (registry_.positions.erase(key) > 0) {
     m.kind = MutationKind::kDeleteStreamPosition;
     scratch_.push_back(std::move(m));
@@ -380,6 +408,8 @@ ApplyCounters StateMachine::counters() const {
   c.write_lock_holds_over_1ms = counters_[kWriteLockHoldsOver1ms].load(std::memory_order_relaxed);
   c.write_lock_held_ns = counters_[kWriteLockHeldNanos].load(std::memory_order_relaxed);
   c.write_lock_hold_max_ns = counters_[kWriteLockHoldMaxNanos].load(std::memory_order_relaxed);
+  std::shared_lock lock(mu_);
+  c.tally = total_tally_;
   return c;
 }
 

@@ -29,6 +29,7 @@
 #include "server/index/spare_maker.h"
 #include "server/model/command.h"
 #include "server/state/replicated_log.h"
+#include "server/state/stream_tally.h"
 #include "server/storage/storage.h"
 
 namespace kvatlas::server {
@@ -61,6 +62,8 @@ struct ApplyCounters {
   uint64_t write_lock_holds_over_1ms = 0;
   uint64_t write_lock_held_ns = 0;
   uint64_t write_lock_hold_max_ns = 0;  // since start
+  // Every batch's StreamTally added up (stream_tally.h), positioned or not.
+  StreamTally tally;
 };
 
 // The last applied event (Store, Remove or Clear command) naming one holder: its revision
@@ -166,6 +169,13 @@ class StateMachine final : public LogStateMachine {
 
   ApplyCounters counters() const;
 
+  // What the stores and removes of stream `stream` (a StreamPosition::stream key) found
+  // since this server started; zeros for a stream never seen. Any thread (read lock).
+  StreamTally TallyOf(std::string_view stream) const;
+
+  // Streams tallied apart; past it new streams count only in counters().tally.
+  static constexpr size_t kMaxTalliedStreams = 4096;
+
  private:
   StateMachineOptions options_;
   Storage* storage_;
@@ -184,6 +194,8 @@ class StateMachine final : public LogStateMachine {
                   std::chrono::steady_clock::time_point now);
   // Notes an event naming `holder`; `last` is the holder noted last in the same batch
   // (nullptr at first), so a batch of one holder's events costs one map update.
+  // Adds a batch's tally to `stream`'s (none for "") and to the total. Under the write lock.
+  void AddTally(std::string_view stream, const StreamTally& tally);
   void NoteActivity(const HolderKey& holder, const HolderKey** last, Revision revision,
                     std::chrono::steady_clock::time_point now);
   // A run of ExpireHolderCommands (the alternatives of `expiries`), each checked by the race
@@ -210,6 +222,9 @@ class StateMachine final : public LogStateMachine {
   HolderActivityMap activity_;
   Revision activity_since_ = 0;
   std::atomic<uint64_t> counters_[14] = {};
+  // By stream key (guarded by mu_); the total is in total_tally_ (guarded by mu_ too).
+  std::unordered_map<std::string, StreamTally> tallies_;
+  StreamTally total_tally_;
 };
 
 }  // namespace kvatlas::server

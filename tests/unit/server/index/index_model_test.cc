@@ -153,7 +153,8 @@ class Model {
         ctx.fifo.push_back(keys[i]);
       }
       ModelEntry& e = it->second.entries[{holder, static_cast<int>(c.tier)}];
-      e.refcount = std::min<uint32_t>(e.refcount + 1, 65535);
+      // A report (StoreCommand::report) of a held block keeps its count.
+      if (!c.report || e.refcount == 0) e.refcount = std::min<uint32_t>(e.refcount + 1, 65535);
       e.engine_hash = engine_hash;
       if (!c.locations.empty() && !c.locations[i].empty()) e.location = c.locations[i];
     }
@@ -306,6 +307,7 @@ struct Workload {
       c.context = ctx;
       c.holder = holders[h];
       c.tier = tier;
+      c.report = Pick(4) == 0;
       if (Pick(2) == 0 || start == 0) {
         c.mode = KeyMode::kSequence;
         c.hashes.assign(keys.begin() + start, keys.begin() + start + len);

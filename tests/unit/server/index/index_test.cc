@@ -123,6 +123,49 @@ TEST_SUITE("Index") {
     CHECK(r.blocks_found == 2);
   }
 
+  TEST_CASE("a report keeps a held block's count; a copy adds one; tallies say which") {
+    Index index;
+    StoreCommand copy = Store("a", Tier::kGpu, {1, 2});
+    copy.engine_hashes = {101, 102};
+    StoreCommand report = copy;
+    report.report = true;
+    CommandTally t = index.Apply(copy, kDefaultHashSeed, nullptr);
+    CHECK(t.stored_blocks == 2);
+    CHECK(t.held_stores == 0);
+    MutationList mutations;
+    t = index.Apply(report, kDefaultHashSeed, &mutations);
+    CHECK(t.stored_blocks == 2);
+    CHECK(t.held_stores == 2);
+    CHECK(mutations.empty());  // nothing changed: no storage write, no feed event
+    t = index.Apply(Remove("a", Tier::kGpu, {101, 102, 103}), kDefaultHashSeed, nullptr);
+    CHECK(t.removed_hashes == 3);
+    CHECK(t.found_removes == 2);
+    CHECK(index.Stats().entries == 0);  // one remove each: the report added no copy
+
+    // A report of a block not held places it, once; a copy on top of it needs its own remove.
+    index.Apply(report, kDefaultHashSeed, nullptr);
+    index.Apply(report, kDefaultHashSeed, nullptr);
+    index.Apply(copy, kDefaultHashSeed, nullptr);
+    index.Apply(Remove("a", Tier::kGpu, {101, 102}), kDefaultHashSeed, nullptr);
+    CHECK(index.Stats().entries == 2);
+    index.Apply(Remove("a", Tier::kGpu, {101, 102}), kDefaultHashSeed, nullptr);
+    CHECK(index.Stats().entries == 0);
+  }
+
+  TEST_CASE("a report that moves a block's location or engine hash is written") {
+    Index index;
+    StoreCommand shared = Store("a", Tier::kShared, {1});
+    shared.locations = {"s3://x"};
+    index.Apply(shared, kDefaultHashSeed, nullptr);
+    shared.report = true;
+    shared.locations = {"s3://y"};
+    MutationList mutations;
+    index.Apply(shared, kDefaultHashSeed, &mutations);
+    CHECK(mutations.size() == 1);
+    CHECK(index.Locate(1).at(0).location == "s3://y");
+    CHECK(index.Stats().entries == 1);
+  }
+
   TEST_CASE("removal by engine hash removes only that tier") {
     Index index;
     StoreCommand gpu = Store("a", Tier::kGpu, {1, 2});

@@ -56,6 +56,7 @@ StoreCommand RandomStore(Rng& rng) {
   c.holder = RandomHolder(rng);
   c.tier = RandomTier(rng);
   c.mode = static_cast<KeyMode>(rng() % 3);
+  c.report = rng() % 4 == 0;
   if (rng() % 2) c.parent = RandomInt(rng);
   if (rng() % 2) c.base_depth = static_cast<uint32_t>(RandomInt(rng));
   c.hashes = RandomInts(rng, 20);
@@ -287,6 +288,59 @@ TEST_SUITE("command_codec") {
     REQUIRE(entry.has_value());
     REQUIRE(entry->size() == 1);
     CHECK(entry->front() == batch);
+  }
+
+  TEST_CASE("CommandCodec: a report store and a full-mode registration use version 5") {
+    StoreCommand c;
+    c.context = ContextKey{"t", "m", "", 16, ""};
+    c.holder = HolderKey{"i", 0};
+    c.mode = KeyMode::kLocal;
+    c.hashes = {1};
+    c.report = true;
+    CommandBatch batch;
+    batch.commands.emplace_back(c);
+    const std::string expected = Bytes(
+        "\x05\x01"                              // version 5, count
+        "\x01"                                  // tag Store
+        "\x01t\x01m\x00\x10\x00"                // context
+        "\x01i\x00"                             // holder
+        "\x00\x81"                              // tier GPU, mode kLocal | report bit
+        "\x00\x00"                              // no parent, no base_depth
+        "\x01\x01\x00\x00\x00\x00\x00\x00\x00"  // hashes
+        "\x00\x00"                              // engine_hashes, locations
+        "\x00");                                // no position
+    CHECK(EncodeCommandBatch(batch) == expected);
+    CHECK(DecodeCommandBatch(expected).value() == batch);
+    // Without the report bit the same store is the version-1 bytes of before.
+    c.report = false;
+    CommandBatch copy;
+    copy.commands.emplace_back(c);
+    CHECK(EncodeCommandBatch(copy)[0] == 1);
+    // Older versions have no report bit, and a version-5 batch version 4 could hold is not
+    // canonical.
+    std::string old = expected;
+    old[0] = 4;
+    CHECK(DecodeCommandBatch(old).error().code() == StatusCode::kCorruption);
+    std::string plain = expected;
+    plain[14] = '\x01';
+    CHECK(DecodeCommandBatch(plain).error().code() == StatusCode::kCorruption);
+    // An unknown mode with the report bit is still unknown.
+    std::string unknown = expected;
+    unknown[14] = '\x83';
+    CHECK(DecodeCommandBatch(unknown).error().code() == StatusCode::kCorruption);
+
+    RegisterCommand reg;
+    reg.registration.instance_id = "i";
+    reg.registration.report_mode = ReportMode::kFull;
+    CommandBatch with_register;
+    with_register.commands.emplace_back(reg);
+    const std::string bytes = EncodeCommandBatch(with_register);
+    CHECK(bytes[0] == 5);
+    CHECK(DecodeCommandBatch(bytes).value() == with_register);
+    reg.registration.report_mode = ReportMode::kIncremental;
+    CommandBatch incremental;
+    incremental.commands.emplace_back(reg);
+    CHECK(EncodeCommandBatch(incremental)[0] == 2);
   }
 
   TEST_CASE("CommandCodec: truncation at every byte offset is kCorruption") {
