@@ -1,5 +1,7 @@
 #include "kvatlas/common/json_codec.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -220,6 +222,26 @@ Result<std::vector<std::string>> DecodeLocations(const Fields& fields, size_t bl
   return out;
 }
 
+bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
+  });
+}
+
+// A stored event's "origin": "new" or "reused" (any case: vLLM sends "NEW" / "REUSED").
+Result<std::optional<BlockOrigin>> DecodeOrigin(const Fields& fields) {
+  const json* v = fields.Get("origin");
+  if (v == nullptr) return std::optional<BlockOrigin>();
+  for (const BlockOrigin origin : {BlockOrigin::kNew, BlockOrigin::kReused}) {
+    if (v->is_string() &&
+        EqualsIgnoringCase(v->get_ref<const std::string&>(), BlockOriginName(origin))) {
+      return std::optional<BlockOrigin>(origin);
+    }
+  }
+  return InvalidValue(fields.PathOf("origin"), "must be \"new\" or \"reused\"", *v);
+}
+
 Result<BlockEvent> DecodeEvent(const json& value, const std::string& path) {
   if (!value.is_object()) return InvalidValue(path, "must be a JSON object", value);
   const Fields fields(value, path);
@@ -244,6 +266,15 @@ Result<BlockEvent> DecodeEvent(const json& value, const std::string& path) {
     KVATLAS_ASSIGN_OR_RETURN(event.token_ids, fields.Tokens("token_ids"));
     if (event.token_ids && event.token_ids->empty()) event.token_ids.reset();  // [] = not given
     KVATLAS_ASSIGN_OR_RETURN(event.locations, DecodeLocations(fields, event.BlockCount()));
+    KVATLAS_ASSIGN_OR_RETURN(event.origin, DecodeOrigin(fields));
+  }
+  if (event.type == EventType::kCleared) {
+    KVATLAS_ASSIGN_OR_RETURN(const std::string scope, fields.String("scope", "context"));
+    if (scope != "context" && scope != "holder") {
+      return InvalidValue(fields.PathOf("scope"), "must be \"context\" or \"holder\"",
+                          *fields.Get("scope"));
+    }
+    event.clear_all_contexts = scope == "holder";
   }
   KVATLAS_RETURN_IF_ERROR(ValidateBlockEvent(event, path));
   return event;
@@ -338,6 +369,18 @@ Result<std::optional<WriterPosition>> DecodeWriter(const json& doc) {
   return std::optional<WriterPosition>(std::move(writer));
 }
 
+// "report_mode" of a POST /v1/events object: "incremental" (the default) or "full" (true).
+Result<bool> DecodeReportMode(const json& doc) {
+  const auto it = doc.find("report_mode");
+  if (it == doc.end() || it->is_null()) return false;
+  if (it->is_string()) {
+    const std::string& mode = it->get_ref<const std::string&>();
+    if (EqualsIgnoringCase(mode, "incremental")) return false;
+    if (EqualsIgnoringCase(mode, "full")) return true;
+  }
+  return InvalidValue("report_mode", "must be \"incremental\" or \"full\"", *it);
+}
+
 }  // namespace
 
 Result<std::vector<BlockEvent>> DecodeEventBatch(std::string_view body,
@@ -346,6 +389,7 @@ Result<std::vector<BlockEvent>> DecodeEventBatch(std::string_view body,
     json doc;
     KVATLAS_RETURN_IF_ERROR(ParseJsonBody(body, &doc));
     const json* events = &doc;
+    bool full_report = false;
     if (doc.is_object()) {
       const auto it = doc.find("events");
       if (it == doc.end()) return Invalid("events", "is required (an array of events)");
@@ -353,6 +397,7 @@ Result<std::vector<BlockEvent>> DecodeEventBatch(std::string_view body,
       if (!events->is_array()) return InvalidValue("events", "must be an array of events", *events);
       KVATLAS_ASSIGN_OR_RETURN(std::optional<WriterPosition> position, DecodeWriter(doc));
       if (writer != nullptr) *writer = std::move(position);
+      KVATLAS_ASSIGN_OR_RETURN(full_report, DecodeReportMode(doc));
     } else if (!doc.is_array()) {
       return InvalidValue("body", "must be a JSON array of events or {\"events\": [...]}", doc);
     }
@@ -361,6 +406,10 @@ Result<std::vector<BlockEvent>> DecodeEventBatch(std::string_view body,
     for (size_t i = 0; i < events->size(); ++i) {
       KVATLAS_ASSIGN_OR_RETURN(BlockEvent event,
                                DecodeEvent((*events)[i], "events[" + std::to_string(i) + "]"));
+      // Full report mode (vLLM's): a store without a parent re-reports a prefix hit.
+      if (full_report && event.type == EventType::kStored && !event.origin && !event.parent_hash) {
+        event.origin = BlockOrigin::kReused;
+      }
       out.push_back(std::move(event));
     }
     return out;

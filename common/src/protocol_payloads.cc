@@ -229,12 +229,48 @@ std::vector<T> ReadList(Reader* in, std::string_view list, size_t min_element_by
   return items;
 }
 
+constexpr uint8_t kOriginMask = 0x03;
+constexpr uint8_t kClearAllContextsFlag = 0x04;
+
+// The event-flags trailer (EncodeIngestRequest): one byte per event.
+void ReadEventFlags(Reader* in, std::vector<BlockEvent>* events) {
+  const uint64_t n = in->Varint64("event_flags");
+  if (in->ok() && n != events->size()) {
+    in->Reject("event_flags", "has " + std::to_string(n) + " entries; expected one per event (" +
+                                  std::to_string(events->size()) + ")");
+    return;
+  }
+  bool any = false;
+  for (BlockEvent& event : *events) {
+    const uint8_t flags = in->U8("event_flags");
+    if (!in->ok()) return;
+    any |= flags != 0;
+    const uint8_t origin = flags & kOriginMask;
+    if (origin > static_cast<uint8_t>(BlockOrigin::kReused) ||
+        (flags & ~(kOriginMask | kClearAllContextsFlag)) != 0) {
+      in->Reject("event_flags", std::to_string(flags) +
+                                    " is not a flag byte (bits 0-1: origin 0-2, bit 2: clear "
+                                    "every context)");
+      return;
+    }
+    // Like the JSON decoder, what does not apply to the event type is ignored.
+    if (origin != 0 && event.type == EventType::kStored) {
+      event.origin = static_cast<BlockOrigin>(origin);
+    }
+    event.clear_all_contexts =
+        (flags & kClearAllContextsFlag) != 0 && event.type == EventType::kCleared;
+  }
+  // Written only when some event has a flag: one request, one encoding.
+  if (!any) in->Reject("event_flags", "present, but no event has a flag");
+}
+
 bool SameEvent(const BlockEvent& a, const BlockEvent& b) {
   return a.type == b.type && a.event_id == b.event_id && a.timestamp == b.timestamp &&
          a.context == b.context && a.holder == b.holder && a.medium == b.medium &&
          a.tier == b.tier && a.medium_known == b.medium_known && a.seq_hashes == b.seq_hashes &&
          a.parent_hash == b.parent_hash && a.base_block_idx == b.base_block_idx &&
-         a.token_ids == b.token_ids && a.locations == b.locations;
+         a.token_ids == b.token_ids && a.locations == b.locations && a.origin == b.origin &&
+         a.clear_all_contexts == b.clear_all_contexts;
 }
 
 }  // namespace
@@ -248,12 +284,27 @@ std::string EncodeIngestRequest(const IngestRequest& request) {
   std::string out;
   PutVarint64(&out, request.events.size());
   for (const BlockEvent& event : request.events) PutEvent(event, &out);
-  // The writer is an optional trailer, so that a request without one is the same bytes
-  // as before writers existed.
-  if (request.writer) {
-    PutFlag(&out, true);
-    PutLengthPrefixed(&out, request.writer->writer_id);
-    PutVarint64(&out, request.writer->sequence);
+  // The writer and the event flags are optional trailers, so that a request without them is
+  // the same bytes as before they existed: flag + writer, then (only when some event has a
+  // flag) one byte per event: bits 0-1 the origin (0 none, 1 new, 2 reused), bit 2 a clear
+  // of every context.
+  const auto flags_of = [](const BlockEvent& e) {
+    return static_cast<uint8_t>((e.origin ? static_cast<uint8_t>(*e.origin) : 0) |
+                                (e.clear_all_contexts ? kClearAllContextsFlag : 0));
+  };
+  const bool origins = std::any_of(request.events.begin(), request.events.end(),
+                                   [&](const BlockEvent& e) { return flags_of(e) != 0; });
+  if (request.writer || origins) {
+    PutFlag(&out, request.writer.has_value());
+    if (request.writer) {
+      PutLengthPrefixed(&out, request.writer->writer_id);
+      PutVarint64(&out, request.writer->sequence);
+    }
+  }
+  if (origins) {
+    PutVarint64(&out, request.events.size());
+    for (const BlockEvent& event : request.events)
+      out.push_back(static_cast<char>(flags_of(event)));
   }
   return out;
 }
@@ -264,15 +315,18 @@ Result<IngestRequest> DecodeIngestRequest(std::string_view payload) {
                                  ReadList<BlockEvent>(in, "events", kMinEventBytes, ReadEvent),
                                  std::nullopt};
                              if (in->ok() && !in->AtEnd()) {
-                               if (!in->Flag("writer")) {
+                               if (in->Flag("writer")) {
+                                 WriterPosition writer;
+                                 writer.writer_id = in->String("writer_id");
+                                 writer.sequence = in->Varint64("writer_sequence");
+                                 r.writer = std::move(writer);
+                               } else if (in->ok() && in->AtEnd()) {
+                                 // 0x00 is written only before event flags.
                                  in->Reject("writer", "must be 0x01 when present");
                                  return r;
                                }
-                               WriterPosition writer;
-                               writer.writer_id = in->String("writer_id");
-                               writer.sequence = in->Varint64("writer_sequence");
-                               r.writer = std::move(writer);
                              }
+                             if (in->ok() && !in->AtEnd()) ReadEventFlags(in, &r.events);
                              return r;
                            }));
   if (request.writer) KVATLAS_RETURN_IF_ERROR(ValidateWriterPosition(*request.writer, ""));

@@ -71,6 +71,18 @@ class Fields {
 
 }  // namespace
 
+// A publisher's report_mode (docs/engine-events.md §Report modes): only vLLM has modes.
+Result<ReportMode> ReportModeFromText(const Fields& f, EngineType type, std::string_view text) {
+  const std::optional<ReportMode> mode = ParseReportMode(text);
+  if (!mode) return f.Invalid("report_mode", "must be \"incremental\" or \"full\"");
+  if (*mode != ReportMode::kIncremental && type != EngineType::kVllm) {
+    return f.Invalid("report_mode", "\"" + std::string(text) + "\" is a vLLM mode; " +
+                                        std::string(EngineTypeName(type)) +
+                                        " publishers have one meaning (docs/engine-events.md)");
+  }
+  return *mode;
+}
+
 Result<Registration> RegistrationFromJson(const nlohmann::json& json, std::string_view path) {
   const Fields f(json, path);
   KVATLAS_RETURN_IF_ERROR(f.Check());
@@ -103,6 +115,11 @@ Result<Registration> RegistrationFromJson(const nlohmann::json& json, std::strin
   KVATLAS_RETURN_IF_ERROR(f.Uint32("dp_rank", false, /*positive=*/false, &r.dp_rank));
   KVATLAS_RETURN_IF_ERROR(f.String("additionalsalt", false, kMaxSaltBytes, &r.additional_salt));
   KVATLAS_RETURN_IF_ERROR(f.String("topic", false, kMaxTopicBytes, &r.topic));
+  std::string report_mode;
+  KVATLAS_RETURN_IF_ERROR(f.String("report_mode", false, kMaxNameBytes, &report_mode));
+  if (!report_mode.empty()) {
+    KVATLAS_ASSIGN_OR_RETURN(r.report_mode, ReportModeFromText(f, r.type, report_mode));
+  }
   return r;
 }
 
@@ -121,7 +138,8 @@ nlohmann::json RegistrationToJson(const Registration& r) {
       {"dp_rank", r.dp_rank},
       {"additionalsalt",
        r.additional_salt.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.additional_salt)},
-      {"topic", r.topic}};
+      {"topic", r.topic},
+      {"report_mode", std::string(ReportModeName(r.report_mode))}};
 }
 
 Result<UnregisterRequest> UnregisterRequestFromJson(const nlohmann::json& json) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "kvatlas/common/events.h"
+
 namespace kvatlas::server {
 
 enum class EngineEventKind : uint8_t { kStored = 0, kRemoved = 1, kCleared = 2 };
@@ -43,6 +45,9 @@ struct EngineEvent {
   std::optional<int64_t> group_idx;
   std::optional<std::string> kv_cache_spec_kind;
   std::optional<int64_t> kv_cache_spec_sliding_window;
+  // Stored: the event's `origin` field; nullopt when absent, nil or not a known value
+  // (docs/engine-events.md §Report modes).
+  std::optional<BlockOrigin> origin;
 
   // Mooncake RFC #1527 events only (maps with "event_type"): block_hashes then are standard
   // rolling sequence hashes, and these carry the rest of the envelope when present.

@@ -122,6 +122,10 @@ enum Slot : uint8_t {
   kPositionalCount,  // the slots above have a position; the ones below only a map key
   kCacheSalt = kPositionalCount,
   kMetadata,
+  kOrigin,                     // vLLM: "NEW" / "REUSED"
+  kComponentType,              // SGLang: the KV-cache component ("full", "swa", ...)
+  kNamespacedBlockHashes,      // SGLang's opt-in second hash chain: read, not used
+  kNamespacedParentBlockHash,  // (the tokens give kvatlas its keys)
   kSlotCount,
 };
 using Slots = std::array<const Obj*, kSlotCount>;
@@ -133,12 +137,15 @@ constexpr std::array<std::string_view, kSlotCount> kSlotNames = {
     "medium",    "lora_name",          "extra_keys",
     "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
     "locality",  "ownership",          "session_id",
-    "cache_salt", "metadata"};
+    "cache_salt", "metadata",          "origin",
+    "component_type", "namespaced_block_hashes", "namespaced_parent_block_hash"};
 // clang-format on
 
 // BlockRemoved's positional fields after the tag.
 constexpr std::array<Slot, 5> kRemovedSlots = {kBlockHashes, kMedium, kGroupIdx, kLocality,
                                                kOwnership};
+// BlockRemoved's map-only fields.
+constexpr std::array<Slot, 2> kRemovedMapSlots = {kNamespacedBlockHashes, kComponentType};
 
 std::optional<EngineEventKind> VllmKind(std::string_view tag) {
   if (tag == "BlockStored") return EngineEventKind::kStored;
@@ -159,7 +166,9 @@ bool SlotAllowed(EngineEventKind kind, size_t slot) {
     case EngineEventKind::kStored:
       return slot != kTag;
     case EngineEventKind::kRemoved:
-      return std::find(kRemovedSlots.begin(), kRemovedSlots.end(), slot) != kRemovedSlots.end();
+      return std::find(kRemovedSlots.begin(), kRemovedSlots.end(), slot) != kRemovedSlots.end() ||
+             std::find(kRemovedMapSlots.begin(), kRemovedMapSlots.end(), slot) !=
+                 kRemovedMapSlots.end();
     case EngineEventKind::kCleared:
       return false;
   }
@@ -241,7 +250,27 @@ bool ReadVllmSlots(const Slots& s, EngineEvent* e, EventNotes* notes) {
   for (const Slot ignored : {kLocality, kOwnership, kSessionId}) {
     if (const Obj* o = s[ignored]; !IsNil(o) && !IsStr(*o)) ++notes->unknown;
   }
+  // SGLang's namespaced hashes are a second name for the same blocks; kvatlas keys blocks
+  // by their tokens and removals by block_hashes, so they are only checked.
+  std::vector<uint64_t> namespaced;
+  std::optional<uint64_t> namespaced_parent;
+  if ((!IsNil(s[kNamespacedBlockHashes]) && !ReadHashes(*s[kNamespacedBlockHashes], &namespaced)) ||
+      !ReadOptHash(s[kNamespacedParentBlockHash], &namespaced_parent)) {
+    ++notes->unknown;
+  }
+  std::optional<std::string> component;
+  if (!ReadOptString(s[kComponentType], &component)) return false;
   if (e->kind == EngineEventKind::kRemoved) return true;
+  if (const Obj* o = s[kOrigin]; !IsNil(o)) {
+    const std::string_view origin = IsStr(*o) ? Str(*o) : std::string_view();
+    if (EqualsIgnoreCase(origin, "NEW")) {
+      e->origin = BlockOrigin::kNew;
+    } else if (EqualsIgnoreCase(origin, "REUSED")) {
+      e->origin = BlockOrigin::kReused;
+    } else {
+      ++notes->unknown;  // a value this decoder does not know is never read as one it does
+    }
+  }
   std::optional<uint32_t> block_size;
   if (!ReadOptHash(s[kParentBlockHash], &e->parent_hash) ||
       !ReadTokens(s[kTokenIds], &e->token_ids) || !ReadOptU32(s[kBlockSize], &block_size) ||
@@ -251,6 +280,11 @@ bool ReadVllmSlots(const Slots& s, EngineEvent* e, EventNotes* notes) {
     return false;
   }
   e->block_size = block_size.value_or(0);
+  // SGLang's component of a hybrid model: only its full-attention pages hold the prefix.
+  if (component && *component != "full" && *component != "full_attention" &&
+      !e->kv_cache_spec_kind) {
+    e->kv_cache_spec_kind = std::move(component);
+  }
   // The salt, named in any of the forms engines use: a field, SGLang's metadata map (in
   // place of lora_name at index 7, or as a "metadata" field), vLLM's extra keys.
   ReadSalt(s[kCacheSalt], e, notes);

@@ -23,6 +23,28 @@ Tier TierOf(const EngineEvent& event) {
   return event.medium ? TierFromMedium(*event.medium) : Tier::kGpu;
 }
 
+// Whether a store reports blocks the holder may already hold rather than announcing new
+// copies (StoreCommand::report; docs/engine-events.md §Report modes). The event's own
+// origin decides when it has one. SGLang's radix cache publishes a page once per tier until
+// it removes it, so a repeat can only be a re-report. vLLM caches duplicate physical blocks
+// under one hash, each stored and removed on its own: copies, except in full report mode,
+// where a store without a parent — the only shape of a re-sent prefix hit — is a report.
+// Stores that continue a parent, offload copies (no tokens) and Mooncake objects are copies.
+bool IsReport(const EngineEvent& event, const StreamIdentity& identity) {
+  if (event.origin) return *event.origin == BlockOrigin::kReused;
+  if (event.standard_hashes) return false;
+  switch (identity.engine) {
+    case EngineType::kSglang:
+      return true;
+    case EngineType::kMooncake:
+      return false;
+    case EngineType::kVllm:
+      return identity.report_mode == ReportMode::kFull && !event.token_ids.empty() &&
+             !event.parent_hash;
+  }
+  return false;
+}
+
 // The index of `context` in the stream's contexts, adding it when there is room; nullopt
 // when the stream already has kMaxContexts others (the event still applies, but later
 // removals that do not name a context will not look there).
@@ -132,6 +154,8 @@ void EngineEventMapper::MapStored(const EngineEvent& event, const StreamIdentity
   StoreCommand store;
   store.holder = identity.holder;
   store.tier = TierOf(event);
+  store.report = IsReport(event, identity);
+  if (store.report) ++out->reports;
 
   // Offload copies (no tokens): the blocks exist already in some context of this stream.
   if (event.token_ids.empty() && !event.standard_hashes) {

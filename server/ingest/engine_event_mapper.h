@@ -28,6 +28,9 @@ struct StreamIdentity {
   // tenant, model, default LoRA, block_size and additional salt of the registration.
   ContextKey context;
   HolderKey holder;
+  // What the stream's stores mean (docs/engine-events.md §Report modes).
+  EngineType engine = EngineType::kVllm;
+  ReportMode report_mode = ReportMode::kIncremental;
 };
 
 // What the mapper remembers of one stream between batches. Engine events name a block's
@@ -49,7 +52,8 @@ struct MappedBatch {
   uint64_t stored = 0;  // events mapped, by kind
   uint64_t removed = 0;
   uint64_t cleared = 0;
-  uint64_t blocks = 0;  // blocks named by mapped stored and removed events
+  uint64_t blocks = 0;   // blocks named by mapped stored and removed events
+  uint64_t reports = 0;  // stored events mapped as reports (StoreCommand::report)
   // Events not mapped, by reason (each is counted, logged by the caller, never fatal).
   uint64_t skipped_not_whole_blocks = 0;  // token_ids do not match block_hashes × block_size
   uint64_t skipped_sliding_or_mamba = 0;  // a KV-cache group that is not full attention

@@ -14,6 +14,7 @@ StoreCommand ToStore(const BlockEvent& event, const BlockHasher& hasher) {
   store.parent = event.parent_hash;
   store.base_depth = event.base_block_idx;
   store.locations = event.locations;
+  store.report = event.origin == BlockOrigin::kReused;
   if (event.token_ids && !event.token_ids->empty()) {
     // The publisher's hashes may not be standard (vLLM sha256, SGLang): index by the
     // standard hash of the tokens and keep the publisher's as aliases for removals. Only
@@ -37,8 +38,10 @@ Command ToCommand(const BlockEvent& event, const BlockHasher& hasher) {
       return RemoveCommand{event.context, event.holder, event.tier, event.seq_hashes};
     case EventType::kCleared:
       // An RFC stream is (context, backend, medium, dp_rank): cleared drops exactly it.
-      return ClearCommand{event.holder, event.context,
-                          event.medium ? std::optional<Tier>(event.tier) : std::nullopt};
+      return ClearCommand{
+          event.holder,
+          event.clear_all_contexts ? std::nullopt : std::optional<ContextKey>(event.context),
+          event.medium ? std::optional<Tier>(event.tier) : std::nullopt};
   }
   return ClearCommand{event.holder, event.context, std::nullopt};  // unreachable
 }

@@ -240,9 +240,18 @@ Result<ZmqListenerConfig> ListenerFromJson(const json& value, const std::string&
       listener.lora_name = text;
     } else if (key == "additionalsalt") {
       listener.additional_salt = text;
+    } else if (key == "report_mode") {
+      const std::optional<ReportMode> mode = ParseReportMode(text);
+      if (!mode) return invalid("report_mode: must be \"incremental\" or \"full\"");
+      listener.report_mode = *mode;
     } else {
       return invalid("unknown key \"" + key + "\"");
     }
+  }
+  if (listener.report_mode != ReportMode::kIncremental && listener.type != EngineType::kVllm) {
+    return invalid("report_mode: \"" + std::string(ReportModeName(listener.report_mode)) +
+                   "\" is a vLLM mode; " + std::string(EngineTypeName(listener.type)) +
+                   " publishers have one meaning (docs/engine-events.md)");
   }
   if (Status s = ZmqIngest::ValidateEndpoint(listener.bind, /*for_bind=*/true); !s.ok()) {
     return invalid("bind: " + s.message());
@@ -278,7 +287,8 @@ nlohmann::ordered_json ListenerToJson(const ZmqListenerConfig& l) {
           {"tenant_id", l.tenant_id},
           {"lora_name", l.lora_name},
           {"block_size", l.block_size},
-          {"additionalsalt", l.additional_salt}};
+          {"additionalsalt", l.additional_salt},
+          {"report_mode", std::string(ReportModeName(l.report_mode))}};
 }
 
 std::string FlagOf(std::string_view key) {

@@ -48,12 +48,38 @@ nlohmann::json StreamViewJson(const StreamView& view, int64_t now_unix_ms) {
   j["replayed_batches"] = get(c.replayed_batches);
   j["restarts"] = get(c.restarts);
   j["reconnects"] = get(c.reconnects);
+  j["report_mode"] = view.report_mode;
+  j["stored_blocks"] = get(c.stored_blocks);
+  j["repeated_stores"] = get(c.repeated_stores);
+  j["removed_blocks"] = get(c.removed_blocks);
+  j["unheld_removes"] = get(c.unheld_removes);
   auto text_or_null = [](const std::string& text) {
     return text.empty() ? nlohmann::json(nullptr) : nlohmann::json(text);
   };
   j["error"] = text_or_null(view.error());
   j["last_error"] = text_or_null(view.last_error());
+  j["report_mode_warning"] = text_or_null(view.report_mode_warning());
   return j;
+}
+
+std::string ReportModeMismatch(EngineType engine, ReportMode mode, const StreamTally& tally) {
+  if (engine != EngineType::kVllm) return "";
+  if (mode == ReportMode::kIncremental && tally.stored_blocks >= kMinTalliedBlocks &&
+      tally.held_stores * 2 >= tally.stored_blocks) {
+    return std::to_string(tally.held_stores) + " of " + std::to_string(tally.stored_blocks) +
+           " stored blocks were already held: the engine looks like it re-reports prefix hits "
+           "(kv_cache_report_mode=full), which incremental mode counts as new copies that "
+           "outlive their eviction; register the publisher with report_mode \"full\"";
+  }
+  if (mode == ReportMode::kFull && tally.removed_blocks >= kMinTalliedBlocks &&
+      tally.unheld_removes * 5 >= tally.removed_blocks) {
+    return std::to_string(tally.unheld_removes) + " of " + std::to_string(tally.removed_blocks) +
+           " removed blocks were not held: full mode takes stores without a parent as "
+           "re-reports, so duplicate copies were counted once; if no request sets "
+           "kv_cache_report_mode=full, register the publisher with report_mode \"incremental\" "
+           "(lost batches show the same way: see gaps and lost_batches)";
+  }
+  return "";
 }
 
 namespace {
@@ -129,6 +155,18 @@ std::string RenderStreamMetrics(std::span<const std::shared_ptr<const StreamView
   counter("kvatlas_zmq_skipped_namespace_events_total",
           "Stored events skipped because their cache salt could not be read exactly.",
           &StreamCounters::skipped_namespace_events);
+  counter("kvatlas_zmq_stored_blocks_total",
+          "Blocks placed by the stream's applied stores (copies and reports).",
+          &StreamCounters::stored_blocks);
+  counter("kvatlas_zmq_repeated_stores_total",
+          "Stored blocks the stream's holder already held in that tier (re-reports or "
+          "duplicate copies).",
+          &StreamCounters::repeated_stores);
+  counter("kvatlas_zmq_removed_blocks_total", "Block hashes named by the stream's applied removes.",
+          &StreamCounters::removed_blocks);
+  counter("kvatlas_zmq_unheld_removes_total",
+          "Removed block hashes the stream's holder did not hold.",
+          &StreamCounters::unheld_removes);
   counter("kvatlas_zmq_gaps_total", "Sequence gaps detected.", &StreamCounters::gaps);
   counter("kvatlas_zmq_replays_total", "Replay requests sent.", &StreamCounters::replays);
   counter("kvatlas_zmq_replay_failures_total", "Replays that timed out or returned nothing.",

@@ -12,6 +12,8 @@
 #include <string>
 
 #include "nlohmann/json_fwd.hpp"
+#include "server/model/registration.h"
+#include "server/state/stream_tally.h"
 
 namespace kvatlas::server {
 
@@ -39,6 +41,12 @@ struct StreamCounters {
   // SUB sockets recreated because libzmq closed the connection for good (a message over
   // 64 MiB, another protocol error) or the socket could not be created.
   std::atomic<uint64_t> reconnects{0};
+  // What the stream's applied stores and removes found in the index (stream_tally.h),
+  // copied from the state machine once a second.
+  std::atomic<uint64_t> stored_blocks{0};
+  std::atomic<uint64_t> repeated_stores{0};  // stores of blocks the holder already held
+  std::atomic<uint64_t> removed_blocks{0};
+  std::atomic<uint64_t> unheld_removes{0};     // removes of blocks the holder did not hold
   std::atomic<int64_t> last_sequence{-1};      // last sequence handed to the applier, -1 none
   std::atomic<int64_t> last_event_unix_ms{0};  // wall clock of the last message received
   std::atomic<bool> replaying{false};
@@ -51,6 +59,7 @@ struct StreamView {
   std::string endpoint;
   std::string replay_endpoint;
   std::string type;
+  std::string report_mode;  // "incremental" or "full" (docs/engine-events.md §Report modes)
   std::string instance_id;
   std::string tenant_id;
   std::string model;
@@ -82,12 +91,33 @@ struct StreamView {
     return error_.empty() ? 0 : error_since_unix_ms_;
   }
 
+  // Set once, when the stream's tally says its report mode looks wrong (ReportModeMismatch).
+  void SetReportModeWarning(std::string warning) {
+    std::lock_guard lock(mu_);
+    report_mode_warning_ = std::move(warning);
+  }
+  std::string report_mode_warning() const {
+    std::lock_guard lock(mu_);
+    return report_mode_warning_;
+  }
+
  private:
   mutable std::mutex mu_;
   std::string error_;
   std::string last_error_;
   int64_t error_since_unix_ms_ = 0;
+  std::string report_mode_warning_;
 };
+
+// What a stream's tally says of its report mode (docs/engine-events.md §Report modes), or
+// "" when it says nothing. Only vLLM streams have a mode to get wrong (SGLang's stores are
+// reports, Mooncake's copies, whatever the registration says). A vLLM stream registered
+// incremental whose stores are mostly of blocks it already holds is re-reporting prefix
+// hits (full mode): its blocks would outlive their eviction. One registered full whose
+// removes often find nothing had duplicate copies counted once (or lost batches). Judged
+// only past kMinTalliedBlocks, so a few early events do not decide.
+inline constexpr uint64_t kMinTalliedBlocks = 1000;
+std::string ReportModeMismatch(EngineType engine, ReportMode mode, const StreamTally& tally);
 
 // JSON of one stream for GET /v1/streams (docs/api.md). `now_unix_ms` gives lag_seconds.
 nlohmann::json StreamViewJson(const StreamView& view, int64_t now_unix_ms);

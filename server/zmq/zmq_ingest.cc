@@ -141,6 +141,7 @@ class ZmqIngest::Loop {
       for (auto& [key, stream] : streams_) stream->socket->Tick(now);
       CheckReplayTimeouts();
       LaunchWaitingReplays();
+      CheckReportModes(now);
     }
   }
 
@@ -148,6 +149,31 @@ class ZmqIngest::Loop {
   SubSocketOptions SubOptions() const {
     const ZmqIngestOptions& o = owner_->options_;
     return SubSocketOptions{o.receive_hwm, o.reconnect_interval, o.reconnect_interval_max};
+  }
+
+  // Once a second: copies each stream's tally (stream_tally.h, the state machine's) into
+  // its counters, and warns once per stream when the tally says its report mode is wrong.
+  void CheckReportModes(Clock::time_point now) {
+    if (now < next_report_mode_check_) return;
+    next_report_mode_check_ = now + std::chrono::seconds(1);
+    auto check = [this](ZmqStream& stream) {
+      const StreamTally t = owner_->machine_->TallyOf(stream.key);
+      StreamCounters& c = stream.view->counters;
+      c.stored_blocks.store(t.stored_blocks, std::memory_order_relaxed);
+      c.repeated_stores.store(t.held_stores, std::memory_order_relaxed);
+      c.removed_blocks.store(t.removed_blocks, std::memory_order_relaxed);
+      c.unheld_removes.store(t.unheld_removes, std::memory_order_relaxed);
+      if (!stream.view->report_mode_warning().empty()) return;
+      std::string warning =
+          ReportModeMismatch(stream.identity.engine, stream.identity.report_mode, t);
+      if (warning.empty()) return;
+      LogWarning("zmq: " + stream.key + ": " + warning);
+      stream.view->SetReportModeWarning(std::move(warning));
+    };
+    for (auto& [key, stream] : streams_) check(*stream);
+    for (auto& listener : listeners_) {
+      for (auto& [key, stream] : listener->streams) check(*stream);
+    }
   }
 
   StreamFollowerOptions FollowerOptions(const std::string& replay_endpoint) const {
@@ -204,6 +230,8 @@ class ZmqIngest::Loop {
     stream->identity.context =
         ContextKey{r.tenant_id, r.model, r.lora_name, r.block_size, r.additional_salt};
     stream->identity.holder = r.Holder();
+    stream->identity.engine = r.type;
+    stream->identity.report_mode = r.report_mode;
     stream->replay_endpoint = r.replay_endpoint;
     stream->view = std::make_shared<StreamView>();
     StreamView& v = *stream->view;
@@ -212,6 +240,7 @@ class ZmqIngest::Loop {
     v.endpoint = r.endpoint;
     v.replay_endpoint = r.replay_endpoint;
     v.type = std::string(EngineTypeName(r.type));
+    v.report_mode = std::string(ReportModeName(r.report_mode));
     v.instance_id = r.instance_id;
     v.tenant_id = r.tenant_id;
     v.model = r.model;
@@ -230,6 +259,9 @@ class ZmqIngest::Loop {
   }
 
   ZmqStream& ListenerStream(ZmqListener& listener, std::string_view topic, uint32_t dp_rank) {
+    // SGLang appends "\0sgl-kv-epoch=<n>" to its topic in snapshot mode: the publisher is
+    // the same across epochs (a new epoch restarts its sequence, which is a restart).
+    topic = topic.substr(0, topic.find('\0'));
     std::string key = std::string(kListenerStreamPrefix) + listener.config.bind + "|" +
                       std::string(topic) + "|" + std::to_string(dp_rank);
     auto it = listener.streams.find(key);
@@ -249,6 +281,8 @@ class ZmqIngest::Loop {
     stream->identity.context =
         ContextKey{c.tenant_id, model, c.lora_name, c.block_size, c.additional_salt};
     stream->identity.holder = HolderKey{holder, dp_rank};
+    stream->identity.engine = c.type;
+    stream->identity.report_mode = c.report_mode;
     auto persisted = owner_->machine_->ReadRegistry(
         [&key](const Registry& r, Revision) -> std::optional<uint64_t> {
           auto p = r.positions.find(key);
@@ -260,6 +294,7 @@ class ZmqIngest::Loop {
     v.mode = "bind";
     v.endpoint = c.bind;
     v.type = std::string(EngineTypeName(c.type));
+    v.report_mode = std::string(ReportModeName(c.report_mode));
     v.instance_id = holder;
     v.tenant_id = c.tenant_id;
     v.model = model;
@@ -560,6 +595,7 @@ class ZmqIngest::Loop {
   std::vector<std::unique_ptr<ZmqListener>> listeners_;
   size_t running_replays_ = 0;
   bool leading_ = false;
+  Clock::time_point next_report_mode_check_;
   uint64_t listener_malformed_ = 0;
   std::vector<zmq::pollitem_t> items_;
   std::vector<Target> targets_;

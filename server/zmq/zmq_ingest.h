@@ -61,6 +61,7 @@ struct ZmqListenerConfig {
   std::string lora_name;
   uint32_t block_size = 16;
   std::string additional_salt;
+  ReportMode report_mode = ReportMode::kIncremental;
 
   friend bool operator==(const ZmqListenerConfig&, const ZmqListenerConfig&) = default;
 };

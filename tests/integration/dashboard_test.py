@@ -285,8 +285,9 @@ def main():
         fake = add_engine_stream(leader)
         stream = browser.wait_for("the engine stream", "[...(document.querySelector("
                                   "'#streams tbody tr') || {cells: []}).cells].map("
-                                  "c => c.textContent)", lambda v: len(v) == 12 and v[7] == "1")
-        assert stream[1] == "vLLM" and stream[2] == "engine-model", stream
+                                  "c => c.textContent)", lambda v: len(v) == 14 and v[7] == "1")
+        assert stream[1] == "vLLM (incremental)" and stream[2] == "engine-model", stream
+        assert stream[11] == "0" and stream[12] == "0", stream  # re-stored, unheld removes
         load = Load(leader)
         browser.wait_for("index entries growing", text("#stat-entries"),
                          lambda v: (number(v) or 0) > before)

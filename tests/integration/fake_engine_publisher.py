@@ -223,6 +223,10 @@ class Publisher:
             ev = self.vllm_event("BlockStored", list(zip(VLLM_STORED_FIELDS, [
                 hashes[first:], parent, new_tokens, bs, self.lora_id(lora), medium, lora,
                 [e for _, e in chain[first:]], 0, "full_attention"])))
+            if cmd.get("origin") is not None:  # vLLM's "NEW" / "REUSED" (map form only)
+                if enc != "vllm-map":
+                    raise ValueError("origin needs --encoding vllm-map")
+                ev["origin"] = cmd["origin"]
         return [ev], {"hashes": hashes[first:], "all_hashes": hashes}
 
     def offload(self, cmd):

@@ -429,6 +429,94 @@ def case_sglang_map_salt(binary):
         server.cleanup()
 
 
+def case_report_modes(binary):
+    """vLLM's full report mode re-sends a prefix hit as stores of blocks the engine holds,
+    then evicts each block once. Registered "full", the blocks go with their one remove;
+    registered "incremental" they stay (counted as copies), and /v1/streams shows the
+    repeated stores and, past the threshold, a warning. An event's own origin decides over
+    either mode."""
+    server = Server(binary)
+    full, incremental = Fake("--encoding", "vllm-map"), Fake("--encoding", "vllm-map")
+    try:
+        server.register(full, "full", report_mode="full")
+        server.register(incremental, "incr")
+        assert server.stream("full|default|0")["report_mode"] == "full"
+        regs = {r["key"]: r for r in server.request("GET", "/v1/registrations")["registrations"]}
+        assert regs["full|default|0"]["report_mode"] == "full", regs
+        assert regs["incr|default|0"]["report_mode"] == "incremental", regs
+        for fake, instance in ((full, "full"), (incremental, "incr")):
+            stored = fake.store(PROMPT[:3 * BS])
+            fake.store(PROMPT[:3 * BS])  # the re-report of a prefix hit: parent nil
+            fake.cmd(op="remove", hashes=stored["hashes"], medium="GPU")
+        wait_for("both streams applied", lambda: all(
+            server.stream(k)["events"]["removed"] == 1
+            for k in ("full|default|0", "incr|default|0")), server)
+        assert match(server, PROMPT, "full") == {}, match(server, PROMPT, "full")
+        assert match(server, PROMPT, "incr").get("GPU") == 3 * BS  # stale: counted twice
+        wait_for("tallies", lambda: server.stream("incr|default|0")["repeated_stores"] == 3,
+                 server)
+        s = server.stream("full|default|0")
+        assert s["stored_blocks"] == 6 and s["repeated_stores"] == 3, s
+        assert s["removed_blocks"] == 3 and s["unheld_removes"] == 0, s
+        assert s["report_mode_warning"] is None, s
+        # Enough re-reports on the incremental stream make the server say its mode is wrong.
+        other = list(range(1000, 1000 + 4 * BS))
+        for _ in range(260):
+            incremental.store(other)
+        wait_for("mode warning",
+                 lambda: server.stream("incr|default|0")["report_mode_warning"], server)
+        assert "full" in server.stream("incr|default|0")["report_mode_warning"]
+        metrics = urllib.request.urlopen(server.base + "/metrics", timeout=5).read().decode()
+        assert 'kvatlas_zmq_repeated_stores_total{stream="incr|default|0"}' in metrics
+        assert 'kvatlas_zmq_unheld_removes_total{stream="full|default|0"} 0' in metrics
+        # An origin overrides the mode: REUSED on the incremental stream adds no copy.
+        origin = list(range(3000, 3000 + 2 * BS))
+        first = incremental.store(origin, origin="NEW")
+        incremental.store(origin, origin="REUSED")
+        incremental.cmd(op="remove", hashes=first["hashes"], medium="GPU")
+        wait_for("origin-marked prefix gone", lambda: match(server, origin, "incr") == {},
+                 server)
+        # Modes are vLLM's: other engines refuse them, unknown modes are refused.
+        body = {"endpoint": "tcp://127.0.0.1:5557", "type": "SGLang", "modelname": "m",
+                "instance_id": "s1", "block_size": BS, "report_mode": "full"}
+        assert "report_mode" in server.request("POST", "/register", body, expect=400)["message"]
+        body.update(type="vLLM", report_mode="sometimes")
+        assert "report_mode" in server.request("POST", "/register", body, expect=400)["message"]
+    finally:
+        full.close()
+        incremental.close()
+        server.cleanup()
+
+
+def case_operator_clear(binary):
+    """An engine that dropped its cache without publishing it (a vLLM weight reload): the
+    operator's cleared event of scope "holder" drops the holder's blocks in every context
+    (LoRA ones included); the stream goes on from its next batch without a replay."""
+    server, fake = Server(binary), Fake()
+    try:
+        server.register(fake, "e1")
+        fake.store(PROMPT[:2 * BS])
+        fake.store(PROMPT[:2 * BS], lora_name="adapter")
+        wait_for("both contexts", lambda: lookup_blocks(server, PROMPT, "e1") == 2 and
+                 lookup_blocks(server, PROMPT, "e1", lora_name="adapter") == 2, server)
+        clear = {"event_type": "cleared", "backend_id": "e1", "model_name": "m",
+                 "block_size": BS}
+        server.request("POST", "/v1/events", [clear])  # its context only
+        assert lookup_blocks(server, PROMPT, "e1") == 0
+        assert lookup_blocks(server, PROMPT, "e1", lora_name="adapter") == 2
+        server.request("POST", "/v1/events", [dict(clear, scope="holder")])
+        assert lookup_blocks(server, PROMPT, "e1", lora_name="adapter") == 0
+        bad = server.request("POST", "/v1/events", [dict(clear, scope="all")], expect=400)
+        assert "scope" in bad["message"], bad
+        fake.store(PROMPT[:BS])
+        wait_for("the next batch", lambda: lookup_blocks(server, PROMPT, "e1") == 1, server)
+        s = server.stream("e1|default|0")
+        assert s["gaps"] == 0 and s["replays"] == 0 and s["restarts"] == 0, s
+    finally:
+        fake.close()
+        server.cleanup()
+
+
 CASES = {
     "vllm_array": lambda b: case_store_offload_remove_clear(b, "vllm-array"),
     "vllm_map": lambda b: case_store_offload_remove_clear(b, "vllm-map"),
@@ -441,6 +529,8 @@ CASES = {
     "listener_and_config": case_listener_and_config_publishers,
     "bad_registrations": case_bad_registrations,
     "sglang_map_salt": case_sglang_map_salt,
+    "report_modes": case_report_modes,
+    "operator_clear": case_operator_clear,
 }
 
 

@@ -44,6 +44,37 @@ def test_ingest_and_lookup_by_tokens_and_hashes(client):
     assert client.lookup(CTX, tokens=tokens, linearizable=True).instance("a") is None
 
 
+def test_reused_reports_and_holder_wide_clears(client):
+    """origin="reused" re-reports blocks (no new reference: one remove takes them); a
+    cleared event of scope "holder" drops every context. Both cross the binary protocol."""
+    tokens = list(range(200, 208))  # 2 blocks
+    store(client, "r", tokens)
+    store(client, "r", tokens, origin="reused")
+    removed = client.ingest([kvatlas.removed(CTX, "r", keys(tokens))])
+    assert client.lookup(CTX, tokens=tokens, min_revision=removed.revision).instance("r") is None
+    store(client, "r", tokens, origin="new")
+    store(client, "r", tokens, origin="new")  # two copies: one remove leaves one
+    removed = client.ingest([kvatlas.removed(CTX, "r", keys(tokens))])
+    assert client.lookup(CTX, tokens=tokens, min_revision=removed.revision).instance(
+        "r").blocks.gpu == 2
+    event = kvatlas.stored(CTX, "r", keys(tokens), origin="reused")
+    assert event.origin == "reused" and kvatlas.stored(CTX, "r", [1]).origin is None
+    with pytest.raises(ValueError):
+        kvatlas.stored(CTX, "r", [1], origin="copied")
+    with pytest.raises(ValueError):
+        kvatlas.removed(CTX, "r", [1], origin="reused")
+
+    lora = kvatlas.Context("m", 4, lora_name="adapter")
+    client.ingest([kvatlas.stored(lora, "r", H.sequence_hashes(tokens, 4))])
+    client.ingest([kvatlas.cleared(CTX, "r")])  # this context only
+    assert client.lookup(lora, tokens=tokens, linearizable=True).instance("r") is not None
+    assert kvatlas.cleared(CTX, "r", scope="holder").scope == "holder"
+    client.ingest([kvatlas.cleared(CTX, "r", scope="holder")])
+    assert client.lookup(lora, tokens=tokens, linearizable=True).instance("r") is None
+    with pytest.raises(ValueError):
+        kvatlas.cleared(CTX, "r", scope="all")
+
+
 def test_errors_carry_the_server_code(client):
     with pytest.raises(kvatlas.Error) as e:
         client.ingest([kvatlas.stored(kvatlas.Context("m", 0), "a", [1])])

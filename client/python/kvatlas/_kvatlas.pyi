@@ -136,12 +136,17 @@ class BlockEvent:
     medium: Optional[str]
     tier: Tier
     locations: List[str]
+    # Stored: "new" (a new copy, the default) or "reused" (a re-report: no new reference).
+    origin: Optional[str]
+    # Cleared: "context" (the default) or "holder" (every context of the holder).
+    scope: str
     def __init__(self, type: EventType, context: Context, holder: HolderLike, *,
                  seq_hashes: Optional[Ints] = None, parent_hash: Optional[int] = None,
                  token_ids: Optional[Ints] = None, medium: Optional[str] = None,
                  tier: Optional[Tier] = None, locations: List[str] = ...,
                  base_block_idx: Optional[int] = None, event_id: Optional[int] = None,
-                 timestamp: Optional[float] = None) -> None: ...
+                 timestamp: Optional[float] = None, origin: Optional[str] = None,
+                 scope: str = "context") -> None: ...
 
 class IngestAnswer:
     revision: int

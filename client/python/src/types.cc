@@ -256,7 +256,8 @@ void DefineEvents(py::module_& m) {
                        const py::object& token_ids, std::optional<std::string> medium,
                        std::optional<Tier> tier, std::vector<std::string> locations,
                        std::optional<uint32_t> base_block_idx, std::optional<uint64_t> event_id,
-                       std::optional<double> timestamp) {
+                       std::optional<double> timestamp, std::optional<std::string> origin,
+                       const std::string& scope) {
              BlockEvent e;
              e.type = type;
              e.context = std::move(context);
@@ -278,6 +279,25 @@ void DefineEvents(py::module_& m) {
              e.base_block_idx = base_block_idx;
              e.event_id = event_id;
              e.timestamp = timestamp;
+             if (origin) {
+               if (*origin == "new") {
+                 e.origin = BlockOrigin::kNew;
+               } else if (*origin == "reused") {
+                 e.origin = BlockOrigin::kReused;
+               } else {
+                 throw py::value_error("origin: must be \"new\" or \"reused\"");
+               }
+               if (type != EventType::kStored) {
+                 throw py::value_error("origin: only a stored event has one");
+               }
+             }
+             if (scope != "context" && scope != "holder") {
+               throw py::value_error("scope: must be \"context\" or \"holder\"");
+             }
+             if (scope == "holder" && type != EventType::kCleared) {
+               throw py::value_error("scope: only a cleared event has one");
+             }
+             e.clear_all_contexts = scope == "holder";
              return e;
            }),
            py::arg("type"), py::arg("context"), py::arg("holder"), py::kw_only(),
@@ -285,7 +305,8 @@ void DefineEvents(py::module_& m) {
            py::arg("token_ids") = py::none(), py::arg("medium") = py::none(),
            py::arg("tier") = py::none(), py::arg("locations") = std::vector<std::string>{},
            py::arg("base_block_idx") = py::none(), py::arg("event_id") = py::none(),
-           py::arg("timestamp") = py::none())
+           py::arg("timestamp") = py::none(), py::arg("origin") = py::none(),
+           py::arg("scope") = "context")
       .def_readonly("type", &BlockEvent::type)
       .def_readonly("context", &BlockEvent::context)
       .def_readonly("holder", &BlockEvent::holder)
@@ -294,7 +315,15 @@ void DefineEvents(py::module_& m) {
       .def_readonly("token_ids", &BlockEvent::token_ids)
       .def_readonly("medium", &BlockEvent::medium)
       .def_readonly("tier", &BlockEvent::tier)
-      .def_readonly("locations", &BlockEvent::locations);
+      .def_readonly("locations", &BlockEvent::locations)
+      .def_property_readonly("origin",
+                             [](const BlockEvent& e) -> std::optional<std::string> {
+                               if (!e.origin) return std::nullopt;
+                               return std::string(BlockOriginName(*e.origin));
+                             })
+      .def_property_readonly("scope", [](const BlockEvent& e) {
+        return std::string(e.clear_all_contexts ? "holder" : "context");
+      });
   py::class_<IngestAnswer>(m, "IngestAnswer")
       .def_readonly("revision", &IngestAnswer::revision)
       .def_readonly("events", &IngestAnswer::events)

@@ -245,13 +245,16 @@
       streamLag.set(s.key, history);
       const tr = document.createElement('tr');
       const bad = (v) => 'num' + (v > 0 ? ' bad' : '');
-      tr.append(cell(s.key), cell(s.type), cell(s.model), cell(s.state, s.state === 'live' ? 'good' : 'bad'),
+      const mode = s.report_mode ? `${s.type} (${s.report_mode})` : s.type;
+      const problem = s.error || s.report_mode_warning;
+      tr.append(cell(s.key), cell(mode), cell(s.model), cell(s.state, s.state === 'live' ? 'good' : 'bad'),
                 cell(fmtSeconds(s.lag_seconds), 'num'),
                 cell(sparkline(history, {className: 'spark mini', width: 120, height: 20, floor: 1})),
                 cell(fmtInt(s.batches), 'num'), cell(fmtInt(s.gaps), bad(s.gaps)),
                 cell(fmtInt(s.lost_batches), bad(s.lost_batches)), cell(fmtInt(s.replays), 'num'),
                 cell(fmtInt(s.restarts), bad(s.restarts)),
-                cell(s.error || (s.last_error ? `(was: ${s.last_error})` : ''), s.error ? 'bad' : 'muted'));
+                cell(fmtInt(s.repeated_stores), 'num'), cell(fmtInt(s.unheld_removes), 'num'),
+                cell(problem || (s.last_error ? `(was: ${s.last_error})` : ''), problem ? 'bad' : 'muted'));
       return tr;
     }));
     for (const key of streamLag.keys()) {

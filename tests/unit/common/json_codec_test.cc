@@ -71,6 +71,54 @@ TEST_SUITE("JsonCodec") {
     CHECK(EventError(json(5)) == "events[0]: must be a JSON object, got 5");
   }
 
+  TEST_CASE("JsonCodec: a stored event's origin, and a batch in full report mode") {
+    json reused = StoredEvent();
+    reused["origin"] = "REUSED";
+    json fresh = StoredEvent();
+    fresh["origin"] = "new";
+    json root = StoredEvent();
+    root.erase("parent_hash");
+    json removed = {{"event_type", "removed"}, {"model_name", "m"}, {"block_size", 4},
+                    {"backend_id", "w"},       {"seq_hashes", {1}}, {"origin", "reused"}};
+    auto events = DecodeEventBatch(json::array({reused, fresh, root, removed}).dump());
+    REQUIRE(events.has_value());
+    CHECK((*events)[0].origin == BlockOrigin::kReused);
+    CHECK((*events)[1].origin == BlockOrigin::kNew);
+    CHECK_FALSE((*events)[2].origin.has_value());
+    CHECK_FALSE((*events)[3].origin.has_value());  // only stored events have one
+    json copied = StoredEvent();
+    copied["origin"] = "copied";
+    CHECK(EventError(copied) == "events[0].origin: must be \"new\" or \"reused\", got \"copied\"");
+    // In full mode a store without a parent is a re-report unless it says otherwise.
+    events = DecodeEventBatch(
+        json{{"report_mode", "full"}, {"events", {StoredEvent(), root, fresh}}}.dump());
+    REQUIRE(events.has_value());
+    CHECK_FALSE((*events)[0].origin.has_value());  // it continues a parent
+    CHECK((*events)[1].origin == BlockOrigin::kReused);
+    CHECK((*events)[2].origin == BlockOrigin::kNew);
+    events = DecodeEventBatch(json{{"report_mode", "incremental"}, {"events", {root}}}.dump());
+    REQUIRE(events.has_value());
+    CHECK_FALSE((*events)[0].origin.has_value());
+    CHECK(DecodeEventBatch(json{{"report_mode", "all"}, {"events", json::array()}}.dump())
+              .status()
+              .message() == "report_mode: must be \"incremental\" or \"full\", got \"all\"");
+  }
+
+  TEST_CASE("JsonCodec: a cleared event's scope is its context or the whole holder") {
+    json cleared = {
+        {"event_type", "cleared"}, {"model_name", "m"}, {"block_size", 4}, {"backend_id", "w"}};
+    auto events = DecodeEventBatch(json::array({cleared}).dump());
+    REQUIRE(events.has_value());
+    CHECK_FALSE((*events)[0].clear_all_contexts);
+    cleared["scope"] = "holder";
+    events = DecodeEventBatch(json::array({cleared}).dump());
+    REQUIRE(events.has_value());
+    CHECK((*events)[0].clear_all_contexts);
+    cleared["scope"] = "everything";
+    CHECK(EventError(cleared) ==
+          "events[0].scope: must be \"context\" or \"holder\", got \"everything\"");
+  }
+
   TEST_CASE("JsonCodec: an events object may name its writer") {
     json body = {{"events", {StoredEvent()}}, {"writer_id", "sched-1"}, {"writer_sequence", 7}};
     std::optional<WriterPosition> writer;

@@ -675,7 +675,48 @@ TEST_SUITE("protocol") {
               .error()
               .message()
               .starts_with("writer_id: must be 1 to 128 bytes"));
-    CHECK(DecodeIngestRequest(trailed + "x").error().message() == "payload: 1 trailing bytes");
+    CHECK(DecodeIngestRequest(trailed + "x").error().message() ==
+          "event_flags: has 120 entries; expected one per event (1)");
+  }
+
+  TEST_CASE("Protocol: the ingest event flags are an optional trailer after the writer") {
+    BlockEvent stored;
+    stored.type = EventType::kStored;
+    stored.context = ContextKey{"t", "m", "", 4, ""};
+    stored.holder = HolderKey{"h", 1};
+    stored.seq_hashes = {7};
+    BlockEvent cleared = stored;
+    cleared.type = EventType::kCleared;
+    cleared.seq_hashes.clear();
+    const std::string plain = EncodeIngestRequest(IngestRequest{{stored, cleared}, std::nullopt});
+    stored.origin = BlockOrigin::kReused;
+    cleared.clear_all_contexts = true;
+    const IngestRequest flagged{{stored, cleared}, std::nullopt};
+    // No writer (flag 0x00), two events: reused (2), clear of every context (4).
+    CHECK(EncodeIngestRequest(flagged) == plain + Bytes("\x00\x02\x02\x04"));
+    CHECK(DecodeIngestRequest(EncodeIngestRequest(flagged)).value() == flagged);
+    const IngestRequest both{{stored, cleared}, WriterPosition{"w-1", 300}};
+    CHECK(EncodeIngestRequest(both) == plain + Bytes("\x01\x03w-1\xac\x02\x02\x02\x04"));
+    CHECK(DecodeIngestRequest(EncodeIngestRequest(both)).value() == both);
+    // Flags that do not apply to the event type are dropped, as the JSON decoder does.
+    const IngestRequest swapped = DecodeIngestRequest(plain + Bytes("\x00\x02\x04\x02")).value();
+    CHECK_FALSE(swapped.events[0].clear_all_contexts);
+    CHECK_FALSE(swapped.events[1].origin.has_value());
+    // One encoding per request, and every byte checked.
+    CHECK(DecodeIngestRequest(plain + Bytes("\x00\x02\x00\x00")).error().message() ==
+          "event_flags: present, but no event has a flag");
+    CHECK(DecodeIngestRequest(plain + Bytes("\x00\x01\x02")).error().message() ==
+          "event_flags: has 1 entries; expected one per event (2)");
+    CHECK(DecodeIngestRequest(plain + Bytes("\x00\x02\x03\x00"))
+              .error()
+              .message()
+              .starts_with("event_flags: 3 is not a flag byte"));
+    CHECK(DecodeIngestRequest(plain + Bytes("\x00\x02\x08\x00"))
+              .error()
+              .message()
+              .starts_with("event_flags: 8 is not a flag byte"));
+    CHECK(DecodeIngestRequest(plain + Bytes("\x00\x02\x02")).error().code() ==
+          StatusCode::kInvalidArgument);  // truncated
   }
 
   TEST_CASE("Protocol: the lookup and locate decoders check the context") {

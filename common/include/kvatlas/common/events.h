@@ -31,6 +31,17 @@ constexpr std::string_view EventTypeName(EventType type) {
   return "stored";
 }
 
+// What a stored event says of its blocks, when its publisher says it (vLLM's `origin`):
+// kNew — newly cached blocks, each a new copy for the holder (a block stored twice needs
+// two removes); kReused — a re-report of blocks the holder already holds (one reference
+// if it had none, no change otherwise). Absent: a new copy.
+enum class BlockOrigin : uint8_t { kNew = 1, kReused = 2 };
+
+// "new", "reused".
+constexpr std::string_view BlockOriginName(BlockOrigin origin) {
+  return origin == BlockOrigin::kReused ? "reused" : "new";
+}
+
 struct BlockEvent {
   EventType type = EventType::kStored;
   // Consecutive per stream in the RFC; informational until stream tracking lands.
@@ -59,6 +70,12 @@ struct BlockEvent {
   // stored: empty, or exactly one location descriptor per block (kvatlas extension for
   // storage tiers; the JSON form may give one string for every block).
   std::vector<std::string> locations;
+  // stored: see BlockOrigin; nullopt for the other types.
+  std::optional<BlockOrigin> origin;
+  // cleared: true drops the holder's copies in every context (JSON `"scope": "holder"`),
+  // not only in `context`: what an operator sends when an engine dropped its cache without
+  // saying so (docs/engine-events.md §Cache reset, sleep and weight reload).
+  bool clear_all_contexts = false;
 
   // Blocks this event names: seq_hashes.size(), or for a stored event with token_ids only,
   // token_ids->size() / block_size.

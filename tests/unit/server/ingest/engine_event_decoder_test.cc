@@ -683,6 +683,52 @@ TEST_SUITE("EngineEventDecoder") {
     CHECK(batch.skipped_events == 0);
     CHECK(batch.skipped_namespace_events == 0);
   }
+
+  TEST_CASE("EngineEventDecoder: vLLM's origin says new or reused; an unknown value is counted") {
+    const EngineBatch batch = MustDecode(PackBatch({
+        StoredMap(1, 1, [](Packer& pk) { Pair(pk, "origin", std::string("REUSED")); }),
+        StoredMap(2, 1, [](Packer& pk) { Pair(pk, "origin", std::string("NEW")); }),
+        StoredMap(3, 1, [](Packer& pk) { NilPair(pk, "origin"); }),
+        StoredMap(4, 1, [](Packer& pk) { Pair(pk, "origin", std::string("COPIED")); }),
+        StoredMap(5, 1, [](Packer& pk) { Pair(pk, "origin", 2); }),
+    }));
+    REQUIRE(batch.events.size() == 5);
+    CHECK(batch.events[0].origin == BlockOrigin::kReused);
+    CHECK(batch.events[1].origin == BlockOrigin::kNew);
+    CHECK_FALSE(batch.events[2].origin.has_value());
+    CHECK_FALSE(batch.events[3].origin.has_value());  // never read as a value it is not
+    CHECK_FALSE(batch.events[4].origin.has_value());
+    CHECK(batch.unknown_fields == 2);
+    CHECK(batch.skipped_events == 0);
+  }
+
+  TEST_CASE("EngineEventDecoder: SGLang's namespaced hashes and component type (map form)") {
+    const EngineBatch batch = MustDecode(PackBatch({
+        StoredMap(1, 4,
+                  [](Packer& pk) {
+                    Pair(pk, "lora_name", std::string("adapter"));
+                    Pair(pk, "namespaced_block_hashes", std::vector<int64_t>{-9});
+                    Pair(pk, "namespaced_parent_block_hash", -8);
+                    Pair(pk, "component_type", std::string("full"));
+                  }),
+        StoredMap(2, 1, [](Packer& pk) { Pair(pk, "component_type", std::string("swa")); }),
+        StoredMap(3, 1, [](Packer& pk) { Pair(pk, "namespaced_block_hashes", std::string("x")); }),
+        [](Packer& pk) {
+          pk.pack_map(3);
+          Pair(pk, "type", std::string("BlockRemoved"));
+          Pair(pk, "block_hashes", std::vector<int64_t>{1});
+          Pair(pk, "namespaced_block_hashes", std::vector<int64_t>{-9});
+        },
+    }));
+    REQUIRE(batch.events.size() == 4);
+    // The block hashes stay the engine's keys; the namespaced ones are only checked.
+    CHECK(batch.events[0].block_hashes == Hashes{1});
+    CHECK(batch.events[0].lora_name == "adapter");
+    CHECK_FALSE(batch.events[0].kv_cache_spec_kind.has_value());  // full attention
+    CHECK(batch.events[1].kv_cache_spec_kind == "swa");           // not full: the mapper skips it
+    CHECK(batch.events[3].kind == EngineEventKind::kRemoved);
+    CHECK(batch.unknown_fields == 1);  // the namespaced hashes that are not hashes
+  }
 }
 
 }  // namespace
