@@ -9,9 +9,18 @@
 // decides in the stream's counters (gaps, lost batches, duplicates, restarts, replays...).
 //
 // Sequences. vLLM and SGLang number their batches 0, 1, 2, ... per publisher process: the
-// next live batch must carry last + 1; a larger number is a gap, a smaller or equal one
-// means the engine restarted. Arithmetic is modulo 2^64: after 2^64 - 1 the expected
-// sequence is 0, so a wrap reads as the next batch, not a restart (no engine gets there).
+// next live batch must carry last + 1 and a larger number is a gap. Live traffic never
+// repeats itself, so a live batch at or below the previous live batch (before the first
+// one: at or below the persisted position) means the engine restarted — also while the
+// stream replays, when the previous live batch is the newest buffered one: the replay is
+// cancelled (FollowerActions::CancelReplay) and the old engine's buffered batches dropped.
+// A live batch above the previous live one but at or below `last` is one a replay already
+// handed on: a duplicate. Arithmetic is modulo 2^64: after 2^64 - 1 the expected sequence
+// is 0, so a wrap reads as the next batch, not a restart (no engine gets there).
+//
+// Replays. Each BeginReplay gets a new id, which the caller passes back with every answer
+// of that replay; answers of any other replay (one that ended, timed out or was cancelled)
+// are ignored, so an old engine's batches can never be applied after its restart.
 //
 // Time is a parameter (`now`, steady clock) so that tests drive the timeouts. A value of
 // the ingest thread; not thread-safe. `Payload` is whatever the caller hands on with a batch
@@ -22,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -51,6 +61,11 @@ class FollowerActions {
   // The engine restarted: submit a clear of the stream's holder at position 0 with
   // restart = true, and forget the stream's mapping state.
   virtual void ClearHolder() = 0;
+  // The engine restarted while the replay begun by BeginReplay ran: its answers are the old
+  // engine's. Close its socket (discarding what is queued in it) and free its slot, so that
+  // none of them is delivered. Called before ClearHolder; not for a replay still waiting
+  // for a slot (it holds none).
+  virtual void CancelReplay() = 0;
 };
 
 struct StreamFollowerOptions {
@@ -71,6 +86,13 @@ class StreamFollower {
   };
   using Actions = FollowerActions<Payload>;
 
+  // A replay granted by BeginReplay: its id (to pass with its answers) and the sequence to
+  // request from.
+  struct Ticket {
+    uint64_t id;
+    uint64_t from;
+  };
+
   // `last`: the last sequence already applied (the persisted stream position), or nullopt
   // for a stream never seen, whose first expected sequence is 0. `key` names the stream in
   // log lines. `counters` must outlive the follower.
@@ -89,10 +111,9 @@ class StreamFollower {
   [[nodiscard]] bool OnLive(uint64_t sequence, Payload payload, FollowerClock::time_point now,
                             Actions& actions) {
     counters_->batches_received.fetch_add(1, std::memory_order_relaxed);
+    if (IsRestart(sequence)) return OnRestart(sequence, std::move(payload), now, actions);
+    previous_live_ = sequence;
     if (replay_ != Replay::kNone) {
-      // Buffered unexamined: a restart while replaying shows only once the buffer is
-      // handed on (its batches at or below the last one are dropped as duplicates) and the
-      // next live batch is behind.
       Buffer(sequence, std::move(payload));
       return false;
     }
@@ -103,37 +124,33 @@ class StreamFollower {
       case SequenceVerdict::kAhead:
         return OnGap(sequence, std::move(payload), now, actions);
       case SequenceVerdict::kBehind:
-        // Live traffic never repeats itself: the publisher started counting again.
-        counters_->restarts.fetch_add(1, std::memory_order_relaxed);
-        LogInfo("zmq: " + key_ + " restarted (sequence " + std::to_string(sequence) + " after " +
-                std::to_string(*last_) + "); clearing its blocks");
-        actions.ClearHolder();
-        last_.reset();
-        if (sequence == 0) {
-          Apply(sequence, std::move(payload), actions);
-          return false;
-        }
-        return OnGap(sequence, std::move(payload), now, actions);
+        // Past the previous live batch, so not a restart: a replay that ran ahead of the
+        // live socket already handed it on.
+        counters_->duplicates.fetch_add(1, std::memory_order_relaxed);
+        return false;
     }
     return false;
   }
 
-  // A replay slot was granted to a waiting stream: returns the sequence to replay from.
-  // The replay runs (and its timeouts count) from `now`. If the request cannot be sent,
-  // the caller calls AbandonReplay.
-  uint64_t BeginReplay(FollowerClock::time_point now) {
+  // A replay slot was granted to a waiting stream: returns the replay's id and the
+  // sequence to replay from. The replay runs (and its timeouts count) from `now`. If the
+  // request cannot be sent, the caller calls AbandonReplay.
+  Ticket BeginReplay(FollowerClock::time_point now) {
     counters_->replays.fetch_add(1, std::memory_order_relaxed);
     replay_received_ = 0;
     replay_started_ = replay_last_ = now;
     replay_ = Replay::kRunning;
-    return replay_from_;
+    return Ticket{++replay_id_, replay_from_};
   }
 
-  // Any message on the replay socket, well-formed or not: the replay is alive.
-  void OnReplayMessage(FollowerClock::time_point now) { replay_last_ = now; }
+  // Any message on replay `id`'s socket, well-formed or not: the replay is alive.
+  void OnReplayMessage(uint64_t id, FollowerClock::time_point now) {
+    if (IsRunning(id)) replay_last_ = now;
+  }
 
-  // A replayed batch (not the end marker).
-  void OnReplayBatch(uint64_t sequence, Payload payload, Actions& actions) {
+  // A batch of replay `id` (not the end marker). Ignored unless that replay is running.
+  void OnReplayBatch(uint64_t id, uint64_t sequence, Payload payload, Actions& actions) {
+    if (!IsRunning(id)) return;
     ++replay_received_;
     counters_->replayed_batches.fetch_add(1, std::memory_order_relaxed);
     counters_->batches_received.fetch_add(1, std::memory_order_relaxed);
@@ -147,13 +164,17 @@ class StreamFollower {
                                            now - replay_started_ > options_.replay_total_timeout);
   }
 
-  // The replay sent its end marker. If it replayed nothing although the buffer starts past
-  // the expected sequence (the publisher's buffer expired), it counts as failed.
-  void OnReplayEnd(FollowerClock::time_point now, Actions& actions) {
-    FinishReplay(/*completed=*/true, now, actions);
+  // Replay `id` sent its end marker (ignored unless that replay is running). If it
+  // replayed nothing although the buffer starts past the expected sequence (the
+  // publisher's buffer expired), it counts as failed. Then the buffered live batches are
+  // handed on; a gap among them (live batches lost on the way while the replay ran) makes
+  // the stream wait for another replay, unless cooling down.
+  void OnReplayEnd(uint64_t id, FollowerClock::time_point now, Actions& actions) {
+    if (IsRunning(id)) FinishReplay(/*completed=*/true, now, actions);
   }
 
-  // The replay timed out or its request could not be sent: a failure, then a cooldown.
+  // The running replay timed out or its request could not be sent: a failure, then a
+  // cooldown.
   void AbandonReplay(FollowerClock::time_point now, Actions& actions) {
     FinishReplay(/*completed=*/false, now, actions);
   }
@@ -163,6 +184,47 @@ class StreamFollower {
     uint64_t sequence;
     Payload payload;
   };
+
+  bool IsRunning(uint64_t id) const { return replay_ == Replay::kRunning && id == replay_id_; }
+
+  // At or below the previous live batch, or before the first one at or below the persisted
+  // position; a wrap from 2^64 - 1 to 0 is the next batch.
+  bool IsRestart(uint64_t sequence) const {
+    const std::optional<uint64_t> previous = previous_live_ ? previous_live_ : last_;
+    if (!previous) return false;
+    if (sequence == 0 && *previous == std::numeric_limits<uint64_t>::max()) return false;
+    return sequence <= *previous;
+  }
+
+  // The publisher started counting again: whatever was underway for the old engine (a
+  // replay, the live batches buffered for it) is dropped, its holder cleared, and
+  // `sequence` is the first batch of a new stream.
+  bool OnRestart(uint64_t sequence, Payload payload, FollowerClock::time_point now,
+                 Actions& actions) {
+    counters_->restarts.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t previous = previous_live_ ? *previous_live_ : *last_;
+    LogInfo("zmq: " + key_ + " restarted (sequence " + std::to_string(sequence) + " after " +
+            std::to_string(previous) + "); clearing its blocks" +
+            (replay_ == Replay::kNone ? "" : ", cancelling its replay"));
+    if (replay_ != Replay::kNone) {
+      const bool running = replay_ == Replay::kRunning;
+      replay_ = Replay::kNone;
+      ++replay_id_;  // the old engine's answers, if fed anyway, are ignored
+      // Never applied, and the clear below removes whatever they would have stored.
+      counters_->lost_batches.fetch_add(buffered_.size(), std::memory_order_relaxed);
+      buffered_.clear();
+      counters_->replaying.store(false, std::memory_order_relaxed);
+      if (running) actions.CancelReplay();
+    }
+    actions.ClearHolder();
+    last_.reset();
+    previous_live_ = sequence;
+    if (sequence == 0) {
+      Apply(sequence, std::move(payload), actions);
+      return false;
+    }
+    return OnGap(sequence, std::move(payload), now, actions);
+  }
 
   SequenceVerdict Observe(uint64_t sequence) const {
     const uint64_t expected = Expected();
@@ -223,9 +285,21 @@ class StreamFollower {
       LogWarning("zmq: " + key_ + ": replay from " + std::to_string(replay_from_) +
                  (completed ? " returned nothing" : " failed") + "; continuing without it");
     }
-    std::deque<Buffered> buffered = std::move(buffered_);
-    buffered_.clear();
-    for (Buffered& b : buffered) Deliver(b.sequence, std::move(b.payload), actions);
+    // A jump at the front of the buffer is what the replay could not fill: lost (Deliver).
+    // One further in is live batches lost on the way while the replay ran, which the
+    // publisher still holds: replayed in turn, the rest staying buffered.
+    for (bool front = true; !buffered_.empty(); front = false) {
+      if (!front && Observe(buffered_.front().sequence) == SequenceVerdict::kAhead &&
+          options_.replayable && now >= cooldown_until_) {
+        counters_->gaps.fetch_add(1, std::memory_order_relaxed);
+        replay_ = Replay::kWaiting;
+        replay_from_ = Expected();
+        return;
+      }
+      Buffered b = std::move(buffered_.front());
+      buffered_.pop_front();
+      Deliver(b.sequence, std::move(b.payload), actions);
+    }
     counters_->replaying.store(false, std::memory_order_relaxed);
   }
 
@@ -239,7 +313,10 @@ class StreamFollower {
   StreamFollowerOptions options_;
   StreamCounters* counters_;
   std::optional<uint64_t> last_;  // the last sequence handed on (applied or skipped)
+  // The previous live batch's sequence (buffered or not); none before the first one.
+  std::optional<uint64_t> previous_live_;
   Replay replay_ = Replay::kNone;
+  uint64_t replay_id_ = 0;  // the running replay's, or the last one's
   uint64_t replay_from_ = 0;
   uint64_t replay_received_ = 0;
   FollowerClock::time_point replay_started_;

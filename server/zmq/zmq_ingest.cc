@@ -78,7 +78,10 @@ struct ZmqStream {
   std::unique_ptr<PublisherSocket> socket;           // registered streams only
   std::optional<StreamFollower<ZmqBatch>> follower;  // set once `view` is
   StreamMapState map_state;
-  std::unique_ptr<zmq::socket_t> dealer;  // while a replay runs
+  // While a replay runs: its socket, new for every replay so that nothing queued for an
+  // earlier one (a cancelled replay of a restarted engine) is ever read, and its id.
+  std::unique_ptr<zmq::socket_t> dealer;
+  uint64_t replay_id = 0;
 };
 
 struct ZmqListener {
@@ -437,7 +440,9 @@ class ZmqIngest::Loop {
   }
 
   void StartReplay(ZmqStream& stream) {
-    const uint64_t from = stream.follower->BeginReplay(Clock::now());
+    const Follower::Ticket ticket = stream.follower->BeginReplay(Clock::now());
+    const uint64_t from = ticket.from;
+    stream.replay_id = ticket.id;
     try {
       stream.dealer = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
       stream.dealer->set(zmq::sockopt::linger, 0);
@@ -468,7 +473,7 @@ class ZmqIngest::Loop {
     StreamCounters& c = stream.view->counters;
     for (size_t n = 0; n < owner_->options_.max_messages_per_round; ++n) {
       if (!stream.dealer || !Receive(*stream.dealer, &frames)) return;
-      stream.follower->OnReplayMessage(Clock::now());
+      stream.follower->OnReplayMessage(stream.replay_id, Clock::now());
       // Replies are [empty, seq, payload] (vLLM < 0.26) or [empty, topic, seq, payload].
       size_t first = !frames.empty() && frames[0].size() == 0 ? 1 : 0;
       const size_t parts = frames.size() - first;
@@ -488,8 +493,8 @@ class ZmqIngest::Loop {
         return;
       }
       StreamActions actions(this, &stream);
-      stream.follower->OnReplayBatch(*sequence, ZmqBatch{std::move(payload), std::nullopt},
-                                     actions);
+      stream.follower->OnReplayBatch(stream.replay_id, *sequence,
+                                     ZmqBatch{std::move(payload), std::nullopt}, actions);
     }
   }
 
@@ -500,10 +505,19 @@ class ZmqIngest::Loop {
     stream.dealer.reset();
     StreamActions actions(this, &stream);
     if (completed) {
-      stream.follower->OnReplayEnd(Clock::now(), actions);
+      stream.follower->OnReplayEnd(stream.replay_id, Clock::now(), actions);
     } else {
       stream.follower->AbandonReplay(Clock::now(), actions);
     }
+  }
+
+  // The engine restarted during the replay (the follower asks, before clearing the holder):
+  // closing the socket discards every answer of the old engine's replay still queued in it,
+  // and a later replay connects a new socket, whose identity the old answers do not name.
+  void CancelReplay(ZmqStream& stream) {
+    --running_replays_;
+    stream.dealer.reset();
+    LogInfo("zmq: " + stream.key + ": replay cancelled (the engine restarted)");
   }
 
   void CheckReplayTimeouts() {
@@ -523,6 +537,7 @@ class ZmqIngest::Loop {
       loop_->Apply(*stream_, sequence, std::move(batch));
     }
     void ClearHolder() override { loop_->SubmitRestart(*stream_); }
+    void CancelReplay() override { loop_->CancelReplay(*stream_); }
 
    private:
     Loop* loop_;

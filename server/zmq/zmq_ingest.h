@@ -8,10 +8,12 @@
 // apart by topic and data-parallel rank.
 //
 // Per stream it tracks the sequence: a gap is replayed from the publisher's replay ROUTER
-// over a DEALER socket while live batches wait in a bounded buffer; a sequence that goes
-// backwards means the engine restarted, so its holder is cleared and its buffer replayed
-// from 0. Every batch carries its stream position into the state machine, which applies a
-// sequence at most once (registration.h), so replays and retries never double-count.
+// over a DEALER socket while live batches wait in a bounded buffer; a live sequence at or
+// below the previous live one means the engine restarted — at once, also mid-replay, whose
+// socket is then closed with the old engine's answers queued in it — so its holder is
+// cleared and its buffer replayed from 0. Every batch carries its stream position into the
+// state machine, which applies a sequence at most once (registration.h), so replays and
+// retries never double-count.
 //
 // The decisions per stream — sequence, gaps, replay, restarts, cooldown, the buffer of live
 // batches waiting for a replay — are a StreamFollower's (stream_follower.h), which knows no

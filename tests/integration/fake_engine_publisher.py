@@ -41,6 +41,15 @@ prints {"ready": true, "endpoint": E, "replay_endpoint": R or null}. Commands:
   {"op": "oversized", "bytes": N}   one message [topic, next seq, N zero bytes] (hostile:
       past the subscriber's size limit); the sequence is not consumed -> {"ok": true}
   {"op": "drop_next"}   the next batch is buffered for replay, not sent -> {"ok": true}
+  {"op": "delay_next"}  the next batch is buffered for replay but sent only on "send_delayed"
+      (it reaches subscribers after later replays) -> {"ok": true}
+  {"op": "send_delayed"}   sends the delayed batches -> {"ok": true, "sent": k}
+  {"op": "replay_options", "hold": false, "whole_buffer": false}   hold: a replay request is
+      answered (with the buffer as it is when the request comes) only on "release_replays";
+      whole_buffer: answers with every buffered batch, also those before the start sequence
+      (a publisher answering from before the gap) -> {"ok": true}
+  {"op": "release_replays", "fresh": false}   sends the held replay answers; fresh: built from
+      the buffer as it is now, not as it was when the request came -> {"ok": true, "released": k}
   {"op": "restart", "rebind": false}   seq (and mooncake event_id) back to 0, replay buffer
       emptied; rebind: close and rebind both sockets, same ports -> {"ok": true, "endpoint": E,
       "replay_endpoint": R}
@@ -49,7 +58,8 @@ prints {"ready": true, "endpoint": E, "replay_endpoint": R or null}. Commands:
   {"op": "set", "dp_rank": 1, "encoding": "sglang", "topic": "t", "replay_style": "old",
    "hash_seed": "0", "model_name": "m", "tenant_id": "t", "backend_id": "b",
    "additional_salt": ""}  (any subset; the last four fill the mooncake envelope) -> {"ok": true}
-  {"op": "status"} -> {"next_seq": n, "buffered": k, "replays": r, "peers": p}
+  {"op": "status"} -> {"next_seq": n, "buffered": k, "replays": r, "peers": p,
+      "held_replays": h}   (replays counts requests answered or held)
   {"op": "quit"} -> {"ok": true}, then exits
 A bad command gets {"error": "..."} and publishes nothing.
 """
@@ -130,6 +140,8 @@ class Publisher:
                         additional_salt="")
         self.buffer = collections.deque(maxlen=args.buffer_steps)
         self.next_seq, self.replays, self.peers, self.drop_next = 0, 0, 0, False
+        self.delay_next, self.delayed = False, []
+        self.hold_replays, self.whole_buffer, self.held = False, False, []
         self.event_id, self.lora_ids = 0, {}
         self.endpoint, self.replay_endpoint = args.endpoint, args.replay_endpoint or None
         self.bind()
@@ -283,8 +295,10 @@ class Publisher:
         frames = [self.cfg["topic"].encode(), struct.pack(">Q", seq),
                   msgpack.packb(batch, use_bin_type=True)]
         self.buffer.append(frames)
-        sent = not self.drop_next
-        self.drop_next = False
+        sent = not self.drop_next and not self.delay_next
+        if self.delay_next:
+            self.delayed.append(frames)
+        self.drop_next = self.delay_next = False
         if sent:
             self.pub.send_multipart(frames)
         return {"seq": seq, "sent": sent}
@@ -294,14 +308,24 @@ class Publisher:
         if len(frames) != 3 or len(frames[2]) != 8:
             return
         ident, start = frames[0], struct.unpack(">Q", frames[2])[0]
-        new = self.cfg["replay_style"] == "new"
-        for topic, seq, payload in list(self.buffer):
-            if struct.unpack(">Q", seq)[0] >= start:
-                self.router.send_multipart([ident, b""] + ([topic] if new else []) +
-                                           [seq, payload])
-        self.router.send_multipart([ident, b""] + ([self.cfg["topic"].encode()] if new else []) +
-                                   [END_SEQ, b""])
+        answer = self.replay_answer(ident, start)
         self.replays += 1
+        if self.hold_replays:
+            self.held.append((ident, start, answer))
+            return
+        for frames in answer:
+            self.router.send_multipart(frames)
+
+    def replay_answer(self, ident, start):
+        """The messages answering a replay request from `start`, end marker included."""
+        new = self.cfg["replay_style"] == "new"
+        answer = []
+        for topic, seq, payload in list(self.buffer):
+            if self.whole_buffer or struct.unpack(">Q", seq)[0] >= start:
+                answer.append([ident, b""] + ([topic] if new else []) + [seq, payload])
+        answer.append([ident, b""] + ([self.cfg["topic"].encode()] if new else []) +
+                      [END_SEQ, b""])
+        return answer
 
     def drain_monitor(self, timeout_ms=0):
         while self.monitor.poll(timeout_ms):
@@ -342,8 +366,34 @@ class Publisher:
                                      bytes(int(cmd["bytes"]))])
         elif op == "drop_next":
             self.drop_next = True
+        elif op == "delay_next":
+            self.delay_next = True
+        elif op == "send_delayed":
+            delayed, self.delayed = self.delayed, []
+            for frames in delayed:
+                self.pub.send_multipart(frames)
+            return {"ok": True, "sent": len(delayed)}
+        elif op == "replay_options":
+            unknown = set(cmd) - {"op", "hold", "whole_buffer"}
+            if unknown:
+                raise ValueError("bad replay_options: %s" % json.dumps(cmd))
+            self.hold_replays = bool(cmd.get("hold", False))
+            self.whole_buffer = bool(cmd.get("whole_buffer", False))
+        elif op == "release_replays":
+            unknown = set(cmd) - {"op", "fresh"}
+            if unknown:
+                raise ValueError("bad release_replays: %s" % json.dumps(cmd))
+            held, self.held = self.held, []
+            for ident, start, answer in held:
+                if cmd.get("fresh"):
+                    answer = self.replay_answer(ident, start)
+                for frames in answer:
+                    self.router.send_multipart(frames)
+            return {"ok": True, "released": len(held)}
         elif op == "restart":
-            self.next_seq, self.event_id, self.drop_next = 0, 0, False
+            # Held replay answers stay held: they are the old engine's, still on their way.
+            self.next_seq, self.event_id, self.drop_next, self.delay_next = 0, 0, False, False
+            self.delayed = []
             self.buffer.clear()
             if cmd.get("rebind"):
                 self.close()
@@ -359,7 +409,7 @@ class Publisher:
             self.cfg.update((k, v) for k, v in cmd.items() if k != "op")
         elif op == "status":
             return dict(next_seq=self.next_seq, buffered=len(self.buffer), replays=self.replays,
-                        peers=self.peers)
+                        peers=self.peers, held_replays=len(self.held))
         elif op != "quit":
             raise ValueError("unknown op %r" % op)
         return {"ok": True}

@@ -62,6 +62,10 @@ class Fake:
     def replay(self, start):
         """[(seq, batch)] replayed from start; checks the framing and the end marker."""
         self.dealer.send_multipart([b"", struct.pack(">Q", start)])
+        return self.replay_answer()
+
+    def replay_answer(self):
+        """[(seq, batch)] of the next replay answer on the DEALER."""
         out = []
         while True:
             frames = self.dealer.recv_multipart()
@@ -203,6 +207,41 @@ def check_gaps_replay_restart(fake):
     assert status["next_seq"] == 1 and status["buffered"] == 1, status
 
 
+def check_held_replays_and_delayed_batches():
+    fake = Fake("--replay-style", "old")
+    for i in range(3):
+        assert fake.cmd(op="clear")["seq"] == i and fake.recv()[1] == i
+    assert fake.cmd(op="delay_next") == {"ok": True}
+    assert fake.cmd(op="clear") == {"seq": 3, "sent": False}
+    assert not fake.sub.poll(200)  # delayed, not sent
+    assert fake.cmd(op="replay_options", hold=True, whole_buffer=True) == {"ok": True}
+    fake.dealer.send_multipart([b"", struct.pack(">Q", 2)])
+    assert not fake.dealer.poll(300)  # held
+    assert fake.cmd(op="status")["held_replays"] == 1
+    # A held answer is the buffer as it was when the request came, from before the start.
+    fake.cmd(op="restart")
+    assert fake.cmd(op="release_replays") == {"ok": True, "released": 1}
+    assert [s for s, _ in fake.replay_answer()] == [0, 1, 2, 3]
+    # fresh: the answer is built at release, from the buffer as it is then.
+    fake.cmd(op="replay_options", hold=True)
+    fake.dealer.send_multipart([b"", struct.pack(">Q", 1)])
+    assert not fake.dealer.poll(300)
+    fake.cmd(op="clear")
+    fake.cmd(op="clear")
+    assert fake.recv()[1] == 0 and fake.recv()[1] == 1
+    assert fake.cmd(op="release_replays", fresh=True) == {"ok": True, "released": 1}
+    assert [s for s, _ in fake.replay_answer()] == [1]
+    fake.cmd(op="replay_options")
+    fake.cmd(op="restart")
+    # The restart forgot the delayed batch; a new one is sent on send_delayed.
+    fake.cmd(op="delay_next")
+    fake.cmd(op="clear")
+    assert fake.cmd(op="send_delayed") == {"ok": True, "sent": 1}
+    assert fake.recv()[1] == 0
+    assert "error" in fake.cmd(op="replay_options", hold=True, bogus=1)
+    fake.close()
+
+
 def check_buffer_steps():
     fake = Fake("--buffer-steps", "3", "--replay-style", "old")
     for i in range(5):
@@ -240,6 +279,7 @@ def main():
     check_gaps_replay_restart(fake)
     fake.close()
     check_buffer_steps()
+    check_held_replays_and_delayed_batches()
     check_sglang_map()
     print("fake_engine_publisher selftest: ok")
 

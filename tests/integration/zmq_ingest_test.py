@@ -249,6 +249,93 @@ def case_engine_restart_resets(binary):
         server.cleanup()
 
 
+def holder_entries(server, instance):
+    """Entries /v1/holders counts for `instance` (0 when it holds none)."""
+    for h in server.request("GET", "/v1/holders")["holders"]:
+        if h["holder_id"] == instance:
+            return h["entries"]
+    return 0
+
+
+def case_restart_mid_replay(binary):
+    """The engine restarts while kvatlas replays a gap from it: the new engine's first batch
+    is recognised as a restart at once (the replay is cancelled, the holder cleared) and the
+    old engine's replay answer, sent after the restart, is never applied."""
+    server, fake = Server(binary), Fake()
+    a1, a2, a3 = (list(range(base, base + 2 * BS)) for base in (100, 200, 300))
+    b1, b2 = list(range(900, 900 + 2 * BS)), list(range(800, 800 + BS))
+    try:
+        server.register(fake, "e1")
+        fake.cmd(op="replay_options", hold=True)  # answers wait for release_replays
+        fake.store(a1)  # 0
+        wait_for("a1", lambda: match(server, a1, "e1").get("GPU") == 2 * BS, server)
+        fake.cmd(op="drop_next")
+        fake.store(a2)  # 1: lost on the wire
+        fake.store(a3)  # 2: a gap: kvatlas asks for a replay from 1, whose answer is held
+        wait_for("replay request", lambda: fake.cmd(op="status")["held_replays"] == 1, server)
+        fake.cmd(op="restart")  # same sockets, sequence back to 0, replay buffer emptied
+        fake.store(b1)  # the new engine's 0
+        wait_for("b1", lambda: match(server, b1, "e1").get("GPU") == 2 * BS, server)
+        assert match(server, a1, "e1") == {}, "the old engine's blocks remain"
+        # The old engine's answer (a2, a3 at 1 and 2) goes out now, to the cancelled
+        # replay's socket; then the new engine's 1 shows the stream going on.
+        assert fake.cmd(op="release_replays")["released"] == 1
+        time.sleep(0.3)
+        fake.store(b2)  # 1
+        wait_for("b2", lambda: match(server, b2, "e1").get("GPU") == BS, server)
+        time.sleep(0.3)
+        for old in (a1, a2, a3):
+            assert match(server, old, "e1") == {}, "an old engine's block came back"
+        entries = holder_entries(server, "e1")
+        assert entries == 3, (entries, server.stream("e1|default|0"))
+        s = server.stream("e1|default|0")
+        assert s["restarts"] == 1 and s["replays"] == 1 and s["replay_failures"] == 0, s
+        assert s["last_seq"] == 1 and s["state"] == "live", s
+        assert s["replayed_batches"] == 0 and s["lost_batches"] == 1, s  # a3, buffered
+    finally:
+        fake.close()
+        server.cleanup()
+
+
+def case_replay_after_remove(binary):
+    """A replay whose answer carries Stored(A) from before the applied Removed(A) does not
+    bring A back, and a live batch the replay already handed on is a duplicate, not a
+    restart."""
+    server, fake = Server(binary), Fake()
+    blocks = [list(range(base, base + BS)) for base in (300, 400, 500, 600, 700)]
+    try:
+        server.register(fake, "e1")
+        a = fake.store(PROMPT[:2 * BS])  # 0
+        fake.cmd(op="remove", hashes=a["hashes"])  # 1
+        fake.store(blocks[0])  # 2
+        wait_for("block 0", lambda: match(server, blocks[0], "e1").get("GPU") == BS, server)
+        assert match(server, PROMPT, "e1") == {}
+        # Replays are answered with the whole buffer (Stored(A) first), once released.
+        fake.cmd(op="replay_options", hold=True, whole_buffer=True)
+        fake.cmd(op="drop_next")
+        fake.store(blocks[1])  # 3: lost on the wire
+        fake.store(blocks[2])  # 4: a gap: a replay from 3
+        wait_for("replay request", lambda: fake.cmd(op="status")["held_replays"] == 1, server)
+        fake.cmd(op="delay_next")
+        fake.store(blocks[3])  # 5: reaches kvatlas live only after the replay
+        assert fake.cmd(op="release_replays", fresh=True)["released"] == 1  # 0..5
+        wait_for("replay applied", lambda: match(server, blocks[3], "e1").get("GPU") == BS and
+                 server.stream("e1|default|0")["state"] == "live", server)
+        assert fake.cmd(op="send_delayed")["sent"] == 1
+        fake.store(blocks[4])  # 6
+        wait_for("block 4", lambda: match(server, blocks[4], "e1").get("GPU") == BS, server)
+        assert match(server, PROMPT, "e1") == {}, "a replayed Stored(A) brought A back"
+        entries = holder_entries(server, "e1")
+        assert entries == 5, (entries, server.stream("e1|default|0"))
+        s = server.stream("e1|default|0")
+        # Duplicates: the answer's 0, 1, 2, the buffered 4 and the live 5.
+        assert s["restarts"] == 0 and s["duplicates"] == 5 and s["lost_batches"] == 0, s
+        assert s["replays"] == 1 and s["last_seq"] == 6, s
+    finally:
+        fake.close()
+        server.cleanup()
+
+
 def case_sglang_salt_and_dp_ranks(binary):
     server = Server(binary)
     rank0, rank1 = Fake("--encoding", "sglang"), Fake("--encoding", "sglang", "--dp-rank", "1")
@@ -523,6 +610,8 @@ CASES = {
     "vllm_legacy": lambda b: case_store_offload_remove_clear(b, "vllm-legacy"),
     "gap_replay": case_gap_is_replayed,
     "engine_restart": case_engine_restart_resets,
+    "restart_mid_replay": case_restart_mid_replay,
+    "replay_after_remove": case_replay_after_remove,
     "sglang_salt_dp": case_sglang_salt_and_dp_ranks,
     "server_restart": case_positions_survive_server_restart,
     "mooncake": case_mooncake,

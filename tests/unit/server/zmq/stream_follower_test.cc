@@ -26,6 +26,7 @@ class Recorder final : public FollowerActions<std::string> {
     log.push_back(std::to_string(sequence) + ":" + payload);
   }
   void ClearHolder() override { log.push_back("clear"); }
+  void CancelReplay() override { log.push_back("cancel"); }
   std::vector<std::string> log;
 };
 
@@ -69,16 +70,26 @@ struct Stream {
   bool Live(uint64_t sequence, milliseconds at = {}) {
     return follower.OnLive(sequence, "b" + std::to_string(sequence), At(at), actions);
   }
-  void Replayed(uint64_t sequence, milliseconds at = {}) {
-    follower.OnReplayMessage(At(at));
-    follower.OnReplayBatch(sequence, "r" + std::to_string(sequence), actions);
+  // Grants the waiting replay; returns the sequence it replays from.
+  uint64_t Begin(milliseconds at = {}) {
+    const Follower::Ticket ticket = follower.BeginReplay(At(at));
+    replay_id = ticket.id;
+    return ticket.from;
   }
+  // An answer of the replay begun last, or of replay `id`.
+  void Replayed(uint64_t sequence, milliseconds at = {}) { ReplayedBy(replay_id, sequence, at); }
+  void ReplayedBy(uint64_t id, uint64_t sequence, milliseconds at = {}) {
+    follower.OnReplayMessage(id, At(at));
+    follower.OnReplayBatch(id, sequence, "r" + std::to_string(sequence), actions);
+  }
+  void End(milliseconds at = {}) { follower.OnReplayEnd(replay_id, At(at), actions); }
   // The log since the last call.
   std::vector<std::string> Take() { return std::exchange(actions.log, {}); }
 
   StreamCounters counters;
   Recorder actions;
   Follower follower;
+  uint64_t replay_id = 0;
 };
 
 using Log = std::vector<std::string>;
@@ -107,12 +118,12 @@ TEST_CASE("zmq follower: a gap is replayed, then the buffered live batches, then
   CHECK(s.follower.buffered() == 2);
   CHECK(Counts(s.counters) == "received=2 gaps=1 replaying=1 last=-1");
 
-  CHECK(s.follower.BeginReplay(Stream::At({})) == 10);
+  CHECK(s.Begin() == 10);
   CHECK(s.follower.replay() == Follower::Replay::kRunning);
   s.Replayed(10);
   s.Replayed(11);
   CHECK(s.Take() == Log{"10:r10", "11:r11"});
-  s.follower.OnReplayEnd(Stream::At({}), s.actions);
+  s.End();
   CHECK(s.Take() == Log{"12:b12", "13:b13"});
   CHECK(s.follower.replay() == Follower::Replay::kNone);
   CHECK_FALSE(s.Live(14));
@@ -124,11 +135,11 @@ TEST_CASE("zmq follower: a replay overlapping buffered live batches applies each
   Stream s(9);
   CHECK(s.Live(12));
   CHECK_FALSE(s.Live(13));
-  CHECK(s.follower.BeginReplay(Stream::At({})) == 10);
+  CHECK(s.Begin() == 10);
   s.Replayed(8);  // the publisher answers from before the gap: already applied
   s.Replayed(9);
   for (uint64_t q = 10; q <= 13; ++q) s.Replayed(q);
-  s.follower.OnReplayEnd(Stream::At({}), s.actions);
+  s.End();
   // 12 and 13 came both ways: the replayed copies win, the buffered ones are duplicates.
   CHECK(s.Take() == Log{"10:r10", "11:r11", "12:r12", "13:r13"});
   CHECK_FALSE(s.Live(14));
@@ -139,10 +150,10 @@ TEST_CASE("zmq follower: a replay overlapping buffered live batches applies each
 TEST_CASE("zmq follower: a replay that jumps counts what the publisher no longer has") {
   Stream s(9);
   CHECK(s.Live(14));
-  s.follower.BeginReplay(Stream::At({}));
+  s.Begin();
   s.Replayed(10);
   s.Replayed(12);  // 11 is gone from the publisher's buffer
-  s.follower.OnReplayEnd(Stream::At({}), s.actions);
+  s.End();
   CHECK(s.Take() == Log{"10:r10", "12:r12", "14:b14"});
   // Replayed something, so not a failure; 11 and 13 are lost.
   CHECK(Counts(s.counters) == "received=3 gaps=3 lost=2 replays=1 replayed=2 last=14");
@@ -151,7 +162,7 @@ TEST_CASE("zmq follower: a replay that jumps counts what the publisher no longer
 TEST_CASE("zmq follower: a replay that never answers is abandoned, then cooldown") {
   Stream s(9);
   CHECK(s.Live(12, milliseconds(0)));
-  CHECK(s.follower.BeginReplay(Stream::At(milliseconds(0))) == 10);
+  CHECK(s.Begin(milliseconds(0)) == 10);
   CHECK_FALSE(s.Live(13, milliseconds(1'000)));  // live traffic does not keep a replay alive
   CHECK_FALSE(s.follower.ReplayTimedOut(Stream::At(milliseconds(2'000))));
   CHECK(s.follower.ReplayTimedOut(Stream::At(milliseconds(2'001))));
@@ -170,14 +181,14 @@ TEST_CASE("zmq follower: a replay that never answers is abandoned, then cooldown
   // From the end of the cooldown, gaps are replayed again.
   CHECK(s.Live(18, milliseconds(32'001)));
   CHECK(s.follower.replay() == Follower::Replay::kWaiting);
-  CHECK(s.follower.BeginReplay(Stream::At(milliseconds(32'001))) == 17);
+  CHECK(s.Begin(milliseconds(32'001)) == 17);
 }
 
 TEST_CASE("zmq follower: any replay message, even a malformed one, keeps it alive") {
   Stream s(9);
   CHECK(s.Live(12));
-  s.follower.BeginReplay(Stream::At({}));
-  s.follower.OnReplayMessage(Stream::At(milliseconds(1'500)));
+  s.Begin();
+  s.follower.OnReplayMessage(s.replay_id, Stream::At(milliseconds(1'500)));
   CHECK_FALSE(s.follower.ReplayTimedOut(Stream::At(milliseconds(3'500))));
   CHECK(s.follower.ReplayTimedOut(Stream::At(milliseconds(3'501))));
 }
@@ -185,7 +196,7 @@ TEST_CASE("zmq follower: any replay message, even a malformed one, keeps it aliv
 TEST_CASE("zmq follower: a replay past its total timeout is abandoned though it answers") {
   Stream s(9);
   CHECK(s.Live(20));
-  s.follower.BeginReplay(Stream::At({}));
+  s.Begin();
   for (uint64_t q = 10; q <= 14; ++q) s.Replayed(q, seconds(q - 9));  // one a second
   CHECK_FALSE(s.follower.ReplayTimedOut(Stream::At(milliseconds(5'000))));
   CHECK(s.follower.ReplayTimedOut(Stream::At(milliseconds(5'001))));
@@ -200,8 +211,8 @@ TEST_CASE("zmq follower: a replay past its total timeout is abandoned though it 
 TEST_CASE("zmq follower: a replay that returns nothing although batches are missing fails") {
   Stream s(9);
   CHECK(s.Live(12));
-  s.follower.BeginReplay(Stream::At({}));
-  s.follower.OnReplayEnd(Stream::At({}), s.actions);  // the publisher's buffer expired
+  s.Begin();
+  s.End();  // the publisher's buffer expired
   CHECK(s.Take() == Log{"12:b12"});
   CHECK(Counts(s.counters) == "received=1 gaps=2 lost=2 replays=1 replay_failures=1 last=12");
   CHECK_FALSE(s.Live(15, seconds(1)));  // cooldown
@@ -235,7 +246,7 @@ TEST_CASE("zmq follower: a live sequence at or below the last one is an engine r
     Stream s(9);
     CHECK(s.Live(3));
     CHECK(s.Take() == Log{"clear"});
-    CHECK(s.follower.BeginReplay(Stream::At({})) == 0);
+    CHECK(s.Begin() == 0);
     CHECK(Counts(s.counters) == "received=1 gaps=1 replays=1 restarts=1 replaying=1 last=-1");
   }
   SUBCASE("the same sequence again: live traffic never repeats, so also a restart") {
@@ -262,26 +273,133 @@ TEST_CASE("zmq follower: sequences wrap at 2^64 as the next batch, not a restart
   CHECK(Counts(s.counters) == "received=2 last=0");
 }
 
-TEST_CASE("zmq follower: a restart during a replay is seen only after it") {
-  // Live batches are buffered unexamined while replaying, so the new engine's 0 and 1 are
-  // handed on after the buffered 12 and dropped as duplicates; the restart is detected at
-  // the next live batch (2 after 12), whose holder clear comes after the lost 0 and 1.
+TEST_CASE("zmq follower: a restart during a replay is recognised at once and cancels it") {
+  // The new engine's 0 is at or below the previous live batch (13, buffered): the replay is
+  // cancelled before the clear, the old engine's buffered 12 and 13 are dropped (lost), and
+  // 0 is applied as the first batch of a new stream.
   Stream s(9);
   CHECK(s.Live(12, milliseconds(0)));
-  s.follower.BeginReplay(Stream::At(milliseconds(0)));
+  CHECK(s.Begin(milliseconds(0)) == 10);
+  const uint64_t old_replay = s.replay_id;
+  s.Replayed(10, milliseconds(50));
+  CHECK_FALSE(s.Live(13, milliseconds(60)));
+  CHECK(s.Take() == Log{"10:r10"});
   CHECK_FALSE(s.Live(0, milliseconds(100)));  // the engine restarted
-  CHECK_FALSE(s.Live(1, milliseconds(200)));
+  CHECK(s.Take() == Log{"cancel", "clear", "0:b0"});
+  CHECK(s.follower.replay() == Follower::Replay::kNone);
+  CHECK(s.follower.buffered() == 0);
+  CHECK(Counts(s.counters) == "received=4 gaps=1 lost=2 replays=1 replayed=1 restarts=1 last=0");
+  // The old engine's answers, fed anyway, are ignored: nothing applied, nothing counted.
+  s.ReplayedBy(old_replay, 11, milliseconds(150));
+  s.follower.OnReplayEnd(old_replay, Stream::At(milliseconds(150)), s.actions);
   CHECK(s.Take().empty());
-  CHECK(s.follower.ReplayTimedOut(Stream::At(milliseconds(2'001))));
-  s.follower.AbandonReplay(Stream::At(milliseconds(2'001)), s.actions);
-  CHECK(s.Take() == Log{"12:b12"});
+  CHECK_FALSE(s.follower.ReplayTimedOut(Stream::At(seconds(100))));
+  // Not a failure: no cooldown, so the new engine's next gap is replayed.
+  CHECK_FALSE(s.Live(1, milliseconds(200)));
+  CHECK(s.Live(3, milliseconds(300)));
+  CHECK(s.Begin(milliseconds(300)) == 2);
+  CHECK(s.Take() == Log{"1:b1"});
   CHECK(Counts(s.counters) ==
-        "received=3 gaps=2 lost=2 duplicates=2 replays=1 replay_failures=1 last=12");
-  // In the cooldown, so the gap from 0 to 2 is counted, not replayed.
-  CHECK_FALSE(s.Live(2, milliseconds(3'000)));
-  CHECK(s.Take() == Log{"clear", "2:b2"});
+        "received=6 gaps=2 lost=2 replays=2 replayed=1 restarts=1 replaying=1 last=1");
+}
+
+TEST_CASE("zmq follower: a restart while waiting for a replay slot drops the wait") {
+  Stream s(9);
+  CHECK(s.Live(12));
+  CHECK_FALSE(s.Live(13));
+  CHECK(s.follower.replay() == Follower::Replay::kWaiting);
+  CHECK(s.Live(13));  // the same sequence again: a restart (the wait held no socket)
+  CHECK(s.Take() == Log{"clear"});
+  // 13 is the new engine's first batch seen: a gap from 0, which waits for a replay anew.
+  CHECK(s.follower.replay() == Follower::Replay::kWaiting);
+  CHECK(s.follower.buffered() == 1);
+  CHECK(s.Begin() == 0);
+  for (uint64_t q = 0; q <= 13; ++q) s.Replayed(q);
+  s.End();
+  CHECK(s.Take().size() == 14);
   CHECK(Counts(s.counters) ==
-        "received=4 gaps=3 lost=4 duplicates=2 replays=1 replay_failures=1 restarts=1 last=2");
+        "received=17 gaps=2 lost=2 duplicates=1 replays=1 replayed=14 restarts=1 last=13");
+}
+
+TEST_CASE("zmq follower: a restart to a later sequence mid-replay replays the new engine") {
+  // The new engine's 0 and 1 were lost on the way: 2 (below the buffered 12) is a restart
+  // and a gap from 0. The old replay's answers that come during the new replay are ignored.
+  Stream s(9);
+  CHECK(s.Live(12));
+  s.Begin();
+  const uint64_t old_replay = s.replay_id;
+  CHECK(s.Live(2));
+  CHECK(s.Take() == Log{"cancel", "clear"});
+  CHECK(s.follower.replay() == Follower::Replay::kWaiting);
+  CHECK(s.Begin() == 0);
+  CHECK(s.replay_id != old_replay);
+  s.ReplayedBy(old_replay, 0);  // the old engine's 0: never applied
+  s.Replayed(0);
+  s.ReplayedBy(old_replay, 1);
+  s.Replayed(1);
+  s.follower.OnReplayEnd(old_replay, Stream::At({}), s.actions);  // ignored: still replaying
+  CHECK(s.follower.replay() == Follower::Replay::kRunning);
+  s.End();
+  CHECK(s.Take() == Log{"0:r0", "1:r1", "2:b2"});
+  CHECK(Counts(s.counters) == "received=4 gaps=2 lost=1 replays=2 replayed=2 restarts=1 last=2");
+}
+
+TEST_CASE("zmq follower: a live batch a replay already handed on is a duplicate") {
+  // The replay ran ahead of the live socket (the publisher answered with 13 and 14 before
+  // they arrived live): 13 and 14 are past the previous live batch (12), so not a restart.
+  Stream s(9);
+  CHECK(s.Live(12));
+  s.Begin();
+  for (uint64_t q = 10; q <= 14; ++q) s.Replayed(q);
+  s.End();
+  CHECK(s.Take() == Log{"10:r10", "11:r11", "12:r12", "13:r13", "14:r14"});
+  CHECK_FALSE(s.Live(13));
+  CHECK_FALSE(s.Live(14));
+  CHECK_FALSE(s.Live(15));
+  CHECK(s.Take() == Log{"15:b15"});
+  CHECK(Counts(s.counters) == "received=9 gaps=1 duplicates=3 replays=1 replayed=5 last=15");
+  // Live traffic going back below its own previous batch still is a restart.
+  CHECK_FALSE(s.Live(0));
+  CHECK(s.Take() == Log{"clear", "0:b0"});
+}
+
+TEST_CASE("zmq follower: a gap among the live batches buffered during a replay is replayed") {
+  // 14 and 15 were lost on the way while the first replay ran: once it has filled the gap
+  // in front of the buffer, the jump from 13 to 16 waits for a second replay.
+  Stream s(9);
+  CHECK(s.Live(12));
+  CHECK_FALSE(s.Live(13));
+  CHECK_FALSE(s.Live(16));
+  CHECK(s.Begin() == 10);
+  const uint64_t first = s.replay_id;
+  s.Replayed(10);
+  s.Replayed(11);
+  s.End();
+  CHECK(s.Take() == Log{"10:r10", "11:r11", "12:b12", "13:b13"});
+  CHECK(s.follower.replay() == Follower::Replay::kWaiting);
+  CHECK(s.follower.buffered() == 1);
+  CHECK_FALSE(s.Live(17));  // buffered behind 16
+  CHECK(s.Begin() == 14);
+  s.ReplayedBy(first, 14);  // a late answer of the first replay: ignored
+  CHECK(s.Take().empty());
+  s.Replayed(14);
+  s.Replayed(15);
+  s.End();
+  CHECK(s.Take() == Log{"14:r14", "15:r15", "16:b16", "17:b17"});
+  CHECK(Counts(s.counters) == "received=8 gaps=2 replays=2 replayed=4 last=17");
+}
+
+TEST_CASE("zmq follower: a gap in front of the buffer that the replay did not fill is lost") {
+  // Not replayed again: the publisher no longer holds it (the replay stopped before it).
+  Stream s(9);
+  CHECK(s.Live(12));
+  CHECK_FALSE(s.Live(13));
+  s.Begin();
+  s.Replayed(10);
+  s.End();
+  CHECK(s.Take() == Log{"10:r10", "12:b12", "13:b13"});
+  CHECK(s.follower.replay() == Follower::Replay::kNone);
+  CHECK(Counts(s.counters) == "received=3 gaps=2 lost=1 replays=1 replayed=1 last=13");
 }
 
 TEST_CASE("zmq follower: past the buffer bound the newest live batches are dropped as lost") {
@@ -292,15 +410,15 @@ TEST_CASE("zmq follower: past the buffer bound the newest live batches are dropp
   CHECK_FALSE(s.Live(15));  // dropped
   CHECK(s.follower.buffered() == 2);
   CHECK(Counts(s.counters) == "received=4 gaps=1 lost=2 replaying=1 last=-1");
-  s.follower.BeginReplay(Stream::At({}));
+  s.Begin();
   s.Replayed(10);
   s.Replayed(11);
-  s.follower.OnReplayEnd(Stream::At({}), s.actions);
+  s.End();
   CHECK(s.Take() == Log{"10:r10", "11:r11", "12:b12", "13:b13"});
   // The next live batch shows the dropped ones as a gap and replays them (the replay went
   // well, so no cooldown): they were counted lost when dropped all the same.
   CHECK(s.Live(16));
-  CHECK(s.follower.BeginReplay(Stream::At({})) == 14);
+  CHECK(s.Begin() == 14);
   CHECK(Counts(s.counters) == "received=7 gaps=2 lost=2 replays=2 replayed=2 replaying=1 last=13");
 }
 
@@ -314,7 +432,7 @@ TEST_CASE("zmq follower: a replay waiting for a slot buffers and does not time o
   CHECK_FALSE(s.follower.ReplayTimedOut(Stream::At(seconds(100))));
   CHECK(Counts(s.counters) == "received=2 gaps=1 replaying=1 last=-1");
   // The timeouts run from the grant.
-  CHECK(s.follower.BeginReplay(Stream::At(seconds(100))) == 10);
+  CHECK(s.Begin(seconds(100)) == 10);
   CHECK_FALSE(s.follower.ReplayTimedOut(Stream::At(seconds(102))));
   CHECK(s.follower.ReplayTimedOut(Stream::At(milliseconds(102'001))));
 }
@@ -322,7 +440,7 @@ TEST_CASE("zmq follower: a replay waiting for a slot buffers and does not time o
 TEST_CASE("zmq follower: a replay whose request cannot be sent fails at once") {
   Stream s(9);
   CHECK(s.Live(12));
-  s.follower.BeginReplay(Stream::At({}));
+  s.Begin();
   s.follower.AbandonReplay(Stream::At({}), s.actions);
   CHECK(s.Take() == Log{"12:b12"});
   CHECK(Counts(s.counters) == "received=1 gaps=2 lost=2 replays=1 replay_failures=1 last=12");
