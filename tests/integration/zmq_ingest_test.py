@@ -527,10 +527,6 @@ def case_report_modes(binary):
     try:
         server.register(full, "full", report_mode="full")
         server.register(incremental, "incr")
-        assert server.stream("full|default|0")["report_mode"] == "full"
-        regs = {r["key"]: r for r in server.request("GET", "/v1/registrations")["registrations"]}
-        assert regs["full|default|0"]["report_mode"] == "full", regs
-        assert regs["incr|default|0"]["report_mode"] == "incremental", regs
         for fake, instance in ((full, "full"), (incremental, "incr")):
             stored = fake.store(PROMPT[:3 * BS])
             fake.store(PROMPT[:3 * BS])  # the re-report of a prefix hit: parent nil
@@ -540,6 +536,10 @@ def case_report_modes(binary):
             for k in ("full|default|0", "incr|default|0")), server)
         assert match(server, PROMPT, "full") == {}, match(server, PROMPT, "full")
         assert match(server, PROMPT, "incr").get("GPU") == 3 * BS  # stale: counted twice
+        assert server.stream("full|default|0")["report_mode"] == "full"
+        regs = {r["key"]: r for r in server.request("GET", "/v1/registrations")["registrations"]}
+        assert regs["full|default|0"]["report_mode"] == "full", regs
+        assert regs["incr|default|0"]["report_mode"] == "incremental", regs
         wait_for("tallies", lambda: server.stream("incr|default|0")["repeated_stores"] == 3,
                  server)
         s = server.stream("full|default|0")
