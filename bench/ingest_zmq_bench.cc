@@ -76,6 +76,9 @@ struct Args {
   bool local_index = false;  // --local-index (with --rpc): lookups on an in-process replica
   int publisher_nice = 0;    // nice value of the publishing threads
   std::string model = "bench-model";
+  // --report-mode full: publishers registered in vLLM's full report mode, where a store
+  // without a parent is a report (docs/engine-events.md §Report modes); empty = the default.
+  std::string report_mode;
   std::string dump_batch;  // write one packed batch here (to check it decodes) and exit
 };
 
@@ -281,9 +284,10 @@ class Bench {
       p.socket->bind("tcp://127.0.0.1:0");
       p.endpoint = p.socket->get(zmq::sockopt::last_endpoint);
       by_endpoint_[p.endpoint] = &p;
-      const Json body = {{"endpoint", p.endpoint},      {"type", "vLLM"},
-                         {"modelname", a_.model},       {"instance_id", Instance(i)},
-                         {"block_size", a_.block_size}, {"dp_rank", 0}};
+      Json body = {{"endpoint", p.endpoint},      {"type", "vLLM"},
+                   {"modelname", a_.model},       {"instance_id", Instance(i)},
+                   {"block_size", a_.block_size}, {"dp_rank", 0}};
+      if (!a_.report_mode.empty()) body["report_mode"] = a_.report_mode;
       auto res = http_->Post("/register", body.dump(), "application/json");
       if (!res || res->status / 100 != 2) {
         std::fprintf(stderr, "POST /register failed: %s %s\n",
@@ -599,6 +603,8 @@ int main(int argc, char** argv) {
       a.publisher_nice = std::atoi(v.c_str());
     else if (k == "--model")
       a.model = v;
+    else if (k == "--report-mode")
+      a.report_mode = v;
     else if (k == "--dump-batch")
       a.dump_batch = v;
     else {
@@ -620,7 +626,7 @@ int main(int argc, char** argv) {
         "  [--shared-blocks 8] [--prefix-groups 64] [--max-blocks 6000000]\n"
         "  [--max-lag 256] [--rate BLOCKS_PER_S] [--hwm 100000] [--lookup-rate 1000]\n"
         "  [--model NAME] [--rpc HOST:PORT (binary lookups)] [--local-index 1 (with --rpc)]\n"
-        "  [--publisher-nice N]\n"
+        "  [--publisher-nice N] [--report-mode full]\n"
         "  [--dump-batch FILE]\n");
     return 2;
   }

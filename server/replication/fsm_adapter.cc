@@ -94,6 +94,7 @@ int FsmAdapter::Snapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsig
     return RAFT_IOERR;
   }
   self->capture_ = std::move(*capture);
+  if (self->on_snapshot_taken_) self->on_snapshot_taken_();
   return self->async_ ? 0 : self->Serialize(bufs, n);
 }
 

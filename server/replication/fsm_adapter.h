@@ -69,6 +69,12 @@ class FsmAdapter {
   // Any thread: snapshots taken and installed, and their durations, into *out.
   void ReadSnapshotMetrics(LogMetrics* out) const;
 
+  // Loop thread, before raft_start: `taken` runs on the loop thread each time libraft has
+  // decided to take a snapshot and the state was captured for it (before it is written).
+  // Quick; it may change raft's snapshot settings (RaftLog puts back the threshold it had
+  // lowered to 1, so that no second snapshot follows while the first is written).
+  void SetOnSnapshotTaken(std::function<void()> taken) { on_snapshot_taken_ = std::move(taken); }
+
  private:
   static int Apply(struct raft_fsm* fsm, const struct raft_buffer* buf, void** result);
   static int Snapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n);
@@ -88,6 +94,7 @@ class FsmAdapter {
   std::unique_ptr<struct raft_fsm> fsm_;
   struct raft* raft_ = nullptr;
   std::unique_ptr<LogStateMachine::Capture> capture_;
+  std::function<void()> on_snapshot_taken_;    // loop thread
   std::unique_ptr<ApplyThread> apply_thread_;  // null: apply on the loop thread
   std::atomic<bool> failed_{false};
   uint64_t longest_apply_ms_ = 0;  // loop thread

@@ -367,6 +367,15 @@ class RaftLog::Loop {
     io_initialised_ = true;
     raft_.data = this;
     fsm_.set_raft(&raft_);
+    // The threshold CompactIfLogIsLarge lowered to 1 goes back as soon as the snapshot it
+    // asked for is taken: waiting for the 50 ms check let the next applied entry bring a
+    // second full snapshot once the first was written. (The trailing it set stays until
+    // then: libraft reads it when the snapshot is written, to truncate the log.)
+    fsm_.SetOnSnapshotTaken([this] {
+      if (compacting_for_bytes_) {
+        raft_set_snapshot_threshold(&raft_, owner_->options_.snapshot_threshold);
+      }
+    });
     raft_set_election_timeout(&raft_, o.election_timeout_ms);
     raft_set_heartbeat_timeout(&raft_, o.heartbeat_timeout_ms);
     compacting_early_ = o.compact_early;
