@@ -363,6 +363,19 @@ std::string Metrics::Render(const StateGauges& gauges) const {
                                                        {"removed", a.entries_removed},
                                                        {"evicted", a.entries_evicted}});
 
+  LabelledCounter(&out, "kvatlas_store_blocks_total",
+                  "Blocks placed by applied stores since start, every source (ZMQ, REST, binary): "
+                  "all, and those the holder already held in that tier (re-reports or "
+                  "duplicate copies).",
+                  "found",
+                  std::map<std::string_view, uint64_t>{{"all", a.tally.stored_blocks},
+                                                       {"held", a.tally.held_stores}});
+  LabelledCounter(&out, "kvatlas_remove_blocks_total",
+                  "Block hashes named by applied removes since start, every source: all, and "
+                  "those the holder did not hold.",
+                  "found",
+                  std::map<std::string_view, uint64_t>{{"all", a.tally.removed_blocks},
+                                                       {"unheld", a.tally.unheld_removes}});
   LabelledCounter(&out, "kvatlas_index_write_lock_holds_total",
                   "Holds of the index's write lock by the applying thread (one per batch), all "
                   "and those over 1 ms: lookups wait for them.",

@@ -245,8 +245,8 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
     const CommandTally found = index_.Apply(command, options_.hash_seed, &scratch_);
     if (const auto* remove = std::get_if<RemoveCommand>(&command)) {
       tally.AddRemove(*remove, found);
-    } else {
-      tally.AddStore(found);  // a Clear's tally is zero
+    } else if (std::holds_alternative<StoreCommand>(command)) {
+      tally.AddStore(found);
     }
     const int slot = std::holds_alternative<StoreCommand>(command)    ? kStoredCommands
                      : std::holds_alternative<RemoveCommand>(command) ? kRemovedCommands

@@ -192,10 +192,10 @@ class StateMachine final : public LogStateMachine {
   void CountWriteLockHold(std::chrono::steady_clock::duration held);
   bool ApplyBatch(const CommandBatch& batch, Revision revision,
                   std::chrono::steady_clock::time_point now);
-  // Notes an event naming `holder`; `last` is the holder noted last in the same batch
-  // (nullptr at first), so a batch of one holder's events costs one map update.
   // Adds a batch's tally to `stream`'s (none for "") and to the total. Under the write lock.
   void AddTally(std::string_view stream, const StreamTally& tally);
+  // Notes an event naming `holder`; `last` is the holder noted last in the same batch
+  // (nullptr at first), so a batch of one holder's events costs one map update.
   void NoteActivity(const HolderKey& holder, const HolderKey** last, Revision revision,
                     std::chrono::steady_clock::time_point now);
   // A run of ExpireHolderCommands (the alternatives of `expiries`), each checked by the race

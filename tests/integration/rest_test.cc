@@ -304,9 +304,12 @@ TEST_SUITE("Integration.Rest") {
           "kvatlas_events_applied_total{type=\"stored\"} 6",
           "kvatlas_events_unknown_medium_total{medium=\"cxl_memory\"} 1",
           "kvatlas_index_entries 13", "kvatlas_index_holders 5", "kvatlas_index_contexts 1",
-          "kvatlas_applied_revision 3", "kvatlas_applier_queue_depth 0",
-          "# TYPE kvatlas_index_blocks gauge", "# TYPE kvatlas_storage_bytes gauge",
-          "# TYPE kvatlas_index_memory_bytes gauge", "# TYPE kvatlas_uptime_seconds gauge"}) {
+          "kvatlas_store_blocks_total{found=\"all\"} 13",
+          "kvatlas_store_blocks_total{found=\"held\"} 0",
+          "kvatlas_remove_blocks_total{found=\"unheld\"} 0", "kvatlas_applied_revision 3",
+          "kvatlas_applier_queue_depth 0", "# TYPE kvatlas_index_blocks gauge",
+          "# TYPE kvatlas_storage_bytes gauge", "# TYPE kvatlas_index_memory_bytes gauge",
+          "# TYPE kvatlas_uptime_seconds gauge"}) {
       CAPTURE(line);
       CHECK(text.find(line) != std::string::npos);
     }
