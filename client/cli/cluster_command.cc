@@ -134,7 +134,7 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* 
                                : client.Post(path, headers, body.dump(), "application/json");
   if (!result) {
     std::fprintf(stderr, "kvatlas: cannot reach the kvatlas REST API at %s: %s\n%s\n",
-                 address.c_str(), httplib::to_string(result.error()).c_str(),
+                 address.c_str(), DescribeRestError(result.error()).c_str(),
                  RestUnreachableAdvice(address, *tls).c_str());
     return 1;
   }

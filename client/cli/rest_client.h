@@ -17,6 +17,10 @@ namespace kvatlas::cli {
 [[nodiscard]] std::unique_ptr<httplib::Client> MakeRestClient(const std::string& host, int port,
                                                               const TlsFlags& tls);
 
+// What went wrong, as a phrase ("the connection was refused or the address is unreachable"):
+// cpp-httplib's own names ("Connection", "Read") say too little.
+[[nodiscard]] std::string DescribeRestError(httplib::Error error);
+
 // "  Is kvatlas-server running with --http-listen ADDRESS? Pick the server with ..." and,
 // without TLS, how to turn it on; no trailing newline.
 [[nodiscard]] std::string RestUnreachableAdvice(const std::string& address, const TlsFlags& tls);

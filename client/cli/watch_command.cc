@@ -261,7 +261,7 @@ class Watch {
     if (!result) {
       if (status == 200) {
         const std::string why = "the stream from " + options_.address + " broke (" +
-                                httplib::to_string(result.error()) + " error)";
+                                DescribeRestError(result.error()) + ")";
         // Reconnecting is worth it only if this stream had got going.
         if (last_revision_ && got_bytes) return {StreamEnd::kBroken, *last_revision_, why};
         partial_ = 0;
@@ -271,7 +271,7 @@ class Watch {
       }
       return {StreamEnd::kFailed, 0,
               "cannot reach the kvatlas REST API at " + options_.address + ": " +
-                  httplib::to_string(result.error()) + "\n" +
+                  DescribeRestError(result.error()) + "\n" +
                   RestUnreachableAdvice(options_.address, options_.tls)};
     }
     if (status != 200) {

@@ -32,6 +32,26 @@ constexpr size_t kEntryOverheadBytes = 64;
 
 std::string RaftError(int rv) { return std::string(raft_strerror(rv)); }
 
+// Why libraft refused a change naming server `id`, in the operator's words: libraft's own
+// ("server ID is not valid") names neither the server nor what is wrong with it.
+std::string RefusalOf(int rv, uint64_t id, std::string_view address) {
+  const std::string server = "server " + std::to_string(id);
+  switch (rv) {
+    case RAFT_BADID:
+      return server +
+             " is not a member of the cluster (or, for a transfer, not a voter or "
+             "this server)";
+    case RAFT_DUPLICATEID:
+      return server + " is already a member of the cluster";
+    case RAFT_DUPLICATEADDRESS:
+      return "address " + std::string(address) + " is already a member's";
+    case RAFT_CANTCHANGE:
+      return "another membership change is in progress; retry when it is done";
+    default:
+      return RaftError(rv) + " (" + server + ")";
+  }
+}
+
 std::string_view StateName(int state) {
   switch (state) {
     case RAFT_LEADER:
@@ -201,6 +221,7 @@ class RaftLog::Loop {
       done(std::move(s));
       return;
     }
+    const std::string address_of_change = address;
     auto* request = new ChangeRequest{{}, this, kind, id, std::move(address), std::move(done)};
     request->req.data = request;
     int rv = 0;
@@ -239,7 +260,8 @@ class RaftLog::Loop {
       delete request;
       failed(rv == RAFT_NOTLEADER
                  ? NotLeader()
-                 : Status::FailedPrecondition("membership change refused: " + RaftError(rv)));
+                 : Status::FailedPrecondition("membership change refused: " +
+                                              RefusalOf(rv, id, address_of_change)));
     }
   }
 
@@ -269,7 +291,7 @@ class RaftLog::Loop {
     if (rv != 0) {
       Done failed = std::move(request->done);
       delete request;
-      failed(Status::FailedPrecondition("leadership transfer refused: " + RaftError(rv)));
+      failed(Status::FailedPrecondition("leadership transfer refused: " + RefusalOf(rv, id, "")));
     }
   }
 

@@ -270,7 +270,9 @@ TEST_SUITE("Integration.ClientTools") {
     }
     Run down = RunProgram({cli, "watch", "--http", dead, "--count", "1"});
     CHECK(down.exit_code == 1);
-    CHECK(down.output.find("cannot reach the kvatlas REST API at " + dead) != std::string::npos);
+    CHECK(down.output.find("cannot reach the kvatlas REST API at " + dead +
+                           ": the connection was refused or the address is unreachable") !=
+          std::string::npos);
     setenv("KVATLAS_HTTP", dead.c_str(), 1);  // the same through the environment
     Run env = RunProgram({cli, "watch"});
     unsetenv("KVATLAS_HTTP");

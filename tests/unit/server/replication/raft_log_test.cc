@@ -174,6 +174,32 @@ TEST_CASE(
   CHECK(std::stoul(run.log_text.substr(at + apply_marker.size())) >= 700);
 }
 
+// libraft says "server ID is not valid" for a change or transfer naming a server that is not
+// in the cluster: the refusal says which server and what is wrong.
+TEST_CASE("RaftLog's membership refusals name the server and what is wrong") {
+  TempDir dir;
+  RecordingMachine machine;
+  auto log = RaftLog::Start(OneVoter(dir), &machine);
+  REQUIRE_MESSAGE(log.has_value(), log.status().ToString());
+  ProposeAndWait(log->get(), "leading");  // the one voter leads once this commits
+  const auto refusal = [&](auto call) {
+    std::promise<Status> done;
+    call([&done](Status s) { done.set_value(std::move(s)); });
+    return done.get_future().get();
+  };
+  const Status remove =
+      refusal([&](ReplicatedLog::Done d) { (*log)->RemoveServer(4, std::move(d)); });
+  CHECK(remove.code() == StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(
+      remove.message().find("server 4 is not a member of the cluster") != std::string::npos,
+      remove.message());
+  const Status transfer =
+      refusal([&](ReplicatedLog::Done d) { (*log)->TransferLeadership(9, std::move(d)); });
+  CHECK_MESSAGE(transfer.message().find("server 9 is not a member") != std::string::npos,
+                transfer.message());
+  (*log)->Stop();
+}
+
 TEST_CASE("RaftLog does not warn about a loop that kept up") {
   TempDir dir;
   RecordingMachine machine;
