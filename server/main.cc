@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/internal/log.h"
+#include "kvatlas_version.h"
 #include "server/runtime/access_config.h"
 #include "server/runtime/backup_command.h"
 #include "server/runtime/config.h"
@@ -86,6 +87,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::cout << *text;
+    return 0;
+  }
+  if (args.size() == 1 && args[0] == "--version") {
+    std::cout << KVATLAS_VERSION_LINE("kvatlas-server") << "\n";
     return 0;
   }
   if (!args.empty() && kvatlas::server::IsBackupCommand(args[0])) {

@@ -12,7 +12,7 @@ namespace {
 // Flags every command takes, and flags that take no value.
 const std::vector<std::string> kGlobalFlags = {"server", "timeout-ms", "token", "help",
                                                "ca",     "cert",       "key",   "tls"};
-const std::vector<std::string> kSwitches = {"json", "conductor", "help", "tls"};
+const std::vector<std::string> kSwitches = {"json", "conductor", "help", "tls", "version"};
 
 bool IsSwitch(const std::string& name) {
   return std::find(kSwitches.begin(), kSwitches.end(), name) != kSwitches.end();

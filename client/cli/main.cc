@@ -23,6 +23,7 @@
 #include "client/cli/watch_command.h"
 #include "kvatlas/client/client.h"
 #include "kvatlas/common/json_codec.h"
+#include "kvatlas_version.h"
 
 namespace kvatlas::cli {
 namespace {
@@ -393,6 +394,10 @@ int Main(int argc, char** argv) {
   Args& args = *parsed;
   if (args.Has("help") || args.command == "help") {
     std::printf("%s", kUsage);
+    return 0;
+  }
+  if (args.Has("version") || args.command == "version") {
+    std::printf("%s\n", KVATLAS_VERSION_LINE("kvatlas"));
     return 0;
   }
   if (args.command.empty()) return Usage("no command given");

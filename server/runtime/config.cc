@@ -681,6 +681,9 @@ Result<CommandLine> ParseCommandLine(std::span<const std::string> args) {
     }
     const size_t eq = arg.find('=');
     const Field* field = FindByFlag(arg.substr(0, eq));
+    if (field == nullptr && arg.substr(0, eq) != "--config") {
+      return Status::InvalidArgument("unknown flag " + arg.substr(0, eq) + " (see --help)");
+    }
     const bool boolean = field != nullptr && std::holds_alternative<bool Config::*>(field->member);
     if (eq != std::string::npos) {
       flags.emplace_back(arg.substr(0, eq), arg.substr(eq + 1));

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "kvatlas_version.h"
 #include "tests/integration/rest_helpers.h"
 #include "tests/integration/run_program.h"
 #include "tests/integration/server_process.h"
@@ -253,6 +254,9 @@ TEST_SUITE("Integration.ClientTools") {
   TEST_CASE("CLI: watch with a bad flag or no server is a clear error") {
     TempDir dir;
     const std::string cli = KVATLAS_CLI;
+    Run version = RunProgram({cli, "--version"});
+    CHECK(version.exit_code == 0);
+    CHECK(version.output.starts_with("kvatlas " KVATLAS_VERSION " (commit "));
     Run bad_flag = RunProgram({cli, "watch", "--modle", "llama"});
     CHECK(bad_flag.exit_code == 2);
     CHECK(bad_flag.output.find("unknown flag --modle") != std::string::npos);

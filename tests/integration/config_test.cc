@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "kvatlas_version.h"
 #include "tests/integration/rest_helpers.h"
 #include "tests/integration/server_process.h"
 #include "tests/support/temp_dir.h"
@@ -91,6 +92,8 @@ TEST_SUITE("Integration.Config") {
         {{"--http-listen", "localhost"}, "http_listen: expected HOST:PORT"},
         {{"--log-level", "loud"}, "log_level: expected debug, info, warning or error"},
         {{"--data-dir"}, "--data-dir: needs a value"},
+        // A typo'd last flag is unknown, not short of a value.
+        {{"--http-lisen"}, "unknown flag --http-lisen"},
         // Name limits: the decoders' maxima are hard caps (docs/limits.md).
         {{"--max-name-bytes", "257"}, "max_name_bytes: 257 is out of range [1, 256]"},
         {{"--max-name-bytes", "0"}, "max_name_bytes: 0 is out of range [1, 256]"},
@@ -120,6 +123,15 @@ TEST_SUITE("Integration.Config") {
       CHECK(run.exit_code == 2);
       CHECK(run.err.find(expected) != std::string::npos);
     }
+  }
+
+  TEST_CASE("Config: --version prints the version, commit and build type") {
+    TempDir dir;
+    const RunResult run = RunServerToExit({"--version"}, dir.path());
+    CHECK(run.exit_code == 0);
+    CAPTURE(run.out);
+    CHECK(run.out.starts_with("kvatlas-server " KVATLAS_VERSION " (commit "));
+    CHECK(run.out.find(KVATLAS_BUILD_TYPE ")") != std::string::npos);
   }
 
   TEST_CASE("Config: --insecure allows exposed peers without a secret; a bad secret file stops") {

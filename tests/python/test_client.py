@@ -1,6 +1,7 @@
 """kvatlas.Client against a real kvatlas-server: every call, its errors, the Writer's
 exactly-once numbering, the GIL being released while a call waits."""
 
+import os
 import threading
 import time
 
@@ -73,6 +74,15 @@ def test_reused_reports_and_holder_wide_clears(client):
     assert client.lookup(lora, tokens=tokens, linearizable=True).instance("r") is None
     with pytest.raises(ValueError):
         kvatlas.cleared(CTX, "r", scope="all")
+
+
+def test_version():
+    """kvatlas.__version__ is the build's, and the package metadata's (pyproject.toml)."""
+    assert kvatlas.__version__.count(".") == 2 and kvatlas.__version__[0].isdigit()
+    pyproject = os.path.join(os.path.dirname(__file__), "..", "..", "client", "python",
+                             "pyproject.toml")
+    with open(pyproject) as f:
+        assert f'version = "{kvatlas.__version__}"' in f.read()
 
 
 def test_errors_carry_the_server_code(client):

@@ -22,6 +22,7 @@ from typing import Any, Dict, Iterator, Optional
 from kvatlas._errors import Error
 from kvatlas._kvatlas import (  # noqa: F401  (re-exported)
     DEFAULT_HASH_SEED,
+    __version__,
     BlockCopy,
     BlockEvent,
     BlockHasher,

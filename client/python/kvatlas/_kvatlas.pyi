@@ -10,6 +10,8 @@ Ints = Union[Sequence[int], memoryview, Any]
 ExtraKey = Union[str, int, bytes, Tuple[str, int]]
 
 DEFAULT_HASH_SEED: int
+# "0.1.0": the version of the build (cmake/version.h.in).
+__version__: str
 
 class Tier(enum.Enum):
     GPU: int

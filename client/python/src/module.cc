@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "client/python/src/bindings.h"
+#include "kvatlas_version.h"
 
 namespace kvatlas::python {
 namespace {
@@ -103,6 +104,7 @@ PYBIND11_MODULE(_kvatlas, m) {
   namespace py = pybind11;
   using kvatlas::python::StatusError;
   m.doc() = "The kvatlas C++ client library (binary protocol, LocalIndex, Scorer, hashers).";
+  m.attr("__version__") = KVATLAS_VERSION;
 
   // kvatlas.Error is a plain Python class (kvatlas/_errors.py): imported once, kept alive by
   // the module for the translator.
