@@ -1,7 +1,5 @@
 #include "kvatlas/common/json_codec.h"
 
-#include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -11,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/internal/names.h"
 #include "kvatlas/common/limits.h"
 
 namespace kvatlas {
@@ -222,21 +221,13 @@ Result<std::vector<std::string>> DecodeLocations(const Fields& fields, size_t bl
   return out;
 }
 
-bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) ==
-           std::tolower(static_cast<unsigned char>(y));
-  });
-}
-
 // A stored event's "origin": "new" or "reused" (any case: vLLM sends "NEW" / "REUSED").
 Result<std::optional<BlockOrigin>> DecodeOrigin(const Fields& fields) {
   const json* v = fields.Get("origin");
   if (v == nullptr) return std::optional<BlockOrigin>();
-  for (const BlockOrigin origin : {BlockOrigin::kNew, BlockOrigin::kReused}) {
-    if (v->is_string() &&
-        EqualsIgnoringCase(v->get_ref<const std::string&>(), BlockOriginName(origin))) {
-      return std::optional<BlockOrigin>(origin);
+  if (v->is_string()) {
+    if (std::optional<BlockOrigin> origin = ParseBlockOrigin(v->get_ref<const std::string&>())) {
+      return origin;
     }
   }
   return InvalidValue(fields.PathOf("origin"), "must be \"new\" or \"reused\"", *v);
@@ -375,8 +366,8 @@ Result<bool> DecodeReportMode(const json& doc) {
   if (it == doc.end() || it->is_null()) return false;
   if (it->is_string()) {
     const std::string& mode = it->get_ref<const std::string&>();
-    if (EqualsIgnoringCase(mode, "incremental")) return false;
-    if (EqualsIgnoringCase(mode, "full")) return true;
+    if (EqualsIgnoreCase(mode, "incremental")) return false;
+    if (EqualsIgnoreCase(mode, "full")) return true;
   }
   return InvalidValue("report_mode", "must be \"incremental\" or \"full\"", *it);
 }

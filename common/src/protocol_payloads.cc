@@ -292,16 +292,16 @@ std::string EncodeIngestRequest(const IngestRequest& request) {
     return static_cast<uint8_t>((e.origin ? static_cast<uint8_t>(*e.origin) : 0) |
                                 (e.clear_all_contexts ? kClearAllContextsFlag : 0));
   };
-  const bool origins = std::any_of(request.events.begin(), request.events.end(),
+  const bool flagged = std::any_of(request.events.begin(), request.events.end(),
                                    [&](const BlockEvent& e) { return flags_of(e) != 0; });
-  if (request.writer || origins) {
+  if (request.writer || flagged) {
     PutFlag(&out, request.writer.has_value());
     if (request.writer) {
       PutLengthPrefixed(&out, request.writer->writer_id);
       PutVarint64(&out, request.writer->sequence);
     }
   }
-  if (origins) {
+  if (flagged) {
     PutVarint64(&out, request.events.size());
     for (const BlockEvent& event : request.events)
       out.push_back(static_cast<char>(flags_of(event)));

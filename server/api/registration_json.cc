@@ -71,14 +71,12 @@ class Fields {
 
 }  // namespace
 
-// A publisher's report_mode (docs/engine-events.md §Report modes): only vLLM has modes.
+// A publisher's report_mode (docs/engine-events.md §Report modes).
 Result<ReportMode> ReportModeFromText(const Fields& f, EngineType type, std::string_view text) {
   const std::optional<ReportMode> mode = ParseReportMode(text);
   if (!mode) return f.Invalid("report_mode", "must be \"incremental\" or \"full\"");
-  if (*mode != ReportMode::kIncremental && type != EngineType::kVllm) {
-    return f.Invalid("report_mode", "\"" + std::string(text) + "\" is a vLLM mode; " +
-                                        std::string(EngineTypeName(type)) +
-                                        " publishers have one meaning (docs/engine-events.md)");
+  if (std::string problem = ReportModeProblem(type, *mode); !problem.empty()) {
+    return f.Invalid("report_mode", problem);
   }
   return *mode;
 }

@@ -262,14 +262,9 @@ bool ReadVllmSlots(const Slots& s, EngineEvent* e, EventNotes* notes) {
   if (!ReadOptString(s[kComponentType], &component)) return false;
   if (e->kind == EngineEventKind::kRemoved) return true;
   if (const Obj* o = s[kOrigin]; !IsNil(o)) {
-    const std::string_view origin = IsStr(*o) ? Str(*o) : std::string_view();
-    if (EqualsIgnoreCase(origin, "NEW")) {
-      e->origin = BlockOrigin::kNew;
-    } else if (EqualsIgnoreCase(origin, "REUSED")) {
-      e->origin = BlockOrigin::kReused;
-    } else {
-      ++notes->unknown;  // a value this decoder does not know is never read as one it does
-    }
+    e->origin = IsStr(*o) ? ParseBlockOrigin(Str(*o)) : std::nullopt;
+    // A value this decoder does not know is never read as one it does.
+    if (!e->origin) ++notes->unknown;
   }
   std::optional<uint32_t> block_size;
   if (!ReadOptHash(s[kParentBlockHash], &e->parent_hash) ||

@@ -155,7 +155,6 @@ void EngineEventMapper::MapStored(const EngineEvent& event, const StreamIdentity
   store.holder = identity.holder;
   store.tier = TierOf(event);
   store.report = IsReport(event, identity);
-  if (store.report) ++out->reports;
 
   // Offload copies (no tokens): the blocks exist already in some context of this stream.
   if (event.token_ids.empty() && !event.standard_hashes) {

@@ -52,8 +52,7 @@ struct MappedBatch {
   uint64_t stored = 0;  // events mapped, by kind
   uint64_t removed = 0;
   uint64_t cleared = 0;
-  uint64_t blocks = 0;   // blocks named by mapped stored and removed events
-  uint64_t reports = 0;  // stored events mapped as reports (StoreCommand::report)
+  uint64_t blocks = 0;  // blocks named by mapped stored and removed events
   // Events not mapped, by reason (each is counted, logged by the caller, never fatal).
   uint64_t skipped_not_whole_blocks = 0;  // token_ids do not match block_hashes × block_size
   uint64_t skipped_sliding_or_mamba = 0;  // a KV-cache group that is not full attention

@@ -34,15 +34,6 @@ const char* TypeName(const Obj& o) {
   }
 }
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           const auto lower = [](char c) {
-             return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-           };
-           return lower(x) == lower(y);
-         });
-}
-
 bool ReadHash(const Obj& o, uint64_t* out) {
   switch (o.type) {
     case mt::POSITIVE_INTEGER:

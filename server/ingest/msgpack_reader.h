@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/internal/names.h"
+
 namespace kvatlas::server::msgpack_reader {
 
 using Obj = msgpack::object;
@@ -30,8 +32,8 @@ inline std::string_view Str(const Obj& o) { return {o.via.str.ptr, o.via.str.siz
 inline bool IsNil(const Obj* o) { return o == nullptr || o->type == msgpack::type::NIL; }
 inline bool IsStr(const Obj& o) { return o.type == msgpack::type::STR; }
 
-// ASCII case-insensitive equality.
-bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+// ASCII case-insensitive equality (common/internal/names.h).
+using kvatlas::EqualsIgnoreCase;
 
 // Engine hash folded to 64 bits: see EngineEvent::block_hashes.
 bool ReadHash(const Obj& o, uint64_t* out);

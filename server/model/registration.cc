@@ -1,7 +1,6 @@
 #include "server/model/registration.h"
 
-#include <algorithm>
-#include <cctype>
+#include "common/internal/names.h"
 
 namespace kvatlas::server {
 
@@ -17,18 +16,9 @@ std::string_view EngineTypeName(EngineType type) {
   return "vLLM";
 }
 
-namespace {
-
-bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                    [](char x, char y) { return std::tolower(x) == std::tolower(y); });
-}
-
-}  // namespace
-
 std::optional<EngineType> ParseEngineType(std::string_view name) {
   for (EngineType type : {EngineType::kVllm, EngineType::kSglang, EngineType::kMooncake}) {
-    if (EqualsIgnoringCase(name, EngineTypeName(type))) return type;
+    if (EqualsIgnoreCase(name, EngineTypeName(type))) return type;
   }
   return std::nullopt;
 }
@@ -39,9 +29,15 @@ std::string_view ReportModeName(ReportMode mode) {
 
 std::optional<ReportMode> ParseReportMode(std::string_view name) {
   for (ReportMode mode : {ReportMode::kIncremental, ReportMode::kFull}) {
-    if (EqualsIgnoringCase(name, ReportModeName(mode))) return mode;
+    if (EqualsIgnoreCase(name, ReportModeName(mode))) return mode;
   }
   return std::nullopt;
+}
+
+std::string ReportModeProblem(EngineType type, ReportMode mode) {
+  if (mode == ReportMode::kIncremental || type == EngineType::kVllm) return "";
+  return "\"" + std::string(ReportModeName(mode)) + "\" is a vLLM mode; " +
+         std::string(EngineTypeName(type)) + " publishers have one meaning (docs/engine-events.md)";
 }
 
 }  // namespace kvatlas::server

@@ -41,6 +41,8 @@ inline constexpr uint8_t kMaxReportMode = 1;
 std::string_view ReportModeName(ReportMode mode);
 // Case-insensitive; nullopt for anything else.
 std::optional<ReportMode> ParseReportMode(std::string_view name);
+// Why a publisher of `type` cannot use `mode`, or "" when it can: only vLLM has modes.
+std::string ReportModeProblem(EngineType type, ReportMode mode);
 
 // One followed publisher: an engine process (one data-parallel rank) or a storage daemon.
 // Its events update holder {instance_id, dp_rank} in the contexts of `tenant_id`/`model`.

@@ -248,10 +248,9 @@ Result<ZmqListenerConfig> ListenerFromJson(const json& value, const std::string&
       return invalid("unknown key \"" + key + "\"");
     }
   }
-  if (listener.report_mode != ReportMode::kIncremental && listener.type != EngineType::kVllm) {
-    return invalid("report_mode: \"" + std::string(ReportModeName(listener.report_mode)) +
-                   "\" is a vLLM mode; " + std::string(EngineTypeName(listener.type)) +
-                   " publishers have one meaning (docs/engine-events.md)");
+  if (std::string problem = ReportModeProblem(listener.type, listener.report_mode);
+      !problem.empty()) {
+    return invalid("report_mode: " + problem);
   }
   if (Status s = ZmqIngest::ValidateEndpoint(listener.bind, /*for_bind=*/true); !s.ok()) {
     return invalid("bind: " + s.message());
