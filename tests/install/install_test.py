@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The installed client library as other projects consume it (docs/abi.md).
 
-usage: install_test.py BUILD_DIR SOURCE_DIR WORK_DIR KVATLAS_SERVER CC CXX GENERATOR [SANITIZER]
+usage: install_test.py BUILD_DIR SOURCE_DIR WORK_DIR KVATLAS_SERVER_BINARY CC CXX GENERATOR [SANITIZER]
 
 Installs the build's `client` and `dev` components into WORK_DIR/prefix, checks what was
 installed (the SONAME, the exported symbols, headers free of Boost), starts a real

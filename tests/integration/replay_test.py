@@ -5,7 +5,7 @@ server's binary kRoute over the index the simulated instances publish to. Checks
 kvatlas reuses more prefix than round-robin, its index never disagreed with the simulator,
 and route latencies were measured. Also checks POST /v1/route over REST on that index.
 
-usage: replay_test.py KVATLAS_SERVER KVATLAS_REPLAY TRACE
+usage: replay_test.py KVATLAS_SERVER_BINARY KVATLAS_REPLAY_BINARY TRACE
 """
 import json
 import os

@@ -1,9 +1,10 @@
 """Fixtures of the kvatlas Python suite: real kvatlas-server processes.
 
 ctest runs this suite with /usr/bin/python3 -m pytest, PYTHONPATH at the build tree's
-package (client/python/kvatlas in the build directory) and KVATLAS_SERVER naming the
-server binary. Each server binds loopback port 0 (or a given port, to restart on it) in a
-temporary data directory and is stopped at the end of its test; every wait is bounded.
+package (client/python/kvatlas in the build directory) and KVATLAS_SERVER_BIN naming the
+server binary (KVATLAS_SERVER is the CLI's server address, never a binary). Each server
+binds loopback port 0 (or a given port, to restart on it) in a temporary data directory and
+is stopped at the end of its test; every wait is bounded.
 """
 
 import os
@@ -88,9 +89,12 @@ class Server:
 
 @pytest.fixture
 def server_binary():
-    binary = os.environ.get("KVATLAS_SERVER")
+    binary = os.environ.get("KVATLAS_SERVER_BIN")
     if not binary:
-        pytest.fail("KVATLAS_SERVER must name the kvatlas-server binary")
+        pytest.fail("KVATLAS_SERVER_BIN must name the kvatlas-server binary "
+                    "(KVATLAS_SERVER is the CLI's server address)")
+    if not os.access(binary, os.X_OK):
+        pytest.fail(f"KVATLAS_SERVER_BIN={binary}: not an executable kvatlas-server")
     return binary
 
 
