@@ -119,24 +119,25 @@ std::optional<HttpReply> Forward(const Services& api, const RouteRequest& reques
 }  // namespace
 
 HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
-                          const Status& not_leader) {
+                          const Status& not_leader, const Router::RunAgain& run_again) {
   if (request.http.has_header(kForwardedHeader)) {
     // One hop only: a forwarded request that finds no leader here is not sent on, so that
     // two servers with stale views cannot bounce it between them.
-    return NotLeaderReply(FindLeader(api), not_leader.message() +
-                                               "; the request was already forwarded by "
-                                               "server " +
-                                               request.http.get_header_value(kForwardedHeader));
+    return NotLeaderReply(FindLeaderForRedirect(api),
+                          not_leader.message() +
+                              "; the request was already forwarded by "
+                              "server " +
+                              request.http.get_header_value(kForwardedHeader));
   }
   if (request.peer != nullptr) {
     // An internal call is made to the server meant (its sender retries elsewhere): its
     // signature vouches for its sender, not for this server as a relay.
-    return NotLeaderReply(FindLeader(api),
+    return NotLeaderReply(FindLeaderForRedirect(api),
                           not_leader.message() + "; an internal call from server " +
                               std::to_string(request.peer->sender) + " is not forwarded");
   }
   if (api.log == nullptr || api.peers == nullptr) {
-    return NotLeaderReply(FindLeader(api), not_leader.message());
+    return NotLeaderReply(FindLeaderForRedirect(api), not_leader.message());
   }
   // Hold the request until the leader and its HTTP address are known (an election, or a
   // new leader's announcement, is under way), or its connection opens (a dead leader is
@@ -146,16 +147,17 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
   for (;;) {
     const LeaderAddresses leader = FindLeader(api);
     if (leader.id == api.server_id) {
-      // This server took over while the request was held: the route must run again here.
-      // The answer names this server, so a client resends it here.
-      LeaderAddresses self = leader;
-      self.http_address = api.http_address;
-      if (!api.rpc_address.empty()) self.rpc_address = api.rpc_address;
-      return NotLeaderReply(self,
-                            "this server became the leader while the request waited "
-                            "for one; send it again");
-    }
-    if (leader.id != 0 && leader.http_address) {
+      // The route failed because this server does not lead, yet the status (refreshed every
+      // 50 ms) names it: either that status predates the loss of leadership (an old leader
+      // resumed after a pause or a partition), or this server was elected while the
+      // request was held. Running the route again here tells which: it succeeds on a
+      // leader, and fails with kNotLeader again, submitting nothing, on a server that is
+      // not one (then hold on until the status catches up).
+      Result<HttpReply> again = run_again();
+      if (again.has_value()) return std::move(again).value();
+      if (again.error().code() != StatusCode::kNotLeader) return ErrorReply(again.error());
+      last_error = "this server's leadership was ending and no other leader is known yet";
+    } else if (leader.id != 0 && leader.http_address) {
       const Result<HostPort> to = ParseHostPort(*leader.http_address);
       if (!to.has_value() || to->port == 0) {
         return NotLeaderReply(leader, "not the leader; the leader's announced HTTP address \"" +

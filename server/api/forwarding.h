@@ -40,12 +40,16 @@ inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
 // forwarded. While no leader or no leader HTTP address is known, or the known leader's
 // connection cannot be opened (nothing sent), the request is held, FindLeader polled every
 // 5 ms, for up to options.apply_timeout; past it, 503 unavailable naming the last reason.
+// When the leader known is this server (elected while the request was held, or a status
+// that predates losing leadership), the route runs again here via `run_again`: its answer,
+// or, failing with kNotLeader again, the hold goes on.
 // 421 with the body {"code": "not_leader", "message", "leader_id", "leader_http_address",
-// "leader_rpc_address"} (null when unknown) for an already forwarded request (never held)
-// and when this server became the leader while holding (its own addresses: resend here).
+// "leader_rpc_address"} (0 and null when unknown; never this server) for an already
+// forwarded request and an internal call (never held).
 // A leader reached that fails mid-request is 503 unavailable naming it.
 [[nodiscard]] HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
-                                        const Status& not_leader);
+                                        const Status& not_leader,
+                                        const Router::RunAgain& run_again);
 
 // POSTs {"id", "http_address", "rpc_address"} to http(s)://<leader_http>/v1/cluster/announce
 // (`peer`: plaintext or TLS), signed by `auth` (whose server id must be `id`). OK on a 200

@@ -88,7 +88,8 @@ HttpReply RunHandler(const Router& router, const Route& route, const httplib::Re
     Result<HttpReply> reply = route.handler(route_request);
     if (reply.has_value()) return std::move(reply).value();
     if (reply.error().code() == StatusCode::kNotLeader && router.not_leader_handler()) {
-      return router.not_leader_handler()(route_request, reply.error());
+      return router.not_leader_handler()(route_request, reply.error(),
+                                         [&] { return route.handler(route_request); });
     }
     return ErrorReply(reply.error());
   } catch (const std::exception& e) {

@@ -42,8 +42,9 @@ void AddAllRoutes(const Services* api, Router* router) {
   AddRegistrationRoutes(api, router);
   AddClusterRoutes(api, router);
   // Every route that needs the leader fails with kNotLeader on a follower: proxy it.
-  router->SetNotLeaderHandler([api](const RouteRequest& request, const Status& not_leader) {
-    return AnswerNotLeader(*api, request, not_leader);
+  router->SetNotLeaderHandler([api](const RouteRequest& request, const Status& not_leader,
+                                    const Router::RunAgain& run_again) {
+    return AnswerNotLeader(*api, request, not_leader, run_again);
   });
   // Internal calls between the servers (announcements, forwarded requests).
   if (api->peers != nullptr) {

@@ -101,8 +101,12 @@ class Router {
   [[nodiscard]] std::string_view Label(std::string_view path) const;
 
   // Answers a route that failed with kNotLeader, instead of ErrorReply (a follower forwards
-  // such requests to the leader: forwarding.h). Unset: ErrorReply.
-  using NotLeaderHandler = std::function<HttpReply(const RouteRequest&, const Status&)>;
+  // such requests to the leader: forwarding.h). `run_again` runs the route once more here
+  // (kNotLeader means nothing was submitted, so that is safe), for a server that has become
+  // the leader meanwhile. Unset: ErrorReply.
+  using RunAgain = std::function<Result<HttpReply>()>;
+  using NotLeaderHandler =
+      std::function<HttpReply(const RouteRequest&, const Status&, const RunAgain&)>;
   void SetNotLeaderHandler(NotLeaderHandler handler) { not_leader_ = std::move(handler); }
   const NotLeaderHandler& not_leader_handler() const { return not_leader_; }
 

@@ -191,7 +191,7 @@ void RpcHandler::AppendError(MessageType type, uint64_t request_id, const Status
   header.request_id = request_id;
   if (status.code() == StatusCode::kNotLeader) {
     // Tell the client where to go (docs/protocol.md §Not leader).
-    const LeaderAddresses leader = FindLeader(*api_);
+    const LeaderAddresses leader = FindLeaderForRedirect(*api_);
     const Status hinted(
         status.code(), protocol::AppendNotLeaderHint(status.message(),
                                                      {leader.id, leader.rpc_address.value_or("")}));

@@ -41,6 +41,12 @@ LeaderAddresses FindLeader(const Services& services) {
   return leader;
 }
 
+LeaderAddresses FindLeaderForRedirect(const Services& services) {
+  LeaderAddresses leader = FindLeader(services);
+  if (leader.id == services.server_id) return LeaderAddresses{};
+  return leader;
+}
+
 Status RequireCluster(const Services& services) {
   if (services.log == nullptr) return Status::Unavailable("this server runs without replication");
   return Status::Ok();

@@ -26,6 +26,10 @@ struct LeaderAddresses {
   std::optional<std::string> rpc_address;
 };
 [[nodiscard]] LeaderAddresses FindLeader(const Services& services);
+// The leader to name in a not-leader answer: FindLeader, but unknown (id 0) when that is this
+// server. A request refused with kNotLeader here knows better than the status, which names
+// this server for up to one refresh (50 ms) after it lost leadership (a resumed old leader).
+[[nodiscard]] LeaderAddresses FindLeaderForRedirect(const Services& services);
 
 // kUnavailable when this server runs without replication (no cluster to show or change).
 [[nodiscard]] Status RequireCluster(const Services& services);

@@ -9,7 +9,7 @@ survivor is sent writes continuously (one writer thread per survivor) through th
 election. A follower that does not know the leader (or its address) must hold the write
 and forward it once it does, so no writer may ever see 421 with a null
 leader_http_address (a 421 naming a server is followed, as a client does: a survivor
-that takes over while holding a write answers so); a write answered 503/504 (a forward that failed after it was sent) is
+that takes over while holding a write runs it itself); a write answered 503/504 (a forward that failed after it was sent) is
 resent. Every write must end 200 within apply_timeout (plus 1 s slack) of its first send.
 Several rounds. Loopback only, bounded in time, cleaned up.
 """
@@ -61,7 +61,7 @@ class Writer(threading.Thread):
                 if not body.get("leader_http_address"):
                     self.failures.append(f"write {i} to server {self.node.id}: 421 {body}")
                     return
-                # Followable (e.g. the server took over while holding it): a client resends
+                # Followable (e.g. an already forwarded request): a client resends
                 # it to the named server.
                 self.followed += 1
                 target = next(n for n in self.nodes if n.base == "http://" +

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <future>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
@@ -150,15 +151,22 @@ TEST_SUITE("HttpServer") {
 
   TEST_CASE("HttpServer: a kNotLeader route error goes to the not-leader handler") {
     Router router = StubRouter();
-    router.Add(
-        {"POST", "/write", RouteAccess::kWrite, [](const RouteRequest&) -> Result<HttpReply> {
-           return Status(StatusCode::kNotLeader, "not the leader");
-         }});
-    router.SetNotLeaderHandler([](const RouteRequest& r, const Status& s) {
-      HttpReply reply = JsonReply(json{{"relayed", r.http.body}, {"why", s.message()}}.dump());
-      reply.status = 202;
-      return reply;
-    });
+    auto calls = std::make_shared<int>(0);
+    router.Add({"POST", "/write", RouteAccess::kWrite,
+                [calls](const RouteRequest& r) -> Result<HttpReply> {
+                  if (++*calls == 1) return Status(StatusCode::kNotLeader, "not the leader");
+                  return JsonReply(json{{"ran_again_with", r.http.body}}.dump());
+                }});
+    router.SetNotLeaderHandler(
+        [](const RouteRequest& r, const Status& s, const Router::RunAgain& run_again) {
+          if (r.http.has_header("X-Run-Again")) {
+            Result<HttpReply> again = run_again();
+            return again.has_value() ? std::move(again).value() : ErrorReply(again.error());
+          }
+          HttpReply reply = JsonReply(json{{"relayed", r.http.body}, {"why", s.message()}}.dump());
+          reply.status = 202;
+          return reply;
+        });
     Metrics metrics;
     HttpServer server(Fixture::Options(), std::move(router), &metrics);
     REQUIRE(server.Start().ok());
@@ -167,6 +175,14 @@ TEST_SUITE("HttpServer") {
     REQUIRE(relayed);
     CHECK(relayed->status == 202);
     CHECK(json::parse(relayed->body) == json{{"relayed", R"({"a":1})"}, {"why", "not the leader"}});
+    // The handler may run the route again, on the same request (a server elected meanwhile).
+    *calls = 0;
+    auto again = client.Post("/write", httplib::Headers{{"X-Run-Again", "1"}}, R"({"b":2})",
+                             "application/json");
+    REQUIRE(again);
+    CHECK(again->status == 200);
+    CHECK(json::parse(again->body) == json{{"ran_again_with", R"({"b":2})"}});
+    CHECK(*calls == 2);
     // Other errors are not its business.
     CheckError(client.Get("/fail"), 503, "unavailable");
   }
