@@ -28,12 +28,16 @@ Result<T> DecodeAnswer(Result<protocol::Frame> frame, Decode decode, const char*
 // Runs `call` with a `done` that fulfils a promise of Result<T> through `decode`.
 template <typename T, typename Decode>
 std::future<Result<T>> CallFor(Client::Impl& impl, MessageType type, std::string_view payload,
-                               Client::Timeout timeout, Decode decode, const char* what) {
+                               Client::Timeout timeout, Decode decode, const char* what,
+                               bool to_leader = false) {
   auto promise = std::make_shared<std::promise<Result<T>>>();
   std::future<Result<T>> future = promise->get_future();
-  impl.Call(type, payload, timeout, [promise, decode, what](Result<protocol::Frame> frame) {
-    promise->set_value(DecodeAnswer<T>(std::move(frame), decode, what));
-  });
+  impl.Call(
+      type, payload, timeout,
+      [promise, decode, what](Result<protocol::Frame> frame) {
+        promise->set_value(DecodeAnswer<T>(std::move(frame), decode, what));
+      },
+      to_leader);
   return future;
 }
 
@@ -131,7 +135,7 @@ std::future<Result<LookupAnswer>> Client::LookupAsync(LookupRequest request, Tim
   }
   return CallFor<LookupAnswer>(*impl_, MessageType::kLookup,
                                protocol::EncodeLookupRequestBinary(request), timeout,
-                               protocol::DecodeLookupAnswerBinary, "lookup");
+                               protocol::DecodeLookupAnswerBinary, "lookup", request.linearizable);
 }
 
 Result<LookupAnswer> Client::Lookup(LookupRequest request, Timeout timeout) {
@@ -149,9 +153,9 @@ std::future<Result<RoutingAnswer>> Client::RouteAsync(RoutingRequest request, Ti
   if (Status valid = ValidateRoutingOptions(request.options); !valid.ok()) {
     return Ready<RoutingAnswer>(std::move(valid));
   }
-  return CallFor<RoutingAnswer>(*impl_, MessageType::kRoute,
-                                protocol::EncodeRouteRequestBinary(request), timeout,
-                                protocol::DecodeRouteAnswerBinary, "route");
+  return CallFor<RoutingAnswer>(
+      *impl_, MessageType::kRoute, protocol::EncodeRouteRequestBinary(request), timeout,
+      protocol::DecodeRouteAnswerBinary, "route", request.lookup.linearizable);
 }
 
 Result<RoutingAnswer> Client::Route(RoutingRequest request, Timeout timeout) {

@@ -106,10 +106,11 @@ Status Client::Impl::Start() {
 }
 
 void Client::Impl::Call(protocol::MessageType type, std::string_view payload,
-                        Client::Timeout timeout, Done done) {
+                        Client::Timeout timeout, Done done, bool to_leader) {
   auto call = std::make_unique<PendingCall>();
   call->type = type;
   call->done = std::move(done);
+  call->to_leader = to_leader;
   StartCall(NewRequestId(), payload, timeout, std::move(call));
 }
 
@@ -169,9 +170,10 @@ void Client::Impl::StartCall(uint64_t id, std::string_view payload, Client::Time
       now + (timeout.count() > 0
                  ? std::chrono::duration_cast<Clock::duration>(timeout)
                  : std::chrono::duration_cast<Clock::duration>(options_.default_deadline));
-  // Writes and heartbeats must reach the leader: follow a follower's not_leader answer.
-  if (redirector_ &&
-      (type == protocol::MessageType::kIngest || type == protocol::MessageType::kHeartbeat)) {
+  // Writes, heartbeats and linearizable reads must reach the leader: follow a follower's
+  // not_leader answer.
+  if (redirector_ && (call->to_leader || type == protocol::MessageType::kIngest ||
+                      type == protocol::MessageType::kHeartbeat)) {
     // Straight to the leader a redirect found earlier, when there is one.
     if (redirector_->SendToKnownLeader(type, payload, call->deadline, &call->done)) return;
     call->done = redirector_->Wrap(type, payload, call->deadline, std::move(call->done));

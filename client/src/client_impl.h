@@ -73,9 +73,11 @@ class KVATLAS_NO_EXPORT Client::Impl {
 
   // Sends a request of `type` with `payload`; `done` runs exactly once, on the I/O thread
   // (or at once on the caller's thread when the call fails before it is registered: too
-  // large, its deadline already past, or the client is closing). Thread-safe.
+  // large, its deadline already past, or the client is closing). `to_leader`: the request
+  // follows not_leader answers to the leader, as writes always do (a linearizable read).
+  // Thread-safe.
   void Call(protocol::MessageType type, std::string_view payload, Client::Timeout timeout,
-            Done done);
+            Done done, bool to_leader = false);
 
   // An id for CallStream, so that the caller knows it before any frame can arrive.
   uint64_t NewRequestId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
@@ -120,6 +122,7 @@ class KVATLAS_NO_EXPORT Client::Impl {
     std::string frame;  // the encoded request; emptied once written
     Done done;
     bool stream = false;      // CallStream: several answer frames
+    bool to_leader = false;   // follows not_leader answers (writes always do)
     bool open_ended = false;  // a stream whose deadline ends with its first frame (not yet)
     std::string cancel;       // a stream's cancel payload; empty once sent (or none)
     Clock::time_point deadline;

@@ -145,7 +145,8 @@ void LeaderRedirector::RetryLater(std::shared_ptr<Call> call, Status not_leader)
       }
       done(std::move(frame));
     };
-    origin_->Call(call->type, call->payload, TimeoutUntil(call->deadline), std::move(done));
+    origin_->Call(call->type, call->payload, TimeoutUntil(call->deadline), std::move(done),
+                  /*to_leader=*/true);
   });
   lock.unlock();
   cv_.notify_one();

@@ -25,6 +25,10 @@ constexpr size_t kMinInstanceBytes = 7;
 constexpr size_t kMinRankBytes = 6;
 constexpr size_t kMinSharedBytes = 4;
 constexpr size_t kMinCopyBytes = 19;
+// The kLookup read-consistency trailer's bits (docs/protocol.md §kLookup).
+constexpr uint8_t kReadLinearizable = 0x01;
+constexpr uint8_t kReadMinRevision = 0x02;
+constexpr uint8_t kReadConsistencyBits = kReadLinearizable | kReadMinRevision;
 
 // Runs `read` over the whole payload; its value counts only if Finish() is OK.
 template <typename F>
@@ -367,6 +371,15 @@ std::string EncodeLookupRequestBinary(const LookupRequest& request) {
   }
   PutLengthPrefixed(&out, request.instance_id);
   PutFlag(&out, request.include_locations);
+  // Read consistency is an optional trailer, written only when asked for: a default read is
+  // the same bytes as before it existed, and a server without it refuses (trailing bytes)
+  // rather than answering a linearizable read from its own applied state.
+  if (request.linearizable || request.min_revision) {
+    uint8_t consistency = request.linearizable ? kReadLinearizable : 0;
+    if (request.min_revision) consistency |= kReadMinRevision;
+    out.push_back(static_cast<char>(consistency));
+    if (request.min_revision) PutVarint64(&out, *request.min_revision);
+  }
   return out;
 }
 
@@ -385,6 +398,16 @@ Result<LookupRequest> DecodeLookupRequestBinary(std::string_view payload) {
       in->Fail(TooLong("", "instance_id", request.instance_id.size(), kMaxNameBytes));
     }
     request.include_locations = in->Flag("include_locations");
+    if (in->ok() && !in->AtEnd()) {
+      const uint8_t consistency = in->U8("consistency");
+      if (in->ok() && (consistency == 0 || (consistency & ~kReadConsistencyBits) != 0)) {
+        in->Reject("consistency", "must be bit 0 (linearizable) and/or bit 1 (min_revision)");
+      }
+      request.linearizable = (consistency & kReadLinearizable) != 0;
+      if ((consistency & kReadMinRevision) != 0) {
+        request.min_revision = in->Varint64("min_revision");
+      }
+    }
     return request;
   });
 }

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -19,6 +20,10 @@ namespace {
 
 // How often a held request looks for the leader again.
 constexpr std::chrono::milliseconds kHoldPoll{5};
+// How long a forward waits for the leader's connection to open. Nothing is sent before it
+// opens, so a timeout is retried like a refusal: a leader cut off by a partition must not
+// use up the whole hold on one attempt while a new leader is being elected.
+constexpr std::chrono::milliseconds kForwardConnectTimeout{500};
 
 nlohmann::json OrNull(const std::optional<std::string>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
@@ -38,7 +43,8 @@ HttpReply NotLeaderReply(const LeaderAddresses& leader, std::string message) {
 // A client of another member's REST API. Over TLS it reads the certificate files on each
 // call, so a reloaded certificate (SIGHUP) is used from the next call on.
 std::unique_ptr<httplib::Client> MakeClient(const PeerHttpOptions& peer, const HostPort& to,
-                                            std::chrono::milliseconds timeout) {
+                                            std::chrono::milliseconds timeout,
+                                            std::chrono::milliseconds connect_timeout) {
   std::unique_ptr<httplib::Client> client;
   if (peer.tls) {
     client = std::make_unique<httplib::Client>("https://" + to.ToString(), peer.cert_file,
@@ -48,11 +54,9 @@ std::unique_ptr<httplib::Client> MakeClient(const PeerHttpOptions& peer, const H
   } else {
     client = std::make_unique<httplib::Client>(to.host, to.port);
   }
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
-  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(timeout - seconds);
-  client->set_connection_timeout(seconds.count(), micros.count());
-  client->set_read_timeout(seconds.count(), micros.count());
-  client->set_write_timeout(seconds.count(), micros.count());
+  client->set_connection_timeout(connect_timeout);
+  client->set_read_timeout(timeout);
+  client->set_write_timeout(timeout);
   client->set_keep_alive(false);
   // The target goes out as it came in (and as it was signed): no second encoding.
   client->set_url_encode(false);
@@ -87,9 +91,13 @@ std::optional<HttpReply> Forward(const Services& api, const RouteRequest& reques
       api.peers->SignRequest(forward.method, forward.path, forward.body);
   forward.set_header(kPeerAuthHeader, signature.header);
   std::unique_ptr<httplib::Client> client =
-      MakeClient(api.peer_http, to, api.options.apply_timeout);
+      MakeClient(api.peer_http, to, api.options.apply_timeout,
+                 std::min(api.options.apply_timeout, kForwardConnectTimeout));
   httplib::Result result = client->send(forward);
-  if (!result && result.error() == httplib::Error::Connection) return std::nullopt;
+  if (!result && (result.error() == httplib::Error::Connection ||
+                  result.error() == httplib::Error::ConnectionTimeout)) {
+    return std::nullopt;
+  }
   const std::string failed = "not the leader; forwarding to the leader, server " +
                              std::to_string(leader.id) + " at " + *leader.http_address +
                              ", failed: ";
@@ -192,7 +200,7 @@ Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader
           .dump();
   constexpr char kPath[] = "/v1/cluster/announce";
   const SignedPeerRequest signature = auth->SignRequest("POST", kPath, body);
-  std::unique_ptr<httplib::Client> client = MakeClient(peer, *to, timeout);
+  std::unique_ptr<httplib::Client> client = MakeClient(peer, *to, timeout, timeout);
   httplib::Result result = client->Post(
       kPath, httplib::Headers{{kPeerAuthHeader, signature.header}}, body, "application/json");
   const std::string url =

@@ -12,6 +12,7 @@
 #include "common/internal/bytes.h"
 #include "common/internal/log.h"
 #include "server/service/ingest_service.h"
+#include "server/service/lookup_service.h"
 
 namespace kvatlas::server {
 namespace {
@@ -21,6 +22,9 @@ using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kReadChunkBytes = 64 << 10;
+// How often a read waiting for a revision (min_revision, a linearizable read's barrier)
+// looks at the applied revision again.
+constexpr std::chrono::microseconds kRevisionPoll{500};
 
 bool IsStreamRequest(const protocol::FrameHeader& header) {
   return !header.is_response() && (header.type == protocol::MessageType::kWatch ||
@@ -269,9 +273,9 @@ bool RpcConnection::DecodeOne() {
     }
     return true;
   }
-  std::optional<PendingIngest> pending = handler_->Handle(**next, &out_);
+  std::optional<PendingRequest> pending = handler_->Handle(**next, &out_);
   if (pending) {
-    SubmitIngest(std::move(*pending));
+    SubmitPending(std::move(*pending));
   } else {
     Answered();
   }
@@ -462,40 +466,92 @@ void RpcConnection::Flush() {
   writer_wake_.cancel();
 }
 
-void RpcConnection::SubmitIngest(PendingIngest pending) {
-  // Shared by the Applier's callback and the deadline timer, both completing on the strand:
-  // whichever comes first answers.
-  struct Wait {
-    explicit Wait(PendingIngest p, const asio::any_io_executor& executor)
-        : ingest(std::move(p)), deadline(executor) {}
-    PendingIngest ingest;
-    asio::steady_timer deadline;
-    bool answered = false;
-  };
+// Shared by the Applier's callback and the timers, all completing on the strand: whichever
+// comes first answers.
+struct RpcConnection::PendingWait {
+  PendingWait(PendingRequest p, const asio::any_io_executor& executor)
+      : pending(std::move(p)), deadline(executor), poll(executor) {}
+  PendingRequest pending;
+  asio::steady_timer deadline;
+  asio::steady_timer poll;  // a read waiting for its revision looks again
+  bool barrier_done = false;
+  bool answered = false;
+};
+
+void RpcConnection::SubmitPending(PendingRequest pending) {
+  const bool read = pending.read.has_value();
+  const bool barrier = read && pending.read->barrier;
   CommandBatch batch = std::move(pending.batch);
-  auto wait = std::make_shared<Wait>(std::move(pending), stream_.get_executor());
+  auto wait = std::make_shared<PendingWait>(std::move(pending), stream_.get_executor());
   auto self = shared_from_this();
   const Services& api = handler_->api();
   wait->deadline.expires_after(api.options.apply_timeout);
   wait->deadline.async_wait([self, wait](error_code ec) {
     if (ec || wait->answered) return;
+    const Services& services = self->handler_->api();
+    if (wait->pending.read) {
+      self->FinishRead(*wait, wait->barrier_done || !wait->pending.read->barrier
+                                  ? RevisionNotApplied(services, wait->pending.read->wanted)
+                                  : ApplyDeadlineExceeded(services));
+      return;
+    }
     wait->answered = true;
-    self->handler_->AppendIngestAnswer(wait->ingest, ApplyDeadlineExceeded(self->handler_->api()),
-                                       &self->out_);
+    self->handler_->AppendIngestAnswer(wait->pending, ApplyDeadlineExceeded(services), &self->out_);
     self->Answered();
     self->Flush();
   });
+  if (read && !barrier) {
+    AwaitRevision(wait);
+    return;
+  }
   // Runs on the applier thread (or here, at once, when refused): only post from it.
   SubmitAsync(api, std::move(batch), [self, wait](Result<Revision> applied) {
     asio::post(self->stream_.get_executor(), [self, wait, applied = std::move(applied)] {
       if (wait->answered) return;
+      if (wait->pending.read) {
+        if (!applied.has_value()) {
+          self->FinishRead(*wait, applied.error());
+          return;
+        }
+        wait->barrier_done = true;
+        wait->pending.read->wanted = std::max(wait->pending.read->wanted, *applied);
+        self->AwaitRevision(wait);
+        return;
+      }
       wait->answered = true;
       wait->deadline.cancel();
-      self->handler_->AppendIngestAnswer(wait->ingest, applied, &self->out_);
+      self->handler_->AppendIngestAnswer(wait->pending, applied, &self->out_);
       self->Answered();
       self->Flush();
     });
   });
+}
+
+void RpcConnection::AwaitRevision(std::shared_ptr<PendingWait> wait) {
+  if (wait->answered) return;
+  if (handler_->api().machine->applied_revision() >= wait->pending.read->wanted) {
+    wait->answered = true;
+    wait->deadline.cancel();
+    handler_->AppendReadAnswer(wait->pending, &out_);
+    Answered();
+    Flush();
+    return;
+  }
+  // Applied revisions come from the applier thread with no notification to hook: look
+  // again shortly (the strand is free meanwhile), until the deadline answers.
+  wait->poll.expires_after(kRevisionPoll);
+  wait->poll.async_wait([self = shared_from_this(), wait](error_code ec) {
+    if (!ec) self->AwaitRevision(wait);
+  });
+}
+
+void RpcConnection::FinishRead(PendingWait& wait, const Status& failed) {
+  wait.answered = true;
+  wait.deadline.cancel();
+  wait.poll.cancel();
+  handler_->AppendReadFailure(wait.pending, failed, &out_);
+  Answered();
+  Flush();
 }
 
 asio::awaitable<void> RpcConnection::AsyncWrite() {

@@ -159,7 +159,14 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   void CloseAfterFlush();
   // Access control of a decoded request (RpcHandler::Admit); false when Admit answered it.
   bool Admitted(const protocol::Frame& frame);
-  void SubmitIngest(PendingIngest pending);
+  // A request the handler could not answer at once (RpcHandler::Handle): an ingest through
+  // the Applier, or a read that waits for its barrier and its revision. Answered on the
+  // strand, or with kDeadlineExceeded after apply_timeout.
+  struct PendingWait;
+  void SubmitPending(PendingRequest pending);
+  // Answers the read of `wait` once its revision is applied here, polling on the strand.
+  void AwaitRevision(std::shared_ptr<PendingWait> wait);
+  void FinishRead(PendingWait& wait, const Status& failed);
   // Appends frames of the streams that are ready, within the streams' output budget.
   void PumpStreams();
   // A watch has records (or its end) to send: RpcStreams' wake, posted to the strand.

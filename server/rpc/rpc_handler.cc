@@ -37,12 +37,12 @@ protocol::LocateAnswer Locate(const Services& api, const protocol::LocateRequest
 
 }  // namespace
 
-std::optional<PendingIngest> RpcHandler::Handle(const Frame& request, std::string* out) const {
+std::optional<PendingRequest> RpcHandler::Handle(const Frame& request, std::string* out) const {
   const protocol::FrameHeader& header = request.header;
   // Exceptions (allocation failure, a bug below) stop here: the request gets kInternal and
   // the connection and the server go on.
   const auto received = std::chrono::steady_clock::now();
-  Result<std::optional<PendingIngest>> handled = Status::Internal("unhandled");
+  Result<std::optional<PendingRequest>> handled = Status::Internal("unhandled");
   try {
     handled = Dispatch(request, out);
   } catch (const std::exception& e) {
@@ -66,11 +66,11 @@ void RpcHandler::ObserveLatency(MessageType type,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count());
 }
 
-Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
-                                                          std::string* out) const {
+Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
+                                                           std::string* out) const {
   // "Answered here, nothing left for the applier." A function rather than a shared local:
   // g++ 12 -O2 reports a copied Result<optional<...>> as maybe-uninitialized.
-  using Handled = Result<std::optional<PendingIngest>>;
+  using Handled = Result<std::optional<PendingRequest>>;
   const auto answered = [] { return Handled(std::nullopt); };
   const protocol::FrameHeader& header = request.header;
   if (header.is_response()) {
@@ -87,18 +87,25 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
       AppendAnswer(header.type, header.request_id,
                    protocol::EncodeStatsAnswer({StatsDocument(api)}), out);
       return answered();
-    case MessageType::kLookup: {
-      KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup,
-                               protocol::DecodeLookupRequestBinary(request.payload));
-      KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(api, lookup));
-      AppendAnswer(header.type, header.request_id, protocol::EncodeLookupAnswerBinary(answer), out);
-      return answered();
-    }
+    case MessageType::kLookup:
     case MessageType::kRoute: {
-      KVATLAS_ASSIGN_OR_RETURN(RoutingRequest route,
-                               protocol::DecodeRouteRequestBinary(request.payload));
-      KVATLAS_ASSIGN_OR_RETURN(RoutingAnswer answer, DecideRoute(api, route));
-      AppendAnswer(header.type, header.request_id, protocol::EncodeRouteAnswerBinary(answer), out);
+      PendingRead read;
+      read.type = header.type;
+      if (header.type == MessageType::kLookup) {
+        KVATLAS_ASSIGN_OR_RETURN(read.route.lookup,
+                                 protocol::DecodeLookupRequestBinary(request.payload));
+      } else {
+        KVATLAS_ASSIGN_OR_RETURN(read.route, protocol::DecodeRouteRequestBinary(request.payload));
+      }
+      const LookupRequest& lookup = read.route.lookup;
+      read.barrier = lookup.linearizable;
+      read.wanted = lookup.min_revision.value_or(0);
+      PendingRequest pending{
+          header.request_id, {}, {}, std::move(read), std::chrono::steady_clock::time_point{}};
+      if (pending.read->barrier || pending.read->wanted > api.machine->applied_revision()) {
+        return Handled(std::move(pending));
+      }
+      AnswerRead(*pending.read, pending.request_id, out);
       return answered();
     }
     case MessageType::kLocate: {
@@ -114,7 +121,7 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
       KVATLAS_ASSIGN_OR_RETURN(PreparedIngest prepared,
                                PrepareIngest(api, ingest.events, ingest.writer));
       NoteUnknownMedia(api, ingest.events);
-      PendingIngest pending{header.request_id, std::move(prepared.batch), prepared.answer, {}};
+      PendingRequest pending{header.request_id, std::move(prepared.batch), prepared.answer, {}, {}};
       // An empty batch changes nothing: it answers the current revision without a log entry.
       if (!pending.batch.commands.empty()) return Handled(std::move(pending));
       AppendIngestAnswer(pending, pending.answer.revision, out);
@@ -145,7 +152,7 @@ Result<std::optional<PendingIngest>> RpcHandler::Dispatch(const Frame& request,
                                  std::to_string(static_cast<unsigned>(header.type)));
 }
 
-void RpcHandler::AppendIngestAnswer(const PendingIngest& ingest, const Result<Revision>& applied,
+void RpcHandler::AppendIngestAnswer(const PendingRequest& ingest, const Result<Revision>& applied,
                                     std::string* out) const {
   if (!applied.has_value()) {
     AppendError(MessageType::kIngest, ingest.request_id, applied.error(), out);
@@ -156,6 +163,35 @@ void RpcHandler::AppendIngestAnswer(const PendingIngest& ingest, const Result<Re
                  protocol::EncodeIngestAnswerBinary(answer), out);
   }
   ObserveLatency(MessageType::kIngest, ingest.received);
+}
+
+void RpcHandler::AnswerRead(const PendingRead& read, uint64_t request_id, std::string* out) const {
+  if (read.type == MessageType::kLookup) {
+    Result<LookupAnswer> answer = LookupPrefix(*api_, read.route.lookup);
+    if (!answer.has_value()) {
+      AppendError(read.type, request_id, answer.error(), out);
+    } else {
+      AppendAnswer(read.type, request_id, protocol::EncodeLookupAnswerBinary(*answer), out);
+    }
+  } else {
+    Result<RoutingAnswer> answer = DecideRoute(*api_, read.route);
+    if (!answer.has_value()) {
+      AppendError(read.type, request_id, answer.error(), out);
+    } else {
+      AppendAnswer(read.type, request_id, protocol::EncodeRouteAnswerBinary(*answer), out);
+    }
+  }
+}
+
+void RpcHandler::AppendReadAnswer(const PendingRequest& pending, std::string* out) const {
+  AnswerRead(*pending.read, pending.request_id, out);
+  ObserveLatency(pending.read->type, pending.received);
+}
+
+void RpcHandler::AppendReadFailure(const PendingRequest& pending, const Status& failed,
+                                   std::string* out) const {
+  AppendError(pending.read->type, pending.request_id, failed, out);
+  ObserveLatency(pending.read->type, pending.received);
 }
 
 void RpcHandler::AppendStreamError(const std::optional<protocol::FrameHeader>& header,

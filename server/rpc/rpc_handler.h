@@ -2,9 +2,9 @@
 // the REST routes use (server/service/), without sockets: a request frame in, answer frame bytes
 // out. Lookup, locate, stats and ping are answered at once (reads run under the state machine's
 // read lock and take microseconds); an ingest is decoded and converted here and handed back as a
-// PendingIngest, because its answer waits for the Applier and the connection owns that asynchronous
-// path and its deadline. Every answer is counted in the metrics. The streams (kWatch, kSnapshot)
-// keep per-connection state and are served by RpcStreams instead.
+// PendingRequest, because its answer waits for the Applier and the connection owns that
+// asynchronous path and its deadline. Every answer is counted in the metrics. The streams (kWatch,
+// kSnapshot) keep per-connection state and are served by RpcStreams instead.
 //
 // Immutable after construction: safe from any thread.
 #pragma once
@@ -16,17 +16,30 @@
 
 #include "kvatlas/common/protocol.h"
 #include "kvatlas/common/result.h"
+#include "kvatlas/common/routing.h"
 #include "kvatlas/common/status.h"
 #include "server/model/command.h"
 #include "server/service/services.h"
 
 namespace kvatlas::server {
 
-// An ingest whose batch must go to the Applier before it can be answered.
-struct PendingIngest {
+// A kLookup or kRoute with read consistency (docs/protocol.md §kLookup): answered once this
+// server has applied `wanted` (its min_revision) and, for a linearizable read, the empty
+// barrier batch the Applier commits first.
+struct PendingRead {
+  protocol::MessageType type = protocol::MessageType::kLookup;  // or kRoute
+  RoutingRequest route;  // a kLookup's request is route.lookup
+  bool barrier = false;  // linearizable: the (empty) batch goes through the Applier first
+  Revision wanted = 0;   // raised to the barrier's revision once it is applied
+};
+
+// A request that cannot be answered at once: an ingest whose batch must go to the Applier,
+// or a read (`read`) that waits for a revision.
+struct PendingRequest {
   uint64_t request_id = 0;
   CommandBatch batch;
   IngestAnswer answer;  // revision is filled in from the Applier's result
+  std::optional<PendingRead> read;
   std::chrono::steady_clock::time_point received;  // for the request latency metric
 };
 
@@ -71,17 +84,23 @@ class RpcHandler {
   [[nodiscard]] Status Recheck(RpcSession* session) const;
 
   // Answers `request` by appending exactly one answer frame to *out and returning nullopt,
-  // or, for an ingest that changes state, appends nothing and returns it for submission.
+  // or, for an ingest that changes state or a read that must wait for a revision, appends
+  // nothing and returns it for submission (RpcConnection).
   // Never throws and never touches state on bad input: a payload that does not decode, an
   // unknown type (answered as kError) or a response frame sent to the server is answered
   // with the error's status and its message as payload, under the request's id.
-  [[nodiscard]] std::optional<PendingIngest> Handle(const protocol::Frame& request,
-                                                    std::string* out) const;
+  [[nodiscard]] std::optional<PendingRequest> Handle(const protocol::Frame& request,
+                                                     std::string* out) const;
 
   // Appends the answer of `ingest` once the Applier answered `applied` (or the deadline
   // passed: kDeadlineExceeded).
-  void AppendIngestAnswer(const PendingIngest& ingest, const Result<Revision>& applied,
+  void AppendIngestAnswer(const PendingRequest& ingest, const Result<Revision>& applied,
                           std::string* out) const;
+  // Appends the answer of a pending read (`pending.read`) once its revision is applied, or
+  // its error (`failed`: the barrier's failure or the deadline).
+  void AppendReadAnswer(const PendingRequest& pending, std::string* out) const;
+  void AppendReadFailure(const PendingRequest& pending, const Status& failed,
+                         std::string* out) const;
 
   // Appends the error answer to a stream the FrameDecoder gave up on: under the failed
   // frame's id and type when its header could be read, else id 0 and kError.
@@ -90,12 +109,14 @@ class RpcHandler {
 
  private:
   // Dispatches by type; errors come back as a Status for Handle to answer.
-  Result<std::optional<PendingIngest>> Dispatch(const protocol::Frame& request,
-                                                std::string* out) const;
+  Result<std::optional<PendingRequest>> Dispatch(const protocol::Frame& request,
+                                                 std::string* out) const;
   void AppendAnswer(protocol::MessageType type, uint64_t request_id, std::string_view payload,
                     std::string* out) const;
   void AppendError(protocol::MessageType type, uint64_t request_id, const Status& status,
                    std::string* out) const;
+  // Appends the answer (or error) of `read` at this server's applied state.
+  void AnswerRead(const PendingRead& read, uint64_t request_id, std::string* out) const;
   // Records the request latency metric of a request of `type` received then.
   void ObserveLatency(protocol::MessageType type,
                       std::chrono::steady_clock::time_point received) const;

@@ -52,18 +52,19 @@ Status AwaitReadConsistency(const Services& services, const LookupRequest& reque
     wanted = std::max<uint64_t>(wanted.value_or(0), barrier);
   }
   if (!wanted || machine.applied_revision() >= *wanted) return Status::Ok();
-  const std::chrono::milliseconds timeout = services.options.apply_timeout;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = std::chrono::steady_clock::now() + services.options.apply_timeout;
   while (machine.applied_revision() < *wanted) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status(StatusCode::kDeadlineExceeded,
-                    "min_revision " + std::to_string(*wanted) + " not applied here within " +
-                        std::to_string(timeout.count()) +
-                        " ms (applied: " + std::to_string(machine.applied_revision()) + ")");
-    }
+    if (std::chrono::steady_clock::now() >= deadline) return RevisionNotApplied(services, *wanted);
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   return Status::Ok();
+}
+
+Status RevisionNotApplied(const Services& services, Revision wanted) {
+  return Status(StatusCode::kDeadlineExceeded,
+                "min_revision " + std::to_string(wanted) + " not applied here within " +
+                    std::to_string(services.options.apply_timeout.count()) +
+                    " ms (applied: " + std::to_string(services.machine->applied_revision()) + ")");
 }
 
 BlockCopies LocateBlock(const Services& services, BlockKey key, const ContextKey* context) {

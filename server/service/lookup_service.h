@@ -27,6 +27,8 @@ namespace kvatlas::server {
 // linearizable read, an empty entry committed through the leader and applied (kNotLeader
 // on followers). kDeadlineExceeded past options.apply_timeout.
 [[nodiscard]] Status AwaitReadConsistency(const Services& services, const LookupRequest& request);
+// The kDeadlineExceeded of a read whose revision `wanted` was not applied here in time.
+[[nodiscard]] Status RevisionNotApplied(const Services& services, Revision wanted);
 
 // Every copy of `key`, in `context` or (when null) in every context, and the revision.
 struct BlockCopies {

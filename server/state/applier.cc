@@ -38,7 +38,10 @@ Status Applier::TrySubmitAsync(CommandBatch* batch, Callback done) {
                                      ? "the server stopped taking writes after a storage failure"
                                      : "the server is shutting down");
     }
-    if (!refused_reason_.empty()) return Status::ResourceExhausted(refused_reason_);
+    // An empty batch is a linearizable read's barrier, not a write: reads go on.
+    if (!refused_reason_.empty() && !batch->commands.empty()) {
+      return Status::ResourceExhausted(refused_reason_);
+    }
     if (queue_.size() >= options_.max_queue) {
       return Status::ResourceExhausted("write queue is full (" +
                                        std::to_string(options_.max_queue) +

@@ -64,7 +64,8 @@ class Applier {
   [[nodiscard]] Status TrySubmitAsync(CommandBatch* batch, Callback done);
 
   // Refuses new writes with `reason` (kResourceExhausted) until called with an empty
-  // reason; queued and in-flight batches are unaffected. For the disk-space watermark.
+  // reason; queued and in-flight batches are unaffected, and so are empty batches (the
+  // barrier of a linearizable read: reads go on). For the disk-space watermark.
   void SetWritesRefused(std::string reason);
   // The reason new writes are refused (SetWritesRefused), or empty while they are accepted.
   std::string writes_refused() const;

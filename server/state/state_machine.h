@@ -125,7 +125,9 @@ class StateMachine final : public LogStateMachine {
   uint64_t hash_seed() const { return options_.hash_seed; }
   const BlockHasher& hasher() const { return hasher_; }
 
-  // Runs f(const Index&, Revision) under the read lock and returns its result.
+  // Runs f(const Index&, Revision) under the read lock and returns its result. The index
+  // holds every batch up to the revision, and possibly some whole batches of the group being
+  // applied (ApplyBatches locks per batch): the revision is a lower bound (docs/api.md).
   template <typename F>
   auto Read(F&& f) const {
     std::shared_lock lock(mu_);

@@ -75,7 +75,8 @@ class Gen : public testing::RandomContent {
 bool SameLookup(const LookupRequest& a, const LookupRequest& b) {
   return a.context == b.context && a.by_hash == b.by_hash && a.token_ids == b.token_ids &&
          a.seq_hashes == b.seq_hashes && a.instance_id == b.instance_id &&
-         a.include_locations == b.include_locations;
+         a.include_locations == b.include_locations && a.linearizable == b.linearizable &&
+         a.min_revision == b.min_revision;
 }
 
 bool SameIngestAnswer(const IngestAnswer& a, const IngestAnswer& b) {
@@ -329,6 +330,18 @@ TEST_SUITE("protocol") {
                                                   "\x02\x01\xac\x02"  // token_ids
                                                   "\x01i"             // instance_id
                                                   "\x01"));           // include_locations
+      // Read consistency is a trailer, present only when asked for: linearizable, and
+      // min_revision 300.
+      r.linearizable = true;
+      r.min_revision = 300;
+      CHECK(EncodeLookupRequestBinary(r) == Bytes("\x07"
+                                                  "default"
+                                                  "\x01m\x00\x02\x00"
+                                                  "\x00"
+                                                  "\x02\x01\xac\x02"
+                                                  "\x01i"
+                                                  "\x01"
+                                                  "\x03\xac\x02"));  // consistency, min_revision
     }
     SUBCASE("a cleared event") {
       BlockEvent e;
@@ -369,7 +382,11 @@ TEST_SUITE("protocol") {
       REQUIRE(answer_back.has_value());
       CHECK(SameIngestAnswer(*answer_back, answer));
 
-      const LookupRequest lookup = RandomLookup(&g);
+      // With the read-consistency trailer too (not in RandomLookup: a payload cut just
+      // before an optional trailer is still whole, so the truncation test leaves it out).
+      LookupRequest lookup = RandomLookup(&g);
+      lookup.linearizable = g.Chance(3);
+      if (g.Chance(3)) lookup.min_revision = g.U64();
       Result<LookupRequest> lookup_back =
           DecodeLookupRequestBinary(EncodeLookupRequestBinary(lookup));
       REQUIRE(lookup_back.has_value());
@@ -717,6 +734,34 @@ TEST_SUITE("protocol") {
               .starts_with("event_flags: 8 is not a flag byte"));
     CHECK(DecodeIngestRequest(plain + Bytes("\x00\x02\x02")).error().code() ==
           StatusCode::kInvalidArgument);  // truncated
+  }
+
+  TEST_CASE("Protocol: the lookup's read consistency is an optional trailer") {
+    LookupRequest r;
+    r.context = ContextKey{"default", "m", "", 2, ""};
+    r.by_hash = true;
+    r.seq_hashes = {7};
+    const std::string plain = EncodeLookupRequestBinary(r);
+    const LookupRequest decoded = DecodeLookupRequestBinary(plain).value();
+    CHECK_FALSE(decoded.linearizable);
+    CHECK_FALSE(decoded.min_revision.has_value());
+    r.linearizable = true;
+    CHECK(EncodeLookupRequestBinary(r) == plain + "\x01");
+    CHECK(DecodeLookupRequestBinary(plain + "\x01").value().linearizable);
+    r.linearizable = false;
+    r.min_revision = 5;
+    CHECK(EncodeLookupRequestBinary(r) == plain + "\x02\x05");
+    CHECK(DecodeLookupRequestBinary(plain + "\x02\x05").value().min_revision == 5u);
+    // A present trailer asks for something; unknown bits are refused, never ignored.
+    for (const std::string& bad :
+         {std::string(1, '\0'), std::string("\x04"), std::string("\x81")}) {
+      const Result<LookupRequest> refused = DecodeLookupRequestBinary(plain + bad);
+      REQUIRE_FALSE(refused.has_value());
+      CHECK(refused.error().message().find("consistency") != std::string::npos);
+    }
+    CHECK_FALSE(DecodeLookupRequestBinary(plain + "\x02").has_value());  // min_revision missing
+    CHECK_FALSE(DecodeLookupRequestBinary(plain + std::string("\x01\x00", 2))
+                    .has_value());  // trailing byte
   }
 
   TEST_CASE("Protocol: the lookup and locate decoders check the context") {

@@ -112,7 +112,7 @@ TEST_SUITE("RpcHandler") {
     std::string out;
     const std::string payload =
         protocol::EncodeIngestRequest({{Stored({1, 2, 3, 4, 5, 6, 7, 8})}, std::nullopt});
-    std::optional<PendingIngest> pending =
+    std::optional<PendingRequest> pending =
         handler.Handle(Request(MessageType::kIngest, 11, payload), &out);
     REQUIRE(pending.has_value());
     CHECK(out.empty());

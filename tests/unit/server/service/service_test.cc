@@ -143,6 +143,20 @@ TEST_SUITE("Services") {
     CHECK(s.machine.applied_revision() == before + 1);
   }
 
+  TEST_CASE("reads go on while writes are refused for low disk: the barrier is not a write") {
+    InMemoryServices s;
+    Ingest(s.api, {Stored("a", {1, 2})});
+    s.applier.SetWritesRefused("disk space low: 10 bytes free");
+    LookupRequest request = TokenLookup({1, 2});
+    request.linearizable = true;
+    CHECK(AwaitReadConsistency(s.api, request).ok());
+    CommandBatch write;
+    write.commands.emplace_back(ForgetServerCommand{7});
+    const Result<Revision> refused = SubmitAndWait(s.api, std::move(write));
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.error().code() == StatusCode::kResourceExhausted);
+  }
+
   TEST_CASE("the routing decision prefers the candidate that holds the prefix") {
     InMemoryServices s;
     Ingest(s.api, {Stored("b", {1, 2, 3, 4, 5, 6})});
