@@ -277,6 +277,10 @@ def main():
         rows = browser.evaluate("[...document.querySelectorAll('#members tbody tr')].map("
                                 "r => r.cells[7].textContent)")
         assert all(number(v) is not None for v in rows), f"lag not shown on the leader: {rows}"
+        # When the leader last heard from each follower (itself: nothing).
+        contacts = browser.evaluate("[...document.querySelectorAll('#members tbody tr')].map("
+                                    "r => r.cells[8].textContent)")
+        assert sorted(v.endswith(" ms ago") for v in contacts) == [False, True, True], contacts
         assert browser.evaluate("document.getElementById('lag-note').hidden") is True
 
         # Its numbers move with the load.
