@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "server/service/ingest_service.h"
@@ -18,6 +19,8 @@ namespace {
 // round; an add then removes the spare again (raft_log.cc). An add waits this much longer
 // than apply_timeout for that outcome.
 constexpr std::chrono::milliseconds kPromotionBound{10'000};
+// How long a transfer's answer waits for the new leader to be known here.
+constexpr std::chrono::milliseconds kNewLeaderWait{2'000};
 
 // Starts a membership change with `start(done)` and waits for its outcome (up to
 // options.apply_timeout + `extra`).
@@ -144,10 +147,19 @@ Status RemoveMember(const Services& services, uint64_t id) {
   return Status::Ok();
 }
 
-Status TransferLeadership(const Services& services, uint64_t id) {
-  return Change(services, [&](ReplicatedLog::Done done) {
+Result<uint64_t> TransferLeadership(const Services& services, uint64_t id) {
+  KVATLAS_RETURN_IF_ERROR(Change(services, [&](ReplicatedLog::Done done) {
     services.log->TransferLeadership(id, std::move(done));
-  });
+  }));
+  // The transfer is done once another server leads; this server's status (refreshed every
+  // 50 ms) may not say who yet.
+  const auto deadline = std::chrono::steady_clock::now() + kNewLeaderWait;
+  while (true) {
+    const uint64_t leader = services.log->GetStatus().leader_id;
+    if (leader != 0 && leader != services.server_id && (id == 0 || leader == id)) return leader;
+    if (std::chrono::steady_clock::now() >= deadline) return uint64_t{0};
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 bool IsMember(const Services& services, uint64_t id) {

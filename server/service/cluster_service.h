@@ -49,8 +49,9 @@ struct ClusterView {
 [[nodiscard]] Status AddMember(const Services& services, uint64_t id, std::string raft_address);
 // Removes the member, then drops its announced addresses (a replicated command).
 [[nodiscard]] Status RemoveMember(const Services& services, uint64_t id);
-// id 0: any up-to-date voter.
-[[nodiscard]] Status TransferLeadership(const Services& services, uint64_t id);
+// id 0: any up-to-date voter. Returns the leader after the transfer as this server knows it
+// within 2 s of the transfer (0 when it does not know yet).
+[[nodiscard]] Result<uint64_t> TransferLeadership(const Services& services, uint64_t id);
 
 // Whether server `id` is in raft's current configuration (false without replication).
 [[nodiscard]] bool IsMember(const Services& services, uint64_t id);

@@ -10,6 +10,7 @@ usage: cluster_health_test.py KVATLAS_SERVER_BINARY [CASE...]
 - failed_add: POST /v1/cluster/members naming an address where nothing listens fails with a
   message that says the server did not answer and was not added, and leaves the members as
   they were (no spare); adding a started server then works.
+- transfer: POST /v1/cluster/transfer answers with the leader after the transfer.
 
 Loopback only, bounded in time, every process and directory cleaned up.
 """
@@ -148,9 +149,31 @@ def case_failed_add(binary):
         cluster.cleanup()
 
 
+def case_transfer(binary):
+    cluster = h.Cluster(binary)
+    try:
+        leader = cluster.leader()
+        target = next(n for n in cluster.nodes if n.id != leader.id)
+        status, body = leader.request("POST", "/v1/cluster/transfer", {"id": target.id})
+        assert status == 200, (status, body)
+        assert body["status"] == "ok" and body["transfer_to"] == target.id, body
+        assert body["leader_id"] == target.id, body
+        # Any voter (id 0): the answer names the one that took over.
+        new_leader = cluster.leader()
+        assert new_leader.id == target.id
+        status, body = new_leader.request("POST", "/v1/cluster/transfer", {})
+        assert status == 200, (status, body)
+        assert body["transfer_to"] == 0, body
+        assert body["leader_id"] not in (0, target.id), body
+        assert cluster.leader().id == body["leader_id"], body
+    finally:
+        cluster.cleanup()
+
+
 CASES = {
     "dead_member": case_dead_member,
     "failed_add": case_failed_add,
+    "transfer": case_transfer,
 }
 
 
