@@ -252,8 +252,13 @@
       const tr = document.createElement('tr');
       const bad = (v) => 'num' + (v > 0 ? ' bad' : '');
       const mode = s.report_mode ? `${s.type} (${s.report_mode})` : s.type;
-      const problem = s.error || s.report_mode_warning;
-      tr.append(cell(s.key), cell(mode), cell(s.model), cell(s.state, s.state === 'live' ? 'good' : 'bad'),
+      // Connecting: nothing confirmed at the endpoint yet (since registration or a lost
+      // connection); past 10 s /readyz warns about it too.
+      const connecting = s.state === 'connecting';
+      const state = connecting ? `connecting ${fmtSeconds(s.connecting_for_ms / 1000)}` : s.state;
+      const problem = s.error || s.report_mode_warning ||
+          (connecting && s.connecting_for_ms >= 10000 ? `no publisher answers at ${s.endpoint}` : '');
+      tr.append(cell(s.key), cell(mode), cell(s.model), cell(state, s.state === 'live' ? 'good' : 'bad'),
                 cell(fmtSeconds(s.lag_seconds), 'num'),
                 cell(sparkline(history, {className: 'spark mini', width: 120, height: 20, floor: 1})),
                 cell(fmtInt(s.batches), 'num'), cell(fmtInt(s.gaps), bad(s.gaps)),
