@@ -97,7 +97,9 @@ Result<HttpReply> HandleTransfer(const Services& api, const RouteRequest& reques
   if (body.contains("id")) {
     KVATLAS_ASSIGN_OR_RETURN(id, ServerId(body["id"], "id", /*allow_zero=*/true));
   }
-  return Changed(TransferLeadership(api, id), {{"transfer_to", id}});
+  KVATLAS_ASSIGN_OR_RETURN(uint64_t leader, TransferLeadership(api, id));
+  return JsonReply(
+      nlohmann::json({{"status", "ok"}, {"transfer_to", id}, {"leader_id", leader}}).dump());
 }
 
 }  // namespace

@@ -14,7 +14,9 @@ namespace {
 // HTTP starts only after recovery (server/runtime/server.h), so recovered is a given here.
 Result<HttpReply> HandleReady(const Services& api) {
   KVATLAS_RETURN_IF_ERROR(Readiness(api));
-  return JsonReply(DumpJson({{"status", "ready"}, {"revision", api.machine->applied_revision()}}));
+  return JsonReply(DumpJson({{"status", "ready"},
+                             {"revision", api.machine->applied_revision()},
+                             {"warnings", ReadinessWarnings(api)}}));
 }
 
 }  // namespace

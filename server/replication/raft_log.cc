@@ -17,6 +17,8 @@ extern "C" {
 #include "common/internal/log.h"
 #include "common/internal/thread_name.h"
 #include "server/replication/fsm_adapter.h"
+#include "server/replication/raft_log_held.h"
+#include "server/replication/raft_members.h"
 #include "server/replication/tcp_transport.h"
 
 namespace kvatlas::server {
@@ -30,52 +32,6 @@ constexpr size_t kSnapshotLogFraction = 16;
 constexpr unsigned kCountDeferral = 16;
 constexpr size_t kEntryOverheadBytes = 64;
 
-std::string RaftError(int rv) { return std::string(raft_strerror(rv)); }
-
-// Why libraft refused a change naming server `id`, in the operator's words: libraft's own
-// ("server ID is not valid") names neither the server nor what is wrong with it.
-std::string RefusalOf(int rv, uint64_t id, std::string_view address) {
-  const std::string server = "server " + std::to_string(id);
-  switch (rv) {
-    case RAFT_BADID:
-      return server +
-             " is not a member of the cluster (or, for a transfer, not a voter or "
-             "this server)";
-    case RAFT_DUPLICATEID:
-      return server + " is already a member of the cluster";
-    case RAFT_DUPLICATEADDRESS:
-      return "address " + std::string(address) + " is already a member's";
-    case RAFT_CANTCHANGE:
-      return "another membership change is in progress; retry when it is done";
-    default:
-      return RaftError(rv) + " (" + server + ")";
-  }
-}
-
-std::string_view StateName(int state) {
-  switch (state) {
-    case RAFT_LEADER:
-      return "leader";
-    case RAFT_FOLLOWER:
-      return "follower";
-    case RAFT_CANDIDATE:
-      return "candidate";
-    default:
-      return "unavailable";
-  }
-}
-
-std::string_view RoleName(int role) {
-  switch (role) {
-    case RAFT_VOTER:
-      return "voter";
-    case RAFT_STANDBY:
-      return "standby";
-    default:
-      return "spare";
-  }
-}
-
 }  // namespace
 
 // Everything that lives on the loop thread. The C structs are members, so the Loop's
@@ -84,7 +40,9 @@ class RaftLog::Loop {
  public:
   explicit Loop(RaftLog* owner)
       : owner_(owner),
-        fsm_(owner->machine_, /*async_snapshots=*/true, owner->options_.apply_queue) {}
+        fsm_(owner->machine_, /*async_snapshots=*/true, owner->options_.apply_queue) {
+    closed_raft_.data = this;  // RecvIo finds the Loop through it after OnRaftClosed
+  }
 
   // Runs on the loop thread: sets everything up, reports the outcome through `started`,
   // then runs the loop until Stop closes every handle.
@@ -216,53 +174,107 @@ class RaftLog::Loop {
     }
   }
 
-  void ChangeMembership(int kind, uint64_t id, std::string address, Done done) {
+  // kAdd makes `id` a spare and then promotes it (kPromoteAdded, a second change queued
+  // from the first's callback). If that promotion fails and the server never answered since
+  // the add began (`since_ms`), the spare is removed again, so a failed add leaves the
+  // configuration as it was; one that answered stays a spare still catching up, and adding
+  // it again at the same address promotes it.
+  void ChangeMembership(int kind, uint64_t id, std::string address, Done done,
+                        uint64_t since_ms = 0) {
     if (Status s = CheckLeading(); !s.ok()) {
+      if (kind == kPromoteAdded) {
+        s = s.WithContext("server " + std::to_string(id) +
+                          " was added as a spare but not "
+                          "promoted to voter");
+      }
       done(std::move(s));
       return;
     }
+    if (kind == kAdd) {
+      since_ms = uv_now(&loop_);
+      const struct raft_server* known = FindServer(id);
+      if (known != nullptr && known->role != RAFT_VOTER && known->address != nullptr &&
+          address == known->address) {
+        kind = kPromote;
+      }
+    }
     const std::string address_of_change = address;
-    auto* request = new ChangeRequest{{}, this, kind, id, std::move(address), std::move(done)};
+    auto* request =
+        new ChangeRequest{{}, this, kind, id, std::move(address), since_ms, std::move(done)};
     request->req.data = request;
     int rv = 0;
     auto cb = [](struct raft_change* req, int status) {
-      auto* r = static_cast<ChangeRequest*>(req->data);
+      std::unique_ptr<ChangeRequest> r(static_cast<ChangeRequest*>(req->data));
+      Loop* self = r->loop;
+      // What follows a change (a promotion, a removal) must not be issued from this
+      // callback: it is queued.
       if (status == 0 && r->kind == kAdd) {
-        // Adding makes a spare; promoting to voter is a second change, which must not be
-        // issued from this callback: queue it.
-        Loop* self = r->loop;
-        const uint64_t added = r->id;
-        Done then = std::move(r->done);
-        delete r;
         self->owner_->Post(
-            [self, added, then = std::move(then)]() mutable {
-              self->ChangeMembership(kPromote, added, "", std::move(then));
+            [self, id = r->id, a = std::move(r->address), since = r->since_ms,
+             then = std::move(r->done)]() mutable {
+              self->ChangeMembership(kPromoteAdded, id, std::move(a), std::move(then), since);
             },
             /*is_proposal=*/false);
         return;
       }
+      if (status != 0 && r->kind == kPromoteAdded) {
+        self->owner_->Post(
+            [self, add = FailedAdd{r->id, std::move(r->address), RaftError(status)},
+             since = r->since_ms, then = std::move(r->done)]() mutable {
+              self->FailPromotion(std::move(add), since, std::move(then));
+            },
+            /*is_proposal=*/false);
+        return;
+      }
+      self->PublishStatus();
       r->done(status == 0 ? Status::Ok()
                           : Status::Unavailable("membership change failed: " + RaftError(status)));
-      delete r;
     };
     switch (kind) {
       case kAdd:
         rv = raft_add(&raft_, &request->req, id, request->address.c_str(), cb);
         break;
       case kPromote:
+      case kPromoteAdded:
         rv = raft_assign(&raft_, &request->req, id, RAFT_VOTER, cb);
         break;
       default:
         rv = raft_remove(&raft_, &request->req, id, cb);
     }
-    if (rv != 0) {
-      Done failed = std::move(request->done);
-      delete request;
-      failed(rv == RAFT_NOTLEADER
-                 ? NotLeader()
-                 : Status::FailedPrecondition("membership change refused: " +
-                                              RefusalOf(rv, id, address_of_change)));
+    if (rv == 0) return;
+    std::unique_ptr<ChangeRequest> failed(request);
+    if (kind == kPromoteAdded && rv != RAFT_NOTLEADER) {
+      FailPromotion(FailedAdd{id, address_of_change, RefusalOf(rv, id, address_of_change)},
+                    since_ms, std::move(failed->done));
+      return;
     }
+    failed->done(rv == RAFT_NOTLEADER
+                     ? NotLeader()
+                     : Status::FailedPrecondition("membership change refused: " +
+                                                  RefusalOf(rv, id, address_of_change)));
+  }
+
+  // The promotion of a server just added failed (ChangeMembership): remove it again unless
+  // it answered since the add began.
+  void FailPromotion(FailedAdd add, uint64_t since_ms, Done done) {
+    const std::optional<uint64_t> heard = contacts_.LastHeard(add.id);
+    if (heard && *heard >= since_ms) {
+      done(Status::Unavailable(AnsweredLeftSpare(add)));
+      return;
+    }
+    LogWarning("raft: server " + std::to_string(add.id) + " at " + add.address +
+               " did not answer; removing the spare just added (" + add.why + ")");
+    ChangeMembership(kRemove, add.id, "", [add, done = std::move(done)](Status removed) {
+      done(Status::Unavailable(removed.ok() ? NotAnsweredRemoved(add)
+                                            : NotAnsweredLeftSpare(add, removed.message())));
+    });
+  }
+
+  const struct raft_server* FindServer(uint64_t id) const {
+    for (unsigned i = 0; i < raft_.configuration.n; ++i) {
+      if (raft_.configuration.servers[i].id == id) return &raft_.configuration.servers[i];
+    }
+    return nullptr;
   }
 
   void Transfer(uint64_t id, Done done) {
@@ -296,8 +308,9 @@ class RaftLog::Loop {
   }
 
   static constexpr int kAdd = 0;
-  static constexpr int kPromote = 1;
-  static constexpr int kRemove = 2;
+  static constexpr int kPromote = 1;       // a server already in the configuration
+  static constexpr int kPromoteAdded = 2;  // the second step of kAdd
+  static constexpr int kRemove = 3;
 
  private:
   struct ApplyRequest {
@@ -311,6 +324,7 @@ class RaftLog::Loop {
     int kind;
     uint64_t id;
     std::string address;
+    uint64_t since_ms;  // kPromoteAdded: when the add began (loop clock)
     Done done;
   };
   struct TransferRequest {
@@ -360,11 +374,7 @@ class RaftLog::Loop {
     // A server with an empty configuration has not been added yet: any proven peer may be
     // the leader adding it.
     transport_options.is_member = [this](uint64_t id) {
-      if (raft_.configuration.n == 0) return true;
-      for (unsigned i = 0; i < raft_.configuration.n; ++i) {
-        if (raft_.configuration.servers[i].id == id) return true;
-      }
-      return false;
+      return raft_.configuration.n == 0 || FindServer(id) != nullptr;
     };
     if ((rv = TcpTransportInit(&transport_, &loop_, std::move(transport_options))) != 0) {
       return fail(Status::Internal("raft_uv_tcp_init: " + RaftError(rv)));
@@ -373,6 +383,9 @@ class RaftLog::Loop {
       TcpTransportClose(&transport_);
       return fail(Status::IOError("raft_uv_init " + o.dir + ": " + RaftError(rv)));
     }
+    // Every message raft receives is noted in contacts_ first (StartIo).
+    uv_start_ = io_.start;
+    io_.start = &Loop::StartIo;
     // 0.15.0 implements async work but reports version 1, which makes raft_init refuse an
     // FSM with async snapshots (fixed upstream in v0.17.1).
     io_.version = 2;
@@ -435,6 +448,23 @@ class RaftLog::Loop {
     return Status::Ok();
   }
 
+  // raft_io's start as raft calls it in raft_start, with raft's receive callback wrapped.
+  static int StartIo(struct raft_io* io, unsigned msecs, raft_io_tick_cb tick,
+                     raft_io_recv_cb recv) {
+    Loop* self = OfIo(io);
+    self->raft_recv_ = recv;
+    return self->uv_start_(io, msecs, tick, &Loop::RecvIo);
+  }
+  static void RecvIo(struct raft_io* io, struct raft_message* message) {
+    Loop* self = OfIo(io);
+    self->contacts_.Heard(message->server_id, uv_now(&self->loop_));
+    self->raft_recv_(io, message);
+  }
+  // raft_init points io->data at the raft, whose data is the Loop (closed_raft_'s too).
+  static Loop* OfIo(struct raft_io* io) {
+    return static_cast<Loop*>(static_cast<struct raft*>(io->data)->data);
+  }
+
   // RaftOptions::compact_early: once a snapshot is written, back to the configured
   // thresholds (raft_set_* only store them: safe outside raft's callbacks, as here).
   void FinishEarlyCompaction() {
@@ -474,7 +504,7 @@ class RaftLog::Loop {
     }
     const size_t budget =
         std::max<size_t>(o.snapshot_log_bytes, metrics.last_snapshot_bytes / kSnapshotLogFraction);
-    const LogHeld held = MeasureLogHeld(o.snapshot_trailing, budget / 4);
+    const LogHeld held = MeasureLogHeld(raft_, o.snapshot_trailing, budget / 4);
     if (held.bytes < budget) {
       // The count trigger scales too: snapshot_threshold small entries would otherwise
       // rewrite a large state for a log of a few hundred KB. Until the entries hold the
@@ -493,34 +523,6 @@ class RaftLog::Loop {
     raft_set_snapshot_trailing(&raft_, held.trailing);
   }
 
-  struct LogHeld {
-    size_t entries = 0;     // entries in libraft's in-memory log
-    size_t bytes = 0;       // their data
-    unsigned trailing = 0;  // newest applied entries within the trailing limits
-  };
-  // Reads raft.h's struct raft_log (a circular buffer of entries; 0.15 has no accessor).
-  // Costs one pass over at most kCountDeferral * snapshot_threshold + snapshot_trailing
-  // entries (~130k by default: well under a millisecond).
-  LogHeld MeasureLogHeld(unsigned max_trailing, size_t max_trailing_bytes) const {
-    const struct raft_log& log = raft_.log;
-    const size_t n = log.back >= log.front ? log.back - log.front : log.size - log.front + log.back;
-    LogHeld held;
-    held.entries = n;
-    size_t trailing_bytes = 0;
-    bool counting = true;
-    for (size_t k = n; k-- > 0;) {
-      const size_t len = log.entries[(log.front + k) % log.size].buf.len;
-      held.bytes += len;
-      if (log.offset + 1 + k > raft_.last_applied || !counting) continue;
-      counting = held.trailing < max_trailing && trailing_bytes + len <= max_trailing_bytes;
-      if (counting) {
-        ++held.trailing;
-        trailing_bytes += len;
-      }
-    }
-    return held;
-  }
-
   void ReportSnapshots() {
     if (!owner_->options_.snapshot_done) return;
     LogMetrics metrics;
@@ -536,6 +538,28 @@ class RaftLog::Loop {
     FinishEarlyCompaction();
     CompactIfLogIsLarge();
     ReportSnapshots();
+    const uint64_t leader = PublishStatus();
+    if (leader != 0 && leader != last_leader_) {
+      if (last_leader_ != 0) owner_->leadership_changes_.fetch_add(1, std::memory_order_relaxed);
+      last_leader_ = leader;
+    }
+    owner_->leader_.store(raft_state(&raft_) == RAFT_LEADER, std::memory_order_release);
+    if (raft_state(&raft_) == RAFT_UNAVAILABLE && !closing_ &&
+        !owner_->unavailable_.exchange(true, std::memory_order_acq_rel)) {
+      // 0.15 turns a server unavailable for good after a failed disk write of its log, and
+      // as leader it may have applied entries nobody committed. Stop, and have the next
+      // start rebuild the state from the log.
+      LogError(std::string("raft became unavailable: ") + raft_errmsg(&raft_) +
+               "; stopping (the next start rebuilds the state from the log)");
+      std::ofstream(std::filesystem::path(owner_->options_.dir) / kRebuildMarker)
+          << raft_errmsg(&raft_) << "\n";
+    }
+  }
+
+  // Reads raft's status into owner_->status_ (GetStatus) and returns the leader's id. Only
+  // reads raft: also called from a membership change's callback, so that the change is
+  // seen in GetStatus once its caller is told it is done.
+  uint64_t PublishStatus() {
     ClusterStatus s;
     s.id = raft_.id;
     s.raft_address = raft_.address ? raft_.address : "";
@@ -554,33 +578,22 @@ class RaftLog::Loop {
     const bool leading = raft_state(&raft_) == RAFT_LEADER;
     for (unsigned i = 0; i < raft_.configuration.n; ++i) {
       const struct raft_server& server = raft_.configuration.servers[i];
-      s.members.push_back({server.id,
-                           server.address ? server.address : "",
-                           std::string(RoleName(server.role)),
-                           {}});
+      ClusterMember& member = s.members.emplace_back();
+      member.id = server.id;
+      member.raft_address = server.address ? server.address : "";
+      member.role = RoleName(server.role);
       if (leading && raft_.leader_state.progress != nullptr) {
-        s.members.back().match_index = server.id == raft_.id
-                                           ? s.last_index
-                                           : uint64_t{raft_.leader_state.progress[i].match_index};
+        member.match_index = server.id == raft_.id
+                                 ? s.last_index
+                                 : uint64_t{raft_.leader_state.progress[i].match_index};
+        if (server.id != raft_.id) {
+          contacts_.Describe(&member, uv_now(&loop_), owner_->options_.election_timeout_ms);
+        }
       }
-    }
-    if (leader != 0 && leader != last_leader_) {
-      if (last_leader_ != 0) owner_->leadership_changes_.fetch_add(1, std::memory_order_relaxed);
-      last_leader_ = leader;
-    }
-    owner_->leader_.store(raft_state(&raft_) == RAFT_LEADER, std::memory_order_release);
-    if (raft_state(&raft_) == RAFT_UNAVAILABLE && !closing_ &&
-        !owner_->unavailable_.exchange(true, std::memory_order_acq_rel)) {
-      // 0.15 turns a server unavailable for good after a failed disk write of its log, and
-      // as leader it may have applied entries nobody committed. Stop, and have the next
-      // start rebuild the state from the log.
-      LogError(std::string("raft became unavailable: ") + raft_errmsg(&raft_) +
-               "; stopping (the next start rebuilds the state from the log)");
-      std::ofstream(std::filesystem::path(owner_->options_.dir) / kRebuildMarker)
-          << raft_errmsg(&raft_) << "\n";
     }
     std::lock_guard lock(owner_->mu_);
     owner_->status_ = std::move(s);
+    return leader;
   }
 
   // This runs every kStatusRefreshMs: a longer gap means the loop thread was busy (an
@@ -621,6 +634,10 @@ class RaftLog::Loop {
   uint64_t close_started_ = 0;
   uint64_t last_refresh_ns_ = 0;
   uint64_t last_leader_ = 0;  // the last known leader, for leadership_changes_
+  MemberContacts contacts_;
+  // raft_uv's start and raft's receive callback, which StartIo and RecvIo wrap.
+  int (*uv_start_)(struct raft_io*, unsigned, raft_io_tick_cb, raft_io_recv_cb) = nullptr;
+  raft_io_recv_cb raft_recv_ = nullptr;
 
   friend class RaftLog;
 };

@@ -1,11 +1,13 @@
 #include "server/service/cluster_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "server/service/ingest_service.h"
@@ -13,16 +15,27 @@
 namespace kvatlas::server {
 namespace {
 
+// libraft 0.15 gives up promoting a server that has not caught up after 5 s of a catch-up
+// round; an add then removes the spare again (raft_log.cc). An add waits this much longer
+// than apply_timeout for that outcome.
+constexpr std::chrono::milliseconds kPromotionBound{10'000};
+// How long a transfer's answer waits for the new leader to be known here.
+constexpr std::chrono::milliseconds kNewLeaderWait{2'000};
+
 // Starts a membership change with `start(done)` and waits for its outcome (up to
-// options.apply_timeout).
+// options.apply_timeout + `extra`).
 template <typename Start>
-Status Change(const Services& services, Start start) {
+Status Change(const Services& services, Start start,
+              std::chrono::milliseconds extra = std::chrono::milliseconds{0}) {
   KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
   auto done = std::make_shared<std::promise<Status>>();
   std::future<Status> result = done->get_future();
   start([done](Status s) { done->set_value(std::move(s)); });
-  if (result.wait_for(services.options.apply_timeout) != std::future_status::ready) {
-    return ApplyDeadlineExceeded(services);
+  const std::chrono::milliseconds limit = services.options.apply_timeout + extra;
+  if (result.wait_for(limit) != std::future_status::ready) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  "the membership change did not complete within " + std::to_string(limit.count()) +
+                      " ms; it may still complete: see GET /v1/cluster");
   }
   return result.get();
 }
@@ -71,20 +84,28 @@ nlohmann::json ClusterViewJson(const ClusterView& view) {
     return nlohmann::json(it->second.*field);
   };
   // Known on the leader only (replicated_log.h): null elsewhere.
-  const auto optional = [](std::optional<uint64_t> v) {
+  const auto optional = [](const auto& v) {
     return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
   };
   nlohmann::json members = nlohmann::json::array();
   for (const ClusterMember& m : s.members) {
     const bool self = m.id == s.id;
+    nlohmann::json state = nullptr;  // another member's state is not known here...
+    if (self) {
+      state = s.state;
+    } else if (m.id == s.leader_id) {
+      state = "leader";
+    } else if (m.reachable == false) {
+      state = "unreachable";  // ...except, on the leader, that it does not answer
+    }
     members.push_back({{"id", m.id},
                        {"raft_address", m.raft_address},
                        {"http_address", address(m.id, &ServerAddresses::http_address)},
                        {"rpc_address", address(m.id, &ServerAddresses::rpc_address)},
                        {"role", m.role},
-                       {"state", self                  ? nlohmann::json(s.state)
-                                 : m.id == s.leader_id ? nlohmann::json("leader")
-                                                       : nlohmann::json(nullptr)},
+                       {"state", std::move(state)},
+                       {"reachable", optional(m.reachable)},
+                       {"last_contact_ms", optional(m.last_contact_ms)},
                        {"applied_index", self ? nlohmann::json(s.applied_index) : nullptr},
                        {"match_index", optional(m.match_index)},
                        {"lag_entries", optional(MemberLagEntries(s, m))}});
@@ -109,9 +130,12 @@ nlohmann::json ClusterViewJson(const ClusterView& view) {
 }
 
 Status AddMember(const Services& services, uint64_t id, std::string raft_address) {
-  return Change(services, [&](ReplicatedLog::Done done) {
-    services.log->AddServer(id, std::move(raft_address), std::move(done));
-  });
+  return Change(
+      services,
+      [&](ReplicatedLog::Done done) {
+        services.log->AddServer(id, std::move(raft_address), std::move(done));
+      },
+      kPromotionBound);
 }
 
 Status RemoveMember(const Services& services, uint64_t id) {
@@ -129,10 +153,19 @@ Status RemoveMember(const Services& services, uint64_t id) {
   return Status::Ok();
 }
 
-Status TransferLeadership(const Services& services, uint64_t id) {
-  return Change(services, [&](ReplicatedLog::Done done) {
+Result<uint64_t> TransferLeadership(const Services& services, uint64_t id) {
+  KVATLAS_RETURN_IF_ERROR(Change(services, [&](ReplicatedLog::Done done) {
     services.log->TransferLeadership(id, std::move(done));
-  });
+  }));
+  // The transfer is done once another server leads; this server's status (refreshed every
+  // 50 ms) may not say who yet.
+  const auto deadline = std::chrono::steady_clock::now() + kNewLeaderWait;
+  while (true) {
+    const uint64_t leader = services.log->GetStatus().leader_id;
+    if (leader != 0 && leader != services.server_id && (id == 0 || leader == id)) return leader;
+    if (std::chrono::steady_clock::now() >= deadline) return uint64_t{0};
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 bool IsMember(const Services& services, uint64_t id) {

@@ -46,11 +46,16 @@ struct ClusterView {
 // GET /v1/stats and the binary kStats answer.
 [[nodiscard]] nlohmann::json ClusterViewJson(const ClusterView& view);
 
+// Adds server `id` as a voter (a spare first, promoted once caught up). When the promotion
+// fails and the server never answered, the spare is removed again and the error says so
+// (kUnavailable); one that answered stays a spare, and adding it again promotes it. Waits
+// up to apply_timeout + 10 s (libraft's promotion gives up after 5 s without progress).
 [[nodiscard]] Status AddMember(const Services& services, uint64_t id, std::string raft_address);
 // Removes the member, then drops its announced addresses (a replicated command).
 [[nodiscard]] Status RemoveMember(const Services& services, uint64_t id);
-// id 0: any up-to-date voter.
-[[nodiscard]] Status TransferLeadership(const Services& services, uint64_t id);
+// id 0: any up-to-date voter. Returns the leader after the transfer as this server knows it
+// within 2 s of the transfer (0 when it does not know yet).
+[[nodiscard]] Result<uint64_t> TransferLeadership(const Services& services, uint64_t id);
 
 // Whether server `id` is in raft's current configuration (false without replication).
 [[nodiscard]] bool IsMember(const Services& services, uint64_t id);

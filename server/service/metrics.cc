@@ -190,6 +190,15 @@ void RenderCluster(std::string* out, const ClusterStatus& c) {
       Sample(out, kLag, Label("member", std::to_string(m.id)), d(*lag));
     }
   }
+  constexpr std::string_view kReachable = "kvatlas_raft_member_reachable";
+  Family(out, kReachable, "gauge",
+         "Leader only: 1 when the leader heard from the member within an election timeout, "
+         "0 when not (the leader itself has no sample).");
+  for (const ClusterMember& m : c.members) {
+    if (m.reachable) {
+      Sample(out, kReachable, Label("member", std::to_string(m.id)), *m.reachable ? 1.0 : 0.0);
+    }
+  }
 }
 
 void RenderLog(std::string* out, const LogMetrics& m) {

@@ -19,6 +19,10 @@ Status Readiness(const Services& services) {
   return CheckStreamsFollowed(services);
 }
 
+std::vector<std::string> ReadinessWarnings(const Services& services) {
+  return StreamsStuckConnecting(services);
+}
+
 Status LeaderReachable(const Services& services) {
   const LeaderAddresses leader = FindLeader(services);
   if (leader.id == 0) {

@@ -4,6 +4,9 @@
 // would be refused. Reads may still be served while it is not ready. Safe from any thread.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "kvatlas/common/status.h"
 #include "server/service/services.h"
 
@@ -16,6 +19,11 @@ namespace kvatlas::server {
 // (AnnounceCommand), so a write could not be forwarded to it; an engine stream cannot be
 // followed (registration_service.h CheckStreamsFollowed).
 [[nodiscard]] Status Readiness(const Services& services);
+
+// What a ready server still reports (GET /readyz "warnings"): problems that do not stop it
+// from taking writes, today the engine streams stuck connecting
+// (registration_service.h StreamsStuckConnecting).
+[[nodiscard]] std::vector<std::string> ReadinessWarnings(const Services& services);
 
 // The replication part of Readiness: a leader is known, and is this server or has announced
 // its HTTP address. Requires services.log.

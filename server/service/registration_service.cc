@@ -101,6 +101,32 @@ Status CheckStreamsFollowed(const Services& services) {
                              failing + (count > 3 ? "; ..." : "") + "); see GET /v1/streams");
 }
 
+std::vector<std::string> StreamsStuckConnecting(const Services& services) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  std::vector<std::string> warnings;
+  size_t more = 0;
+  for (const auto& view : ListStreams(services)) {
+    const StreamCounters& c = view->counters;
+    if (!c.connecting.load(std::memory_order_relaxed)) continue;
+    const int64_t for_ms = now - c.connecting_since_unix_ms.load(std::memory_order_relaxed);
+    if (for_ms < kStreamConnectingGrace.count()) continue;
+    if (warnings.size() == kMaxStreamWarnings) {
+      ++more;
+      continue;
+    }
+    warnings.push_back("engine stream " + view->key + " has been connecting to " + view->endpoint +
+                       " for " + std::to_string(for_ms / 1000) +
+                       " s: no publisher answers there, so nothing is ingested from it (is the "
+                       "engine running, and its endpoint right?); see GET /v1/streams");
+  }
+  if (more > 0) {
+    warnings.push_back(std::to_string(more) + " more engine stream(s) still connecting");
+  }
+  return warnings;
+}
+
 std::vector<std::shared_ptr<const StreamView>> ListStreams(const Services& services) {
   if (services.zmq == nullptr) return {};
   return services.zmq->Streams();

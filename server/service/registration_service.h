@@ -50,6 +50,16 @@ struct RegistrationListing {
 inline constexpr std::chrono::milliseconds kStreamErrorGrace{10'000};
 [[nodiscard]] Status CheckStreamsFollowed(const Services& services);
 
+// The registered streams that have been connecting (no message and no confirmed connection
+// to their publisher, stream_stats.h) for kStreamConnectingGrace or more: what GET /readyz
+// reports, without failing, as "warnings" (an engine that is down or still loading its
+// model stalls only its own stream; this server still takes writes). One line naming the
+// stream, its endpoint and for how long; at most kMaxStreamWarnings, then a count of the
+// others.
+inline constexpr std::chrono::milliseconds kStreamConnectingGrace{10'000};
+inline constexpr size_t kMaxStreamWarnings = 3;
+[[nodiscard]] std::vector<std::string> StreamsStuckConnecting(const Services& services);
+
 // Every followed stream (ZmqIngest::Streams); empty when ZMQ ingest is not running.
 [[nodiscard]] std::vector<std::shared_ptr<const StreamView>> ListStreams(const Services& services);
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,6 +58,11 @@ struct ClusterMember {
   // On the leader: the highest log index known replicated on this member (its own last
   // index for the leader itself); unset on other servers.
   std::optional<uint64_t> match_index;
+  // On the leader, for the other members: whether the leader received a raft message from
+  // this member within an election timeout, and the ms since the last one (unset when it
+  // never heard from it); unset on other servers and for the leader itself.
+  std::optional<bool> reachable;
+  std::optional<uint64_t> last_contact_ms;
 };
 
 struct ClusterStatus {

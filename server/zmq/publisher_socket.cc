@@ -60,13 +60,25 @@ void PublisherSocket::Close() {
   monitor_.reset();
 }
 
+void PublisherSocket::BeginConnecting() {
+  StreamCounters& c = view_->counters;
+  if (c.connecting.exchange(true, std::memory_order_relaxed)) return;
+  c.connecting_since_unix_ms.store(NowUnixMs(), std::memory_order_relaxed);
+}
+
+void PublisherSocket::Connected() {
+  view_->counters.connecting.store(false, std::memory_order_relaxed);
+}
+
 void PublisherSocket::Open(Clock::time_point now) {
   Close();
+  BeginConnecting();
   try {
     sub_ = MakeSubSocket(*context_, topic_, options_);
     const std::string address = NextMonitorAddress();
     if (zmq_socket_monitor(sub_->handle(), address.c_str(),
-                           ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED) != 0) {
+                           ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED |
+                               ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0) {
       throw zmq::error_t();
     }
     monitor_ = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::pair);
@@ -102,11 +114,20 @@ void PublisherSocket::DrainMonitor(Clock::time_point now) {
       watch_.OnConnectRetried();
     } else if (event == ZMQ_EVENT_DISCONNECTED) {
       watch_.OnDisconnected(now);
+      if (!view_->counters.connecting.load(std::memory_order_relaxed)) {
+        view_->counters.reconnects.fetch_add(1, std::memory_order_relaxed);
+      }
+      BeginConnecting();
+    } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      Connected();
     }
   }
 }
 
-void PublisherSocket::OnMessage() { watch_.OnMessage(); }
+void PublisherSocket::OnMessage() {
+  watch_.OnMessage();
+  Connected();
+}
 
 void PublisherSocket::Tick(Clock::time_point now) {
   if (!watch_.dead(now)) return;
@@ -119,7 +140,6 @@ void PublisherSocket::Tick(Clock::time_point now) {
   }
   if (!watch_.ShouldRecreate(now)) return;
   watch_.Recreated();
-  view_->counters.reconnects.fetch_add(1, std::memory_order_relaxed);
   Open(now);
   if (sub_) LogInfo("zmq: " + view_->key + ": reconnected to " + endpoint_);
 }

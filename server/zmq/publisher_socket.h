@@ -1,7 +1,10 @@
 // PublisherSocket: the SUB socket kvatlas connects to one registered publisher, with a
-// socket monitor that tells when libzmq has closed the connection for good, and the
-// recreation of the socket then (ConnectionWatch, connection_watch.h). Also the SUB socket
-// options every ZMQ ingest socket shares. Owned and used by the ingest thread only.
+// socket monitor that tells when the connection is confirmed (a completed ZMTP handshake)
+// or lost, and when libzmq has closed it for good, and the recreation of the socket then
+// (ConnectionWatch, connection_watch.h). It keeps the stream's `connecting` state
+// (stream_stats.h): connecting from Open() and from a lost connection, until the handshake
+// or a message. Also the SUB socket options every ZMQ ingest socket shares. Owned and used
+// by the ingest thread only.
 #pragma once
 
 #include <chrono>
@@ -49,15 +52,19 @@ class PublisherSocket {
   zmq::socket_t* sub() { return sub_.get(); }
   zmq::socket_t* monitor() { return monitor_.get(); }
 
-  // The monitor socket is readable: reads its events into the watch.
+  // The monitor socket is readable: reads its events into the watch and the stream's state.
   void DrainMonitor(Clock::time_point now);
-  // A valid message came in: the stream is healthy.
+  // A valid message came in: the stream is healthy (and connected).
   void OnMessage();
   // Recreates the socket when the watch says so (counted in `reconnects`). Every round.
   void Tick(Clock::time_point now);
 
  private:
   void Close();
+  // The stream has no confirmed connection (again): connecting, since now unless it already
+  // was.
+  void BeginConnecting();
+  void Connected();
 
   zmq::context_t* context_;
   std::string endpoint_;

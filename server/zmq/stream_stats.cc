@@ -1,5 +1,6 @@
 #include "server/zmq/stream_stats.h"
 
+#include <algorithm>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -23,7 +24,12 @@ nlohmann::json StreamViewJson(const StreamView& view, int64_t now_unix_ms) {
   j["topic"] = view.topic;
   const int64_t last = get(c.last_sequence);
   j["last_seq"] = last < 0 ? nlohmann::json(nullptr) : nlohmann::json(last);
-  j["state"] = get(c.replaying) ? "replaying" : "live";
+  const bool connecting = get(c.connecting);
+  j["state"] = connecting ? "connecting" : get(c.replaying) ? "replaying" : "live";
+  j["connecting_for_ms"] =
+      connecting
+          ? nlohmann::json(std::max<int64_t>(0, now_unix_ms - get(c.connecting_since_unix_ms)))
+          : nlohmann::json(nullptr);
   const int64_t last_event = get(c.last_event_unix_ms);
   j["lag_seconds"] = last_event == 0
                          ? nlohmann::json(nullptr)
@@ -175,9 +181,16 @@ std::string RenderStreamMetrics(std::span<const std::shared_ptr<const StreamView
           &StreamCounters::replayed_batches);
   counter("kvatlas_zmq_restarts_total", "Publisher restarts detected.", &StreamCounters::restarts);
   counter("kvatlas_zmq_reconnects_total",
-          "SUB sockets recreated: connection closed for good (message over 64 MiB, protocol "
-          "error) or socket not created.",
+          "Connections to a registered publisher lost after the stream was live (the stream "
+          "went back to connecting).",
           &StreamCounters::reconnects);
+  family("kvatlas_zmq_stream_connecting", "gauge",
+         "1 while a registered stream has no confirmed connection to its publisher (since it "
+         "was registered or lost its connection).",
+         [&](const StreamView& v, const std::string& labels) {
+           sample("kvatlas_zmq_stream_connecting", labels,
+                  v.counters.connecting.load() ? 1.0 : 0.0);
+         });
   family("kvatlas_zmq_stream_lag_seconds", "gauge",
          "Seconds since the stream's last message (NaN before the first).",
          [&](const StreamView& v, const std::string& labels) {

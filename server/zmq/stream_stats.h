@@ -38,8 +38,9 @@ struct StreamCounters {
   std::atomic<uint64_t> replay_failures{0};     // replays that timed out or returned nothing
   std::atomic<uint64_t> replayed_batches{0};    // batches received over replay
   std::atomic<uint64_t> restarts{0};            // engine restarts detected (sequence went back)
-  // SUB sockets recreated because libzmq closed the connection for good (a message over
-  // 64 MiB, another protocol error) or the socket could not be created.
+  // Times a registered stream's connection was lost after it was live (its publisher went
+  // away, or libzmq closed the connection for good: a message over 64 MiB, another protocol
+  // error) and the stream went back to connecting.
   std::atomic<uint64_t> reconnects{0};
   // What the stream's applied stores and removes found in the index (stream_tally.h),
   // copied from the state machine once a second.
@@ -50,6 +51,11 @@ struct StreamCounters {
   std::atomic<int64_t> last_sequence{-1};      // last sequence handed to the applier, -1 none
   std::atomic<int64_t> last_event_unix_ms{0};  // wall clock of the last message received
   std::atomic<bool> replaying{false};
+  // A registered stream is connecting from its creation, and again from a lost connection,
+  // until its first message or a completed ZMTP handshake with its publisher; since when
+  // (wall clock). Listener streams exist from their first message: never connecting.
+  std::atomic<bool> connecting{false};
+  std::atomic<int64_t> connecting_since_unix_ms{0};
 };
 
 // A stream as GET /v1/streams shows it: identity (fixed at creation) plus counters.

@@ -6,7 +6,8 @@ usage: dashboard_test.py KVATLAS_SERVER_BINARY OUTPUT_DIR
 
 Chromium is driven over the DevTools protocol (a websocket; Debian's python3-websocket):
 the leader's page must load with no console error, exception or CSP violation, show the
-leader and the 3 members with their lag, an engine stream with its gap, and its numbers
+leader and the 3 members with their lag, an engine stream with its gap (and one
+registered where nothing answers, connecting), and its numbers
 (index entries, ingest, lookup and prefix-hit rates) must move while the test ingests and
 looks up; a follower's page must
 show the same leader and link to the leader's dashboard. Then, on a server with access
@@ -277,6 +278,10 @@ def main():
         rows = browser.evaluate("[...document.querySelectorAll('#members tbody tr')].map("
                                 "r => r.cells[7].textContent)")
         assert all(number(v) is not None for v in rows), f"lag not shown on the leader: {rows}"
+        # When the leader last heard from each follower (itself: nothing).
+        contacts = browser.evaluate("[...document.querySelectorAll('#members tbody tr')].map("
+                                    "r => r.cells[8].textContent)")
+        assert sorted(v.endswith(" ms ago") for v in contacts) == [False, True, True], contacts
         assert browser.evaluate("document.getElementById('lag-note').hidden") is True
 
         # Its numbers move with the load.
@@ -299,6 +304,15 @@ def main():
                          lambda v: v == "100.0 %")
         browser.wait_for("one context", text("#contexts tbody tr td:nth-child(2)"),
                          lambda v: v == "m")
+        # A publisher registered where nothing answers: its row says connecting, for how long.
+        status, body = leader.request("POST", "/register", {
+            "endpoint": f"tcp://127.0.0.1:{h.free_ports(1)[0]}", "type": "vLLM",
+            "modelname": "engine-model", "instance_id": "zz-down", "block_size": z.BS})
+        assert status == 200, body
+        down = browser.wait_for("the connecting stream", "[...document.querySelectorAll("
+                                "'#streams tbody tr')].map(r => r.cells[3].textContent)",
+                                lambda v: len(v) == 2 and v[1].startswith("connecting "))
+        assert down[0] == "live", down
         # A few seconds of history in the charts, for the picture.
         updates = browser.evaluate("Number(document.body.dataset.updates)")
         browser.wait_for("10 more updates", "Number(document.body.dataset.updates)",

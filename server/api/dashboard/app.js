@@ -203,16 +203,22 @@
         http.textContent = m.http_address;
       }
       const lag = m.lag_entries;
+      // Known on the leader for the other members: when it last heard from them.
+      let contact = '—';
+      if (m.reachable === false) contact = m.last_contact_ms === null ? 'never' :
+          `${fmtSeconds(m.last_contact_ms / 1000)} ago`;
+      else if (m.reachable === true) contact = `${fmtInt(m.last_contact_ms)} ms ago`;
       tr.append(cell(String(m.id) + (m.id === c.id ? ' (this)' : '')), cell(m.role),
-                cell(state), cell(m.raft_address), cell(http),
-                cell(fmtInt(m.applied_index), 'num'), cell(fmtInt(m.match_index), 'num'),
-                cell(fmtInt(lag), 'num' + (lag > 0 ? ' bad' : '')));
+                cell(state, state === 'unreachable' ? 'bad' : undefined), cell(m.raft_address),
+                cell(http), cell(fmtInt(m.applied_index), 'num'), cell(fmtInt(m.match_index), 'num'),
+                cell(fmtInt(lag), 'num' + (lag > 0 ? ' bad' : '')),
+                cell(contact, 'num' + (m.reachable === false ? ' bad' : '')));
       return tr;
     }));
     const note = $('lag-note');
     note.hidden = c.state === 'leader';
     if (!note.hidden) {
-      note.replaceChildren('Match index and lag are known on the leader only' +
+      note.replaceChildren('Match index, lag and last contact are known on the leader only' +
                            (leader && leader.http_address ? ': ' : '.'));
       if (leader && leader.http_address) {
         const a = document.createElement('a');
@@ -246,8 +252,13 @@
       const tr = document.createElement('tr');
       const bad = (v) => 'num' + (v > 0 ? ' bad' : '');
       const mode = s.report_mode ? `${s.type} (${s.report_mode})` : s.type;
-      const problem = s.error || s.report_mode_warning;
-      tr.append(cell(s.key), cell(mode), cell(s.model), cell(s.state, s.state === 'live' ? 'good' : 'bad'),
+      // Connecting: nothing confirmed at the endpoint yet (since registration or a lost
+      // connection); past 10 s /readyz warns about it too.
+      const connecting = s.state === 'connecting';
+      const state = connecting ? `connecting ${fmtSeconds(s.connecting_for_ms / 1000)}` : s.state;
+      const problem = s.error || s.report_mode_warning ||
+          (connecting && s.connecting_for_ms >= 10000 ? `no publisher answers at ${s.endpoint}` : '');
+      tr.append(cell(s.key), cell(mode), cell(s.model), cell(state, s.state === 'live' ? 'good' : 'bad'),
                 cell(fmtSeconds(s.lag_seconds), 'num'),
                 cell(sparkline(history, {className: 'spark mini', width: 120, height: 20, floor: 1})),
                 cell(fmtInt(s.batches), 'num'), cell(fmtInt(s.gaps), bad(s.gaps)),

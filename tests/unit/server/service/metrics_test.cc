@@ -103,7 +103,9 @@ TEST_SUITE("Metrics") {
     c.commit_index = 100;
     c.applied_index = 97;
     c.last_index = 105;
-    c.members = {{1, "a", "voter", 90}, {2, "b", "voter", 105}, {3, "c", "spare", {}}};
+    c.members = {{1, "a", "voter", 90, false, 3000},
+                 {2, "b", "voter", 105, {}, {}},
+                 {3, "c", "spare", {}, true, 20}};
     gauges.cluster = c;
     LogMetrics log;
     log.leadership_changes = 3;
@@ -129,7 +131,11 @@ TEST_SUITE("Metrics") {
     CHECK(Contains(text, "kvatlas_raft_member_match_index{member=\"1\"} 90\n"));
     CHECK(Contains(text, "kvatlas_raft_member_lag_entries{member=\"1\"} 15\n"));
     CHECK(Contains(text, "kvatlas_raft_member_lag_entries{member=\"2\"} 0\n"));
-    CHECK_FALSE(Contains(text, "{member=\"3\"}"));  // progress unknown
+    CHECK_FALSE(Contains(text, "match_index{member=\"3\"}"));  // progress unknown
+    CHECK_FALSE(Contains(text, "lag_entries{member=\"3\"}"));
+    CHECK(Contains(text, "kvatlas_raft_member_reachable{member=\"1\"} 0\n"));
+    CHECK(Contains(text, "kvatlas_raft_member_reachable{member=\"3\"} 1\n"));
+    CHECK_FALSE(Contains(text, "kvatlas_raft_member_reachable{member=\"2\"}"));  // itself
     CHECK(Contains(text, "kvatlas_raft_leadership_changes_total 3\n"));
     CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_bucket{le=\"0.0025\"} 0\n"));
     CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_bucket{le=\"0.005\"} 1\n"));

@@ -252,7 +252,7 @@ TEST_SUITE("Services") {
     CHECK(ViewCluster(s.api).error().code() == StatusCode::kUnavailable);
     CHECK(AddMember(s.api, 2, "127.0.0.1:7100").code() == StatusCode::kUnavailable);
     CHECK(RemoveMember(s.api, 2).code() == StatusCode::kUnavailable);
-    CHECK(TransferLeadership(s.api, 0).code() == StatusCode::kUnavailable);
+    CHECK(TransferLeadership(s.api, 0).error().code() == StatusCode::kUnavailable);
     CHECK(AnnounceMember(s.api, 1, "10.0.0.9", 1, {"127.0.0.1:1", "127.0.0.1:2"}).error().code() ==
           StatusCode::kUnavailable);
     CHECK(FindLeader(s.api).id == 0);

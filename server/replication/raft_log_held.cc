@@ -1,0 +1,30 @@
+#include "server/replication/raft_log_held.h"
+
+// libraft's headers have no extern "C" (docs/toolchain: pitfall 3).
+extern "C" {
+#include <raft.h>
+}
+
+namespace kvatlas::server {
+
+LogHeld MeasureLogHeld(const struct raft& raft, unsigned max_trailing, size_t max_trailing_bytes) {
+  const struct raft_log& log = raft.log;
+  const size_t n = log.back >= log.front ? log.back - log.front : log.size - log.front + log.back;
+  LogHeld held;
+  held.entries = n;
+  size_t trailing_bytes = 0;
+  bool counting = true;
+  for (size_t k = n; k-- > 0;) {
+    const size_t len = log.entries[(log.front + k) % log.size].buf.len;
+    held.bytes += len;
+    if (log.offset + 1 + k > raft.last_applied || !counting) continue;
+    counting = held.trailing < max_trailing && trailing_bytes + len <= max_trailing_bytes;
+    if (counting) {
+      ++held.trailing;
+      trailing_bytes += len;
+    }
+  }
+  return held;
+}
+
+}  // namespace kvatlas::server

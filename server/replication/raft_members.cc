@@ -1,0 +1,101 @@
+#include "server/replication/raft_members.h"
+
+// libraft's headers have no extern "C" (docs/toolchain: pitfall 3).
+extern "C" {
+#include <raft.h>
+}
+
+namespace kvatlas::server {
+
+std::string RaftError(int rv) { return std::string(raft_strerror(rv)); }
+
+std::string RefusalOf(int rv, uint64_t id, std::string_view address) {
+  const std::string server = "server " + std::to_string(id);
+  switch (rv) {
+    case RAFT_BADID:
+      return server +
+             " is not a member of the cluster (or, for a transfer, not a voter or "
+             "this server)";
+    case RAFT_DUPLICATEID:
+      return server + " is already a member of the cluster";
+    case RAFT_DUPLICATEADDRESS:
+      return "address " + std::string(address) + " is already a member's";
+    case RAFT_CANTCHANGE:
+      return "another membership change is in progress; retry when it is done";
+    default:
+      return RaftError(rv) + " (" + server + ")";
+  }
+}
+
+std::string_view StateName(int state) {
+  switch (state) {
+    case RAFT_LEADER:
+      return "leader";
+    case RAFT_FOLLOWER:
+      return "follower";
+    case RAFT_CANDIDATE:
+      return "candidate";
+    default:
+      return "unavailable";
+  }
+}
+
+std::string_view RoleName(int role) {
+  switch (role) {
+    case RAFT_VOTER:
+      return "voter";
+    case RAFT_STANDBY:
+      return "standby";
+    default:
+      return "spare";
+  }
+}
+
+std::optional<uint64_t> MemberContacts::LastHeard(uint64_t id) const {
+  auto it = last_.find(id);
+  if (it == last_.end()) return std::nullopt;
+  return it->second;
+}
+
+void MemberContacts::Describe(ClusterMember* m, uint64_t now_ms,
+                              unsigned election_timeout_ms) const {
+  const std::optional<uint64_t> last = LastHeard(m->id);
+  const uint64_t since = last && now_ms > *last ? now_ms - *last : 0;
+  m->reachable = last.has_value() && since < election_timeout_ms;
+  if (last) m->last_contact_ms = since;
+}
+
+namespace {
+
+std::string Server(const FailedAdd& add) {
+  return "server " + std::to_string(add.id) + " at " + add.address;
+}
+
+}  // namespace
+
+std::string NotAnsweredRemoved(const FailedAdd& add) {
+  return Server(add) +
+         " did not answer (nothing listens there, or its peer handshake failed: check its "
+         "--cluster-id and cluster secret); it was not added (" +
+         add.why + "). Start it first, on an empty data directory with --id " +
+         std::to_string(add.id) + " --raft-listen " + add.address +
+         " and --peers naming the cluster's initial voters (docs/operations.md §Membership), "
+         "then add it again";
+}
+
+std::string NotAnsweredLeftSpare(const FailedAdd& add, std::string_view remove_error) {
+  return Server(add) + " did not answer (" + add.why +
+         "), and removing it again failed: " + std::string(remove_error) +
+         ". It is left in the configuration as a spare: remove it (DELETE /v1/cluster/members/" +
+         std::to_string(add.id) + ") before adding it again";
+}
+
+std::string AnsweredLeftSpare(const FailedAdd& add) {
+  return Server(add) + " answered but was not promoted to voter (" + add.why +
+         "): it did not catch up with the log in time (a large snapshot, a slow link). It stays "
+         "a spare and keeps receiving the log; add it again to promote it once it caught up, "
+         "or remove it (DELETE /v1/cluster/members/" +
+         std::to_string(add.id) + ")";
+}
+
+}  // namespace kvatlas::server
