@@ -10,13 +10,10 @@ namespace kvatlas::cli {
 namespace {
 
 // Flags every command takes, and flags that take no value.
-const std::vector<std::string> kGlobalFlags = {"server", "timeout-ms", "token", "help",
+const std::vector<std::string> kGlobalFlags = {"server", "timeout-ms", "token", "help", "version",
                                                "ca",     "cert",       "key",   "tls"};
-const std::vector<std::string> kSwitches = {"json", "conductor", "help", "tls", "version"};
-
-bool IsSwitch(const std::string& name) {
-  return std::find(kSwitches.begin(), kSwitches.end(), name) != kSwitches.end();
-}
+const std::vector<std::string_view> kSwitches = {"json", "conductor", "help",
+                                                 "tls",  "version",   "progress"};
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) {
@@ -40,7 +37,46 @@ Status ForEachItem(std::string_view text, F&& item) {
   }
 }
 
+// Checks an address flag's value (or its variable's): HOST:PORT or [IPv6]:PORT, no scheme.
+// `source` names where it came from, `expected` what it should be.
+Result<std::string> CheckAddress(std::string address, const std::string& source,
+                                 std::string_view expected) {
+  if (address.find("://") != std::string::npos) {
+    return Status::InvalidArgument(source + " takes HOST:PORT without a scheme: " +
+                                   std::string(expected) + "; got \"" + address + "\"");
+  }
+  const std::optional<std::pair<std::string, int>> split = SplitHostPort(address);
+  if (!split || split->first.empty()) {
+    return Status::InvalidArgument(source + " must be HOST:PORT or [IPv6]:PORT (" +
+                                   std::string(expected) + "); got \"" + address + "\"");
+  }
+  if (split->first.find(':') != std::string::npos && address.front() != '[') {
+    return Status::InvalidArgument(source + ": an IPv6 address needs brackets, as in [" +
+                                   split->first + "]:" + std::to_string(split->second) +
+                                   "; got \"" + address + "\"");
+  }
+  return address;
+}
+
+// The flag, else the environment variable (unset or empty: none), else `fallback`.
+Result<std::string> AddressFrom(const Args& args, const char* flag, const char* env,
+                                const char* fallback, std::string_view expected) {
+  if (std::optional<std::string> value = args.Flag(flag)) {
+    return CheckAddress(*value, std::string("--") + flag, expected);
+  }
+  if (const char* from_env = std::getenv(env); from_env != nullptr && from_env[0] != '\0') {
+    return CheckAddress(from_env, env, expected);
+  }
+  return std::string(fallback);
+}
+
 }  // namespace
+
+bool IsSwitch(std::string_view name) {
+  return std::find(kSwitches.begin(), kSwitches.end(), name) != kSwitches.end();
+}
+
+const std::vector<std::string>& GlobalFlags() { return kGlobalFlags; }
 
 std::optional<std::string> Args::Flag(const std::string& name) const {
   const auto it = flags.find(name);
@@ -49,20 +85,30 @@ std::optional<std::string> Args::Flag(const std::string& name) const {
 }
 
 Status Args::CheckFlags(const std::vector<std::string>& allowed) const {
+  const std::string prefix = command.empty() ? "" : command + ": ";
   for (const auto& [name, value] : flags) {
     if (std::find(kGlobalFlags.begin(), kGlobalFlags.end(), name) == kGlobalFlags.end() &&
         std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-      return Status::InvalidArgument(command + ": unknown flag --" + name);
+      return Status::InvalidArgument(prefix + "unknown flag --" + name);
     }
+  }
+  if (switch_with_value) {
+    return Status::InvalidArgument(prefix + "--" + *switch_with_value + " takes no value");
+  }
+  if (missing_value) {
+    return Status::InvalidArgument(prefix + "--" + *missing_value + " needs a value");
   }
   return Status::Ok();
 }
 
-Result<Args> ParseArgs(int argc, const char* const* argv) {
+Args ParseArgs(int argc, const char* const* argv) {
   Args args;
+  const auto is_flag = [](std::string_view arg) { return arg.size() > 2 && arg.starts_with("--"); };
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    if (arg.size() > 2 && arg.substr(0, 2) == "--") {
+    if (arg == "-h") {
+      args.flags["help"] = "";
+    } else if (is_flag(arg)) {
       std::string name(arg.substr(2));
       std::optional<std::string> value;
       if (const size_t eq = name.find('='); eq != std::string::npos) {
@@ -70,12 +116,16 @@ Result<Args> ParseArgs(int argc, const char* const* argv) {
         name.resize(eq);
       }
       if (IsSwitch(name)) {
-        if (value) return Status::InvalidArgument("--" + name + " takes no value");
+        if (value && !args.switch_with_value) args.switch_with_value = name;
         args.flags[name] = "";
         continue;
       }
       if (!value) {
-        if (i + 1 >= argc) return Status::InvalidArgument("--" + name + " needs a value");
+        if (i + 1 >= argc || is_flag(argv[i + 1])) {
+          if (!args.missing_value) args.missing_value = name;
+          args.flags[name] = "";
+          continue;
+        }
         value = argv[++i];
       }
       args.flags[name] = *value;
@@ -116,6 +166,17 @@ Result<TlsFlags> ParseTlsFlags(const Args& args) {
   }
   tls.enabled = args.Has("tls") || !tls.ca_file.empty() || !tls.cert_file.empty();
   return tls;
+}
+
+Result<std::string> ServerAddress(const Args& args) {
+  return AddressFrom(args, "server", "KVATLAS_SERVER", "127.0.0.1:7071",
+                     "the binary protocol port (kvatlas-server --rpc-listen), e.g. 127.0.0.1:7071");
+}
+
+Result<std::string> RestAddress(const Args& args) {
+  return AddressFrom(args, "http", "KVATLAS_HTTP", "127.0.0.1:7070",
+                     "the REST port (kvatlas-server --http-listen), e.g. 127.0.0.1:7070; "
+                     "HTTPS is --tls or --ca FILE");
 }
 
 std::optional<std::pair<std::string, int>> SplitHostPort(std::string_view address) {

@@ -19,17 +19,30 @@ struct Args {
   std::string command;                  // the first non-flag argument
   std::vector<std::string> positional;  // the non-flag arguments after it
   std::map<std::string, std::string> flags;
+  // Problems ParseArgs met, reported by CheckFlags once the command's flags are known (a
+  // typo'd last flag is "unknown", not "short of a value"): the first value flag given
+  // without its value, and the first switch given one ("--json=yes").
+  std::optional<std::string> missing_value;
+  std::optional<std::string> switch_with_value;
 
   std::optional<std::string> Flag(const std::string& name) const;
   bool Has(const std::string& name) const { return flags.count(name) > 0; }
-  // kInvalidArgument naming the first flag that is neither global nor in `allowed`.
+  // kInvalidArgument naming, in this order: the first flag that is neither global nor in
+  // `allowed` ("lookup: unknown flag --modle"), a switch given a value, a flag without its
+  // value.
   [[nodiscard]] Status CheckFlags(const std::vector<std::string>& allowed) const;
 };
 
-// "--name value", "--name=value", and the switches --json, --conductor, --tls and --help
-// (no value), anywhere
-// on the line. kInvalidArgument for a value flag without its value.
-[[nodiscard]] Result<Args> ParseArgs(int argc, const char* const* argv);
+// Whether the flag `name` is a switch (takes no value): --json, --conductor, --tls,
+// --progress, --help, --version. Every other flag takes one.
+[[nodiscard]] bool IsSwitch(std::string_view name);
+// The flags every command takes (--server, --timeout-ms, --token, the TLS flags, --help).
+[[nodiscard]] const std::vector<std::string>& GlobalFlags();
+
+// "--name value", "--name=value", the switches (IsSwitch) and -h (--help), anywhere on the
+// line. A value flag takes the next argument unless that is another "--flag"; problems
+// are recorded in the Args (see there), not reported here.
+[[nodiscard]] Args ParseArgs(int argc, const char* const* argv);
 
 // The access token: --token, else $KVATLAS_TOKEN, else "" (none).
 [[nodiscard]] std::string TokenFrom(const Args& args);
@@ -53,6 +66,13 @@ struct TlsFlags {
 
 // "host:port" or "[v6]:port" → (host, port); nullopt when malformed.
 [[nodiscard]] std::optional<std::pair<std::string, int>> SplitHostPort(std::string_view address);
+
+// The address of the binary protocol: --server, else $KVATLAS_SERVER, else 127.0.0.1:7071.
+// The address of the REST API: --http, else $KVATLAS_HTTP, else 127.0.0.1:7070.
+// Both are HOST:PORT or [IPv6]:PORT; kInvalidArgument naming the flag or variable for
+// anything else, and saying so for a URL ("http://...": no scheme).
+[[nodiscard]] Result<std::string> ServerAddress(const Args& args);
+[[nodiscard]] Result<std::string> RestAddress(const Args& args);
 
 // A decimal u32; kInvalidArgument naming `what` otherwise.
 [[nodiscard]] Result<uint32_t> ParseU32(std::string_view text, std::string_view what);

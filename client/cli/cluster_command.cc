@@ -1,15 +1,15 @@
 #include "client/cli/cluster_command.h"
 
-#include <httplib.h>
-
 #include <charconv>
 #include <cstdio>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "client/cli/help.h"
+#include "client/cli/json_text.h"
 #include "client/cli/rest_client.h"
 #include "kvatlas/common/json_codec.h"
 
@@ -17,11 +17,6 @@ namespace kvatlas::cli {
 namespace {
 
 using nlohmann::json;
-
-int Usage(const std::string& problem, const char* usage) {
-  std::fprintf(stderr, "kvatlas: cluster: %s\n\n%s", problem.c_str(), usage);
-  return 2;
-}
 
 std::optional<uint64_t> ParseId(std::string_view text) {
   uint64_t id = 0;
@@ -32,154 +27,191 @@ std::optional<uint64_t> ParseId(std::string_view text) {
   return id;
 }
 
-std::string Text(const json& value) {
-  if (value.is_null()) return "-";
-  if (value.is_string()) return value.get<std::string>();
-  return value.dump();
+std::string Text(const json& object, const char* name) { return FieldText(object, name); }
+
+// "120ms", "4.2s", "3m10s": the time since the leader last heard from a member; "never"
+// when it is known unreachable and was never heard from, "-" when not known here.
+std::string Contact(const json& member) {
+  const auto ms = member.find("last_contact_ms");
+  if (ms == member.end() || !ms->is_number()) {
+    const auto reachable = member.find("reachable");
+    return reachable != member.end() && *reachable == json(false) ? "never" : "-";
+  }
+  const double value = ms->get<double>();
+  char text[32];
+  if (value < 10'000) {
+    std::snprintf(text, sizeof text, "%.0fms", value);
+  } else if (value < 120'000) {
+    std::snprintf(text, sizeof text, "%.1fs", value / 1000);
+  } else {
+    const auto seconds = static_cast<long long>(value / 1000);
+    std::snprintf(text, sizeof text, "%lldm%02llds", seconds / 60, seconds % 60);
+  }
+  return text;
 }
 
-void PrintStatus(const json& s) {
-  std::printf("server %s (%s) answered: leader %s, term %s, commit index %s, applied %s\n",
-              Text(s.value("id", json())).c_str(), Text(s.value("state", json())).c_str(),
-              s.value("leader_id", json(0)) == json(0) ? "unknown"
-                                                       : Text(s.value("leader_id", json())).c_str(),
-              Text(s.value("term", json())).c_str(), Text(s.value("commit_index", json())).c_str(),
-              Text(s.value("applied_index", json())).c_str());
-  std::printf("%-4s %-8s %-9s %-22s %-22s %-22s %s\n", "ID", "ROLE", "STATE", "RAFT", "HTTP", "RPC",
-              "APPLIED");
-  for (const json& m : s.value("members", json::array())) {
-    std::printf("%-4s %-8s %-9s %-22s %-22s %-22s %s\n", Text(m.value("id", json())).c_str(),
-                Text(m.value("role", json())).c_str(), Text(m.value("state", json())).c_str(),
-                Text(m.value("raft_address", json())).c_str(),
-                Text(m.value("http_address", json())).c_str(),
-                Text(m.value("rpc_address", json())).c_str(),
-                Text(m.value("applied_index", json())).c_str());
+std::string LeaderText(const json& doc) {
+  const std::string id = Text(doc, "leader_id");
+  return id == "-" || id == "0" ? "unknown" : id;
+}
+
+int ExpectNoOperands(const std::string& sub, size_t operands) {
+  if (operands == 0) return 0;
+  return UsageError("cluster " + sub, "cluster " + sub + " takes no arguments");
+}
+
+std::string FormatStatus(const json& s) {
+  std::string out = "server " + Text(s, "id") + " (" + Text(s, "state") + ") answered: leader " +
+                    LeaderText(s) + ", term " + Text(s, "term") + ", commit index " +
+                    Text(s, "commit_index") + ", applied " + Text(s, "applied_index") + "\n";
+  static const char* const kHeader[] = {"ID",  "ROLE",    "STATE", "RAFT",   "HTTP",
+                                        "RPC", "APPLIED", "LAG",   "CONTACT"};
+  std::vector<std::vector<std::string>> rows = {{std::begin(kHeader), std::end(kHeader)}};
+  std::vector<std::string> unreachable;
+  bool leader_only_unknown = false;
+  const json members = s.value("members", json::array());
+  for (const json& m : members.is_array() ? members : json::array()) {
+    rows.push_back({Text(m, "id"), Text(m, "role"), Text(m, "state"), Text(m, "raft_address"),
+                    Text(m, "http_address"), Text(m, "rpc_address"), Text(m, "applied_index"),
+                    Text(m, "lag_entries"), Contact(m)});
+    if (Text(m, "state") == "unreachable" || m.value("reachable", json()) == json(false)) {
+      unreachable.push_back(Text(m, "id"));
+    }
+    if (Text(m, "lag_entries") == "-") leader_only_unknown = true;
   }
+  std::vector<size_t> widths(std::size(kHeader), 0);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  if (!unreachable.empty()) {
+    std::string ids;
+    for (const std::string& id : unreachable) ids += (ids.empty() ? "" : ", ") + id;
+    out +=
+        "unreachable (the leader has not heard from it within an election timeout): " + ids + "\n";
+  }
+  if (leader_only_unknown && Text(s, "state") != "leader") {
+    const std::string leader_http = Text(s, "leader_http_address");
+    out += "LAG and CONTACT are known on the leader only";
+    out += leader_http == "-" ? ".\n" : ": kvatlas cluster status --http " + leader_http + "\n";
+  }
+  return out;
 }
 
 }  // namespace
 
-int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* usage) {
-  if (args.positional.empty())
-    return Usage("give a subcommand: status, ready, add, remove, transfer, backup, digest", usage);
+std::string FormatClusterAnswer(const std::string& sub, const std::string& document) {
+  const json answer = json::parse(document, nullptr, /*allow_exceptions=*/false);
+  if (!answer.is_object()) return document + "\n";
+  std::string out;
+  if (sub == "status") {
+    out = FormatStatus(answer);
+  } else if (sub == "ready") {
+    out = "ready (revision " + Text(answer, "revision") + ")\n";
+  } else if (sub == "add") {
+    out = "added server " + Text(answer, "added") + " (raft " + Text(answer, "raft_address") +
+          ") as a voter\n";
+  } else if (sub == "remove") {
+    out = "removed server " + Text(answer, "removed") + "\n";
+  } else if (sub == "backup") {
+    out = "server " + Text(answer, "server_id") + " backed up to " + Text(answer, "path") +
+          ": applied index " + Text(answer, "applied_index") + ", " + Text(answer, "records") +
+          " records, " + Text(answer, "bytes") + " bytes, state digest " +
+          Text(answer, "state_digest") + "\n";
+  } else if (sub == "digest") {
+    out = "server " + Text(answer, "server_id") + " at applied index " +
+          Text(answer, "applied_index") + ": state digest " + Text(answer, "state_digest") + "\n";
+  } else if (answer.contains("leader_id")) {  // transfer
+    const std::string leader = LeaderText(answer);
+    out = leader == "unknown" ? "leadership transferred: the new leader is not known yet "
+                                "(kvatlas cluster status shows it once elected)\n"
+                              : "leadership transferred: server " + leader + " leads now\n";
+  } else {  // a server from before leader_id: only the id asked for, if any
+    const std::string to = Text(answer, "transfer_to");
+    out = "leadership transferred to " +
+          (to == "-" || to == "0" ? std::string("another up-to-date voter") : "server " + to) +
+          "\n";
+  }
+  return out;
+}
+
+int RunCluster(const Args& args, std::chrono::milliseconds timeout) {
+  if (args.positional.empty()) {
+    return UsageError("cluster",
+                      "cluster: give a subcommand: status, ready, add, remove, transfer, backup, "
+                      "digest");
+  }
   const std::string& sub = args.positional[0];
+  const std::string path_of_sub = "cluster " + sub;
   const size_t operands = args.positional.size() - 1;
   std::string method = "POST";
   std::string path;
   json body = json::object();
-  if (sub == "status") {
-    if (operands != 0) return Usage("status takes no arguments", usage);
+  if (sub == "status" || sub == "ready" || sub == "digest") {
+    if (int rc = ExpectNoOperands(sub, operands); rc != 0) return rc;
     method = "GET";
-    path = "/v1/cluster";
-  } else if (sub == "ready") {
     // GET /readyz needs no token: container health checks run this without one.
-    if (operands != 0) return Usage("ready takes no arguments", usage);
-    method = "GET";
-    path = "/readyz";
+    path = sub == "status" ? "/v1/cluster" : sub == "ready" ? "/readyz" : "/v1/admin/digest";
   } else if (sub == "add") {
     const std::optional<uint64_t> id = operands == 2 ? ParseId(args.positional[1]) : std::nullopt;
     if (!id || !SplitHostPort(args.positional[2])) {
-      return Usage("usage: cluster add ID RAFT_ADDRESS (a positive id and HOST:PORT)", usage);
+      return UsageError(path_of_sub,
+                        "cluster add ID RAFT_ADDRESS: give a positive server id and HOST:PORT");
     }
     path = "/v1/cluster/members";
     body = {{"id", *id}, {"raft_address", args.positional[2]}};
   } else if (sub == "remove") {
     const std::optional<uint64_t> id = operands == 1 ? ParseId(args.positional[1]) : std::nullopt;
-    if (!id) return Usage("usage: cluster remove ID (a positive id)", usage);
+    if (!id) return UsageError(path_of_sub, "cluster remove ID: give one positive server id");
     method = "DELETE";
     path = "/v1/cluster/members/" + std::to_string(*id);
   } else if (sub == "transfer") {
-    if (operands > 1) return Usage("usage: cluster transfer [ID]", usage);
-    if (operands == 1) {
-      const std::optional<uint64_t> id = ParseId(args.positional[1]);
-      if (!id) return Usage("usage: cluster transfer [ID] (a positive id)", usage);
-      body["id"] = *id;
+    const std::optional<uint64_t> id = operands == 1 ? ParseId(args.positional[1]) : std::nullopt;
+    if (operands > 1 || (operands == 1 && !id)) {
+      return UsageError(path_of_sub, "cluster transfer [ID]: give at most one positive server id");
     }
+    if (id) body["id"] = *id;
     path = "/v1/cluster/transfer";
   } else if (sub == "backup") {
     if (operands != 1 || args.positional[1].empty()) {
-      return Usage("usage: cluster backup DIR (a directory under the server's backup_dir)", usage);
+      return UsageError(path_of_sub,
+                        "cluster backup DIR: give one directory (under the server's backup_dir)");
     }
     path = "/v1/admin/backup";
     body = {{"to", args.positional[1]}};
-  } else if (sub == "digest") {
-    if (operands != 0) return Usage("digest takes no arguments", usage);
-    method = "GET";
-    path = "/v1/admin/digest";
   } else {
-    return Usage(
-        "unknown subcommand \"" + sub + "\" (status, ready, add, remove, transfer, backup, digest)",
-        usage);
+    return UsageError("cluster", "cluster: unknown subcommand \"" + sub +
+                                     "\" (status, ready, add, remove, transfer, backup, digest)");
   }
 
-  const char* env = std::getenv("KVATLAS_HTTP");
-  const std::string address =
-      args.Flag("http").value_or(env != nullptr && env[0] != '\0' ? env : "127.0.0.1:7070");
-  const std::optional<std::pair<std::string, int>> to = SplitHostPort(address);
-  if (!to) return Usage("--http must be HOST:PORT, got \"" + address + "\"", usage);
+  Result<std::string> address = RestAddress(args);
+  if (!address) return UsageError(path_of_sub, address.error().message());
   Result<TlsFlags> tls = ParseTlsFlags(args);
-  if (!tls) return Usage(tls.error().message(), usage);
-  const std::unique_ptr<httplib::Client> rest = MakeRestClient(to->first, to->second, *tls);
-  httplib::Client& client = *rest;
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
-  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(timeout - seconds);
-  client.set_connection_timeout(std::min<std::chrono::seconds>(seconds, std::chrono::seconds(3)));
-  client.set_read_timeout(seconds.count(), micros.count());
-  client.set_write_timeout(seconds.count(), micros.count());
-  httplib::Headers headers;
-  for (auto& [name, value] : AuthHeaders(TokenFrom(args))) headers.emplace(name, value);
-  httplib::Result result = method == "GET" ? client.Get(path, headers)
-                           : method == "DELETE"
-                               ? client.Delete(path, headers)
-                               : client.Post(path, headers, body.dump(), "application/json");
+  if (!tls) return UsageError(path_of_sub, tls.error().message());
+  const RestTarget target{*address, *tls, TokenFrom(args), timeout};
+  Result<RestAnswer> result = RestRequest(target, method, path, body.dump());
   if (!result) {
-    std::fprintf(stderr, "kvatlas: cannot reach the kvatlas REST API at %s: %s\n%s\n",
-                 address.c_str(), DescribeRestError(result.error()).c_str(),
-                 RestUnreachableAdvice(address, *tls).c_str());
+    std::fprintf(stderr, "kvatlas: %s\n%s\n", result.error().message().c_str(),
+                 RestUnreachableAdvice(*address, *tls).c_str());
     return 1;
   }
-  const json answer = json::parse(result->body, nullptr, /*allow_exceptions=*/false);
   if (result->status != 200) {
-    const std::string code =
-        answer.is_object() ? Text(answer.value("code", json("error"))) : "error";
-    const std::string message =
-        answer.is_object() ? Text(answer.value("message", json(result->body))) : result->body;
-    std::fprintf(stderr, "kvatlas: cluster %s: HTTP %d %s: %s\n", sub.c_str(), result->status,
-                 code.c_str(), message.c_str());
+    std::fprintf(stderr, "kvatlas: cluster %s: %s\n", sub.c_str(), RestErrorText(*result).c_str());
     return 1;
   }
-  if (args.Has("json") || !answer.is_object()) {
+  if (args.Has("json")) {
+    const json answer = json::parse(result->body, nullptr, /*allow_exceptions=*/false);
     std::printf("%s\n", answer.is_discarded() ? result->body.c_str() : DumpJson(answer).c_str());
     return 0;
   }
-  if (sub == "status") {
-    PrintStatus(answer);
-  } else if (sub == "ready") {
-    std::printf("ready (revision %s)\n", Text(answer.value("revision", json())).c_str());
-  } else if (sub == "add") {
-    std::printf("added server %s (raft %s) as a voter\n",
-                Text(answer.value("added", json())).c_str(),
-                Text(answer.value("raft_address", json())).c_str());
-  } else if (sub == "remove") {
-    std::printf("removed server %s\n", Text(answer.value("removed", json())).c_str());
-  } else if (sub == "backup") {
-    std::printf(
-        "server %s backed up to %s: applied index %s, %s records, %s bytes, state "
-        "digest %s\n",
-        Text(answer.value("server_id", json())).c_str(), Text(answer.value("path", json())).c_str(),
-        Text(answer.value("applied_index", json())).c_str(),
-        Text(answer.value("records", json())).c_str(), Text(answer.value("bytes", json())).c_str(),
-        Text(answer.value("state_digest", json())).c_str());
-  } else if (sub == "digest") {
-    std::printf("server %s at applied index %s: state digest %s\n",
-                Text(answer.value("server_id", json())).c_str(),
-                Text(answer.value("applied_index", json())).c_str(),
-                Text(answer.value("state_digest", json())).c_str());
-  } else {
-    const json to_id = answer.value("transfer_to", json(0));
-    std::printf("leadership transferred to %s\n",
-                to_id == json(0) ? "another up-to-date voter" : ("server " + Text(to_id)).c_str());
-  }
+  std::fputs(FormatClusterAnswer(sub, result->body).c_str(), stdout);
   return 0;
 }
 

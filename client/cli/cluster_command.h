@@ -1,21 +1,25 @@
 // `kvatlas cluster ...`: the raft cluster's REST admin endpoints (docs/api.md §Cluster)
-// from the command line, over HTTP (cpp-httplib): status, add, remove, transfer, and the
-// admin backup endpoints (POST /v1/admin/backup, GET /v1/admin/digest): backup, digest.
+// from the command line, over HTTP (cpp-httplib): status, ready, add, remove, transfer, and
+// the admin backup endpoints (POST /v1/admin/backup, GET /v1/admin/digest): backup, digest.
 #pragma once
 
 #include <chrono>
+#include <string>
 
 #include "client/cli/args.h"
 
 namespace kvatlas::cli {
 
-// The flags `cluster` takes besides the global ones.
-inline constexpr const char* kClusterFlags[] = {"http", "json"};
-
 // Runs `kvatlas cluster <sub> ...` (args.positional[0] is the subcommand). The REST
-// address is --http, else $KVATLAS_HTTP, else 127.0.0.1:7070. Prints the answer (a table
-// or --json the server's JSON) and returns the exit code: 0 done, 1 unreachable or refused
-// (the error printed), 2 bad command line (`usage` printed).
-int RunCluster(const Args& args, std::chrono::milliseconds timeout, const char* usage);
+// address is RestAddress(args). Prints the answer (a table or --json the server's JSON)
+// and returns the exit code: 0 done, 1 unreachable or refused (the error printed), 2 bad
+// command line (the usage error printed).
+int RunCluster(const Args& args, std::chrono::milliseconds timeout);
+
+// What `cluster <sub>` prints for the server's answer `document` (without --json). For
+// status, a table of GET /v1/cluster: a header line, one row per member (ID ROLE STATE RAFT
+// HTTP RPC APPLIED LAG CONTACT) and notes; for transfer, who leads now. Fields an older
+// server does not send print as "-". A document that is not a JSON object is printed as is.
+[[nodiscard]] std::string FormatClusterAnswer(const std::string& sub, const std::string& document);
 
 }  // namespace kvatlas::cli

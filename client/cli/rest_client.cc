@@ -1,5 +1,7 @@
 #include "client/cli/rest_client.h"
 
+#include <nlohmann/json.hpp>
+
 namespace kvatlas::cli {
 
 std::unique_ptr<httplib::Client> MakeRestClient(const std::string& host, int port,
@@ -11,6 +13,44 @@ std::unique_ptr<httplib::Client> MakeRestClient(const std::string& host, int por
   if (!tls.ca_file.empty()) client->set_ca_cert_path(tls.ca_file.c_str());
   client->enable_server_certificate_verification(true);
   return client;
+}
+
+Result<RestAnswer> RestRequest(const RestTarget& target, const std::string& method,
+                               const std::string& path, const std::string& body) {
+  const std::optional<std::pair<std::string, int>> to = SplitHostPort(target.address);
+  if (!to) return Status::InvalidArgument("not HOST:PORT: \"" + target.address + "\"");
+  const std::unique_ptr<httplib::Client> rest = MakeRestClient(to->first, to->second, target.tls);
+  httplib::Client& client = *rest;
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(target.timeout);
+  const auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(target.timeout - seconds);
+  client.set_connection_timeout(std::min<std::chrono::seconds>(
+      std::max<std::chrono::seconds>(seconds, std::chrono::seconds(1)), std::chrono::seconds(3)));
+  client.set_read_timeout(seconds.count(), micros.count());
+  client.set_write_timeout(seconds.count(), micros.count());
+  httplib::Headers headers;
+  for (auto& [name, value] : AuthHeaders(target.token)) headers.emplace(name, value);
+  httplib::Result result = method == "GET" ? client.Get(path, headers)
+                           : method == "DELETE"
+                               ? client.Delete(path, headers)
+                               : client.Post(path, headers, body, "application/json");
+  if (!result) {
+    return Status::Unavailable("cannot reach the kvatlas REST API at " + target.address + ": " +
+                               DescribeRestError(result.error()));
+  }
+  return RestAnswer{result->status, std::move(result->body)};
+}
+
+std::string RestErrorText(const RestAnswer& answer) {
+  const nlohmann::json doc =
+      nlohmann::json::parse(answer.body, nullptr, /*allow_exceptions=*/false);
+  const auto field = [&](const char* name, const std::string& otherwise) {
+    if (!doc.is_object()) return otherwise;
+    const auto it = doc.find(name);
+    return it != doc.end() && it->is_string() ? it->get<std::string>() : otherwise;
+  };
+  return "HTTP " + std::to_string(answer.status) + " " + field("code", "error") + ": " +
+         field("message", answer.body);
 }
 
 std::string DescribeRestError(httplib::Error error) {

@@ -11,8 +11,12 @@
 #include <string>
 #include <utility>
 
+#include "client/cli/help.h"
+#include "client/cli/json_text.h"
 #include "client/cli/rest_client.h"
+#include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/result.h"
+#include "kvatlas/common/types.h"
 
 namespace kvatlas::cli {
 
@@ -59,11 +63,6 @@ namespace {
 
 using nlohmann::json;
 
-int Usage(const std::string& problem, const char* usage) {
-  std::fprintf(stderr, "kvatlas: watch: %s\n\n%s", problem.c_str(), usage);
-  return 2;
-}
-
 Result<uint64_t> ParseU64(std::string_view text, std::string_view what) {
   uint64_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -78,27 +77,53 @@ struct WatchOptions {
   std::string address;
   std::string token;  // "" = none
   TlsFlags tls;
-  std::optional<uint64_t> from;  // nullopt = now
-  httplib::Params filters;
-  uint64_t count = 0;  // 0 = no limit
+  std::optional<uint64_t> from;  // nullopt = now (or the snapshot's revision)
+  bool from_snapshot = false;    // list the context first (GET /v1/snapshot)
+  httplib::Params filters;       // GET /v1/watch's query parameters
+  httplib::Params context;       // the context's ones among them (GET /v1/snapshot's)
+  std::optional<Tier> tier;      // --medium's tier (snapshot copies are filtered here)
+  uint64_t count = 0;            // 0 = no limit
   bool json = false;
+  // "kvatlas watch --from snapshot --model M ...": how to list and watch again after a
+  // compacted --from, with the flags given.
+  std::string relist;
 };
+
+// The flags given, as a command line: `kvatlas watch --from snapshot ...`, with M and N
+// for a --model or --block-size not given.
+std::string RelistCommand(const Args& args) {
+  std::string command = "kvatlas watch --from snapshot";
+  for (const char* flag :
+       {"model", "block-size", "tenant", "lora", "salt", "backend", "dp-rank", "medium", "http"}) {
+    std::optional<std::string> value = args.Flag(flag);
+    if (!value && std::string_view(flag) == "model") value = "M";
+    if (!value && std::string_view(flag) == "block-size") value = "N";
+    if (!value) continue;
+    const bool plain = !value->empty() && value->find_first_of(" '\"\\$`") == std::string::npos;
+    command += std::string(" --") + flag + " " + (plain ? *value : "'" + *value + "'");
+  }
+  if (args.Has("json")) command += " --json";
+  return command;
+}
 
 Result<WatchOptions> BuildWatch(const Args& args) {
   if (!args.positional.empty()) {
     return Status::InvalidArgument("unexpected argument \"" + args.positional[0] + "\"");
   }
   WatchOptions options;
-  const char* env = std::getenv("KVATLAS_HTTP");
-  options.address =
-      args.Flag("http").value_or(env != nullptr && env[0] != '\0' ? env : "127.0.0.1:7070");
-  if (!SplitHostPort(options.address)) {
-    return Status::InvalidArgument("--http must be HOST:PORT, got \"" + options.address + "\"");
-  }
-  KVATLAS_ASSIGN_OR_RETURN(options.tls, ParseTlsFlags(args));
-  if (const std::optional<std::string> from = args.Flag("from"); from && *from != "now") {
+  if (const std::optional<std::string> from = args.Flag("from"); from && *from == "snapshot") {
+    options.from_snapshot = true;
+    if (!args.Flag("model") || !args.Flag("block-size")) {
+      return Status::InvalidArgument(
+          "--from snapshot lists one context: give --model and --block-size (and --tenant, "
+          "--lora, --salt when it has them)");
+    }
+  } else if (from && *from != "now") {
     Result<uint64_t> revision = ParseU64(*from, "--from");
-    if (!revision) return Status::InvalidArgument("--from: give a revision or \"now\"");
+    if (!revision) {
+      return Status::InvalidArgument("--from: give a revision, \"now\" or \"snapshot\"; got \"" +
+                                     *from + "\"");
+    }
     options.from = *revision;
   }
   if (const std::optional<std::string> count = args.Flag("count")) {
@@ -106,21 +131,36 @@ Result<WatchOptions> BuildWatch(const Args& args) {
     if (options.count == 0) return Status::InvalidArgument("--count must be positive");
   }
   // Flag → query parameter of GET /v1/watch; the numeric ones are checked here so that a
-  // typo is a usage error, the medium by the server (it knows the names).
-  static constexpr std::pair<const char*, const char*> kFilters[] = {
-      {"model", "model_name"},      {"tenant", "tenant_id"},     {"lora", "lora_name"},
-      {"block-size", "block_size"}, {"salt", "additional_salt"}, {"backend", "backend_id"},
-      {"dp-rank", "dp_rank"},       {"medium", "medium"}};
-  for (const auto& [flag, param] : kFilters) {
-    const std::optional<std::string> value = args.Flag(flag);
+  // typo is a usage error, the medium by the server (it knows the names) unless the
+  // snapshot's copies are to be filtered here.
+  struct Filter {
+    const char* flag;
+    const char* param;
+    bool context;  // a field of the context (a parameter of GET /v1/snapshot too)
+  };
+  static constexpr Filter kFilters[] = {
+      {"model", "model_name", true},     {"tenant", "tenant_id", true},
+      {"lora", "lora_name", true},       {"block-size", "block_size", true},
+      {"salt", "additional_salt", true}, {"backend", "backend_id", false},
+      {"dp-rank", "dp_rank", false},     {"medium", "medium", false}};
+  for (const Filter& filter : kFilters) {
+    const std::optional<std::string> value = args.Flag(filter.flag);
     if (!value) continue;
-    if (std::string_view(flag) == "block-size" || std::string_view(flag) == "dp-rank") {
-      KVATLAS_RETURN_IF_ERROR(ParseU32(*value, std::string("--") + flag).status());
+    const std::string_view flag = filter.flag;
+    if (flag == "block-size" || flag == "dp-rank") {
+      KVATLAS_RETURN_IF_ERROR(ParseU32(*value, "--" + std::string(flag)).status());
     }
-    options.filters.emplace(param, *value);
+    if (flag == "medium" && options.from_snapshot) {
+      bool known = false;
+      options.tier = TierFromMedium(*value, &known);
+      if (!known) return Status::InvalidArgument("--medium: unknown medium \"" + *value + "\"");
+    }
+    options.filters.emplace(filter.param, *value);
+    if (filter.context) options.context.emplace(filter.param, *value);
   }
   options.json = args.Has("json");
   options.token = TokenFrom(args);
+  options.relist = RelistCommand(args);
   return options;
 }
 
@@ -131,11 +171,7 @@ void PrintHuman(const std::string& data) {
     std::printf("%s\n", data.c_str());
     return;
   }
-  const auto text = [&](const char* name) {
-    const auto it = r.find(name);
-    if (it == r.end() || it->is_null()) return std::string("-");
-    return it->is_string() ? it->get<std::string>() : it->dump();
-  };
+  const auto text = [&](const char* name) { return FieldText(r, name); };
   const json keys = r.value("keys", json::array());
   const std::string first = keys.is_array() && !keys.empty() ? keys.front().dump() : "-";
   const std::string holder = text("backend_id") + "/" + text("dp_rank");
@@ -159,6 +195,14 @@ class Watch {
 
   int Run(std::chrono::milliseconds timeout) {
     std::optional<uint64_t> from = options_.from;
+    if (options_.from_snapshot) {
+      Result<uint64_t> revision = Snapshot(timeout);
+      if (!revision) {
+        std::fprintf(stderr, "kvatlas: watch: %s\n", revision.error().message().c_str());
+        return 1;
+      }
+      from = snapshot_revision_ = *revision;
+    }
     while (true) {
       const StreamEnd end = Stream(from, timeout);
       switch (end.kind) {
@@ -180,6 +224,77 @@ class Watch {
   }
 
  private:
+  // Lists the context (GET /v1/snapshot) and prints its copies, those the holder filters
+  // keep: a line each, or --json the document as one line. The snapshot's revision.
+  Result<uint64_t> Snapshot(std::chrono::milliseconds timeout) {
+    const RestTarget target{options_.address, options_.tls, options_.token, timeout};
+    Result<RestAnswer> answer =
+        RestRequest(target, "GET", httplib::append_query_params("/v1/snapshot", options_.context));
+    if (!answer) {
+      return Status::Unavailable(answer.error().message() + "\n" +
+                                 RestUnreachableAdvice(options_.address, options_.tls));
+    }
+    if (answer->status != 200) {
+      return Status::Unavailable("the snapshot: " + RestErrorText(*answer));
+    }
+    json doc = json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
+    // A scan that failed part-way ends the body unterminated: no partial list is printed.
+    if (!doc.is_object() || !doc.value("revision", json()).is_number_unsigned() ||
+        !doc.value("copies", json()).is_array()) {
+      return Status::Unavailable("the snapshot's answer is not a whole JSON document (" +
+                                 std::to_string(answer->body.size()) + " bytes)");
+    }
+    json kept = json::array();
+    for (json& copy : doc["copies"]) {
+      if (Keeps(copy)) kept.push_back(std::move(copy));
+    }
+    doc["copies"] = std::move(kept);
+    const uint64_t revision = doc["revision"].get<uint64_t>();
+    if (options_.json) {
+      std::printf("%s\n", DumpJson(doc).c_str());
+    } else {
+      std::printf("snapshot at revision %llu: %zu copies in %s\n",
+                  static_cast<unsigned long long>(revision), doc["copies"].size(),
+                  DescribeContext(doc).c_str());
+      const std::string model = FieldText(doc, "model_name");
+      for (const json& copy : doc["copies"]) {
+        const std::string holder = FieldText(copy, "backend_id") + "/" + FieldText(copy, "dp_rank");
+        std::printf("%-10llu %-8s %-24s %-5s %-24s key %s, depth %s\n",
+                    static_cast<unsigned long long>(revision), "holds", holder.c_str(),
+                    FieldText(copy, "medium").c_str(), model.c_str(),
+                    FieldText(copy, "key").c_str(), FieldText(copy, "depth").c_str());
+      }
+    }
+    std::fflush(stdout);
+    return revision;
+  }
+
+  // Whether a snapshot copy passes --backend, --dp-rank and --medium.
+  bool Keeps(const json& copy) const {
+    for (const auto& [param, value] : options_.filters) {
+      if (param == "backend_id" && FieldText(copy, "backend_id") != value) return false;
+      if (param == "dp_rank" && FieldText(copy, "dp_rank") != value) return false;
+    }
+    return !options_.tier || TierFromMedium(FieldText(copy, "medium")) == *options_.tier;
+  }
+
+  // The error of a watch from a revision the feed no longer holds, and what to do.
+  std::string Compacted(std::optional<uint64_t> from, std::string server_message) const {
+    if (snapshot_revision_ && from == snapshot_revision_) {
+      return "the snapshot's revision " + std::to_string(*from) +
+             " left the server's change feed before the watch began (the server applied more "
+             "changes than the feed keeps while the snapshot was read): run the command again";
+    }
+    // The server's own advice names its REST routes; the CLI's is the command below.
+    if (const size_t advice = server_message.find(" (list with"); advice != std::string::npos) {
+      server_message.resize(advice);
+    }
+    return "compacted: " + server_message +
+           "\n  The server keeps only recent changes, and none from before its last restart. "
+           "List the current state and follow it from there:\n    " +
+           options_.relist;
+  }
+
   StreamEnd Stream(std::optional<uint64_t> from, std::chrono::milliseconds timeout) {
     const auto [host, port] = *SplitHostPort(options_.address);
     const std::unique_ptr<httplib::Client> rest = MakeRestClient(host, port, options_.tls);
@@ -212,6 +327,8 @@ class Watch {
         const json resume = error.is_object() ? error.value("resume_from", json()) : json();
         if (code == "watch_cut" && resume.is_number_unsigned()) {
           end = {StreamEnd::kCut, resume.get<uint64_t>(), message};
+        } else if (code == "compacted") {
+          end = {StreamEnd::kFailed, 0, Compacted(from, message)};
         } else {
           end = {StreamEnd::kFailed, 0, (code.empty() ? "error" : code) + ": " + message};
         }
@@ -276,11 +393,10 @@ class Watch {
     }
     if (status != 200) {
       const json answer = json::parse(error_body, nullptr, /*allow_exceptions=*/false);
-      const std::string code = answer.is_object() ? answer.value("code", "error") : "error";
-      const std::string message =
-          answer.is_object() ? answer.value("message", error_body) : error_body;
-      return {StreamEnd::kFailed, 0,
-              "HTTP " + std::to_string(status) + " " + code + ": " + message};
+      if (FieldText(answer, "code") == "compacted") {
+        return {StreamEnd::kFailed, 0, Compacted(from, FieldText(answer, "message", error_body))};
+      }
+      return {StreamEnd::kFailed, 0, RestErrorText({status, error_body})};
     }
     const std::string resume =
         last_revision_ ? "; resume with --from " + std::to_string(*last_revision_) : "";
@@ -288,6 +404,7 @@ class Watch {
   }
 
   const WatchOptions options_;
+  std::optional<uint64_t> snapshot_revision_;  // with --from snapshot, once listed
   uint64_t printed_ = 0;
   // The last revision printed whole (an `id:` field closes each revision), and how many
   // records of the next one were printed since.
@@ -297,9 +414,15 @@ class Watch {
 
 }  // namespace
 
-int RunWatch(const Args& args, std::chrono::milliseconds timeout, const char* usage) {
+int RunWatch(const Args& args, std::chrono::milliseconds timeout) {
   Result<WatchOptions> options = BuildWatch(args);
-  if (!options) return Usage(options.error().message(), usage);
+  if (!options) return UsageError("watch", "watch: " + options.error().message());
+  Result<std::string> address = RestAddress(args);
+  if (!address) return UsageError("watch", address.error().message());
+  Result<TlsFlags> tls = ParseTlsFlags(args);
+  if (!tls) return UsageError("watch", tls.error().message());
+  options->address = *address;
+  options->tls = *tls;
   return Watch(std::move(options).value()).Run(timeout);
 }
 

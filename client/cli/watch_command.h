@@ -1,8 +1,10 @@
 // `kvatlas watch`: follows the change feed (docs/feed.md) over REST, GET /v1/watch as
 // Server-Sent Events, and prints each record: its JSON line (--json) or a human line.
-// Reconnects by itself after a `watch_cut` (from the server's resume point) or a stream that
-// broke after it had started (from the last revision printed whole, without printing a
-// record twice); stops with an error on `compacted` and any other error.
+// With --from snapshot it first lists the context (GET /v1/snapshot) and then watches from
+// the snapshot's revision. Reconnects by itself after a `watch_cut` (from the server's
+// resume point) or a stream that broke after it had started (from the last revision
+// printed whole, without printing a record twice); stops with an error on `compacted`
+// (saying how to list and watch with the CLI) and any other error.
 #pragma once
 
 #include <chrono>
@@ -13,11 +15,6 @@
 #include "client/cli/args.h"
 
 namespace kvatlas::cli {
-
-// The flags `watch` takes besides the global ones.
-inline constexpr const char* kWatchFlags[] = {"http",    "from",       "model", "tenant",
-                                              "lora",    "block-size", "salt",  "backend",
-                                              "dp-rank", "medium",     "json",  "count"};
 
 // One Server-Sent Event: the fields of one block of lines ended by a blank line.
 struct SseEvent {
@@ -47,9 +44,9 @@ class SseParser {
   bool has_data_ = false;  // event_ got at least one `data:` line
 };
 
-// Runs `kvatlas watch [flags]`. The REST address is --http, else $KVATLAS_HTTP, else
-// 127.0.0.1:7070. Returns the exit code: 0 after --count records, 1 unreachable server or
-// an error from it (printed), 2 bad command line (`usage` printed).
-int RunWatch(const Args& args, std::chrono::milliseconds timeout, const char* usage);
+// Runs `kvatlas watch [flags]`. The REST address is RestAddress(args). Returns the exit
+// code: 0 after --count records, 1 unreachable server or an error from it (printed), 2 bad
+// command line (the usage error printed).
+int RunWatch(const Args& args, std::chrono::milliseconds timeout);
 
 }  // namespace kvatlas::cli

@@ -508,6 +508,7 @@ void Client::Impl::OnConnected(size_t c) {
   conn.state = Connection::State::kOpen;
   conn.backoff = options_.reconnect_backoff_min;
   conn.decoder = protocol::FrameDecoder(protocol::kMaxPayloadBytes);
+  conn.head.clear();
   conn.read_buffer = std::make_shared<std::vector<char>>(kReadChunkBytes);
   conn.out.clear();
   conn.writing = false;
@@ -581,11 +582,17 @@ void Client::Impl::OnBytes(size_t c, uint64_t generation, const char* data, size
   // `generation` and the decoder change only on this thread: no lock needed to read them.
   if (conn.generation != generation) return;
   conn.decoder.Feed(std::string_view(data, size));
+  constexpr std::string_view kHttp = "HTTP/";
+  if (conn.head.size() < kHttp.size()) {
+    conn.head.append(data, std::min(size, kHttp.size() - conn.head.size()));
+  }
   std::vector<protocol::Frame> frames;
   Status malformed;
+  bool http_peer = false;
   while (true) {
     Result<std::optional<protocol::Frame>> next = conn.decoder.Next();
     if (!next) {
+      http_peer = conn.head == kHttp;
       malformed = Unavailable("malformed frame from the server: " + next.error().ToString());
       break;
     }
@@ -611,6 +618,11 @@ void Client::Impl::OnBytes(size_t c, uint64_t generation, const char* data, size
       } else {
         Deliver(id, std::move(frame));
       }
+    }
+    if (http_peer) {
+      malformed = Unavailable(endpoints_[conn.endpoint].ToString() +
+                              " answered in HTTP: this looks like a REST (HTTP) port, not the "
+                              "binary protocol's (kvatlas-server --rpc-listen, 7071 by default)");
     }
     if (!malformed.ok()) {
       Close(c, malformed);

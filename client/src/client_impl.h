@@ -152,6 +152,9 @@ class KVATLAS_NO_EXPORT Client::Impl {
     Clock::duration backoff{};
     Status last_error;
     protocol::FrameDecoder decoder{protocol::kMaxPayloadBytes};  // I/O thread only
+    // The first bytes the server sent (up to 5), I/O thread only: "HTTP/" is a REST port's
+    // answer to the binary protocol, reported as such instead of as a bad frame.
+    std::string head;
     std::string out;  // frames waiting for the current (or a posted) write
     // An async_write, or a caller's send(), is in progress: nobody else may write.
     bool writing = false;

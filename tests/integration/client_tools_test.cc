@@ -169,7 +169,7 @@ TEST_SUITE("Integration.ClientTools") {
     REQUIRE_MESSAGE(blocks.exit_code == 0, blocks.output);
     CHECK(json::parse(blocks.output) == Get(rest, "/v1/blocks/" + std::to_string(key)).body);
 
-    Run stats = RunProgram({cli, "--server", at, "stats"});
+    Run stats = RunProgram({cli, "--server", at, "stats", "--json"});
     REQUIRE_MESSAGE(stats.exit_code == 0, stats.output);
     CHECK(json::parse(stats.output)["index"]["blocks"] == 3);
     CHECK(RunProgram({cli, "--server", at, "ping"}).output.find("pong") != std::string::npos);
