@@ -264,11 +264,15 @@ def check(ops, feeds_json, keys, start, end, final_counts=None, log=print):
     return feeds.problems, figures
 
 
-def replay(ops, merged, keys, start, problems, max_flexible=12):
+def replay(ops, merged, keys, start, problems, max_windowed=12):
     """Per (key, copy), the reference counts the history allows at the end, replaying the
     feed's stores and removals with the history's removes. Returns ({(key, copy): {counts}},
-    copies skipped because too many removes have an unknown revision)."""
-    exact, flexible = {}, {}
+    copies skipped because too many resent removes have only a revision window).
+
+    A state is (count, unknown removes used, bitmask of resent removes used): unknown
+    removes of one copy are interchangeable (any revision, or never), so only their number
+    matters; a resent acknowledged remove took effect once at or before its answer."""
+    exact, unknown, windowed = {}, {}, {}
     for o in ops:
         if o.kind != "remove" or o.outcome == FAILED:
             continue
@@ -276,9 +280,10 @@ def replay(ops, merged, keys, start, problems, max_flexible=12):
         if o.outcome == OK and o.attempts == 1:
             exact.setdefault(kc, {}).setdefault(o.revision, 0)
             exact[kc][o.revision] += 1
+        elif o.outcome == OK:
+            windowed.setdefault(kc, []).append(o.revision)
         else:
-            hi = o.revision if o.outcome == OK else INF
-            flexible.setdefault(kc, []).append((start, hi, o.outcome == OK))
+            unknown[kc] = unknown.get(kc, 0) + 1
     events = {}
     for rev, records in merged:
         for r in records:
@@ -286,28 +291,29 @@ def replay(ops, merged, keys, start, problems, max_flexible=12):
                 if r["op"] in ("stored", "removed"):
                     events.setdefault(kc, {}).setdefault(rev, []).append(r["op"])
     result, skipped = {}, 0
-    for kc in set(events) | set(exact) | set(flexible):
-        flex = flexible.get(kc, [])
-        if len(flex) > max_flexible:
+    for kc in set(events) | set(exact) | set(unknown) | set(windowed):
+        his = windowed.get(kc, [])
+        if len(his) > max_windowed:
             skipped += 1
             continue
+        removes = Removes(unknown.get(kc, 0), start, his)
         revs = sorted(set(events.get(kc, {})) | set(exact.get(kc, {})))
-        states = {(0, 0)}
+        states = {(0, 0, 0)}
         prev = start
         for rev in revs + [INF]:
-            states = gap_removes(states, flex, prev, rev)
+            states = removes.between(states, prev, rev)
             if rev == INF:
                 break
-            states = at_revision(states, flex, events.get(kc, {}).get(rev, []),
-                                 exact.get(kc, {}).get(rev, 0), rev)
+            states = removes.at(states, events.get(kc, {}).get(rev, []),
+                                exact.get(kc, {}).get(rev, 0), rev)
             if not states:
                 problems.append(f"key {kc[0]} copy {model.COPIES[kc[1]]}: the feed's records "
                                 f"at revision {rev} ({events.get(kc, {}).get(rev, [])}) cannot "
                                 f"follow from the history's writes")
                 break
             prev = rev
-        must = sum(1 << i for i, f in enumerate(flex) if f[2])
-        final = {n for n, used in states if used & must == must}
+        must = (1 << len(his)) - 1
+        final = {n for n, _, mask in states if mask == must}
         if states and not final:
             problems.append(f"key {kc[0]} copy {model.COPIES[kc[1]]}: an acknowledged remove "
                             f"never took effect")
@@ -315,49 +321,74 @@ def replay(ops, merged, keys, start, problems, max_flexible=12):
     return result, skipped
 
 
-def gap_removes(states, flex, a, b):
-    """Removes of unknown revision applied silently in revisions strictly between a and b:
-    only where they report nothing (count 0: a no-op; count 2 or more: one less)."""
-    usable = [i for i, (lo, hi, _) in enumerate(flex) if max(a + 1, lo + 1) <= min(b - 1, hi)]
-    todo, out = list(states), set(states)
-    while todo:
-        n, used = todo.pop()
-        for i in usable:
-            if used >> i & 1 or n == 1:
+class Removes:
+    """The removes of one copy whose revision is not known: `unknown` ones (at any
+    revision after `start`, or never) and resent acknowledged ones (once, after `start`
+    and at or before the revision of their answer, `his`)."""
+
+    def __init__(self, unknown, start, his):
+        self.unknown, self.start, self.his = unknown, start, his
+
+    @staticmethod
+    def fewest(states):
+        """Of states that differ only in unknown removes used, the one that used fewest:
+        it can do whatever the others can (they are interchangeable, and optional)."""
+        best = {}
+        for n, k, mask in states:
+            if best.get((n, mask), k + 1) > k:
+                best[(n, mask)] = k
+        return {(n, k, mask) for (n, mask), k in best.items()}
+
+    def steps(self, state, lo, hi):
+        """States after one more remove applied at a revision in [lo, hi], with the
+        count unchanged (the caller applies it): (k, mask) pairs."""
+        _, k, mask = state
+        out = [(k + 1, mask)] if k < self.unknown else []
+        out += [(k, mask | 1 << i) for i, h in enumerate(self.his)
+                if not mask >> i & 1 and max(lo, self.start + 1) <= min(hi, h)]
+        return out
+
+    def between(self, states, a, b):
+        """Removes applied silently in revisions strictly between a and b: only where
+        they report nothing (count 0: a no-op; count 2 or more: one less)."""
+        todo, out = list(states), set(states)
+        while todo:
+            s = todo.pop()
+            if s[0] == 1:
                 continue
-            s = (max(n - 1, 0), used | 1 << i)
-            if s not in out:
+            for k, mask in self.steps(s, a + 1, b - 1):
+                t = (max(s[0] - 1, 0), k, mask)
+                if t not in out:
+                    out.add(t)
+                    todo.append(t)
+        return self.fewest(out)
+
+    def at(self, states, records, n_exact, rev):
+        """The records of one revision for one copy, in order, interleaved with the removes
+        applied at it: `n_exact` acknowledged there, and removes of unknown revision."""
+        todo = [(s, 0, 0) for s in states]
+        seen = set(todo)
+        out = set()
+        while todo:
+            s, r, e = todo.pop()
+            n = s[0]
+            if r == len(records) and e == n_exact:
                 out.add(s)
-                todo.append(s)
-    return out
-
-
-def at_revision(states, flex, records, n_exact, rev):
-    """The records of one revision for one copy, in order, interleaved with the removes
-    applied at it: `n_exact` acknowledged there, and removes of unknown revision."""
-    usable = [i for i, (lo, hi, _) in enumerate(flex) if lo < rev <= hi]
-    todo = [(n, used, 0, 0) for n, used in states]
-    seen = set(todo)
-    out = set()
-    while todo:
-        n, used, k, e = todo.pop()
-        if k == len(records) and e == n_exact:
-            out.add((n, used))
-        nxt = []
-        if k < len(records) and records[k] == "stored":
-            nxt.append((n + 1, used, k + 1, e))
-        removers = [(used, e + 1)] if e < n_exact else []
-        removers += [(used | 1 << i, e) for i in usable if not used >> i & 1]
-        for u, ee in removers:
-            if k < len(records) and records[k] == "removed" and n == 1:
-                nxt.append((0, u, k + 1, ee))
-            if n != 1:  # a remove that reports nothing
-                nxt.append((max(n - 1, 0), u, k, ee))
-        for s in nxt:
-            if s not in seen:
-                seen.add(s)
-                todo.append(s)
-    return out
+            nxt = []
+            if r < len(records) and records[r] == "stored":
+                nxt.append(((n + 1, s[1], s[2]), r + 1, e))
+            removers = [(s[1], s[2], e + 1)] if e < n_exact else []
+            removers += [(k, mask, e) for k, mask in self.steps(s, rev, rev)]
+            for k, mask, ee in removers:
+                if r < len(records) and records[r] == "removed" and n == 1:
+                    nxt.append(((0, k, mask), r + 1, ee))
+                if n != 1:  # a remove that reports nothing
+                    nxt.append(((max(n - 1, 0), k, mask), r, ee))
+            for t in nxt:
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return self.fewest(out)
 
 
 def check_reads(ops, merged, gap, keys, problems):
@@ -387,10 +418,15 @@ def check_reads(ops, merged, gap, keys, problems):
         want = history[i][1].get(o.key, 0) if i >= 0 else 0
         checked += 1
         if want != o.observed:
+            later = history[i + 1] if i + 1 < len(history) else None
+            lag = ""
+            if later and later[1].get(o.key, 0) == o.observed:
+                lag = (f" and {model.show_mask(o.observed)} at revision {later[0]}: the "
+                       f"answer shows a later revision than it names")
             problems.append(f"{o.kind} {o.id} (client {o.client}, {o.transport}, server "
                             f"{o.server}) at revision {o.revision} saw key {o.key} held by "
                             f"{model.show_mask(o.observed)}; the feed has "
-                            f"{model.show_mask(want)} there")
+                            f"{model.show_mask(want)} there{lag}")
     return checked
 
 

@@ -41,7 +41,7 @@ def operation_lines(ops):
     return lines
 
 
-def fault_lines(faults, ops):
+def fault_lines(faults, ops, workload_end=None):
     """Faults by kind and, per kind, the longest stretch without an acknowledged operation
     between a fault's start and SETTLE_S after it was undone (or the next fault's start).
     Clients call one operation at a time, so a client waiting on a stopped server counts as
@@ -56,10 +56,11 @@ def fault_lines(faults, ops):
         for k, n in sorted(kinds.items()))]
     worst = {}
     starts = sorted(f["start"] for f in faults)
+    last_call = workload_end or max(o.call for o in ops)  # when the clients stopped
     for f in faults:
         end = (f["end"] if f["end"] is not None else f["start"]) + SETTLE_S
         later = [s for s in starts if s > f["start"]]
-        gap = longest_gap(done, f["start"], min([end] + later))
+        gap = longest_gap(done, f["start"], min([end, last_call] + later))
         if gap > worst.get(f["kind"], (0, None))[0]:
             worst[f["kind"]] = (gap, f)
     lines.append("longest window without a successful operation, per fault kind: " + ", ".join(

@@ -183,6 +183,7 @@ def run(a):
         cluster.wait_converged(quiet=False)
         time.sleep(1.0)             # a little traffic on the healed cluster
         work.stopping.set()
+        workload_end = clock()
         for c in workers:
             c.join(timeout=60)
             assert not c.is_alive(), f"client {c.index} hangs"
@@ -210,7 +211,7 @@ def run(a):
         meta = {"seed": a.seed, "keys": keys, "start": start_rev, "end": end_rev,
                 "duration": a.duration, "nemesis": kinds, "clients": a.clients,
                 "final_counts": [[k, c, n] for (k, c), n in (final_counts or {}).items()],
-                "anomalies": work.anomalies,
+                "anomalies": work.anomalies, "workload_end": workload_end,
                 "final_counts_agree": final_counts is not None}
         if a.history:
             model.save_history(a.history, meta, ops, feeds, faults)
@@ -271,7 +272,7 @@ def check(meta, ops, feeds, faults, budget):
     """Runs every check on a recorded history, prints the report; True when all pass."""
     for line in report.operation_lines(ops):
         log(line)
-    for line in report.fault_lines(faults, ops):
+    for line in report.fault_lines(faults, ops, meta.get("workload_end")):
         log(line)
     if meta.get("anomalies"):
         for line in report.anomaly_lines(meta["anomalies"]):
