@@ -156,9 +156,9 @@ class RestClient(Client):
         server = self.rng.choice(self.servers)
         op.server = server.id
         status, answer = self.post(server, "/v1/events", body)
-        detail = f"server {server.id}: {status} {answer.get('message', '')}".strip() \
-            if status != 200 else f"server {server.id}: 200"
-        return outcomes.rest(status), (answer or {}).get("revision"), detail
+        message = str((answer or {}).get("message", "")) if status != 200 else ""
+        detail = f"server {server.id}: {status} {message}".strip()
+        return outcomes.rest(status, message), (answer or {}).get("revision"), detail
 
     def read(self, op):
         w = self.work

@@ -13,8 +13,14 @@ A write is applied iff its batch is in a raft log entry that commits. The server
   request and never forwarded it (it became the leader meanwhile, or the request had been
   forwarded already: server/api/forwarding.cc). Nothing was appended.
 - 503 unavailable: leadership lost after the entry was appended ("may or may not be
-  applied"), a forward whose connection failed after sending, a follower that found no
-  leader, an HTTP server at its connection cap. Unknown.
+  applied"), a forward whose connection failed after sending, an HTTP server at its
+  connection cap: unknown. Except, failed, when the message shows nothing was queued or
+  sent: the applier refused it ("the server is shutting down", "... stopped taking writes
+  after a storage failure": Applier::TrySubmitAsync), a follower that could open no
+  connection to any leader within apply_timeout_ms ("not the leader, and no leader could
+  be forwarded to ..."), or whose one connection attempt timed out ("forwarding to the
+  leader ... failed: ConnectionTimeout": cpp-httplib reports a connect that timed out so,
+  and forwarding.cc gives up on it instead of holding on).
 - 504 deadline_exceeded: not applied within apply_timeout_ms; it may still be. Unknown.
 - 500: a storage failure after the entry committed, a bug. Unknown.
 - no connection could be opened: nothing was sent. Failed. A timeout, a reset or a closed
@@ -51,14 +57,24 @@ BINARY = {"invalid_argument": FAILED, "payload_too_large": FAILED,
 BINARY_NOT_LEADER_UNKNOWN = "no leader was known within the call's deadline"
 BINARY_NOT_SENT = ("cannot connect to ", "cannot resolve ", "not connected (")
 
+# REST 503 messages that show the write was neither queued nor sent on.
+REST_503_NOT_SENT = ("the server is shutting down",
+                     "the server stopped taking writes after a storage failure",
+                     "not the leader, and no leader could be forwarded to")
+REST_503_CONNECT_TIMEOUT = "failed: ConnectionTimeout"
+
 # A REST call that got no answer: did the request leave?
 REFUSED = "connection refused"   # the connection never opened: nothing was sent
 
 
-def rest(status):
-    """Outcome of a REST write answered `status` (0: no answer after the request was sent;
-    -1: the connection could not be opened)."""
+def rest(status, message=""):
+    """Outcome of a REST write answered `status` with the error `message` (status 0: no
+    answer after the request was sent; -1: the connection could not be opened)."""
     if status == -1:
+        return FAILED
+    if status == 503 and (message.startswith(REST_503_NOT_SENT) or (
+            "forwarding to the leader" in message and
+            message.endswith(REST_503_CONNECT_TIMEOUT))):
         return FAILED
     return REST.get(status, UNKNOWN)
 
@@ -75,7 +91,9 @@ def binary(code, message=""):
 def table_rows():
     """(answer, outcome) rows of the table, for the report and the docs."""
     rows = [(f"REST {s}", o) for s, o in sorted(REST.items())]
-    rows += [("REST other status (500, 503, 504, ...)", UNKNOWN),
+    rows += [("REST 503 '" + "...', '".join(REST_503_NOT_SENT) + "...', '... forwarding "
+              f"to the leader ... {REST_503_CONNECT_TIMEOUT}'", FAILED),
+             ("REST other status (500, 503, 504, ...)", UNKNOWN),
              ("REST connection refused (nothing sent)", FAILED),
              ("REST timeout / reset / closed after sending", UNKNOWN)]
     rows += [(f"binary {c}", o) for c, o in sorted(BINARY.items())]
@@ -89,6 +107,14 @@ def self_test():
     cases = [(rest(200), OK), (rest(400), FAILED), (rest(421), FAILED), (rest(429), FAILED),
              (rest(503), UNKNOWN), (rest(504), UNKNOWN), (rest(500), UNKNOWN),
              (rest(0), UNKNOWN), (rest(-1), FAILED),
+             (rest(503, "not the leader, and no leader could be forwarded to within "
+                        "apply_timeout_ms (3000 ms): no leader is known"), FAILED),
+             (rest(503, "not the leader; forwarding to the leader, server 1 at "
+                        "10.0.0.1:7200, failed: ConnectionTimeout"), FAILED),
+             (rest(503, "not the leader; forwarding to the leader, server 1 at "
+                        "10.0.0.1:7200, failed: Read"), UNKNOWN),
+             (rest(503, "the write was not committed here (server has lost leadership); "
+                        "it may or may not be applied: retry idempotently"), UNKNOWN),
              (binary("not_leader", "not the leader; leader_id=2"), FAILED),
              (binary("not_leader", "x: " + BINARY_NOT_LEADER_UNKNOWN), UNKNOWN),
              (binary("unavailable"), UNKNOWN), (binary("deadline_exceeded"), UNKNOWN),
