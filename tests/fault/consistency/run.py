@@ -102,7 +102,8 @@ def capabilities(kinds):
     kept = []
     for k in kinds:
         if k in ("partition", "disk") and os.geteuid() != 0:
-            log(f"SKIP nemesis {k}: needs root (network namespaces / a tmpfs mount)")
+            why = "network namespaces" if k == "partition" else "a tmpfs mount"
+            log(f"SKIP nemesis {k}: needs root ({why})")
         elif k == "partition" and shutil.which("ip") is None:
             log("SKIP nemesis partition: no `ip` command (iproute2)")
         else:
@@ -231,8 +232,7 @@ def run(a):
             log(f"history written to {path} (re-check: --check-only {path})")
         return ok
     finally:
-        work_stop = [c for c in workers]
-        for c in work_stop:
+        for c in workers:
             c.work.stopping.set()
         for wt in watchers:
             wt.stopping.set()
