@@ -9,18 +9,18 @@ A write is applied iff its batch is in a raft log entry that commits. The server
 - 429 resource_exhausted: the applier refused to queue the batch (queue full, or writes
   refused for low disk: Applier::TrySubmitAsync). Nothing was queued.
 - 421 not_leader: the raft loop refused the proposal before appending it (CheckLeading,
-  raft_apply's RAFT_NOTLEADER: server/replication/raft_log.cc), or a follower held the
-  request and never forwarded it (it became the leader meanwhile, or the request had been
-  forwarded already: server/api/forwarding.cc). Nothing was appended.
+  raft_apply's RAFT_NOTLEADER: server/replication/raft_log.cc), or a server did not forward
+  it (it had been forwarded already, or it is an internal call: server/api/forwarding.cc).
+  Nothing was appended.
 - 503 unavailable: leadership lost after the entry was appended ("may or may not be
   applied"), a forward whose connection failed after sending, an HTTP server at its
   connection cap: unknown. Except, failed, when the message shows nothing was queued or
   sent: the applier refused it ("the server is shutting down", "... stopped taking writes
   after a storage failure": Applier::TrySubmitAsync), a follower that could open no
   connection to any leader within apply_timeout_ms ("not the leader, and no leader could
-  be forwarded to ..."), or whose one connection attempt timed out ("forwarding to the
-  leader ... failed: ConnectionTimeout": cpp-httplib reports a connect that timed out so,
-  and forwarding.cc gives up on it instead of holding on).
+  be forwarded to ..."; a connect that timed out is retried within that hold), or, from
+  servers older than that retry, whose one connection attempt timed out ("forwarding to
+  the leader ... failed: ConnectionTimeout").
 - 504 deadline_exceeded: not applied within apply_timeout_ms; it may still be. Unknown.
 - 500: a storage failure after the entry committed, a bug. Unknown.
 - no connection could be opened: nothing was sent. Failed. A timeout, a reset or a closed
