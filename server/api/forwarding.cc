@@ -29,15 +29,23 @@ nlohmann::json OrNull(const std::optional<std::string>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 
-HttpReply NotLeaderReply(const LeaderAddresses& leader, std::string message) {
-  HttpReply reply = ErrorReply(Status(StatusCode::kNotLeader, message));
-  nlohmann::json body = {{"code", "not_leader"},
-                         {"message", std::move(message)},
+// The answer to a request that this server neither ran nor forwarded: nothing of it was
+// submitted ("applied": false, so a write may be resent anywhere), and the leader this
+// server knows, to resend it to (0 and null when unknown).
+HttpReply NotForwardedReply(const Status& status, const LeaderAddresses& leader) {
+  HttpReply reply = ErrorReply(status);
+  nlohmann::json body = {{"code", std::string(WireNameOf(status.code()))},
+                         {"message", status.message()},
+                         {"applied", false},
                          {"leader_id", leader.id},
                          {"leader_http_address", OrNull(leader.http_address)},
                          {"leader_rpc_address", OrNull(leader.rpc_address)}};
   reply.body = body.dump();
   return reply;
+}
+
+HttpReply NotLeaderReply(const LeaderAddresses& leader, std::string message) {
+  return NotForwardedReply(Status(StatusCode::kNotLeader, std::move(message)), leader);
 }
 
 // A client of another member's REST API. Over TLS it reads the certificate files on each
@@ -181,7 +189,7 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
                    ", whose HTTP address is not known yet";
     }
     if (std::chrono::steady_clock::now() + kHoldPoll >= deadline) {
-      return ErrorReply(Status::Unavailable(
+      return NotForwardedReply(Status::Unavailable(
           "not the leader, and no leader could be forwarded to within apply_timeout_ms (" +
           std::to_string(api.options.apply_timeout.count()) + " ms): " + last_error));
     }

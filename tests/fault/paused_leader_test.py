@@ -10,7 +10,8 @@ leads, and its own status says so until the next refresh; each held request must
 client can act on: 200 (run on, or forwarded to, the new leader), a 421 naming a leader
 other than the old one, or a 503 (the outcome of a write unknown). A 421 naming the old
 leader itself ("send it here again", while it is not the leader) is the failure this test
-exists for. Several rounds; loopback only, bounded in time, cleaned up.
+exists for. A write held by a server that can reach no leader at all ends 503 with
+"applied": false. Several rounds; loopback only, bounded in time, cleaned up.
 """
 
 import os
@@ -64,6 +65,8 @@ def one_round(binary, round_no):
                 failures.append(f"{path}: 421 naming the old leader {old.id} itself: {body}")
             elif status not in (200, 421, 503):
                 failures.append(f"{path}: {status} {body}")
+            elif status == 421 and body.get("applied") is not False:
+                failures.append(f"{path}: a 421 without \"applied\": false: {body}")
             elif status == 421 and body.get("leader_id") not in (0, new.id):
                 failures.append(f"{path}: 421 naming {body.get('leader_id')}, not the new "
                                 f"leader {new.id}: {body}")
@@ -79,10 +82,35 @@ def one_round(binary, round_no):
         cluster.cleanup()
 
 
+def no_majority(binary):
+    """A write held by a server that can reach no leader ends 503 saying it was not
+    applied, with the leader fields of a 421 (none known here)."""
+    cluster = h.Cluster(binary)
+    try:
+        h.wait_addresses_known(cluster)
+        leader = cluster.leader()
+        survivor = next(n for n in cluster.nodes if n is not leader)
+        for node in cluster.nodes:
+            if node is not survivor:
+                node.kill()
+        deadline = time.time() + h.DEADLINE_S
+        while True:
+            status, body = survivor.request("POST", "/v1/events", event(10**6))
+            if status == 503 and "no leader could be forwarded to" in body.get("message", ""):
+                break
+            assert time.time() < deadline, (status, body)
+        assert body.get("applied") is False, body
+        assert "leader_id" in body and "leader_http_address" in body, body
+        print(f"no majority: 503 {body}")
+    finally:
+        cluster.cleanup()
+
+
 def main():
     binary = sys.argv[1]
     for round_no in range(ROUNDS):
         one_round(binary, round_no)
+    no_majority(binary)
     print("paused_leader_test: ok")
 
 
