@@ -36,9 +36,7 @@ uint64_t HolderKeyDigest(const HolderKey& key) {
   return Hash(bytes);
 }
 
-uint64_t LocationDigest(std::string_view location) {
-  return location.empty() ? 0 : Hash(location);
-}
+uint64_t LocationDigest(std::string_view location) { return location.empty() ? 0 : Hash(location); }
 
 uint64_t ContextElement(const ContextKey& key) {
   std::string bytes(1, 'C');

@@ -1,5 +1,7 @@
 // The replica digest (server/model/replica_digest.h) kept by the StateMachine, and the
 // replica audits built on it (server/state/replica_audit.h).
+#include "server/model/replica_digest.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -8,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "server/model/replica_digest.h"
+#include "server/state/audit_proposer.h"
 #include "server/state/state_machine.h"
 #include "tests/support/state_machine_helpers.h"
 #include "tests/support/temp_dir.h"
@@ -44,7 +46,8 @@ CommandBatch RandomBatch(Rng& rng) {
         for (size_t i = 0; i < n; ++i) store.engine_hashes.push_back(1000 + rng() % 40);
       }
       if (rng() % 3 == 0) {
-        for (size_t i = 0; i < n; ++i) store.locations.push_back("s3://b/" + std::to_string(rng() % 4));
+        for (size_t i = 0; i < n; ++i)
+          store.locations.push_back("s3://b/" + std::to_string(rng() % 4));
       }
       store.report = rng() % 5 == 0;
       batch.commands.emplace_back(std::move(store));
@@ -78,7 +81,8 @@ CommandBatch RandomBatch(Rng& rng) {
       break;
     }
     case 8:
-      batch.commands.emplace_back(AnnounceCommand{rng() % 4, "h:" + std::to_string(rng() % 9), "r:1"});
+      batch.commands.emplace_back(
+          AnnounceCommand{rng() % 4, "h:" + std::to_string(rng() % 9), "r:1"});
       if (rng() % 2) batch.commands.emplace_back(ForgetServerCommand{rng() % 4});
       break;
     default:
@@ -87,8 +91,8 @@ CommandBatch RandomBatch(Rng& rng) {
   }
   // Writer positions (always accepted streams): new, advanced, repeated and restarted.
   if (rng() % 2) {
-    batch.position = StreamPosition{"writer:w" + std::to_string(rng() % 3), rng() % 10,
-                                    rng() % 7 == 0};
+    batch.position =
+        StreamPosition{"writer:w" + std::to_string(rng() % 3), rng() % 10, rng() % 7 == 0};
   }
   return batch;
 }
@@ -270,6 +274,19 @@ TEST_SUITE("ReplicaDigest") {
     (void)testing::ApplyOne(fresh, Audit(point.index, point.digest));
     CHECK(fresh.audit().verdict == AuditVerdict::kPending);
     CHECK(fresh.audit().unchecked == 1);
+  }
+
+  TEST_CASE("AuditProposer: an audit is due after other entries, or after 10 idle intervals") {
+    using std::chrono::milliseconds;
+    const milliseconds interval(200);
+    // Nothing applied since the audit point at 7: not due until idle for 10 intervals.
+    CHECK_FALSE(AuditProposer::Due(7, 7, milliseconds(200), interval));
+    CHECK_FALSE(AuditProposer::Due(7, 7, milliseconds(1'999), interval));
+    CHECK(AuditProposer::Due(7, 7, milliseconds(2'000), interval));
+    // Anything applied after it (a write, an announcement, a leader's empty entry): due.
+    CHECK(AuditProposer::Due(8, 7, milliseconds(200), interval));
+    // No audit point yet (a new leader that has applied none): due once anything is applied.
+    CHECK(AuditProposer::Due(1, 0, milliseconds(0), interval));
   }
 }
 
