@@ -17,24 +17,23 @@ nlohmann::json AuditJson(const AuditStatus& s) {
   const auto when = [](std::chrono::system_clock::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
   };
-  return {{"status", AuditVerdictName(s.verdict)},
-          {"index", checked ? nlohmann::json(s.index) : nullptr},
-          {"digest", checked ? nlohmann::json(ReplicaDigestHex(s.digest)) : nullptr},
-          {"leader_digest", checked ? nlohmann::json(ReplicaDigestHex(s.leader_digest)) : nullptr},
-          {"checked_by", checked ? nlohmann::json(s.checked_by) : nullptr},
-          {"checked_at_ms", checked ? nlohmann::json(when(s.checked_at)) : nullptr},
-          {"checks", s.checks},
-          {"mismatches", s.mismatches},
-          {"unchecked", s.unchecked},
-          {"latest_index", s.latest ? nlohmann::json(s.latest->index) : nullptr},
-          {"latest_digest",
-           s.latest ? nlohmann::json(ReplicaDigestHex(s.latest->digest)) : nullptr}};
+  return {
+      {"status", AuditVerdictName(s.verdict)},
+      {"index", checked ? nlohmann::json(s.index) : nullptr},
+      {"digest", checked ? nlohmann::json(ReplicaDigestHex(s.digest)) : nullptr},
+      {"leader_digest", checked ? nlohmann::json(ReplicaDigestHex(s.leader_digest)) : nullptr},
+      {"checked_by", checked ? nlohmann::json(s.checked_by) : nullptr},
+      {"checked_at_ms", checked ? nlohmann::json(when(s.checked_at)) : nullptr},
+      {"checks", s.checks},
+      {"mismatches", s.mismatches},
+      {"unchecked", s.unchecked},
+      {"latest_index", s.latest ? nlohmann::json(s.latest->index) : nullptr},
+      {"latest_digest", s.latest ? nlohmann::json(ReplicaDigestHex(s.latest->digest)) : nullptr}};
 }
 
 std::string RenderAuditMetrics(const AuditStatus& s) {
   std::string out;
-  const auto metric = [&out](const char* name, const char* type, const char* help,
-                             uint64_t value) {
+  const auto metric = [&out](const char* name, const char* type, const char* help, uint64_t value) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
            name + " " + std::to_string(value) + "\n";
   };
