@@ -1,9 +1,12 @@
 // In-process index benchmark: ingest rate, prefix-lookup latency and memory per entry.
 // Prints figures; asserts nothing (targets are checked by reading them, see
 // scripts/bench/index). Usage: index_bench [--entries N]... [--holders H] [--chain L]
-//   [--shared-prefix S] [--prefix-holders K] [--lookups Q] [--tiers 1|2] [--stall]
+//   [--shared-prefix S] [--prefix-holders K] [--lookups Q] [--tiers 1|2] [--stall] [--digest]
 // --stall adds, per size, the longest write-lock hold and lookup stall during ingest, hash
 // tables growing (incrementally, flat_table.h) included.
+// --digest instead measures what keeping the replica digest (server/model/replica_digest.h)
+// costs: the same ingest with and without it, alternated, on the Index alone and through a
+// StateMachine writing RocksDB (as a server applies), in CPU time.
 #include <time.h>
 
 #include <algorithm>
@@ -20,6 +23,8 @@
 #include <vector>
 
 #include "server/index/index.h"
+#include "server/state/state_machine.h"
+#include "tests/support/temp_dir.h"
 
 namespace kvatlas::server {
 namespace {
@@ -33,8 +38,9 @@ struct Config {
   uint32_t shared_prefix = 32;   // leading blocks shared by a group of holders
   uint32_t prefix_holders = 10;  // holders per group (one group's system prompt, say)
   uint32_t lookups = 200000;
-  uint32_t tiers = 1;  // 2: every chain is also offloaded to CPU (two entries per block)
-  bool stall = false;  // also RunStall
+  uint32_t tiers = 1;   // 2: every chain is also offloaded to CPU (two entries per block)
+  bool stall = false;   // also RunStall
+  bool digest = false;  // RunDigestCost only
 };
 
 uint64_t SplitMix(uint64_t x) {
@@ -312,6 +318,95 @@ void RunStall(const Config& cfg, uint64_t target_entries) {
   }
 }
 
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// CPU seconds of one ingest of `commands` with the replica digest on or off: on the Index
+// alone (this thread's CPU), or through a StateMachine over RocksDB as a server applies
+// (groups of 64 batches; the process's CPU, RocksDB's flush threads included).
+double DigestIngestCpu(const std::vector<StoreCommand>& commands, uint64_t target_entries,
+                       bool digest, bool storage) {
+  IndexOptions options;
+  options.max_entries_per_context = target_entries * 2;
+  options.replica_digest = digest;
+  if (!storage) {
+    Index index(options);
+    MutationList mutations;
+    const double t0 = ThreadCpuMicros();
+    for (const StoreCommand& command : commands) {
+      index.Apply(command, 0, &mutations);
+      if (mutations.size() > 64 * 1024) mutations.clear();
+    }
+    const double cpu = (ThreadCpuMicros() - t0) / 1e6;
+    if (digest) {
+      // The elements alone, all of them once: what the incremental digest adds per new
+      // copy, without the apply around it (steadier than the difference of two ingests).
+      const double r0 = ThreadCpuMicros();
+      const uint64_t full = index.RecomputeReplicaDigest();
+      const double ns = (ThreadCpuMicros() - r0) * 1e3 / static_cast<double>(index.Stats().entries);
+      std::printf("  full recomputation: %.1f ns/entry (%s the incremental digest)\n", ns,
+                  full == index.ReplicaDigest() ? "equal to" : "DIFFERENT FROM");
+    }
+    return cpu;
+  }
+  testing::TempDir dir;
+  StorageOptions storage_options;
+  storage_options.path = dir.str();
+  storage_options.disable_wal = true;  // as a server without storage_sync
+  auto opened = Storage::Open(storage_options);
+  if (!opened.has_value()) {
+    std::fprintf(stderr, "storage: %s\n", opened.error().ToString().c_str());
+    std::exit(1);
+  }
+  StateMachineOptions machine_options;
+  machine_options.index = options;
+  StateMachine machine(machine_options, opened->get());
+  if (!machine.Recover().ok()) std::exit(1);
+  std::vector<CommandBatch> batches(64);
+  std::vector<const CommandBatch*> group;
+  const double t0 = ProcessCpuSeconds();
+  for (size_t c = 0; c < commands.size(); c += batches.size()) {
+    group.clear();
+    for (size_t i = 0; i < batches.size() && c + i < commands.size(); ++i) {
+      batches[i].commands.assign(1, commands[c + i]);
+      group.push_back(&batches[i]);
+    }
+    if (!machine.Apply(group).has_value()) std::exit(1);
+  }
+  if (!opened->get()->Flush().ok()) std::exit(1);
+  return ProcessCpuSeconds() - t0;
+}
+
+void RunDigestCost(const Config& cfg, uint64_t target_entries) {
+  const uint64_t chains = ChainCount(cfg, target_entries);
+  const std::vector<StoreCommand> commands = BuildCommands(cfg, chains);
+  const uint64_t block_events = chains * cfg.chain * cfg.tiers;
+  std::printf("\n== replica digest cost: %llu block events (%llu chains of %u blocks) ==\n",
+              static_cast<unsigned long long>(block_events),
+              static_cast<unsigned long long>(chains), cfg.chain);
+  for (const bool storage : {false, true}) {
+    std::vector<double> with, without;
+    for (int round = 0; round < 5; ++round) {  // alternated, so that drift hits both
+      without.push_back(DigestIngestCpu(commands, target_entries, false, storage));
+      with.push_back(DigestIngestCpu(commands, target_entries, true, storage));
+    }
+    const double off = Percentile(without, 0.5), on = Percentile(with, 0.5);
+    const double off_min = *std::min_element(without.begin(), without.end());
+    const double on_min = *std::min_element(with.begin(), with.end());
+    const double per = 1e9 / static_cast<double>(block_events);
+    std::printf(
+        "%s: without the digest %.1f ns/block event, with it %.1f (medians of %zu runs each, "
+        "alternated): the digest costs %.1f%% of the apply CPU; between the fastest runs "
+        "(%.1f, %.1f ns) %.1f%%\n",
+        storage ? "state machine + RocksDB (process CPU)" : "index alone (thread CPU)", off * per,
+        on * per, with.size(), 100.0 * (on - off) / off, off_min * per, on_min * per,
+        100.0 * (on_min - off_min) / off_min);
+  }
+}
+
 }  // namespace
 }  // namespace kvatlas::server
 
@@ -342,10 +437,12 @@ int main(int argc, char** argv) {
       cfg.tiers = static_cast<uint32_t>(std::clamp<uint64_t>(next(), 1, 2));
     else if (arg == "--stall")
       cfg.stall = true;
+    else if (arg == "--digest")
+      cfg.digest = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--entries N]... [--holders H] [--chain L] [--shared-prefix S] "
-                   "[--prefix-holders K] [--lookups Q] [--tiers 1|2] [--stall]\n",
+                   "[--prefix-holders K] [--lookups Q] [--tiers 1|2] [--stall] [--digest]\n",
                    argv[0]);
       return 2;
     }
@@ -353,6 +450,10 @@ int main(int argc, char** argv) {
   if (cfg.entries.empty()) cfg.entries = {1'000'000, 10'000'000};
   if (cfg.shared_prefix >= cfg.chain) cfg.shared_prefix = cfg.chain - 1;
   if (cfg.prefix_holders == 0) cfg.prefix_holders = 1;
+  if (cfg.digest) {
+    for (uint64_t n : cfg.entries) kvatlas::server::RunDigestCost(cfg, n);
+    return 0;
+  }
   kvatlas::server::CalibrateTail(10.0);
   for (uint64_t n : cfg.entries) {
     kvatlas::server::Run(cfg, n);

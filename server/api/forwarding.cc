@@ -189,9 +189,11 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
                    ", whose HTTP address is not known yet";
     }
     if (std::chrono::steady_clock::now() + kHoldPoll >= deadline) {
-      return NotForwardedReply(Status::Unavailable(
-          "not the leader, and no leader could be forwarded to within apply_timeout_ms (" +
-          std::to_string(api.options.apply_timeout.count()) + " ms): " + last_error));
+      return NotForwardedReply(
+          Status::Unavailable(
+              "not the leader, and no leader could be forwarded to within apply_timeout_ms (" +
+              std::to_string(api.options.apply_timeout.count()) + " ms): " + last_error),
+          FindLeaderForRedirect(api));
     }
     std::this_thread::sleep_for(kHoldPoll);
   }

@@ -14,6 +14,7 @@
 #include "kvatlas/common/limits.h"
 #include "server/api/routes.h"
 #include "server/service/lookup_service.h"
+#include "server/service/replica_audit_service.h"
 #include "server/service/stats_service.h"
 
 namespace kvatlas::server {
@@ -77,6 +78,7 @@ Result<HttpReply> HandleBlock(const Services& api, const RouteRequest& request) 
   const Result<uint64_t> key = ParseHashText(request.path_param);
   if (!key.has_value()) return key.error().WithContext("key");
   KVATLAS_ASSIGN_OR_RETURN(std::optional<ContextKey> context, ContextFromParams(request.http));
+  KVATLAS_RETURN_IF_ERROR(ServesReads(api));
   const BlockCopies found = LocateBlock(api, *key, context ? &*context : nullptr);
   json out = json::array();
   for (const BlockLocation& copy : found.copies) out.push_back(LocationJson(copy));
@@ -85,6 +87,7 @@ Result<HttpReply> HandleBlock(const Services& api, const RouteRequest& request) 
 }
 
 Result<HttpReply> HandleHolders(const Services& api) {
+  KVATLAS_RETURN_IF_ERROR(ServesReads(api));
   const HolderListing listing = ListHolders(api);
   const std::vector<HolderInfo>& holders = listing.holders;
   const std::optional<std::vector<double>>& idle = listing.idle_seconds;
@@ -102,6 +105,7 @@ Result<HttpReply> HandleHolders(const Services& api) {
 }
 
 Result<HttpReply> HandleContexts(const Services& api) {
+  KVATLAS_RETURN_IF_ERROR(ServesReads(api));
   const ContextListing listing = ListContexts(api);
   json out = json::array();
   for (const ContextInfo& c : listing.contexts) {

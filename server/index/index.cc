@@ -10,6 +10,7 @@
 #include "common/internal/log.h"
 #include "kvatlas/common/block_hasher.h"
 #include "server/index/index_impl.h"
+#include "server/model/replica_digest.h"
 
 namespace kvatlas::server {
 
@@ -79,6 +80,7 @@ CommandTally Index::Apply(const Command& command, uint64_t seed, MutationList* o
                  [](const UnregisterCommand&) {},
                  [](const AnnounceCommand&) {},
                  [](const ForgetServerCommand&) {},
+                 [](const AuditCommand&) {},
              },
              command);
   return tally;
@@ -111,8 +113,7 @@ uint32_t Index::Impl::InternContext(const ContextKey& key, MutationList* out) {
   if (contexts_.size() >= kMaxContexts) return kNil;
   const auto id = static_cast<uint32_t>(contexts_.size());
   contexts_.emplace_back();
-  contexts_.back().key = key;
-  contexts_.back().live = true;
+  NameContext(id, key);
   context_ids_.emplace(key, id);
   if (out) {
     Mutation m;
@@ -128,8 +129,7 @@ uint32_t Index::Impl::InternHolder(const HolderKey& key, MutationList* out) {
   if (uint32_t id = FindHolder(key); id != kNil) return id;
   const auto id = static_cast<uint32_t>(holders_.size());
   holders_.emplace_back();
-  holders_.back().key = key;
-  holders_.back().live = true;
+  NameHolder(id, key);
   holder_ids_.emplace(key, id);
   if (out) {
     Mutation m;
@@ -139,6 +139,41 @@ uint32_t Index::Impl::InternHolder(const HolderKey& key, MutationList* out) {
     out->push_back(std::move(m));
   }
   return id;
+}
+
+// Names a context or holder record after `key`, with its key digest, and adds its element
+// to the replica digest when it is kept.
+template <typename Rec, typename Key>
+void NameRecord(Rec* rec, const Key& key, uint64_t key_digest, uint64_t element, bool keep,
+                uint64_t* digest) {
+  rec->key = key;
+  rec->live = true;
+  rec->key_hash = key_digest;
+  if (keep) *digest += element;
+}
+
+void Index::Impl::NameContext(uint32_t id, const ContextKey& key) {
+  NameRecord(&contexts_[id], key, ContextKeyDigest(key), ContextElement(key),
+             options_.replica_digest, &digest_);
+}
+
+void Index::Impl::NameHolder(uint32_t id, const HolderKey& key) {
+  NameRecord(&holders_[id], key, HolderKeyDigest(key), HolderElement(key), options_.replica_digest,
+             &digest_);
+}
+
+uint64_t Index::Impl::EntryDigest(uint32_t c) const {
+  const BlockRec& block = blocks_[BlockOf(c)];
+  EntryDigestFields fields;
+  fields.context_key_hash = contexts_[block.context].key_hash;
+  fields.holder_key_hash = holders_[HolderOf(c)].key_hash;
+  fields.block_key = block.key;
+  fields.depth = block.depth();
+  fields.tier = TierOf(c);
+  fields.refcount = RefcountOf(c);
+  fields.engine_hash = EngineHashOf(c);
+  fields.location_hash = HasLocation(c) ? LocationDigest(LocationOf(c)) : 0;
+  return EntryElement(fields);
 }
 
 uint32_t Index::Impl::CreateBlock(uint32_t context, uint64_t key, uint32_t depth, uint64_t stamp) {
@@ -237,6 +272,7 @@ uint32_t Index::Impl::CreateEntry(uint32_t b, uint32_t holder, Tier tier, uint64
   ++entry_count_;
   AttachAlias(e);
   SetEntryLocation(e, std::move(location));
+  DigestEntry(e, +1);
   return e;
 }
 
@@ -365,6 +401,7 @@ void Index::Impl::ReleaseAlias(uint32_t e) {
 }
 
 void Index::Impl::DeleteEntry(uint32_t e, MutationCause cause, MutationList* out, bool cascade) {
+  DigestEntry(e, -1);
   ReleaseAlias(e);
   const uint32_t b = BlockOf(e);
   const uint32_t holder = HolderOf(e);
@@ -575,6 +612,8 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
       // A report of a held block changes no count: the holder still has as many copies.
       const bool add_copy = !c.report;
       const uint16_t refcount = RefcountOf(e);
+      // Its element before the change; the changed copy's is added back below.
+      DigestEntry(e, -1);
       if (IsInline(e) &&
           (engine_hash != EngineHashOf(e) || (add_copy && refcount == kMaxInlineRefcount))) {
         e = MakeChained(b);  // the inline form has no room for either
@@ -594,6 +633,7 @@ void Index::Impl::ApplyStore(const StoreCommand& c, uint64_t seed, MutationList*
         SetEntryLocation(e, std::move(location));
         changed = true;
       }
+      DigestEntry(e, +1);
       // A report that changed nothing writes nothing (no storage write, no feed event).
       if (!changed) continue;
     }
@@ -661,7 +701,9 @@ void Index::Impl::ApplyRemove(const RemoveCommand& c, MutationList* out, Command
     for (int i = 0; i < n; ++i) {
       const uint16_t refcount = RefcountOf(victims[i]);
       if (refcount > 1) {
+        DigestEntry(victims[i], -1);
         SetRefcount(victims[i], static_cast<uint16_t>(refcount - 1));
+        DigestEntry(victims[i], +1);
         EmitEntry(victims[i], MutationCause::kRemoved, out);
       } else {
         DeleteEntry(victims[i], MutationCause::kRemoved, out);
@@ -694,8 +736,7 @@ Status Index::LoadContext(uint32_t id, const ContextKey& key) {
     return Status::Corruption("context " + key.ToString() + " stored under two ids");
   }
   if (id >= contexts.size()) contexts.resize(id + 1);
-  contexts[id].key = key;
-  contexts[id].live = true;
+  impl_->NameContext(id, key);
   return Status::Ok();
 }
 
@@ -709,8 +750,7 @@ Status Index::LoadHolder(uint32_t id, const HolderKey& key) {
     return Status::Corruption("holder " + key.ToString() + " stored under two ids");
   }
   if (id >= holders.size()) holders.resize(id + 1);
-  holders[id].key = key;
-  holders[id].live = true;
+  impl_->NameHolder(id, key);
   return Status::Ok();
 }
 

@@ -30,6 +30,9 @@ struct IndexOptions {
   uint64_t max_entries_per_context = 16'000'000;
   // Longest chain a lookup walks; keys past it are ignored.
   uint32_t max_lookup_blocks = 8192;
+  // Keep the replica digest (ReplicaDigest) on every change. Off only to measure what it
+  // costs (bench/index_bench.cc); a server always keeps it.
+  bool replica_digest = true;
 };
 
 struct LookupOptions {
@@ -162,6 +165,13 @@ class Index final : public RecordLoader {
   // memory layout and insertion history: equal state ⇒ equal digest. For tests and, later,
   // replica comparison.
   uint64_t StateDigest() const;
+
+  // The replica digest of the contexts, holders and entries (server/model/
+  // replica_digest.h), kept up to date on every change (and at every Load*): O(1). Zero
+  // when options().replica_digest is off.
+  uint64_t ReplicaDigest() const;
+  // The same, recomputed from scratch: O(the index). Equals ReplicaDigest() (tests).
+  uint64_t RecomputeReplicaDigest() const;
 
   TableCapacities table_capacities() const;
 

@@ -105,6 +105,7 @@ inline constexpr uint16_t kMaxRefcount = UINT16_MAX;
 
 struct ContextRec {
   ContextKey key;
+  uint64_t key_hash = 0;  // ContextKeyDigest(key), for the replica digest
   bool live = false;
   uint32_t fifo_head = kNil;
   uint32_t fifo_tail = kNil;
@@ -115,6 +116,7 @@ struct ContextRec {
 
 struct HolderRec {
   HolderKey key;
+  uint64_t key_hash = 0;  // HolderKeyDigest(key), for the replica digest
   bool live = false;
   uint32_t head = kNil;  // its chained copies (EntryRecs), a doubly linked list
   uint64_t entries = 0;
@@ -284,6 +286,19 @@ class Index::Impl {
 
   const std::string& LocationOf(uint32_t e) const;
 
+  // The replica digest's element of copy c (server/model/replica_digest.h).
+  uint64_t EntryDigest(uint32_t c) const;
+  // Adds (or, with `sign` -1, takes away) copy c's element from digest_; a no-op unless
+  // options_.replica_digest.
+  void DigestEntry(uint32_t c, int sign) {
+    if (!options_.replica_digest) return;
+    const uint64_t element = EntryDigest(c);
+    digest_ += sign > 0 ? element : uint64_t{0} - element;
+  }
+  // Sets contexts_[id] / holders_[id]'s key and key hash, and adds its element.
+  void NameContext(uint32_t id, const ContextKey& key);
+  void NameHolder(uint32_t id, const HolderKey& key);
+
   IndexOptions options_;
   std::vector<ContextRec> contexts_;
   uint64_t next_stamp_ = 1;  // the stamp of the next block created (BlockRec::stamp)
@@ -301,6 +316,9 @@ class Index::Impl {
   std::unordered_map<uint32_t, uint32_t> long_chains_;
   uint64_t entry_count_ = 0;
   uint64_t evicted_blocks_ = 0;
+  // The replica digest of the contexts, holders and entries (replica_digest.h), kept on
+  // every change when options_.replica_digest.
+  uint64_t digest_ = 0;
   uint32_t logged_limits_ = 0;  // bit i: IndexLimit i logged
 };
 

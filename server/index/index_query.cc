@@ -2,10 +2,12 @@
 #include <algorithm>
 #include <cstring>
 #include <tuple>
+#include <vector>
 
 #include "common/internal/prefetch.h"
 #include "server/index/index.h"
 #include "server/index/index_impl.h"
+#include "server/model/replica_digest.h"
 
 namespace kvatlas::server {
 
@@ -261,6 +263,45 @@ uint64_t Index::StateDigest() const {
         digest = Mix(digest, v.refcount);
         digest = Mix(digest, v.engine_hash);
         digest = MixString(digest, v.location);
+      }
+    }
+  }
+  return digest;
+}
+
+}  // namespace kvatlas::server
+
+namespace kvatlas::server {
+
+uint64_t Index::ReplicaDigest() const { return impl_->digest_; }
+
+uint64_t Index::RecomputeReplicaDigest() const {
+  const Impl& m = *impl_;
+  if (!m.options_.replica_digest) return 0;
+  // From the records alone: the key hashes the incremental digest caches are recomputed.
+  uint64_t digest = 0;
+  std::vector<uint64_t> holder_hashes(m.holders_.size());
+  for (size_t h = 0; h < m.holders_.size(); ++h) {
+    if (!m.holders_[h].live) continue;
+    digest += HolderElement(m.holders_[h].key);
+    holder_hashes[h] = HolderKeyDigest(m.holders_[h].key);
+  }
+  for (const ContextRec& ctx : m.contexts_) {
+    if (!ctx.live) continue;
+    digest += ContextElement(ctx.key);
+    EntryDigestFields fields;
+    fields.context_key_hash = ContextKeyDigest(ctx.key);
+    // Every live block is in its context's FIFO.
+    for (uint32_t b = ctx.fifo_head; b != kNil; b = m.blocks_[b].fifo_next) {
+      fields.block_key = m.blocks_[b].key;
+      fields.depth = m.blocks_[b].depth();
+      for (uint32_t c = m.FirstCopy(b); c != kNil; c = m.NextCopy(c)) {
+        fields.holder_key_hash = holder_hashes[m.HolderOf(c)];
+        fields.tier = m.TierOf(c);
+        fields.refcount = m.RefcountOf(c);
+        fields.engine_hash = m.EngineHashOf(c);
+        fields.location_hash = LocationDigest(m.LocationOf(c));
+        digest += EntryElement(fields);
       }
     }
   }

@@ -133,12 +133,25 @@ struct ExpireHolderCommand {
   friend bool operator==(const ExpireHolderCommand&, const ExpireHolderCommand&) = default;
 };
 
+// A replica audit point (docs/replication.md §Replica audits), proposed by the leader
+// every audit_interval_ms: changes no state. Every replica that applies it records its
+// replica digest there, and compares the digest it recorded at the previous audit point,
+// `checked_index` (0: none to check, e.g. the first audit of a restarted leader), with the
+// leader's there, `checked_digest`: equal, the replica's state is the leader's; different,
+// it diverged and stops serving reads.
+struct AuditCommand {
+  Revision checked_index = 0;
+  uint64_t checked_digest = 0;
+
+  friend bool operator==(const AuditCommand&, const AuditCommand&) = default;
+};
+
 // Store/Remove/Clear/ExpireHolder change the Index; Register/Unregister/Announce/ForgetServer
-// change the Registry. The order of the alternatives is the command-batch wire tag minus one
-// (docs/storage.md).
+// change the Registry; Audit changes nothing. The order of the alternatives is the
+// command-batch wire tag minus one (docs/storage.md).
 using Command =
     std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand, UnregisterCommand,
-                 AnnounceCommand, ForgetServerCommand, ExpireHolderCommand>;
+                 AnnounceCommand, ForgetServerCommand, ExpireHolderCommand, AuditCommand>;
 
 // What one log entry carries: commands applied atomically, in order, at one revision.
 struct CommandBatch {

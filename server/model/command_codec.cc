@@ -26,6 +26,7 @@ enum class CommandTag : uint8_t {
   kAnnounce = 6,      // version 3
   kForgetServer = 7,  // version 3
   kExpireHolder = 8,  // version 4
+  kAudit = 9,         // version 6
 };
 static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreCommand> &&
               std::is_same_v<std::variant_alternative_t<1, Command>, RemoveCommand> &&
@@ -34,7 +35,8 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreComman
               std::is_same_v<std::variant_alternative_t<4, Command>, UnregisterCommand> &&
               std::is_same_v<std::variant_alternative_t<5, Command>, AnnounceCommand> &&
               std::is_same_v<std::variant_alternative_t<6, Command>, ForgetServerCommand> &&
-              std::is_same_v<std::variant_alternative_t<7, Command>, ExpireHolderCommand>);
+              std::is_same_v<std::variant_alternative_t<7, Command>, ExpireHolderCommand> &&
+              std::is_same_v<std::variant_alternative_t<8, Command>, AuditCommand>);
 
 // A StoreCommand's mode byte: its KeyMode, with kReportBit set when the store is a report
 // (StoreCommand::report). One byte for both, so that a batch of copies keeps the bytes it
@@ -161,6 +163,9 @@ void VisitFields(Io& io, C& c) {
   } else if constexpr (std::is_same_v<T, ExpireHolderCommand>) {
     io(c.holder);
     io(c.last_activity_revision);  // fixed64
+  } else if constexpr (std::is_same_v<T, AuditCommand>) {
+    io(c.checked_index);   // fixed64
+    io(c.checked_digest);  // fixed64
   } else {
     static_assert(std::is_same_v<T, StreamPosition>);
     io(c.stream);
@@ -184,6 +189,7 @@ uint8_t VersionOf(const Command& command) {
   const CommandTag tag = TagOf(command);
   const auto* store = std::get_if<StoreCommand>(&command);
   const auto* registration = std::get_if<RegisterCommand>(&command);
+  if (tag >= CommandTag::kAudit) return 6;
   if ((store && store->report) ||
       (registration && registration->registration.report_mode != ReportMode::kIncremental)) {
     return 5;
@@ -196,11 +202,11 @@ uint8_t VersionOf(const Command& command) {
 
 // Batches are written in the oldest version that can hold them, so that the encoding stays
 // canonical (one byte string per batch) and old logs and new ones agree byte for byte:
-// 5 with a report store or a registration in a report mode other than incremental, else 4
-// with an expiry, else 3 with server-address commands, else 2 with a position, registry
-// commands or kAlias stores, else 1. Versions 2 to 5 share the layout; 3 and 4 only add
-// tags, 5 only the report bit of a store's mode byte and the report-mode bits of a
-// registration's type byte.
+// 6 with an audit point, else 5 with a report store or a registration in a report mode other than
+// incremental, else 4 with an expiry, else 3 with server-address commands, else 2 with a position,
+// registry commands or kAlias stores, else 1. Versions 2 to 6 share the layout; 3, 4 and 6 only add
+// tags, 5 only the report bit of a store's mode byte and the report-mode bits of a registration's
+// type byte.
 uint8_t NeededVersion(const CommandBatch& batch) {
   uint8_t version = batch.position ? 2 : 1;
   for (const Command& command : batch.commands) version = std::max(version, VersionOf(command));
@@ -266,6 +272,10 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
       case CommandTag::kExpireHolder:
         if (version < 4) in.Fail();
         if (in.ok()) ReadInto<ExpireHolderCommand>(&batch, &in);
+        break;
+      case CommandTag::kAudit:
+        if (version < 6) in.Fail();
+        if (in.ok()) ReadInto<AuditCommand>(&batch, &in);
         break;
       default:
         in.Fail();

@@ -15,9 +15,10 @@ namespace kvatlas::server {
 
 // The first byte of every encoded batch. A decoder accepts only the versions it knows;
 // a new version is added, never an old one changed (docs/storage.md §Versions).
-inline constexpr uint8_t kCommandBatchVersion = 5;
+inline constexpr uint8_t kCommandBatchVersion = 6;
 // Versions 1 (no registry commands, no stream position), 2 (no server addresses), 3 (no
-// holder expiry) and 4 (no report stores, no report modes) are still decoded, and written for
+// holder expiry), 4 (no report stores, no report modes) and 5 (no audit points) are still
+// decoded, and written for
 // batches that need nothing newer (docs/storage.md §Command batches).
 inline constexpr uint8_t kOldestCommandBatchVersion = 1;
 

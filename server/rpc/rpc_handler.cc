@@ -9,6 +9,7 @@
 #include "server/service/ingest_service.h"
 #include "server/service/lease_service.h"
 #include "server/service/lookup_service.h"
+#include "server/service/replica_audit_service.h"
 #include "server/service/route_decision.h"
 #include "server/service/stats_service.h"
 
@@ -111,6 +112,7 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
     case MessageType::kLocate: {
       KVATLAS_ASSIGN_OR_RETURN(protocol::LocateRequest locate,
                                protocol::DecodeLocateRequest(request.payload));
+      KVATLAS_RETURN_IF_ERROR(ServesReads(api));
       AppendAnswer(header.type, header.request_id,
                    protocol::EncodeLocateAnswer(Locate(api, locate)), out);
       return answered();

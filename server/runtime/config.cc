@@ -163,6 +163,9 @@ const Field kFields[] = {
      "refuse writes and give up leadership below this much free disk"},
     {"holder_ttl_seconds", &Config::holder_ttl_seconds, 0, 7 * 24 * 3600,
      "expire holders silent (no event, no heartbeat) this long; 0 = leases off", "--holder-ttl"},
+    {"audit_interval_ms", &Config::audit_interval_ms, 0, kMaxMillis,
+     "the leader proposes a replica audit point this often (when anything was applied); "
+     "0 = off"},
     {"zmq_listen", &Config::zmq_listen, 0, 0,
      "bind a ZMQ SUB socket for engines that connect (e.g. tcp://*:5557); empty = none"},
     {"zmq_listen_model", &Config::zmq_listen_model, 0, 0,

@@ -178,6 +178,9 @@ struct Config {
   // (POST /v1/heartbeat) for this many seconds is expired by the leader, which drops its
   // entries. 0 = off. Holders of registered publishers are exempt. Flag: --holder-ttl too.
   uint64_t holder_ttl_seconds = 0;
+  // Replica audits (docs/replication.md §Replica audits): the leader proposes an audit point
+  // this often; 0 = off.
+  uint64_t audit_interval_ms = 5'000;
 
   // ZMQ engine events (docs/engine-events.md). A SUB socket kvatlas binds for publishers
   // that connect to it (vLLM with a non-wildcard endpoint), e.g. "tcp://*:5557"; empty =

@@ -240,6 +240,10 @@ Status Server::Init() {
             " s are expired");
     lease_keeper_ = std::thread([this] { ExpireSilentHolders(); });
   }
+  auditor_ = std::make_unique<AuditProposer>(
+      std::chrono::milliseconds(config_.audit_interval_ms), machine_.get(), applier_.get(),
+      [raft = raft_.get()] { return raft->is_leader() && raft->GetStatus().members.size() > 1; });
+  auditor_->Start();
   return Status::Ok();
 }
 
@@ -640,6 +644,7 @@ Status Server::Shutdown() {
   if (disk_watcher_.joinable()) disk_watcher_.join();
   if (announcer_.joinable()) announcer_.join();
   if (lease_keeper_.joinable()) lease_keeper_.join();
+  if (auditor_) auditor_->Stop();
   if (rpc_) rpc_->Stop();
   if (http_) http_->Stop();
   // The ingest thread may be waiting for room in the applier's queue: stop it first.

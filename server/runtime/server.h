@@ -24,6 +24,7 @@
 #include "server/runtime/memory_trimmer.h"
 #include "server/service/metrics.h"
 #include "server/state/applier.h"
+#include "server/state/audit_proposer.h"
 #include "server/state/lease_tracker.h"
 #include "server/state/state_machine.h"
 #include "server/storage/storage.h"
@@ -107,6 +108,7 @@ class Server {
   std::unique_ptr<Applier> applier_;
   std::unique_ptr<ZmqIngest> zmq_;
   std::unique_ptr<LeaseTracker> leases_;
+  std::unique_ptr<AuditProposer> auditor_;       // replica audits (on the leader)
   std::atomic<ZmqIngest*> zmq_notify_{nullptr};  // zmq_ once started, for the registry listener
   Metrics metrics_;
   std::unique_ptr<Authenticator> auth_;  // outlives the servers that use it

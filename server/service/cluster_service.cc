@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "server/service/ingest_service.h"
+#include "server/service/replica_audit_service.h"
 
 namespace kvatlas::server {
 namespace {
@@ -72,6 +73,7 @@ Result<ClusterView> ViewCluster(const Services& services) {
   view.addresses = services.machine->ServerAddressMap();
   view.addresses[view.status.id] = ServerAddresses{services.http_address, services.rpc_address};
   view.revision = services.machine->applied_revision();
+  view.audit = services.machine->audit();
   return view;
 }
 
@@ -126,6 +128,7 @@ nlohmann::json ClusterViewJson(const ClusterView& view) {
                         {"last_index", s.last_index},
                         {"revision", view.revision},
                         {"members", std::move(members)}};
+  out["audit"] = AuditJson(view.audit);
   return out;
 }
 

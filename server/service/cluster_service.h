@@ -40,6 +40,7 @@ struct ClusterView {
   ClusterStatus status;
   std::map<uint64_t, ServerAddresses> addresses;
   Revision revision = 0;
+  AuditStatus audit;  // this server's replica audits (replica_audit_service.h)
 };
 [[nodiscard]] Result<ClusterView> ViewCluster(const Services& services);
 // The document of GET /v1/cluster (docs/api.md §Cluster), also the "cluster" section of

@@ -3,15 +3,19 @@
 #include <unordered_map>
 #include <utility>
 
+#include "server/service/replica_audit_service.h"
+
 namespace kvatlas::server {
 
 Result<std::unique_ptr<Watcher>> Subscribe(const Services& services, std::optional<Revision> from,
                                            FeedFilter filter) {
   if (services.feed == nullptr) return Status::Unavailable("this server has no change feed");
+  KVATLAS_RETURN_IF_ERROR(ServesReads(services));
   return services.feed->Subscribe(from, std::move(filter));
 }
 
 Result<ContextSnapshot> SnapshotContext(const Services& services, const ContextKey& context) {
+  KVATLAS_RETURN_IF_ERROR(ServesReads(services));
   ContextSnapshot snapshot;
   snapshot.context = context;
   const size_t limit = services.options.max_snapshot_copies;

@@ -9,10 +9,12 @@
 
 #include "common/internal/prefix_match.h"
 #include "server/service/ingest_service.h"
+#include "server/service/replica_audit_service.h"
 
 namespace kvatlas::server {
 
 Result<LookupAnswer> LookupPrefix(const Services& services, const LookupRequest& request) {
+  KVATLAS_RETURN_IF_ERROR(ServesReads(services));
   if (request.context.block_size == 0) {
     return Status::InvalidArgument("block_size: must be a positive integer, got 0");
   }

@@ -4,6 +4,7 @@
 
 #include "server/service/cluster_service.h"
 #include "server/service/registration_service.h"
+#include "server/service/replica_audit_service.h"
 
 namespace kvatlas::server {
 
@@ -12,6 +13,7 @@ Status Readiness(const Services& services) {
     return Status::Unavailable(
         "a storage write failed; the server takes no writes and must be restarted");
   }
+  KVATLAS_RETURN_IF_ERROR(ServesReads(services));
   if (std::string refused = services.applier->writes_refused(); !refused.empty()) {
     return Status::Unavailable("writes are refused: " + refused);
   }

@@ -13,7 +13,8 @@
 namespace kvatlas::server {
 
 // OK when ready; otherwise kUnavailable with a message naming the reason, checked in this
-// order: a storage write failed (the server must be restarted); writes are refused
+// order: a storage write failed (the server must be restarted); the last replica audit found
+// this server's state diverged from the leader's (replica_audit_service.h); writes are refused
 // (Applier::SetWritesRefused: the disk-space watermark); with replication, no leader is
 // known; the leader is another server whose HTTP address is not in the replicated state yet
 // (AnnounceCommand), so a write could not be forwarded to it; an engine stream cannot be

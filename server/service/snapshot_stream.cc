@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kvatlas/common/protocol.h"
+#include "server/service/replica_audit_service.h"
 #include "server/storage/context_scan.h"
 
 namespace kvatlas::server {
@@ -96,6 +97,7 @@ SnapshotStream::SnapshotStream(const Services& services, ContextKey context,
 Result<std::unique_ptr<SnapshotStream>> SnapshotStream::Open(const Services& services,
                                                              const ContextKey& context,
                                                              std::function<void()> notify) {
+  KVATLAS_RETURN_IF_ERROR(ServesReads(services));
   const size_t limit = services.options.max_snapshot_streams;
   if (services.snapshot_streams->fetch_add(1) >= limit) {
     services.snapshot_streams->fetch_sub(1);

@@ -9,6 +9,7 @@
 
 #include "kvatlas/common/json_codec.h"
 #include "server/service/cluster_service.h"
+#include "server/service/replica_audit_service.h"
 
 namespace kvatlas::server {
 
@@ -86,6 +87,7 @@ std::string MetricsText(const Services& services) {
     text += RenderStreamMetrics(services.zmq->Streams(), now);
   }
   if (services.feed != nullptr) text += RenderFeedMetrics(services.feed->Stats());
+  text += RenderAuditMetrics(services.machine->audit());
   return text;
 }
 

@@ -7,7 +7,9 @@
 #include <string_view>
 #include <vector>
 
+#include "common/internal/log.h"
 #include "server/model/command_codec.h"
+#include "server/model/replica_digest.h"
 
 namespace kvatlas::server {
 
@@ -58,6 +60,7 @@ Status StateMachine::Recover() {
   std::unique_lock lock(mu_);
   KVATLAS_RETURN_IF_ERROR(storage_->LoadInto(&index_));
   KVATLAS_RETURN_IF_ERROR(storage_->LoadRegistry(&registry_));
+  registry_digest_ = options_.index.replica_digest ? RegistryDigest(registry_) : 0;
   applied_.store(applied, std::memory_order_release);
   activity_.clear();
   activity_since_ = applied;
@@ -114,6 +117,7 @@ Status StateMachine::Restore(std::string_view snapshot) {
     registry_ = Registry{};
     KVATLAS_RETURN_IF_ERROR(storage_->LoadInto(&index_));
     KVATLAS_RETURN_IF_ERROR(storage_->LoadRegistry(&registry_));
+    registry_digest_ = options_.index.replica_digest ? RegistryDigest(registry_) : 0;
     applied_.store(index, std::memory_order_release);
     // What happened up to the snapshot is not known event by event.
     activity_.clear();
@@ -184,6 +188,7 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
     auto it = registry_.positions.find(p.stream);
     if (p.restart) {
       if (it != registry_.positions.end()) {
+        DigestRegistry(StreamPositionElement(it->first, it->second), -1);
         registry_.positions.erase(it);
         Mutation m;
         m.kind = MutationKind::kDeleteStreamPosition;
@@ -239,6 +244,10 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
       ApplyForgetServer(*forget);
       continue;
     }
+    if (const auto* audit = std::get_if<AuditCommand>(&command)) {
+      ApplyAudit(*audit, revision);
+      continue;
+    }
     if (const HolderKey* holder = EventHolder(command)) {
       NoteActivity(*holder, &last_holder, revision, now);
     }
@@ -256,7 +265,10 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
   AddTally(batch.position ? std::string_view(batch.position->stream) : std::string_view(),
            tally.Finish());
   if (batch.position && !batch.position->restart) {
-    registry_.positions[batch.position->stream] = batch.position->sequence;
+    const auto [it, added] = registry_.positions.try_emplace(batch.position->stream, 0);
+    if (!added) DigestRegistry(StreamPositionElement(it->first, it->second), -1);
+    it->second = batch.position->sequence;
+    DigestRegistry(StreamPositionElement(it->first, it->second), +1);
     Mutation m;
     m.kind = MutationKind::kPutStreamPosition;
     m.location = batch.position->stream;
@@ -324,6 +336,10 @@ void StateMachine::ApplyExpiries(std::span<const Command> expiries) {
 
 void StateMachine::ApplyRegister(const RegisterCommand& c) {
   std::string key = c.registration.Key();
+  if (auto it = registry_.registrations.find(key); it != registry_.registrations.end()) {
+    DigestRegistry(RegistrationElement(key, it->second), -1);
+  }
+  DigestRegistry(RegistrationElement(key, c.registration), +1);
   Mutation m;
   m.kind = MutationKind::kPutRegistration;
   m.location = key;
@@ -334,13 +350,18 @@ void StateMachine::ApplyRegister(const RegisterCommand& c) {
 
 void StateMachine::ApplyUnregister(const UnregisterCommand& c) {
   const std::string key = Registration::RegistrationKey(c.instance_id, c.tenant_id, c.dp_rank);
-  if (registry_.registrations.erase(key) == 0) return;
+  const auto registration = registry_.registrations.find(key);
+  if (registration == registry_.registrations.end()) return;
+  DigestRegistry(RegistrationElement(key, registration->second), -1);
+  registry_.registrations.erase(registration);
   Mutation m;
   m.kind = MutationKind::kDeleteRegistration;
   m.location = key;
   scratch_.push_back(m);
   tallies_.erase(key);
-  if (registry_.positions.erase(key) > 0) {
+  if (const auto position = registry_.positions.find(key); position != registry_.positions.end()) {
+    DigestRegistry(StreamPositionElement(key, position->second), -1);
+    registry_.positions.erase(position);
     m.kind = MutationKind::kDeleteStreamPosition;
     scratch_.push_back(std::move(m));
   }
@@ -351,6 +372,10 @@ void StateMachine::ApplyUnregister(const UnregisterCommand& c) {
 
 void StateMachine::ApplyAnnounce(const AnnounceCommand& c) {
   ServerAddresses addresses{c.http_address, c.rpc_address};
+  if (auto it = registry_.servers.find(c.server_id); it != registry_.servers.end()) {
+    DigestRegistry(ServerAddressesElement(c.server_id, it->second), -1);
+  }
+  DigestRegistry(ServerAddressesElement(c.server_id, addresses), +1);
   Mutation m;
   m.kind = MutationKind::kPutServerAddresses;
   m.stamp = c.server_id;
@@ -360,11 +385,50 @@ void StateMachine::ApplyAnnounce(const AnnounceCommand& c) {
 }
 
 void StateMachine::ApplyForgetServer(const ForgetServerCommand& c) {
-  if (registry_.servers.erase(c.server_id) == 0) return;
+  const auto it = registry_.servers.find(c.server_id);
+  if (it == registry_.servers.end()) return;
+  DigestRegistry(ServerAddressesElement(c.server_id, it->second), -1);
+  registry_.servers.erase(it);
   Mutation m;
   m.kind = MutationKind::kDeleteServerAddresses;
   m.stamp = c.server_id;
   scratch_.push_back(std::move(m));
+}
+
+void StateMachine::DigestRegistry(uint64_t element, int sign) {
+  if (!options_.index.replica_digest) return;
+  registry_digest_ += sign > 0 ? element : uint64_t{0} - element;
+}
+
+void StateMachine::ApplyAudit(const AuditCommand& c, Revision revision) {
+  // The state here is the same on every replica: every command before this one in the log
+  // is applied, none after it.
+  const uint64_t digest = index_.ReplicaDigest() + registry_digest_;
+  const bool turned = audit_.Apply(c, revision, digest, std::chrono::system_clock::now());
+  const AuditStatus& status = audit_.status();
+  const bool diverged = status.verdict == AuditVerdict::kDiverged;
+  if (diverged_.exchange(diverged, std::memory_order_acq_rel) && !diverged) {
+    LogWarning("replica audit at log index " + std::to_string(status.index) +
+               ": this replica's digest equals the leader's again (" +
+               ReplicaDigestHex(status.digest) + "); serving reads again");
+  }
+  if (turned) LogError("replica audit: " + DivergedMessage(status));
+}
+
+uint64_t StateMachine::ReplicaDigest() const {
+  std::shared_lock lock(mu_);
+  return index_.ReplicaDigest() + registry_digest_;
+}
+
+uint64_t StateMachine::RecomputeReplicaDigest() const {
+  std::shared_lock lock(mu_);
+  if (!options_.index.replica_digest) return 0;
+  return index_.RecomputeReplicaDigest() + RegistryDigest(registry_);
+}
+
+AuditStatus StateMachine::audit() const {
+  std::shared_lock lock(mu_);
+  return audit_.status();
 }
 
 std::map<uint64_t, ServerAddresses> StateMachine::ServerAddressMap() const {

@@ -28,6 +28,7 @@
 #include "server/index/index.h"
 #include "server/index/spare_maker.h"
 #include "server/model/command.h"
+#include "server/state/replica_audit.h"
 #include "server/state/replicated_log.h"
 #include "server/state/stream_tally.h"
 #include "server/storage/storage.h"
@@ -171,6 +172,17 @@ class StateMachine final : public LogStateMachine {
 
   ApplyCounters counters() const;
 
+  // The replica digest of the whole replicated state (server/model/replica_digest.h): the
+  // index's and the registry's, kept on every change. Any thread (read lock). O(1).
+  uint64_t ReplicaDigest() const;
+  // The same recomputed from the state: O(the state), under the read lock (tests).
+  uint64_t RecomputeReplicaDigest() const;
+  // What the AuditCommands applied so far found (replica_audit.h). Any thread.
+  AuditStatus audit() const;
+  // True while the last audit found this replica's state different from the leader's:
+  // it must serve no reads (docs/replication.md §Replica audits). Any thread, lock-free.
+  bool diverged() const { return diverged_.load(std::memory_order_acquire); }
+
   // What the stores and removes of stream `stream` (a StreamPosition::stream key) found
   // since this server started; zeros for a stream never seen. Any thread (read lock).
   StreamTally TallyOf(std::string_view stream) const;
@@ -207,6 +219,9 @@ class StateMachine final : public LogStateMachine {
   void ApplyUnregister(const UnregisterCommand& c);
   void ApplyAnnounce(const AnnounceCommand& c);
   void ApplyForgetServer(const ForgetServerCommand& c);
+  void ApplyAudit(const AuditCommand& c, Revision revision);
+  // registry_digest_ += sign × element, when the digest is kept.
+  void DigestRegistry(uint64_t element, int sign);
 
   Index index_;
   // Makes the index's growth spares off this thread (spare_maker.h); ApplyBatches asks and
@@ -227,6 +242,10 @@ class StateMachine final : public LogStateMachine {
   // By stream key (guarded by mu_); the total is in total_tally_ (guarded by mu_ too).
   std::unordered_map<std::string, StreamTally> tallies_;
   StreamTally total_tally_;
+  // The registry's part of the replica digest (guarded by mu_).
+  uint64_t registry_digest_ = 0;
+  AuditTrail audit_;  // guarded by mu_
+  std::atomic<bool> diverged_{false};
 };
 
 }  // namespace kvatlas::server

@@ -1,0 +1,71 @@
+// The replica digest (docs/replication.md §Replica audits): a 64-bit, order-independent
+// digest of the replicated state, kept up to date by the state machine on every change so
+// that replicas can compare their states at an agreed log index for next to nothing.
+//
+// It is a multiset hash: the sum, modulo 2^64, of one element per logical record, each
+// element XXH3-64 (seed kReplicaDigestSeed) of the record's canonical bytes (below). A
+// change subtracts the old record's element and adds the new one's; the sum does not depend
+// on the order of the records or of the changes, only on the set of records, so it equals
+// a full recomputation over the state (Index::RecomputeReplicaDigest, RegistryDigest).
+//
+// What it covers is what every replica must agree on, named by keys rather than by this
+// replica's interned ids or block stamps (both artefacts of its own history: a restarted
+// replica continues stamps after its largest loaded one): contexts, holders, entries (with
+// their block's key and depth), registrations, stream positions and server addresses. It
+// leaves out the applied index (compared apart), the `M` records, and the order of blocks
+// within a context (their FIFO, which a sum cannot see).
+//
+// Canonical bytes of each element (integers little-endian; str = varint length, bytes):
+//   context  'C', context_key (docs/storage.md)
+//   holder   'H', holder_key
+//   entry    'T', le64 ContextKeyDigest, le64 HolderKeyDigest, le64 block key, le32 depth,
+//            u8 tier, le32 refcount, le64 engine hash, le64 LocationDigest
+//   registration  'R', str key, registration
+//   stream position  'S', str stream key, le64 sequence
+//   server addresses 'A', le64 server id, str http address, str rpc address
+// Pure functions: safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kvatlas/common/types.h"
+#include "server/model/registration.h"
+
+namespace kvatlas::server {
+
+inline constexpr uint64_t kReplicaDigestSeed = 0x6b76'6174'6c61'7321ULL;  // "kvatlas!"
+
+// XXH3-64 of the context's and holder's key bytes: what an entry element names them by,
+// computed once per context or holder, not once per entry.
+[[nodiscard]] uint64_t ContextKeyDigest(const ContextKey& key);
+[[nodiscard]] uint64_t HolderKeyDigest(const HolderKey& key);
+// XXH3-64 of a location's bytes; 0 for none (empty).
+[[nodiscard]] uint64_t LocationDigest(std::string_view location);
+
+// The element of each record (file comment).
+[[nodiscard]] uint64_t ContextElement(const ContextKey& key);
+[[nodiscard]] uint64_t HolderElement(const HolderKey& key);
+struct EntryDigestFields {
+  uint64_t context_key_hash = 0;
+  uint64_t holder_key_hash = 0;
+  uint64_t block_key = 0;
+  uint32_t depth = 0;
+  uint8_t tier = 0;
+  uint32_t refcount = 0;
+  uint64_t engine_hash = 0;
+  uint64_t location_hash = 0;
+};
+[[nodiscard]] uint64_t EntryElement(const EntryDigestFields& entry);
+[[nodiscard]] uint64_t RegistrationElement(std::string_view key, const Registration& registration);
+[[nodiscard]] uint64_t StreamPositionElement(std::string_view stream, uint64_t sequence);
+[[nodiscard]] uint64_t ServerAddressesElement(uint64_t server_id, const ServerAddresses& addresses);
+
+// The registry's part of the digest, recomputed from scratch: O(its records).
+[[nodiscard]] uint64_t RegistryDigest(const Registry& registry);
+
+// 16 lowercase hex digits, as GET /v1/cluster and the logs show a digest.
+[[nodiscard]] std::string ReplicaDigestHex(uint64_t digest);
+
+}  // namespace kvatlas::server
