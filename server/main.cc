@@ -6,7 +6,8 @@
 // or a storage write fails while running, 2 for a bad command line or config file.
 // SIGHUP reloads the access tokens. `kvatlas-server gen-token --name N --role R` prints a
 // new token and the lines that configure it. `backup`, `restore` and `verify-backup` work on
-// data and backup directories (backup_command.h).
+// data and backup directories (backup_command.h). Every command answers -h/--help
+// (usage.h).
 #include <signal.h>
 
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include "server/runtime/config.h"
 #include "server/runtime/fd_limit.h"
 #include "server/runtime/server.h"
+#include "server/runtime/usage.h"
 
 namespace {
 
@@ -65,6 +67,23 @@ int WaitForShutdown(Server& server, const sigset_t& signals, const std::vector<s
   }
 }
 
+int GenToken(std::span<const std::string> args) {
+  if (kvatlas::server::WantsHelp(args)) {
+    std::cout << kvatlas::server::GenTokenUsage();
+    return 0;
+  }
+  auto text = kvatlas::server::GenTokenText(args);
+  if (!text.has_value()) {
+    if (text.error().code() == kvatlas::StatusCode::kInvalidArgument) {
+      return kvatlas::server::UsageError("gen-token", text.error().message());
+    }
+    std::cerr << "kvatlas-server gen-token: " << text.error().ToString() << "\n";
+    return 1;
+  }
+  std::cout << *text;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,27 +99,20 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   const std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && args[0] == "gen-token") {
-    auto text = kvatlas::server::GenTokenText(std::span(args).subspan(1));
-    if (!text.has_value()) {
-      std::cerr << "kvatlas-server: " << text.error().message() << "\n";
-      return 2;
-    }
-    std::cout << *text;
+  if (!args.empty() && args[0] == "gen-token") return GenToken(std::span(args).subspan(1));
+  if (!args.empty() && kvatlas::server::IsBackupCommand(args[0])) {
+    return kvatlas::server::RunBackupCommand(args);
+  }
+  if (kvatlas::server::WantsHelp(args)) {
+    std::cout << kvatlas::server::UsageText();
     return 0;
   }
   if (args.size() == 1 && args[0] == "--version") {
     std::cout << KVATLAS_VERSION_LINE("kvatlas-server") << "\n";
     return 0;
   }
-  if (!args.empty() && kvatlas::server::IsBackupCommand(args[0])) {
-    return kvatlas::server::RunBackupCommand(args);
-  }
   auto command = kvatlas::server::ParseCommandLine(args);
-  if (!command.has_value()) {
-    std::cerr << "kvatlas-server: " << command.error().message() << "\n";
-    return 2;
-  }
+  if (!command.has_value()) return kvatlas::server::UsageError("", command.error().message());
   switch (command->action) {
     case kvatlas::server::CommandAction::kHelp:
       std::cout << kvatlas::server::UsageText();
