@@ -740,11 +740,13 @@ std::string UsageText() {
       "Flags override the JSON config file, whose keys are the flag names with '_' for '-';\n"
       "--FLAG=VALUE works too. A true/false flag alone means true (--insecure).\n"
       "SIGHUP reloads the access tokens and the TLS certificate (docs/security.md);\n"
-      "SIGINT/SIGTERM stop the server. gen-token prints a new token and the lines that\n"
-      "configure it. backup, restore and verify-backup: docs/operations.md §Backup and\n"
-      "restore (a running server is backed up with `kvatlas cluster backup`).\n"
-      "Exit codes: 0 stopped cleanly, 1 failed to start or failed while running, 2 bad\n"
-      "command line or config file.\n"
+      "SIGINT/SIGTERM stop the server, also while it recovers its state (a second one exits\n"
+      "at once). gen-token prints a new token and the lines that configure it. backup,\n"
+      "restore and verify-backup: docs/operations.md §Backup and restore (a running server\n"
+      "is backed up with `kvatlas cluster backup`).\n"
+      "Exit codes: 0 stopped cleanly (also while starting), 1 failed to start or failed\n"
+      "while running, 2 bad command line or config file, 128 + the signal's number after a\n"
+      "second SIGINT/SIGTERM.\n"
       "\n";
   const auto add = [&out](std::string usage, std::string_view help) {
     usage.resize(std::max<size_t>(usage.size() + 2, 40), ' ');

@@ -1,8 +1,11 @@
-// kvatlas-server's start, through the real binary: what it shows of its place in raft.
+// kvatlas-server's start, through the real binary: what it checks before it touches the
+// data directory, and what it logs and shows of its place in raft.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <fstream>
 
 #include "tests/integration/rest_helpers.h"
 #include "tests/integration/server_process.h"
@@ -46,6 +49,50 @@ std::string FreeAddress() {
 }
 
 TEST_SUITE("Integration.Startup") {
+  TEST_CASE("Startup: a failed check leaves no data directory and names the setting") {
+    TempDir dir;
+    const TakenPort taken;
+    const fs::path fresh = dir.path() / "fresh";
+    const std::string data = (fresh / "data").string();
+    const fs::path tokens = dir.path() / "tokens";
+    std::ofstream(tokens) << "reader:read:" << std::string(64, 'a') << "\nnot a token line\n";
+    const std::vector<std::string> base = {"--data-dir", data};
+    struct Case {
+      std::vector<std::string> args;
+      std::string expected;
+    };
+    const std::vector<Case> cases = {
+        {{"--http-listen", taken.address(), "--rpc-listen", "127.0.0.1:0"},
+         "--http-listen " + taken.address() + ": address already in use"},
+        {{"--http-listen", "127.0.0.1:0", "--rpc-listen", taken.address()},
+         "--rpc-listen " + taken.address() + ": address already in use"},
+        {{"--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0", "--raft-listen",
+          taken.address()},
+         "--raft-listen " + taken.address() + ": address already in use"},
+        // 192.0.2.0/24 is TEST-NET-1: no machine has it.
+        {{"--http-listen", "192.0.2.1:0", "--rpc-listen", "127.0.0.1:0", "--insecure"},
+         "--http-listen 192.0.2.1:0: not an address of this machine"},
+        {{"--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0", "--token-file",
+          tokens.string()},
+         tokens.string() + ":2: "},
+        {{"--http-listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0", "--tls-peer-ca",
+          (dir.path() / "absent-ca.pem").string()},
+         "tls_peer_ca: "},
+    };
+    for (const Case& c : cases) {
+      std::vector<std::string> args = base;
+      args.insert(args.end(), c.args.begin(), c.args.end());
+      const RunResult run = RunServerToExit(args, dir.path());
+      CAPTURE(c.expected);
+      CAPTURE(run.err);
+      CHECK(run.exit_code == 1);
+      CHECK(run.err.find(c.expected) != std::string::npos);
+      // Found before the data directory was created (or recovered), not after.
+      CHECK_FALSE(fs::exists(fresh));
+      CHECK(run.err.find("recovering") == std::string::npos);
+    }
+  }
+
   TEST_CASE("Startup: a single server has no raft address; one with --raft-listen has its own") {
     TempDir dir;
     {
@@ -57,6 +104,7 @@ TEST_SUITE("Integration.Startup") {
       CHECK(cluster.body["members"][0]["raft_address"].is_null());
       CHECK(cluster.body["leader_raft_address"].is_null());
       CHECK(cluster.body["leader_id"] == 1);
+      CHECK(single.Log().find("no raft address") != std::string::npos);
     }
     const std::string raft = FreeAddress();
     ServerProcess addressed(dir.path() / "addressed", {"--raft-listen", raft});
@@ -65,6 +113,28 @@ TEST_SUITE("Integration.Startup") {
     REQUIRE(cluster.status == 200);
     CHECK(cluster.body["members"][0]["raft_address"] == raft);
     CHECK(cluster.body["leader_raft_address"] == raft);
+  }
+
+  TEST_CASE("Startup: a joining server logs that it waits to be added") {
+    TempDir dir;
+    // Initial voters nobody runs: the joining server does not contact them by itself.
+    const std::string peers = "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3";
+    const std::string raft = FreeAddress();
+    ServerProcess joining(dir.path() / "n4",
+                          {"--id", "4", "--peers", peers, "--raft-listen", raft});
+    const std::string log = joining.Log();
+    CAPTURE(log);
+    CHECK(log.find("raft: server 4 at " + raft +
+                   ", joining a running cluster (not one of the 3 initial voters") !=
+          std::string::npos);
+    CHECK(log.find("raft: waiting to be added to the cluster (on the leader: `kvatlas cluster add "
+                   "4 " +
+                   raft + "`") != std::string::npos);
+    CHECK(log.find("initial voters)") == std::string::npos);
+    auto client = joining.Client();
+    const Answer cluster = Get(client, "/v1/cluster");
+    REQUIRE(cluster.status == 200);
+    CHECK(cluster.body["members"].empty());
   }
 }
 

@@ -188,6 +188,41 @@ TEST_SUITE("StateMachine") {
     CHECK(Entries(machine) == 2);
   }
 
+  TEST_CASE("StateMachine: with a RecoveryProgress, recovery counts its entries and stops") {
+    testing::TempDir dir;
+    constexpr uint64_t kEntries = 10'000;
+    {
+      const std::unique_ptr<Storage> storage = OpenStorage(dir.str());
+      StateMachine machine({}, storage.get());
+      REQUIRE(machine.Recover().ok());
+      StoreCommand store;
+      store.context = kContext;
+      store.holder = HolderKey{"a", 0};
+      for (uint64_t k = 1; k <= kEntries; ++k) store.hashes.push_back(k);
+      CommandBatch batch;
+      batch.commands.emplace_back(std::move(store));
+      REQUIRE(ApplyOne(machine, batch).has_value());
+    }
+    const std::unique_ptr<Storage> storage = OpenStorage(dir.str());
+    {
+      RecoveryProgress progress;
+      progress.BeginPhase("loading", "entries");
+      StateMachine machine({}, storage.get());
+      machine.SetRecoveryProgress(&progress);
+      REQUIRE(machine.Recover().ok());
+      CHECK(progress.Read().records == kEntries);
+      CHECK(Entries(machine) == kEntries);
+    }
+    RecoveryProgress stopped;
+    stopped.RequestStop();
+    StateMachine machine({}, storage.get());
+    machine.SetRecoveryProgress(&stopped);
+    const Status recovered = machine.Recover();
+    CHECK(recovered.code() == StatusCode::kCancelled);
+    CHECK(recovered.message().find("stopped (SIGINT or SIGTERM) while loading") !=
+          std::string::npos);
+  }
+
   TEST_CASE("StateMachine: server addresses are announced, forgotten, persisted, snapshotted") {
     testing::TempDir dir;
     StorageOptions options;
