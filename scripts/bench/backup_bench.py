@@ -49,23 +49,6 @@ def stop(node):
     node.log.close()
 
 
-def load(node, entries):
-    rng = random.Random(7)
-    done = 0
-    while done < entries:
-        events = []
-        for _ in range(10):
-            n = min(1000, entries - done)
-            if n <= 0:
-                break
-            events.append({"event_type": "stored", "model_name": "bench", "block_size": 16,
-                           "backend_id": "h", "parent_hash": rng.getrandbits(63),
-                           "seq_hashes": [rng.getrandbits(63) for _ in range(n)]})
-            done += n
-        status, body = node.request("POST", "/v1/events", {"events": events})
-        assert status == 200, (status, body)
-
-
 class Probe:
     """One small write every 5 ms; (start, latency) of each."""
 
@@ -130,7 +113,7 @@ def main():
         os.makedirs(data)
         node = start(args.binary, data, ["--backup-dir", backups])
         t0 = time.monotonic()
-        load(node, args.entries)
+        h.load_entries(node, args.entries)
         print(f"loaded {args.entries} entries in {time.monotonic() - t0:.1f} s")
         probe = Probe(node)
         time.sleep(3)

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "common/internal/log.h"
+#include "common/internal/tcp_acceptor.h"
 #include "common/internal/thread_name.h"
 #include "server/api/http_access.h"
 
@@ -179,16 +180,8 @@ Status HttpServer::Start() {
   Result<tcp::endpoint> endpoint = Endpoint(io_, options_.host, options_.port);
   if (!endpoint.has_value()) return endpoint.error();
   acceptor_.emplace(io_);
-  error_code ec;
-  acceptor_->open(endpoint.value().protocol(), ec);
-  // SO_REUSEADDR (not SO_REUSEPORT, which would let a second server split the traffic):
-  // a quick restart can bind again.
-  if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor_->bind(endpoint.value(), ec);
-  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Status::Unavailable("cannot bind " + where + " (" + ec.message() +
-                               "; in use, not a local address, or not permitted)");
+  if (const error_code ec = ListenOn(*acceptor_, endpoint.value(), options_.listen_fd)) {
+    return Status::Unavailable("cannot listen on " + where + ": " + ec.message());
   }
   port_ = acceptor_->local_endpoint().port();
   pool_ = std::make_unique<HttpWorkerPool>(options_.threads, options_.max_queued_requests);

@@ -50,6 +50,9 @@ namespace kvatlas::server {
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 7070;  // 0 = any free port (see port() after Start)
+  // A socket already bound to host:port and not listening (server/runtime/listen_socket.h):
+  // Start listens on a duplicate of it instead of binding; -1 = Start binds host:port.
+  int listen_fd = -1;
   // Worker threads, i.e. requests served at once; a request waiting for its write to be
   // applied holds one.
   size_t threads = 8;

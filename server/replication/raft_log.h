@@ -37,6 +37,9 @@ struct RaftOptions {
   std::string address;
   // IPv4 HOST:PORT the raft transport listens on; empty = `address`.
   std::string bind_address;
+  // A socket already bound to that address, not listening: the transport listens on a
+  // duplicate of it (TcpTransportOptions::listen_fd); -1 = it binds the address itself.
+  int listen_fd = -1;
   // Directory of the raft log segments, metadata and snapshots (created if missing).
   std::string dir;
   // The initial voters {id, address}, the same on every server. Used only to bootstrap a

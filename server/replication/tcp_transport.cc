@@ -1,8 +1,10 @@
 #include "server/replication/tcp_transport.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -115,8 +117,13 @@ class PeerGate {
     listener_.data = this;
     ++handles_open_;
     listening_ = true;
-    if (uv_tcp_bind(&listener_, reinterpret_cast<const struct sockaddr*>(&addr), 0) != 0 ||
-        uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), 128, &OnListen) != 0) {
+    const int bound = options_.listen_fd >= 0 ? fcntl(options_.listen_fd, F_DUPFD_CLOEXEC, 0) : -1;
+    const int opened =
+        options_.listen_fd >= 0
+            ? (bound < 0 ? -1 : uv_tcp_open(&listener_, bound))
+            : uv_tcp_bind(&listener_, reinterpret_cast<const struct sockaddr*>(&addr), 0);
+    if (opened != 0 && bound >= 0) close(bound);
+    if (opened != 0 || uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), 128, &OnListen) != 0) {
       return RAFT_IOERR;  // the transport's close closes the listener
     }
     return 0;

@@ -63,6 +63,9 @@ struct TcpTransportOptions {
   // IPv4 HOST:PORT the listener binds (e.g. 0.0.0.0:7072); empty = this server's raft
   // address. Needed when the raft address is a host name (a Kubernetes pod's DNS name).
   std::string bind_address;
+  // A socket already bound to that address and not listening (the server binds it before
+  // it recovers its state): the listener listens on a duplicate of it; -1 = it binds.
+  int listen_fd = -1;
 };
 
 struct TcpTransport {

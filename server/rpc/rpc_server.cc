@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/internal/log.h"
+#include "common/internal/tcp_acceptor.h"
 #include "common/internal/thread_name.h"
 
 namespace kvatlas::server {
@@ -70,12 +71,9 @@ Status RpcServer::Start() {
                            Resolve(*ios_[0], options_.host, options_.port));
   const std::string where = options_.host + ":" + std::to_string(options_.port);
   acceptor_.emplace(*ios_[0]);
-  error_code ec;
-  acceptor_->open(endpoint.protocol(), ec);
-  if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor_->bind(endpoint, ec);
-  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return Status::Unavailable("rpc_listen: cannot listen on " + where + ": " + ec.message());
+  if (const error_code ec = ListenOn(*acceptor_, endpoint, options_.listen_fd)) {
+    return Status::Unavailable("rpc_listen: cannot listen on " + where + ": " + ec.message());
+  }
   port_ = acceptor_->local_endpoint().port();
 
   for (const auto& io : ios_) work_.emplace_back(io->get_executor());

@@ -43,6 +43,9 @@ namespace kvatlas::server {
 struct RpcServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 7071;  // 0 = any free port (see port() after Start)
+  // A socket already bound to host:port and not listening (server/runtime/listen_socket.h):
+  // Start listens on a duplicate of it instead of binding; -1 = Start binds host:port.
+  int listen_fd = -1;
   // io threads (each with its own io_context). Lookups run on them (µs each), so more
   // threads than cores buys nothing; one connection is served by one thread.
   size_t threads = 2;

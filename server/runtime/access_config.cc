@@ -139,28 +139,39 @@ std::vector<std::string> AllowedHostNames(const Config& config, std::string_view
   return names;
 }
 
+std::string GenTokenUsage() {
+  return "Usage: kvatlas-server gen-token --name NAME --role read|write|admin\n"
+         "\n"
+         "Prints a new random access token, the token_file line that configures it (the\n"
+         "server keeps only its SHA-256) and the same as an entry of the config file's\n"
+         "\"tokens\" list. Give the token to the client (KVATLAS_TOKEN, --token); add the line\n"
+         "to the token file and send the server SIGHUP. docs/security.md §Tokens and roles.\n"
+         "\n"
+         "  --name NAME                   the token's name (audit log, metrics)\n"
+         "  --role read|write|admin       what the token may do\n"
+         "  -h, --help                    print this help and exit\n";
+}
+
 Result<std::string> GenTokenText(std::span<const std::string> args) {
   std::string name;
   std::string role_text;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
+    const size_t eq = flag.find('=');
+    if (eq != std::string::npos) flag.resize(eq);
+    // An unknown flag is named as such, even when it is the last argument.
+    if (flag != "--name" && flag != "--role") {
+      return Status::InvalidArgument("gen-token: unknown argument \"" + flag + "\"");
+    }
     std::string value;
-    if (const size_t eq = flag.find('='); eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag.resize(eq);
+    if (eq != std::string::npos) {
+      value = args[i].substr(eq + 1);
     } else if (i + 1 < args.size()) {
       value = args[++i];
     } else {
       return Status::InvalidArgument("gen-token: " + flag + " needs a value");
     }
-    if (flag == "--name") {
-      name = value;
-    } else if (flag == "--role") {
-      role_text = value;
-    } else {
-      return Status::InvalidArgument("gen-token: unknown argument \"" + flag +
-                                     "\" (usage: gen-token --name NAME --role read|write|admin)");
-    }
+    (flag == "--name" ? name : role_text) = value;
   }
   if (Status s = ValidateTokenName(name); !s.ok()) {
     return Status::InvalidArgument("gen-token: --" + s.message());

@@ -54,5 +54,7 @@ struct Config;
 // that configure it (a token-file line and a config-file entry), as printed. `args` are
 // those after "gen-token". kInvalidArgument for a bad command line.
 [[nodiscard]] Result<std::string> GenTokenText(std::span<const std::string> args);
+// `kvatlas-server gen-token --help`.
+[[nodiscard]] std::string GenTokenUsage();
 
 }  // namespace kvatlas::server

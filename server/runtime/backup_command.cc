@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "server/replication/raft_log.h"
+#include "server/runtime/usage.h"
 #include "server/storage/backup.h"
 #include "server/storage/storage.h"
 
@@ -15,15 +16,39 @@ namespace kvatlas::server {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr char kUsage[] =
-    "usage: kvatlas-server backup --data-dir DIR --to BACKUP_DIR\n"
-    "       kvatlas-server restore --from BACKUP_DIR --data-dir NEW_DIR\n"
-    "       kvatlas-server verify-backup --from BACKUP_DIR\n"
-    "(a running server: kvatlas cluster backup DIR, docs/operations.md §Backup and restore)\n";
-
-int Usage(const std::string& problem) {
-  std::cerr << "kvatlas-server: " << problem << "\n" << kUsage;
-  return 2;
+// Each command's --help.
+std::string HelpOf(const std::string& command) {
+  const std::string tail =
+      "  -h, --help                    print this help and exit\n"
+      "\n"
+      "A running server is backed up with `kvatlas cluster backup DIR` (POST\n"
+      "/v1/admin/backup). docs/operations.md §Backup and restore.\n";
+  if (command == "backup") {
+    return "Usage: kvatlas-server backup --data-dir DIR --to BACKUP_DIR\n"
+           "\n"
+           "Backs up the data directory of a stopped server into BACKUP_DIR (new or empty):\n"
+           "its state at its applied index, with checksums and a state digest.\n"
+           "\n"
+           "  --data-dir DIR                the stopped server's data directory\n"
+           "  --to BACKUP_DIR               where the backup goes (new or empty)\n" +
+           tail;
+  }
+  if (command == "restore") {
+    return "Usage: kvatlas-server restore --from BACKUP_DIR --data-dir NEW_DIR\n"
+           "\n"
+           "Makes a new server's data directory from a backup (checked first): start the\n"
+           "new server, or each member of a new cluster on its own copy, on it.\n"
+           "\n"
+           "  --from BACKUP_DIR             the backup\n"
+           "  --data-dir NEW_DIR            the data directory to make (new or empty)\n" +
+           tail;
+  }
+  return "Usage: kvatlas-server verify-backup --from BACKUP_DIR\n"
+         "\n"
+         "Checks a backup's file checksums and state digest; prints what it holds.\n"
+         "\n"
+         "  --from BACKUP_DIR             the backup\n" +
+         tail;
 }
 
 int Failed(const std::string& command, const Status& status) {
@@ -43,17 +68,17 @@ std::optional<std::map<std::string, std::string>> ParseFlags(
     bool known = false;
     for (const char* flag : required) known = known || args[i] == flag;
     if (!known) {
-      Usage(command + ": unknown argument \"" + args[i] + "\"");
+      UsageError(command, "unknown argument \"" + args[i] + "\"");
       return std::nullopt;
     }
     if (i + 1 >= args.size() || args[i + 1].empty()) {
-      Usage(command + ": " + args[i] + " needs a value");
+      UsageError(command, args[i] + " needs a value");
       return std::nullopt;
     }
     flags[args[i]] = args[i + 1];
   }
   if (flags.size() != required.size()) {
-    Usage(command + " needs " + names);
+    UsageError(command, command + " needs " + names);
     return std::nullopt;
   }
   return flags;
@@ -101,6 +126,10 @@ bool IsBackupCommand(const std::string& command) {
 int RunBackupCommand(std::span<const std::string> args) {
   const std::string command = args[0];
   const std::span<const std::string> rest = args.subspan(1);
+  if (WantsHelp(rest)) {
+    std::cout << HelpOf(command);
+    return 0;
+  }
   if (command == "backup") {
     const auto flags = ParseFlags(command, rest, {"--data-dir", "--to"});
     if (!flags) return 2;

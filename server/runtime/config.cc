@@ -299,6 +299,23 @@ std::string FlagOf(std::string_view key) {
   return flag;
 }
 
+// What --help shows after a flag: what its value is ("[true|false]" for a switch, which
+// needs none).
+std::string Placeholder(const Field& field) {
+  if (std::holds_alternative<bool Config::*>(field.member)) return "[true|false]";
+  if (std::holds_alternative<uint64_t Config::*>(field.member)) return "N";
+  const std::string_view key = field.key;
+  if (key.ends_with("_listen") || key.ends_with("_bind")) {
+    return key.starts_with("zmq") ? "ENDPOINT" : "HOST:PORT";
+  }
+  if (key.ends_with("_dir")) return "DIR";
+  if (key.ends_with("_file") || key.ends_with("_ca") || key == "tls_cert" || key == "tls_key") {
+    return "FILE";
+  }
+  if (key == "peers") return "ID@HOST:PORT,...";
+  return key.ends_with("s") ? "LIST" : "VALUE";
+}
+
 const Field* FindByKey(std::string_view key) {
   for (const Field& field : kFields) {
     if (field.key == key) return &field;
@@ -679,12 +696,12 @@ Result<CommandLine> ParseCommandLine(std::span<const std::string> args) {
       continue;
     }
     if (!arg.starts_with("--")) {
-      return Status::InvalidArgument("unexpected argument \"" + arg + "\" (see --help)");
+      return Status::InvalidArgument("unexpected argument \"" + arg + "\"");
     }
     const size_t eq = arg.find('=');
     const Field* field = FindByFlag(arg.substr(0, eq));
     if (field == nullptr && arg.substr(0, eq) != "--config") {
-      return Status::InvalidArgument("unknown flag " + arg.substr(0, eq) + " (see --help)");
+      return Status::InvalidArgument("unknown flag " + arg.substr(0, eq));
     }
     const bool boolean = field != nullptr && std::holds_alternative<bool Config::*>(field->member);
     if (eq != std::string::npos) {
@@ -697,7 +714,7 @@ Result<CommandLine> ParseCommandLine(std::span<const std::string> args) {
       return Status::InvalidArgument(arg + ": needs a value");
     }
     if (flags.back().first != "--config" && FindByFlag(flags.back().first) == nullptr) {
-      return Status::InvalidArgument("unknown flag " + flags.back().first + " (see --help)");
+      return Status::InvalidArgument("unknown flag " + flags.back().first);
     }
   }
   for (const auto& [flag, value] : flags) {
@@ -719,26 +736,35 @@ std::string UsageText() {
       "       kvatlas-server backup --data-dir DIR --to BACKUP_DIR   (a stopped server)\n"
       "       kvatlas-server restore --from BACKUP_DIR --data-dir NEW_DIR\n"
       "       kvatlas-server verify-backup --from BACKUP_DIR\n"
+      "       kvatlas-server COMMAND --help   (a command's own help)\n"
       "\n"
       "Serves the kvatlas KV-cache block index over REST (docs/api.md) and the binary\n"
       "protocol (docs/protocol.md).\n"
-      "Flags override the JSON config file, whose keys are the flag names with '_' for '-'.\n"
-      "SIGHUP reloads the access tokens (docs/security.md); gen-token prints a new token and\n"
-      "the lines that configure it. backup, restore and verify-backup: docs/operations.md\n"
-      "§Backup and restore (a running server is backed up with `kvatlas cluster backup`).\n"
+      "Flags override the JSON config file, whose keys are the flag names with '_' for '-';\n"
+      "--FLAG=VALUE works too. A true/false flag alone means true (--insecure).\n"
+      "SIGHUP reloads the access tokens and the TLS certificate (docs/security.md);\n"
+      "SIGINT/SIGTERM stop the server, also while it recovers its state (a second one exits\n"
+      "at once). gen-token prints a new token and the lines that configure it. backup,\n"
+      "restore and verify-backup: docs/operations.md §Backup and restore (a running server\n"
+      "is backed up with `kvatlas cluster backup`).\n"
+      "Exit codes: 0 stopped cleanly (also while starting), 1 failed to start or failed\n"
+      "while running, 2 bad command line or config file, 128 + the signal's number after a\n"
+      "second SIGINT/SIGTERM.\n"
       "\n";
   const auto add = [&out](std::string usage, std::string_view help) {
     usage.resize(std::max<size_t>(usage.size() + 2, 40), ' ');
     out += "  " + usage + std::string(help) + "\n";
   };
-  add("--help", "print this help and exit");
+  add("-h, --help", "print this help and exit");
+  add("--version", "print the version and exit");
   add("--print-config", "print the effective configuration as JSON and exit");
   add("--config FILE", "read settings from a JSON config file");
   const Config defaults;
   for (const Field& field : kFields) {
     const std::string alias = field.alias.empty() ? "" : " (also " + std::string(field.alias) + ")";
-    add(FlagOf(field.key) + " VALUE", std::string(field.help) + alias + " (default: " +
-                                          FieldToJson(field, defaults).dump() + ")");
+    add(FlagOf(field.key) + " " + Placeholder(field),
+        std::string(field.help) + alias + " (default: " + FieldToJson(field, defaults).dump() +
+            ")");
   }
   return out;
 }

@@ -50,12 +50,36 @@ std::string Advertised(const std::string& bound, const std::string& raft_address
   return HostPort{r->host, b->port}.ToString();
 }
 
+// How often a starting server logs its recovery's progress (RecoveryProgress).
+constexpr std::chrono::seconds kProgressLogInterval{2};
+
 }  // namespace
 
-Result<std::unique_ptr<Server>> Server::Start(const Config& config) {
-  std::unique_ptr<Server> server(new Server(config));
-  KVATLAS_RETURN_IF_ERROR(server->Init());
-  return server;
+Server::Server(Config config, RecoveryProgress* progress) : config_(std::move(config)) {
+  if (progress == nullptr) {
+    own_progress_ = std::make_unique<RecoveryProgress>();
+    progress = own_progress_.get();
+  }
+  progress_ = progress;
+}
+
+Result<std::unique_ptr<Server>> Server::Start(const Config& config, RecoveryProgress* progress) {
+  std::unique_ptr<Server> server(new Server(config, progress));
+  Status started;
+  {
+    ProgressLogger logger(server->progress_, kProgressLogInterval);
+    started = server->Init();
+  }
+  if (started.ok()) return server;
+  // Everything is closed before a data directory this start created is removed.
+  const fs::path created = server->created_data_dir_;
+  server.reset();
+  if (!created.empty()) {
+    std::error_code ec;
+    fs::remove_all(created, ec);
+    if (ec) LogWarning("cannot remove " + created.string() + " again: " + ec.message());
+  }
+  return started;
 }
 
 void Server::ReloadTls() {
@@ -73,14 +97,13 @@ void Server::ReloadTls() {
 }
 
 Status Server::Init() {
-  KVATLAS_RETURN_IF_ERROR(ValidateConfig(config_));
+  progress_->BeginPhase("checking the configuration, files and listen addresses");
+  KVATLAS_ASSIGN_OR_RETURN(Preflight preflight, RunPreflight(config_));
   KVATLAS_ASSIGN_OR_RETURN(const HostPort listen, ParseHostPort(config_.http_listen));
   KVATLAS_ASSIGN_OR_RETURN(const HostPort rpc_listen, ParseHostPort(config_.rpc_listen));
   const TlsListeners tls_on = TlsListenersOf(config_);
-  if (tls_on.http || tls_on.rpc) {
-    // Before anything is opened: a bad certificate fails the start at once.
-    KVATLAS_ASSIGN_OR_RETURN(tls_, ReloadableTlsContext::Load(
-                                       {config_.tls_cert, config_.tls_key, config_.tls_client_ca}));
+  tls_ = std::move(preflight.tls);
+  if (tls_) {
     const std::string where = std::string(tls_on.http ? "REST" : "") +
                               (tls_on.http && tls_on.rpc ? " and " : "") +
                               (tls_on.rpc ? "the binary protocol" : "");
@@ -89,57 +112,19 @@ Status Server::Init() {
                                     : "; clients need a certificate from " + config_.tls_client_ca;
     LogInfo("TLS on " + where + ": " + tls_->Summary() + clients);
   }
-  const fs::path data_dir(config_.data_dir);
-  std::error_code ec;
-  fs::create_directories(data_dir, ec);
-  if (ec)
-    return Status::IOError("cannot create data dir " + config_.data_dir + ": " + ec.message());
-
-  StorageOptions storage_options;
-  storage_options.path = (data_dir / "db").string();
-  const fs::path rebuild = data_dir / "raft" / RaftLog::kRebuildMarker;
-  if (fs::exists(rebuild)) {
-    // The last run stopped because its raft log failed (RaftLog::failed): the database may
-    // hold entries that were never committed. Start from nothing; raft restores its latest
-    // snapshot and replays the log.
-    LogWarning("rebuilding the state from the raft log (" + rebuild.string() + ")");
-    fs::remove_all(storage_options.path, ec);
-    if (ec) return Status::IOError("cannot remove " + storage_options.path + ": " + ec.message());
-    fs::remove(rebuild, ec);
-  }
-  storage_options.sync_writes = config_.storage_sync;
-  // The raft log is the durable record (docs/replication.md): RocksDB's own WAL would only
-  // write everything a second time.
-  storage_options.disable_wal = !config_.storage_sync;
-  storage_options.block_cache_bytes = config_.storage_block_cache_bytes;
-  storage_options.write_buffer_bytes = config_.storage_write_buffer_bytes;
-  storage_options.memory_bytes = config_.storage_memory_bytes;
-  trimmer_ = std::make_unique<MemoryTrimmer>();
-  storage_options.on_flush = [trimmer = trimmer_.get()] { trimmer->Request(); };
-  KVATLAS_ASSIGN_OR_RETURN(storage_, Storage::Open(storage_options));
-
-  StateMachineOptions machine_options;
-  machine_options.hash_seed = config_.hash_seed;
-  machine_options.index.max_entries_per_context = config_.max_entries_per_context;
-  machine_options.index.max_lookup_blocks = static_cast<uint32_t>(config_.max_lookup_blocks);
-  machine_ = std::make_unique<StateMachine>(machine_options, storage_.get());
-  ChangeFeedOptions feed_options;
-  feed_options.window_bytes = static_cast<size_t>(config_.feed_window_bytes);
-  feed_options.window_keys = config_.feed_window_keys;
-  feed_ = std::make_unique<ChangeFeed>(feed_options);
-  machine_->SetApplyObserver(feed_.get());
-  LogInfo("recovering state from " + storage_options.path);
-  KVATLAS_RETURN_IF_ERROR(machine_->Recover());
-  LogInfo("recovered at revision " + std::to_string(machine_->applied_revision()));
-
-  KVATLAS_RETURN_IF_ERROR(StartRaft());
+  KVATLAS_RETURN_IF_ERROR(progress_->CheckStop("starting"));
+  KVATLAS_RETURN_IF_ERROR(OpenState());
+  KVATLAS_RETURN_IF_ERROR(StartRaft(preflight));
+  // Past recovery: a snapshot a leader sends later is not part of it.
+  machine_->SetRecoveryProgress(nullptr);
+  progress_->BeginPhase("starting the listeners");
   ApplierOptions applier_options;
   applier_options.max_queue = config_.applier_max_queue;
   applier_options.max_group_batches = config_.applier_max_group_batches;
   applier_ = std::make_unique<Applier>(machine_.get(), applier_options, raft_.get());
 
   KVATLAS_RETURN_IF_ERROR(StartZmqIngest());
-  KVATLAS_RETURN_IF_ERROR(StartAccessControl());
+  KVATLAS_RETURN_IF_ERROR(StartAccessControl(std::move(preflight.tokens)));
 
   LeaseOptions lease_options;
   lease_options.ttl = std::chrono::seconds(config_.holder_ttl_seconds);
@@ -179,7 +164,7 @@ Status Server::Init() {
   services_.options.names.salt_bytes = config_.max_salt_bytes;
   services_.options.names.location_bytes = config_.max_location_bytes;
   services_.options.registrations = RegistrationLimitsOf(config_);
-  services_.options.max_lookup_blocks = machine_options.index.max_lookup_blocks;
+  services_.options.max_lookup_blocks = static_cast<uint32_t>(config_.max_lookup_blocks);
   // Other members' REST listeners are configured as this one's (the same TLS settings on
   // every member).
   services_.peer_http.tls = tls_on.http;
@@ -190,6 +175,7 @@ Status Server::Init() {
   RpcServerOptions rpc_options;
   rpc_options.host = rpc_listen.host;
   rpc_options.port = rpc_listen.port;
+  rpc_options.listen_fd = preflight.rpc.fd();
   rpc_options.threads = config_.rpc_threads;
   rpc_options.connection.max_frame_bytes = static_cast<uint32_t>(config_.rpc_max_frame_bytes);
   rpc_options.connection.max_in_flight = config_.rpc_max_in_flight;
@@ -204,7 +190,8 @@ Status Server::Init() {
   KVATLAS_RETURN_IF_ERROR(rpc_->Start());
   rpc_listen_address_ = HostPort{rpc_listen.host, rpc_->port()}.ToString();
   services_.rpc_address = Advertised(rpc_listen_address_, raft_address_);
-  KVATLAS_RETURN_IF_ERROR(WriteFileAtomically(data_dir / "rpc.addr", rpc_listen_address_ + "\n"));
+  KVATLAS_RETURN_IF_ERROR(
+      WriteFileAtomically(fs::path(config_.data_dir) / "rpc.addr", rpc_listen_address_ + "\n"));
   wrote_rpc_address_ = true;
 
   Router router;
@@ -217,6 +204,7 @@ Status Server::Init() {
   HttpServerOptions http_options;
   http_options.host = listen.host;
   http_options.port = listen.port;
+  http_options.listen_fd = preflight.http.fd();
   http_options.threads = config_.http_threads;
   http_options.max_body_bytes = config_.max_body_bytes;
   http_options.idle_timeout = std::chrono::milliseconds(config_.http_read_timeout_ms);
@@ -232,7 +220,8 @@ Status Server::Init() {
   // Set before the address is published (http.addr, the log line): no client can reach
   // a handler that reads it earlier.
   services_.http_address = Advertised(listen_address_, raft_address_);
-  KVATLAS_RETURN_IF_ERROR(WriteFileAtomically(data_dir / "http.addr", listen_address_ + "\n"));
+  KVATLAS_RETURN_IF_ERROR(
+      WriteFileAtomically(fs::path(config_.data_dir) / "http.addr", listen_address_ + "\n"));
   wrote_address_ = true;
   announcer_ = std::thread([this] { AnnounceAddresses(); });
   if (leases_->enabled()) {
@@ -247,9 +236,70 @@ Status Server::Init() {
   return Status::Ok();
 }
 
-Status Server::StartAccessControl() {
+Status Server::OpenState() {
+  const fs::path data_dir(config_.data_dir);
+  std::error_code ec;
+  // The topmost directory that does not exist yet is the one a failed start removes.
+  for (fs::path p = fs::absolute(data_dir, ec); !ec && !p.empty() && !fs::exists(p, ec);
+       p = p.parent_path()) {
+    created_data_dir_ = p;
+    if (p == p.parent_path()) break;
+  }
+  fs::create_directories(data_dir, ec);
+  if (ec) {
+    created_data_dir_.clear();  // nothing to remove, and maybe someone else's
+    return Status::IOError("cannot create data dir " + config_.data_dir + ": " + ec.message());
+  }
+
+  StorageOptions storage_options;
+  storage_options.path = (data_dir / "db").string();
+  const fs::path rebuild = data_dir / "raft" / RaftLog::kRebuildMarker;
+  if (fs::exists(rebuild)) {
+    // The last run stopped because its raft log failed (RaftLog::failed): the database may
+    // hold entries that were never committed. Start from nothing; raft restores its latest
+    // snapshot and replays the log.
+    LogWarning("rebuilding the state from the raft log (" + rebuild.string() + ")");
+    fs::remove_all(storage_options.path, ec);
+    if (ec) return Status::IOError("cannot remove " + storage_options.path + ": " + ec.message());
+    fs::remove(rebuild, ec);
+  }
+  storage_options.sync_writes = config_.storage_sync;
+  // The raft log is the durable record (docs/replication.md): RocksDB's own WAL would only
+  // write everything a second time.
+  storage_options.disable_wal = !config_.storage_sync;
+  storage_options.block_cache_bytes = config_.storage_block_cache_bytes;
+  storage_options.write_buffer_bytes = config_.storage_write_buffer_bytes;
+  storage_options.memory_bytes = config_.storage_memory_bytes;
+  trimmer_ = std::make_unique<MemoryTrimmer>();
+  storage_options.on_flush = [trimmer = trimmer_.get()] { trimmer->Request(); };
+  LogInfo("recovering state from " + storage_options.path);
+  progress_->BeginPhase("opening RocksDB", "", 0, DirectoryBytes(storage_options.path));
+  KVATLAS_ASSIGN_OR_RETURN(storage_, Storage::Open(storage_options));
+  KVATLAS_RETURN_IF_ERROR(progress_->CheckStop("opening RocksDB"));
+
+  StateMachineOptions machine_options;
+  machine_options.hash_seed = config_.hash_seed;
+  machine_options.index.max_entries_per_context = config_.max_entries_per_context;
+  machine_options.index.max_lookup_blocks = static_cast<uint32_t>(config_.max_lookup_blocks);
+  machine_ = std::make_unique<StateMachine>(machine_options, storage_.get());
+  ChangeFeedOptions feed_options;
+  feed_options.window_bytes = static_cast<size_t>(config_.feed_window_bytes);
+  feed_options.window_keys = config_.feed_window_keys;
+  feed_ = std::make_unique<ChangeFeed>(feed_options);
+  machine_->SetApplyObserver(feed_.get());
+  progress_->BeginPhase("loading the state from RocksDB", "entries", 0,
+                        storage_->ApproximateSizeBytes());
+  machine_->SetRecoveryProgress(progress_);
+  KVATLAS_RETURN_IF_ERROR(machine_->Recover());
+  const RecoveryProgress::View loaded = progress_->Read();
+  LogInfo("recovered at revision " + std::to_string(machine_->applied_revision()) + ": " +
+          std::to_string(loaded.records) + " entries loaded in " +
+          std::to_string(static_cast<uint64_t>(loaded.phase_seconds * 1000)) + " ms");
+  return progress_->CheckStop("recovering the state");
+}
+
+Status Server::StartAccessControl(std::vector<TokenEntry> tokens) {
   const bool enabled = AccessControlConfigured(config_);
-  KVATLAS_ASSIGN_OR_RETURN(std::vector<TokenEntry> tokens, LoadTokens(config_));
   const size_t count = tokens.size();
   auth_ = std::make_unique<Authenticator>(enabled, std::move(tokens));
   audit_ = std::make_unique<AuditLog>(&metrics_);
@@ -369,6 +419,11 @@ void Server::AnnounceAddresses() {
   std::unique_lock lock(registrar_mu_);
   while (!registrar_cv_.wait_for(lock, delay, [this] { return registrar_stop_; })) {
     const ClusterStatus status = raft_->GetStatus();
+    if (awaiting_membership_ && !status.members.empty()) {
+      awaiting_membership_ = false;
+      LogInfo("raft: added to the cluster (a configuration of " +
+              std::to_string(status.members.size()) + " servers)");
+    }
     // In a one-server cluster nobody needs the addresses: no log entry for them.
     if (status.members.size() < 2 || machine_->AddressesOf(config_.id) == mine) {
       delay = kPoll;
@@ -521,111 +576,6 @@ void Server::RegisterConfigPublishers() {
       return;
     }
   }
-}
-
-Status Server::StartPeerAuth(bool single) {
-  std::string secret;
-  if (!config_.cluster_secret_file.empty()) {
-    KVATLAS_ASSIGN_OR_RETURN(secret, ReadClusterSecret(config_.cluster_secret_file));
-    LogInfo("peers authenticate with the cluster secret of " + config_.cluster_secret_file +
-            " (cluster_id \"" + config_.cluster_id + "\")");
-  } else if (!single && PeersExposed(config_)) {
-    LogWarning(
-        "insecure: this cluster's servers use non-loopback addresses and no cluster_secret_file "
-        "is set: anyone who reaches them can pose as a member (join raft, announce addresses, "
-        "answer forwarded writes); docs/security.md §Peers");
-  } else if (!single) {
-    LogWarning(
-        "no cluster_secret_file: peers on loopback addresses prove only the cluster id, so any "
-        "process on this machine can pose as a member");
-  }
-  // A single server without a secret uses a random key: nobody else can sign for it (a
-  // server that should take members later needs the secret from the start).
-  peer_auth_ = std::make_unique<PeerAuth>(config_.id, config_.cluster_id, secret,
-                                          /*random_if_no_secret=*/single);
-  return Status::Ok();
-}
-
-Status Server::StartRaft() {
-  KVATLAS_ASSIGN_OR_RETURN(auto peers, ParsePeers(config_.peers));
-  KVATLAS_RETURN_IF_ERROR(StartPeerAuth(peers.empty()));
-  RaftOptions options;
-  options.peer_auth = peer_auth_.get();
-  options.handshake_timeout_ms = static_cast<unsigned>(config_.raft_handshake_timeout_ms);
-  options.id = config_.id;
-  options.dir = (std::filesystem::path(config_.data_dir) / "raft").string();
-  options.address = config_.raft_listen;
-  options.bind_address = config_.raft_bind;
-  if (peers.empty()) {
-    // A single server is a one-voter cluster: nobody connects to it, any port will do.
-    if (options.address.empty()) options.address = "127.0.0.1:0";
-    options.bootstrap = {{config_.id, options.address}};
-  } else {
-    bool member = false;
-    for (const auto& [id, address] : peers) {
-      if (id == config_.id) {
-        options.address = address;
-        member = true;
-      }
-    }
-    // Not among the initial voters: a server joining a running cluster. It starts with an
-    // empty configuration and waits for the leader to add it (POST /v1/cluster/members).
-    if (member) options.bootstrap = peers;
-  }
-  options.election_timeout_ms = static_cast<unsigned>(config_.raft_election_timeout_ms);
-  options.heartbeat_timeout_ms = static_cast<unsigned>(config_.raft_heartbeat_timeout_ms);
-  options.snapshot_threshold = static_cast<unsigned>(config_.raft_snapshot_threshold);
-  options.snapshot_trailing = static_cast<unsigned>(config_.raft_snapshot_trailing);
-  options.snapshot_log_bytes = static_cast<size_t>(config_.raft_snapshot_log_bytes);
-  options.snapshot_done = [trimmer = trimmer_.get()] { trimmer->Request(); };
-  options.apply_queue = static_cast<size_t>(config_.raft_apply_queue);
-  // A data directory made by `kvatlas-server restore`: snapshot at once (RaftOptions).
-  const fs::path restored = fs::path(config_.data_dir) / kRestoredMarker;
-  std::error_code exists_error;
-  if (fs::exists(restored, exists_error)) {
-    options.compact_early = true;
-    options.compacted = [restored] {
-      std::error_code ec;
-      fs::remove(restored, ec);
-      LogInfo("the restored state is in a raft snapshot" +
-              (ec ? " (cannot remove " + restored.string() + ": " + ec.message() + ")"
-                  : std::string()));
-    };
-    LogInfo("data directory restored from a backup: taking a raft snapshot of it first");
-  }
-  options.segment_bytes = static_cast<size_t>(config_.raft_segment_bytes);
-  LogInfo("raft: server " + std::to_string(options.id) + " at " + options.address +
-          (peers.empty() ? " (single server)"
-                         : " (" + std::to_string(peers.size()) + " initial voters)"));
-  // Registry changes reach the ZMQ ingest once it exists; raft may apply entries (replay
-  // past the persisted state) as soon as it starts.
-  machine_->SetRegistryListener([this] {
-    if (ZmqIngest* zmq = zmq_notify_.load(std::memory_order_acquire)) zmq->NotifyRegistryChanged();
-  });
-  const bool single = peers.empty();
-  raft_address_ = options.address;
-  const auto patience = std::chrono::milliseconds(10 * options.election_timeout_ms);
-  KVATLAS_ASSIGN_OR_RETURN(raft_, RaftLog::Start(std::move(options), machine_.get()));
-  if (single) {
-    // A one-voter cluster elects itself within an election timeout: wait for it, so that
-    // the first write after start-up is not refused as "not leader".
-    const auto deadline = std::chrono::steady_clock::now() + patience;
-    while (!raft_->is_leader() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    if (!raft_->is_leader())
-      return Status::Unavailable("raft: the single server did not elect itself");
-    // Its whole log is committed now, but the raft-apply thread may still be replaying it:
-    // serve only once it has, so that every write acknowledged before a restart is visible
-    // to the first read after it (as when the apply ran on the raft loop).
-    for (;;) {
-      const ClusterStatus status = raft_->GetStatus();  // refreshed every 50 ms
-      if (status.state == "leader" && status.applied_index >= status.last_index) break;
-      if (raft_->failed()) return Status::Internal("raft: replaying the log failed");
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
-  return Status::Ok();
 }
 
 Status Server::Shutdown() {

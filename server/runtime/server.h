@@ -1,13 +1,16 @@
-// Server: one kvatlas server process composed from its parts (docs/architecture.md): open
-// Storage at DATA_DIR/db, rebuild the state machine from it, start the Applier, then serve
-// the binary protocol and REST. Both start only after recovery, so every answer reflects
-// the recovered state.
+// Server: one kvatlas server process composed from its parts (docs/architecture.md): check
+// the configuration, read its files and bind the listen addresses (preflight.h), then open
+// Storage at DATA_DIR/db, rebuild the state machine from it, start raft and the Applier,
+// and serve the binary protocol and REST. Both serve only after recovery, so every answer
+// reflects the recovered state.
 //
 // Thread-safety: Start/Shutdown from the owning (main) thread; failed() from any thread.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,10 +25,12 @@
 #include "server/rpc/rpc_server.h"
 #include "server/runtime/config.h"
 #include "server/runtime/memory_trimmer.h"
+#include "server/runtime/preflight.h"
 #include "server/service/metrics.h"
 #include "server/state/applier.h"
 #include "server/state/audit_proposer.h"
 #include "server/state/lease_tracker.h"
+#include "server/state/recovery_progress.h"
 #include "server/state/state_machine.h"
 #include "server/storage/storage.h"
 #include "server/zmq/zmq_ingest.h"
@@ -34,13 +39,23 @@ namespace kvatlas::server {
 
 class Server {
  public:
-  // Creates the data directory if needed, opens and recovers the state, binds the binary
-  // protocol address and writes it to DATA_DIR/rpc.addr, then binds the REST address and
-  // writes DATA_DIR/http.addr (each atomically: a reader sees the whole address or no
-  // file; http.addr last, so once it exists both are served). Errors: kIOError/kCorruption from
-  // storage (e.g. the directory is used by another server), kFailedPrecondition on a hash seed
-  // mismatch, kUnavailable if the address cannot be bound.
-  [[nodiscard]] static Result<std::unique_ptr<Server>> Start(const Config& config);
+  // Runs the preflight (preflight.h: config, TLS files, token file, cluster secret, and
+  // binds the REST, binary protocol and raft addresses), and only then creates the data
+  // directory if needed, opens and recovers the state and starts raft; then listens on
+  // the binary protocol address and writes it to DATA_DIR/rpc.addr, then on the REST
+  // address and writes DATA_DIR/http.addr (each atomically: a reader sees the whole address
+  // or no file; http.addr last, so once it exists both are served).
+  //
+  // `progress` (null = an internal one) says what the recovery is doing (logged every few
+  // seconds meanwhile) and can stop it: once it asks, Start returns kCancelled promptly (at
+  // the next check of the phase running; libraft's loading of its log cannot be cut
+  // short); the data directory stays fit to recover from at the next start.
+  //
+  // A failed start removes the data directory if it created it. Errors: the preflight's,
+  // kIOError/kCorruption from storage (e.g. the directory is used by another server),
+  // kFailedPrecondition on a hash seed mismatch, kCancelled (above).
+  [[nodiscard]] static Result<std::unique_ptr<Server>> Start(const Config& config,
+                                                             RecoveryProgress* progress = nullptr);
 
   ~Server();  // Shutdown()s if the owner did not
   Server(const Server&) = delete;
@@ -71,14 +86,23 @@ class Server {
   [[nodiscard]] Status Shutdown();
 
  private:
-  explicit Server(Config config) : config_(std::move(config)) {}
+  explicit Server(Config config, RecoveryProgress* progress);
   Status Init();
-  // Reads the tokens, decides whether access control is on and logs what it means.
-  Status StartAccessControl();
+  // Creates the data directory (noting in created_data_dir_ the directory it created, if
+  // any), opens storage and recovers the state machine from it.
+  Status OpenState();
+  // Takes the tokens (read by the preflight), decides whether access control is on and
+  // logs what it means.
+  Status StartAccessControl(std::vector<TokenEntry> tokens);
   // Creates the ZMQ ingest, registers the config file's publishers and starts following.
   Status StartZmqIngest();
-  // Opens DATA_DIR/raft and starts this server's member of the raft cluster.
-  Status StartRaft();
+  // Opens DATA_DIR/raft and starts this server's member of the raft cluster, on the
+  // preflight's raft socket and with its cluster secret; for a single server, waits until
+  // it leads and has replayed its log (AwaitSingleServer).
+  Status StartRaft(const Preflight& preflight);
+  Status AwaitSingleServer(std::chrono::milliseconds patience);
+  // A joining server: logs whether it waits to be added or is a member already.
+  void LogMembership();
   // Registers the config file's publishers once this server leads (background thread).
   void RegisterConfigPublishers();
   // Watches the data directory's free space (background thread, every 250 ms).
@@ -93,10 +117,15 @@ class Server {
   // Does nothing on a follower.
   // The PeerAuth of raft and the internal calls, from the cluster secret (a random key for
   // a `single` server without one); logs how peers authenticate.
-  [[nodiscard]] Status StartPeerAuth(bool single);
+  [[nodiscard]] Status StartPeerAuth(bool single, const std::string& secret);
   void ExpireSilentHolders();
 
   Config config_;
+  std::unique_ptr<RecoveryProgress> own_progress_;  // when Start was given none
+  RecoveryProgress* progress_;
+  // The directory OpenState created for the data directory (its topmost new ancestor),
+  // removed again when the start fails; empty when the data directory existed.
+  std::filesystem::path created_data_dir_;
   // Trims the heap after RocksDB flushes and raft snapshots: outlives storage_ and raft_.
   std::unique_ptr<MemoryTrimmer> trimmer_;
   std::unique_ptr<ReloadableTlsContext> tls_;  // null without TLS; outlives the listeners
@@ -122,6 +151,9 @@ class Server {
   bool wrote_address_ = false;
   bool wrote_rpc_address_ = false;
   bool shut_down_ = false;
+  // A joining server not in a configuration yet (LogMembership); the announcer's thread
+  // only, once started.
+  bool awaiting_membership_ = false;
   std::thread registrar_;
   std::mutex registrar_mu_;
   std::condition_variable registrar_cv_;

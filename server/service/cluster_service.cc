@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/internal/host_port.h"
 #include "server/service/ingest_service.h"
 #include "server/service/replica_audit_service.h"
 
@@ -89,6 +90,13 @@ nlohmann::json ClusterViewJson(const ClusterView& view) {
   const auto optional = [](const auto& v) {
     return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
   };
+  // Port 0 is no address: a single server started without --raft-listen takes any port,
+  // which nobody else needs (or can learn).
+  const auto raft_address = [](const std::string& raft) {
+    const Result<HostPort> parsed = ParseHostPort(raft);
+    if (raft.empty() || (parsed.has_value() && parsed->port == 0)) return nlohmann::json(nullptr);
+    return nlohmann::json(raft);
+  };
   nlohmann::json members = nlohmann::json::array();
   for (const ClusterMember& m : s.members) {
     const bool self = m.id == s.id;
@@ -101,7 +109,7 @@ nlohmann::json ClusterViewJson(const ClusterView& view) {
       state = "unreachable";  // ...except, on the leader, that it does not answer
     }
     members.push_back({{"id", m.id},
-                       {"raft_address", m.raft_address},
+                       {"raft_address", raft_address(m.raft_address)},
                        {"http_address", address(m.id, &ServerAddresses::http_address)},
                        {"rpc_address", address(m.id, &ServerAddresses::rpc_address)},
                        {"role", m.role},
@@ -115,7 +123,7 @@ nlohmann::json ClusterViewJson(const ClusterView& view) {
   nlohmann::json out = {{"id", s.id},
                         {"state", s.state},
                         {"leader_id", s.leader_id},
-                        {"leader_raft_address", s.leader_raft_address},
+                        {"leader_raft_address", raft_address(s.leader_raft_address)},
                         {"leader_http_address",
                          s.leader_id == 0 ? nlohmann::json(nullptr)
                                           : address(s.leader_id, &ServerAddresses::http_address)},

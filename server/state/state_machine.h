@@ -28,6 +28,7 @@
 #include "server/index/index.h"
 #include "server/index/spare_maker.h"
 #include "server/model/command.h"
+#include "server/state/recovery_progress.h"
 #include "server/state/replica_audit.h"
 #include "server/state/replicated_log.h"
 #include "server/state/stream_tally.h"
@@ -169,6 +170,14 @@ class StateMachine final : public LogStateMachine {
   }
   // Set before Recover(); null = none. `observer` must outlive the StateMachine's use.
   void SetApplyObserver(ApplyObserver* observer) { observer_ = observer; }
+  // While set (a server starting), Recover and Restore count the entries they load from
+  // storage into `progress` and, once it asks them to stop, return kCancelled; the state
+  // in memory is then partial and the StateMachine must not be used any more, while
+  // storage is as it was (Restore: its replacement is atomic, so the snapshot's state).
+  // Null = neither. Any thread; `progress` must outlive its use.
+  void SetRecoveryProgress(RecoveryProgress* progress) {
+    progress_.store(progress, std::memory_order_release);
+  }
 
   ApplyCounters counters() const;
 
@@ -230,6 +239,9 @@ class StateMachine final : public LogStateMachine {
   Registry registry_;
   std::function<void()> registry_listener_;
   ApplyObserver* observer_ = nullptr;
+  std::atomic<RecoveryProgress*> progress_{nullptr};
+  // Loads storage's records into index_ (empty), through progress_ when set.
+  Status LoadIndex();
   std::atomic<Revision> applied_{0};
   std::atomic<bool> failed_{false};
   MutationList scratch_;

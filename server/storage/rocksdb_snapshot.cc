@@ -27,14 +27,9 @@ Result<Revision> WalkSnapshot(std::string_view snapshot,
   const auto corrupt = [](const std::string& what) {
     return Status::Corruption("snapshot: " + what);
   };
-  if (snapshot.size() < kSnapshotMagic.size() + 1 + 8 + 8 ||
-      snapshot.substr(0, kSnapshotMagic.size()) != kSnapshotMagic) {
-    return corrupt("bad magic or too short");
-  }
-  ByteReader in(
-      snapshot.substr(kSnapshotMagic.size(), snapshot.size() - kSnapshotMagic.size() - 8));
-  if (in.U8() != kSnapshotVersion) return corrupt("unknown version");
-  const Revision applied = in.Fixed64();
+  KVATLAS_ASSIGN_OR_RETURN(const Revision applied, Storage::SnapshotHeaderAppliedIndex(snapshot));
+  constexpr size_t kHeaderBytes = kSnapshotMagic.size() + 1 + 8;
+  ByteReader in(snapshot.substr(kHeaderBytes, snapshot.size() - kHeaderBytes - 8));
   uint64_t count = 0;
   while (in.ok() && in.remaining() > 0) {
     const std::string_view key = in.LengthPrefixed();
@@ -164,6 +159,19 @@ namespace kvatlas::server {
 
 Result<Revision> Storage::SnapshotAppliedIndex(std::string_view snapshot) {
   return rocksdb_storage::WalkSnapshot(snapshot, nullptr);
+}
+
+Result<Revision> Storage::SnapshotHeaderAppliedIndex(std::string_view snapshot) {
+  using rocksdb_storage::kSnapshotMagic;
+  if (snapshot.size() < kSnapshotMagic.size() + 1 + 8 + 8 ||
+      snapshot.substr(0, kSnapshotMagic.size()) != kSnapshotMagic) {
+    return Status::Corruption("snapshot: bad magic or too short");
+  }
+  ByteReader in(snapshot.substr(kSnapshotMagic.size(), 1 + 8));
+  if (in.U8() != rocksdb_storage::kSnapshotVersion) {
+    return Status::Corruption("snapshot: unknown version");
+  }
+  return in.Fixed64();
 }
 
 Result<Revision> Storage::WalkSnapshot(

@@ -106,6 +106,9 @@ class Storage {
 
   // Reads the applied_index a serialized capture was taken at (kCorruption if malformed).
   [[nodiscard]] static Result<Revision> SnapshotAppliedIndex(std::string_view snapshot);
+  // The same from the capture's header alone, checking nothing after it: cheap, for
+  // deciding whether a snapshot is newer than the state before checking all of it.
+  [[nodiscard]] static Result<Revision> SnapshotHeaderAppliedIndex(std::string_view snapshot);
   // Checks a serialized capture as SnapshotAppliedIndex does and calls fn(key, value) for
   // every record in order, stopping at the first non-OK Status. Returns its applied_index.
   [[nodiscard]] static Result<Revision> WalkSnapshot(

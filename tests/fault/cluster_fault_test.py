@@ -186,6 +186,25 @@ def holds(node, i):
     return status == 200 and body.get("default", {}).get("w", {}).get("GPU") == 2 * BS
 
 
+def load_entries(node, entries, seed=7):
+    """Writes `entries` entries to `node` in requests of ten 1,000-block stored events of
+    one holder (random block hashes from `seed`): a large state quickly."""
+    rng = random.Random(seed)
+    done = 0
+    while done < entries:
+        events = []
+        for _ in range(10):
+            n = min(1000, entries - done)
+            if n <= 0:
+                break
+            events.append({"event_type": "stored", "model_name": "bench", "block_size": 16,
+                           "backend_id": "h", "parent_hash": rng.getrandbits(63),
+                           "seq_hashes": [rng.getrandbits(63) for _ in range(n)]})
+            done += n
+        status, body = node.request("POST", "/v1/events", {"events": events})
+        assert status == 200, (status, body)
+
+
 def wait_applied(node, revision):
     deadline = time.time() + DEADLINE_S
     while time.time() < deadline:

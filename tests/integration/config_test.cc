@@ -33,6 +33,61 @@ TEST_SUITE("Integration.Config") {
     }
     CHECK(run.out.find("(default: \"127.0.0.1:7070\")") != std::string::npos);
     CHECK(run.out.find("(default: 1337)") != std::string::npos);
+    // A switch is shown with the value it may take, not one it needs.
+    CHECK(run.out.find("--insecure [true|false]") != std::string::npos);
+    CHECK(run.out.find("--storage-sync [true|false]") != std::string::npos);
+    CHECK(run.out.find("--insecure VALUE") == std::string::npos);
+    CHECK(run.out.find("--http-listen HOST:PORT") != std::string::npos);
+    CHECK(run.out.find("--http-threads N") != std::string::npos);
+    const RunResult short_flag = RunServerToExit({"-h"}, dir.path());
+    CHECK(short_flag.exit_code == 0);
+    CHECK(short_flag.out == run.out);
+  }
+
+  TEST_CASE("Config: every subcommand prints its own help; usage errors are one line and a hint") {
+    TempDir dir;
+    for (const char* command : {"gen-token", "backup", "restore", "verify-backup"}) {
+      for (const char* help : {"--help", "-h"}) {
+        CAPTURE(command);
+        CAPTURE(help);
+        const RunResult run = RunServerToExit({command, help}, dir.path());
+        CAPTURE(run.err);
+        CHECK(run.exit_code == 0);
+        CHECK(run.out.starts_with("Usage: kvatlas-server " + std::string(command) + " "));
+        CHECK(run.err.empty());
+      }
+    }
+    struct Case {
+      std::vector<std::string> args;
+      std::string error;  // the first line
+      std::string help;   // the command the second line names
+    };
+    const std::vector<Case> cases = {
+        {{"--colour", "blue"}, "kvatlas-server: unknown flag --colour", "kvatlas-server"},
+        {{"--http-threads"}, "kvatlas-server: --http-threads: needs a value", "kvatlas-server"},
+        {{"stray"}, "kvatlas-server: unexpected argument \"stray\"", "kvatlas-server"},
+        // Unknown before short of a value, in the subcommands too.
+        {{"gen-token", "--nmae"},
+         "kvatlas-server: gen-token: unknown argument \"--nmae\"",
+         "kvatlas-server gen-token"},
+        {{"gen-token", "--name"},
+         "kvatlas-server: gen-token: --name needs a value",
+         "kvatlas-server gen-token"},
+        {{"backup", "--bogus", "x"},
+         "kvatlas-server: unknown argument \"--bogus\"",
+         "kvatlas-server backup"},
+        {{"restore", "--from"}, "kvatlas-server: --from needs a value", "kvatlas-server restore"},
+        {{"verify-backup"},
+         "kvatlas-server: verify-backup needs --from",
+         "kvatlas-server verify-backup"},
+    };
+    for (const Case& c : cases) {
+      const RunResult run = RunServerToExit(c.args, dir.path());
+      CAPTURE(c.error);
+      CHECK(run.exit_code == 2);
+      CHECK(run.err == c.error + "\nRun '" + c.help + " --help' for usage.\n");
+      CHECK(run.out.empty());
+    }
   }
 
   TEST_CASE("Config: flags override the file, and the example file holds the defaults") {

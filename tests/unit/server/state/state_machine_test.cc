@@ -46,6 +46,16 @@ Result<Revision> ApplyOne(StateMachine& machine, const CommandBatch& batch) {
   return machine.Apply(one);
 }
 
+// A RocksDB storage at `path`, without fsyncs.
+std::unique_ptr<Storage> OpenStorage(const std::string& path) {
+  StorageOptions options;
+  options.path = path;
+  options.sync_writes = false;
+  auto storage = Storage::Open(options);
+  REQUIRE(storage.has_value());
+  return std::move(*storage);
+}
+
 uint64_t Entries(const StateMachine& machine) {
   return machine.Read([](const Index& index, Revision) { return index.Stats().entries; });
 }
@@ -147,6 +157,70 @@ TEST_SUITE("StateMachine") {
     }));
     REQUIRE(ApplyOne(machine, StreamStore("a", 2, 7)).has_value());
     CHECK(machine.counters().duplicate_batches == 1);
+  }
+
+  TEST_CASE("StateMachine: a snapshot not newer than the state is skipped on its header alone") {
+    testing::TempDir dir;
+    const std::unique_ptr<Storage> storage = OpenStorage(dir.str());
+    StateMachine machine({}, storage.get());
+    REQUIRE(machine.Recover().ok());
+    REQUIRE(ApplyOne(machine, StreamStore("a", 1, std::nullopt)).has_value());
+    auto capture = machine.CaptureState();
+    REQUIRE(capture.has_value());
+    ChunkedBytes chunks(1 << 10);
+    REQUIRE((*capture)->SerializeInto(&chunks).ok());
+    std::string snapshot;
+    for (const ChunkedBytes::Chunk& chunk : chunks.chunks())
+      snapshot.append(chunk.data, chunk.size);
+    // Damaged past its header: raft hands the state machine its latest snapshot at every
+    // start, and one at or below the state's revision is not read beyond the header.
+    std::string damaged = snapshot;
+    damaged[damaged.size() - 1] ^= 0x5a;
+    CHECK(machine.Restore(damaged).ok());
+    CHECK(Entries(machine) == 1);
+    // A newer one is checked whole before it replaces anything.
+    REQUIRE(ApplyOne(machine, StreamStore("a", 2, std::nullopt)).has_value());
+    const Revision later = machine.applied_revision();
+    std::string newer = damaged;
+    for (int i = 0; i < 8; ++i) newer[5 + i] = static_cast<char>(i == 0 ? 0x7f : 0);
+    CHECK(machine.Restore(newer).code() == StatusCode::kCorruption);
+    CHECK(machine.applied_revision() == later);
+    CHECK(Entries(machine) == 2);
+  }
+
+  TEST_CASE("StateMachine: with a RecoveryProgress, recovery counts its entries and stops") {
+    testing::TempDir dir;
+    constexpr uint64_t kEntries = 10'000;
+    {
+      const std::unique_ptr<Storage> storage = OpenStorage(dir.str());
+      StateMachine machine({}, storage.get());
+      REQUIRE(machine.Recover().ok());
+      StoreCommand store;
+      store.context = kContext;
+      store.holder = HolderKey{"a", 0};
+      for (uint64_t k = 1; k <= kEntries; ++k) store.hashes.push_back(k);
+      CommandBatch batch;
+      batch.commands.emplace_back(std::move(store));
+      REQUIRE(ApplyOne(machine, batch).has_value());
+    }
+    const std::unique_ptr<Storage> storage = OpenStorage(dir.str());
+    {
+      RecoveryProgress progress;
+      progress.BeginPhase("loading", "entries");
+      StateMachine machine({}, storage.get());
+      machine.SetRecoveryProgress(&progress);
+      REQUIRE(machine.Recover().ok());
+      CHECK(progress.Read().records == kEntries);
+      CHECK(Entries(machine) == kEntries);
+    }
+    RecoveryProgress stopped;
+    stopped.RequestStop();
+    StateMachine machine({}, storage.get());
+    machine.SetRecoveryProgress(&stopped);
+    const Status recovered = machine.Recover();
+    CHECK(recovered.code() == StatusCode::kCancelled);
+    CHECK(recovered.message().find("stopped (SIGINT or SIGTERM) while loading") !=
+          std::string::npos);
   }
 
   TEST_CASE("StateMachine: server addresses are announced, forgotten, persisted, snapshotted") {
