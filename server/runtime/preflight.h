@@ -26,8 +26,8 @@ struct RaftPlacement {
   // HOST:PORT peers reach this server at: raft_listen or this id's --peers entry; for a
   // single server without raft_listen, "127.0.0.1:0" (any port: nobody connects to it).
   std::string address;
-  std::string bind_address;  // what the transport binds: raft_bind, else `address`
-  bool single = false;       // no --peers: a one-voter cluster
+  std::string bind_address;    // what the transport binds: raft_bind, else `address`
+  bool single = false;         // no --peers: a one-voter cluster
   bool initial_voter = false;  // this id is in --peers: bootstraps with them
   // The setting `bind_address` comes from, as errors name it: "--raft-bind",
   // "--raft-listen", "--peers (this server's entry)", "raft (single server)".

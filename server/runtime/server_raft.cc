@@ -17,10 +17,10 @@ namespace fs = std::filesystem;
 std::string DescribePlacement(uint64_t id, const RaftPlacement& raft, bool own_address) {
   const std::string server = "raft: server " + std::to_string(id);
   if (raft.single) {
-    return server +
-           (own_address ? " at " + raft.address + ", a single server (a one-voter cluster)"
-                        : ", a single server (a one-voter cluster; no raft address: no --peers "
-                          "and no --raft-listen, so no other server can reach it)");
+    return server + (own_address
+                         ? " at " + raft.address + ", a single server (a one-voter cluster)"
+                         : ", a single server (a one-voter cluster; no raft address: no --peers "
+                           "and no --raft-listen, so no other server can reach it)");
   }
   const std::string voters = std::to_string(raft.peers.size()) + " initial voters in --peers";
   if (raft.initial_voter) {
@@ -28,8 +28,8 @@ std::string DescribePlacement(uint64_t id, const RaftPlacement& raft, bool own_a
            (raft.peers.size() == 1 ? ", the only initial voter in --peers"
                                    : ", one of the " + voters);
   }
-  return server + " at " + raft.address + ", joining a running cluster (not one of the " +
-         voters + ", so it does not bootstrap one)";
+  return server + " at " + raft.address + ", joining a running cluster (not one of the " + voters +
+         ", so it does not bootstrap one)";
 }
 
 }  // namespace
@@ -129,8 +129,7 @@ void Server::LogMembership() {
   if (status.members.empty()) {
     awaiting_membership_ = true;  // AnnounceAddresses says when it is added
     LogInfo("raft: waiting to be added to the cluster (on the leader: `kvatlas cluster add " +
-            std::to_string(config_.id) + " " + raft_address_ +
-            "`, or POST /v1/cluster/members)");
+            std::to_string(config_.id) + " " + raft_address_ + "`, or POST /v1/cluster/members)");
   } else {
     LogInfo("raft: a member of the cluster already (its log holds a configuration of " +
             std::to_string(status.members.size()) + " servers)");

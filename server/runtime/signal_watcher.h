@@ -59,7 +59,7 @@ class SignalWatcher {
   std::atomic<bool> exiting_{false};  // the destructor runs: Run returns
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;     // guarded by mu_
+  bool stop_ = false;            // guarded by mu_
   bool reload_pending_ = false;  // guarded by mu_: a SIGHUP not returned by Wait yet
   std::thread thread_;
 };

@@ -68,8 +68,8 @@ std::string RecoveryProgress::Describe(const View& view) {
     if (view.total_records > 0) out += " of " + std::to_string(view.total_records);
     out += " " + view.unit;
     if (view.phase_seconds > 0) {
-      out += " (" + std::to_string(static_cast<uint64_t>(view.records / view.phase_seconds)) +
-             "/s)";
+      out +=
+          " (" + std::to_string(static_cast<uint64_t>(view.records / view.phase_seconds)) + "/s)";
     }
     out += ", ";
   }

@@ -52,14 +52,14 @@ class RecoveryProgress {
   [[nodiscard]] Status CheckStop(const std::string& where) const;
 
   struct View {
-    std::string phase;           // "" before the first phase
-    std::string unit;            // of `records`; "" = not counted
-    uint64_t records = 0;        // in this phase
-    uint64_t bytes = 0;          // in this phase
-    uint64_t total_records = 0;  // of this phase, 0 = unknown
-    uint64_t total_bytes = 0;    // of this phase, 0 = unknown
-    double phase_seconds = 0;    // since the phase began
-    double total_seconds = 0;    // since the first phase began
+    std::string phase;             // "" before the first phase
+    std::string unit;              // of `records`; "" = not counted
+    uint64_t records = 0;          // in this phase
+    uint64_t bytes = 0;            // in this phase
+    uint64_t total_records = 0;    // of this phase, 0 = unknown
+    uint64_t total_bytes = 0;      // of this phase, 0 = unknown
+    double phase_seconds = 0;      // since the phase began
+    double total_seconds = 0;      // since the first phase began
     bool uninterruptible = false;  // MarkUninterruptible
   };
   [[nodiscard]] View Read() const;
@@ -70,8 +70,8 @@ class RecoveryProgress {
  private:
   using Clock = std::chrono::steady_clock;
   mutable std::mutex mu_;
-  std::string phase_;             // guarded by mu_
-  std::string unit_;              // guarded by mu_
+  std::string phase_;              // guarded by mu_
+  std::string unit_;               // guarded by mu_
   Clock::time_point phase_start_;  // guarded by mu_
   Clock::time_point first_start_;  // guarded by mu_
   uint64_t total_records_ = 0;     // guarded by mu_
