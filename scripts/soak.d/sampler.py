@@ -12,8 +12,8 @@ from cluster import Http
 
 HIST = "kvatlas_raft_commit_duration_seconds"
 _BUCKET = re.compile(r'^%s_bucket\{le="([^"]+)"\} (\S+)$' % HIST)
-_GAUGE = re.compile(r"^(kvatlas_raft_apply_lag_entries|kvatlas_raft_leadership_changes_total)"
-                    r" (\S+)$")
+_GAUGE = re.compile(r"^(kvatlas_raft_apply_lag_entries|kvatlas_raft_leadership_changes_total|"
+                    r"kvatlas_feed_window_bytes) (\S+)$")
 
 
 def proc_figures(pid):
@@ -77,6 +77,10 @@ class Sampler:
                 row.update(entries=idx.get("entries"), blocks=idx.get("blocks"),
                            index_bytes=idx.get("memory_bytes"), revision=stats.get("revision"),
                            storage_bytes=stats.get("storage", {}).get("approximate_bytes"))
+                memory = stats.get("storage", {}).get("memory", {})
+                row.update(storage_memory=memory.get("total_bytes"),
+                           storage_budget=memory.get("budget_bytes"),
+                           table_readers=memory.get("table_reader_bytes"))
             view = views.get(node.id)
             if view:
                 row.update(state=view.get("state"), leader_id=view.get("leader_id"),
@@ -88,9 +92,16 @@ class Sampler:
                 buckets, gauges = parse_metrics(text)
                 row["apply_lag"] = gauges.get("kvatlas_raft_apply_lag_entries")
                 row["leader_changes"] = gauges.get("kvatlas_raft_leadership_changes_total")
+                row["feed_window_bytes"] = gauges.get("kvatlas_feed_window_bytes")
                 self.hist.append((t, node.id, buckets))
             if row.get("entries"):
                 row["rss_per_entry"] = row["rss_kb"] * 1024.0 / row["entries"]
+            if row.get("storage_memory") is not None and row.get("index_bytes") is not None:
+                # What the bounded budgets do not explain: RSS less RocksDB's memory (held
+                # under storage_memory_bytes), the index's tables and the feed's window.
+                accounted = (row["storage_memory"] + row["index_bytes"] +
+                             (row.get("feed_window_bytes") or 0))
+                row["other_mib"] = (row["rss_kb"] * 1024.0 - accounted) / (1 << 20)
             self.rows.append(row)
 
     def run(self):

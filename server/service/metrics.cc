@@ -68,14 +68,20 @@ std::string Label(std::string_view name, std::string_view value) {
   return std::string(name) + "=\"" + Escape(value) + "\"";
 }
 
-// A counter family with one sample per (label value → count) of `samples`.
+// A family of `type` with one sample per (label value → figure) of `samples`.
+template <typename Map>
+void LabelledFamily(std::string* out, std::string_view name, std::string_view type,
+                    std::string_view help, std::string_view label, const Map& samples) {
+  Family(out, name, type, help);
+  for (const auto& [value, figure] : samples) {
+    Sample(out, name, Label(label, value), static_cast<double>(figure));
+  }
+}
+
 template <typename Map>
 void LabelledCounter(std::string* out, std::string_view name, std::string_view help,
                      std::string_view label, const Map& samples) {
-  Family(out, name, "counter", help);
-  for (const auto& [value, count] : samples) {
-    Sample(out, name, Label(label, value), static_cast<double>(count));
-  }
+  LabelledFamily(out, name, "counter", help, label, samples);
 }
 
 // The _bucket, _sum and _count samples of one histogram (the family line is the caller's).
@@ -396,6 +402,18 @@ std::string Metrics::Render(const StateGauges& gauges) const {
                   std::map<std::string_view, uint64_t>{
                       {"http", tls_failures_http_.load(std::memory_order_relaxed)},
                       {"rpc", tls_failures_rpc_.load(std::memory_order_relaxed)}});
+  const Storage::MemoryUsage& memory = gauges.storage_memory;
+  LabelledFamily(
+      &out, "kvatlas_storage_memory_bytes", "gauge",
+      "RocksDB's memory: the block cache's usage (under a memory budget it includes "
+      "the memtables charged to it), the memtables, the table readers.",
+      "kind",
+      std::map<std::string_view, uint64_t>{{"block_cache", memory.block_cache_bytes},
+                                           {"memtables", memory.memtable_bytes},
+                                           {"table_readers", memory.table_reader_bytes}});
+  Single(&out, "kvatlas_storage_memory_budget_bytes", "gauge",
+         "storage_memory_bytes: the budget the block cache and memtables share (0 = none).",
+         static_cast<double>(memory.budget_bytes));
   const IndexStats& s = gauges.index;
   const auto d = [](uint64_t v) { return static_cast<double>(v); };
   const struct {

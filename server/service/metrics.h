@@ -22,6 +22,7 @@
 #include "server/peer/peer_auth.h"
 #include "server/state/replicated_log.h"
 #include "server/state/state_machine.h"
+#include "server/storage/storage.h"
 
 namespace kvatlas::server {
 
@@ -31,6 +32,7 @@ struct StateGauges {
   ApplyCounters applied;
   Revision revision = 0;
   uint64_t storage_bytes = 0;
+  Storage::MemoryUsage storage_memory;
   bool applier_failed = false;
   double uptime_seconds = 0;
   // Peer authentication (docs/security.md §Peers); unset without replication.

@@ -20,7 +20,10 @@ StateGauges ReadGauges(const Services& services) {
         return std::make_pair(index.Stats(), revision);
       });
   gauges.applied = services.machine->counters();
-  gauges.storage_bytes = services.storage ? services.storage->ApproximateSizeBytes() : 0;
+  if (services.storage != nullptr) {
+    gauges.storage_bytes = services.storage->ApproximateSizeBytes();
+    gauges.storage_memory = services.storage->ApproximateMemoryUsage();
+  }
   gauges.applier_failed = services.applier->failed();
   gauges.uptime_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - services.started).count();
@@ -58,7 +61,14 @@ std::string StatsDocument(const Services& services) {
         {"locations", s.locations},
         {"evicted_blocks", s.evicted_blocks},
         {"memory_bytes", s.memory_bytes}}},
-      {"storage", {{"approximate_bytes", g.storage_bytes}}},
+      {"storage",
+       {{"approximate_bytes", g.storage_bytes},
+        {"memory",
+         {{"total_bytes", g.storage_memory.total_bytes},
+          {"block_cache_bytes", g.storage_memory.block_cache_bytes},
+          {"memtable_bytes", g.storage_memory.memtable_bytes},
+          {"table_reader_bytes", g.storage_memory.table_reader_bytes},
+          {"budget_bytes", g.storage_memory.budget_bytes}}}}},
       {"applier",
        {{"queue_depth", services.metrics->applier_queue_depth()}, {"failed", g.applier_failed}}},
       {"applied",

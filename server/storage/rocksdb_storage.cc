@@ -36,7 +36,8 @@ RocksDbStorage::RocksDbStorage(std::unique_ptr<rocksdb::DB> db,
       meta_(families_.at(0)),
       entries_(families_.at(1)),
       jitter_(std::move(jitter)),
-      path_(options.path) {
+      path_(options.path),
+      memory_budget_bytes_(options.memory_bytes) {
   write_options_.sync = options.sync_writes && !options.disable_wal;
   write_options_.disableWAL = options.disable_wal;
   jitter_->Track(entries_);
@@ -79,6 +80,27 @@ uint64_t RocksDbStorage::ApproximateSizeBytes() const {
     total += sst + memtables;
   }
   return total;
+}
+
+Storage::MemoryUsage RocksDbStorage::ApproximateMemoryUsage() const {
+  MemoryUsage usage;
+  usage.budget_bytes = memory_budget_bytes_;
+  // The families share one cache: its usage is a DB-wide figure, read once.
+  uint64_t value = 0;
+  if (db_->GetIntProperty(meta_, rocksdb::DB::Properties::kBlockCacheUsage, &value)) {
+    usage.block_cache_bytes = value;
+  }
+  for (rocksdb::ColumnFamilyHandle* family : families_) {
+    if (db_->GetIntProperty(family, rocksdb::DB::Properties::kCurSizeAllMemTables, &value)) {
+      usage.memtable_bytes += value;
+    }
+    if (db_->GetIntProperty(family, rocksdb::DB::Properties::kEstimateTableReadersMem, &value)) {
+      usage.table_reader_bytes += value;
+    }
+  }
+  usage.total_bytes = usage.block_cache_bytes + usage.table_reader_bytes +
+                      (memory_budget_bytes_ == 0 ? usage.memtable_bytes : 0);
+  return usage;
 }
 
 Result<std::optional<std::string>> RocksDbStorage::GetMeta(std::string_view name) const {

@@ -91,6 +91,7 @@ class RocksDbStorage final : public Storage {
   // rocksdb_storage.cc.
   Status Flush() override;
   uint64_t ApproximateSizeBytes() const override;
+  MemoryUsage ApproximateMemoryUsage() const override;
 
  private:
   // The raw value of meta record `name`; nullopt when absent.
@@ -143,6 +144,7 @@ class RocksDbStorage final : public Storage {
   // FlushWAL would do that to the WAL: Flush refuses instead.
   std::atomic<bool> write_failed_{false};
   std::string path_;
+  uint64_t memory_budget_bytes_ = 0;
   // Write's scratch, reused across calls.
   rocksdb::WriteBatch write_batch_;
   std::string write_key_;

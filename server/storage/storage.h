@@ -125,6 +125,20 @@ class Storage {
 
   // Approximate on-disk size of the database, for /v1/stats.
   virtual uint64_t ApproximateSizeBytes() const = 0;
+
+  // What RocksDB holds in memory, for /v1/stats and the metrics: the block cache's usage
+  // (with a memory budget it includes the memtables charged to it) and the memtables and
+  // table readers on their own. A soak tells a budget filling up from a leak with these.
+  struct MemoryUsage {
+    uint64_t block_cache_bytes = 0;
+    uint64_t memtable_bytes = 0;
+    uint64_t table_reader_bytes = 0;
+    uint64_t budget_bytes = 0;  // StorageOptions::memory_bytes; 0 = no budget
+    // Bytes counted once: the cache (memtables inside it under a budget) plus the table
+    // readers, and the memtables too when no budget charges them to the cache.
+    uint64_t total_bytes = 0;
+  };
+  virtual MemoryUsage ApproximateMemoryUsage() const = 0;
 };
 
 }  // namespace kvatlas::server

@@ -38,6 +38,10 @@ TEST_SUITE("Metrics") {
     gauges.applied.cleared_commands = 1;
     gauges.revision = 44;
     gauges.storage_bytes = 4096;
+    gauges.storage_memory.block_cache_bytes = 3 << 20;
+    gauges.storage_memory.memtable_bytes = 2 << 20;
+    gauges.storage_memory.table_reader_bytes = 512;
+    gauges.storage_memory.budget_bytes = 96 << 20;
     gauges.applied.write_lock_holds = 7;
     gauges.applied.write_lock_holds_over_1ms = 2;
     gauges.applied.write_lock_held_ns = 5'500'000;
@@ -50,6 +54,10 @@ TEST_SUITE("Metrics") {
     CHECK(Contains(text, "kvatlas_events_applied_total{type=\"cleared\"} 1\n"));
     CHECK(Contains(text, "kvatlas_applied_revision 44\n"));
     CHECK(Contains(text, "kvatlas_storage_bytes 4096\n"));
+    CHECK(Contains(text, "kvatlas_storage_memory_bytes{kind=\"block_cache\"} 3145728\n"));
+    CHECK(Contains(text, "kvatlas_storage_memory_bytes{kind=\"memtables\"} 2097152\n"));
+    CHECK(Contains(text, "kvatlas_storage_memory_bytes{kind=\"table_readers\"} 512\n"));
+    CHECK(Contains(text, "kvatlas_storage_memory_budget_bytes 100663296\n"));
     CHECK(Contains(text, "kvatlas_applier_queue_depth 1\n"));
     CHECK(Contains(text, "kvatlas_index_write_lock_holds_total{duration=\"all\"} 7\n"));
     CHECK(Contains(text, "kvatlas_index_write_lock_holds_total{duration=\"over_1ms\"} 2\n"));

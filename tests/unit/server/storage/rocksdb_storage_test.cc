@@ -128,6 +128,31 @@ TEST_SUITE("rocksdb_storage") {
     CheckError(storage->LoadRegistry(&again), StatusCode::kCorruption, "A/server=5");
   }
 
+  TEST_CASE("RocksDbStorage: memory usage counts the memtables, under a budget in the cache") {
+    TempDir dir;
+    for (const uint64_t budget : {uint64_t{0}, uint64_t{4} << 20}) {
+      CAPTURE(budget);
+      StorageOptions options = SmallOptions(dir);
+      options.path = dir.str() + "/db" + std::to_string(budget);
+      options.memory_bytes = budget;
+      auto storage = OpenOk(options);
+      const Storage::MemoryUsage before = storage->ApproximateMemoryUsage();
+      for (Revision r = 1; r <= 50; ++r) REQUIRE(storage->Write(r, OneOfEach()).ok());
+      const Storage::MemoryUsage after = storage->ApproximateMemoryUsage();
+      CHECK(after.budget_bytes == budget);
+      CHECK(after.memtable_bytes > before.memtable_bytes);
+      if (budget == 0) {
+        CHECK(after.total_bytes ==
+              after.block_cache_bytes + after.table_reader_bytes + after.memtable_bytes);
+      } else {
+        // The write buffer manager charges memtables to the cache in whole reservations.
+        CHECK(after.block_cache_bytes >= after.memtable_bytes);
+        CHECK(after.total_bytes == after.block_cache_bytes + after.table_reader_bytes);
+        CHECK(after.total_bytes <= budget + after.table_reader_bytes);
+      }
+    }
+  }
+
   TEST_CASE("RocksDbStorage: Write persists mutations and applied_index across reopen") {
     TempDir dir;
     const StorageOptions options = SmallOptions(dir);
