@@ -37,6 +37,10 @@ namespace kvatlas::server {
 
 inline constexpr uint64_t kReplicaDigestSeed = 0x6b76'6174'6c61'7321ULL;  // "kvatlas!"
 
+// The digest scheme: which elements this build computes (file comment). Audits carry the
+// leader's (AuditCommand::digest_scheme); change it whenever any element changes.
+inline constexpr uint32_t kReplicaDigestScheme = 1;
+
 // XXH3-64 of the context's and holder's key bytes: what an entry element names them by,
 // computed once per context or holder, not once per entry.
 [[nodiscard]] uint64_t ContextKeyDigest(const ContextKey& key);
