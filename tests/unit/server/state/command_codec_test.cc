@@ -343,6 +343,11 @@ TEST_SUITE("command_codec") {
                                      "\x00");  // no position
     CHECK(EncodeCommandBatch(batch) == expected);
     CHECK(DecodeCommandBatch(expected).value() == batch);
+    // What this build proposes.
+    CommandBatch current;
+    current.commands.emplace_back(AuditCommand{});
+    CHECK(std::get<AuditCommand>(current.commands[0]).digest_scheme == kReplicaDigestScheme);
+    CHECK(static_cast<uint8_t>(EncodeCommandBatch(current)[0]) == 7);
     // Read as version 6, the scheme byte is one too many; scheme 1 in version 7 is not
     // canonical alone; scheme 0 does not exist.
     const auto decode_with = [&expected](size_t at, char byte) {
