@@ -12,6 +12,7 @@
 
 #include "kvatlas/common/types.h"
 #include "server/model/registration.h"
+#include "server/model/replica_digest.h"
 
 namespace kvatlas::server {
 
@@ -138,10 +139,13 @@ struct ExpireHolderCommand {
 // replica digest there, and compares the digest it recorded at the previous audit point,
 // `checked_index` (0: none to check, e.g. the first audit of a restarted leader), with the
 // leader's there, `checked_digest`: equal, the replica's state is the leader's; different,
-// it diverged and stops serving reads.
+// it diverged and stops serving reads. `digest_scheme` (>= 1) is the leader's
+// kReplicaDigestScheme, the elements its digests are made of: a replica of another scheme
+// compares nothing (its audit is unchecked), since equal states give it other digests.
 struct AuditCommand {
   Revision checked_index = 0;
   uint64_t checked_digest = 0;
+  uint32_t digest_scheme = kReplicaDigestScheme;  // batch version 7; decoded from 6 as 1
 
   friend bool operator==(const AuditCommand&, const AuditCommand&) = default;
 };

@@ -26,7 +26,7 @@ enum class CommandTag : uint8_t {
   kAnnounce = 6,      // version 3
   kForgetServer = 7,  // version 3
   kExpireHolder = 8,  // version 4
-  kAudit = 9,         // version 6
+  kAudit = 9,         // version 6; with its digest scheme, version 7
 };
 static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreCommand> &&
               std::is_same_v<std::variant_alternative_t<1, Command>, RemoveCommand> &&
@@ -47,6 +47,12 @@ struct StoreModeByte {
   C& store;
 };
 
+// An AuditCommand's digest scheme: a varint32 in version 7, absent (scheme 1) before.
+template <typename C>
+struct AuditScheme {
+  C& audit;
+};
+
 // The smallest encoded command (a Clear of an empty holder id, without context or tier):
 // tag, holder id length, dp_rank, two absent flags. Bounds the command count of a batch.
 constexpr size_t kMinCommandBytes = 5;
@@ -54,7 +60,7 @@ constexpr size_t kMinCommandBytes = 5;
 // Writes fields in the wire form of their type (docs/storage.md §Command batches).
 class FieldWriter {
  public:
-  explicit FieldWriter(std::string* out) : out_(out) {}
+  FieldWriter(std::string* out, uint8_t version) : out_(out), version_(version) {}
 
   void operator()(const ContextKey& v) { PutContextKey(out_, v); }
   void operator()(const HolderKey& v) { PutHolderKey(out_, v); }
@@ -62,6 +68,9 @@ class FieldWriter {
   void operator()(StoreModeByte<const StoreCommand> v) {
     out_->push_back(
         static_cast<char>(static_cast<uint8_t>(v.store.mode) | (v.store.report ? kReportBit : 0)));
+  }
+  void operator()(AuditScheme<const AuditCommand> v) {
+    if (version_ >= 7) PutVarint64(out_, v.audit.digest_scheme);
   }
   void operator()(KeyMode v) { out_->push_back(static_cast<char>(v)); }
   void operator()(uint64_t v) { PutFixed64(out_, v); }  // hashes: fixed width
@@ -82,12 +91,13 @@ class FieldWriter {
 
  private:
   std::string* out_;
+  uint8_t version_;  // of the batch
 };
 
 // The inverse of FieldWriter over an untrusted input; failures stick in the ByteReader.
 class FieldReader {
  public:
-  explicit FieldReader(ByteReader* in) : in_(in) {}
+  FieldReader(ByteReader* in, uint8_t version) : in_(in), version_(version) {}
 
   void operator()(ContextKey& v) { v = ReadContextKey(in_); }
   void operator()(HolderKey& v) { v = ReadHolderKey(in_); }
@@ -98,6 +108,10 @@ class FieldReader {
     if (mode > static_cast<uint8_t>(KeyMode::kAlias)) in_->Fail();
     v.store.mode = static_cast<KeyMode>(mode);
     v.store.report = (byte & kReportBit) != 0;
+  }
+  void operator()(AuditScheme<AuditCommand> v) {
+    v.audit.digest_scheme = version_ >= 7 ? in_->Varint32() : 1;
+    if (v.audit.digest_scheme == 0) in_->Fail();
   }
   void operator()(uint64_t& v) { v = in_->Fixed64(); }
   void operator()(uint32_t& v) { v = in_->Varint32(); }
@@ -122,6 +136,7 @@ class FieldReader {
 
  private:
   ByteReader* in_;
+  uint8_t version_;  // of the batch
 };
 
 // The fields of each command, in wire order: the one description both directions use, so
@@ -164,8 +179,9 @@ void VisitFields(Io& io, C& c) {
     io(c.holder);
     io(c.last_activity_revision);  // fixed64
   } else if constexpr (std::is_same_v<T, AuditCommand>) {
-    io(c.checked_index);   // fixed64
-    io(c.checked_digest);  // fixed64
+    io(c.checked_index);    // fixed64
+    io(c.checked_digest);   // fixed64
+    io(AuditScheme<C>{c});  // varint32 (version 7)
   } else {
     static_assert(std::is_same_v<T, StreamPosition>);
     io(c.stream);
@@ -179,8 +195,8 @@ constexpr CommandTag TagOf(const Command& command) {
 }
 
 template <typename C>
-void ReadInto(CommandBatch* batch, ByteReader* in) {
-  FieldReader reader(in);
+void ReadInto(CommandBatch* batch, ByteReader* in, uint8_t version) {
+  FieldReader reader(in, version);
   VisitFields(reader, std::get<C>(batch->commands.emplace_back(std::in_place_type<C>)));
 }
 
@@ -189,7 +205,8 @@ uint8_t VersionOf(const Command& command) {
   const CommandTag tag = TagOf(command);
   const auto* store = std::get_if<StoreCommand>(&command);
   const auto* registration = std::get_if<RegisterCommand>(&command);
-  if (tag >= CommandTag::kAudit) return 6;
+  const auto* audit = std::get_if<AuditCommand>(&command);
+  if (audit) return audit->digest_scheme == 1 ? 6 : 7;
   if ((store && store->report) ||
       (registration && registration->registration.report_mode != ReportMode::kIncremental)) {
     return 5;
@@ -202,11 +219,13 @@ uint8_t VersionOf(const Command& command) {
 
 // Batches are written in the oldest version that can hold them, so that the encoding stays
 // canonical (one byte string per batch) and old logs and new ones agree byte for byte:
-// 6 with an audit point, else 5 with a report store or a registration in a report mode other than
-// incremental, else 4 with an expiry, else 3 with server-address commands, else 2 with a position,
-// registry commands or kAlias stores, else 1. Versions 2 to 6 share the layout; 3, 4 and 6 only add
-// tags, 5 only the report bit of a store's mode byte and the report-mode bits of a registration's
-// type byte.
+// 7 with an audit point of a digest scheme other than 1, else 6 with an audit point, else 5 with a
+// report store or a registration in a report mode other than incremental, else 4 with an expiry,
+// else 3 with server-address commands, else 2 with a position, registry commands or kAlias stores,
+// else 1. Versions 2 to 7 share the layout; 3, 4 and 6 only add tags, 5 only the report bit of a
+// store's mode byte and the report-mode bits of a registration's type byte, 7 only the digest
+// scheme after an audit point's fields (every audit point of a version-7 batch has it, scheme 1
+// included).
 uint8_t NeededVersion(const CommandBatch& batch) {
   uint8_t version = batch.position ? 2 : 1;
   for (const Command& command : batch.commands) version = std::max(version, VersionOf(command));
@@ -220,7 +239,7 @@ std::string EncodeCommandBatch(const CommandBatch& batch) {
   const uint8_t version = NeededVersion(batch);
   out.push_back(static_cast<char>(version));
   PutVarint64(&out, batch.commands.size());
-  FieldWriter writer(&out);
+  FieldWriter writer(&out, version);
   for (const Command& command : batch.commands) {
     out.push_back(static_cast<char>(TagOf(command)));
     std::visit([&writer](const auto& c) { VisitFields(writer, c); }, command);
@@ -245,37 +264,37 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
     const uint8_t tag = in.U8();
     switch (static_cast<CommandTag>(tag)) {
       case CommandTag::kStore:
-        ReadInto<StoreCommand>(&batch, &in);
+        ReadInto<StoreCommand>(&batch, &in, version);
         break;
       case CommandTag::kRemove:
-        ReadInto<RemoveCommand>(&batch, &in);
+        ReadInto<RemoveCommand>(&batch, &in, version);
         break;
       case CommandTag::kClear:
-        ReadInto<ClearCommand>(&batch, &in);
+        ReadInto<ClearCommand>(&batch, &in, version);
         break;
       case CommandTag::kRegister:
         if (version < 2) in.Fail();
-        if (in.ok()) ReadInto<RegisterCommand>(&batch, &in);
+        if (in.ok()) ReadInto<RegisterCommand>(&batch, &in, version);
         break;
       case CommandTag::kUnregister:
         if (version < 2) in.Fail();
-        if (in.ok()) ReadInto<UnregisterCommand>(&batch, &in);
+        if (in.ok()) ReadInto<UnregisterCommand>(&batch, &in, version);
         break;
       case CommandTag::kAnnounce:
         if (version < 3) in.Fail();
-        if (in.ok()) ReadInto<AnnounceCommand>(&batch, &in);
+        if (in.ok()) ReadInto<AnnounceCommand>(&batch, &in, version);
         break;
       case CommandTag::kForgetServer:
         if (version < 3) in.Fail();
-        if (in.ok()) ReadInto<ForgetServerCommand>(&batch, &in);
+        if (in.ok()) ReadInto<ForgetServerCommand>(&batch, &in, version);
         break;
       case CommandTag::kExpireHolder:
         if (version < 4) in.Fail();
-        if (in.ok()) ReadInto<ExpireHolderCommand>(&batch, &in);
+        if (in.ok()) ReadInto<ExpireHolderCommand>(&batch, &in, version);
         break;
       case CommandTag::kAudit:
         if (version < 6) in.Fail();
-        if (in.ok()) ReadInto<AuditCommand>(&batch, &in);
+        if (in.ok()) ReadInto<AuditCommand>(&batch, &in, version);
         break;
       default:
         in.Fail();
@@ -287,7 +306,7 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
     }
   }
   if (version >= 2 && in.Flag()) {
-    FieldReader reader(&in);
+    FieldReader reader(&in, version);
     VisitFields(reader, batch.position.emplace());
   }
   if (!in.ok()) return Status::Corruption("command batch has a truncated or malformed position");

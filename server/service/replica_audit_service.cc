@@ -27,6 +27,9 @@ nlohmann::json AuditJson(const AuditStatus& s) {
       {"checks", s.checks},
       {"mismatches", s.mismatches},
       {"unchecked", s.unchecked},
+      {"digest_scheme", s.digest_scheme},
+      {"leader_digest_scheme",
+       s.leader_digest_scheme != 0 ? nlohmann::json(s.leader_digest_scheme) : nullptr},
       {"latest_index", s.latest ? nlohmann::json(s.latest->index) : nullptr},
       {"latest_digest", s.latest ? nlohmann::json(ReplicaDigestHex(s.latest->digest)) : nullptr}};
 }

@@ -18,8 +18,8 @@ namespace kvatlas::server {
 [[nodiscard]] Status ServesReads(const Services& services);
 
 // GET /v1/cluster's "audit" object: {status, index, digest, leader_digest, checked_by,
-// checked_at_ms, checks, mismatches, unchecked, latest_index, latest_digest}; digests as 16
-// hex digits, absent values null.
+// checked_at_ms, checks, mismatches, unchecked, digest_scheme, leader_digest_scheme,
+// latest_index, latest_digest}; digests as 16 hex digits, absent values null.
 [[nodiscard]] nlohmann::json AuditJson(const AuditStatus& status);
 
 // kvatlas_audit_checks_total, kvatlas_audit_mismatches_total, kvatlas_audit_diverged,

@@ -52,8 +52,8 @@ void AuditProposer::Run() {
                                now - last_proposal, interval_)) {
       last_proposal = now;
       CommandBatch batch;
-      batch.commands.emplace_back(
-          AuditCommand{latest ? latest->index : 0, latest ? latest->digest : 0});
+      batch.commands.emplace_back(AuditCommand{latest ? latest->index : 0,
+                                               latest ? latest->digest : 0, kReplicaDigestScheme});
       std::future<Result<Revision>> applied = applier_->Submit(std::move(batch));
       const Status status = applied.wait_for(kTimeout) == std::future_status::ready
                                 ? applied.get().status()

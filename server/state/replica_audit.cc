@@ -14,6 +14,8 @@ std::string_view AuditVerdictName(AuditVerdict verdict) {
       return "ok";
     case AuditVerdict::kDiverged:
       return "diverged";
+    case AuditVerdict::kUnchecked:
+      return "unchecked";
   }
   return "pending";
 }
@@ -29,7 +31,13 @@ std::optional<uint64_t> AuditTrail::DigestAt(Revision index) const {
 bool AuditTrail::Apply(const AuditCommand& audit, Revision index, uint64_t digest,
                        std::chrono::system_clock::time_point now) {
   bool turned_diverged = false;
-  if (audit.checked_index != 0) {
+  status_.leader_digest_scheme = audit.digest_scheme;
+  if (audit.digest_scheme != status_.digest_scheme) {
+    // Equal states give other digests under other elements: a comparison would call every
+    // replica of the other build diverged (during a rolling upgrade, say).
+    if (status_.verdict != AuditVerdict::kDiverged) status_.verdict = AuditVerdict::kUnchecked;
+    if (audit.checked_index != 0) ++status_.unchecked;
+  } else if (audit.checked_index != 0) {
     if (const std::optional<uint64_t> mine = DigestAt(audit.checked_index)) {
       const bool equal = *mine == audit.checked_digest;
       turned_diverged = !equal && status_.verdict != AuditVerdict::kDiverged;
@@ -62,6 +70,13 @@ std::string DivergedMessage(const AuditStatus& status) {
          ", leader's " + ReplicaDigestHex(status.leader_digest) +
          "); it serves no reads. Replace it with a fresh member or restore it from a backup: "
          "docs/operations.md §Diverged replicas";
+}
+
+std::string SchemeMismatchMessage(const AuditStatus& status) {
+  return "the leader uses replica digest scheme " + std::to_string(status.leader_digest_scheme) +
+         " and this build " + std::to_string(status.digest_scheme) +
+         ": this replica's audits compare nothing (unchecked) until every server runs the same "
+         "build (docs/operations.md §Upgrading)";
 }
 
 }  // namespace kvatlas::server

@@ -18,6 +18,7 @@
 
 #include "kvatlas/common/types.h"
 #include "server/model/command.h"
+#include "server/model/replica_digest.h"
 
 namespace kvatlas::server {
 
@@ -25,9 +26,13 @@ enum class AuditVerdict : uint8_t {
   kPending = 0,   // no audit point compared yet (since this server started)
   kOk = 1,        // the last comparison found the leader's digest
   kDiverged = 2,  // the last comparison found another digest: serves no reads
+  // The last audit applied came from a leader of another digest scheme (a build with other
+  // digest elements, replica_digest.h): nothing compared. Not entered from kDiverged, which
+  // only a comparison clears.
+  kUnchecked = 3,
 };
 
-// "pending", "ok", "diverged": GET /v1/cluster's audit.status.
+// "pending", "ok", "diverged", "unchecked": GET /v1/cluster's audit.status.
 [[nodiscard]] std::string_view AuditVerdictName(AuditVerdict verdict);
 
 // One audit point: the replica digest this replica had when it applied an AuditCommand at
@@ -50,9 +55,13 @@ struct AuditStatus {
   // Comparisons made and how many found another digest, since this server started.
   uint64_t checks = 0;
   uint64_t mismatches = 0;
-  // AuditCommands applied whose audit point this replica had no digest of (it started, or
-  // installed a snapshot, after it): nothing compared.
+  // AuditCommands applied that named an audit point and compared nothing: this replica had
+  // no digest of it (it started, or installed a snapshot, after it), or the leader's digest
+  // scheme is not this build's.
   uint64_t unchecked = 0;
+  // This build's digest scheme, and the one of the last AuditCommand applied (0: none yet).
+  uint32_t digest_scheme = kReplicaDigestScheme;
+  uint32_t leader_digest_scheme = 0;
   // The latest audit point recorded (what this server would send as leader).
   std::optional<AuditPoint> latest;
 };
@@ -64,8 +73,8 @@ class AuditTrail {
   static constexpr size_t kKeptPoints = 16;
 
   // Applies `audit`, found at log index `index` with the replica digest `digest` there:
-  // compares, records, and returns true when this comparison turned the verdict into
-  // kDiverged (the caller logs it once).
+  // compares (only when the audit's digest scheme is this build's), records, and returns
+  // true when this comparison turned the verdict into kDiverged (the caller logs it once).
   bool Apply(const AuditCommand& audit, Revision index, uint64_t digest,
              std::chrono::system_clock::time_point now);
 
@@ -83,5 +92,9 @@ class AuditTrail {
 // The 503 message of a diverged replica (reads, /readyz), naming the audit point, both
 // digests and what to do.
 [[nodiscard]] std::string DivergedMessage(const AuditStatus& status);
+
+// Why an audit from a leader of another digest scheme compared nothing, naming both schemes
+// (logged when the leader's scheme changes to one that is not this build's).
+[[nodiscard]] std::string SchemeMismatchMessage(const AuditStatus& status);
 
 }  // namespace kvatlas::server

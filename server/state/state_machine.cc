@@ -451,8 +451,13 @@ void StateMachine::ApplyAudit(const AuditCommand& c, Revision revision) {
   // The state here is the same on every replica: every command before this one in the log
   // is applied, none after it.
   const uint64_t digest = index_.ReplicaDigest() + registry_digest_;
+  const uint32_t previous_scheme = audit_.status().leader_digest_scheme;
   const bool turned = audit_.Apply(c, revision, digest, std::chrono::system_clock::now());
   const AuditStatus& status = audit_.status();
+  if (c.digest_scheme != status.digest_scheme && c.digest_scheme != previous_scheme) {
+    LogWarning("replica audit at log index " + std::to_string(revision) + ": " +
+               SchemeMismatchMessage(status));
+  }
   const bool diverged = status.verdict == AuditVerdict::kDiverged;
   if (diverged_.exchange(diverged, std::memory_order_acq_rel) && !diverged) {
     LogWarning("replica audit at log index " + std::to_string(status.index) +

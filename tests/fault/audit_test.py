@@ -76,6 +76,9 @@ def main():
         for node in cluster.nodes:
             audit = wait_audit(node, "ok")
             assert audit["digest"] == audit["leader_digest"], audit
+            # One build: the leader's digest scheme is this server's.
+            assert audit["digest_scheme"] >= 1, audit
+            assert audit["leader_digest_scheme"] == audit["digest_scheme"], audit
             assert metric(node, "kvatlas_audit_diverged") == 0
             assert metric(node, "kvatlas_audit_checks_total") >= 1
         follower = next(n for n in cluster.nodes if n is not leader)

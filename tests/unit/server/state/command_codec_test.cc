@@ -111,7 +111,8 @@ CommandBatch RandomBatch(Rng& rng, size_t max_commands) {
   for (size_t i = 0; i < n; ++i) {
     switch (rng() % 9) {
       case 8:
-        batch.commands.emplace_back(AuditCommand{RandomInt(rng), RandomInt(rng)});
+        batch.commands.emplace_back(
+            AuditCommand{RandomInt(rng), RandomInt(rng), static_cast<uint32_t>(1 + rng() % 3)});
         break;
       case 7:
         batch.commands.emplace_back(ExpireHolderCommand{RandomHolder(rng), RandomInt(rng)});
@@ -152,6 +153,15 @@ void CheckDecodeIsCanonicalOrCorruption(const std::string& bytes) {
   } else {
     CHECK(decoded.error().code() == StatusCode::kCorruption);
   }
+}
+
+// AuditCommand{0x0102, 0x1122334455667788, any scheme} after the batch's version and count,
+// up to its scheme: tag, checked_index, checked_digest.
+std::string AuditBytes() {
+  return Bytes(
+      "\x09"                                // Audit
+      "\x02\x01\x00\0\0\0\0\0"              // checked_index 0x0102
+      "\x88\x77\x66\x55\x44\x33\x22\x11");  // checked_digest
 }
 
 TEST_SUITE("command_codec") {
@@ -293,15 +303,10 @@ TEST_SUITE("command_codec") {
     CHECK(entry->front() == batch);
   }
 
-  TEST_CASE("CommandCodec: an audit point uses version 6") {
+  TEST_CASE("CommandCodec: an audit point of digest scheme 1 uses version 6") {
     CommandBatch batch;
-    batch.commands.emplace_back(AuditCommand{0x0102, 0x1122334455667788});
-    const std::string expected = Bytes(
-        "\x06\x01"                          // version 6, count
-        "\x09"                              // Audit
-        "\x02\x01\x00\0\0\0\0\0"            // checked_index 0x0102
-        "\x88\x77\x66\x55\x44\x33\x22\x11"  // checked_digest
-        "\x00");                            // no position
+    batch.commands.emplace_back(AuditCommand{0x0102, 0x1122334455667788, 1});
+    const std::string expected = Bytes("\x06\x01") + AuditBytes() + Bytes("\x00");  // no scheme: 1
     CHECK(EncodeCommandBatch(batch) == expected);
     CHECK(DecodeCommandBatch(expected).value() == batch);
     // Older versions have no audit tag.
@@ -327,6 +332,40 @@ TEST_SUITE("command_codec") {
     REQUIRE(entry.has_value());
     REQUIRE(entry->size() == 1);
     CHECK(entry->front() == batch);
+  }
+
+  TEST_CASE("CommandCodec: an audit point of another digest scheme uses version 7") {
+    CommandBatch batch;
+    batch.commands.emplace_back(AuditCommand{0x0102, 0x1122334455667788, 2});
+    const std::string expected = Bytes("\x07\x01") + AuditBytes() +
+                                 Bytes(
+                                     "\x02"    // digest_scheme 2
+                                     "\x00");  // no position
+    CHECK(EncodeCommandBatch(batch) == expected);
+    CHECK(DecodeCommandBatch(expected).value() == batch);
+    // What this build proposes.
+    CommandBatch current;
+    current.commands.emplace_back(AuditCommand{});
+    CHECK(std::get<AuditCommand>(current.commands[0]).digest_scheme == kReplicaDigestScheme);
+    CHECK(static_cast<uint8_t>(EncodeCommandBatch(current)[0]) == 7);
+    // Read as version 6, the scheme byte is one too many; scheme 1 in version 7 is not
+    // canonical alone; scheme 0 does not exist.
+    const auto decode_with = [&expected](size_t at, char byte) {
+      std::string bytes = expected;
+      bytes[at] = byte;
+      return DecodeCommandBatch(bytes);
+    };
+    CHECK(decode_with(0, '\x06').error().code() == StatusCode::kCorruption);
+    CHECK(decode_with(19, '\x01').error().code() == StatusCode::kCorruption);
+    CHECK(decode_with(19, '\x00').error().code() == StatusCode::kCorruption);
+    // Beside an audit of scheme 2, one of scheme 1 carries its scheme byte too.
+    batch.commands.emplace_back(AuditCommand{3, 4, 1});
+    const std::string both = EncodeCommandBatch(batch);
+    CHECK(both == Bytes("\x07\x02"
+                        "\x09\x02\x01\x00\0\0\0\0\0\x88\x77\x66\x55\x44\x33\x22\x11\x02"
+                        "\x09\x03\0\0\0\0\0\0\0\x04\0\0\0\0\0\0\0\x01"
+                        "\x00"));
+    CHECK(DecodeCommandBatch(both).value() == batch);
   }
 
   TEST_CASE("CommandCodec: a report store and a full-mode registration use version 5") {

@@ -113,13 +113,53 @@ std::string Serialize(StateMachine& machine) {
   return out;
 }
 
-CommandBatch Audit(Revision checked_index, uint64_t checked_digest) {
+CommandBatch Audit(Revision checked_index, uint64_t checked_digest,
+                   uint32_t digest_scheme = kReplicaDigestScheme) {
   CommandBatch batch;
-  batch.commands.emplace_back(AuditCommand{checked_index, checked_digest});
+  batch.commands.emplace_back(AuditCommand{checked_index, checked_digest, digest_scheme});
   return batch;
 }
 
 TEST_SUITE("ReplicaDigest") {
+  TEST_CASE("ReplicaDigest: the entry element of digest scheme 2 is pinned") {
+    // Known answers (computed apart, from the definition in replica_digest.h): a change of
+    // the function changes every replica's digest, and needs a new kReplicaDigestScheme.
+    REQUIRE(kReplicaDigestScheme == 2);
+    EntryDigestFields e;
+    CHECK(EntryElement(e) == 0x6c5a0423bd55ca87ULL);
+    e.context_key_hash = 0x0123456789abcdefULL;
+    e.holder_key_hash = 0xfedcba9876543210ULL;
+    e.block_key = 0x1111222233334444ULL;
+    e.depth = 7;
+    e.tier = 2;
+    e.refcount = 3;
+    e.engine_hash = 0x5555666677778888ULL;
+    CHECK(EntryElement(e) == 0xc3564d1f39b009f0ULL);
+    e.location_hash = 0x99;
+    CHECK(EntryElement(e) == 0x2a0532f91758b195ULL);
+    // Every field counts, each word in its own place: no two of these elements are equal.
+    std::vector<uint64_t> elements = {EntryElement(e)};
+    using Change = void (*)(EntryDigestFields&);
+    const Change changes[] = {
+        [](EntryDigestFields& f) { f.context_key_hash ^= 1; },
+        [](EntryDigestFields& f) { f.holder_key_hash ^= 1; },
+        [](EntryDigestFields& f) { f.block_key ^= 1; },
+        [](EntryDigestFields& f) { f.depth ^= 1; },
+        [](EntryDigestFields& f) { f.tier ^= 1; },
+        [](EntryDigestFields& f) { f.refcount ^= 1; },
+        [](EntryDigestFields& f) { f.engine_hash ^= 1; },
+        [](EntryDigestFields& f) { f.location_hash ^= 1; },
+        [](EntryDigestFields& f) { std::swap(f.context_key_hash, f.holder_key_hash); },
+    };
+    for (const Change change : changes) {
+      EntryDigestFields f = e;
+      change(f);
+      elements.push_back(EntryElement(f));
+    }
+    std::sort(elements.begin(), elements.end());
+    CHECK(std::adjacent_find(elements.begin(), elements.end()) == elements.end());
+  }
+
   TEST_CASE("ReplicaDigest: the incremental digest equals a full recomputation after every apply") {
     for (uint64_t seed = 1; seed <= 6; ++seed) {
       CAPTURE(seed);
@@ -274,6 +314,45 @@ TEST_SUITE("ReplicaDigest") {
     (void)testing::ApplyOne(fresh, Audit(point.index, point.digest));
     CHECK(fresh.audit().verdict == AuditVerdict::kPending);
     CHECK(fresh.audit().unchecked == 1);
+  }
+
+  TEST_CASE("ReplicaAudit: an audit of another digest scheme compares nothing") {
+    // A leader of another build (a rolling upgrade across a scheme change): its digests of
+    // the same state differ from this build's, which must not read as divergence.
+    StateMachine replica({}, nullptr);
+    (void)testing::ApplyOne(replica, testing::StoreBatch(Context(1), Holder(1), {1, 2, 3}));
+    const uint32_t other = kReplicaDigestScheme == 1 ? 2 : 1;
+    (void)testing::ApplyOne(replica, Audit(0, 0, other));  // index 2: records the point
+    CHECK(replica.audit().verdict == AuditVerdict::kUnchecked);
+    REQUIRE(replica.audit().latest.has_value());
+    const uint64_t mine = replica.audit().latest->digest;
+    (void)testing::ApplyOne(replica, Audit(2, mine + 1, other));
+    AuditStatus status = replica.audit();
+    CHECK(status.verdict == AuditVerdict::kUnchecked);
+    CHECK_FALSE(replica.diverged());
+    CHECK(status.checks == 0);
+    CHECK(status.mismatches == 0);
+    CHECK(status.unchecked == 1);
+    CHECK(status.digest_scheme == kReplicaDigestScheme);
+    CHECK(status.leader_digest_scheme == other);
+    CHECK(SchemeMismatchMessage(status) ==
+          "the leader uses replica digest scheme " + std::to_string(other) + " and this build " +
+              std::to_string(kReplicaDigestScheme) +
+              ": this replica's audits compare nothing (unchecked) until every server runs the "
+              "same build (docs/operations.md §Upgrading)");
+    // A leader of this build's scheme again: compared as usual.
+    (void)testing::ApplyOne(replica, Audit(3, replica.audit().latest->digest));
+    status = replica.audit();
+    CHECK(status.verdict == AuditVerdict::kOk);
+    CHECK(status.checks == 1);
+    CHECK(status.leader_digest_scheme == kReplicaDigestScheme);
+    // A diverged replica stays diverged (serving no reads) under a leader of another scheme:
+    // only a comparison clears it.
+    (void)testing::ApplyOne(replica, Audit(4, replica.audit().latest->digest + 1));
+    CHECK(replica.diverged());
+    (void)testing::ApplyOne(replica, Audit(5, 0, other));
+    CHECK(replica.audit().verdict == AuditVerdict::kDiverged);
+    CHECK(replica.diverged());
   }
 
   TEST_CASE("AuditProposer: an audit is due after other entries, or after 10 idle intervals") {
