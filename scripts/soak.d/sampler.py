@@ -13,7 +13,7 @@ from cluster import Http
 HIST = "kvatlas_raft_commit_duration_seconds"
 _BUCKET = re.compile(r'^%s_bucket\{le="([^"]+)"\} (\S+)$' % HIST)
 _GAUGE = re.compile(r"^(kvatlas_raft_apply_lag_entries|kvatlas_raft_leadership_changes_total|"
-                    r"kvatlas_feed_window_bytes) (\S+)$")
+                    r"kvatlas_feed_window_bytes|kvatlas_raft_log_memory_bytes) (\S+)$")
 
 
 def proc_figures(pid):
@@ -93,14 +93,17 @@ class Sampler:
                 row["apply_lag"] = gauges.get("kvatlas_raft_apply_lag_entries")
                 row["leader_changes"] = gauges.get("kvatlas_raft_leadership_changes_total")
                 row["feed_window_bytes"] = gauges.get("kvatlas_feed_window_bytes")
+                row["raft_log_bytes"] = gauges.get("kvatlas_raft_log_memory_bytes")
                 self.hist.append((t, node.id, buckets))
             if row.get("entries"):
                 row["rss_per_entry"] = row["rss_kb"] * 1024.0 / row["entries"]
             if row.get("storage_memory") is not None and row.get("index_bytes") is not None:
                 # What the bounded budgets do not explain: RSS less RocksDB's memory (held
-                # under storage_memory_bytes), the index's tables and the feed's window.
+                # under storage_memory_bytes), the index's tables, the feed's window and the
+                # raft log in memory (under raft_snapshot_log_bytes).
                 accounted = (row["storage_memory"] + row["index_bytes"] +
-                             (row.get("feed_window_bytes") or 0))
+                             (row.get("feed_window_bytes") or 0) +
+                             (row.get("raft_log_bytes") or 0))
                 row["other_mib"] = (row["rss_kb"] * 1024.0 - accounted) / (1 << 20)
             self.rows.append(row)
 

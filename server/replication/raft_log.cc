@@ -7,6 +7,7 @@ extern "C" {
 }
 #include <uv.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -120,7 +121,11 @@ class RaftLog::Loop {
   void Wake() { uv_async_send(&wake_); }
 
   // Any thread.
-  void ReadSnapshotMetrics(LogMetrics* out) const { fsm_.ReadSnapshotMetrics(out); }
+  void ReadSnapshotMetrics(LogMetrics* out) const {
+    fsm_.ReadSnapshotMetrics(out);
+    out->log_memory_entries = log_memory_entries_.load(std::memory_order_relaxed);
+    out->log_memory_bytes = log_memory_bytes_.load(std::memory_order_relaxed);
+  }
 
   // --- operations (loop thread) ---------------------------------------------------------
 
@@ -506,6 +511,9 @@ class RaftLog::Loop {
     const size_t budget =
         std::max<size_t>(o.snapshot_log_bytes, metrics.last_snapshot_bytes / kSnapshotLogFraction);
     const LogHeld held = MeasureLogHeld(raft_, o.snapshot_trailing, budget / 4);
+    log_memory_entries_.store(held.entries, std::memory_order_relaxed);
+    log_memory_bytes_.store(held.bytes + held.entries * kEntryOverheadBytes,
+                            std::memory_order_relaxed);
     if (held.bytes < budget) {
       // The count trigger scales too: snapshot_threshold small entries would otherwise
       // rewrite a large state for a log of a few hundred KB. Until the entries hold the
@@ -622,6 +630,9 @@ class RaftLog::Loop {
   bool compacting_for_bytes_ = false;
   uint64_t snapshots_before_compaction_ = 0;
   uint64_t snapshots_seen_ = 0;  // snapshots taken + restored, for snapshot_done
+  // LogMetrics::log_memory_*: written by CompactIfLogIsLarge (loop thread), read by any.
+  std::atomic<uint64_t> log_memory_entries_{0};
+  std::atomic<uint64_t> log_memory_bytes_{0};
   TcpTransport transport_;
   struct raft_io io_;
   FsmAdapter fsm_;

@@ -219,6 +219,14 @@ void RenderLog(std::string* out, const LogMetrics& m) {
   SingleHistogram(out, "kvatlas_raft_snapshot_duration_seconds",
                   "Raft snapshots, from capturing the state to the snapshot written.",
                   m.snapshot_duration);
+  Single(out, "kvatlas_raft_log_memory_bytes", "gauge",
+         "What the raft library holds of its log in memory (entries since the last snapshot "
+         "and the trailing ones, with a per-entry overhead), as last measured; bounded by "
+         "raft_snapshot_log_bytes or 1/16 of the last snapshot. 0 when that budget is off.",
+         static_cast<double>(m.log_memory_bytes));
+  Single(out, "kvatlas_raft_log_memory_entries", "gauge",
+         "Entries of the raft log held in memory, as last measured.",
+         static_cast<double>(m.log_memory_entries));
   Single(out, "kvatlas_raft_snapshot_bytes", "gauge",
          "Size of the last raft snapshot taken here (0 before the first): the raft log may "
          "hold 1/16 of it in memory before the next.",

@@ -99,6 +99,12 @@ struct LogMetrics {
   uint64_t last_snapshot_bytes = 0;  // the last snapshot taken here, serialised
   uint64_t snapshots_restored = 0;
   HistogramData restore_duration;
+  // What the raft library holds of its log in memory (entries since the last snapshot, and
+  // the trailing ones kept after it), as last measured: their data plus a per-entry
+  // overhead. Bounded by raft_snapshot_log_bytes (or 1/16 of the last snapshot); 0 when that
+  // budget is off (not measured).
+  uint64_t log_memory_entries = 0;
+  uint64_t log_memory_bytes = 0;
 };
 
 class ReplicatedLog {

@@ -122,6 +122,8 @@ TEST_SUITE("Metrics") {
     log.commit_latency = commit.Read();
     log.snapshots_taken = 1;
     log.last_snapshot_bytes = 4096;
+    log.log_memory_bytes = 2048;
+    log.log_memory_entries = 16;
     gauges.log = log;
     gauges.disk_free_bytes = 1000;
     gauges.disk_size_bytes = 5000;
@@ -150,6 +152,8 @@ TEST_SUITE("Metrics") {
     CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_count 1\n"));
     CHECK(Contains(text, "kvatlas_raft_snapshots_total 1\n"));
     CHECK(Contains(text, "kvatlas_raft_snapshot_bytes 4096\n"));
+    CHECK(Contains(text, "kvatlas_raft_log_memory_bytes 2048\n"));
+    CHECK(Contains(text, "kvatlas_raft_log_memory_entries 16\n"));
     CHECK(Contains(text, "kvatlas_raft_snapshot_duration_seconds_count 0\n"));
     CHECK(Contains(text, "kvatlas_disk_free_bytes 1000\n"));
     CHECK(Contains(text, "kvatlas_disk_size_bytes 5000\n"));
