@@ -1,0 +1,265 @@
+package kvatlas
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+const (
+	headerBytes     = 20
+	protocolVersion = 1
+	flagResponse    = 1
+	// The protocol's hard limit on a payload (docs/protocol.md §Limits).
+	maxPayloadBytes = 256 << 20
+	// A write that cannot make progress for this long breaks the connection (the server
+	// closes a connection whose writes are stuck for 30 s too).
+	writeTimeout = 30 * time.Second
+)
+
+type frame struct {
+	typ     uint8
+	status  uint16
+	id      uint64
+	payload []byte
+}
+
+func appendFrame(b []byte, typ uint8, id uint64, payload []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(16+len(payload)))
+	b = append(b, protocolVersion, typ, 0, 0, 0, 0, 0, 0)
+	b = binary.LittleEndian.AppendUint64(b, id)
+	return append(b, payload...)
+}
+
+// readFrame reads one frame; a stream that cannot be resynchronised is an error.
+func readFrame(r io.Reader, hdr *[headerBytes]byte) (frame, error) {
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return frame{}, err
+	}
+	length := binary.LittleEndian.Uint32(hdr[0:])
+	if hdr[4] != protocolVersion {
+		return frame{}, fmt.Errorf("frame version %d (this client speaks %d)", hdr[4], protocolVersion)
+	}
+	if length < 16 || length-16 > maxPayloadBytes {
+		return frame{}, fmt.Errorf("frame length %d out of range", length)
+	}
+	f := frame{typ: hdr[5], status: binary.LittleEndian.Uint16(hdr[8:]),
+		id: binary.LittleEndian.Uint64(hdr[12:]), payload: make([]byte, length-16)}
+	if _, err := io.ReadFull(r, f.payload); err != nil {
+		return frame{}, err
+	}
+	return f, nil
+}
+
+// conn is one connection: calls are pipelined over it (each under its own request id;
+// answers are matched by id, in any order), at most cap(slots) of them unanswered.
+type conn struct {
+	addr  string
+	nc    net.Conn
+	auth  AuthInfo
+	slots chan struct{} // one token per request sent and not answered
+	wlock chan struct{} // the write side; a channel so that waiting honours contexts
+
+	mu      sync.Mutex
+	pending map[uint64]chan frame
+	nextID  uint64
+	err     *Error // why the connection ended; set before done is closed
+	done    chan struct{}
+}
+
+// dialConn connects to addr (TLS when tlsConfig is non-nil) and presents token (if any)
+// as the connection's first frame, waiting for its answer so that a refused token fails
+// here, with the server's reason.
+func dialConn(ctx context.Context, addr string, o *Options) (*conn, error) {
+	d := net.Dialer{Timeout: o.ConnectTimeout}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, wrapError(CodeUnavailable, fmt.Sprintf("connect to %s: %v", addr, err), err)
+	}
+	if o.TLS != nil {
+		cfg := o.TLS.Clone()
+		if cfg.ServerName == "" {
+			host, _, _ := net.SplitHostPort(addr)
+			cfg.ServerName = host
+		}
+		tc := tls.Client(nc, cfg)
+		hctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			nc.Close()
+			return nil, wrapError(CodeUnavailable, fmt.Sprintf("TLS handshake with %s failed: %v", addr, err), err)
+		}
+		nc = tc
+	}
+	c := &conn{addr: addr, nc: nc, slots: make(chan struct{}, o.MaxInFlight),
+		wlock: make(chan struct{}, 1), pending: map[uint64]chan frame{}, done: make(chan struct{})}
+	br := bufio.NewReaderSize(nc, 64<<10)
+	if o.Token != "" {
+		if err := c.authenticate(ctx, br, o); err != nil {
+			nc.Close()
+			return nil, err
+		}
+	} else {
+		c.auth = AuthInfo{Role: RoleAdmin, Name: "anonymous"}
+	}
+	go c.readLoop(br)
+	return c, nil
+}
+
+func (c *conn) authenticate(ctx context.Context, br *bufio.Reader, o *Options) error {
+	deadline := time.Now().Add(o.ConnectTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = c.nc.SetDeadline(deadline)
+	defer c.nc.SetDeadline(time.Time{})
+	if _, err := c.nc.Write(appendFrame(nil, typeAuth, 0, encodeAuth(o.Token))); err != nil {
+		return wrapError(CodeUnavailable, fmt.Sprintf("send token to %s: %v", c.addr, err), err)
+	}
+	var hdr [headerBytes]byte
+	f, err := readFrame(br, &hdr)
+	if err != nil {
+		return wrapError(CodeUnavailable, fmt.Sprintf("read token answer from %s: %v", c.addr, err), err)
+	}
+	if f.status != 0 {
+		e := decodeErrorPayload(CodeFromNumber(f.status), f.payload)
+		e.Message = fmt.Sprintf("%s refused the token: %s", c.addr, e.Message)
+		return e
+	}
+	c.auth, err = decodeAuthAnswer(f.payload)
+	return err
+}
+
+func (c *conn) alive() bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// fail ends the connection (once) and fails every call waiting on it.
+func (c *conn) fail(e *Error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = e
+	c.pending = nil
+	close(c.done)
+	c.mu.Unlock()
+	c.nc.Close()
+}
+
+func (c *conn) readLoop(br *bufio.Reader) {
+	var hdr [headerBytes]byte
+	var connErr *Error // an error frame with id 0: the server's reason for closing
+	for {
+		f, err := readFrame(br, &hdr)
+		if err != nil {
+			if connErr != nil {
+				c.fail(connErr)
+			} else {
+				c.fail(wrapError(CodeUnavailable, fmt.Sprintf("connection to %s lost: %v", c.addr, err), err))
+			}
+			return
+		}
+		c.mu.Lock()
+		ch, ok := c.pending[f.id]
+		if ok {
+			delete(c.pending, f.id)
+		}
+		c.mu.Unlock()
+		if !ok {
+			if f.id == 0 && f.status != 0 {
+				connErr = decodeErrorPayload(CodeFromNumber(f.status), f.payload)
+				connErr.Message = fmt.Sprintf("%s closed the connection: %s", c.addr, connErr.Message)
+			}
+			continue // a late answer to a call that gave up
+		}
+		<-c.slots
+		ch <- f // buffered: never blocks
+	}
+}
+
+// call sends one request and waits for its answer, under ctx. An error answer is returned
+// as *Error; a lost connection as unavailable; ctx's end as deadline_exceeded or
+// cancelled (the server may still execute the request).
+func (c *conn) call(ctx context.Context, typ uint8, payload []byte) ([]byte, error) {
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctxError(ctx, "waiting for an in-flight slot")
+	case <-c.done:
+		return nil, c.err
+	}
+	ch := make(chan frame, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		<-c.slots
+		return nil, c.err
+	}
+	c.nextID++
+	id := c.nextID
+	c.pending[id] = ch
+	c.mu.Unlock()
+
+	unsent := func() {
+		c.mu.Lock()
+		if c.pending != nil {
+			delete(c.pending, id)
+		}
+		c.mu.Unlock()
+		<-c.slots
+	}
+	select {
+	case c.wlock <- struct{}{}:
+	case <-ctx.Done():
+		unsent()
+		return nil, ctxError(ctx, "waiting to send")
+	case <-c.done:
+		return nil, c.err
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := c.nc.Write(appendFrame(make([]byte, 0, headerBytes+len(payload)), typ, id, payload))
+	<-c.wlock
+	if err != nil {
+		c.fail(wrapError(CodeUnavailable, fmt.Sprintf("send to %s: %v", c.addr, err), err))
+		return nil, c.err
+	}
+
+	select {
+	case f := <-ch:
+		if f.status != 0 {
+			return nil, decodeErrorPayload(CodeFromNumber(f.status), f.payload)
+		}
+		if f.typ != typ {
+			return nil, newError(CodeCorruption, fmt.Sprintf("answer of type %d to a request of type %d", f.typ, typ))
+		}
+		return f.payload, nil
+	case <-ctx.Done():
+		// The entry stays registered: its answer, when it comes, frees the slot.
+		return nil, ctxError(ctx, "waiting for the answer")
+	case <-c.done:
+		return nil, c.err
+	}
+}
+
+func ctxError(ctx context.Context, what string) *Error {
+	err := ctx.Err()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return wrapError(CodeDeadlineExceeded, "deadline exceeded "+what, err)
+	}
+	return wrapError(CodeCancelled, "cancelled "+what, err)
+}
