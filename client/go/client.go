@@ -188,23 +188,16 @@ func (c *Client) endpointConn(ctx context.Context) (*conn, error) {
 	return nil, newError(CodeUnavailable, "no endpoint accepted a connection: "+strings.Join(reasons, "; "))
 }
 
-// read sends a request that any member answers. A connection lost before the answer is
-// retried once on a new connection (reads change nothing).
+// read sends a request that any member answers. A connection lost before the answer fails
+// the call with ErrUnavailable (as the C++ client does); the next call reconnects.
 func (c *Client) read(ctx context.Context, typ uint8, payload []byte) ([]byte, error) {
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
-	var err error
-	for attempt := 0; attempt < 2; attempt++ {
-		var cn *conn
-		if cn, err = c.endpointConn(ctx); err != nil {
-			return nil, err
-		}
-		var p []byte
-		if p, err = cn.call(ctx, typ, payload); err == nil || codeOf(err) != CodeUnavailable || cn.alive() {
-			return p, err
-		}
+	cn, err := c.endpointConn(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	return cn.call(ctx, typ, payload)
 }
 
 // leaderCall sends a request that only the leader applies (ingest, heartbeat, a
