@@ -56,10 +56,10 @@ const (
 	noLeaderRetryWait = 25 * time.Millisecond
 )
 
-// Dial checks opts and connects to the first endpoint that accepts (presenting the token),
-// within ctx. It fails with ErrInvalidArgument for bad options, ErrUnauthenticated when
-// the server refuses the token, ErrUnavailable (naming each endpoint and why) when none
-// accepts.
+// Dial checks opts, connects to the first endpoint that accepts (presenting the token) and
+// pings it, within ctx. It fails with ErrInvalidArgument for bad options,
+// ErrUnauthenticated when the server refuses the token or needs one, ErrUnavailable
+// (naming each endpoint and why) when none accepts.
 func Dial(ctx context.Context, opts Options) (*Client, error) {
 	if len(opts.Endpoints) == 0 {
 		return nil, newError(CodeInvalidArgument, "Options.Endpoints: at least one endpoint is needed")
@@ -87,7 +87,10 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	}
 	opts.Endpoints = append([]string(nil), opts.Endpoints...)
 	c := &Client{opts: opts, conns: map[string]*conn{}}
-	if _, err := c.endpointConn(ctx); err != nil {
+	// A round trip, so that a server that needs a token (and got none), or that does not
+	// speak the protocol (a TLS server reached in plaintext), fails Dial, not the first call.
+	if err := c.Ping(ctx); err != nil {
+		c.Close()
 		return nil, err
 	}
 	return c, nil
