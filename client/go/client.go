@@ -183,7 +183,7 @@ func (c *Client) endpointConn(ctx context.Context) (*conn, error) {
 			c.mu.Unlock()
 			return cn, nil
 		}
-		if codeOf(err) == CodeUnauthenticated || ctx.Err() != nil {
+		if CodeOf(err) == CodeUnauthenticated || ctx.Err() != nil {
 			return nil, err
 		}
 		reasons = append(reasons, err.Error())

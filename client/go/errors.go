@@ -184,8 +184,9 @@ func decodeErrorPayload(code Code, payload []byte) *Error {
 	return e
 }
 
-// codeOf is the Code of err (CodeInternal for foreign errors, CodeOK for nil).
-func codeOf(err error) Code {
+// CodeOf is the Code of err: CodeOK for nil, the code of a *Error or Code in its chain,
+// CodeInternal for any other error.
+func CodeOf(err error) Code {
 	if err == nil {
 		return CodeOK
 	}
