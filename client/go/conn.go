@@ -68,7 +68,7 @@ type conn struct {
 	wlock chan struct{} // the write side; a channel so that waiting honours contexts
 
 	mu      sync.Mutex
-	pending map[uint64]chan frame
+	pending map[uint64]*pendingCall
 	nextID  uint64
 	err     *Error // why the connection ended; set before done is closed
 	done    chan struct{}
@@ -100,7 +100,7 @@ func dialConn(ctx context.Context, addr string, o *Options) (*conn, error) {
 		nc = tc
 	}
 	c := &conn{addr: addr, nc: nc, slots: make(chan struct{}, o.MaxInFlight),
-		wlock: make(chan struct{}, 1), pending: map[uint64]chan frame{}, done: make(chan struct{})}
+		wlock: make(chan struct{}, 1), pending: map[uint64]*pendingCall{}, done: make(chan struct{})}
 	br := bufio.NewReaderSize(nc, 64<<10)
 	if o.Token != "" {
 		if err := c.authenticate(ctx, br, o); err != nil {
@@ -147,6 +147,22 @@ func (c *conn) alive() bool {
 	}
 }
 
+// pendingCall is a request waiting for its answer: one frame (ch) for most types, several
+// for the streams kWatch and kSnapshot (onFrame, called on the reader goroutine for each,
+// must not block; onEnd is told when the connection ends first).
+type pendingCall struct {
+	id      uint64 // set by send before the call is registered
+	ch      chan frame
+	onFrame func(frame)
+	onEnd   func(*Error)
+}
+
+// isFinal says whether f is its request's last frame: any frame of a unary call; of a
+// stream, an error or a payload that does not start with the "more" marker (0x00).
+func (p *pendingCall) isFinal(f frame) bool {
+	return p.onFrame == nil || f.status != 0 || len(f.payload) == 0 || f.payload[0] != 0
+}
+
 // fail ends the connection (once) and fails every call waiting on it.
 func (c *conn) fail(e *Error) {
 	c.mu.Lock()
@@ -155,10 +171,16 @@ func (c *conn) fail(e *Error) {
 		return
 	}
 	c.err = e
+	streams := c.pending
 	c.pending = nil
 	close(c.done)
 	c.mu.Unlock()
 	c.nc.Close()
+	for _, p := range streams {
+		if p.onEnd != nil {
+			p.onEnd(e)
+		}
+	}
 }
 
 func (c *conn) readLoop(br *bufio.Reader) {
@@ -175,8 +197,9 @@ func (c *conn) readLoop(br *bufio.Reader) {
 			return
 		}
 		c.mu.Lock()
-		ch, ok := c.pending[f.id]
-		if ok {
+		p, ok := c.pending[f.id]
+		final := ok && p.isFinal(f)
+		if final {
 			delete(c.pending, f.id)
 		}
 		c.mu.Unlock()
@@ -187,60 +210,80 @@ func (c *conn) readLoop(br *bufio.Reader) {
 			}
 			continue // a late answer to a call that gave up
 		}
-		<-c.slots
-		ch <- f // buffered: never blocks
+		if final {
+			<-c.slots
+		}
+		if p.onFrame != nil {
+			p.onFrame(f)
+		} else {
+			p.ch <- f // buffered: never blocks
+		}
 	}
 }
 
-// call sends one request and waits for its answer, under ctx. An error answer is returned
-// as *Error; a lost connection as unavailable; ctx's end as deadline_exceeded or
-// cancelled (the server may still execute the request).
-func (c *conn) call(ctx context.Context, typ uint8, payload []byte) ([]byte, error) {
+// send registers p under a new request id (waiting for an in-flight slot) and writes the
+// request. The slot is freed when the request's last frame arrives.
+func (c *conn) send(ctx context.Context, typ uint8, payload []byte, p *pendingCall) (uint64, error) {
 	select {
 	case c.slots <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctxError(ctx, "waiting for an in-flight slot")
+		return 0, ctxError(ctx, "waiting for an in-flight slot")
 	case <-c.done:
-		return nil, c.err
+		return 0, c.err
 	}
-	ch := make(chan frame, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
 		<-c.slots
-		return nil, c.err
+		return 0, c.err
 	}
 	c.nextID++
 	id := c.nextID
-	c.pending[id] = ch
+	p.id = id
+	c.pending[id] = p
 	c.mu.Unlock()
-
-	unsent := func() {
+	if err := c.write(ctx, typ, id, payload); err != nil {
 		c.mu.Lock()
 		if c.pending != nil {
 			delete(c.pending, id)
 		}
 		c.mu.Unlock()
 		<-c.slots
+		return 0, err
 	}
+	return id, nil
+}
+
+// write sends one frame. Waiting for the write side honours ctx; a write that fails breaks
+// the connection (a partial frame cannot be taken back).
+func (c *conn) write(ctx context.Context, typ uint8, id uint64, payload []byte) error {
 	select {
 	case c.wlock <- struct{}{}:
 	case <-ctx.Done():
-		unsent()
-		return nil, ctxError(ctx, "waiting to send")
+		return ctxError(ctx, "waiting to send")
 	case <-c.done:
-		return nil, c.err
+		return c.err
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, err := c.nc.Write(appendFrame(make([]byte, 0, headerBytes+len(payload)), typ, id, payload))
 	<-c.wlock
 	if err != nil {
 		c.fail(wrapError(CodeUnavailable, fmt.Sprintf("send to %s: %v", c.addr, err), err))
-		return nil, c.err
+		return c.err
 	}
+	return nil
+}
 
+// call sends one request and waits for its answer, under ctx. An error answer is returned
+// as *Error; a lost connection as unavailable; ctx's end as deadline_exceeded or
+// cancelled (the server may still execute the request).
+func (c *conn) call(ctx context.Context, typ uint8, payload []byte) ([]byte, error) {
+	p := &pendingCall{ch: make(chan frame, 1)}
+	if _, err := c.send(ctx, typ, payload, p); err != nil {
+		return nil, err
+	}
 	select {
-	case f := <-ch:
+	case f := <-p.ch:
 		if f.status != 0 {
 			return nil, decodeErrorPayload(CodeFromNumber(f.status), f.payload)
 		}

@@ -200,3 +200,12 @@ func CodeOf(err error) Code {
 	}
 	return CodeInternal
 }
+
+// asError is err as a *Error of code c (err itself when it is one).
+func (c Code) asError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return wrapError(c, err.Error(), err)
+}
