@@ -346,11 +346,11 @@ func (c *Client) Ingest(ctx context.Context, events []Event) (*IngestAnswer, err
 // IngestOnce applies the batch at most once per (w.ID, w.Sequence): resending it after a
 // lost answer changes nothing if the first send was applied (docs/api.md §Idempotent
 // writes). Give each batch of a writer the next sequence number.
-func (c *Client) IngestOnce(ctx context.Context, w Writer, events []Event) (*IngestAnswer, error) {
+func (c *Client) IngestOnce(ctx context.Context, w WriterPosition, events []Event) (*IngestAnswer, error) {
 	return c.ingest(ctx, events, &w)
 }
 
-func (c *Client) ingest(ctx context.Context, events []Event, w *Writer) (*IngestAnswer, error) {
+func (c *Client) ingest(ctx context.Context, events []Event, w *WriterPosition) (*IngestAnswer, error) {
 	if err := checkEvents(events, w); err != nil {
 		return nil, err
 	}

@@ -142,7 +142,7 @@ func TestErrorsAreTyped(t *testing.T) {
 	if !errors.Is(err, ErrInvalidArgument) || !errors.As(err, &e) || !contains(e.Message, "events[1]") {
 		t.Errorf("ingest with a bad second event: %v, want invalid_argument naming events[1]", err)
 	}
-	_, err = c.IngestOnce(ctx, Writer{ID: "bad id", Sequence: 1}, []Event{bad})
+	_, err = c.IngestOnce(ctx, WriterPosition{ID: "bad id", Sequence: 1}, []Event{bad})
 	if !errors.Is(err, ErrInvalidArgument) || !contains(err.Error(), "writer_id") {
 		t.Errorf("a malformed writer id: %v", err)
 	}
@@ -178,7 +178,7 @@ func TestIngestOnceAppliesOnce(t *testing.T) {
 		}
 		return loc.Copies[0].Refcount
 	}
-	w := Writer{ID: "sched-1:go", Sequence: 1}
+	w := WriterPosition{ID: "sched-1:go", Sequence: 1}
 	for i := 0; i < 2; i++ {
 		if _, err := c.IngestOnce(ctx, w, []Event{storedEvent("h", tokens)}); err != nil {
 			t.Fatalf("IngestOnce #%d: %v", i+1, err)

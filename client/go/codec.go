@@ -98,7 +98,7 @@ func validWriterID(id string) bool {
 
 // checkEvents catches what the wire cannot carry, naming the event; the server checks the
 // rest (ValidateBlockEvent) and names the field the same way.
-func checkEvents(events []Event, writer *Writer) error {
+func checkEvents(events []Event, writer *WriterPosition) error {
 	for i, ev := range events {
 		if ev.Type > EventCleared {
 			return newError(CodeInvalidArgument, fmt.Sprintf("events[%d].type: %d is not an event type (0-2)", i, ev.Type))
@@ -135,7 +135,7 @@ func eventFlags(ev *Event) uint8 {
 	return f
 }
 
-func encodeIngest(events []Event, writer *Writer) []byte {
+func encodeIngest(events []Event, writer *WriterPosition) []byte {
 	e := &encoder{}
 	e.varint(uint64(len(events)))
 	flagged := false

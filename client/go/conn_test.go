@@ -215,7 +215,7 @@ func TestDocumentedBytes(t *testing.T) {
 	if got := hexSpaced(b); got != want {
 		t.Errorf("frame: %s, want %s", got, want)
 	}
-	w := &Writer{ID: "w-1", Sequence: 300}
+	w := &WriterPosition{ID: "w-1", Sequence: 300}
 	p := encodeIngest(nil, w)
 	if got := hexSpaced(p[1:]); got != "0103772d31ac02" { // after the event count 0
 		t.Errorf("writer trailer: %s", got)

@@ -36,7 +36,7 @@ func Example() {
 	if err == nil {
 		log.Printf("route to %s", route.Ranked[0].Candidate.InstanceID)
 	}
-	_, err = client.IngestOnce(ctx, kvatlas.Writer{ID: "sched-1", Sequence: 42}, []kvatlas.Event{{
+	_, err = client.IngestOnce(ctx, kvatlas.WriterPosition{ID: "sched-1", Sequence: 42}, []kvatlas.Event{{
 		Type: kvatlas.EventStored, Context: llama, Holder: kvatlas.Holder{BackendID: "vllm-0"},
 		Tier: kvatlas.TierGPU, TokenIDs: prompt[:32],
 	}})

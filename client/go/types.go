@@ -78,9 +78,9 @@ type Event struct {
 	ClearHolder bool
 }
 
-// Writer identifies a batch for exactly-once application (docs/api.md §Idempotent
+// WriterPosition identifies a batch for exactly-once application (docs/api.md §Idempotent
 // writes): a resent batch with the same ID and Sequence, once applied, changes nothing.
-type Writer struct {
+type WriterPosition struct {
 	ID       string // 1..128 bytes of [A-Za-z0-9._:-]
 	Sequence uint64 // >= 1, increasing per ID
 }
