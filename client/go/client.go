@@ -37,6 +37,11 @@ type Options struct {
 	// Requests sent and not yet answered per connection; further calls wait (under their
 	// context) for a slot. Default 1024, the server's default rpc_max_in_flight.
 	MaxInFlight int
+	// After every endpoint failed to connect, calls fail with ErrUnavailable without a new
+	// attempt for this long; it doubles on each failed round up to ReconnectBackoffMax, so
+	// that a client hammering a dead cluster costs nothing. Defaults 20 ms and 1 s. A
+	// connection lost while open is retried at once by the next call.
+	ReconnectBackoffMin, ReconnectBackoffMax time.Duration
 }
 
 // Client is a connection to a kvatlas cluster. See the package documentation.
@@ -49,6 +54,10 @@ type Client struct {
 	active string           // the endpoint reads use
 	leader string           // the leader writes go to, once one acknowledged a write
 	closed bool
+	// After a round in which no endpoint accepted: no new round before backoffUntil.
+	backoff      time.Duration
+	backoffUntil time.Time
+	backoffErr   *Error
 }
 
 const (
@@ -73,8 +82,18 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	if len(opts.Token) > maxTokenBytes {
 		return nil, newError(CodeInvalidArgument, fmt.Sprintf("Options.Token: %d bytes (at most %d)", len(opts.Token), maxTokenBytes))
 	}
-	if opts.ConnectTimeout < 0 || opts.DefaultTimeout < 0 || opts.MaxInFlight < 0 {
-		return nil, newError(CodeInvalidArgument, "Options: timeouts and MaxInFlight must not be negative")
+	if opts.ConnectTimeout < 0 || opts.DefaultTimeout < 0 || opts.MaxInFlight < 0 ||
+		opts.ReconnectBackoffMin < 0 || opts.ReconnectBackoffMax < 0 {
+		return nil, newError(CodeInvalidArgument, "Options: durations and MaxInFlight must not be negative")
+	}
+	if opts.ReconnectBackoffMin == 0 {
+		opts.ReconnectBackoffMin = 20 * time.Millisecond
+	}
+	if opts.ReconnectBackoffMax == 0 {
+		opts.ReconnectBackoffMax = time.Second
+	}
+	if opts.ReconnectBackoffMax < opts.ReconnectBackoffMin {
+		opts.ReconnectBackoffMax = opts.ReconnectBackoffMin
 	}
 	if opts.ConnectTimeout == 0 {
 		opts.ConnectTimeout = time.Second
@@ -168,18 +187,23 @@ func (c *Client) connTo(ctx context.Context, addr string) (*conn, error) {
 func (c *Client) endpointConn(ctx context.Context) (*conn, error) {
 	c.mu.Lock()
 	active := c.active
-	c.mu.Unlock()
-	if active != "" {
-		if cn, err := c.connTo(ctx, active); err == nil {
-			return cn, nil
-		}
+	if cn := c.conns[active]; cn != nil && cn.alive() {
+		c.mu.Unlock()
+		return cn, nil
 	}
+	if wait := time.Until(c.backoffUntil); wait > 0 {
+		e := c.backoffErr
+		c.mu.Unlock()
+		return nil, wrapError(CodeUnavailable, fmt.Sprintf("%s (no new attempt for %v)", e.Message, wait.Round(time.Millisecond)), e)
+	}
+	c.mu.Unlock()
 	var reasons []string
 	for _, ep := range c.opts.Endpoints {
 		cn, err := c.connTo(ctx, ep)
 		if err == nil {
 			c.mu.Lock()
 			c.active = ep
+			c.backoff = 0
 			c.mu.Unlock()
 			return cn, nil
 		}
@@ -188,7 +212,18 @@ func (c *Client) endpointConn(ctx context.Context) (*conn, error) {
 		}
 		reasons = append(reasons, err.Error())
 	}
-	return nil, newError(CodeUnavailable, "no endpoint accepted a connection: "+strings.Join(reasons, "; "))
+	e := newError(CodeUnavailable, "no endpoint accepted a connection: "+strings.Join(reasons, "; "))
+	c.mu.Lock()
+	if c.backoff *= 2; c.backoff < c.opts.ReconnectBackoffMin {
+		c.backoff = c.opts.ReconnectBackoffMin
+	}
+	if c.backoff > c.opts.ReconnectBackoffMax {
+		c.backoff = c.opts.ReconnectBackoffMax
+	}
+	c.backoffUntil = time.Now().Add(c.backoff)
+	c.backoffErr = e
+	c.mu.Unlock()
+	return nil, e
 }
 
 // read sends a request that any member answers. A connection lost before the answer fails

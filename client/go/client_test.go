@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 )
 
 var testContext = Context{Model: "llama", BlockSize: 4}
@@ -254,5 +255,24 @@ func TestDialFailsClearly(t *testing.T) {
 	_, err := Dial(ctx, Options{Endpoints: []string{addr}})
 	if !errors.Is(err, ErrUnavailable) || !contains(err.Error(), addr) {
 		t.Errorf("nothing listening: %v, want unavailable naming %s", err, addr)
+	}
+}
+
+// A lost connection is retried at once by the next call; after a round in which no
+// endpoint accepted, calls fail without a new attempt until the back-off passes.
+func TestReconnectBackoff(t *testing.T) {
+	s := startServer(t)
+	c := dialT(t, Options{Endpoints: []string{s.rpc}, ReconnectBackoffMin: 10 * time.Minute})
+	ctx := testCtx(t)
+	s.stop()
+	err := c.Ping(ctx) // the open connection is lost (or found closed)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Ping after the server stopped: %v", err)
+	}
+	if err = c.Ping(ctx); err != nil && !contains(err.Error(), "no new attempt") {
+		err = c.Ping(ctx) // the first Ping may have found the connection already closed
+	}
+	if !errors.Is(err, ErrUnavailable) || !contains(err.Error(), "no new attempt") || !contains(err.Error(), s.rpc) {
+		t.Errorf("Ping within the back-off: %v, want unavailable naming %s and the back-off", err, s.rpc)
 	}
 }
