@@ -142,3 +142,56 @@ func TestWatchErrors(t *testing.T) {
 		}
 	}
 }
+
+// A followed watch goes on across a server restart: it watches again from where it
+// stopped, and the records applied after the restart come through.
+func TestFollowAcrossRestart(t *testing.T) {
+	s := startServer(t)
+	rpc := s.rpc
+	c := dialT(t, Options{Endpoints: []string{rpc}})
+	ctx := testCtx(t)
+	f, err := c.Follow(ctx, WatchOptions{Filter: ContextFilter(testContext)})
+	if err != nil {
+		t.Fatalf("Follow: %v", err)
+	}
+	defer f.Close()
+	if _, err := c.Ingest(ctx, []Event{storedEvent("a", seqTokens(4, 1))}); err != nil {
+		t.Fatal(err)
+	}
+	if recs := nextFollowed(t, f); len(recs) != 1 || recs[0].Holder.BackendID != "a" {
+		t.Fatalf("before the restart: %+v", recs)
+	}
+	s.stop()
+	s2 := startServerIn(t, s.dataDir, rpc)
+	// Another client writes, so that the follower's reconnect is not helped by this one.
+	w := dialT(t, Options{Endpoints: []string{s2.rpc}})
+	ans, err := w.Ingest(ctx, []Event{storedEvent("b", seqTokens(4, 1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := nextFollowed(t, f)
+	if len(recs) != 1 || recs[0].Holder.BackendID != "b" || recs[0].Revision != ans.Revision {
+		t.Errorf("after the restart: %+v (revision %d expected)", recs, ans.Revision)
+	}
+	if f.Resubscriptions() < 1 {
+		t.Errorf("the stream did not watch again (%d)", f.Resubscriptions())
+	}
+	f.Close()
+	if _, err := f.Next(ctx); !errors.Is(err, ErrCancelled) {
+		t.Errorf("Next after Close: %v", err)
+	}
+}
+
+func nextFollowed(t *testing.T, f *FollowStream) []FeedRecord {
+	t.Helper()
+	ctx := testCtx(t)
+	for {
+		recs, err := f.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next: %v", err)
+		}
+		if len(recs) > 0 {
+			return recs
+		}
+	}
+}

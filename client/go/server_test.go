@@ -60,9 +60,16 @@ type testServer struct {
 // until it has written its rpc.addr file.
 func startServer(t *testing.T, args ...string) *testServer {
 	t.Helper()
-	dataDir := filepath.Join(t.TempDir(), "data")
+	return startServerIn(t, filepath.Join(t.TempDir(), "data"), "127.0.0.1:0", args...)
+}
+
+// startServerIn starts kvatlas-server on dataDir (e.g. again, after a stop) with its binary
+// protocol on rpcListen.
+func startServerIn(t *testing.T, dataDir, rpcListen string, args ...string) *testServer {
+	t.Helper()
+	_ = os.Remove(filepath.Join(dataDir, "rpc.addr"))
 	full := append([]string{"--data-dir", dataDir, "--http-listen", "127.0.0.1:0",
-		"--rpc-listen", "127.0.0.1:0", "--log-level", "warning"}, args...)
+		"--rpc-listen", rpcListen, "--log-level", "warning"}, args...)
 	s := &testServer{t: t, dataDir: dataDir, log: &lockedBuffer{}, exited: make(chan struct{})}
 	s.cmd = exec.Command(serverBinary(t), full...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
