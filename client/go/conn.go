@@ -65,7 +65,14 @@ type conn struct {
 	nc    net.Conn
 	auth  AuthInfo
 	slots chan struct{} // one token per request sent and not answered
-	wlock chan struct{} // the write side; a channel so that waiting honours contexts
+
+	// The write side: frames are appended to wbuf, and the caller that finds no flush in
+	// progress writes the buffer (with what others append meanwhile) until it is empty, so
+	// that concurrent calls share system calls.
+	wmu      sync.Mutex
+	wbuf     []byte
+	wspare   []byte
+	flushing bool
 
 	mu      sync.Mutex
 	pending map[uint64]*pendingCall
@@ -100,7 +107,7 @@ func dialConn(ctx context.Context, addr string, o *Options) (*conn, error) {
 		nc = tc
 	}
 	c := &conn{addr: addr, nc: nc, slots: make(chan struct{}, o.MaxInFlight),
-		wlock: make(chan struct{}, 1), pending: map[uint64]*pendingCall{}, done: make(chan struct{})}
+		pending: map[uint64]*pendingCall{}, done: make(chan struct{})}
 	br := bufio.NewReaderSize(nc, 64<<10)
 	if o.Token != "" {
 		if err := c.authenticate(ctx, br, o); err != nil {
@@ -242,7 +249,7 @@ func (c *conn) send(ctx context.Context, typ uint8, payload []byte, p *pendingCa
 	p.id = id
 	c.pending[id] = p
 	c.mu.Unlock()
-	if err := c.write(ctx, typ, id, payload); err != nil {
+	if err := c.write(typ, id, payload); err != nil {
 		c.mu.Lock()
 		if c.pending != nil {
 			delete(c.pending, id)
@@ -254,23 +261,43 @@ func (c *conn) send(ctx context.Context, typ uint8, payload []byte, p *pendingCa
 	return id, nil
 }
 
-// write sends one frame. Waiting for the write side honours ctx; a write that fails breaks
-// the connection (a partial frame cannot be taken back).
-func (c *conn) write(ctx context.Context, typ uint8, id uint64, payload []byte) error {
-	select {
-	case c.wlock <- struct{}{}:
-	case <-ctx.Done():
-		return ctxError(ctx, "waiting to send")
-	case <-c.done:
+// write queues one frame and writes the queue unless another caller is doing so (its
+// frame is then written by that caller, or the connection fails). A write that fails
+// breaks the connection: a partial frame cannot be taken back.
+func (c *conn) write(typ uint8, id uint64, payload []byte) error {
+	c.wmu.Lock()
+	if !c.alive() {
+		c.wmu.Unlock()
 		return c.err
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, err := c.nc.Write(appendFrame(make([]byte, 0, headerBytes+len(payload)), typ, id, payload))
-	<-c.wlock
-	if err != nil {
-		c.fail(wrapError(CodeUnavailable, fmt.Sprintf("send to %s: %v", c.addr, err), err))
-		return c.err
+	c.wbuf = appendFrame(c.wbuf, typ, id, payload)
+	if c.flushing {
+		c.wmu.Unlock()
+		return nil
 	}
+	c.flushing = true
+	for len(c.wbuf) > 0 {
+		buf := c.wbuf
+		c.wbuf = c.wspare[:0]
+		c.wmu.Unlock()
+		_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err := c.nc.Write(buf)
+		c.wmu.Lock()
+		if cap(buf) <= 1<<20 { // keep small buffers for reuse
+			c.wspare = buf[:0]
+		} else {
+			c.wspare = nil
+		}
+		if err != nil {
+			c.flushing = false
+			c.wbuf = nil
+			c.wmu.Unlock()
+			c.fail(wrapError(CodeUnavailable, fmt.Sprintf("send to %s: %v", c.addr, err), err))
+			return c.err
+		}
+	}
+	c.flushing = false
+	c.wmu.Unlock()
 	return nil
 }
 

@@ -305,7 +305,7 @@ func (w *WatchStream) end(e *Error) {
 func (w *WatchStream) sendCancel() {
 	w.cancel.Do(func() {
 		id := w.call.id
-		go func() { _ = w.cn.write(context.Background(), typeWatch, id, watchCancelPayload) }()
+		go func() { _ = w.cn.write(typeWatch, id, watchCancelPayload) }()
 	})
 }
 

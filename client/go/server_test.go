@@ -21,7 +21,7 @@ import (
 // Bound on waits for a server to come up or a cluster to elect (never a timed assertion).
 const startupBound = 60 * time.Second
 
-func serverBinary(t *testing.T) string {
+func serverBinary(t testing.TB) string {
 	t.Helper()
 	bin := os.Getenv("KVATLAS_SERVER_BIN")
 	if bin == "" {
@@ -48,7 +48,7 @@ func (l *lockedBuffer) String() string {
 }
 
 type testServer struct {
-	t       *testing.T
+	t       testing.TB
 	cmd     *exec.Cmd
 	dataDir string
 	log     *lockedBuffer
@@ -58,14 +58,14 @@ type testServer struct {
 
 // startServer starts kvatlas-server with its listeners on free loopback ports and waits
 // until it has written its rpc.addr file.
-func startServer(t *testing.T, args ...string) *testServer {
+func startServer(t testing.TB, args ...string) *testServer {
 	t.Helper()
 	return startServerIn(t, filepath.Join(t.TempDir(), "data"), "127.0.0.1:0", args...)
 }
 
 // startServerIn starts kvatlas-server on dataDir (e.g. again, after a stop) with its binary
 // protocol on rpcListen.
-func startServerIn(t *testing.T, dataDir, rpcListen string, args ...string) *testServer {
+func startServerIn(t testing.TB, dataDir, rpcListen string, args ...string) *testServer {
 	t.Helper()
 	_ = os.Remove(filepath.Join(dataDir, "rpc.addr"))
 	full := append([]string{"--data-dir", dataDir, "--http-listen", "127.0.0.1:0",
