@@ -37,6 +37,11 @@ type Options struct {
 	// Requests sent and not yet answered per connection; further calls wait (under their
 	// context) for a slot. Default 1024, the server's default rpc_max_in_flight.
 	MaxInFlight int
+	// Largest request payload sent (at most 256 MiB, the protocol's limit); a larger request
+	// fails with ErrPayloadTooLarge without being sent, since the server would close the
+	// connection (failing the other calls on it). Match the server's rpc_max_frame_bytes.
+	// Default 16 MiB, its default.
+	MaxRequestBytes int
 	// After every endpoint failed to connect, calls fail with ErrUnavailable without a new
 	// attempt for this long; it doubles on each failed round up to ReconnectBackoffMax, so
 	// that a client hammering a dead cluster costs nothing. Defaults 20 ms and 1 s. A
@@ -85,6 +90,12 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	if opts.ConnectTimeout < 0 || opts.DefaultTimeout < 0 || opts.MaxInFlight < 0 ||
 		opts.ReconnectBackoffMin < 0 || opts.ReconnectBackoffMax < 0 {
 		return nil, newError(CodeInvalidArgument, "Options: durations and MaxInFlight must not be negative")
+	}
+	if opts.MaxRequestBytes < 0 || opts.MaxRequestBytes > maxPayloadBytes {
+		return nil, newError(CodeInvalidArgument, fmt.Sprintf("Options.MaxRequestBytes: %d is not in 0..%d", opts.MaxRequestBytes, maxPayloadBytes))
+	}
+	if opts.MaxRequestBytes == 0 {
+		opts.MaxRequestBytes = 16 << 20
 	}
 	if opts.ReconnectBackoffMin == 0 {
 		opts.ReconnectBackoffMin = 20 * time.Millisecond

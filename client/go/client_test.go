@@ -276,3 +276,18 @@ func TestReconnectBackoff(t *testing.T) {
 		t.Errorf("Ping within the back-off: %v, want unavailable naming %s and the back-off", err, s.rpc)
 	}
 }
+
+// A request over MaxRequestBytes fails without being sent: the connection and the other
+// calls on it go on.
+func TestRequestTooLarge(t *testing.T) {
+	s := startServer(t)
+	c := dialT(t, Options{Endpoints: []string{s.rpc}, MaxRequestBytes: 1000})
+	ctx := testCtx(t)
+	_, err := c.Ingest(ctx, []Event{storedEvent("h", seqTokens(4*200, 0))})
+	if !errors.Is(err, ErrPayloadTooLarge) || !contains(err.Error(), "MaxRequestBytes") {
+		t.Errorf("a 200-block ingest over 1000 bytes: %v, want payload_too_large", err)
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Errorf("Ping after a refused request: %v", err)
+	}
+}

@@ -61,10 +61,11 @@ func readFrame(r io.Reader, hdr *[headerBytes]byte) (frame, error) {
 // conn is one connection: calls are pipelined over it (each under its own request id;
 // answers are matched by id, in any order), at most cap(slots) of them unanswered.
 type conn struct {
-	addr  string
-	nc    net.Conn
-	auth  AuthInfo
-	slots chan struct{} // one token per request sent and not answered
+	addr     string
+	maxBytes int // largest request payload
+	nc       net.Conn
+	auth     AuthInfo
+	slots    chan struct{} // one token per request sent and not answered
 
 	// The write side: frames are appended to wbuf, and the caller that finds no flush in
 	// progress writes the buffer (with what others append meanwhile) until it is empty, so
@@ -106,7 +107,7 @@ func dialConn(ctx context.Context, addr string, o *Options) (*conn, error) {
 		}
 		nc = tc
 	}
-	c := &conn{addr: addr, nc: nc, slots: make(chan struct{}, o.MaxInFlight),
+	c := &conn{addr: addr, maxBytes: o.MaxRequestBytes, nc: nc, slots: make(chan struct{}, o.MaxInFlight),
 		pending: map[uint64]*pendingCall{}, done: make(chan struct{})}
 	br := bufio.NewReaderSize(nc, 64<<10)
 	if o.Token != "" {
@@ -231,6 +232,9 @@ func (c *conn) readLoop(br *bufio.Reader) {
 // send registers p under a new request id (waiting for an in-flight slot) and writes the
 // request. The slot is freed when the request's last frame arrives.
 func (c *conn) send(ctx context.Context, typ uint8, payload []byte, p *pendingCall) (uint64, error) {
+	if len(payload) > c.maxBytes {
+		return 0, newError(CodePayloadTooLarge, fmt.Sprintf("request of %d bytes; the limit is %d (Options.MaxRequestBytes)", len(payload), c.maxBytes))
+	}
 	select {
 	case c.slots <- struct{}{}:
 	case <-ctx.Done():
