@@ -1,7 +1,8 @@
 // Package kvatlas is a pure-Go client of kvatlas's binary protocol (docs/protocol.md,
-// docs/go.md): lookups, routing decisions, ingests with exactly-once writers, statistics
-// and the cluster's status, over pipelined connections to any member of a cluster, with
-// not_leader answers followed to the leader.
+// docs/go.md): lookups, routing decisions, ingests with exactly-once writers, statistics,
+// the cluster's status, context snapshots and watches of the change feed, over pipelined
+// connections to any member of a cluster, with not_leader answers followed to the leader;
+// and the block hashes of kvatlas (BlockHasher) and of vLLM (VllmBlockHasher).
 //
 // A Client is safe for concurrent use by any number of goroutines; their calls share the
 // connection, each under its own request id, at most Options.MaxInFlight unanswered.
