@@ -80,31 +80,32 @@ func statsPayload(doc string) []byte {
 	return e.b
 }
 
-// The fake holds every request until MaxInFlight are outstanding (or all were sent), then
-// answers them newest first: no more than MaxInFlight are ever unanswered, and each call
-// gets its own answer although they come back in reverse order.
+// The fake first holds every request unanswered: the client sends MaxInFlight of its 100
+// calls and no more (the pause below only gives a client that ignored the bound the time
+// to send more; a correct one cannot fail it). Then the fake answers in batches, each
+// newest first: every call gets its own answer although they come back out of order.
 func TestInFlightBoundAndOutOfOrderAnswers(t *testing.T) {
 	const calls, maxInFlight = 100, 8
 	var mu sync.Mutex
 	var held []frame
-	received, maxHeld := 0, 0
+	received, released := 0, false
+	answer := func(f *fakeServer, batch []frame) {
+		for i := len(batch) - 1; i >= 0; i-- {
+			r := batch[i]
+			// The stats document echoes the request id as its revision.
+			f.reply(r.typ, 0, r.id, statsPayload(`{"revision":`+strconv.FormatUint(r.id, 10)+`}`))
+		}
+	}
 	fs := startFake(t, func(f *fakeServer, req frame) {
 		mu.Lock()
 		held = append(held, req)
 		received++
-		if len(held) > maxHeld {
-			maxHeld = len(held)
-		}
 		var batch []frame
-		if len(held) == maxInFlight || received >= calls {
+		if released && (len(held) == maxInFlight || received >= calls) {
 			batch, held = held, nil
 		}
 		mu.Unlock()
-		for i := len(batch) - 1; i >= 0; i-- {
-			r := batch[i]
-			// The stats document echoes the request's revision field: its request id.
-			f.reply(r.typ, 0, r.id, statsPayload(`{"revision":`+strconv.FormatUint(r.id, 10)+`}`))
-		}
+		answer(f, batch)
 	})
 	c := dialT(t, Options{Endpoints: []string{fs.addr()}, MaxInFlight: maxInFlight})
 	cn, err := c.endpointConn(testCtx(t))
@@ -126,15 +127,32 @@ func TestInFlightBoundAndOutOfOrderAnswers(t *testing.T) {
 			}
 		}()
 	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return received
+	}
+	for deadline := time.Now().Add(10 * time.Second); count() < maxInFlight; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the fake received %d requests, want %d", count(), maxInFlight)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	if received != maxInFlight {
+		t.Errorf("%d requests were sent unanswered; MaxInFlight is %d", received, maxInFlight)
+	}
+	released = true
+	batch := held
+	held = nil
+	mu.Unlock()
+	answer(fs, batch)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
 	}
-	if maxHeld > maxInFlight {
-		t.Errorf("%d requests were unanswered at once; MaxInFlight is %d", maxHeld, maxInFlight)
-	}
-	// Each answer went to its own call: Stats decodes the echoed id.
+	// Each answer went to its own call: the next call gets the answer to its own id.
 	st, err := c.Stats(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
