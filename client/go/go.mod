@@ -1,0 +1,3 @@
+module kvatlas.dev/kvatlas
+
+go 1.19

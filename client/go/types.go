@@ -1,0 +1,253 @@
+package kvatlas
+
+// Tier is where a copy of a block lives.
+type Tier uint8
+
+const (
+	TierGPU    Tier = 0
+	TierCPU    Tier = 1
+	TierDisk   Tier = 2
+	TierShared Tier = 3
+)
+
+func (t Tier) String() string {
+	switch t {
+	case TierGPU:
+		return "GPU"
+	case TierCPU:
+		return "CPU"
+	case TierDisk:
+		return "DISK"
+	case TierShared:
+		return "SHARED"
+	}
+	return "tier(?)"
+}
+
+// Context is a hash namespace (docs/api.md §Conventions). An empty Tenant is "default".
+type Context struct {
+	Tenant    string
+	Model     string
+	LoRA      string // empty = the base model
+	BlockSize uint32
+	Salt      string // additional_salt
+}
+
+// Holder is an instance (backend) and its data-parallel rank.
+type Holder struct {
+	BackendID string
+	DPRank    uint32
+}
+
+// EventType is the kind of an RFC #1527 KV event.
+type EventType uint8
+
+const (
+	EventStored  EventType = 0
+	EventRemoved EventType = 1
+	EventCleared EventType = 2
+)
+
+// Origin of a stored event's blocks (docs/engine-events.md §Report modes).
+type Origin uint8
+
+const (
+	OriginNone   Origin = 0
+	OriginNew    Origin = 1
+	OriginReused Origin = 2
+)
+
+// Event is one KV event of an ingest batch, as POST /v1/events takes it. Pointer fields
+// are optional (nil = absent).
+type Event struct {
+	Type      EventType
+	EventID   *uint64  // per-stream sequence number (informational)
+	Timestamp *float64 // publisher clock (informational); must be finite
+	Context   Context
+	Holder    Holder
+	Medium    *string // the publisher's medium string; Tier must match what it maps to
+	Tier      Tier
+	// Stored: the blocks' rolling hashes; removed: the hashes to remove.
+	SeqHashes    []uint64
+	ParentHash   *uint64  // stored: the hash of the block before SeqHashes[0]
+	BaseBlockIdx *uint32  // depth of the first block
+	TokenIDs     []uint32 // stored: the tokens of all blocks (the server hashes them)
+	Locations    []string // stored: empty, or one per block
+	Origin       Origin   // stored events only
+	// Cleared events only: clear every context of the holder ("scope": "holder").
+	ClearHolder bool
+}
+
+// WriterPosition identifies a batch for exactly-once application (docs/api.md §Idempotent
+// writes): a resent batch with the same ID and Sequence, once applied, changes nothing.
+type WriterPosition struct {
+	ID       string // 1..128 bytes of [A-Za-z0-9._:-]
+	Sequence uint64 // >= 1, increasing per ID
+}
+
+// IngestAnswer is the answer to an ingest, sent once the batch is applied and written.
+type IngestAnswer struct {
+	Revision uint64 // the revision the batch was applied at
+	Events   uint64
+	Blocks   uint64
+}
+
+// LookupRequest asks for the longest cached prefix per instance and tier. With Tokens
+// non-nil the server hashes the tokens (only complete blocks count); otherwise Hashes are
+// the block keys.
+type LookupRequest struct {
+	Context Context
+	Hashes  []uint64
+	Tokens  []uint32
+	// Report only this instance (all its ranks); empty = all.
+	Instance string
+	// Report per-block locations of shared-backend matches.
+	IncludeLocations bool
+	// Read consistency (docs/api.md): Linearizable reads go through the leader (the client
+	// follows not_leader as for writes); MinRevision > 0 waits until the server has
+	// applied that revision.
+	Linearizable bool
+	MinRevision  uint64
+}
+
+// TierBlocks are block counts per tier: GPU <= CPU <= Disk are cumulative prefixes
+// (GPU, GPU∪CPU, GPU∪CPU∪DISK); CPUOnly and DiskOnly per medium alone.
+type TierBlocks struct {
+	GPU, CPU, Disk, CPUOnly, DiskOnly uint32
+}
+
+// RankMatch is one data-parallel rank's match.
+type RankMatch struct {
+	DPRank uint32
+	Blocks TierBlocks
+}
+
+// InstanceMatch is one instance's match, with its ranks (ascending).
+type InstanceMatch struct {
+	InstanceID string
+	Blocks     TierBlocks
+	DPRanks    []RankMatch
+}
+
+// SharedMatch is a shared backend's match.
+type SharedMatch struct {
+	BackendID string
+	DPRank    uint32
+	Blocks    uint32
+	Locations []string
+}
+
+// LookupAnswer is the answer of a lookup (the REST /v1/lookup answer).
+type LookupAnswer struct {
+	Revision      uint64
+	Context       Context
+	BlocksQueried uint32
+	BlocksFound   uint32
+	Instances     []InstanceMatch // longest match first, then by id
+	Shared        []SharedMatch
+}
+
+// TierWeights weigh cached blocks per tier in the routing cost (each 0..1).
+type TierWeights struct {
+	GPU, CPU, Disk, Shared float64
+}
+
+// DefaultTierWeights are the server's defaults (docs/routing.md).
+var DefaultTierWeights = TierWeights{GPU: 1.0, CPU: 0.75, Disk: 0.25, Shared: 0.5}
+
+// RouteOptions are the cost model's knobs (docs/routing.md). DefaultRouteOptions gives
+// the server's defaults.
+type RouteOptions struct {
+	Weights      TierWeights
+	PrefillScale float64
+	QueueScale   float64
+	DecodeScale  float64
+	Temperature  float64 // 0 = lowest cost first
+	Seed         *uint64 // the sampler's seed; nil = random
+}
+
+// DefaultRouteOptions returns the defaults of POST /v1/route.
+func DefaultRouteOptions() RouteOptions {
+	return RouteOptions{Weights: DefaultTierWeights, PrefillScale: 1.0, QueueScale: 0.3,
+		DecodeScale: 0.1}
+}
+
+// Candidate is an instance the router may pick.
+type Candidate struct {
+	InstanceID          string
+	DPRank              *uint32
+	QueuedPrefillTokens uint64
+	ActiveDecodeBlocks  uint64
+}
+
+// RouteRequest is a routing decision's input: the lookup (its Instance and
+// IncludeLocations are ignored), the candidates (1..65,536) and the options. A nil
+// Options means DefaultRouteOptions().
+type RouteRequest struct {
+	Lookup     LookupRequest
+	Candidates []Candidate
+	Options    *RouteOptions
+}
+
+// PrefixMatch is a candidate's cached prefix in blocks: GPU <= CPU <= Disk cumulative,
+// Shared from shared backends.
+type PrefixMatch struct {
+	GPU, CPU, Disk, Shared uint32
+}
+
+// ScoredCandidate is one candidate with its cost breakdown (docs/api.md §Routing).
+type ScoredCandidate struct {
+	Index     uint64 // position in the request's candidate list
+	Candidate Candidate
+	Matched   PrefixMatch
+	// Blocks served from each tier (non-overlapping).
+	GPUBlocks, CPUBlocks, DiskBlocks, SharedBlocks uint32
+	Credit, NewPrefillBlocks, QueuedPrefillBlocks  float64
+	PrefillCost, DecodeCost, Cost, Probability     float64
+}
+
+// RouteAnswer ranks the candidates, the pick first.
+type RouteAnswer struct {
+	Revision     uint64
+	PromptBlocks uint32
+	BlocksFound  uint32
+	Ranked       []ScoredCandidate
+}
+
+// BlockCopy is one copy of a block (kLocate).
+type BlockCopy struct {
+	Context    Context
+	Holder     Holder
+	Tier       Tier
+	Depth      uint32
+	Refcount   uint32
+	EngineHash uint64
+	Location   string
+}
+
+// LocateAnswer lists every copy of one block key.
+type LocateAnswer struct {
+	Revision uint64
+	Copies   []BlockCopy
+}
+
+// Role is what a token may do (docs/security.md §Tokens and roles).
+type Role uint8
+
+const (
+	RoleRead  Role = 1
+	RoleWrite Role = 2
+	RoleAdmin Role = 3
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleRead:
+		return "read"
+	case RoleWrite:
+		return "write"
+	case RoleAdmin:
+		return "admin"
+	}
+	return "role(?)"
+}
