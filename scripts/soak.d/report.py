@@ -21,13 +21,12 @@ RSS_FLOOR_WINDOW_S = 360.0      # the floor: the minimum over the trailing 6 min
 RSS_JUDGED_MIN_S = 900.0        # ... judged only over a second half at least this long (runs
                                 # of 30 minutes or more: several sawtooth periods)
 OTHER_SLOPE_PCT_PER_HOUR = 10.0 # the floor of the RSS the budgets do not explain (RSS less
-                                # RocksDB's memory, the index's tables and the feed window,
-                                # each bounded or proportional to the state) may grow at most
-                                # this % of its value at the start of the second half, per
-                                # hour. RSS ÷ entries alone also moves with RocksDB's block
-                                # cache and memtables filling their 96 MiB budget over an hour
-                                # of writes, which is no leak: that figure is printed, and the
-                                # budget checked apart
+                                # RocksDB's memory, the index's tables, the feed window and
+                                # the raft log in memory, each bounded or proportional to the
+                                # state) may grow at most this % of its value at the start
+                                # of the second half, per hour. RSS ÷ entries alone also moves
+                                # with those parts filling and emptying, which is no leak: it
+                                # is printed, not judged, and RocksDB's budget checked apart
 STORAGE_OVER_BUDGET_MAX = 1.05  # RocksDB's memory (its cache, which the memtables are charged
                                 # to) at most this times storage_memory_bytes, plus its table
                                 # readers
