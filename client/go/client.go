@@ -338,14 +338,7 @@ func (c *Client) Lookup(ctx context.Context, r LookupRequest) (*LookupAnswer, er
 	} else {
 		p, err = c.read(ctx, typeLookup, payload)
 	}
-	if err != nil {
-		return nil, err
-	}
-	a, err := decodeLookupAnswer(p)
-	if err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return decoded(p, err, decodeLookupAnswer)
 }
 
 // Route ranks candidates by the common cost over the server's index (POST /v1/route,
@@ -359,28 +352,14 @@ func (c *Client) Route(ctx context.Context, r RouteRequest) (*RouteAnswer, error
 	} else {
 		p, err = c.read(ctx, typeRoute, payload)
 	}
-	if err != nil {
-		return nil, err
-	}
-	a, err := decodeRouteAnswer(p)
-	if err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return decoded(p, err, decodeRouteAnswer)
 }
 
 // Locate lists every copy of one block key, in ctx's context when non-nil, else in every
 // context (GET /v1/blocks/{key}).
 func (c *Client) Locate(ctx context.Context, key uint64, in *Context) (*LocateAnswer, error) {
 	p, err := c.read(ctx, typeLocate, encodeLocate(key, in))
-	if err != nil {
-		return nil, err
-	}
-	a, err := decodeLocateAnswer(p)
-	if err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return decoded(p, err, decodeLocateAnswer)
 }
 
 // Ingest applies a batch of events atomically on the leader (POST /v1/events), following
@@ -402,14 +381,7 @@ func (c *Client) ingest(ctx context.Context, events []Event, w *WriterPosition) 
 		return nil, err
 	}
 	p, err := c.leaderCall(ctx, typeIngest, encodeIngest(events, w))
-	if err != nil {
-		return nil, err
-	}
-	a, err := decodeIngestAnswer(p)
-	if err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return decoded(p, err, decodeIngestAnswer)
 }
 
 // Heartbeat keeps holders alive under holder leases (docs/leases.md), on the leader.
@@ -420,10 +392,16 @@ func (c *Client) Heartbeat(ctx context.Context, holders []Holder) (*HeartbeatAns
 		}
 	}
 	p, err := c.leaderCall(ctx, typeHeartbeat, encodeHeartbeat(holders))
+	return decoded(p, err, decodeHeartbeatAnswer)
+}
+
+// decoded is the answer a call returned, decoded: the call's error if it failed, else the
+// decoder's.
+func decoded[T any](p []byte, err error, decode func([]byte) (T, error)) (*T, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := decodeHeartbeatAnswer(p)
+	a, err := decode(p)
 	if err != nil {
 		return nil, err
 	}
