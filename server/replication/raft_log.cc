@@ -18,6 +18,7 @@ extern "C" {
 #include "common/internal/log.h"
 #include "common/internal/thread_name.h"
 #include "server/replication/fsm_adapter.h"
+#include "server/replication/raft_heap.h"
 #include "server/replication/raft_log_held.h"
 #include "server/replication/raft_members.h"
 #include "server/replication/tcp_transport.h"
@@ -663,6 +664,7 @@ RaftLog::RaftLog(RaftOptions options, LogStateMachine* machine)
 }
 
 Result<std::unique_ptr<RaftLog>> RaftLog::Start(RaftOptions options, LogStateMachine* machine) {
+  InstallRaftHeap();
   std::unique_ptr<RaftLog> log(new RaftLog(std::move(options), machine));
   log->loop_ = std::make_unique<Loop>(log.get());
   std::promise<Status> started;
