@@ -1,23 +1,18 @@
 #include "server/runtime/server.h"
 
-#include <sys/statvfs.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <optional>
 #include <system_error>
 #include <utility>
 
 #include "common/internal/log.h"
-#include "server/api/forwarding.h"
 #include "server/api/http_access.h"
 #include "server/runtime/access_config.h"
-#include "server/service/registration_service.h"
 #include "server/storage/backup.h"
 
 namespace kvatlas::server {
@@ -52,6 +47,13 @@ std::string Advertised(const std::string& bound, const std::string& raft_address
 
 // How often a starting server logs its recovery's progress (RecoveryProgress).
 constexpr std::chrono::seconds kProgressLogInterval{2};
+
+// How long a policy loop waits for a command it submitted to be applied: bounded so that
+// Shutdown never waits long for the loop.
+std::chrono::milliseconds BackgroundApplyWait(const Config& config) {
+  return std::min<std::chrono::milliseconds>(std::chrono::milliseconds(config.apply_timeout_ms),
+                                             std::chrono::milliseconds(2'000));
+}
 
 }  // namespace
 
@@ -223,11 +225,17 @@ Status Server::Init() {
   KVATLAS_RETURN_IF_ERROR(
       WriteFileAtomically(fs::path(config_.data_dir) / "http.addr", listen_address_ + "\n"));
   wrote_address_ = true;
-  announcer_ = std::thread([this] { AnnounceAddresses(); });
+  announcer_ = std::make_unique<Announcer>(
+      config_.id, ServerAddresses{services_.http_address, services_.rpc_address},
+      awaiting_membership_, BackgroundApplyWait(config_), services_.peer_http,
+      Announcer::Deps{machine_.get(), applier_.get(), raft_.get(), peer_auth_.get()});
+  announcer_->Start();
   if (leases_->enabled()) {
     LogInfo("holder leases on: holders silent for " + std::to_string(config_.holder_ttl_seconds) +
             " s are expired");
-    lease_keeper_ = std::thread([this] { ExpireSilentHolders(); });
+    lease_keeper_ =
+        std::make_unique<LeaseKeeper>(leases_.get(), applier_.get(), BackgroundApplyWait(config_));
+    lease_keeper_->Start();
   }
   auditor_ = std::make_unique<AuditProposer>(
       std::chrono::milliseconds(config_.audit_interval_ms), machine_.get(), applier_.get(),
@@ -370,108 +378,6 @@ void Server::ReloadTokens(const Config& fresh) {
   if (rpc_) rpc_->RecheckCredentials();
 }
 
-void Server::ExpireSilentHolders() {
-  // Bounded so that Shutdown never waits long for this thread; an expiry not applied in
-  // time is simply proposed again by a later check if the holder still has entries (a
-  // second one clears nothing).
-  const auto timeout = std::min<std::chrono::milliseconds>(
-      std::chrono::milliseconds(config_.apply_timeout_ms), std::chrono::milliseconds(2'000));
-  std::unique_lock lock(registrar_mu_);
-  while (!registrar_cv_.wait_for(lock, leases_->check_interval(),
-                                 [this] { return registrar_stop_; })) {
-    lock.unlock();
-    std::vector<ExpireHolderCommand> due = leases_->DueExpiries(std::chrono::steady_clock::now());
-    if (!due.empty()) {
-      std::string names;
-      CommandBatch batch;
-      for (ExpireHolderCommand& expire : due) {
-        names += (names.empty() ? "" : ", ") + expire.holder.ToString();
-        batch.commands.emplace_back(std::move(expire));
-      }
-      std::future<Result<Revision>> applied = applier_->Submit(std::move(batch));
-      const Result<Revision> result =
-          applied.wait_for(timeout) == std::future_status::ready
-              ? applied.get()
-              : Result<Revision>(Status(StatusCode::kDeadlineExceeded, "not applied in time"));
-      if (result.has_value()) {
-        // Applied: each expiry dropped its holder's entries unless the race guard or the
-        // publisher exemption skipped it (kvatlas_holder_expiries_skipped_total).
-        LogInfo("expiry of silent holder(s) " + names + " applied at revision " +
-                std::to_string(*result));
-      } else {
-        // Expected around a change of leader; the next check tries again.
-        LogWarning("expiring silent holder(s) " + names + ": " + result.error().ToString());
-      }
-    }
-    lock.lock();
-  }
-}
-
-void Server::AnnounceAddresses() {
-  const ServerAddresses mine{services_.http_address, services_.rpc_address};
-  constexpr auto kPoll = std::chrono::milliseconds(250);
-  constexpr auto kMaxBackoff = std::chrono::milliseconds(5'000);
-  // Bounded so that Shutdown never waits long for this thread.
-  const auto timeout = std::min<std::chrono::milliseconds>(
-      std::chrono::milliseconds(config_.apply_timeout_ms), std::chrono::milliseconds(2'000));
-  auto delay = kPoll;
-  std::string last_error;
-  std::unique_lock lock(registrar_mu_);
-  while (!registrar_cv_.wait_for(lock, delay, [this] { return registrar_stop_; })) {
-    const ClusterStatus status = raft_->GetStatus();
-    if (awaiting_membership_ && !status.members.empty()) {
-      awaiting_membership_ = false;
-      LogInfo("raft: added to the cluster (a configuration of " +
-              std::to_string(status.members.size()) + " servers)");
-    }
-    // In a one-server cluster nobody needs the addresses: no log entry for them.
-    if (status.members.size() < 2 || machine_->AddressesOf(config_.id) == mine) {
-      delay = kPoll;
-      continue;
-    }
-    lock.unlock();
-    Status announced;
-    bool waiting = false;  // for a leader, or for its address: local checks, no backoff
-    if (raft_->is_leader()) {
-      CommandBatch batch;
-      batch.commands.emplace_back(AnnounceCommand{config_.id, mine.http_address, mine.rpc_address});
-      std::future<Result<Revision>> applied = applier_->Submit(std::move(batch));
-      announced = applied.wait_for(timeout) == std::future_status::ready
-                      ? applied.get().status()
-                      : Status(StatusCode::kDeadlineExceeded, "not applied in time");
-    } else if (status.leader_id == 0) {
-      waiting = true;
-    } else if (std::optional<ServerAddresses> leader = machine_->AddressesOf(status.leader_id);
-               !leader || leader->http_address.empty()) {
-      waiting = true;
-    } else {
-      announced = PostAnnounce(services_.peer_http, peer_auth_.get(), status.leader_id,
-                               leader->http_address, config_.id, mine.http_address,
-                               mine.rpc_address, timeout);
-    }
-    lock.lock();
-    if (waiting) {
-      // Nothing was sent, so no backoff: a server that wins the election announces itself
-      // within a poll, and its followers, which say ready only once they know the leader's
-      // address (server/service/readiness.h), become ready soon after the election.
-      delay = kPoll;
-    } else if (announced.ok()) {
-      LogInfo("announced this server's addresses (http " + mine.http_address + ", rpc " +
-              mine.rpc_address + ")");
-      last_error.clear();
-      delay = kPoll;
-    } else {
-      // Expected around a change of leader (a proposal lost, a leader that stopped): log
-      // changes only.
-      if (announced.ToString() != last_error) {
-        last_error = announced.ToString();
-        LogInfo("announcing this server's addresses: " + last_error + " (retrying)");
-      }
-      delay = std::min<std::chrono::milliseconds>(delay * 2, kMaxBackoff);
-    }
-  }
-}
-
 Status Server::StartZmqIngest() {
   ZmqIngestOptions options;
   options.listeners = config_.zmq_listeners;
@@ -496,86 +402,16 @@ Status Server::StartZmqIngest() {
   KVATLAS_RETURN_IF_ERROR(zmq_->Start());
   zmq_notify_.store(zmq_.get(), std::memory_order_release);
   zmq_->NotifyRegistryChanged();
-  if (!config_.publishers.empty()) registrar_ = std::thread([this] { RegisterConfigPublishers(); });
-  disk_watcher_ = std::thread([this] { WatchDiskSpace(); });
+  if (!config_.publishers.empty()) {
+    registrar_ =
+        std::make_unique<PublisherRegistrar>(config_.publishers, RegistrationLimitsOf(config_),
+                                             machine_.get(), applier_.get(), raft_.get());
+    registrar_->Start();
+  }
+  disk_watcher_ = std::make_unique<DiskWatcher>(config_.data_dir, config_.min_free_disk_bytes,
+                                                applier_.get(), raft_.get());
+  disk_watcher_->Start();
   return Status::Ok();
-}
-
-void Server::WatchDiskSpace() {
-  const uint64_t low = config_.min_free_disk_bytes;
-  const uint64_t recovered = low + low / 10;  // hysteresis: no flapping at the boundary
-  bool refusing = false;
-  std::unique_lock lock(registrar_mu_);
-  while (!registrar_cv_.wait_for(lock, std::chrono::milliseconds(250),
-                                 [this] { return registrar_stop_; })) {
-    struct statvfs fs_stat;
-    if (statvfs(config_.data_dir.c_str(), &fs_stat) != 0) continue;
-    const uint64_t free_bytes = static_cast<uint64_t>(fs_stat.f_bavail) * fs_stat.f_frsize;
-    if (!refusing && free_bytes < low) {
-      refusing = true;
-      const std::string reason = "disk space low: " + std::to_string(free_bytes) +
-                                 " bytes free in " + config_.data_dir + " (min_free_disk_bytes " +
-                                 std::to_string(low) + "); writes are refused until space returns";
-      LogError(reason);
-      applier_->SetWritesRefused(reason);
-    } else if (refusing && free_bytes >= recovered) {
-      refusing = false;
-      LogInfo("disk space recovered (" + std::to_string(free_bytes) +
-              " bytes free); accepting writes");
-      applier_->SetWritesRefused("");
-    }
-    // A leader that cannot write must not lead: hand over to any up-to-date voter (retried
-    // every round while space is low, since there may be none at first).
-    const ClusterStatus status = raft_->GetStatus();
-    const auto voters = std::count_if(status.members.begin(), status.members.end(),
-                                      [](const ClusterMember& m) { return m.role == "voter"; });
-    if (refusing && raft_->is_leader() && voters > 1) {
-      raft_->TransferLeadership(0, [](Status s) {
-        if (!s.ok()) LogWarning("disk space low, leadership transfer: " + s.ToString());
-      });
-    }
-  }
-}
-
-void Server::RegisterConfigPublishers() {
-  // Publishers listed in the config are registered like POST /register would, unless the
-  // state already holds exactly that registration (a restart must not rewrite it). Only
-  // the leader can write, and a cluster may not have one yet: retry until done.
-  std::unique_lock lock(registrar_mu_);
-  for (;;) {
-    CommandBatch batch;
-    // They count against max_registrations like POST /register's (the service layer's check).
-    const Status admitted = machine_->ReadRegistry([&](const Registry& registry, Revision) {
-      std::vector<Registration> added;
-      for (const Registration& r : config_.publishers) {
-        auto it = registry.registrations.find(r.Key());
-        if (it == registry.registrations.end() || !(it->second == r)) {
-          batch.commands.emplace_back(RegisterCommand{r});
-          added.push_back(r);
-        }
-      }
-      return CheckRegistrationLimits(registry, added, RegistrationLimitsOf(config_));
-    });
-    if (!admitted.ok()) {
-      LogError("the config file's publishers are not registered: " + admitted.ToString());
-      return;
-    }
-    if (batch.commands.empty()) return;
-    if (raft_->is_leader()) {
-      lock.unlock();
-      Result<Revision> applied = applier_->Submit(std::move(batch)).get();
-      lock.lock();
-      if (applied.has_value()) {
-        LogInfo("registered the config file's publishers at revision " + std::to_string(*applied));
-      } else {
-        LogWarning("registering the config file's publishers: " + applied.error().ToString());
-      }
-    }
-    if (registrar_cv_.wait_for(lock, std::chrono::milliseconds(100),
-                               [this] { return registrar_stop_; })) {
-      return;
-    }
-  }
 }
 
 Status Server::Shutdown() {
@@ -585,15 +421,10 @@ Status Server::Shutdown() {
   // are answered), then the applier drains its queue, then what it wrote is made durable.
   // The RPC server is destroyed only after the applier stopped: ingest callbacks post into
   // its io_context.
-  {
-    std::lock_guard lock(registrar_mu_);
-    registrar_stop_ = true;
-  }
-  registrar_cv_.notify_all();
-  if (registrar_.joinable()) registrar_.join();
-  if (disk_watcher_.joinable()) disk_watcher_.join();
-  if (announcer_.joinable()) announcer_.join();
-  if (lease_keeper_.joinable()) lease_keeper_.join();
+  if (lease_keeper_) lease_keeper_->Stop();
+  if (announcer_) announcer_->Stop();
+  if (disk_watcher_) disk_watcher_->Stop();
+  if (registrar_) registrar_->Stop();
   if (auditor_) auditor_->Stop();
   if (rpc_) rpc_->Stop();
   if (http_) http_->Stop();

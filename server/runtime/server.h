@@ -9,12 +9,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "common/internal/tls.h"
 #include "kvatlas/common/result.h"
@@ -23,9 +20,13 @@
 #include "server/feed/change_feed.h"
 #include "server/replication/raft_log.h"
 #include "server/rpc/rpc_server.h"
+#include "server/runtime/announcer.h"
 #include "server/runtime/config.h"
+#include "server/runtime/disk_watcher.h"
+#include "server/runtime/lease_keeper.h"
 #include "server/runtime/memory_trimmer.h"
 #include "server/runtime/preflight.h"
+#include "server/runtime/publisher_registrar.h"
 #include "server/service/metrics.h"
 #include "server/state/applier.h"
 #include "server/state/audit_proposer.h"
@@ -103,22 +104,9 @@ class Server {
   Status AwaitSingleServer(std::chrono::milliseconds patience);
   // A joining server: logs whether it waits to be added or is a member already.
   void LogMembership();
-  // Registers the config file's publishers once this server leads (background thread).
-  void RegisterConfigPublishers();
-  // Watches the data directory's free space (background thread, every 250 ms).
-  void WatchDiskSpace();
-  // Makes this server's REST and RPC addresses part of the replicated state (background
-  // thread): the leader submits an AnnounceCommand for itself, a follower POSTs them to the
-  // leader's /v1/cluster/announce; retried with backoff until recorded.
-  void AnnounceAddresses();
-  // Holder leases (docs/leases.md), background thread, only when holder_ttl_seconds > 0:
-  // every check interval, the leader proposes an ExpireHolderCommand for each holder whose
-  // lease ran out (LeaseTracker::DueExpiries) and waits, bounded, for it to be applied.
-  // Does nothing on a follower.
   // The PeerAuth of raft and the internal calls, from the cluster secret (a random key for
   // a `single` server without one); logs how peers authenticate.
   [[nodiscard]] Status StartPeerAuth(bool single, const std::string& secret);
-  void ExpireSilentHolders();
 
   Config config_;
   std::unique_ptr<RecoveryProgress> own_progress_;  // when Start was given none
@@ -151,16 +139,14 @@ class Server {
   bool wrote_address_ = false;
   bool wrote_rpc_address_ = false;
   bool shut_down_ = false;
-  // A joining server not in a configuration yet (LogMembership); the announcer's thread
-  // only, once started.
+  // A joining server not in a configuration yet (LogMembership), handed to the announcer.
   bool awaiting_membership_ = false;
-  std::thread registrar_;
-  std::mutex registrar_mu_;
-  std::condition_variable registrar_cv_;
-  bool registrar_stop_ = false;
-  std::thread disk_watcher_;  // shares registrar_mu_/registrar_cv_/registrar_stop_
-  std::thread announcer_;     // likewise
-  std::thread lease_keeper_;  // likewise
+  // The policy loops, each with its own thread (periodic_task.h): started in this order,
+  // stopped in reverse first thing in Shutdown. Null when not started.
+  std::unique_ptr<PublisherRegistrar> registrar_;  // only with publishers in the config
+  std::unique_ptr<DiskWatcher> disk_watcher_;
+  std::unique_ptr<Announcer> announcer_;
+  std::unique_ptr<LeaseKeeper> lease_keeper_;  // only when holder leases are on
 };
 
 }  // namespace kvatlas::server
