@@ -24,9 +24,9 @@ PeriodicTask::Next DiskWatcher::Round() {
   const uint64_t free_bytes = static_cast<uint64_t>(fs_stat.f_bavail) * fs_stat.f_frsize;
   if (!refusing_ && free_bytes < low_) {
     refusing_ = true;
-    const std::string reason = "disk space low: " + std::to_string(free_bytes) +
-                               " bytes free in " + data_dir_ + " (min_free_disk_bytes " +
-                               std::to_string(low_) + "); writes are refused until space returns";
+    const std::string reason = "disk space low: " + std::to_string(free_bytes) + " bytes free in " +
+                               data_dir_ + " (min_free_disk_bytes " + std::to_string(low_) +
+                               "); writes are refused until space returns";
     LogError(reason);
     applier_->SetWritesRefused(reason);
   } else if (refusing_ && free_bytes >= recovered_) {

@@ -13,6 +13,7 @@
 #include "common/internal/log.h"
 #include "server/api/http_access.h"
 #include "server/runtime/access_config.h"
+#include "server/runtime/options_from_config.h"
 #include "server/storage/backup.h"
 
 namespace kvatlas::server {
@@ -120,25 +121,21 @@ Status Server::Init() {
   // Past recovery: a snapshot a leader sends later is not part of it.
   machine_->SetRecoveryProgress(nullptr);
   progress_->BeginPhase("starting the listeners");
-  ApplierOptions applier_options;
-  applier_options.max_queue = config_.applier_max_queue;
-  applier_options.max_group_batches = config_.applier_max_group_batches;
-  applier_ = std::make_unique<Applier>(machine_.get(), applier_options, raft_.get());
+  applier_ = std::make_unique<Applier>(machine_.get(), ApplierOptionsFrom(config_), raft_.get());
 
   KVATLAS_RETURN_IF_ERROR(StartZmqIngest());
   KVATLAS_RETURN_IF_ERROR(StartAccessControl(std::move(preflight.tokens)));
 
-  LeaseOptions lease_options;
-  lease_options.ttl = std::chrono::seconds(config_.holder_ttl_seconds);
   // The term from one status snapshot: a term in which this server leads is a stretch of
   // leadership with no other leader in between.
-  leases_ = std::make_unique<LeaseTracker>(lease_options, machine_.get(),
+  leases_ = std::make_unique<LeaseTracker>(LeaseOptionsFrom(config_), machine_.get(),
                                            [raft = raft_.get()]() -> std::optional<uint64_t> {
                                              const ClusterStatus status = raft->GetStatus();
                                              if (status.state != "leader") return std::nullopt;
                                              return status.term;
                                            });
 
+  SetServicesFrom(config_, &services_);
   services_.machine = machine_.get();
   services_.applier = applier_.get();
   services_.storage = storage_.get();
@@ -150,43 +147,9 @@ Status Server::Init() {
   services_.auth = auth_.get();
   services_.audit = audit_.get();
   services_.peers = peer_auth_.get();
-  // Watch streams hold HTTP workers: at most half of them.
-  services_.options.max_watch_streams = std::max<size_t>(1, config_.http_threads / 2);
-  services_.server_id = config_.id;
-  services_.data_dir = config_.data_dir;
-  services_.backup_dir = config_.backup_dir;
-  services_.cluster_id = config_.cluster_id;
-  services_.min_free_disk_bytes = config_.min_free_disk_bytes;
-  services_.options.converter.max_events_per_batch = config_.max_events_per_batch;
-  services_.options.max_snapshot_streams = config_.max_snapshot_streams;
-  services_.options.snapshot_page_copies = config_.snapshot_page_copies;
-  services_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
-  services_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
-  services_.options.names.name_bytes = config_.max_name_bytes;
-  services_.options.names.salt_bytes = config_.max_salt_bytes;
-  services_.options.names.location_bytes = config_.max_location_bytes;
-  services_.options.registrations = RegistrationLimitsOf(config_);
-  services_.options.max_lookup_blocks = static_cast<uint32_t>(config_.max_lookup_blocks);
-  // Other members' REST listeners are configured as this one's (the same TLS settings on
-  // every member).
-  services_.peer_http.tls = tls_on.http;
-  services_.peer_http.ca_file = config_.tls_peer_ca;
-  services_.peer_http.cert_file = config_.tls_cert;
-  services_.peer_http.key_file = config_.tls_key;
 
-  RpcServerOptions rpc_options;
-  rpc_options.host = rpc_listen.host;
-  rpc_options.port = rpc_listen.port;
+  RpcServerOptions rpc_options = RpcServerOptionsFrom(config_, rpc_listen);
   rpc_options.listen_fd = preflight.rpc.fd();
-  rpc_options.threads = config_.rpc_threads;
-  rpc_options.connection.max_frame_bytes = static_cast<uint32_t>(config_.rpc_max_frame_bytes);
-  rpc_options.connection.max_in_flight = config_.rpc_max_in_flight;
-  rpc_options.max_connections = config_.rpc_max_connections;
-  rpc_options.max_connections_per_peer = config_.rpc_max_connections_per_peer;
-  rpc_options.connection.frame_timeout = std::chrono::milliseconds(config_.rpc_frame_timeout_ms);
-  rpc_options.max_buffered_bytes = static_cast<size_t>(config_.rpc_max_buffered_bytes);
-  rpc_options.connection.idle_timeout = std::chrono::milliseconds(config_.rpc_idle_timeout_ms);
-  rpc_options.connection.handshake_timeout = rpc_options.connection.frame_timeout;
   if (tls_on.rpc) rpc_options.tls = tls_.get();
   rpc_ = std::make_unique<RpcServer>(rpc_options, &services_);
   KVATLAS_RETURN_IF_ERROR(rpc_->Start());
@@ -203,18 +166,8 @@ Status Server::Init() {
       &services_,
       HostAllowList(AllowedHostNames(config_, Advertised(config_.http_listen, raft_address_)))));
 
-  HttpServerOptions http_options;
-  http_options.host = listen.host;
-  http_options.port = listen.port;
+  HttpServerOptions http_options = HttpServerOptionsFrom(config_, listen);
   http_options.listen_fd = preflight.http.fd();
-  http_options.threads = config_.http_threads;
-  http_options.max_body_bytes = config_.max_body_bytes;
-  http_options.idle_timeout = std::chrono::milliseconds(config_.http_read_timeout_ms);
-  http_options.request_timeout = std::chrono::milliseconds(config_.http_request_timeout_ms);
-  http_options.write_timeout = std::chrono::milliseconds(config_.http_write_timeout_ms);
-  http_options.max_connections = config_.http_max_connections;
-  http_options.max_connections_per_peer = config_.http_max_connections_per_peer;
-  http_options.max_queued_requests = config_.http_max_queued_requests;
   if (tls_on.http) http_options.tls = tls_.get();
   http_ = std::make_unique<HttpServer>(http_options, std::move(router), &metrics_);
   KVATLAS_RETURN_IF_ERROR(http_->Start());
@@ -259,8 +212,7 @@ Status Server::OpenState() {
     return Status::IOError("cannot create data dir " + config_.data_dir + ": " + ec.message());
   }
 
-  StorageOptions storage_options;
-  storage_options.path = (data_dir / "db").string();
+  StorageOptions storage_options = StorageOptionsFrom(config_);
   const fs::path rebuild = data_dir / "raft" / RaftLog::kRebuildMarker;
   if (fs::exists(rebuild)) {
     // The last run stopped because its raft log failed (RaftLog::failed): the database may
@@ -271,13 +223,6 @@ Status Server::OpenState() {
     if (ec) return Status::IOError("cannot remove " + storage_options.path + ": " + ec.message());
     fs::remove(rebuild, ec);
   }
-  storage_options.sync_writes = config_.storage_sync;
-  // The raft log is the durable record (docs/replication.md): RocksDB's own WAL would only
-  // write everything a second time.
-  storage_options.disable_wal = !config_.storage_sync;
-  storage_options.block_cache_bytes = config_.storage_block_cache_bytes;
-  storage_options.write_buffer_bytes = config_.storage_write_buffer_bytes;
-  storage_options.memory_bytes = config_.storage_memory_bytes;
   trimmer_ = std::make_unique<MemoryTrimmer>();
   storage_options.on_flush = [trimmer = trimmer_.get()] { trimmer->Request(); };
   LogInfo("recovering state from " + storage_options.path);
@@ -285,15 +230,8 @@ Status Server::OpenState() {
   KVATLAS_ASSIGN_OR_RETURN(storage_, Storage::Open(storage_options));
   KVATLAS_RETURN_IF_ERROR(progress_->CheckStop("opening RocksDB"));
 
-  StateMachineOptions machine_options;
-  machine_options.hash_seed = config_.hash_seed;
-  machine_options.index.max_entries_per_context = config_.max_entries_per_context;
-  machine_options.index.max_lookup_blocks = static_cast<uint32_t>(config_.max_lookup_blocks);
-  machine_ = std::make_unique<StateMachine>(machine_options, storage_.get());
-  ChangeFeedOptions feed_options;
-  feed_options.window_bytes = static_cast<size_t>(config_.feed_window_bytes);
-  feed_options.window_keys = config_.feed_window_keys;
-  feed_ = std::make_unique<ChangeFeed>(feed_options);
+  machine_ = std::make_unique<StateMachine>(StateMachineOptionsFrom(config_), storage_.get());
+  feed_ = std::make_unique<ChangeFeed>(ChangeFeedOptionsFrom(config_));
   machine_->SetApplyObserver(feed_.get());
   progress_->BeginPhase("loading the state from RocksDB", "entries", 0,
                         storage_->ApproximateSizeBytes());
@@ -379,23 +317,7 @@ void Server::ReloadTokens(const Config& fresh) {
 }
 
 Status Server::StartZmqIngest() {
-  ZmqIngestOptions options;
-  options.listeners = config_.zmq_listeners;
-  if (!config_.zmq_listen.empty()) {
-    ZmqListenerConfig listener;
-    listener.bind = config_.zmq_listen;
-    listener.model = config_.zmq_listen_model;
-    listener.block_size = static_cast<uint32_t>(config_.zmq_listen_block_size);
-    options.listeners.push_back(std::move(listener));
-  }
-  options.max_concurrent_replays = config_.zmq_max_concurrent_replays;
-  options.replay_idle_timeout = std::chrono::milliseconds(config_.zmq_replay_timeout_ms);
-  options.replay_cooldown = std::chrono::milliseconds(config_.zmq_replay_cooldown_ms);
-  options.receive_hwm = static_cast<int>(config_.zmq_receive_hwm);
-  options.reconnect_interval = std::chrono::milliseconds(config_.zmq_reconnect_interval_ms);
-  options.reconnect_interval_max = std::chrono::milliseconds(config_.zmq_reconnect_interval_max_ms);
-  options.max_registrations = config_.max_registrations;
-  options.mapper.max_blocks_per_event = config_.max_blocks_per_event;
+  ZmqIngestOptions options = ZmqIngestOptionsFrom(config_);
   RaftLog* raft = raft_.get();
   options.is_leader = [raft] { return raft->is_leader(); };
   zmq_ = std::make_unique<ZmqIngest>(machine_.get(), applier_.get(), std::move(options));

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/internal/log.h"
+#include "server/runtime/options_from_config.h"
 #include "server/runtime/server.h"
 #include "server/storage/backup.h"
 
@@ -58,26 +59,10 @@ Status Server::StartPeerAuth(bool single, const std::string& secret) {
 Status Server::StartRaft(const Preflight& preflight) {
   const RaftPlacement& raft = preflight.raft;
   KVATLAS_RETURN_IF_ERROR(StartPeerAuth(raft.single, preflight.cluster_secret));
-  RaftOptions options;
+  RaftOptions options = RaftOptionsFrom(config_, raft);
   options.peer_auth = peer_auth_.get();
-  options.handshake_timeout_ms = static_cast<unsigned>(config_.raft_handshake_timeout_ms);
-  options.id = config_.id;
-  options.dir = (fs::path(config_.data_dir) / "raft").string();
-  options.address = raft.address;
-  options.bind_address = config_.raft_bind;
   options.listen_fd = preflight.raft_socket.fd();
-  // A single server is a one-voter cluster. A server that is not among the initial voters
-  // joins a running cluster: it starts with an empty configuration and waits for the
-  // leader to add it (POST /v1/cluster/members).
-  if (raft.single) options.bootstrap = {{config_.id, options.address}};
-  if (raft.initial_voter) options.bootstrap = raft.peers;
-  options.election_timeout_ms = static_cast<unsigned>(config_.raft_election_timeout_ms);
-  options.heartbeat_timeout_ms = static_cast<unsigned>(config_.raft_heartbeat_timeout_ms);
-  options.snapshot_threshold = static_cast<unsigned>(config_.raft_snapshot_threshold);
-  options.snapshot_trailing = static_cast<unsigned>(config_.raft_snapshot_trailing);
-  options.snapshot_log_bytes = static_cast<size_t>(config_.raft_snapshot_log_bytes);
   options.snapshot_done = [trimmer = trimmer_.get()] { trimmer->Request(); };
-  options.apply_queue = static_cast<size_t>(config_.raft_apply_queue);
   // A data directory made by `kvatlas-server restore`: snapshot at once (RaftOptions).
   const fs::path restored = fs::path(config_.data_dir) / kRestoredMarker;
   std::error_code exists_error;
@@ -92,7 +77,6 @@ Status Server::StartRaft(const Preflight& preflight) {
     };
     LogInfo("data directory restored from a backup: taking a raft snapshot of it first");
   }
-  options.segment_bytes = static_cast<size_t>(config_.raft_segment_bytes);
   LogInfo(DescribePlacement(config_.id, raft, !config_.raft_listen.empty()));
   // Registry changes reach the ZMQ ingest once it exists; raft may apply entries (replay
   // past the persisted state) as soon as it starts.
