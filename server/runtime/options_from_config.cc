@@ -71,6 +71,27 @@ RaftOptions RaftOptionsFrom(const Config& config, const RaftPlacement& placement
   return options;
 }
 
+GroupOptions GroupOptionsFrom(const Config& config, const RaftPlacement& placement) {
+  GroupOptions options;
+  options.server_id = config.id;
+  options.dir = config.data_dir;
+  options.storage = StorageOptionsFrom(config);
+  options.machine = StateMachineOptionsFrom(config);
+  options.feed = ChangeFeedOptionsFrom(config);
+  options.applier = ApplierOptionsFrom(config);
+  options.leases = LeaseOptionsFrom(config);
+  options.raft = RaftOptionsFrom(config, placement);
+  options.placement = placement;
+  options.raft_listen_configured = !config.raft_listen.empty();
+  options.audit_interval = Ms(config.audit_interval_ms);
+  options.policy_apply_wait = PolicyApplyWait(config);
+  return options;
+}
+
+std::chrono::milliseconds PolicyApplyWait(const Config& config) {
+  return std::min(Ms(config.apply_timeout_ms), Ms(2'000));
+}
+
 ZmqIngestOptions ZmqIngestOptionsFrom(const Config& config) {
   ZmqIngestOptions options;
   options.listeners = config.zmq_listeners;

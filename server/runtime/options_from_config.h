@@ -13,6 +13,7 @@
 #include "server/replication/raft_log.h"
 #include "server/rpc/rpc_server.h"
 #include "server/runtime/config.h"
+#include "server/runtime/group.h"
 #include "server/runtime/preflight.h"
 #include "server/service/services.h"
 #include "server/state/applier.h"
@@ -40,6 +41,13 @@ namespace kvatlas::server {
 // a one-voter cluster; an initial voter bootstraps with --peers; a server not among them
 // joins a running cluster with an empty configuration and waits to be added).
 [[nodiscard]] RaftOptions RaftOptionsFrom(const Config& config, const RaftPlacement& placement);
+// The replicated state's parts (group.h): the builders above for storage, the state
+// machine, the feed, the applier, leases and raft (`placement` from the preflight), with
+// the data directory as the group's, audit_interval_ms and PolicyApplyWait.
+[[nodiscard]] GroupOptions GroupOptionsFrom(const Config& config, const RaftPlacement& placement);
+// How long a policy loop (announcer, lease keeper) waits for a command it submitted to be
+// applied: apply_timeout_ms, at most 2 s, so that a shutdown never waits long for it.
+[[nodiscard]] std::chrono::milliseconds PolicyApplyWait(const Config& config);
 // The zmq_* keys (zmq_listen as one more listener after zmq_listeners),
 // max_registrations, max_blocks_per_event.
 [[nodiscard]] ZmqIngestOptions ZmqIngestOptionsFrom(const Config& config);
@@ -57,7 +65,6 @@ void SetServicesFrom(const Config& config, Services* services);
 // handshake is bounded like a frame (rpc_frame_timeout_ms).
 [[nodiscard]] RpcServerOptions RpcServerOptionsFrom(const Config& config, const HostPort& listen);
 // The REST listener at `listen` (http_listen, parsed): http_* keys and max_body_bytes.
-[[nodiscard]] HttpServerOptions HttpServerOptionsFrom(const Config& config,
-                                                      const HostPort& listen);
+[[nodiscard]] HttpServerOptions HttpServerOptionsFrom(const Config& config, const HostPort& listen);
 
 }  // namespace kvatlas::server

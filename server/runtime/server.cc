@@ -49,13 +49,6 @@ std::string Advertised(const std::string& bound, const std::string& raft_address
 // How often a starting server logs its recovery's progress (RecoveryProgress).
 constexpr std::chrono::seconds kProgressLogInterval{2};
 
-// How long a policy loop waits for a command it submitted to be applied: bounded so that
-// Shutdown never waits long for the loop.
-std::chrono::milliseconds BackgroundApplyWait(const Config& config) {
-  return std::min<std::chrono::milliseconds>(std::chrono::milliseconds(config.apply_timeout_ms),
-                                             std::chrono::milliseconds(2'000));
-}
-
 }  // namespace
 
 Server::Server(Config config, RecoveryProgress* progress) : config_(std::move(config)) {
@@ -116,34 +109,22 @@ Status Server::Init() {
     LogInfo("TLS on " + where + ": " + tls_->Summary() + clients);
   }
   KVATLAS_RETURN_IF_ERROR(progress_->CheckStop("starting"));
-  KVATLAS_RETURN_IF_ERROR(OpenState());
+  KVATLAS_RETURN_IF_ERROR(OpenState(preflight));
   KVATLAS_RETURN_IF_ERROR(StartRaft(preflight));
-  // Past recovery: a snapshot a leader sends later is not part of it.
-  machine_->SetRecoveryProgress(nullptr);
   progress_->BeginPhase("starting the listeners");
-  applier_ = std::make_unique<Applier>(machine_.get(), ApplierOptionsFrom(config_), raft_.get());
 
   KVATLAS_RETURN_IF_ERROR(StartZmqIngest());
   KVATLAS_RETURN_IF_ERROR(StartAccessControl(std::move(preflight.tokens)));
 
-  // The term from one status snapshot: a term in which this server leads is a stretch of
-  // leadership with no other leader in between.
-  leases_ = std::make_unique<LeaseTracker>(LeaseOptionsFrom(config_), machine_.get(),
-                                           [raft = raft_.get()]() -> std::optional<uint64_t> {
-                                             const ClusterStatus status = raft->GetStatus();
-                                             if (status.state != "leader") return std::nullopt;
-                                             return status.term;
-                                           });
-
   SetServicesFrom(config_, &services_);
-  services_.machine = machine_.get();
-  services_.applier = applier_.get();
-  services_.storage = storage_.get();
+  services_.machine = group_->machine();
+  services_.applier = group_->applier();
+  services_.storage = group_->storage();
   services_.metrics = &metrics_;
   services_.zmq = zmq_.get();
-  services_.log = raft_.get();
-  services_.feed = feed_.get();
-  services_.leases = leases_.get();
+  services_.log = group_->raft();
+  services_.feed = group_->feed();
+  services_.leases = group_->leases();
   services_.auth = auth_.get();
   services_.audit = audit_.get();
   services_.peers = peer_auth_.get();
@@ -154,7 +135,7 @@ Status Server::Init() {
   rpc_ = std::make_unique<RpcServer>(rpc_options, &services_);
   KVATLAS_RETURN_IF_ERROR(rpc_->Start());
   rpc_listen_address_ = HostPort{rpc_listen.host, rpc_->port()}.ToString();
-  services_.rpc_address = Advertised(rpc_listen_address_, raft_address_);
+  services_.rpc_address = Advertised(rpc_listen_address_, group_->raft_address());
   KVATLAS_RETURN_IF_ERROR(
       WriteFileAtomically(fs::path(config_.data_dir) / "rpc.addr", rpc_listen_address_ + "\n"));
   wrote_rpc_address_ = true;
@@ -163,8 +144,8 @@ Status Server::Init() {
   AddAllRoutes(&services_, &router);
   // Only the host of the advertised address matters here: the port may still be 0.
   router.SetAccess(std::make_shared<HttpAccess>(
-      &services_,
-      HostAllowList(AllowedHostNames(config_, Advertised(config_.http_listen, raft_address_)))));
+      &services_, HostAllowList(AllowedHostNames(
+                      config_, Advertised(config_.http_listen, group_->raft_address())))));
 
   HttpServerOptions http_options = HttpServerOptionsFrom(config_, listen);
   http_options.listen_fd = preflight.http.fd();
@@ -174,30 +155,20 @@ Status Server::Init() {
   listen_address_ = HostPort{listen.host, http_->port()}.ToString();
   // Set before the address is published (http.addr, the log line): no client can reach
   // a handler that reads it earlier.
-  services_.http_address = Advertised(listen_address_, raft_address_);
+  services_.http_address = Advertised(listen_address_, group_->raft_address());
   KVATLAS_RETURN_IF_ERROR(
       WriteFileAtomically(fs::path(config_.data_dir) / "http.addr", listen_address_ + "\n"));
   wrote_address_ = true;
   announcer_ = std::make_unique<Announcer>(
       config_.id, ServerAddresses{services_.http_address, services_.rpc_address},
-      awaiting_membership_, BackgroundApplyWait(config_), services_.peer_http,
-      Announcer::Deps{machine_.get(), applier_.get(), raft_.get(), peer_auth_.get()});
+      group_->awaiting_membership(), PolicyApplyWait(config_), services_.peer_http,
+      Announcer::Deps{group_->machine(), group_->applier(), group_->raft(), peer_auth_.get()});
   announcer_->Start();
-  if (leases_->enabled()) {
-    LogInfo("holder leases on: holders silent for " + std::to_string(config_.holder_ttl_seconds) +
-            " s are expired");
-    lease_keeper_ =
-        std::make_unique<LeaseKeeper>(leases_.get(), applier_.get(), BackgroundApplyWait(config_));
-    lease_keeper_->Start();
-  }
-  auditor_ = std::make_unique<AuditProposer>(
-      std::chrono::milliseconds(config_.audit_interval_ms), machine_.get(), applier_.get(),
-      [raft = raft_.get()] { return raft->is_leader() && raft->GetStatus().members.size() > 1; });
-  auditor_->Start();
+  group_->StartPolicies();
   return Status::Ok();
 }
 
-Status Server::OpenState() {
+Status Server::OpenState(const Preflight& preflight) {
   const fs::path data_dir(config_.data_dir);
   std::error_code ec;
   // The topmost directory that does not exist yet is the one a failed start removes.
@@ -212,36 +183,10 @@ Status Server::OpenState() {
     return Status::IOError("cannot create data dir " + config_.data_dir + ": " + ec.message());
   }
 
-  StorageOptions storage_options = StorageOptionsFrom(config_);
-  const fs::path rebuild = data_dir / "raft" / RaftLog::kRebuildMarker;
-  if (fs::exists(rebuild)) {
-    // The last run stopped because its raft log failed (RaftLog::failed): the database may
-    // hold entries that were never committed. Start from nothing; raft restores its latest
-    // snapshot and replays the log.
-    LogWarning("rebuilding the state from the raft log (" + rebuild.string() + ")");
-    fs::remove_all(storage_options.path, ec);
-    if (ec) return Status::IOError("cannot remove " + storage_options.path + ": " + ec.message());
-    fs::remove(rebuild, ec);
-  }
   trimmer_ = std::make_unique<MemoryTrimmer>();
-  storage_options.on_flush = [trimmer = trimmer_.get()] { trimmer->Request(); };
-  LogInfo("recovering state from " + storage_options.path);
-  progress_->BeginPhase("opening RocksDB", "", 0, DirectoryBytes(storage_options.path));
-  KVATLAS_ASSIGN_OR_RETURN(storage_, Storage::Open(storage_options));
-  KVATLAS_RETURN_IF_ERROR(progress_->CheckStop("opening RocksDB"));
-
-  machine_ = std::make_unique<StateMachine>(StateMachineOptionsFrom(config_), storage_.get());
-  feed_ = std::make_unique<ChangeFeed>(ChangeFeedOptionsFrom(config_));
-  machine_->SetApplyObserver(feed_.get());
-  progress_->BeginPhase("loading the state from RocksDB", "entries", 0,
-                        storage_->ApproximateSizeBytes());
-  machine_->SetRecoveryProgress(progress_);
-  KVATLAS_RETURN_IF_ERROR(machine_->Recover());
-  const RecoveryProgress::View loaded = progress_->Read();
-  LogInfo("recovered at revision " + std::to_string(machine_->applied_revision()) + ": " +
-          std::to_string(loaded.records) + " entries loaded in " +
-          std::to_string(static_cast<uint64_t>(loaded.phase_seconds * 1000)) + " ms");
-  return progress_->CheckStop("recovering the state");
+  group_ =
+      std::make_unique<Group>(GroupOptionsFrom(config_, preflight.raft), progress_, trimmer_.get());
+  return group_->Open();
 }
 
 Status Server::StartAccessControl(std::vector<TokenEntry> tokens) {
@@ -318,20 +263,20 @@ void Server::ReloadTokens(const Config& fresh) {
 
 Status Server::StartZmqIngest() {
   ZmqIngestOptions options = ZmqIngestOptionsFrom(config_);
-  RaftLog* raft = raft_.get();
+  RaftLog* raft = group_->raft();
   options.is_leader = [raft] { return raft->is_leader(); };
-  zmq_ = std::make_unique<ZmqIngest>(machine_.get(), applier_.get(), std::move(options));
+  zmq_ = std::make_unique<ZmqIngest>(group_->machine(), group_->applier(), std::move(options));
   KVATLAS_RETURN_IF_ERROR(zmq_->Start());
   zmq_notify_.store(zmq_.get(), std::memory_order_release);
   zmq_->NotifyRegistryChanged();
   if (!config_.publishers.empty()) {
     registrar_ =
         std::make_unique<PublisherRegistrar>(config_.publishers, RegistrationLimitsOf(config_),
-                                             machine_.get(), applier_.get(), raft_.get());
+                                             group_->machine(), group_->applier(), group_->raft());
     registrar_->Start();
   }
   disk_watcher_ = std::make_unique<DiskWatcher>(config_.data_dir, config_.min_free_disk_bytes,
-                                                applier_.get(), raft_.get());
+                                                group_->applier(), group_->raft());
   disk_watcher_->Start();
   return Status::Ok();
 }
@@ -343,22 +288,20 @@ Status Server::Shutdown() {
   // are answered), then the applier drains its queue, then what it wrote is made durable.
   // The RPC server is destroyed only after the applier stopped: ingest callbacks post into
   // its io_context.
-  if (lease_keeper_) lease_keeper_->Stop();
+  if (group_) group_->StopPolicies();
   if (announcer_) announcer_->Stop();
   if (disk_watcher_) disk_watcher_->Stop();
   if (registrar_) registrar_->Stop();
-  if (auditor_) auditor_->Stop();
   if (rpc_) rpc_->Stop();
   if (http_) http_->Stop();
   // The ingest thread may be waiting for room in the applier's queue: stop it first.
   if (zmq_) zmq_->Stop();
   // The applier stops taking batches; what it proposed completes (or fails) when raft
   // stops, on raft's thread, while the applier object still exists.
-  if (applier_) applier_->Stop();
-  if (raft_) raft_->Stop();
+  if (group_) group_->StopReplication();
   rpc_.reset();
   Status flushed;
-  if (storage_) flushed = storage_->Flush();
+  if (group_) flushed = group_->Flush();
   // Only our own: after a failed start the file may be another server's.
   std::error_code ec;
   if (wrote_address_) fs::remove(fs::path(config_.data_dir) / "http.addr", ec);

@@ -105,6 +105,52 @@ TEST_CASE("RaftOptionsFrom: id, directory, timings, sizes, and the placement's b
   CHECK(RaftOptionsFrom(config, placement).bootstrap.empty());
 }
 
+TEST_CASE("GroupOptionsFrom: the group's parts from their builders, its directory, policies") {
+  Config config;
+  config.id = 7;
+  config.data_dir = "/tmp/somewhere";
+  config.raft_listen = "10.0.0.7:7072";
+  config.storage_block_cache_bytes = 1'111;
+  config.hash_seed = 4'242;
+  config.feed_window_keys = 6'666;
+  config.applier_max_queue = 17;
+  config.holder_ttl_seconds = 23;
+  config.raft_segment_bytes = 7'890;
+  config.audit_interval_ms = 321;
+  config.apply_timeout_ms = 1'500;
+  RaftPlacement placement;
+  placement.address = "10.0.0.7:7072";
+  placement.single = true;
+  const GroupOptions options = GroupOptionsFrom(config, placement);
+  CHECK(options.server_id == 7);
+  CHECK(options.dir == "/tmp/somewhere");
+  // One key of each part: the rest is each builder's own test.
+  CHECK(options.storage.path == "/tmp/somewhere/db");
+  CHECK(options.storage.block_cache_bytes == 1'111);
+  CHECK(options.machine.hash_seed == 4'242);
+  CHECK(options.feed.window_keys == 6'666);
+  CHECK(options.applier.max_queue == 17);
+  CHECK(options.leases.ttl == std::chrono::seconds(23));
+  CHECK(options.raft.segment_bytes == 7'890);
+  CHECK(options.raft.dir == "/tmp/somewhere/raft");
+  CHECK(options.raft.address == "10.0.0.7:7072");
+  CHECK(options.placement.single);
+  CHECK(options.raft_listen_configured);
+  CHECK(options.audit_interval == milliseconds(321));
+  CHECK(options.policy_apply_wait == milliseconds(1'500));
+
+  config.raft_listen.clear();
+  CHECK_FALSE(GroupOptionsFrom(config, placement).raft_listen_configured);
+}
+
+TEST_CASE("PolicyApplyWait: apply_timeout_ms, at most 2 s") {
+  Config config;
+  config.apply_timeout_ms = 700;
+  CHECK(PolicyApplyWait(config) == milliseconds(700));
+  config.apply_timeout_ms = 60'000;
+  CHECK(PolicyApplyWait(config) == milliseconds(2'000));
+}
+
 TEST_CASE("ZmqIngestOptionsFrom: listeners (zmq_listen last), replays, sockets, limits") {
   Config config;
   ZmqListenerConfig listed;
