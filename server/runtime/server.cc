@@ -1,23 +1,19 @@
 #include "server/runtime/server.h"
 
-#include <sys/statvfs.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <optional>
 #include <system_error>
 #include <utility>
 
 #include "common/internal/log.h"
-#include "server/api/forwarding.h"
 #include "server/api/http_access.h"
 #include "server/runtime/access_config.h"
-#include "server/service/registration_service.h"
+#include "server/runtime/options_from_config.h"
 #include "server/storage/backup.h"
 
 namespace kvatlas::server {
@@ -113,83 +109,33 @@ Status Server::Init() {
     LogInfo("TLS on " + where + ": " + tls_->Summary() + clients);
   }
   KVATLAS_RETURN_IF_ERROR(progress_->CheckStop("starting"));
-  KVATLAS_RETURN_IF_ERROR(OpenState());
+  KVATLAS_RETURN_IF_ERROR(OpenState(preflight));
   KVATLAS_RETURN_IF_ERROR(StartRaft(preflight));
-  // Past recovery: a snapshot a leader sends later is not part of it.
-  machine_->SetRecoveryProgress(nullptr);
   progress_->BeginPhase("starting the listeners");
-  ApplierOptions applier_options;
-  applier_options.max_queue = config_.applier_max_queue;
-  applier_options.max_group_batches = config_.applier_max_group_batches;
-  applier_ = std::make_unique<Applier>(machine_.get(), applier_options, raft_.get());
 
   KVATLAS_RETURN_IF_ERROR(StartZmqIngest());
   KVATLAS_RETURN_IF_ERROR(StartAccessControl(std::move(preflight.tokens)));
 
-  LeaseOptions lease_options;
-  lease_options.ttl = std::chrono::seconds(config_.holder_ttl_seconds);
-  // The term from one status snapshot: a term in which this server leads is a stretch of
-  // leadership with no other leader in between.
-  leases_ = std::make_unique<LeaseTracker>(lease_options, machine_.get(),
-                                           [raft = raft_.get()]() -> std::optional<uint64_t> {
-                                             const ClusterStatus status = raft->GetStatus();
-                                             if (status.state != "leader") return std::nullopt;
-                                             return status.term;
-                                           });
-
-  services_.machine = machine_.get();
-  services_.applier = applier_.get();
-  services_.storage = storage_.get();
+  SetServicesFrom(config_, &services_);
+  services_.machine = group_->machine();
+  services_.applier = group_->applier();
+  services_.storage = group_->storage();
   services_.metrics = &metrics_;
   services_.zmq = zmq_.get();
-  services_.log = raft_.get();
-  services_.feed = feed_.get();
-  services_.leases = leases_.get();
+  services_.log = group_->raft();
+  services_.feed = group_->feed();
+  services_.leases = group_->leases();
   services_.auth = auth_.get();
   services_.audit = audit_.get();
   services_.peers = peer_auth_.get();
-  // Watch streams hold HTTP workers: at most half of them.
-  services_.options.max_watch_streams = std::max<size_t>(1, config_.http_threads / 2);
-  services_.server_id = config_.id;
-  services_.data_dir = config_.data_dir;
-  services_.backup_dir = config_.backup_dir;
-  services_.cluster_id = config_.cluster_id;
-  services_.min_free_disk_bytes = config_.min_free_disk_bytes;
-  services_.options.converter.max_events_per_batch = config_.max_events_per_batch;
-  services_.options.max_snapshot_streams = config_.max_snapshot_streams;
-  services_.options.snapshot_page_copies = config_.snapshot_page_copies;
-  services_.options.converter.max_blocks_per_event = config_.max_blocks_per_event;
-  services_.options.apply_timeout = std::chrono::milliseconds(config_.apply_timeout_ms);
-  services_.options.names.name_bytes = config_.max_name_bytes;
-  services_.options.names.salt_bytes = config_.max_salt_bytes;
-  services_.options.names.location_bytes = config_.max_location_bytes;
-  services_.options.registrations = RegistrationLimitsOf(config_);
-  services_.options.max_lookup_blocks = static_cast<uint32_t>(config_.max_lookup_blocks);
-  // Other members' REST listeners are configured as this one's (the same TLS settings on
-  // every member).
-  services_.peer_http.tls = tls_on.http;
-  services_.peer_http.ca_file = config_.tls_peer_ca;
-  services_.peer_http.cert_file = config_.tls_cert;
-  services_.peer_http.key_file = config_.tls_key;
 
-  RpcServerOptions rpc_options;
-  rpc_options.host = rpc_listen.host;
-  rpc_options.port = rpc_listen.port;
+  RpcServerOptions rpc_options = RpcServerOptionsFrom(config_, rpc_listen);
   rpc_options.listen_fd = preflight.rpc.fd();
-  rpc_options.threads = config_.rpc_threads;
-  rpc_options.connection.max_frame_bytes = static_cast<uint32_t>(config_.rpc_max_frame_bytes);
-  rpc_options.connection.max_in_flight = config_.rpc_max_in_flight;
-  rpc_options.max_connections = config_.rpc_max_connections;
-  rpc_options.max_connections_per_peer = config_.rpc_max_connections_per_peer;
-  rpc_options.connection.frame_timeout = std::chrono::milliseconds(config_.rpc_frame_timeout_ms);
-  rpc_options.max_buffered_bytes = static_cast<size_t>(config_.rpc_max_buffered_bytes);
-  rpc_options.connection.idle_timeout = std::chrono::milliseconds(config_.rpc_idle_timeout_ms);
-  rpc_options.connection.handshake_timeout = rpc_options.connection.frame_timeout;
   if (tls_on.rpc) rpc_options.tls = tls_.get();
   rpc_ = std::make_unique<RpcServer>(rpc_options, &services_);
   KVATLAS_RETURN_IF_ERROR(rpc_->Start());
   rpc_listen_address_ = HostPort{rpc_listen.host, rpc_->port()}.ToString();
-  services_.rpc_address = Advertised(rpc_listen_address_, raft_address_);
+  services_.rpc_address = Advertised(rpc_listen_address_, group_->raft_address());
   KVATLAS_RETURN_IF_ERROR(
       WriteFileAtomically(fs::path(config_.data_dir) / "rpc.addr", rpc_listen_address_ + "\n"));
   wrote_rpc_address_ = true;
@@ -198,45 +144,31 @@ Status Server::Init() {
   AddAllRoutes(&services_, &router);
   // Only the host of the advertised address matters here: the port may still be 0.
   router.SetAccess(std::make_shared<HttpAccess>(
-      &services_,
-      HostAllowList(AllowedHostNames(config_, Advertised(config_.http_listen, raft_address_)))));
+      &services_, HostAllowList(AllowedHostNames(
+                      config_, Advertised(config_.http_listen, group_->raft_address())))));
 
-  HttpServerOptions http_options;
-  http_options.host = listen.host;
-  http_options.port = listen.port;
+  HttpServerOptions http_options = HttpServerOptionsFrom(config_, listen);
   http_options.listen_fd = preflight.http.fd();
-  http_options.threads = config_.http_threads;
-  http_options.max_body_bytes = config_.max_body_bytes;
-  http_options.idle_timeout = std::chrono::milliseconds(config_.http_read_timeout_ms);
-  http_options.request_timeout = std::chrono::milliseconds(config_.http_request_timeout_ms);
-  http_options.write_timeout = std::chrono::milliseconds(config_.http_write_timeout_ms);
-  http_options.max_connections = config_.http_max_connections;
-  http_options.max_connections_per_peer = config_.http_max_connections_per_peer;
-  http_options.max_queued_requests = config_.http_max_queued_requests;
   if (tls_on.http) http_options.tls = tls_.get();
   http_ = std::make_unique<HttpServer>(http_options, std::move(router), &metrics_);
   KVATLAS_RETURN_IF_ERROR(http_->Start());
   listen_address_ = HostPort{listen.host, http_->port()}.ToString();
   // Set before the address is published (http.addr, the log line): no client can reach
   // a handler that reads it earlier.
-  services_.http_address = Advertised(listen_address_, raft_address_);
+  services_.http_address = Advertised(listen_address_, group_->raft_address());
   KVATLAS_RETURN_IF_ERROR(
       WriteFileAtomically(fs::path(config_.data_dir) / "http.addr", listen_address_ + "\n"));
   wrote_address_ = true;
-  announcer_ = std::thread([this] { AnnounceAddresses(); });
-  if (leases_->enabled()) {
-    LogInfo("holder leases on: holders silent for " + std::to_string(config_.holder_ttl_seconds) +
-            " s are expired");
-    lease_keeper_ = std::thread([this] { ExpireSilentHolders(); });
-  }
-  auditor_ = std::make_unique<AuditProposer>(
-      std::chrono::milliseconds(config_.audit_interval_ms), machine_.get(), applier_.get(),
-      [raft = raft_.get()] { return raft->is_leader() && raft->GetStatus().members.size() > 1; });
-  auditor_->Start();
+  announcer_ = std::make_unique<Announcer>(
+      config_.id, ServerAddresses{services_.http_address, services_.rpc_address},
+      group_->awaiting_membership(), PolicyApplyWait(config_), services_.peer_http,
+      Announcer::Deps{group_->machine(), group_->applier(), group_->raft(), peer_auth_.get()});
+  announcer_->Start();
+  group_->StartPolicies();
   return Status::Ok();
 }
 
-Status Server::OpenState() {
+Status Server::OpenState(const Preflight& preflight) {
   const fs::path data_dir(config_.data_dir);
   std::error_code ec;
   // The topmost directory that does not exist yet is the one a failed start removes.
@@ -251,51 +183,10 @@ Status Server::OpenState() {
     return Status::IOError("cannot create data dir " + config_.data_dir + ": " + ec.message());
   }
 
-  StorageOptions storage_options;
-  storage_options.path = (data_dir / "db").string();
-  const fs::path rebuild = data_dir / "raft" / RaftLog::kRebuildMarker;
-  if (fs::exists(rebuild)) {
-    // The last run stopped because its raft log failed (RaftLog::failed): the database may
-    // hold entries that were never committed. Start from nothing; raft restores its latest
-    // snapshot and replays the log.
-    LogWarning("rebuilding the state from the raft log (" + rebuild.string() + ")");
-    fs::remove_all(storage_options.path, ec);
-    if (ec) return Status::IOError("cannot remove " + storage_options.path + ": " + ec.message());
-    fs::remove(rebuild, ec);
-  }
-  storage_options.sync_writes = config_.storage_sync;
-  // The raft log is the durable record (docs/replication.md): RocksDB's own WAL would only
-  // write everything a second time.
-  storage_options.disable_wal = !config_.storage_sync;
-  storage_options.block_cache_bytes = config_.storage_block_cache_bytes;
-  storage_options.write_buffer_bytes = config_.storage_write_buffer_bytes;
-  storage_options.memory_bytes = config_.storage_memory_bytes;
   trimmer_ = std::make_unique<MemoryTrimmer>();
-  storage_options.on_flush = [trimmer = trimmer_.get()] { trimmer->Request(); };
-  LogInfo("recovering state from " + storage_options.path);
-  progress_->BeginPhase("opening RocksDB", "", 0, DirectoryBytes(storage_options.path));
-  KVATLAS_ASSIGN_OR_RETURN(storage_, Storage::Open(storage_options));
-  KVATLAS_RETURN_IF_ERROR(progress_->CheckStop("opening RocksDB"));
-
-  StateMachineOptions machine_options;
-  machine_options.hash_seed = config_.hash_seed;
-  machine_options.index.max_entries_per_context = config_.max_entries_per_context;
-  machine_options.index.max_lookup_blocks = static_cast<uint32_t>(config_.max_lookup_blocks);
-  machine_ = std::make_unique<StateMachine>(machine_options, storage_.get());
-  ChangeFeedOptions feed_options;
-  feed_options.window_bytes = static_cast<size_t>(config_.feed_window_bytes);
-  feed_options.window_keys = config_.feed_window_keys;
-  feed_ = std::make_unique<ChangeFeed>(feed_options);
-  machine_->SetApplyObserver(feed_.get());
-  progress_->BeginPhase("loading the state from RocksDB", "entries", 0,
-                        storage_->ApproximateSizeBytes());
-  machine_->SetRecoveryProgress(progress_);
-  KVATLAS_RETURN_IF_ERROR(machine_->Recover());
-  const RecoveryProgress::View loaded = progress_->Read();
-  LogInfo("recovered at revision " + std::to_string(machine_->applied_revision()) + ": " +
-          std::to_string(loaded.records) + " entries loaded in " +
-          std::to_string(static_cast<uint64_t>(loaded.phase_seconds * 1000)) + " ms");
-  return progress_->CheckStop("recovering the state");
+  group_ =
+      std::make_unique<Group>(GroupOptionsFrom(config_, preflight.raft), progress_, trimmer_.get());
+  return group_->Open();
 }
 
 Status Server::StartAccessControl(std::vector<TokenEntry> tokens) {
@@ -370,212 +261,24 @@ void Server::ReloadTokens(const Config& fresh) {
   if (rpc_) rpc_->RecheckCredentials();
 }
 
-void Server::ExpireSilentHolders() {
-  // Bounded so that Shutdown never waits long for this thread; an expiry not applied in
-  // time is simply proposed again by a later check if the holder still has entries (a
-  // second one clears nothing).
-  const auto timeout = std::min<std::chrono::milliseconds>(
-      std::chrono::milliseconds(config_.apply_timeout_ms), std::chrono::milliseconds(2'000));
-  std::unique_lock lock(registrar_mu_);
-  while (!registrar_cv_.wait_for(lock, leases_->check_interval(),
-                                 [this] { return registrar_stop_; })) {
-    lock.unlock();
-    std::vector<ExpireHolderCommand> due = leases_->DueExpiries(std::chrono::steady_clock::now());
-    if (!due.empty()) {
-      std::string names;
-      CommandBatch batch;
-      for (ExpireHolderCommand& expire : due) {
-        names += (names.empty() ? "" : ", ") + expire.holder.ToString();
-        batch.commands.emplace_back(std::move(expire));
-      }
-      std::future<Result<Revision>> applied = applier_->Submit(std::move(batch));
-      const Result<Revision> result =
-          applied.wait_for(timeout) == std::future_status::ready
-              ? applied.get()
-              : Result<Revision>(Status(StatusCode::kDeadlineExceeded, "not applied in time"));
-      if (result.has_value()) {
-        // Applied: each expiry dropped its holder's entries unless the race guard or the
-        // publisher exemption skipped it (kvatlas_holder_expiries_skipped_total).
-        LogInfo("expiry of silent holder(s) " + names + " applied at revision " +
-                std::to_string(*result));
-      } else {
-        // Expected around a change of leader; the next check tries again.
-        LogWarning("expiring silent holder(s) " + names + ": " + result.error().ToString());
-      }
-    }
-    lock.lock();
-  }
-}
-
-void Server::AnnounceAddresses() {
-  const ServerAddresses mine{services_.http_address, services_.rpc_address};
-  constexpr auto kPoll = std::chrono::milliseconds(250);
-  constexpr auto kMaxBackoff = std::chrono::milliseconds(5'000);
-  // Bounded so that Shutdown never waits long for this thread.
-  const auto timeout = std::min<std::chrono::milliseconds>(
-      std::chrono::milliseconds(config_.apply_timeout_ms), std::chrono::milliseconds(2'000));
-  auto delay = kPoll;
-  std::string last_error;
-  std::unique_lock lock(registrar_mu_);
-  while (!registrar_cv_.wait_for(lock, delay, [this] { return registrar_stop_; })) {
-    const ClusterStatus status = raft_->GetStatus();
-    if (awaiting_membership_ && !status.members.empty()) {
-      awaiting_membership_ = false;
-      LogInfo("raft: added to the cluster (a configuration of " +
-              std::to_string(status.members.size()) + " servers)");
-    }
-    // In a one-server cluster nobody needs the addresses: no log entry for them.
-    if (status.members.size() < 2 || machine_->AddressesOf(config_.id) == mine) {
-      delay = kPoll;
-      continue;
-    }
-    lock.unlock();
-    Status announced;
-    bool waiting = false;  // for a leader, or for its address: local checks, no backoff
-    if (raft_->is_leader()) {
-      CommandBatch batch;
-      batch.commands.emplace_back(AnnounceCommand{config_.id, mine.http_address, mine.rpc_address});
-      std::future<Result<Revision>> applied = applier_->Submit(std::move(batch));
-      announced = applied.wait_for(timeout) == std::future_status::ready
-                      ? applied.get().status()
-                      : Status(StatusCode::kDeadlineExceeded, "not applied in time");
-    } else if (status.leader_id == 0) {
-      waiting = true;
-    } else if (std::optional<ServerAddresses> leader = machine_->AddressesOf(status.leader_id);
-               !leader || leader->http_address.empty()) {
-      waiting = true;
-    } else {
-      announced = PostAnnounce(services_.peer_http, peer_auth_.get(), status.leader_id,
-                               leader->http_address, config_.id, mine.http_address,
-                               mine.rpc_address, timeout);
-    }
-    lock.lock();
-    if (waiting) {
-      // Nothing was sent, so no backoff: a server that wins the election announces itself
-      // within a poll, and its followers, which say ready only once they know the leader's
-      // address (server/service/readiness.h), become ready soon after the election.
-      delay = kPoll;
-    } else if (announced.ok()) {
-      LogInfo("announced this server's addresses (http " + mine.http_address + ", rpc " +
-              mine.rpc_address + ")");
-      last_error.clear();
-      delay = kPoll;
-    } else {
-      // Expected around a change of leader (a proposal lost, a leader that stopped): log
-      // changes only.
-      if (announced.ToString() != last_error) {
-        last_error = announced.ToString();
-        LogInfo("announcing this server's addresses: " + last_error + " (retrying)");
-      }
-      delay = std::min<std::chrono::milliseconds>(delay * 2, kMaxBackoff);
-    }
-  }
-}
-
 Status Server::StartZmqIngest() {
-  ZmqIngestOptions options;
-  options.listeners = config_.zmq_listeners;
-  if (!config_.zmq_listen.empty()) {
-    ZmqListenerConfig listener;
-    listener.bind = config_.zmq_listen;
-    listener.model = config_.zmq_listen_model;
-    listener.block_size = static_cast<uint32_t>(config_.zmq_listen_block_size);
-    options.listeners.push_back(std::move(listener));
-  }
-  options.max_concurrent_replays = config_.zmq_max_concurrent_replays;
-  options.replay_idle_timeout = std::chrono::milliseconds(config_.zmq_replay_timeout_ms);
-  options.replay_cooldown = std::chrono::milliseconds(config_.zmq_replay_cooldown_ms);
-  options.receive_hwm = static_cast<int>(config_.zmq_receive_hwm);
-  options.reconnect_interval = std::chrono::milliseconds(config_.zmq_reconnect_interval_ms);
-  options.reconnect_interval_max = std::chrono::milliseconds(config_.zmq_reconnect_interval_max_ms);
-  options.max_registrations = config_.max_registrations;
-  options.mapper.max_blocks_per_event = config_.max_blocks_per_event;
-  RaftLog* raft = raft_.get();
+  ZmqIngestOptions options = ZmqIngestOptionsFrom(config_);
+  RaftLog* raft = group_->raft();
   options.is_leader = [raft] { return raft->is_leader(); };
-  zmq_ = std::make_unique<ZmqIngest>(machine_.get(), applier_.get(), std::move(options));
+  zmq_ = std::make_unique<ZmqIngest>(group_->machine(), group_->applier(), std::move(options));
   KVATLAS_RETURN_IF_ERROR(zmq_->Start());
   zmq_notify_.store(zmq_.get(), std::memory_order_release);
   zmq_->NotifyRegistryChanged();
-  if (!config_.publishers.empty()) registrar_ = std::thread([this] { RegisterConfigPublishers(); });
-  disk_watcher_ = std::thread([this] { WatchDiskSpace(); });
+  if (!config_.publishers.empty()) {
+    registrar_ =
+        std::make_unique<PublisherRegistrar>(config_.publishers, RegistrationLimitsOf(config_),
+                                             group_->machine(), group_->applier(), group_->raft());
+    registrar_->Start();
+  }
+  disk_watcher_ = std::make_unique<DiskWatcher>(config_.data_dir, config_.min_free_disk_bytes,
+                                                group_->applier(), group_->raft());
+  disk_watcher_->Start();
   return Status::Ok();
-}
-
-void Server::WatchDiskSpace() {
-  const uint64_t low = config_.min_free_disk_bytes;
-  const uint64_t recovered = low + low / 10;  // hysteresis: no flapping at the boundary
-  bool refusing = false;
-  std::unique_lock lock(registrar_mu_);
-  while (!registrar_cv_.wait_for(lock, std::chrono::milliseconds(250),
-                                 [this] { return registrar_stop_; })) {
-    struct statvfs fs_stat;
-    if (statvfs(config_.data_dir.c_str(), &fs_stat) != 0) continue;
-    const uint64_t free_bytes = static_cast<uint64_t>(fs_stat.f_bavail) * fs_stat.f_frsize;
-    if (!refusing && free_bytes < low) {
-      refusing = true;
-      const std::string reason = "disk space low: " + std::to_string(free_bytes) +
-                                 " bytes free in " + config_.data_dir + " (min_free_disk_bytes " +
-                                 std::to_string(low) + "); writes are refused until space returns";
-      LogError(reason);
-      applier_->SetWritesRefused(reason);
-    } else if (refusing && free_bytes >= recovered) {
-      refusing = false;
-      LogInfo("disk space recovered (" + std::to_string(free_bytes) +
-              " bytes free); accepting writes");
-      applier_->SetWritesRefused("");
-    }
-    // A leader that cannot write must not lead: hand over to any up-to-date voter (retried
-    // every round while space is low, since there may be none at first).
-    const ClusterStatus status = raft_->GetStatus();
-    const auto voters = std::count_if(status.members.begin(), status.members.end(),
-                                      [](const ClusterMember& m) { return m.role == "voter"; });
-    if (refusing && raft_->is_leader() && voters > 1) {
-      raft_->TransferLeadership(0, [](Status s) {
-        if (!s.ok()) LogWarning("disk space low, leadership transfer: " + s.ToString());
-      });
-    }
-  }
-}
-
-void Server::RegisterConfigPublishers() {
-  // Publishers listed in the config are registered like POST /register would, unless the
-  // state already holds exactly that registration (a restart must not rewrite it). Only
-  // the leader can write, and a cluster may not have one yet: retry until done.
-  std::unique_lock lock(registrar_mu_);
-  for (;;) {
-    CommandBatch batch;
-    // They count against max_registrations like POST /register's (the service layer's check).
-    const Status admitted = machine_->ReadRegistry([&](const Registry& registry, Revision) {
-      std::vector<Registration> added;
-      for (const Registration& r : config_.publishers) {
-        auto it = registry.registrations.find(r.Key());
-        if (it == registry.registrations.end() || !(it->second == r)) {
-          batch.commands.emplace_back(RegisterCommand{r});
-          added.push_back(r);
-        }
-      }
-      return CheckRegistrationLimits(registry, added, RegistrationLimitsOf(config_));
-    });
-    if (!admitted.ok()) {
-      LogError("the config file's publishers are not registered: " + admitted.ToString());
-      return;
-    }
-    if (batch.commands.empty()) return;
-    if (raft_->is_leader()) {
-      lock.unlock();
-      Result<Revision> applied = applier_->Submit(std::move(batch)).get();
-      lock.lock();
-      if (applied.has_value()) {
-        LogInfo("registered the config file's publishers at revision " + std::to_string(*applied));
-      } else {
-        LogWarning("registering the config file's publishers: " + applied.error().ToString());
-      }
-    }
-    if (registrar_cv_.wait_for(lock, std::chrono::milliseconds(100),
-                               [this] { return registrar_stop_; })) {
-      return;
-    }
-  }
 }
 
 Status Server::Shutdown() {
@@ -585,27 +288,20 @@ Status Server::Shutdown() {
   // are answered), then the applier drains its queue, then what it wrote is made durable.
   // The RPC server is destroyed only after the applier stopped: ingest callbacks post into
   // its io_context.
-  {
-    std::lock_guard lock(registrar_mu_);
-    registrar_stop_ = true;
-  }
-  registrar_cv_.notify_all();
-  if (registrar_.joinable()) registrar_.join();
-  if (disk_watcher_.joinable()) disk_watcher_.join();
-  if (announcer_.joinable()) announcer_.join();
-  if (lease_keeper_.joinable()) lease_keeper_.join();
-  if (auditor_) auditor_->Stop();
+  if (group_) group_->StopPolicies();
+  if (announcer_) announcer_->Stop();
+  if (disk_watcher_) disk_watcher_->Stop();
+  if (registrar_) registrar_->Stop();
   if (rpc_) rpc_->Stop();
   if (http_) http_->Stop();
   // The ingest thread may be waiting for room in the applier's queue: stop it first.
   if (zmq_) zmq_->Stop();
   // The applier stops taking batches; what it proposed completes (or fails) when raft
   // stops, on raft's thread, while the applier object still exists.
-  if (applier_) applier_->Stop();
-  if (raft_) raft_->Stop();
+  if (group_) group_->StopReplication();
   rpc_.reset();
   Status flushed;
-  if (storage_) flushed = storage_->Flush();
+  if (group_) flushed = group_->Flush();
   // Only our own: after a failed start the file may be another server's.
   std::error_code ec;
   if (wrote_address_) fs::remove(fs::path(config_.data_dir) / "http.addr", ec);

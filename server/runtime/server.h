@@ -1,38 +1,32 @@
 // Server: one kvatlas server process composed from its parts (docs/architecture.md): check
 // the configuration, read its files and bind the listen addresses (preflight.h), then open
-// Storage at DATA_DIR/db, rebuild the state machine from it, start raft and the Applier,
-// and serve the binary protocol and REST. Both serve only after recovery, so every answer
-// reflects the recovered state.
+// its replicated state (a Group, group.h: Storage at DATA_DIR/db, the state machine rebuilt
+// from it, raft and the Applier), and serve the binary protocol and REST. Both serve only
+// after recovery, so every answer reflects the recovered state.
 //
 // Thread-safety: Start/Shutdown from the owning (main) thread; failed() from any thread.
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "common/internal/tls.h"
 #include "kvatlas/common/result.h"
 #include "server/api/http_server.h"
 #include "server/api/routes.h"
-#include "server/feed/change_feed.h"
-#include "server/replication/raft_log.h"
 #include "server/rpc/rpc_server.h"
+#include "server/runtime/announcer.h"
 #include "server/runtime/config.h"
+#include "server/runtime/disk_watcher.h"
+#include "server/runtime/group.h"
 #include "server/runtime/memory_trimmer.h"
 #include "server/runtime/preflight.h"
+#include "server/runtime/publisher_registrar.h"
 #include "server/service/metrics.h"
-#include "server/state/applier.h"
-#include "server/state/audit_proposer.h"
-#include "server/state/lease_tracker.h"
 #include "server/state/recovery_progress.h"
-#include "server/state/state_machine.h"
-#include "server/storage/storage.h"
 #include "server/zmq/zmq_ingest.h"
 
 namespace kvatlas::server {
@@ -68,7 +62,7 @@ class Server {
 
   // True once a storage write failed: the process must exit (a restart rebuilds the index
   // from disk, which is behind the memory index after the failure).
-  bool failed() const { return (applier_ && applier_->failed()) || (raft_ && raft_->failed()); }
+  bool failed() const { return group_ && group_->failed(); }
 
   // SIGHUP: replaces the token set with the one `fresh` configures (its `tokens` and token
   // file, read again). Connections and streams whose token is still configured go on;
@@ -89,36 +83,19 @@ class Server {
   explicit Server(Config config, RecoveryProgress* progress);
   Status Init();
   // Creates the data directory (noting in created_data_dir_ the directory it created, if
-  // any), opens storage and recovers the state machine from it.
-  Status OpenState();
+  // any), and opens the group in it (Group::Open: storage, the recovered state).
+  Status OpenState(const Preflight& preflight);
   // Takes the tokens (read by the preflight), decides whether access control is on and
   // logs what it means.
   Status StartAccessControl(std::vector<TokenEntry> tokens);
   // Creates the ZMQ ingest, registers the config file's publishers and starts following.
   Status StartZmqIngest();
-  // Opens DATA_DIR/raft and starts this server's member of the raft cluster, on the
-  // preflight's raft socket and with its cluster secret; for a single server, waits until
-  // it leads and has replayed its log (AwaitSingleServer).
+  // Starts the group's raft member (Group::StartReplication) on the preflight's raft
+  // socket, with peer authentication from its cluster secret.
   Status StartRaft(const Preflight& preflight);
-  Status AwaitSingleServer(std::chrono::milliseconds patience);
-  // A joining server: logs whether it waits to be added or is a member already.
-  void LogMembership();
-  // Registers the config file's publishers once this server leads (background thread).
-  void RegisterConfigPublishers();
-  // Watches the data directory's free space (background thread, every 250 ms).
-  void WatchDiskSpace();
-  // Makes this server's REST and RPC addresses part of the replicated state (background
-  // thread): the leader submits an AnnounceCommand for itself, a follower POSTs them to the
-  // leader's /v1/cluster/announce; retried with backoff until recorded.
-  void AnnounceAddresses();
-  // Holder leases (docs/leases.md), background thread, only when holder_ttl_seconds > 0:
-  // every check interval, the leader proposes an ExpireHolderCommand for each holder whose
-  // lease ran out (LeaseTracker::DueExpiries) and waits, bounded, for it to be applied.
-  // Does nothing on a follower.
   // The PeerAuth of raft and the internal calls, from the cluster secret (a random key for
   // a `single` server without one); logs how peers authenticate.
   [[nodiscard]] Status StartPeerAuth(bool single, const std::string& secret);
-  void ExpireSilentHolders();
 
   Config config_;
   std::unique_ptr<RecoveryProgress> own_progress_;  // when Start was given none
@@ -126,19 +103,15 @@ class Server {
   // The directory OpenState created for the data directory (its topmost new ancestor),
   // removed again when the start fails; empty when the data directory existed.
   std::filesystem::path created_data_dir_;
-  // Trims the heap after RocksDB flushes and raft snapshots: outlives storage_ and raft_.
+  // Trims the heap after RocksDB flushes and raft snapshots: outlives the group.
   std::unique_ptr<MemoryTrimmer> trimmer_;
-  std::unique_ptr<ReloadableTlsContext> tls_;  // null without TLS; outlives the listeners
-  std::unique_ptr<Storage> storage_;
-  std::unique_ptr<ChangeFeed> feed_;  // outlives the state machine and the HTTP server
-  std::unique_ptr<StateMachine> machine_;
-  std::unique_ptr<PeerAuth> peer_auth_;  // outlives raft_ and the HTTP server
-  std::unique_ptr<RaftLog> raft_;
-  std::unique_ptr<Applier> applier_;
-  std::unique_ptr<ZmqIngest> zmq_;
-  std::unique_ptr<LeaseTracker> leases_;
-  std::unique_ptr<AuditProposer> auditor_;       // replica audits (on the leader)
+  std::unique_ptr<ReloadableTlsContext> tls_;    // null without TLS; outlives the listeners
+  std::unique_ptr<PeerAuth> peer_auth_;          // outlives the group's raft and the HTTP server
   std::atomic<ZmqIngest*> zmq_notify_{nullptr};  // zmq_ once started, for the registry listener
+  // The replicated state (storage, feed, state machine, raft, applier, leases): outlives
+  // the ZMQ ingest and the listeners, which use it.
+  std::unique_ptr<Group> group_;
+  std::unique_ptr<ZmqIngest> zmq_;
   Metrics metrics_;
   std::unique_ptr<Authenticator> auth_;  // outlives the servers that use it
   std::unique_ptr<AuditLog> audit_;
@@ -147,20 +120,15 @@ class Server {
   std::unique_ptr<HttpServer> http_;
   std::string listen_address_;
   std::string rpc_listen_address_;
-  std::string raft_address_;  // this server's raft address, as configured
   bool wrote_address_ = false;
   bool wrote_rpc_address_ = false;
   bool shut_down_ = false;
-  // A joining server not in a configuration yet (LogMembership); the announcer's thread
-  // only, once started.
-  bool awaiting_membership_ = false;
-  std::thread registrar_;
-  std::mutex registrar_mu_;
-  std::condition_variable registrar_cv_;
-  bool registrar_stop_ = false;
-  std::thread disk_watcher_;  // shares registrar_mu_/registrar_cv_/registrar_stop_
-  std::thread announcer_;     // likewise
-  std::thread lease_keeper_;  // likewise
+  // The server's policy loops, each with its own thread (periodic_task.h): started in this
+  // order (the group's after them), stopped in reverse first thing in Shutdown. Null when
+  // not started.
+  std::unique_ptr<PublisherRegistrar> registrar_;  // only with publishers in the config
+  std::unique_ptr<DiskWatcher> disk_watcher_;
+  std::unique_ptr<Announcer> announcer_;
 };
 
 }  // namespace kvatlas::server

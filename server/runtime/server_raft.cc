@@ -1,38 +1,9 @@
-// Server: this server's part of the raft cluster (peer authentication, the RaftLog, and
-// for a single server the wait until it leads and has replayed its log). server.h.
-#include <chrono>
-#include <filesystem>
-#include <thread>
-
+// Server: this server's part of the raft cluster (peer authentication, and the start of
+// the group's raft member, group.h). server.h.
 #include "common/internal/log.h"
 #include "server/runtime/server.h"
-#include "server/storage/backup.h"
 
 namespace kvatlas::server {
-namespace {
-
-namespace fs = std::filesystem;
-
-// What the log says of this server's place in the cluster as raft starts.
-std::string DescribePlacement(uint64_t id, const RaftPlacement& raft, bool own_address) {
-  const std::string server = "raft: server " + std::to_string(id);
-  if (raft.single) {
-    return server + (own_address
-                         ? " at " + raft.address + ", a single server (a one-voter cluster)"
-                         : ", a single server (a one-voter cluster; no raft address: no --peers "
-                           "and no --raft-listen, so no other server can reach it)");
-  }
-  const std::string voters = std::to_string(raft.peers.size()) + " initial voters in --peers";
-  if (raft.initial_voter) {
-    return server + " at " + raft.address +
-           (raft.peers.size() == 1 ? ", the only initial voter in --peers"
-                                   : ", one of the " + voters);
-  }
-  return server + " at " + raft.address + ", joining a running cluster (not one of the " + voters +
-         ", so it does not bootstrap one)";
-}
-
-}  // namespace
 
 Status Server::StartPeerAuth(bool single, const std::string& secret) {
   if (!config_.cluster_secret_file.empty()) {
@@ -56,116 +27,12 @@ Status Server::StartPeerAuth(bool single, const std::string& secret) {
 }
 
 Status Server::StartRaft(const Preflight& preflight) {
-  const RaftPlacement& raft = preflight.raft;
-  KVATLAS_RETURN_IF_ERROR(StartPeerAuth(raft.single, preflight.cluster_secret));
-  RaftOptions options;
-  options.peer_auth = peer_auth_.get();
-  options.handshake_timeout_ms = static_cast<unsigned>(config_.raft_handshake_timeout_ms);
-  options.id = config_.id;
-  options.dir = (fs::path(config_.data_dir) / "raft").string();
-  options.address = raft.address;
-  options.bind_address = config_.raft_bind;
-  options.listen_fd = preflight.raft_socket.fd();
-  // A single server is a one-voter cluster. A server that is not among the initial voters
-  // joins a running cluster: it starts with an empty configuration and waits for the
-  // leader to add it (POST /v1/cluster/members).
-  if (raft.single) options.bootstrap = {{config_.id, options.address}};
-  if (raft.initial_voter) options.bootstrap = raft.peers;
-  options.election_timeout_ms = static_cast<unsigned>(config_.raft_election_timeout_ms);
-  options.heartbeat_timeout_ms = static_cast<unsigned>(config_.raft_heartbeat_timeout_ms);
-  options.snapshot_threshold = static_cast<unsigned>(config_.raft_snapshot_threshold);
-  options.snapshot_trailing = static_cast<unsigned>(config_.raft_snapshot_trailing);
-  options.snapshot_log_bytes = static_cast<size_t>(config_.raft_snapshot_log_bytes);
-  options.snapshot_done = [trimmer = trimmer_.get()] { trimmer->Request(); };
-  options.apply_queue = static_cast<size_t>(config_.raft_apply_queue);
-  // A data directory made by `kvatlas-server restore`: snapshot at once (RaftOptions).
-  const fs::path restored = fs::path(config_.data_dir) / kRestoredMarker;
-  std::error_code exists_error;
-  if (fs::exists(restored, exists_error)) {
-    options.compact_early = true;
-    options.compacted = [restored] {
-      std::error_code ec;
-      fs::remove(restored, ec);
-      LogInfo("the restored state is in a raft snapshot" +
-              (ec ? " (cannot remove " + restored.string() + ": " + ec.message() + ")"
-                  : std::string()));
-    };
-    LogInfo("data directory restored from a backup: taking a raft snapshot of it first");
-  }
-  options.segment_bytes = static_cast<size_t>(config_.raft_segment_bytes);
-  LogInfo(DescribePlacement(config_.id, raft, !config_.raft_listen.empty()));
+  KVATLAS_RETURN_IF_ERROR(StartPeerAuth(preflight.raft.single, preflight.cluster_secret));
   // Registry changes reach the ZMQ ingest once it exists; raft may apply entries (replay
   // past the persisted state) as soon as it starts.
-  machine_->SetRegistryListener([this] {
+  return group_->StartReplication(peer_auth_.get(), preflight.raft_socket.fd(), [this] {
     if (ZmqIngest* zmq = zmq_notify_.load(std::memory_order_acquire)) zmq->NotifyRegistryChanged();
   });
-  raft_address_ = options.address;
-  const auto patience = std::chrono::milliseconds(10 * options.election_timeout_ms);
-  // libraft reads its whole snapshot and log as it starts (and hands the snapshot to the
-  // state machine, which restores it if it is newer than the state) and cannot be asked to
-  // stop: a stop meanwhile ends the process (SignalWatcher), as safe as a crash there,
-  // which changes nothing raft or RocksDB cannot recover (a restore's replacement of the
-  // database is one atomic write).
-  progress_->BeginPhase("loading the raft snapshot and log", "", 0, DirectoryBytes(options.dir));
-  progress_->MarkUninterruptible();
-  machine_->SetRecoveryProgress(progress_);
-  Result<std::unique_ptr<RaftLog>> started = RaftLog::Start(std::move(options), machine_.get());
-  KVATLAS_RETURN_IF_ERROR(progress_->CheckStop("loading the raft log"));
-  if (!started.has_value()) return started.status();
-  raft_ = std::move(*started);
-  if (raft.single) return AwaitSingleServer(patience);
-  if (!raft.initial_voter) LogMembership();
-  return Status::Ok();
-}
-
-void Server::LogMembership() {
-  // The status is refreshed every 50 ms from the loop: wait (bounded) for the first one.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  ClusterStatus status = raft_->GetStatus();
-  while (status.id == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    status = raft_->GetStatus();
-  }
-  if (status.members.empty()) {
-    awaiting_membership_ = true;  // AnnounceAddresses says when it is added
-    LogInfo("raft: waiting to be added to the cluster (on the leader: `kvatlas cluster add " +
-            std::to_string(config_.id) + " " + raft_address_ + "`, or POST /v1/cluster/members)");
-  } else {
-    LogInfo("raft: a member of the cluster already (its log holds a configuration of " +
-            std::to_string(status.members.size()) + " servers)");
-  }
-}
-
-Status Server::AwaitSingleServer(std::chrono::milliseconds patience) {
-  // A one-voter cluster elects itself within an election timeout: wait for it, so that
-  // the first write after start-up is not refused as "not leader".
-  progress_->BeginPhase("electing itself (a one-voter cluster)");
-  const auto deadline = std::chrono::steady_clock::now() + patience;
-  while (!raft_->is_leader()) {
-    KVATLAS_RETURN_IF_ERROR(progress_->CheckStop("waiting for raft to elect this server"));
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status::Unavailable("raft: the single server did not elect itself");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  // Its whole log is committed now, but the raft-apply thread may still be replaying it:
-  // serve only once it has, so that every write acknowledged before a restart is visible
-  // to the first read after it (as when the apply ran on the raft loop).
-  const ClusterStatus first = raft_->GetStatus();  // refreshed every 50 ms
-  progress_->BeginPhase(
-      "replaying the raft log", "entries",
-      first.last_index > first.applied_index ? first.last_index - first.applied_index : 0);
-  for (;;) {
-    const ClusterStatus status = raft_->GetStatus();
-    if (status.applied_index > first.applied_index) {
-      progress_->Set(status.applied_index - first.applied_index, 0);
-    }
-    if (status.state == "leader" && status.applied_index >= status.last_index) break;
-    if (raft_->failed()) return Status::Internal("raft: replaying the log failed");
-    KVATLAS_RETURN_IF_ERROR(progress_->CheckStop("replaying the raft log"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return Status::Ok();
 }
 
 }  // namespace kvatlas::server

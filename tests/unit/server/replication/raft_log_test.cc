@@ -27,11 +27,13 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/free_port.h"
 #include "tests/support/temp_dir.h"
 
 namespace kvatlas::server {
 namespace {
 
+using testing::FreePort;
 using testing::TempDir;
 
 // Records the last applied index; sleeps `apply_delay` in each apply of an entry reading
@@ -69,20 +71,6 @@ class RecordingMachine final : public LogStateMachine {
     std::string bytes;
   };
 };
-
-// A loopback port free right now (bound and released).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
-  socklen_t length = sizeof(address);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 // Everything written to stderr while `run` runs.
 template <typename Fn>

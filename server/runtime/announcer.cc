@@ -1,0 +1,75 @@
+#include "server/runtime/announcer.h"
+
+#include <algorithm>
+#include <future>
+#include <optional>
+#include <utility>
+
+#include "common/internal/log.h"
+#include "server/api/forwarding.h"
+
+namespace kvatlas::server {
+
+Announcer::Announcer(uint64_t id, ServerAddresses mine, bool awaiting_membership,
+                     std::chrono::milliseconds apply_wait, PeerHttpOptions peer_http, Deps deps)
+    : id_(id),
+      mine_(std::move(mine)),
+      apply_wait_(apply_wait),
+      peer_http_(std::move(peer_http)),
+      deps_(deps),
+      awaiting_membership_(awaiting_membership),
+      task_(kPoll, [this] { return Round(); }) {}
+
+PeriodicTask::Next Announcer::Round() {
+  const ClusterStatus status = deps_.raft->GetStatus();
+  if (awaiting_membership_ && !status.members.empty()) {
+    awaiting_membership_ = false;
+    LogInfo("raft: added to the cluster (a configuration of " +
+            std::to_string(status.members.size()) + " servers)");
+  }
+  // In a one-server cluster nobody needs the addresses: no log entry for them.
+  if (status.members.size() < 2 || deps_.machine->AddressesOf(id_) == mine_) {
+    delay_ = kPoll;
+    return delay_;
+  }
+  Status announced;
+  bool waiting = false;  // for a leader, or for its address: local checks, no backoff
+  if (deps_.raft->is_leader()) {
+    CommandBatch batch;
+    batch.commands.emplace_back(AnnounceCommand{id_, mine_.http_address, mine_.rpc_address});
+    std::future<Result<Revision>> applied = deps_.applier->Submit(std::move(batch));
+    announced = applied.wait_for(apply_wait_) == std::future_status::ready
+                    ? applied.get().status()
+                    : Status(StatusCode::kDeadlineExceeded, "not applied in time");
+  } else if (status.leader_id == 0) {
+    waiting = true;
+  } else if (std::optional<ServerAddresses> leader = deps_.machine->AddressesOf(status.leader_id);
+             !leader || leader->http_address.empty()) {
+    waiting = true;
+  } else {
+    announced = PostAnnounce(peer_http_, deps_.peer_auth, status.leader_id, leader->http_address,
+                             id_, mine_.http_address, mine_.rpc_address, apply_wait_);
+  }
+  if (waiting) {
+    // Nothing was sent, so no backoff: a server that wins the election announces itself
+    // within a poll, and its followers, which say ready only once they know the leader's
+    // address (server/service/readiness.h), become ready soon after the election.
+    delay_ = kPoll;
+  } else if (announced.ok()) {
+    LogInfo("announced this server's addresses (http " + mine_.http_address + ", rpc " +
+            mine_.rpc_address + ")");
+    last_error_.clear();
+    delay_ = kPoll;
+  } else {
+    // Expected around a change of leader (a proposal lost, a leader that stopped): log
+    // changes only.
+    if (announced.ToString() != last_error_) {
+      last_error_ = announced.ToString();
+      LogInfo("announcing this server's addresses: " + last_error_ + " (retrying)");
+    }
+    delay_ = std::min<std::chrono::milliseconds>(delay_ * 2, kMaxBackoff);
+  }
+  return delay_;
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,58 @@
+// Announcer: makes this server's REST and RPC addresses part of the replicated state, so
+// that other members can forward to it and clients can be redirected to it. While the
+// state does not hold them (and the cluster has more than one member), the leader submits
+// an AnnounceCommand for itself and a follower POSTs them to the leader's
+// /v1/cluster/announce (forwarding.h); polled every 250 ms, failures backing off up to
+// 5 s. A joining server not yet in a configuration also logs when it is added.
+//
+// Thread-safety: construct, Start and Stop from one thread; rounds run on the task's.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "server/peer/peer_auth.h"
+#include "server/replication/raft_log.h"
+#include "server/runtime/periodic_task.h"
+#include "server/service/services.h"
+#include "server/state/applier.h"
+#include "server/state/state_machine.h"
+
+namespace kvatlas::server {
+
+class Announcer {
+ public:
+  struct Deps {  // not owned; each must outlive the announcer (or its Stop)
+    StateMachine* machine = nullptr;
+    Applier* applier = nullptr;
+    RaftLog* raft = nullptr;
+    PeerAuth* peer_auth = nullptr;
+  };
+  // `mine`: the addresses to announce for server `id`. `awaiting_membership`: this server
+  // joins and is in no configuration yet (logged once it is). `apply_wait` bounds each
+  // attempt, and so how long Stop may wait for one in progress.
+  Announcer(uint64_t id, ServerAddresses mine, bool awaiting_membership,
+            std::chrono::milliseconds apply_wait, PeerHttpOptions peer_http, Deps deps);
+
+  void Start() { task_.Start(); }
+  void Stop() { task_.Stop(); }  // idempotent
+
+ private:
+  PeriodicTask::Next Round();
+
+  static constexpr std::chrono::milliseconds kPoll{250};
+  static constexpr std::chrono::milliseconds kMaxBackoff{5'000};
+  const uint64_t id_;
+  const ServerAddresses mine_;
+  const std::chrono::milliseconds apply_wait_;
+  const PeerHttpOptions peer_http_;
+  const Deps deps_;
+  // The task's thread only.
+  bool awaiting_membership_;
+  std::chrono::milliseconds delay_ = kPoll;
+  std::string last_error_;
+  PeriodicTask task_;  // last: stopped before the members its rounds use go
+};
+
+}  // namespace kvatlas::server

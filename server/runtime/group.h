@@ -1,0 +1,128 @@
+// Group: one replicated state of a server — its storage (RocksDB), change feed, state
+// machine, raft member, applier and holder leases, with the policies that act on it alone
+// (the lease keeper, the replica auditor). The Server composes it with the parts it
+// shares (listeners, access control, metrics, peer authentication, ZMQ ingest) and runs it
+// in phases, since those shared parts start between them:
+//
+//   Open              storage, state machine and feed; the state recovered from storage
+//   StartReplication  this server's raft member (for a single server: until it leads and
+//                     has replayed its log), then the applier and the lease tracker
+//   StartPolicies     the lease keeper (when leases are on) and the replica auditor
+//   StopPolicies, StopReplication, Flush: the reverse, at shutdown
+//
+// A server holds one group today; its directory is the data directory.
+//
+// Thread-safety: the phases from the owning thread, in order (each stop idempotent); the
+// accessors from any thread once their part exists; failed() from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kvatlas/common/result.h"
+#include "server/feed/change_feed.h"
+#include "server/peer/peer_auth.h"
+#include "server/replication/raft_log.h"
+#include "server/runtime/lease_keeper.h"
+#include "server/runtime/memory_trimmer.h"
+#include "server/runtime/preflight.h"
+#include "server/state/applier.h"
+#include "server/state/audit_proposer.h"
+#include "server/state/lease_tracker.h"
+#include "server/state/recovery_progress.h"
+#include "server/state/state_machine.h"
+#include "server/storage/storage.h"
+
+namespace kvatlas::server {
+
+// GroupOptionsFrom (options_from_config.h) builds them from the config.
+struct GroupOptions {
+  uint64_t server_id = 1;
+  // The group's directory: the restore marker is looked for in it; storage.path and
+  // raft.dir are below it.
+  std::string dir;
+  StorageOptions storage;  // on_flush is the Group's (the trimmer)
+  StateMachineOptions machine;
+  ChangeFeedOptions feed;
+  ApplierOptions applier;
+  LeaseOptions leases;
+  // peer_auth, listen_fd, snapshot_done and the restore callbacks are the Group's.
+  RaftOptions raft;
+  RaftPlacement placement;                          // this server's place in the group's cluster
+  bool raft_listen_configured = false;              // raft_listen set (the start-up log says so)
+  std::chrono::milliseconds audit_interval{5'000};  // 0 = no replica audits
+  // How long the lease keeper waits for an expiry to apply (and Stop for it).
+  std::chrono::milliseconds policy_apply_wait{2'000};
+};
+
+class Group {
+ public:
+  // `progress` says what the start is doing and can stop it; `trimmer` is asked to trim
+  // after RocksDB flushes and raft snapshots. Both must outlive the group.
+  Group(GroupOptions options, RecoveryProgress* progress, MemoryTrimmer* trimmer);
+  ~Group();  // stops whatever was started
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  // Opens storage (from nothing after a failed raft log: its rebuild marker), the state
+  // machine and the feed, and recovers the state. The directory must exist. Errors:
+  // kIOError/kCorruption from storage, kFailedPrecondition on a hash seed mismatch,
+  // kCancelled when `progress` asks to stop.
+  [[nodiscard]] Status Open();
+  // Starts this server's raft member on `raft_listen_fd` (the preflight's raft socket),
+  // signing with `peer_auth` (must outlive the group); `registry_changed` is called on
+  // every registry change applied, from then on. A restored directory is snapshotted at
+  // once. For a single server, returns once it leads and has replayed its log; a joining
+  // server logs whether it is a member already. Then makes the applier and the lease
+  // tracker. Errors: raft's, kUnavailable (a single server did not elect itself),
+  // kInternal (its replay failed), kCancelled.
+  [[nodiscard]] Status StartReplication(PeerAuth* peer_auth, int raft_listen_fd,
+                                        std::function<void()> registry_changed);
+  void StartPolicies();
+  void StopPolicies();  // returns within about 2 s (their longest wait for an apply)
+  // The applier stops taking batches; what it proposed completes (or fails) when raft
+  // stops, on raft's thread, while the applier still exists.
+  void StopReplication();
+  // Makes what the state machine wrote durable (RocksDB flush); Ok when not open.
+  [[nodiscard]] Status Flush();
+
+  // True once a storage write or the raft log failed: the process must exit (a restart
+  // rebuilds the index from disk, which is behind the memory index after the failure).
+  bool failed() const { return (applier_ && applier_->failed()) || (raft_ && raft_->failed()); }
+  // A joining server that is in no configuration yet (set by StartReplication).
+  bool awaiting_membership() const { return awaiting_membership_; }
+  // This server's raft address in the group, as configured.
+  const std::string& raft_address() const { return options_.raft.address; }
+
+  Storage* storage() const { return storage_.get(); }
+  ChangeFeed* feed() const { return feed_.get(); }
+  StateMachine* machine() const { return machine_.get(); }
+  RaftLog* raft() const { return raft_.get(); }
+  Applier* applier() const { return applier_.get(); }
+  LeaseTracker* leases() const { return leases_.get(); }
+
+ private:
+  Status StartRaft(PeerAuth* peer_auth, int raft_listen_fd, std::function<void()> registry_changed);
+  Status AwaitSingleServer(std::chrono::milliseconds patience);
+  // A joining server: logs whether it waits to be added or is a member already.
+  void LogMembership();
+
+  GroupOptions options_;
+  RecoveryProgress* progress_;
+  MemoryTrimmer* trimmer_;
+  bool awaiting_membership_ = false;
+  // Destroyed in the reverse of their start: the policies first, storage last.
+  std::unique_ptr<Storage> storage_;
+  std::unique_ptr<ChangeFeed> feed_;  // outlives the state machine (and the HTTP server)
+  std::unique_ptr<StateMachine> machine_;
+  std::unique_ptr<RaftLog> raft_;
+  std::unique_ptr<Applier> applier_;
+  std::unique_ptr<LeaseTracker> leases_;
+  std::unique_ptr<LeaseKeeper> lease_keeper_;  // only when leases are on
+  std::unique_ptr<AuditProposer> auditor_;     // replica audits (on the leader)
+};
+
+}  // namespace kvatlas::server
