@@ -41,8 +41,8 @@ void HeapAlignedFree(void* /*data*/, size_t /*alignment*/, void* ptr) { std::fre
 void InstallRaftHeap() {
   static std::once_flag once;
   std::call_once(once, [] {
-    static raft_heap heap{nullptr,       HeapMalloc,       HeapFree, HeapCalloc,
-                          HeapRealloc,   HeapAlignedAlloc, HeapAlignedFree};
+    static raft_heap heap{nullptr,     HeapMalloc,       HeapFree,       HeapCalloc,
+                          HeapRealloc, HeapAlignedAlloc, HeapAlignedFree};
     raft_heap_set(&heap);
   });
 }

@@ -18,7 +18,7 @@ namespace {
 
 TEST_CASE("raft heap: growing one element at a time moves the block O(log n) times") {
   InstallRaftHeap();
-  InstallRaftHeap();  // idempotent
+  InstallRaftHeap();               // idempotent
   constexpr size_t kElement = 40;  // sizeof(struct raft_entry)
   constexpr size_t kCount = 20000;
   auto* block = static_cast<unsigned char*>(raft_malloc(kElement));
