@@ -21,6 +21,7 @@
 #include "server/runtime/backup_command.h"
 #include "server/runtime/config.h"
 #include "server/runtime/fd_limit.h"
+#include "server/runtime/memory_trimmer.h"
 #include "server/runtime/server.h"
 #include "server/runtime/signal_watcher.h"
 #include "server/runtime/usage.h"
@@ -120,6 +121,7 @@ int main(int argc, char** argv) {
   const kvatlas::server::Config& config = command->config;
   kvatlas::SetLogLevel(*kvatlas::ParseLogLevel(config.log_level));
   kvatlas::server::RaiseOpenFileLimit(config);
+  kvatlas::server::LimitMallocArenas(config.malloc_arena_max);
 
   // From here SIGINT/SIGTERM stop the start as well as the running server.
   kvatlas::server::RecoveryProgress progress;

@@ -27,6 +27,9 @@ OTHER_SLOPE_PCT_PER_HOUR = 10.0 # the floor of the RSS the budgets do not explai
                                 # of the second half, per hour. RSS ÷ entries alone also moves
                                 # with those parts filling and emptying, which is no leak: it
                                 # is printed, not judged, and RocksDB's budget checked apart
+                                # The same bound holds for the heap malloc says is in use
+                                # beyond those parts (/v1/stats heap.in_use_bytes): a leak
+                                # lifts it, memory malloc keeps after a free does not
 STORAGE_OVER_BUDGET_MAX = 1.05  # RocksDB's memory (its cache, which the memtables are charged
                                 # to) at most this times storage_memory_bytes, plus its table
                                 # readers
@@ -119,6 +122,8 @@ def windows_table(journal, sampler, load_s, window_s, server_ids):
             row["rocksdb_mib_%d" % sid] = (last["storage_memory"] / (1 << 20)
                                            if last.get("storage_memory") is not None else None)
             row["other_mib_%d" % sid] = last.get("other_mib")
+            row["heap_other_mib_%d" % sid] = last.get("heap_other_mib")
+            row["heap_free_mib_%d" % sid] = last.get("heap_free_mib")
             row["entries_%d" % sid] = last.get("entries")
             row["fds_max_%d" % sid] = max((r["fds"] for r in mine), default=None)
             row["threads_max_%d" % sid] = max((r["threads"] for r in mine), default=None)
@@ -136,7 +141,8 @@ def print_table(rows, server_ids, out):
         return "/".join("-" if v is None else fmt % v for v in vals)
     has_rpc = any(r["lookup_rpc_n"] for r in rows)
     head = ["win", "t(s)", "lookup p50/p99 ms", "route p50/p99", "commit p50/p99",
-            "srv-commit p50/p99", "RSS MiB", "RocksDB MiB", "other MiB", "RSS/entry B",
+            "srv-commit p50/p99", "RSS MiB", "RocksDB MiB", "other MiB", "heap other/free MiB",
+            "RSS/entry B",
             "entries", "fds max",
             "threads max", "lag a/r", "retry", "err"]
     if has_rpc:
@@ -149,7 +155,9 @@ def print_table(rows, server_ids, out):
                  "%s/%s" % (ms(r["commit_p50"]), ms(r["commit_p99"])),
                  "%s/%s" % (ms(r["server_commit_p50"]), ms(r["server_commit_p99"])),
                  per(r, "rss_mib", "%.0f"), per(r, "rocksdb_mib", "%.0f"),
-                 per(r, "other_mib", "%.0f"), per(r, "rss_per_entry", "%.0f"),
+                 per(r, "other_mib", "%.0f"),
+                 "%s | %s" % (per(r, "heap_other_mib", "%.0f"), per(r, "heap_free_mib", "%.0f")),
+                 per(r, "rss_per_entry", "%.0f"),
                  per(r, "entries", "%d"), per(r, "fds_max", "%d"),
                  per(r, "threads_max", "%d"),
                  "%s/%s" % (r["apply_lag_max"], r["repl_lag_max"]),
@@ -185,7 +193,7 @@ def resource_verdicts(sampler, load_s, server_ids):
                 and half <= r["t"] <= load_s]
         s = {}
         for key, scale in (("rss_kb", 1 / 1024.0 * 3600), ("rss_per_entry", 3600),
-                           ("other_mib", 3600),
+                           ("other_mib", 3600), ("heap_other_mib", 3600), ("heap_free_mib", 3600),
                            ("fds", 3600), ("threads", 3600), ("entries", 3600)):
             v = slope([(r["t"], r.get(key)) for r in rows])
             s[key + "_per_hour"] = None if v is None else v * scale
@@ -195,6 +203,8 @@ def resource_verdicts(sampler, load_s, server_ids):
             judged_span, RSS_JUDGED_MIN_S)
         for key, name, bound in (("rss_per_entry", "RSS/entry floor", None),
                                  ("other_mib", "RSS beyond budgets, floor",
+                                  OTHER_SLOPE_PCT_PER_HOUR),
+                                 ("heap_other_mib", "heap in use beyond budgets, floor",
                                   OTHER_SLOPE_PCT_PER_HOUR)):
             every = [r for r in sampler.rows if r["server"] == sid and r.get(key)]
             floor = [(r["t"], min(x[key] for x in every

@@ -81,6 +81,8 @@ class Sampler:
                 row.update(storage_memory=memory.get("total_bytes"),
                            storage_budget=memory.get("budget_bytes"),
                            table_readers=memory.get("table_reader_bytes"))
+                heap = stats.get("heap", {})
+                row.update(heap_in_use=heap.get("in_use_bytes"), heap_free=heap.get("free_bytes"))
             view = views.get(node.id)
             if view:
                 row.update(state=view.get("state"), leader_id=view.get("leader_id"),
@@ -105,6 +107,11 @@ class Sampler:
                              (row.get("feed_window_bytes") or 0) +
                              (row.get("raft_log_bytes") or 0))
                 row["other_mib"] = (row["rss_kb"] * 1024.0 - accounted) / (1 << 20)
+                # The same of what malloc says the program holds: RSS less this is memory
+                # malloc keeps after it was freed (heap_free_mib), and code and stacks.
+                if row.get("heap_in_use") is not None:
+                    row["heap_other_mib"] = (row["heap_in_use"] - accounted) / (1 << 20)
+                    row["heap_free_mib"] = row["heap_free"] / (1 << 20)
             self.rows.append(row)
 
     def run(self):

@@ -60,6 +60,10 @@ struct Config {
   // Memory of the change feed's window (ChangeFeedOptions::window_bytes): a watch resuming
   // from before it is compacted and must list again.
   uint64_t feed_window_bytes = 16ull << 20;
+  // glibc malloc arenas (M_ARENA_MAX; 0 = glibc's own default, 8 per core). Each arena keeps
+  // the memory freed in it until a trim; fewer arenas strand less of it (docs/operations.md
+  // §Sizing). The MALLOC_ARENA_MAX environment variable, when set, wins.
+  uint64_t malloc_arena_max = 4;
   // HTTP worker threads: requests served at once (a write waiting for its group commit
   // holds one).
   uint64_t http_threads = 8;

@@ -3,12 +3,25 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "common/internal/log.h"
 #include "common/internal/thread_name.h"
 
 namespace kvatlas::server {
+
+void LimitMallocArenas(uint64_t arena_max) {
+  if (const char* env = std::getenv("MALLOC_ARENA_MAX"); env != nullptr) {
+    LogDebug(std::string("malloc arenas: MALLOC_ARENA_MAX=") + env + " from the environment");
+    return;
+  }
+  if (arena_max == 0) return;
+  if (mallopt(M_ARENA_MAX, static_cast<int>(arena_max)) != 1) {
+    LogWarning("malloc arenas: mallopt(M_ARENA_MAX, " + std::to_string(arena_max) +
+               ") failed; glibc's default applies");
+  }
+}
 
 MemoryTrimmer::MemoryTrimmer(std::chrono::milliseconds min_interval)
     : min_interval_(min_interval), thread_([this] { Run(); }) {}

@@ -22,6 +22,12 @@
 
 namespace kvatlas::server {
 
+// Caps glibc's malloc arenas at `arena_max` (mallopt M_ARENA_MAX) unless it is 0 or the
+// MALLOC_ARENA_MAX environment variable is set (glibc has read that one already). Call it
+// before the process starts threads: arenas are made as threads contend, and a cap does
+// not remove those made before it. Logs what it did.
+void LimitMallocArenas(uint64_t arena_max);
+
 class MemoryTrimmer {
  public:
   explicit MemoryTrimmer(std::chrono::milliseconds min_interval = std::chrono::seconds(60));

@@ -422,6 +422,12 @@ std::string Metrics::Render(const StateGauges& gauges) const {
   Single(&out, "kvatlas_storage_memory_budget_bytes", "gauge",
          "storage_memory_bytes: the budget the block cache and memtables share (0 = none).",
          static_cast<double>(memory.budget_bytes));
+  LabelledFamily(&out, "kvatlas_heap_bytes", "gauge",
+                 "malloc's heap (glibc mallinfo2): allocated and not freed (in_use, mmapped "
+                 "blocks included), and freed but kept in the arenas (free).",
+                 "kind",
+                 std::map<std::string_view, uint64_t>{{"in_use", gauges.heap.in_use_bytes},
+                                                      {"free", gauges.heap.free_bytes}});
   const IndexStats& s = gauges.index;
   const auto d = [](uint64_t v) { return static_cast<double>(v); };
   const struct {

@@ -20,6 +20,7 @@
 #include "kvatlas/common/types.h"
 #include "server/index/index.h"
 #include "server/peer/peer_auth.h"
+#include "server/service/heap_usage.h"
 #include "server/state/replicated_log.h"
 #include "server/state/state_machine.h"
 #include "server/storage/storage.h"
@@ -33,6 +34,7 @@ struct StateGauges {
   Revision revision = 0;
   uint64_t storage_bytes = 0;
   Storage::MemoryUsage storage_memory;
+  HeapUsage heap;
   bool applier_failed = false;
   double uptime_seconds = 0;
   // Peer authentication (docs/security.md §Peers); unset without replication.

@@ -24,6 +24,7 @@ StateGauges ReadGauges(const Services& services) {
     gauges.storage_bytes = services.storage->ApproximateSizeBytes();
     gauges.storage_memory = services.storage->ApproximateMemoryUsage();
   }
+  gauges.heap = ReadHeapUsage();
   gauges.applier_failed = services.applier->failed();
   gauges.uptime_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - services.started).count();
@@ -69,6 +70,10 @@ std::string StatsDocument(const Services& services) {
           {"memtable_bytes", g.storage_memory.memtable_bytes},
           {"table_reader_bytes", g.storage_memory.table_reader_bytes},
           {"budget_bytes", g.storage_memory.budget_bytes}}}}},
+      {"heap",
+       {{"in_use_bytes", g.heap.in_use_bytes},
+        {"free_bytes", g.heap.free_bytes},
+        {"mmapped_bytes", g.heap.mmapped_bytes}}},
       {"applier",
        {{"queue_depth", services.metrics->applier_queue_depth()}, {"failed", g.applier_failed}}},
       {"applied",

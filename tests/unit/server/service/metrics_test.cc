@@ -42,6 +42,8 @@ TEST_SUITE("Metrics") {
     gauges.storage_memory.memtable_bytes = 2 << 20;
     gauges.storage_memory.table_reader_bytes = 512;
     gauges.storage_memory.budget_bytes = 96 << 20;
+    gauges.heap.in_use_bytes = 7 << 20;
+    gauges.heap.free_bytes = 1 << 20;
     gauges.applied.write_lock_holds = 7;
     gauges.applied.write_lock_holds_over_1ms = 2;
     gauges.applied.write_lock_held_ns = 5'500'000;
@@ -58,6 +60,8 @@ TEST_SUITE("Metrics") {
     CHECK(Contains(text, "kvatlas_storage_memory_bytes{kind=\"memtables\"} 2097152\n"));
     CHECK(Contains(text, "kvatlas_storage_memory_bytes{kind=\"table_readers\"} 512\n"));
     CHECK(Contains(text, "kvatlas_storage_memory_budget_bytes 100663296\n"));
+    CHECK(Contains(text, "kvatlas_heap_bytes{kind=\"in_use\"} 7340032\n"));
+    CHECK(Contains(text, "kvatlas_heap_bytes{kind=\"free\"} 1048576\n"));
     CHECK(Contains(text, "kvatlas_applier_queue_depth 1\n"));
     CHECK(Contains(text, "kvatlas_index_write_lock_holds_total{duration=\"all\"} 7\n"));
     CHECK(Contains(text, "kvatlas_index_write_lock_holds_total{duration=\"over_1ms\"} 2\n"));
