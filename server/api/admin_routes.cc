@@ -11,7 +11,7 @@
 namespace kvatlas::server {
 namespace {
 
-Result<HttpReply> HandleBackup(const Services& api, const RouteRequest& request) {
+Result<HttpReply> HandleBackup(const Services& services, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
   for (const auto& [key, value] : body.items()) {
     if (key != "to") return Status::InvalidArgument("body." + key + ": unknown field");
@@ -20,7 +20,7 @@ Result<HttpReply> HandleBackup(const Services& api, const RouteRequest& request)
   if (to == body.end() || !to->is_string()) {
     return Status::InvalidArgument("body.to: must be a string naming a directory");
   }
-  KVATLAS_ASSIGN_OR_RETURN(BackupTaken taken, TakeBackup(api, to->get<std::string>()));
+  KVATLAS_ASSIGN_OR_RETURN(BackupTaken taken, TakeBackup(services, to->get<std::string>()));
   const BackupManifest& m = taken.manifest;
   const nlohmann::json out = {{"status", "ok"},
                               {"path", taken.path},
@@ -34,9 +34,9 @@ Result<HttpReply> HandleBackup(const Services& api, const RouteRequest& request)
   return JsonReply(out.dump());
 }
 
-Result<HttpReply> HandleDigest(const Services& api) {
-  KVATLAS_ASSIGN_OR_RETURN(StateDigest digest, DigestState(api));
-  const nlohmann::json out = {{"server_id", api.server_id},
+Result<HttpReply> HandleDigest(const Services& services) {
+  KVATLAS_ASSIGN_OR_RETURN(StateDigest digest, DigestState(services));
+  const nlohmann::json out = {{"server_id", services.server_id},
                               {"applied_index", digest.applied_index},
                               {"records", digest.records},
                               {"state_digest", digest.digest}};
@@ -45,11 +45,12 @@ Result<HttpReply> HandleDigest(const Services& api) {
 
 }  // namespace
 
-void AddAdminRoutes(const Services* api, Router* router) {
-  router->Add({"POST", "/v1/admin/backup", RouteAccess::kAdmin,
-               [api](const RouteRequest& request) { return HandleBackup(*api, request); }});
+void AddAdminRoutes(const Services* services, Router* router) {
+  router->Add(
+      {"POST", "/v1/admin/backup", RouteAccess::kAdmin,
+       [services](const RouteRequest& request) { return HandleBackup(*services, request); }});
   router->Add({"GET", "/v1/admin/digest", RouteAccess::kAdmin,
-               [api](const RouteRequest&) { return HandleDigest(*api); }});
+               [services](const RouteRequest&) { return HandleDigest(*services); }});
 }
 
 }  // namespace kvatlas::server

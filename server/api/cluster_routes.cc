@@ -19,8 +19,8 @@
 namespace kvatlas::server {
 namespace {
 
-Result<HttpReply> HandleCluster(const Services& api) {
-  KVATLAS_ASSIGN_OR_RETURN(ClusterView view, ViewCluster(api));
+Result<HttpReply> HandleCluster(const Services& services) {
+  KVATLAS_ASSIGN_OR_RETURN(ClusterView view, ViewCluster(services));
   return JsonReply(ClusterViewJson(view).dump());
 }
 
@@ -38,7 +38,7 @@ Result<HttpReply> Changed(const Status& status, nlohmann::json answer) {
   return JsonReply(answer.dump());
 }
 
-Result<HttpReply> HandleAdd(const Services& api, const RouteRequest& request) {
+Result<HttpReply> HandleAdd(const Services& services, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
   KVATLAS_ASSIGN_OR_RETURN(uint64_t id, ServerId(body.value("id", nlohmann::json()), "id", false));
   const nlohmann::json address = body.value("raft_address", nlohmann::json());
@@ -47,28 +47,29 @@ Result<HttpReply> HandleAdd(const Services& api, const RouteRequest& request) {
   }
   const std::string raft_address = address.get<std::string>();
   KVATLAS_RETURN_IF_ERROR(CheckLength("body.", "raft_address", raft_address, kMaxEndpointBytes));
-  return Changed(AddMember(api, id, raft_address), {{"added", id}, {"raft_address", raft_address}});
+  return Changed(AddMember(services, id, raft_address),
+                 {{"added", id}, {"raft_address", raft_address}});
 }
 
-Result<HttpReply> HandleRemove(const Services& api, const RouteRequest& request) {
+Result<HttpReply> HandleRemove(const Services& services, const RouteRequest& request) {
   uint64_t id = 0;
   const std::string_view text = request.path_param;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
   if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || id == 0) {
     return Status::InvalidArgument("path: the server id must be a positive integer");
   }
-  return Changed(RemoveMember(api, id), {{"removed", id}});
+  return Changed(RemoveMember(services, id), {{"removed", id}});
 }
 
 // POST /v1/cluster/announce {"id", "http_address", "rpc_address"}: records a member's
 // addresses (servers call it on the leader for themselves; server.cc). An internal call:
 // signed by the member itself (forwarding.h), never forwarded.
-Result<HttpReply> HandleAnnounce(const Services& api, const RouteRequest& request) {
-  KVATLAS_RETURN_IF_ERROR(RequireCluster(api));
+Result<HttpReply> HandleAnnounce(const Services& services, const RouteRequest& request) {
+  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
   const std::optional<uint64_t> announcer =
       request.peer ? std::optional<uint64_t>(request.peer->sender) : std::nullopt;
-  KVATLAS_RETURN_IF_ERROR(
-      RequireInternalCall(api, announcer, request.http.remote_addr, "POST /v1/cluster/announce"));
+  KVATLAS_RETURN_IF_ERROR(RequireInternalCall(services, announcer, request.http.remote_addr,
+                                              "POST /v1/cluster/announce"));
   KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
   KVATLAS_ASSIGN_OR_RETURN(uint64_t id, ServerId(body.value("id", nlohmann::json()), "id", false));
   ServerAddresses addresses;
@@ -87,34 +88,37 @@ Result<HttpReply> HandleAnnounce(const Services& api, const RouteRequest& reques
                            {"rpc_address", addresses.rpc_address}};
   KVATLAS_ASSIGN_OR_RETURN(
       answer["revision"],
-      AnnounceMember(api, *announcer, request.http.remote_addr, id, std::move(addresses)));
+      AnnounceMember(services, *announcer, request.http.remote_addr, id, std::move(addresses)));
   return JsonReply(answer.dump());
 }
 
-Result<HttpReply> HandleTransfer(const Services& api, const RouteRequest& request) {
+Result<HttpReply> HandleTransfer(const Services& services, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
   uint64_t id = 0;
   if (body.contains("id")) {
     KVATLAS_ASSIGN_OR_RETURN(id, ServerId(body["id"], "id", /*allow_zero=*/true));
   }
-  KVATLAS_ASSIGN_OR_RETURN(uint64_t leader, TransferLeadership(api, id));
+  KVATLAS_ASSIGN_OR_RETURN(uint64_t leader, TransferLeadership(services, id));
   return JsonReply(
       nlohmann::json({{"status", "ok"}, {"transfer_to", id}, {"leader_id", leader}}).dump());
 }
 
 }  // namespace
 
-void AddClusterRoutes(const Services* api, Router* router) {
+void AddClusterRoutes(const Services* services, Router* router) {
   router->Add({"GET", "/v1/cluster", RouteAccess::kRead,
-               [api](const RouteRequest&) { return HandleCluster(*api); }});
+               [services](const RouteRequest&) { return HandleCluster(*services); }});
   router->Add({"POST", "/v1/cluster/members", RouteAccess::kAdmin,
-               [api](const RouteRequest& request) { return HandleAdd(*api, request); }});
-  router->Add({"DELETE", "/v1/cluster/members/{id}", RouteAccess::kAdmin,
-               [api](const RouteRequest& request) { return HandleRemove(*api, request); }});
-  router->Add({"POST", "/v1/cluster/transfer", RouteAccess::kAdmin,
-               [api](const RouteRequest& request) { return HandleTransfer(*api, request); }});
-  router->Add({"POST", "/v1/cluster/announce", RouteAccess::kInternal,
-               [api](const RouteRequest& request) { return HandleAnnounce(*api, request); }});
+               [services](const RouteRequest& request) { return HandleAdd(*services, request); }});
+  router->Add(
+      {"DELETE", "/v1/cluster/members/{id}", RouteAccess::kAdmin,
+       [services](const RouteRequest& request) { return HandleRemove(*services, request); }});
+  router->Add(
+      {"POST", "/v1/cluster/transfer", RouteAccess::kAdmin,
+       [services](const RouteRequest& request) { return HandleTransfer(*services, request); }});
+  router->Add(
+      {"POST", "/v1/cluster/announce", RouteAccess::kInternal,
+       [services](const RouteRequest& request) { return HandleAnnounce(*services, request); }});
 }
 
 }  // namespace kvatlas::server

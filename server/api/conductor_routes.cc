@@ -12,23 +12,25 @@ namespace {
 
 using Decoder = Result<LookupRequest> (*)(std::string_view body);
 
-Result<HttpReply> HandleQuery(const Services& api, const RouteRequest& request, Decoder decode) {
+Result<HttpReply> HandleQuery(const Services& services, const RouteRequest& request,
+                              Decoder decode) {
   KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, decode(request.http.body));
   lookup.include_locations = false;  // the Conductor answer has no place for them
-  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(api, lookup));
-  KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(api, lookup));
+  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(services, lookup));
+  KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(services, lookup));
   return JsonReply(EncodeConductorAnswer(answer));
 }
 
 }  // namespace
 
-void AddConductorRoutes(const Services* api, Router* router) {
-  router->Add({"POST", "/query", RouteAccess::kRead, [api](const RouteRequest& request) {
-                 return HandleQuery(*api, request, &DecodeConductorQuery);
+void AddConductorRoutes(const Services* services, Router* router) {
+  router->Add({"POST", "/query", RouteAccess::kRead, [services](const RouteRequest& request) {
+                 return HandleQuery(*services, request, &DecodeConductorQuery);
                }});
-  router->Add({"POST", "/query_by_hash", RouteAccess::kRead, [api](const RouteRequest& request) {
-                 return HandleQuery(*api, request, &DecodeConductorQueryByHash);
-               }});
+  router->Add(
+      {"POST", "/query_by_hash", RouteAccess::kRead, [services](const RouteRequest& request) {
+         return HandleQuery(*services, request, &DecodeConductorQueryByHash);
+       }});
 }
 
 }  // namespace kvatlas::server

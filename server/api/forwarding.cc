@@ -78,7 +78,7 @@ namespace {
 // Sends `request` on to the leader at `to` (one hop, marked with kForwardedHeader) and
 // relays its answer. nullopt when the connection could not be opened: nothing was sent,
 // so the caller may try again (the leader may have just died; a new one is being chosen).
-std::optional<HttpReply> Forward(const Services& api, const RouteRequest& request,
+std::optional<HttpReply> Forward(const Services& services, const RouteRequest& request,
                                  const LeaderAddresses& leader, const HostPort& to) {
   httplib::Request forward;
   forward.method = request.http.method;
@@ -94,13 +94,13 @@ std::optional<HttpReply> Forward(const Services& api, const RouteRequest& reques
   if (request.http.has_header("Authorization")) {
     forward.set_header("Authorization", request.http.get_header_value("Authorization"));
   }
-  forward.set_header(kForwardedHeader, std::to_string(api.server_id));
+  forward.set_header(kForwardedHeader, std::to_string(services.server_id));
   const SignedPeerRequest signature =
-      api.peers->SignRequest(forward.method, forward.path, forward.body);
+      services.peers->SignRequest(forward.method, forward.path, forward.body);
   forward.set_header(kPeerAuthHeader, signature.header);
   std::unique_ptr<httplib::Client> client =
-      MakeClient(api.peer_http, to, api.options.apply_timeout,
-                 std::min(api.options.apply_timeout, kForwardConnectTimeout));
+      MakeClient(services.peer_http, to, services.options.apply_timeout,
+                 std::min(services.options.apply_timeout, kForwardConnectTimeout));
   httplib::Result result = client->send(forward);
   if (!result && (result.error() == httplib::Error::Connection ||
                   result.error() == httplib::Error::ConnectionTimeout)) {
@@ -113,8 +113,8 @@ std::optional<HttpReply> Forward(const Services& api, const RouteRequest& reques
   Status authentic;
   if (result) {
     authentic =
-        api.peers->VerifyReply(result->get_header_value(kPeerReplyHeader), leader.id,
-                               signature.nonce, result->status, result->body, to.ToString());
+        services.peers->VerifyReply(result->get_header_value(kPeerReplyHeader), leader.id,
+                                    signature.nonce, result->status, result->body, to.ToString());
   }
   if (!result) {
     reply = ErrorReply(Status::Unavailable(failed + httplib::to_string(result.error())));
@@ -128,18 +128,18 @@ std::optional<HttpReply> Forward(const Services& api, const RouteRequest& reques
                              ? result->get_header_value("Content-Type")
                              : std::string("application/json");
   }
-  reply.headers.emplace_back(kForwardedFromHeader, std::to_string(api.server_id));
+  reply.headers.emplace_back(kForwardedFromHeader, std::to_string(services.server_id));
   return reply;
 }
 
 }  // namespace
 
-HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
+HttpReply AnswerNotLeader(const Services& services, const RouteRequest& request,
                           const Status& not_leader, const Router::RunAgain& run_again) {
   if (request.http.has_header(kForwardedHeader)) {
     // One hop only: a forwarded request that finds no leader here is not sent on, so that
     // two servers with stale views cannot bounce it between them.
-    return NotLeaderReply(FindLeaderForRedirect(api),
+    return NotLeaderReply(FindLeaderForRedirect(services),
                           not_leader.message() +
                               "; the request was already forwarded by "
                               "server " +
@@ -148,21 +148,21 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
   if (request.peer != nullptr) {
     // An internal call is made to the server meant (its sender retries elsewhere): its
     // signature vouches for its sender, not for this server as a relay.
-    return NotLeaderReply(FindLeaderForRedirect(api),
+    return NotLeaderReply(FindLeaderForRedirect(services),
                           not_leader.message() + "; an internal call from server " +
                               std::to_string(request.peer->sender) + " is not forwarded");
   }
-  if (api.log == nullptr || api.peers == nullptr) {
-    return NotLeaderReply(FindLeaderForRedirect(api), not_leader.message());
+  if (services.log == nullptr || services.peers == nullptr) {
+    return NotLeaderReply(FindLeaderForRedirect(services), not_leader.message());
   }
   // Hold the request until the leader and its HTTP address are known (an election, or a
   // new leader's announcement, is under way), or its connection opens (a dead leader is
   // still believed to lead until the election timeout): polled every kHoldPoll.
-  const auto deadline = std::chrono::steady_clock::now() + api.options.apply_timeout;
+  const auto deadline = std::chrono::steady_clock::now() + services.options.apply_timeout;
   std::string last_error;
   for (;;) {
-    const LeaderAddresses leader = FindLeader(api);
-    if (leader.id == api.server_id) {
+    const LeaderAddresses leader = FindLeader(services);
+    if (leader.id == services.server_id) {
       // The route failed because this server does not lead, yet the status (refreshed every
       // 50 ms) names it: either that status predates the loss of leadership (an old leader
       // resumed after a pause or a partition), or this server was elected while the
@@ -179,7 +179,7 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
         return NotLeaderReply(leader, "not the leader; the leader's announced HTTP address \"" +
                                           *leader.http_address + "\" is malformed");
       }
-      if (std::optional<HttpReply> reply = Forward(api, request, leader, *to)) return *reply;
+      if (std::optional<HttpReply> reply = Forward(services, request, leader, *to)) return *reply;
       last_error = "the leader, server " + std::to_string(leader.id) + " at " +
                    *leader.http_address + ", could not be reached";
     } else if (leader.id == 0) {
@@ -192,8 +192,8 @@ HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
       return NotForwardedReply(
           Status::Unavailable(
               "not the leader, and no leader could be forwarded to within apply_timeout_ms (" +
-              std::to_string(api.options.apply_timeout.count()) + " ms): " + last_error),
-          FindLeaderForRedirect(api));
+              std::to_string(services.options.apply_timeout.count()) + " ms): " + last_error),
+          FindLeaderForRedirect(services));
     }
     std::this_thread::sleep_for(kHoldPoll);
   }
@@ -227,16 +227,16 @@ Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader
                 "POST " + url + ": " + std::to_string(result->status) + " " + result->body);
 }
 
-Result<PeerCall> VerifyPeerCall(const Services& api, const httplib::Request& request) {
-  return api.peers->VerifyRequest(
+Result<PeerCall> VerifyPeerCall(const Services& services, const httplib::Request& request) {
+  return services.peers->VerifyRequest(
       request.get_header_value(kPeerAuthHeader), request.method,
       request.target.empty() ? request.path : request.target, request.body,
-      [&api](uint64_t id) { return IsMember(api, id); }, request.remote_addr);
+      [&services](uint64_t id) { return IsMember(services, id); }, request.remote_addr);
 }
 
-void SignPeerReply(const Services& api, const PeerCall& call, HttpReply* reply) {
+void SignPeerReply(const Services& services, const PeerCall& call, HttpReply* reply) {
   reply->headers.emplace_back(kPeerReplyHeader,
-                              api.peers->SignReply(call, reply->status, reply->body));
+                              services.peers->SignReply(call, reply->status, reply->body));
 }
 
 }  // namespace kvatlas::server

@@ -48,7 +48,7 @@ inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
 // "leader_rpc_address"} (0 and null when unknown; never this server) for an already
 // forwarded request and an internal call (never held).
 // A leader reached that fails mid-request is 503 unavailable naming it.
-[[nodiscard]] HttpReply AnswerNotLeader(const Services& api, const RouteRequest& request,
+[[nodiscard]] HttpReply AnswerNotLeader(const Services& services, const RouteRequest& request,
                                         const Status& not_leader,
                                         const Router::RunAgain& run_again);
 
@@ -61,9 +61,10 @@ inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
                                   const std::string& http_address, const std::string& rpc_address,
                                   std::chrono::milliseconds timeout);
 
-// Router::PeerCalls over `api.peers`: a signed request from a current member is verified
+// Router::PeerCalls over `services.peers`: a signed request from a current member is verified
 // (PeerAuth::VerifyRequest), and the answer to it signed.
-[[nodiscard]] Result<PeerCall> VerifyPeerCall(const Services& api, const httplib::Request& request);
-void SignPeerReply(const Services& api, const PeerCall& call, HttpReply* reply);
+[[nodiscard]] Result<PeerCall> VerifyPeerCall(const Services& services,
+                                              const httplib::Request& request);
+void SignPeerReply(const Services& services, const PeerCall& call, HttpReply* reply);
 
 }  // namespace kvatlas::server

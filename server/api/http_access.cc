@@ -118,8 +118,8 @@ bool HostAllowList::Allows(std::string_view host) const {
   return std::find(names_.begin(), names_.end(), name) != names_.end();
 }
 
-HttpAccess::HttpAccess(const Services* api, HostAllowList hosts)
-    : api_(api), hosts_(std::move(hosts)) {}
+HttpAccess::HttpAccess(const Services* services, HostAllowList hosts)
+    : services_(services), hosts_(std::move(hosts)) {}
 
 Status HttpAccess::CheckHost(const httplib::Request& request) const {
   const std::string host = request.get_header_value("Host");
@@ -127,9 +127,9 @@ Status HttpAccess::CheckHost(const httplib::Request& request) const {
   const Status refused = Status::PermissionDenied(
       "Host: \"" + host.substr(0, 256) +
       "\" is not a name of this server (add it to http_allowed_hosts if clients use it)");
-  if (api_->audit != nullptr) {
-    api_->audit->Refused(SourceOf(request, Described(request)), AuthFailure::kHostNotAllowed, "",
-                         refused);
+  if (services_->audit != nullptr) {
+    services_->audit->Refused(SourceOf(request, Described(request)), AuthFailure::kHostNotAllowed,
+                              "", refused);
   }
   return refused;
 }
@@ -143,7 +143,7 @@ Result<Principal> HttpAccess::AdmitInternal(const httplib::Request&) const {
 
 Result<Principal> HttpAccess::Admit(const Route& route, const httplib::Request& request) const {
   if (route.access == RouteAccess::kInternal) return AdmitInternal(request);
-  const Authenticator* auth = api_->auth;
+  const Authenticator* auth = services_->auth;
   if (auth == nullptr || !auth->enabled() || route.access == RouteAccess::kOpen) {
     Principal anonymous;
     anonymous.name = "anonymous";
@@ -152,8 +152,8 @@ Result<Principal> HttpAccess::Admit(const Route& route, const httplib::Request& 
   }
   const std::string described = Described(request);
   const auto refuse = [&](AuthFailure reason, std::string_view name, Status status) {
-    if (api_->audit != nullptr) {
-      api_->audit->Refused(SourceOf(request, described), reason, name, status);
+    if (services_->audit != nullptr) {
+      services_->audit->Refused(SourceOf(request, described), reason, name, status);
     }
     return status;
   };
@@ -174,7 +174,7 @@ Result<Principal> HttpAccess::Admit(const Route& route, const httplib::Request& 
 
 void HttpAccess::Finished(const Route& route, const httplib::Request& request,
                           const Principal& principal, const HttpReply& reply) const {
-  if (route.access != RouteAccess::kAdmin || api_->audit == nullptr) return;
+  if (route.access != RouteAccess::kAdmin || services_->audit == nullptr) return;
   const std::string described = Described(request);
   const std::string outcome = OutcomeOf(reply);
   std::string detail;
@@ -184,8 +184,8 @@ void HttpAccess::Finished(const Route& route, const httplib::Request& request,
       detail = body["message"].get<std::string>();
     }
   }
-  api_->audit->AdminAction(SourceOf(request, described), principal.name,
-                           route.method + " " + route.pattern, outcome, detail);
+  services_->audit->AdminAction(SourceOf(request, described), principal.name,
+                                route.method + " " + route.pattern, outcome, detail);
 }
 
 HttpReply RefusalReply(const Status& status) {

@@ -47,8 +47,8 @@ class HostAllowList {
 
 class HttpAccess {
  public:
-  // `api` (its auth and audit) must outlive this.
-  HttpAccess(const Services* api, HostAllowList hosts);
+  // `services` (its auth and audit) must outlive this.
+  HttpAccess(const Services* services, HostAllowList hosts);
 
   // Step 1: kPermissionDenied naming the Host when it is not allowed (audited).
   [[nodiscard]] Status CheckHost(const httplib::Request& request) const;
@@ -67,7 +67,7 @@ class HttpAccess {
   // verified internal call (RouteRequest::peer, forwarding.h).
   Result<Principal> AdmitInternal(const httplib::Request& request) const;
 
-  const Services* api_;
+  const Services* services_;
   HostAllowList hosts_;
 };
 

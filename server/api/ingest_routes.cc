@@ -15,17 +15,17 @@
 namespace kvatlas::server {
 namespace {
 
-Result<HttpReply> HandleEvents(const Services& api, const RouteRequest& request) {
+Result<HttpReply> HandleEvents(const Services& services, const RouteRequest& request) {
   std::optional<WriterPosition> writer;
   KVATLAS_ASSIGN_OR_RETURN(std::vector<BlockEvent> events,
                            DecodeEventBatch(request.http.body, &writer));
-  KVATLAS_ASSIGN_OR_RETURN(PreparedIngest prepared, PrepareIngest(api, events, writer));
+  KVATLAS_ASSIGN_OR_RETURN(PreparedIngest prepared, PrepareIngest(services, events, writer));
   // An empty batch changes nothing: it answers the current revision without a log entry.
   if (!prepared.batch.commands.empty()) {
     KVATLAS_ASSIGN_OR_RETURN(prepared.answer.revision,
-                             SubmitAndWait(api, std::move(prepared.batch)));
+                             SubmitAndWait(services, std::move(prepared.batch)));
   }
-  NoteUnknownMedia(api, events);
+  NoteUnknownMedia(services, events);
   return JsonReply(EncodeIngestAnswer(prepared.answer));
 }
 
@@ -38,9 +38,10 @@ Result<nlohmann::json> ParseJsonObjectBody(const RouteRequest& request) {
   return body;
 }
 
-void AddIngestRoutes(const Services* api, Router* router) {
-  router->Add({"POST", "/v1/events", RouteAccess::kWrite,
-               [api](const RouteRequest& request) { return HandleEvents(*api, request); }});
+void AddIngestRoutes(const Services* services, Router* router) {
+  router->Add({"POST", "/v1/events", RouteAccess::kWrite, [services](const RouteRequest& request) {
+                 return HandleEvents(*services, request);
+               }});
 }
 
 }  // namespace kvatlas::server

@@ -80,18 +80,19 @@ Result<std::vector<HolderKey>> HoldersFromBody(const json& body) {
   return out;
 }
 
-Result<HttpReply> HandleHeartbeat(const Services& api, const RouteRequest& request) {
+Result<HttpReply> HandleHeartbeat(const Services& services, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(json body, ParseJsonObjectBody(request));
   KVATLAS_ASSIGN_OR_RETURN(std::vector<HolderKey> holders, HoldersFromBody(body));
-  KVATLAS_ASSIGN_OR_RETURN(HeartbeatResult result, Heartbeat(api, holders));
+  KVATLAS_ASSIGN_OR_RETURN(HeartbeatResult result, Heartbeat(services, holders));
   return JsonReply(json{{"holders", result.holders}, {"ttl_seconds", result.ttl_seconds}}.dump());
 }
 
 }  // namespace
 
-void AddLeaseRoutes(const Services* api, Router* router) {
-  router->Add({"POST", "/v1/heartbeat", RouteAccess::kWrite,
-               [api](const RouteRequest& request) { return HandleHeartbeat(*api, request); }});
+void AddLeaseRoutes(const Services* services, Router* router) {
+  router->Add(
+      {"POST", "/v1/heartbeat", RouteAccess::kWrite,
+       [services](const RouteRequest& request) { return HandleHeartbeat(*services, request); }});
 }
 
 }  // namespace kvatlas::server

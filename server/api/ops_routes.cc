@@ -12,53 +12,55 @@ namespace kvatlas::server {
 namespace {
 
 // HTTP starts only after recovery (server/runtime/server.h), so recovered is a given here.
-Result<HttpReply> HandleReady(const Services& api) {
-  KVATLAS_RETURN_IF_ERROR(Readiness(api));
+Result<HttpReply> HandleReady(const Services& services) {
+  KVATLAS_RETURN_IF_ERROR(Readiness(services));
   return JsonReply(DumpJson({{"status", "ready"},
-                             {"revision", api.machine->applied_revision()},
-                             {"warnings", ReadinessWarnings(api)}}));
+                             {"revision", services.machine->applied_revision()},
+                             {"warnings", ReadinessWarnings(services)}}));
 }
 
 }  // namespace
 
-void AddOpsRoutes(const Services* api, Router* router) {
+void AddOpsRoutes(const Services* services, Router* router) {
   router->Add({"GET", "/healthz", RouteAccess::kOpen, [](const RouteRequest&) -> Result<HttpReply> {
                  return JsonReply(R"({"status":"ok"})");
                }});
   router->Add({"GET", "/readyz", RouteAccess::kOpen,
-               [api](const RouteRequest&) { return HandleReady(*api); }});
+               [services](const RouteRequest&) { return HandleReady(*services); }});
   router->Add(
-      {"GET", "/metrics", RouteAccess::kRead, [api](const RouteRequest&) -> Result<HttpReply> {
+      {"GET", "/metrics", RouteAccess::kRead, [services](const RouteRequest&) -> Result<HttpReply> {
          HttpReply reply;
-         reply.body = MetricsText(*api);
+         reply.body = MetricsText(*services);
          reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
          return reply;
        }});
 }
 
-void AddAllRoutes(const Services* api, Router* router) {
-  AddIngestRoutes(api, router);
-  AddQueryRoutes(api, router);
-  AddConductorRoutes(api, router);
-  AddOpsRoutes(api, router);
-  AddRegistrationRoutes(api, router);
-  AddClusterRoutes(api, router);
+void AddAllRoutes(const Services* services, Router* router) {
+  AddIngestRoutes(services, router);
+  AddQueryRoutes(services, router);
+  AddConductorRoutes(services, router);
+  AddOpsRoutes(services, router);
+  AddRegistrationRoutes(services, router);
+  AddClusterRoutes(services, router);
   // Every route that needs the leader fails with kNotLeader on a follower: proxy it.
-  router->SetNotLeaderHandler([api](const RouteRequest& request, const Status& not_leader,
-                                    const Router::RunAgain& run_again) {
-    return AnswerNotLeader(*api, request, not_leader, run_again);
+  router->SetNotLeaderHandler([services](const RouteRequest& request, const Status& not_leader,
+                                         const Router::RunAgain& run_again) {
+    return AnswerNotLeader(*services, request, not_leader, run_again);
   });
   // Internal calls between the servers (announcements, forwarded requests).
-  if (api->peers != nullptr) {
+  if (services->peers != nullptr) {
     router->SetPeerCalls(
-        {[api](const httplib::Request& request) { return VerifyPeerCall(*api, request); },
-         [api](const PeerCall& call, HttpReply* reply) { SignPeerReply(*api, call, reply); }});
+        {[services](const httplib::Request& request) { return VerifyPeerCall(*services, request); },
+         [services](const PeerCall& call, HttpReply* reply) {
+           SignPeerReply(*services, call, reply);
+         }});
   }
-  AddRoutingRoutes(api, router);
-  AddWatchRoutes(api, router);
-  AddLeaseRoutes(api, router);
+  AddRoutingRoutes(services, router);
+  AddWatchRoutes(services, router);
+  AddLeaseRoutes(services, router);
   AddDashboardRoutes(router);
-  AddAdminRoutes(api, router);
+  AddAdminRoutes(services, router);
 }
 
 }  // namespace kvatlas::server

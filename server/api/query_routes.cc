@@ -28,10 +28,10 @@ json TierCounts(const uint64_t (&by_tier)[kNumTiers]) {
   return out;
 }
 
-Result<HttpReply> HandleLookup(const Services& api, const RouteRequest& request) {
+Result<HttpReply> HandleLookup(const Services& services, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, DecodeLookupRequest(request.http.body));
-  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(api, lookup));
-  KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(api, lookup));
+  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(services, lookup));
+  KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(services, lookup));
   return JsonReply(EncodeLookupAnswer(answer));
 }
 
@@ -74,21 +74,21 @@ json LocationJson(const BlockLocation& copy) {
               {"location", copy.location}};
 }
 
-Result<HttpReply> HandleBlock(const Services& api, const RouteRequest& request) {
+Result<HttpReply> HandleBlock(const Services& services, const RouteRequest& request) {
   const Result<uint64_t> key = ParseHashText(request.path_param);
   if (!key.has_value()) return key.error().WithContext("key");
   KVATLAS_ASSIGN_OR_RETURN(std::optional<ContextKey> context, ContextFromParams(request.http));
-  KVATLAS_RETURN_IF_ERROR(ServesReads(api));
-  const BlockCopies found = LocateBlock(api, *key, context ? &*context : nullptr);
+  KVATLAS_RETURN_IF_ERROR(ServesReads(services));
+  const BlockCopies found = LocateBlock(services, *key, context ? &*context : nullptr);
   json out = json::array();
   for (const BlockLocation& copy : found.copies) out.push_back(LocationJson(copy));
   return JsonReply(
       DumpJson({{"revision", found.revision}, {"key", *key}, {"copies", std::move(out)}}));
 }
 
-Result<HttpReply> HandleHolders(const Services& api) {
-  KVATLAS_RETURN_IF_ERROR(ServesReads(api));
-  const HolderListing listing = ListHolders(api);
+Result<HttpReply> HandleHolders(const Services& services) {
+  KVATLAS_RETURN_IF_ERROR(ServesReads(services));
+  const HolderListing listing = ListHolders(services);
   const std::vector<HolderInfo>& holders = listing.holders;
   const std::optional<std::vector<double>>& idle = listing.idle_seconds;
   json out = json::array();
@@ -104,9 +104,9 @@ Result<HttpReply> HandleHolders(const Services& api) {
   return JsonReply(DumpJson({{"revision", listing.revision}, {"holders", std::move(out)}}));
 }
 
-Result<HttpReply> HandleContexts(const Services& api) {
-  KVATLAS_RETURN_IF_ERROR(ServesReads(api));
-  const ContextListing listing = ListContexts(api);
+Result<HttpReply> HandleContexts(const Services& services) {
+  KVATLAS_RETURN_IF_ERROR(ServesReads(services));
+  const ContextListing listing = ListContexts(services);
   json out = json::array();
   for (const ContextInfo& c : listing.contexts) {
     json item = ContextKeyToJson(c.context);
@@ -119,21 +119,25 @@ Result<HttpReply> HandleContexts(const Services& api) {
   return JsonReply(DumpJson({{"revision", listing.revision}, {"contexts", std::move(out)}}));
 }
 
-Result<HttpReply> HandleStats(const Services& api) { return JsonReply(StatsDocument(api)); }
+Result<HttpReply> HandleStats(const Services& services) {
+  return JsonReply(StatsDocument(services));
+}
 
 }  // namespace
 
-void AddQueryRoutes(const Services* api, Router* router) {
-  router->Add({"POST", "/v1/lookup", RouteAccess::kRead,
-               [api](const RouteRequest& request) { return HandleLookup(*api, request); }});
-  router->Add({"GET", "/v1/blocks/{key}", RouteAccess::kRead,
-               [api](const RouteRequest& request) { return HandleBlock(*api, request); }});
+void AddQueryRoutes(const Services* services, Router* router) {
+  router->Add({"POST", "/v1/lookup", RouteAccess::kRead, [services](const RouteRequest& request) {
+                 return HandleLookup(*services, request);
+               }});
+  router->Add(
+      {"GET", "/v1/blocks/{key}", RouteAccess::kRead,
+       [services](const RouteRequest& request) { return HandleBlock(*services, request); }});
   router->Add({"GET", "/v1/holders", RouteAccess::kRead,
-               [api](const RouteRequest&) { return HandleHolders(*api); }});
+               [services](const RouteRequest&) { return HandleHolders(*services); }});
   router->Add({"GET", "/v1/contexts", RouteAccess::kRead,
-               [api](const RouteRequest&) { return HandleContexts(*api); }});
+               [services](const RouteRequest&) { return HandleContexts(*services); }});
   router->Add({"GET", "/v1/stats", RouteAccess::kRead,
-               [api](const RouteRequest&) { return HandleStats(*api); }});
+               [services](const RouteRequest&) { return HandleStats(*services); }});
 }
 
 }  // namespace kvatlas::server

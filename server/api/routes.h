@@ -14,20 +14,20 @@
 
 namespace kvatlas::server {
 
-// Adds every route to `router`. `api` must outlive the router.
-void AddAllRoutes(const Services* api, Router* router);
+// Adds every route to `router`. `services` must outlive the router.
+void AddAllRoutes(const Services* services, Router* router);
 
-void AddIngestRoutes(const Services* api, Router* router);
-void AddQueryRoutes(const Services* api, Router* router);
-void AddConductorRoutes(const Services* api, Router* router);
-void AddOpsRoutes(const Services* api, Router* router);
-void AddRegistrationRoutes(const Services* api, Router* router);
-void AddClusterRoutes(const Services* api, Router* router);
-void AddRoutingRoutes(const Services* api, Router* router);  // routing_routes.cc
-void AddWatchRoutes(const Services* api, Router* router);    // watch_routes.cc
-void AddLeaseRoutes(const Services* api, Router* router);    // lease_routes.cc
-void AddDashboardRoutes(Router* router);                     // dashboard_routes.cc
-void AddAdminRoutes(const Services* api, Router* router);    // admin_routes.cc
+void AddIngestRoutes(const Services* services, Router* router);
+void AddQueryRoutes(const Services* services, Router* router);
+void AddConductorRoutes(const Services* services, Router* router);
+void AddOpsRoutes(const Services* services, Router* router);
+void AddRegistrationRoutes(const Services* services, Router* router);
+void AddClusterRoutes(const Services* services, Router* router);
+void AddRoutingRoutes(const Services* services, Router* router);  // routing_routes.cc
+void AddWatchRoutes(const Services* services, Router* router);    // watch_routes.cc
+void AddLeaseRoutes(const Services* services, Router* router);    // lease_routes.cc
+void AddDashboardRoutes(Router* router);                          // dashboard_routes.cc
+void AddAdminRoutes(const Services* services, Router* router);    // admin_routes.cc
 
 // The request body as a JSON object, parsed by ParseJsonBody (json_codec.h: depth limit,
 // no duplicate keys); kInvalidArgument ("body: ...") when it is refused there or is not an

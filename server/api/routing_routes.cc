@@ -10,18 +10,19 @@
 namespace kvatlas::server {
 namespace {
 
-Result<HttpReply> HandleRoute(const Services& api, const RouteRequest& request) {
+Result<HttpReply> HandleRoute(const Services& services, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(RoutingRequest route, DecodeRouteRequest(request.http.body));
-  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(api, route.lookup));
-  KVATLAS_ASSIGN_OR_RETURN(RoutingAnswer answer, DecideRoute(api, route));
+  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(services, route.lookup));
+  KVATLAS_ASSIGN_OR_RETURN(RoutingAnswer answer, DecideRoute(services, route));
   return JsonReply(EncodeRouteAnswer(answer));
 }
 
 }  // namespace
 
-void AddRoutingRoutes(const Services* api, Router* router) {
-  router->Add({"POST", "/v1/route", RouteAccess::kRead,
-               [api](const RouteRequest& request) { return HandleRoute(*api, request); }});
+void AddRoutingRoutes(const Services* services, Router* router) {
+  router->Add({"POST", "/v1/route", RouteAccess::kRead, [services](const RouteRequest& request) {
+                 return HandleRoute(*services, request);
+               }});
 }
 
 }  // namespace kvatlas::server

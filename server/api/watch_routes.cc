@@ -78,10 +78,10 @@ Result<FeedFilter> ParseFilter(const httplib::Request& request) {
 class WatchStream {
  public:
   WatchStream(std::unique_ptr<Watcher> watcher, std::shared_ptr<std::atomic<int>> streams,
-              const Services& api, std::optional<Principal> principal, std::string peer)
+              const Services& services, std::optional<Principal> principal, std::string peer)
       : watcher_(std::move(watcher)),
         streams_(std::move(streams)),
-        api_(api),
+        services_(services),
         principal_(std::move(principal)),
         peer_(std::move(peer)) {}
   ~WatchStream() { streams_->fetch_sub(1); }
@@ -114,27 +114,28 @@ class WatchStream {
  private:
   // The stream's token is still configured, with a role that may read.
   Status Recheck() {
-    if (!principal_ || api_.auth == nullptr) return Status::Ok();
-    Result<Principal> current = api_.auth->Recheck(*principal_);
+    if (!principal_ || services_.auth == nullptr) return Status::Ok();
+    Result<Principal> current = services_.auth->Recheck(*principal_);
     if (current) {
       principal_ = std::move(*current);
       return Authenticator::Authorize(*principal_, Role::kRead, "GET /v1/watch");
     }
-    if (api_.audit != nullptr) {
-      api_.audit->Refused({"rest", peer_, "GET /v1/watch"}, AuthFailure::kRevokedToken,
-                          principal_->name, current.error());
+    if (services_.audit != nullptr) {
+      services_.audit->Refused({"rest", peer_, "GET /v1/watch"}, AuthFailure::kRevokedToken,
+                               principal_->name, current.error());
     }
     return current.error();
   }
 
   std::unique_ptr<Watcher> watcher_;
   std::shared_ptr<std::atomic<int>> streams_;  // open streams, this one included
-  const Services& api_;
+  const Services& services_;
   std::optional<Principal> principal_;  // nullopt: no access control
   std::string peer_;
 };
 
-Result<HttpReply> HandleWatch(const Services& api, const std::shared_ptr<std::atomic<int>>& streams,
+Result<HttpReply> HandleWatch(const Services& services,
+                              const std::shared_ptr<std::atomic<int>>& streams,
                               const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(FeedFilter filter, ParseFilter(request.http));
   std::optional<Revision> from;
@@ -144,20 +145,20 @@ Result<HttpReply> HandleWatch(const Services& api, const std::shared_ptr<std::at
     KVATLAS_ASSIGN_OR_RETURN(from, ParseUnsigned("from", from_text));
   }
   // Each stream holds an HTTP worker thread for its whole life: keep some for the others.
-  if (streams->fetch_add(1) >= static_cast<int>(api.options.max_watch_streams)) {
+  if (streams->fetch_add(1) >= static_cast<int>(services.options.max_watch_streams)) {
     streams->fetch_sub(1);
     return Status::ResourceExhausted("too many watch streams (max_watch_streams = " +
-                                     std::to_string(api.options.max_watch_streams) +
+                                     std::to_string(services.options.max_watch_streams) +
                                      "); use the binary protocol for more watchers");
   }
-  Result<std::unique_ptr<Watcher>> watcher = Subscribe(api, from, std::move(filter));
+  Result<std::unique_ptr<Watcher>> watcher = Subscribe(services, from, std::move(filter));
   if (!watcher.has_value()) {
     streams->fetch_sub(1);
     return watcher.error();
   }
   std::optional<Principal> principal;
   if (request.principal != nullptr) principal = *request.principal;
-  auto stream = std::make_shared<WatchStream>(std::move(watcher).value(), streams, api,
+  auto stream = std::make_shared<WatchStream>(std::move(watcher).value(), streams, services,
                                               std::move(principal), request.http.remote_addr);
   HttpReply reply;
   reply.content_type = "text/event-stream";
@@ -193,7 +194,7 @@ void AppendSnapshotPageJson(const ContextSnapshot& page, std::string* out) {
   }
 }
 
-Result<HttpReply> HandleSnapshot(const Services& api, const RouteRequest& request) {
+Result<HttpReply> HandleSnapshot(const Services& services, const RouteRequest& request) {
   ContextKey context;
   context.tenant = Param(request.http, "tenant_id").value_or("default");
   if (context.tenant.empty()) context.tenant = "default";
@@ -209,7 +210,7 @@ Result<HttpReply> HandleSnapshot(const Services& api, const RouteRequest& reques
   // Streamed page by page (snapshot_stream.h): the first page is waited for here, so that
   // a refused or failed stream is an ordinary error answer; the rest is written as chunks.
   KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStream> stream,
-                           SnapshotStream::Open(api, context, nullptr));
+                           SnapshotStream::Open(services, context, nullptr));
   KVATLAS_ASSIGN_OR_RETURN(SnapshotPage first, stream->Next());
   struct State {
     std::unique_ptr<SnapshotStream> stream;
@@ -251,13 +252,15 @@ Result<HttpReply> HandleSnapshot(const Services& api, const RouteRequest& reques
 
 }  // namespace
 
-void AddWatchRoutes(const Services* api, Router* router) {
+void AddWatchRoutes(const Services* services, Router* router) {
   auto streams = std::make_shared<std::atomic<int>>(0);
-  router->Add({"GET", "/v1/watch", RouteAccess::kRead, [api, streams](const RouteRequest& request) {
-                 return HandleWatch(*api, streams, request);
+  router->Add(
+      {"GET", "/v1/watch", RouteAccess::kRead, [services, streams](const RouteRequest& request) {
+         return HandleWatch(*services, streams, request);
+       }});
+  router->Add({"GET", "/v1/snapshot", RouteAccess::kRead, [services](const RouteRequest& request) {
+                 return HandleSnapshot(*services, request);
                }});
-  router->Add({"GET", "/v1/snapshot", RouteAccess::kRead,
-               [api](const RouteRequest& request) { return HandleSnapshot(*api, request); }});
 }
 
 }  // namespace kvatlas::server

@@ -40,19 +40,19 @@ std::optional<Role> RequiredRole(MessageType type) {
 }
 
 bool RpcHandler::AwaitingAuth(const RpcSession& session) const {
-  return api_->auth != nullptr && api_->auth->enabled() && !session.principal;
+  return services_->auth != nullptr && services_->auth->enabled() && !session.principal;
 }
 
 RpcHandler::Admission RpcHandler::Admit(const Frame& request, RpcSession* session,
                                         std::string* out) const {
   const protocol::FrameHeader& header = request.header;
-  const Authenticator* auth = api_->auth;
+  const Authenticator* auth = services_->auth;
   const bool enabled = auth != nullptr && auth->enabled();
   const std::string what = Described(header.type);
   const auto refuse = [&](AuthFailure reason, std::string_view name, const Status& status,
                           Admission admission) {
-    if (api_->audit != nullptr) {
-      api_->audit->Refused({"rpc", session->peer, what}, reason, name, status);
+    if (services_->audit != nullptr) {
+      services_->audit->Refused({"rpc", session->peer, what}, reason, name, status);
     }
     AppendError(header.is_response() ? MessageType::kError : header.type, header.request_id, status,
                 out);
@@ -109,12 +109,12 @@ RpcHandler::Admission RpcHandler::Admit(const Frame& request, RpcSession* sessio
 }
 
 Status RpcHandler::Recheck(RpcSession* session) const {
-  if (!session->principal || api_->auth == nullptr) return Status::Ok();
-  Result<Principal> current = api_->auth->Recheck(*session->principal);
+  if (!session->principal || services_->auth == nullptr) return Status::Ok();
+  Result<Principal> current = services_->auth->Recheck(*session->principal);
   if (!current) {
-    if (api_->audit != nullptr) {
-      api_->audit->Refused({"rpc", session->peer, "connection"}, AuthFailure::kRevokedToken,
-                           session->principal->name, current.error());
+    if (services_->audit != nullptr) {
+      services_->audit->Refused({"rpc", session->peer, "connection"}, AuthFailure::kRevokedToken,
+                                session->principal->name, current.error());
     }
     return current.error();
   }

@@ -76,7 +76,7 @@ RpcConnection::RpcConnection(asio::ip::tcp::socket socket, const RpcHandler* han
       session_{peer_, std::nullopt},
       accepted_(Clock::now()),
       decoder_(options.max_frame_bytes),
-      streams_(&handler->api(), options.max_watches),
+      streams_(&handler->services(), options.max_watches),
       read_buffer_(kReadChunkBytes),
       budget_(budget),
       last_activity_(Clock::now()),
@@ -124,7 +124,7 @@ asio::awaitable<void> RpcConnection::AsyncHandshake() {
                                       " ms (rpc_frame_timeout_ms)"
                                 : TlsFailureReason(ec, stream_.native_handle());
     LogInfo("rpc " + peer_ + ": TLS handshake failed: " + why);
-    handler_->api().metrics->TlsHandshakeFailed(/*http=*/false);
+    handler_->services().metrics->TlsHandshakeFailed(/*http=*/false);
     Close("TLS handshake failed");
     co_return;
   }
@@ -484,19 +484,19 @@ void RpcConnection::SubmitPending(PendingRequest pending) {
   CommandBatch batch = std::move(pending.batch);
   auto wait = std::make_shared<PendingWait>(std::move(pending), stream_.get_executor());
   auto self = shared_from_this();
-  const Services& api = handler_->api();
-  wait->deadline.expires_after(api.options.apply_timeout);
+  const Services& services = handler_->services();
+  wait->deadline.expires_after(services.options.apply_timeout);
   wait->deadline.async_wait([self, wait](error_code ec) {
     if (ec || wait->answered) return;
-    const Services& services = self->handler_->api();
+    const Services& current = self->handler_->services();
     if (wait->pending.read) {
       self->FinishRead(*wait, wait->barrier_done || !wait->pending.read->barrier
-                                  ? RevisionNotApplied(services, wait->pending.read->wanted)
-                                  : ApplyDeadlineExceeded(services));
+                                  ? RevisionNotApplied(current, wait->pending.read->wanted)
+                                  : ApplyDeadlineExceeded(current));
       return;
     }
     wait->answered = true;
-    self->handler_->AppendIngestAnswer(wait->pending, ApplyDeadlineExceeded(services), &self->out_);
+    self->handler_->AppendIngestAnswer(wait->pending, ApplyDeadlineExceeded(current), &self->out_);
     self->Answered();
     self->Flush();
   });
@@ -505,7 +505,7 @@ void RpcConnection::SubmitPending(PendingRequest pending) {
     return;
   }
   // Runs on the applier thread (or here, at once, when refused): only post from it.
-  SubmitAsync(api, std::move(batch), [self, wait](Result<Revision> applied) {
+  SubmitAsync(services, std::move(batch), [self, wait](Result<Revision> applied) {
     asio::post(self->stream_.get_executor(), [self, wait, applied = std::move(applied)] {
       if (wait->answered) return;
       if (wait->pending.read) {
@@ -529,7 +529,7 @@ void RpcConnection::SubmitPending(PendingRequest pending) {
 
 void RpcConnection::AwaitRevision(std::shared_ptr<PendingWait> wait) {
   if (wait->answered) return;
-  if (handler_->api().machine->applied_revision() >= wait->pending.read->wanted) {
+  if (handler_->services().machine->applied_revision() >= wait->pending.read->wanted) {
     wait->answered = true;
     wait->deadline.cancel();
     handler_->AppendReadAnswer(wait->pending, &out_);

@@ -28,8 +28,9 @@ Status RequireEmpty(const Frame& request, std::string_view what) {
                                  std::to_string(request.payload.size()) + " bytes");
 }
 
-protocol::LocateAnswer Locate(const Services& api, const protocol::LocateRequest& request) {
-  BlockCopies found = LocateBlock(api, request.key, request.context ? &*request.context : nullptr);
+protocol::LocateAnswer Locate(const Services& services, const protocol::LocateRequest& request) {
+  BlockCopies found =
+      LocateBlock(services, request.key, request.context ? &*request.context : nullptr);
   protocol::LocateAnswer answer;
   answer.revision = found.revision;
   answer.copies = std::move(found.copies);
@@ -62,7 +63,7 @@ std::optional<PendingRequest> RpcHandler::Handle(const Frame& request, std::stri
 
 void RpcHandler::ObserveLatency(MessageType type,
                                 std::chrono::steady_clock::time_point received) const {
-  api_->metrics->RecordRpcLatency(
+  services_->metrics->RecordRpcLatency(
       static_cast<uint8_t>(type),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count());
 }
@@ -77,7 +78,7 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
   if (header.is_response()) {
     return Status::InvalidArgument("a response frame (flags has kFlagResponse) sent as a request");
   }
-  const Services& api = *api_;
+  const Services& services = *services_;
   switch (header.type) {
     case MessageType::kPing:
       KVATLAS_RETURN_IF_ERROR(RequireEmpty(request, "ping"));
@@ -86,7 +87,7 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
     case MessageType::kStats:
       KVATLAS_RETURN_IF_ERROR(RequireEmpty(request, "stats"));
       AppendAnswer(header.type, header.request_id,
-                   protocol::EncodeStatsAnswer({StatsDocument(api)}), out);
+                   protocol::EncodeStatsAnswer({StatsDocument(services)}), out);
       return answered();
     case MessageType::kLookup:
     case MessageType::kRoute: {
@@ -103,7 +104,7 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
       read.wanted = lookup.min_revision.value_or(0);
       PendingRequest pending{
           header.request_id, {}, {}, std::move(read), std::chrono::steady_clock::time_point{}};
-      if (pending.read->barrier || pending.read->wanted > api.machine->applied_revision()) {
+      if (pending.read->barrier || pending.read->wanted > services.machine->applied_revision()) {
         return Handled(std::move(pending));
       }
       AnswerRead(*pending.read, pending.request_id, out);
@@ -112,17 +113,17 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
     case MessageType::kLocate: {
       KVATLAS_ASSIGN_OR_RETURN(protocol::LocateRequest locate,
                                protocol::DecodeLocateRequest(request.payload));
-      KVATLAS_RETURN_IF_ERROR(ServesReads(api));
+      KVATLAS_RETURN_IF_ERROR(ServesReads(services));
       AppendAnswer(header.type, header.request_id,
-                   protocol::EncodeLocateAnswer(Locate(api, locate)), out);
+                   protocol::EncodeLocateAnswer(Locate(services, locate)), out);
       return answered();
     }
     case MessageType::kIngest: {
       KVATLAS_ASSIGN_OR_RETURN(protocol::IngestRequest ingest,
                                protocol::DecodeIngestRequest(request.payload));
       KVATLAS_ASSIGN_OR_RETURN(PreparedIngest prepared,
-                               PrepareIngest(api, ingest.events, ingest.writer));
-      NoteUnknownMedia(api, ingest.events);
+                               PrepareIngest(services, ingest.events, ingest.writer));
+      NoteUnknownMedia(services, ingest.events);
       PendingRequest pending{header.request_id, std::move(prepared.batch), prepared.answer, {}, {}};
       // An empty batch changes nothing: it answers the current revision without a log entry.
       if (!pending.batch.commands.empty()) return Handled(std::move(pending));
@@ -137,7 +138,7 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
       KVATLAS_ASSIGN_OR_RETURN(protocol::HeartbeatRequest heartbeat,
                                protocol::DecodeHeartbeatRequest(request.payload));
       // kNotLeader from a follower is answered with the leader's address (AppendError).
-      KVATLAS_ASSIGN_OR_RETURN(HeartbeatResult result, Heartbeat(api, heartbeat.holders));
+      KVATLAS_ASSIGN_OR_RETURN(HeartbeatResult result, Heartbeat(services, heartbeat.holders));
       protocol::HeartbeatAnswer answer;
       answer.holders = static_cast<uint32_t>(result.holders);
       answer.ttl_seconds = static_cast<uint32_t>(result.ttl_seconds);
@@ -169,14 +170,14 @@ void RpcHandler::AppendIngestAnswer(const PendingRequest& ingest, const Result<R
 
 void RpcHandler::AnswerRead(const PendingRead& read, uint64_t request_id, std::string* out) const {
   if (read.type == MessageType::kLookup) {
-    Result<LookupAnswer> answer = LookupPrefix(*api_, read.route.lookup);
+    Result<LookupAnswer> answer = LookupPrefix(*services_, read.route.lookup);
     if (!answer.has_value()) {
       AppendError(read.type, request_id, answer.error(), out);
     } else {
       AppendAnswer(read.type, request_id, protocol::EncodeLookupAnswerBinary(*answer), out);
     }
   } else {
-    Result<RoutingAnswer> answer = DecideRoute(*api_, read.route);
+    Result<RoutingAnswer> answer = DecideRoute(*services_, read.route);
     if (!answer.has_value()) {
       AppendError(read.type, request_id, answer.error(), out);
     } else {
@@ -217,7 +218,7 @@ void RpcHandler::AppendAnswer(MessageType type, uint64_t request_id, std::string
   header.flags = protocol::kFlagResponse;
   header.request_id = request_id;
   protocol::AppendFrame(header, payload, out);
-  api_->metrics->RecordRpcRequest(static_cast<uint8_t>(type), StatusCode::kOk);
+  services_->metrics->RecordRpcRequest(static_cast<uint8_t>(type), StatusCode::kOk);
 }
 
 void RpcHandler::AppendError(MessageType type, uint64_t request_id, const Status& status,
@@ -229,7 +230,7 @@ void RpcHandler::AppendError(MessageType type, uint64_t request_id, const Status
   header.request_id = request_id;
   if (status.code() == StatusCode::kNotLeader) {
     // Tell the client where to go (docs/protocol.md §Not leader).
-    const LeaderAddresses leader = FindLeaderForRedirect(*api_);
+    const LeaderAddresses leader = FindLeaderForRedirect(*services_);
     const Status hinted(
         status.code(), protocol::AppendNotLeaderHint(status.message(),
                                                      {leader.id, leader.rpc_address.value_or("")}));
@@ -237,7 +238,7 @@ void RpcHandler::AppendError(MessageType type, uint64_t request_id, const Status
   } else {
     protocol::AppendFrame(header, protocol::EncodeErrorPayload(status), out);
   }
-  api_->metrics->RecordRpcRequest(static_cast<uint8_t>(type), status.code());
+  services_->metrics->RecordRpcRequest(static_cast<uint8_t>(type), status.code());
 }
 
 }  // namespace kvatlas::server

@@ -63,10 +63,10 @@ class RpcHandler {
     kClose,     // Admit appended an error; close the connection once it is written
   };
 
-  // `api` must outlive the handler.
-  explicit RpcHandler(const Services* api) : api_(api) {}
+  // `services` must outlive the handler.
+  explicit RpcHandler(const Services* services) : services_(services) {}
 
-  const Services& api() const { return *api_; }
+  const Services& services() const { return *services_; }
 
   // Access control (docs/protocol.md §kAuth, docs/security.md), before every request frame:
   // answers a kAuth frame (authenticating `session`); with access control on, refuses any
@@ -121,7 +121,7 @@ class RpcHandler {
   void ObserveLatency(protocol::MessageType type,
                       std::chrono::steady_clock::time_point received) const;
 
-  const Services* api_;
+  const Services* services_;
 };
 
 }  // namespace kvatlas::server

@@ -53,10 +53,10 @@ void Refuse(tcp::socket& socket, const std::string& why, bool tls) {
 
 }  // namespace
 
-RpcServer::RpcServer(RpcServerOptions options, const Services* api)
+RpcServer::RpcServer(RpcServerOptions options, const Services* services)
     : options_(std::move(options)),
-      handler_(api),
-      budget_(options_.max_buffered_bytes, api->metrics),
+      handler_(services),
+      budget_(options_.max_buffered_bytes, services->metrics),
       limiter_(options_.max_connections, options_.max_connections_per_peer) {
   // Concurrency hint 1: each io_context is run by one thread, which lets Asio skip locking
   // on that thread's own queue (posts from other threads, e.g. the applier, stay safe).
@@ -132,7 +132,7 @@ asio::awaitable<void> RpcServer::AsyncAccept() {
              options_.tls != nullptr);
       continue;
     }
-    Metrics* metrics = handler_.api().metrics;
+    Metrics* metrics = handler_.services().metrics;
     uint64_t id = 0;
     {
       std::lock_guard lock(mu_);

@@ -66,10 +66,10 @@ struct RpcServerOptions {
 
 class RpcServer {
  public:
-  // `api` (and everything it points to) must outlive the server, including the Applier:
+  // `services` (and everything it points to) must outlive the server, including the Applier:
   // ingest callbacks post into this server's io_context, so destroy the server only after
   // the Applier has stopped.
-  RpcServer(RpcServerOptions options, const Services* api);
+  RpcServer(RpcServerOptions options, const Services* services);
   ~RpcServer();  // Stop()s
   RpcServer(const RpcServer&) = delete;
   RpcServer& operator=(const RpcServer&) = delete;

@@ -28,8 +28,8 @@ FeedRecord Piece(const FeedRecord& r, size_t begin, size_t n) {
 
 }  // namespace
 
-RpcStreams::RpcStreams(const Services* api, size_t max_watches)
-    : api_(api), max_watches_(max_watches) {}
+RpcStreams::RpcStreams(const Services* services, size_t max_watches)
+    : services_(services), max_watches_(max_watches) {}
 
 RpcStreams::~RpcStreams() = default;
 
@@ -75,8 +75,8 @@ RpcStreams::Handled RpcStreams::HandleWatch(const protocol::Frame& request, std:
   }
   if (Status started = StartWatch(id, *decoded, out); !started.ok()) {
     protocol::WatchEndHint hint;
-    if (started.code() == StatusCode::kCompacted && api_->feed != nullptr) {
-      const FeedStats stats = api_->feed->Stats();
+    if (started.code() == StatusCode::kCompacted && services_->feed != nullptr) {
+      const FeedStats stats = services_->feed->Stats();
       hint.oldest_revision = stats.compacted_through;
       hint.current_revision = stats.revision;
     }
@@ -93,7 +93,7 @@ Status RpcStreams::StartWatch(uint64_t request_id, const protocol::WatchRequest&
                                      std::to_string(max_watches_));
   }
   KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Watcher> watcher,
-                           Subscribe(*api_, request.from, request.filter));
+                           Subscribe(*services_, request.from, request.filter));
   // The answer: the revision the watch starts after (the current one for "from now").
   AppendOk(MessageType::kWatch, request_id,
            protocol::EncodeWatchBatch({false, watcher->ResumeFrom(), {}}), out);
@@ -120,7 +120,7 @@ RpcStreams::Handled RpcStreams::HandleSnapshot(const protocol::Frame& request, s
   auto ready = std::make_shared<std::atomic<bool>>(false);
   const uint64_t serial = next_serial_++;
   Result<std::unique_ptr<SnapshotStream>> stream =
-      SnapshotStream::Open(*api_, decoded->context, [wake = wake_, ready, id, serial] {
+      SnapshotStream::Open(*services_, decoded->context, [wake = wake_, ready, id, serial] {
         ready->store(true);
         if (wake) wake(id, serial);
       });
@@ -330,7 +330,8 @@ void RpcStreams::AppendError(MessageType type, uint64_t request_id, const Status
 }
 
 void RpcStreams::Count(MessageType type, StatusCode code) const {
-  if (api_->metrics != nullptr) api_->metrics->RecordRpcRequest(static_cast<uint8_t>(type), code);
+  if (services_->metrics != nullptr)
+    services_->metrics->RecordRpcRequest(static_cast<uint8_t>(type), code);
 }
 
 }  // namespace kvatlas::server

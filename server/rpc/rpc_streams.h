@@ -44,8 +44,8 @@ class RpcStreams {
     kIgnored,   // a cancel of no open watch (it crossed the watch's end): no frame
   };
 
-  // `api` must outlive the streams. At most `max_watches` watches are open at once.
-  RpcStreams(const Services* api, size_t max_watches);
+  // `services` must outlive the streams. At most `max_watches` watches are open at once.
+  RpcStreams(const Services* services, size_t max_watches);
   ~RpcStreams();
   RpcStreams(const RpcStreams&) = delete;
   RpcStreams& operator=(const RpcStreams&) = delete;
@@ -111,7 +111,7 @@ class RpcStreams {
                    std::string* out) const;
   void Count(protocol::MessageType type, StatusCode code) const;
 
-  const Services* api_;
+  const Services* services_;
   const size_t max_watches_;
   std::function<void(uint64_t, uint64_t)> wake_;
   std::map<uint64_t, Watch> watches_;  // by request id

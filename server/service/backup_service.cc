@@ -73,25 +73,26 @@ Result<std::string> ResolveBackupTarget(const std::string& root, std::string_vie
   return target.string();
 }
 
-Result<BackupTaken> TakeBackup(const Services& api, std::string_view to) {
+Result<BackupTaken> TakeBackup(const Services& services, std::string_view to) {
   const auto start = std::chrono::steady_clock::now();
-  KVATLAS_ASSIGN_OR_RETURN(std::string target, ResolveBackupTarget(api.backup_dir, to));
-  if (api.storage == nullptr) {
+  KVATLAS_ASSIGN_OR_RETURN(std::string target, ResolveBackupTarget(services.backup_dir, to));
+  if (services.storage == nullptr) {
     return Status::FailedPrecondition("this server keeps no storage to back up");
   }
-  if (api.backup_running->exchange(true, std::memory_order_acq_rel)) {
+  if (services.backup_running->exchange(true, std::memory_order_acq_rel)) {
     return Status::ResourceExhausted("another backup is running on this server; retry later");
   }
-  RunningFlag running(api.backup_running.get());
+  RunningFlag running(services.backup_running.get());
   KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(target, "body.to: backup directory"));
   // Every acknowledged write was applied, and so written, before it was acknowledged: the
   // image pinned now holds all of them.
-  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, api.storage->CaptureAll());
+  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture,
+                           services.storage->CaptureAll());
   BackupTaken taken;
   taken.capture_micros = MicrosSince(start);
   taken.path = target;
   Result<BackupManifest> manifest =
-      WriteBackup(*capture, target, {api.cluster_id, api.server_id, /*online=*/true});
+      WriteBackup(*capture, target, {services.cluster_id, services.server_id, /*online=*/true});
   if (!manifest) {
     // Leave no half-written files behind (there is no manifest: nothing would restore).
     std::error_code ec;
@@ -104,11 +105,12 @@ Result<BackupTaken> TakeBackup(const Services& api, std::string_view to) {
   return taken;
 }
 
-Result<StateDigest> DigestState(const Services& api) {
-  if (api.storage == nullptr) {
+Result<StateDigest> DigestState(const Services& services) {
+  if (services.storage == nullptr) {
     return Status::FailedPrecondition("this server keeps no storage to digest");
   }
-  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, api.storage->CaptureAll());
+  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture,
+                           services.storage->CaptureAll());
   return DigestOf(*capture);
 }
 

@@ -39,9 +39,9 @@ struct BackupTaken {
 // `to` names (ResolveBackupTarget). One at a time: kResourceExhausted while another runs.
 // kAlreadyExists when the target is not empty. The backup holds every write this server
 // had applied (every write it acknowledged) when the request arrived.
-[[nodiscard]] Result<BackupTaken> TakeBackup(const Services& api, std::string_view to);
+[[nodiscard]] Result<BackupTaken> TakeBackup(const Services& services, std::string_view to);
 
 // The state digest (backup.h) of this server's state now, with its applied index.
-[[nodiscard]] Result<StateDigest> DigestState(const Services& api);
+[[nodiscard]] Result<StateDigest> DigestState(const Services& services);
 
 }  // namespace kvatlas::server

@@ -13,24 +13,24 @@
 namespace kvatlas::testing {
 
 struct InMemoryServices {
-  // With `with_feed`, the state machine publishes to a change feed that `api` exposes.
+  // With `with_feed`, the state machine publishes to a change feed that `services` exposes.
   explicit InMemoryServices(server::ChangeFeedOptions feed_options = {}, bool with_feed = false)
       : feed(feed_options), machine(server::StateMachineOptions{}, nullptr), applier(&machine) {
     if (with_feed) {
       machine.SetApplyObserver(&feed);
-      api.feed = &feed;
+      services.feed = &feed;
     }
     REQUIRE(machine.Recover().ok());
-    api.machine = &machine;
-    api.applier = &applier;
-    api.metrics = &metrics;
+    services.machine = &machine;
+    services.applier = &applier;
+    services.metrics = &metrics;
   }
 
   server::ChangeFeed feed;
   server::StateMachine machine;
   server::Applier applier;
   server::Metrics metrics;
-  server::Services api;
+  server::Services services;
 };
 
 }  // namespace kvatlas::testing

@@ -27,7 +27,7 @@ std::vector<TokenEntry> Tokens() {
           {"operator", Role::kAdmin, DigestOfToken(kAdminToken)}};
 }
 
-Router AccessRouter(const Services* api, std::vector<std::string> hosts) {
+Router AccessRouter(const Services* services, std::vector<std::string> hosts) {
   Router router;
   const RouteHandler who = [](const RouteRequest& r) -> Result<HttpReply> {
     return JsonReply(json{{"principal", r.principal ? r.principal->name : "?"}}.dump());
@@ -40,20 +40,21 @@ Router AccessRouter(const Services* api, std::vector<std::string> hosts) {
       {"POST", "/admin-fails", RouteAccess::kAdmin, [](const RouteRequest&) -> Result<HttpReply> {
          return Status::FailedPrecondition("busy");
        }});
-  router.SetAccess(std::make_shared<HttpAccess>(api, HostAllowList(std::move(hosts))));
+  router.SetAccess(std::make_shared<HttpAccess>(services, HostAllowList(std::move(hosts))));
   return router;
 }
 
 struct AccessFixture {
   explicit AccessFixture(bool enabled = true, std::vector<std::string> hosts = {})
       : auth(enabled, Tokens()), audit(&metrics) {
-    api.auth = &auth;
-    api.audit = &audit;
-    api.metrics = &metrics;
+    services.auth = &auth;
+    services.audit = &audit;
+    services.metrics = &metrics;
     HttpServerOptions options;
     options.port = 0;
     options.threads = 2;
-    server = std::make_unique<HttpServer>(options, AccessRouter(&api, std::move(hosts)), &metrics);
+    server =
+        std::make_unique<HttpServer>(options, AccessRouter(&services, std::move(hosts)), &metrics);
     REQUIRE(server->Start().ok());
   }
   httplib::Client Client() const { return httplib::Client("127.0.0.1", server->port()); }
@@ -64,7 +65,7 @@ struct AccessFixture {
   Metrics metrics;
   Authenticator auth;
   AuditLog audit;
-  Services api;
+  Services services;
   std::unique_ptr<HttpServer> server;
 };
 

@@ -56,13 +56,13 @@ struct AuthServer {
       : auth(true, {{"reader", Role::kRead, DigestOfToken("r")},
                     {"writer", Role::kWrite, DigestOfToken("w")}}),
         audit(&s.metrics) {
-    s.api.auth = &auth;
-    s.api.audit = &audit;
+    s.services.auth = &auth;
+    s.services.audit = &audit;
   }
   testing::InMemoryServices s;
   Authenticator auth;
   AuditLog audit;
-  const RpcHandler handler{&s.api};
+  const RpcHandler handler{&s.services};
 };
 
 TEST_SUITE("RpcAuth") {
@@ -147,7 +147,7 @@ TEST_SUITE("RpcAuth") {
     options.port = 0;
     options.threads = 1;
     options.connection.auth_timeout = std::chrono::milliseconds(300);
-    RpcServer rpc(options, &server.s.api);
+    RpcServer rpc(options, &server.s.services);
     REQUIRE(rpc.Start().ok());
     {
       // kAuth and a ping in one write: both answered, in order.
@@ -193,7 +193,7 @@ TEST_SUITE("RpcAuth") {
 
   TEST_CASE("RpcAuth: with access control off nothing is asked, and kAuth is answered") {
     testing::InMemoryServices s;
-    const RpcHandler handler(&s.api);
+    const RpcHandler handler(&s.services);
     RpcSession session;
     std::string out;
     CHECK_FALSE(handler.AwaitingAuth(session));

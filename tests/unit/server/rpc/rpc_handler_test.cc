@@ -47,7 +47,7 @@ BlockEvent Stored(std::vector<uint32_t> tokens) {
 TEST_SUITE("RpcHandler") {
   TEST_CASE("RpcHandler: ping and stats are answered at once under the request's id") {
     TestServer s;
-    const RpcHandler handler(&s.api);
+    const RpcHandler handler(&s.services);
     std::string out;
     CHECK_FALSE(handler.Handle(Request(MessageType::kPing, 7, ""), &out));
     Frame pong = OnlyAnswer(out);
@@ -67,7 +67,7 @@ TEST_SUITE("RpcHandler") {
 
   TEST_CASE("RpcHandler: bad requests are answered with their status, and change nothing") {
     TestServer s;
-    const RpcHandler handler(&s.api);
+    const RpcHandler handler(&s.services);
     const struct {
       Frame request;
       MessageType answer_type;
@@ -108,7 +108,7 @@ TEST_SUITE("RpcHandler") {
 
   TEST_CASE("RpcHandler: an ingest is handed back for the applier, then answered") {
     TestServer s;
-    const RpcHandler handler(&s.api);
+    const RpcHandler handler(&s.services);
     std::string out;
     const std::string payload =
         protocol::EncodeIngestRequest({{Stored({1, 2, 3, 4, 5, 6, 7, 8})}, std::nullopt});
@@ -152,7 +152,7 @@ TEST_SUITE("RpcHandler") {
 
   TEST_CASE("RpcHandler: an empty ingest answers the current revision without the applier") {
     TestServer s;
-    const RpcHandler handler(&s.api);
+    const RpcHandler handler(&s.services);
     std::string out;
     CHECK_FALSE(
         handler.Handle(Request(MessageType::kIngest, 3, protocol::EncodeIngestRequest({})), &out));
@@ -163,7 +163,7 @@ TEST_SUITE("RpcHandler") {
 
   TEST_CASE("RpcHandler: stream errors answer under the failed header, else id 0 and kError") {
     TestServer s;
-    const RpcHandler handler(&s.api);
+    const RpcHandler handler(&s.services);
     protocol::FrameHeader header;
     header.type = MessageType::kLookup;
     header.request_id = 99;

@@ -27,7 +27,7 @@ TEST_SUITE("RpcConnection limits") {
     options.port = 0;
     options.threads = 1;
     options.connection.max_in_flight = 1024;  // the default: 3,000 pings pause it twice
-    RpcServer server(options, &s.api);
+    RpcServer server(options, &s.services);
     REQUIRE(server.Start().ok());
     testing::RawRpcConnection connection(server.port());
     constexpr size_t kPings = 3000;
@@ -86,7 +86,7 @@ TEST_SUITE("RpcConnection limits") {
       options.threads = 1;
       options.max_connections = per_peer ? 100 : 2;
       options.max_connections_per_peer = per_peer ? 2 : 100;
-      RpcServer server(options, &s.api);
+      RpcServer server(options, &s.services);
       REQUIRE(server.Start().ok());
       auto a = std::make_unique<testing::RawRpcConnection>(server.port());
       testing::RawRpcConnection b(server.port());

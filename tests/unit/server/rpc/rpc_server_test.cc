@@ -59,7 +59,7 @@ TEST_SUITE("RpcServer") {
     RpcServerOptions options;
     options.port = 0;
     options.threads = 2;
-    RpcServer server(options, &s.api);
+    RpcServer server(options, &s.services);
     REQUIRE(server.Start().ok());
     // Two connections land on different io threads (round robin).
     for (int connection = 0; connection < 2; ++connection) {
@@ -101,7 +101,7 @@ TEST_SUITE("RpcServer") {
     options.threads = 1;
     options.connection.max_in_flight = 1 << 20;
     options.connection.write_timeout = std::chrono::milliseconds(300);
-    RpcServer server(options, &s.api);
+    RpcServer server(options, &s.services);
     REQUIRE(server.Start().ok());
     const int fd = Connect(server.port(), /*rcvbuf=*/4096);
     // Far more answers than the socket buffers hold: the server's write blocks. Send what

@@ -86,7 +86,7 @@ TEST_SUITE("RpcStreams") {
   TEST_CASE("RpcStreams: a watch pushes applied records between other answers; cancel ends it") {
     TestServer s;
     s.Store("a", {100});  // before the watch: not delivered
-    RpcServer server(Options(), &s.api);
+    RpcServer server(Options(), &s.services);
     REQUIRE(server.Start().ok());
     Conn conn(server.port());
     conn.Watch(1);
@@ -121,7 +121,7 @@ TEST_SUITE("RpcStreams") {
     const Revision r1 = s.Store("a", {1});
     s.Store("b", {2});
     const Revision r3 = s.Store("a", {3});
-    RpcServer server(Options(), &s.api);
+    RpcServer server(Options(), &s.services);
     REQUIRE(server.Start().ok());
     Conn conn(server.port());
     FeedFilter only_a;
@@ -147,7 +147,7 @@ TEST_SUITE("RpcStreams") {
     const size_t n = protocol::kMaxSnapshotPartCopies + 1000;
     s.Store("a", Keys(1, n));
     const Revision at = s.Store("b", {1});
-    RpcServer server(Options(), &s.api);
+    RpcServer server(Options(), &s.services);
     REQUIRE(server.Start().ok());
     Conn conn(server.port());
     conn.Send(MessageType::kSnapshot, 9, protocol::EncodeSnapshotRequest({kContext}));
@@ -188,11 +188,11 @@ TEST_SUITE("RpcStreams") {
 
   TEST_CASE("RpcStreams: bad requests get error frames and the connection goes on") {
     TestServer s;
-    s.api.options.max_snapshot_copies = 2;
+    s.services.options.max_snapshot_copies = 2;
     s.Store("a", {1, 2, 3});
     RpcServerOptions options = Options();
     options.connection.max_watches = 1;
-    RpcServer server(options, &s.api);
+    RpcServer server(options, &s.services);
     REQUIRE(server.Start().ok());
     Conn conn(server.port());
     const auto error = [&conn](MessageType type, uint64_t id, std::string_view payload) {
@@ -234,7 +234,7 @@ TEST_SUITE("RpcStreams") {
 
   TEST_CASE("RpcStreams: without a change feed a watch is unavailable") {
     TestServer s({}, /*with_feed=*/false);
-    RpcServer server(Options(), &s.api);
+    RpcServer server(Options(), &s.services);
     REQUIRE(server.Start().ok());
     Conn conn(server.port());
     conn.Watch(1);
@@ -251,7 +251,7 @@ TEST_SUITE("RpcStreams") {
     s.Store("a", {1, 2});
     const Revision r2 = s.Store("a", {3, 4});
     const Revision r3 = s.Store("a", {5, 6});
-    RpcServer server(Options(), &s.api);
+    RpcServer server(Options(), &s.services);
     REQUIRE(server.Start().ok());
     Conn conn(server.port());
     conn.Watch(1, 0);
@@ -272,7 +272,7 @@ TEST_SUITE("RpcStreams") {
     RpcServerOptions options = Options();
     options.threads = 2;
     options.connection.max_pending_output_bytes = 64 << 10;
-    RpcServer server(options, &s.api);
+    RpcServer server(options, &s.services);
     REQUIRE(server.Start().ok());
     Conn slow(server.port(), /*rcvbuf=*/4096);
     slow.Watch(1);
@@ -350,7 +350,7 @@ TEST_SUITE("RpcStreams") {
 
   TEST_CASE("RpcStreams: stopping the server ends open watches with unavailable") {
     TestServer s;
-    RpcServer server(Options(), &s.api);
+    RpcServer server(Options(), &s.services);
     REQUIRE(server.Start().ok());
     Conn conn(server.port());
     conn.Watch(1);
@@ -368,7 +368,7 @@ TEST_SUITE("RpcStreams") {
     TestServer s;
     RpcServerOptions options = Options();
     options.connection.idle_timeout = 100ms;
-    RpcServer server(options, &s.api);
+    RpcServer server(options, &s.services);
     REQUIRE(server.Start().ok());
     Conn conn(server.port());
     conn.Watch(1);

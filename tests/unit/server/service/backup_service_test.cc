@@ -51,25 +51,26 @@ TEST_SUITE("backup_service") {
     options.path = dir.str() + "/db";
     Result<std::unique_ptr<Storage>> storage = Storage::Open(options);
     REQUIRE(storage.has_value());
-    Services api;
-    api.backup_dir = dir.str() + "/backups";
-    api.cluster_id = "c";
-    api.server_id = 4;
-    CHECK(TakeBackup(api, "b").status().code() == StatusCode::kFailedPrecondition);  // no storage
-    api.storage = storage->get();
-    api.backup_running->store(true);
-    CHECK(TakeBackup(api, "b").status().code() == StatusCode::kResourceExhausted);
-    api.backup_running->store(false);
-    Result<BackupTaken> taken = TakeBackup(api, "b");
+    Services services;
+    services.backup_dir = dir.str() + "/backups";
+    services.cluster_id = "c";
+    services.server_id = 4;
+    CHECK(TakeBackup(services, "b").status().code() ==
+          StatusCode::kFailedPrecondition);  // no storage
+    services.storage = storage->get();
+    services.backup_running->store(true);
+    CHECK(TakeBackup(services, "b").status().code() == StatusCode::kResourceExhausted);
+    services.backup_running->store(false);
+    Result<BackupTaken> taken = TakeBackup(services, "b");
     REQUIRE_MESSAGE(taken.has_value(), taken.status().ToString());
-    CHECK(taken->path == api.backup_dir + "/b");
+    CHECK(taken->path == services.backup_dir + "/b");
     CHECK(taken->manifest.source.server_id == 4);
     CHECK(taken->manifest.source.online);
-    CHECK(!api.backup_running->load());
-    CHECK(TakeBackup(api, "b").status().code() == StatusCode::kAlreadyExists);
-    CHECK(!api.backup_running->load());
+    CHECK(!services.backup_running->load());
+    CHECK(TakeBackup(services, "b").status().code() == StatusCode::kAlreadyExists);
+    CHECK(!services.backup_running->load());
     CHECK(VerifyBackup(taken->path, nullptr).has_value());
-    Result<StateDigest> digest = DigestState(api);
+    Result<StateDigest> digest = DigestState(services);
     REQUIRE(digest.has_value());
     CHECK(digest->digest == taken->manifest.state_digest);
   }

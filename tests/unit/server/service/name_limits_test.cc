@@ -34,10 +34,10 @@ void CheckRefused(const Status& status, const std::string& expected) {
 }
 
 // As a server configured with max_name_bytes 8, max_salt_bytes 16, max_location_bytes 32.
-void LowerLimits(Services* api) {
-  api->options.names.name_bytes = 8;
-  api->options.names.salt_bytes = 16;
-  api->options.names.location_bytes = 32;
+void LowerLimits(Services* services) {
+  services->options.names.name_bytes = 8;
+  services->options.names.salt_bytes = 16;
+  services->options.names.location_bytes = 32;
 }
 
 TEST_SUITE("NameLimits") {
@@ -51,12 +51,12 @@ TEST_SUITE("NameLimits") {
 
   TEST_CASE("ingest: names past the configured limits are refused, naming field and limit") {
     InMemoryServices s;
-    LowerLimits(&s.api);
+    LowerLimits(&s.services);
     std::vector<BlockEvent> events = {Stored("12345678")};
-    CHECK(PrepareIngest(s.api, events, std::nullopt).has_value());  // at the limit
+    CHECK(PrepareIngest(s.services, events, std::nullopt).has_value());  // at the limit
 
     events.push_back(Stored("123456789"));
-    Result<PreparedIngest> prepared = PrepareIngest(s.api, events, std::nullopt);
+    Result<PreparedIngest> prepared = PrepareIngest(s.services, events, std::nullopt);
     REQUIRE_FALSE(prepared.has_value());
     CheckRefused(
         prepared.error(),
@@ -64,7 +64,7 @@ TEST_SUITE("NameLimits") {
 
     events = {Stored("m")};
     events[0].context.salt = std::string(17, 's');
-    prepared = PrepareIngest(s.api, events, std::nullopt);
+    prepared = PrepareIngest(s.services, events, std::nullopt);
     REQUIRE_FALSE(prepared.has_value());
     CheckRefused(prepared.error(),
                  "events[0].additional_salt: 17 bytes, longer than the limit of 16 bytes");
@@ -72,13 +72,13 @@ TEST_SUITE("NameLimits") {
 
     events = {Stored("m")};
     events[0].holder.id = std::string(9, 'h');
-    prepared = PrepareIngest(s.api, events, std::nullopt);
+    prepared = PrepareIngest(s.services, events, std::nullopt);
     REQUIRE_FALSE(prepared.has_value());
     CheckRefused(prepared.error(), "events[0].backend_id: 9 bytes");
 
     events = {Stored("m")};
     events[0].locations = {"ok", std::string(33, 'l')};
-    prepared = PrepareIngest(s.api, events, std::nullopt);
+    prepared = PrepareIngest(s.services, events, std::nullopt);
     REQUIRE_FALSE(prepared.has_value());
     CheckRefused(prepared.error(),
                  "events[0].location: 33 bytes, longer than the limit of 32 bytes "
@@ -89,36 +89,36 @@ TEST_SUITE("NameLimits") {
 
   TEST_CASE("registration and lookup: names past the configured limits are refused") {
     InMemoryServices s;
-    LowerLimits(&s.api);
+    LowerLimits(&s.services);
     Registration r = testing::PublisherRegistration("e1");
     r.model = "123456789";
-    Result<Revision> registered = RegisterPublisher(s.api, r);
+    Result<Revision> registered = RegisterPublisher(s.services, r);
     REQUIRE_FALSE(registered.has_value());
     CheckRefused(registered.error(), "modelname: 9 bytes, longer than the limit of 8 bytes");
     r = testing::PublisherRegistration("instance-long");
-    registered = RegisterPublisher(s.api, r);
+    registered = RegisterPublisher(s.services, r);
     REQUIRE_FALSE(registered.has_value());
     CheckRefused(registered.error(), "instance_id: 13 bytes");
     r = testing::PublisherRegistration("e1");
     r.additional_salt = std::string(17, 's');
-    registered = RegisterPublisher(s.api, r);
+    registered = RegisterPublisher(s.services, r);
     REQUIRE_FALSE(registered.has_value());
     CheckRefused(registered.error(), "additionalsalt: 17 bytes");
-    CHECK(RegisterPublisher(s.api, testing::PublisherRegistration("e1")).has_value());
+    CHECK(RegisterPublisher(s.services, testing::PublisherRegistration("e1")).has_value());
 
     LookupRequest lookup;
     lookup.context = ContextKey{"default", "123456789", "", 2, ""};
     lookup.token_ids = {1, 2};
-    Result<LookupAnswer> answer = LookupPrefix(s.api, lookup);
+    Result<LookupAnswer> answer = LookupPrefix(s.services, lookup);
     REQUIRE_FALSE(answer.has_value());
     CheckRefused(answer.error(), "model: 9 bytes, longer than the limit of 8 bytes");
     lookup.context.model = "m";
     lookup.context.tenant = std::string(9, 't');
-    answer = LookupPrefix(s.api, lookup);
+    answer = LookupPrefix(s.services, lookup);
     REQUIRE_FALSE(answer.has_value());
     CheckRefused(answer.error(), "tenant_id: 9 bytes");
     lookup.context.tenant = "default";
-    CHECK(LookupPrefix(s.api, lookup).has_value());
+    CHECK(LookupPrefix(s.services, lookup).has_value());
   }
 }
 

@@ -35,32 +35,32 @@ bool Mentions(const Status& status, const std::string& text) {
 TEST_SUITE("Services.Readiness") {
   TEST_CASE("an in-memory server is ready until writes are refused for low disk") {
     InMemoryServices s;
-    CHECK(Readiness(s.api).ok());
+    CHECK(Readiness(s.services).ok());
     s.applier.SetWritesRefused("disk space low: 10 bytes free");
     CHECK(s.applier.writes_refused() == "disk space low: 10 bytes free");
-    const Status refused = Readiness(s.api);
+    const Status refused = Readiness(s.services);
     CHECK(refused.code() == StatusCode::kUnavailable);
     CHECK(Mentions(refused, "writes are refused: disk space low"));
     s.applier.SetWritesRefused("");
     CHECK(s.applier.writes_refused().empty());
-    CHECK(Readiness(s.api).ok());
+    CHECK(Readiness(s.services).ok());
   }
 
   TEST_CASE("with replication: ready once a leader is known and a follower knows its address") {
     InMemoryServices s;
     StatusOnlyLog log;
-    s.api.log = &log;
-    s.api.server_id = 2;
+    s.services.log = &log;
+    s.services.server_id = 2;
     log.status.id = 2;
 
     // Electing: no leader.
-    Status ready = Readiness(s.api);
+    Status ready = Readiness(s.services);
     CHECK(ready.code() == StatusCode::kUnavailable);
     CHECK(Mentions(ready, "no leader known"));
 
     // Server 1 leads but has not announced its address: a write could not be forwarded.
     log.status.leader_id = 1;
-    ready = Readiness(s.api);
+    ready = Readiness(s.services);
     CHECK(ready.code() == StatusCode::kUnavailable);
     CHECK(Mentions(ready, "leader's address is not announced yet"));
     CHECK(Mentions(ready, "server 1"));
@@ -68,16 +68,16 @@ TEST_SUITE("Services.Readiness") {
     // Its announcement is applied here: a write would be forwarded.
     CommandBatch batch;
     batch.commands.emplace_back(AnnounceCommand{1, "127.0.0.1:7001", "127.0.0.1:7101"});
-    REQUIRE(SubmitAndWait(s.api, std::move(batch)).has_value());
-    CHECK(Readiness(s.api).ok());
+    REQUIRE(SubmitAndWait(s.services, std::move(batch)).has_value());
+    CHECK(Readiness(s.services).ok());
 
     // This server leads: it needs no address to take a write.
     log.status.leader_id = 2;
-    CHECK(Readiness(s.api).ok());
+    CHECK(Readiness(s.services).ok());
 
     // Low disk wins over a known leader.
     s.applier.SetWritesRefused("disk space low");
-    CHECK(Mentions(Readiness(s.api), "disk space low"));
+    CHECK(Mentions(Readiness(s.services), "disk space low"));
   }
 }
 

@@ -35,11 +35,11 @@ struct StoredServices {
     machine = std::make_unique<StateMachine>(StateMachineOptions{}, storage.get());
     REQUIRE(machine->Recover().ok());
     applier = std::make_unique<Applier>(machine.get());
-    api.machine = machine.get();
-    api.applier = applier.get();
-    api.storage = storage.get();
-    api.metrics = &metrics;
-    api.options.snapshot_page_copies = 8;
+    services.machine = machine.get();
+    services.applier = applier.get();
+    services.storage = storage.get();
+    services.metrics = &metrics;
+    services.options.snapshot_page_copies = 8;
   }
 
   // Stores `blocks` blocks of document `doc` for `holder` (or removes them).
@@ -50,9 +50,9 @@ struct StoredServices {
     event.holder = HolderKey{holder, 0};
     for (uint32_t b = 0; b < blocks; ++b) event.seq_hashes.push_back(doc * 1000 + b + 1);
     Result<PreparedIngest> prepared =
-        PrepareIngest(api, std::vector<BlockEvent>{event}, std::nullopt);
+        PrepareIngest(services, std::vector<BlockEvent>{event}, std::nullopt);
     REQUIRE(prepared.has_value());
-    Result<Revision> applied = SubmitAndWait(api, std::move(prepared->batch));
+    Result<Revision> applied = SubmitAndWait(services, std::move(prepared->batch));
     REQUIRE(applied.has_value());
     return *applied;
   }
@@ -62,7 +62,7 @@ struct StoredServices {
   std::unique_ptr<StateMachine> machine;
   std::unique_ptr<Applier> applier;
   Metrics metrics;
-  Services api;
+  Services services;
 };
 
 using Row = std::tuple<BlockKey, std::string, Tier, uint32_t, uint32_t>;
@@ -80,10 +80,10 @@ TEST_SUITE("SnapshotStream") {
     StoredServices s;
     for (uint32_t doc = 0; doc < 20; ++doc) s.Write(doc, doc % 2 ? "a" : "b", 6);
     // The state at the revision the stream will list, copied under the read lock.
-    const Result<ContextSnapshot> expected = SnapshotContext(s.api, kContext);
+    const Result<ContextSnapshot> expected = SnapshotContext(s.services, kContext);
     REQUIRE(expected.has_value());
     REQUIRE(expected->rows.size() == 120);
-    Result<std::unique_ptr<SnapshotStream>> stream = SnapshotStream::Open(s.api, kContext, {});
+    Result<std::unique_ptr<SnapshotStream>> stream = SnapshotStream::Open(s.services, kContext, {});
     REQUIRE(stream.has_value());
 
     std::vector<Row> listed;
@@ -111,7 +111,7 @@ TEST_SUITE("SnapshotStream") {
     StoredServices s;
     const Revision at = s.Write(1, "a", 3);
     Result<std::unique_ptr<SnapshotStream>> stream =
-        SnapshotStream::Open(s.api, ContextKey{"default", "other", "", 2, ""}, {});
+        SnapshotStream::Open(s.services, ContextKey{"default", "other", "", 2, ""}, {});
     REQUIRE(stream.has_value());
     Result<SnapshotPage> page = (*stream)->Next();
     REQUIRE(page.has_value());
@@ -123,19 +123,19 @@ TEST_SUITE("SnapshotStream") {
   TEST_CASE("streams past max_snapshot_streams are refused, naming the limit") {
     StoredServices s;
     for (uint32_t doc = 0; doc < 10; ++doc) s.Write(doc, "a", 6);
-    s.api.options.max_snapshot_streams = 2;
-    auto first = SnapshotStream::Open(s.api, kContext, {});
-    auto second = SnapshotStream::Open(s.api, kContext, {});
+    s.services.options.max_snapshot_streams = 2;
+    auto first = SnapshotStream::Open(s.services, kContext, {});
+    auto second = SnapshotStream::Open(s.services, kContext, {});
     REQUIRE(first.has_value());
     REQUIRE(second.has_value());
-    const auto third = SnapshotStream::Open(s.api, kContext, {});
+    const auto third = SnapshotStream::Open(s.services, kContext, {});
     REQUIRE_FALSE(third.has_value());
     CHECK(third.status().code() == StatusCode::kResourceExhausted);
     CHECK_MESSAGE(third.status().message().find("max_snapshot_streams, is 2") != std::string::npos,
                   third.status().message());
     first->reset();  // an abandoned stream (its scan waiting for room) frees its slot
-    CHECK(SnapshotStream::Open(s.api, kContext, {}).has_value());
-    CHECK(s.api.snapshot_streams->load() == 1);
+    CHECK(SnapshotStream::Open(s.services, kContext, {}).has_value());
+    CHECK(s.services.snapshot_streams->load() == 1);
   }
 }
 
