@@ -139,6 +139,7 @@ int FsmAdapter::SnapshotFinalize(struct raft_fsm* fsm, struct raft_buffer* bufs[
   *n = 0;
   if (self->capture_) {
     self->capture_.reset();
+    self->NoteSnapshotOutcome();
     self->snapshots_taken_.fetch_add(1, std::memory_order_relaxed);
     self->snapshot_duration_.Observe(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - self->snapshot_started_)
@@ -147,7 +148,28 @@ int FsmAdapter::SnapshotFinalize(struct raft_fsm* fsm, struct raft_buffer* bufs[
   return 0;
 }
 
+void FsmAdapter::NoteSnapshotOutcome() {
+  if (raft_ == nullptr) return;
+  // libraft calls finalize from the snapshot's completion, after it moved the log's
+  // snapshot index to the one taken -- or did not, on a failed write (0.15 only traces
+  // that: a 2 GiB snapshot, a full disk, an I/O error, a failed serialisation).
+  const uint64_t index = raft_->snapshot.pending.index;
+  if (raft_->log.snapshot.last_index >= index) {
+    failed_snapshot_index_.store(0, std::memory_order_relaxed);
+    return;
+  }
+  snapshot_failures_.fetch_add(1, std::memory_order_relaxed);
+  failed_snapshot_index_.store(index, std::memory_order_relaxed);
+  LogWarning("raft snapshot at index " + std::to_string(index) +
+             " was not written (the log's snapshot is still at index " +
+             std::to_string(raft_->log.snapshot.last_index) +
+             "): the log is not compacted and keeps growing until a snapshot succeeds "
+             "(docs/replication.md §Known limits)");
+}
+
 void FsmAdapter::ReadSnapshotMetrics(LogMetrics* out) const {
+  out->snapshot_failures = snapshot_failures_.load(std::memory_order_relaxed);
+  out->failed_snapshot_index = failed_snapshot_index_.load(std::memory_order_relaxed);
   out->snapshots_taken = snapshots_taken_.load(std::memory_order_relaxed);
   out->snapshot_duration = snapshot_duration_.Read();
   out->last_snapshot_bytes = last_snapshot_bytes_.load(std::memory_order_relaxed);

@@ -83,6 +83,9 @@ class FsmAdapter {
   static int Restore(struct raft_fsm* fsm, struct raft_buffer* buf);
   // Serialises capture_ into raft_malloc'd buffers of kSnapshotChunkBytes.
   int Serialize(struct raft_buffer* bufs[], unsigned* n);
+  // From SnapshotFinalize (loop thread): counts and logs a snapshot that libraft did not
+  // make the log's snapshot.
+  void NoteSnapshotOutcome();
 
   // Past glibc's largest mmap threshold (32 MiB), so every chunk is its own mapping and
   // goes back to the system when libraft frees it: smaller chunks come from the heap once
@@ -103,6 +106,8 @@ class FsmAdapter {
   std::atomic<uint64_t> snapshots_taken_{0};
   std::atomic<uint64_t> snapshots_restored_{0};
   std::atomic<uint64_t> last_snapshot_bytes_{0};
+  std::atomic<uint64_t> snapshot_failures_{0};
+  std::atomic<uint64_t> failed_snapshot_index_{0};
   Histogram snapshot_duration_;
   Histogram restore_duration_;
 };

@@ -64,6 +64,18 @@ void Single(std::string* out, std::string_view name, std::string_view type, std:
   Sample(out, name, "", value);
 }
 
+// One unlabelled metric, for tables of them.
+struct SingleMetric {
+  std::string_view name;
+  std::string_view type;
+  std::string_view help;
+  double value;
+};
+
+void Single(std::string* out, const SingleMetric& metric) {
+  Single(out, metric.name, metric.type, metric.help, metric.value);
+}
+
 std::string Label(std::string_view name, std::string_view value) {
   return std::string(name) + "=\"" + Escape(value) + "\"";
 }
@@ -208,32 +220,41 @@ void RenderCluster(std::string* out, const ClusterStatus& c) {
 }
 
 void RenderLog(std::string* out, const LogMetrics& m) {
-  Single(out, "kvatlas_raft_leadership_changes_total", "counter",
-         "Times this server saw the leader change (sampled every 50 ms).",
-         static_cast<double>(m.leadership_changes));
+  const auto d = [](uint64_t v) { return static_cast<double>(v); };
+  const SingleMetric singles[] = {
+      {"kvatlas_raft_leadership_changes_total", "counter",
+       "Times this server saw the leader change (sampled every 50 ms).", d(m.leadership_changes)},
+      {"kvatlas_raft_snapshots_total", "counter",
+       "Raft snapshots taken since start (attempts: the failed ones too).", d(m.snapshots_taken)},
+      {"kvatlas_raft_snapshot_failures_total", "counter",
+       "Raft snapshots taken since start that did not become the log's snapshot (their write "
+       "or serialisation failed): the log was not compacted.",
+       d(m.snapshot_failures)},
+      {"kvatlas_raft_snapshot_failed", "gauge",
+       "1 while the last raft snapshot attempt failed (the log is not being compacted).",
+       m.failed_snapshot_index != 0 ? 1.0 : 0.0},
+      {"kvatlas_raft_log_memory_bytes", "gauge",
+       "What the raft library holds of its log in memory (entries since the last snapshot and "
+       "the trailing ones, with a per-entry overhead), as last measured; bounded by "
+       "raft_snapshot_log_bytes or 1/16 of the last snapshot. 0 when that budget is off.",
+       d(m.log_memory_bytes)},
+      {"kvatlas_raft_log_memory_entries", "gauge",
+       "Entries of the raft log held in memory, as last measured.", d(m.log_memory_entries)},
+      {"kvatlas_raft_snapshot_bytes", "gauge",
+       "Size of the last raft snapshot taken here (0 before the first): the raft log may hold "
+       "1/16 of it in memory before the next.",
+       d(m.last_snapshot_bytes)},
+      {"kvatlas_raft_snapshot_restores_total", "counter",
+       "Raft snapshots restored (at start, or sent by the leader) since start.",
+       d(m.snapshots_restored)},
+  };
+  for (const auto& single : singles) Single(out, single);
   SingleHistogram(out, "kvatlas_raft_commit_duration_seconds",
                   "Proposals made on this server (the leader), from proposal to applied here.",
                   m.commit_latency);
-  Single(out, "kvatlas_raft_snapshots_total", "counter", "Raft snapshots taken since start.",
-         static_cast<double>(m.snapshots_taken));
   SingleHistogram(out, "kvatlas_raft_snapshot_duration_seconds",
                   "Raft snapshots, from capturing the state to the snapshot written.",
                   m.snapshot_duration);
-  Single(out, "kvatlas_raft_log_memory_bytes", "gauge",
-         "What the raft library holds of its log in memory (entries since the last snapshot "
-         "and the trailing ones, with a per-entry overhead), as last measured; bounded by "
-         "raft_snapshot_log_bytes or 1/16 of the last snapshot. 0 when that budget is off.",
-         static_cast<double>(m.log_memory_bytes));
-  Single(out, "kvatlas_raft_log_memory_entries", "gauge",
-         "Entries of the raft log held in memory, as last measured.",
-         static_cast<double>(m.log_memory_entries));
-  Single(out, "kvatlas_raft_snapshot_bytes", "gauge",
-         "Size of the last raft snapshot taken here (0 before the first): the raft log may "
-         "hold 1/16 of it in memory before the next.",
-         static_cast<double>(m.last_snapshot_bytes));
-  Single(out, "kvatlas_raft_snapshot_restores_total", "counter",
-         "Raft snapshots restored (at start, or sent by the leader) since start.",
-         static_cast<double>(m.snapshots_restored));
   SingleHistogram(out, "kvatlas_raft_snapshot_restore_duration_seconds",
                   "Time to restore the state from a raft snapshot.", m.restore_duration);
 }
@@ -430,12 +451,7 @@ std::string Metrics::Render(const StateGauges& gauges) const {
                                                       {"free", gauges.heap.free_bytes}});
   const IndexStats& s = gauges.index;
   const auto d = [](uint64_t v) { return static_cast<double>(v); };
-  const struct {
-    std::string_view name;
-    std::string_view type;
-    std::string_view help;
-    double value;
-  } singles[] = {
+  const SingleMetric singles[] = {
       {"kvatlas_index_entries", "gauge", "Entries (block x holder x tier) in the index.",
        d(s.entries)},
       {"kvatlas_index_blocks", "gauge", "Distinct blocks in the index.", d(s.blocks)},
@@ -490,7 +506,7 @@ std::string Metrics::Render(const StateGauges& gauges) const {
        "kvatlas_lookup_blocks_queried_total, the prefix-hit rate.",
        d(lookup_blocks_matched_.load(std::memory_order_relaxed))},
   };
-  for (const auto& m : singles) Single(&out, m.name, m.type, m.help, m.value);
+  for (const auto& m : singles) Single(&out, m);
   RenderDisk(&out, gauges);
   if (gauges.cluster) RenderCluster(&out, *gauges.cluster);
   if (gauges.log) RenderLog(&out, *gauges.log);

@@ -22,7 +22,18 @@ Status Readiness(const Services& services) {
 }
 
 std::vector<std::string> ReadinessWarnings(const Services& services) {
-  return StreamsStuckConnecting(services);
+  std::vector<std::string> warnings = StreamsStuckConnecting(services);
+  if (services.log != nullptr) {
+    const LogMetrics log = services.log->GetMetrics();
+    if (log.failed_snapshot_index != 0) {
+      warnings.push_back(
+          "the last raft snapshot (at log index " + std::to_string(log.failed_snapshot_index) +
+          ") was not written, " + std::to_string(log.snapshot_failures) +
+          " failed since start: the raft log is not compacted and grows until one succeeds "
+          "(see the server log; kvatlas_raft_snapshot_failures_total)");
+    }
+  }
+  return warnings;
 }
 
 Status LeaderReachable(const Services& services) {

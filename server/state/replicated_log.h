@@ -99,6 +99,11 @@ struct LogMetrics {
   uint64_t last_snapshot_bytes = 0;  // the last snapshot taken here, serialised
   uint64_t snapshots_restored = 0;
   HistogramData restore_duration;
+  // Snapshots taken here that did not become the log's snapshot (their write or
+  // serialisation failed, whatever the cause: the log was not compacted), and the index of
+  // the last attempt when it failed (0 once a later one was written).
+  uint64_t snapshot_failures = 0;
+  uint64_t failed_snapshot_index = 0;
   // What the raft library holds of its log in memory (entries since the last snapshot, and
   // the trailing ones kept after it), as last measured: their data plus a per-entry
   // overhead. Bounded by raft_snapshot_log_bytes (or 1/16 of the last snapshot); 0 when that

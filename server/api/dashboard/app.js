@@ -335,6 +335,15 @@
     charts.memory.push(stats.index.memory_bytes);
     charts.entries.push(stats.index.entries);
     charts.applyLag.push(metricSum(metrics, 'kvatlas_raft_apply_lag_entries'));
+    // A snapshot libraft did not write leaves the log uncompacted: say so until one is.
+    const snapshotNote = $('snapshot-note');
+    snapshotNote.hidden = !(metricSum(metrics, 'kvatlas_raft_snapshot_failed') > 0);
+    if (!snapshotNote.hidden) {
+      const failures = metricSum(metrics, 'kvatlas_raft_snapshot_failures_total');
+      snapshotNote.textContent = `The last raft snapshot was not written (${fmtInt(failures)} ` +
+          'failed since start): the raft log is not compacted and grows until one succeeds. ' +
+          'See the server log.';
+    }
     previous = now;
   };
 

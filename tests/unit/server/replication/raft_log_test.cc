@@ -43,6 +43,7 @@ class RecordingMachine final : public LogStateMachine {
  public:
   std::chrono::milliseconds apply_delay{0};
   size_t snapshot_bytes = 0;
+  std::atomic<bool> fail_serialize{false};  // snapshots cannot be serialised while set
   std::atomic<uint64_t> last_applied{0};
   std::mutex mu;
   std::vector<uint64_t> captured_at;  // guarded by mu
@@ -57,18 +58,21 @@ class RecordingMachine final : public LogStateMachine {
     captured_at.push_back(last_applied);
     std::string bytes = std::to_string(last_applied);
     bytes.resize(std::max(bytes.size(), snapshot_bytes), ' ');
-    return std::unique_ptr<Capture>(new FixedCapture(std::move(bytes)));
+    return std::unique_ptr<Capture>(new FixedCapture(std::move(bytes), &fail_serialize));
   }
   Status Restore(std::string_view /*snapshot*/) override { return Status::Ok(); }
 
  private:
   struct FixedCapture final : Capture {
-    explicit FixedCapture(std::string text) : bytes(std::move(text)) {}
+    FixedCapture(std::string text, const std::atomic<bool>* fail)
+        : bytes(std::move(text)), fail_serialize(fail) {}
     Status SerializeInto(ChunkedBytes* out) override {
+      if (fail_serialize->load()) return Status::IOError("serialisation failed (test)");
       out->Append(bytes);
       return Status::Ok();
     }
     std::string bytes;
+    const std::atomic<bool>* fail_serialize;
   };
 };
 
@@ -263,6 +267,39 @@ TEST_CASE("RaftLog with an apply thread: a snapshot holds the state at its index
   for (uint64_t index : snapshot_indexes) {
     CHECK_MESSAGE(captured.contains(index), "snapshot at index " << index);
   }
+}
+
+// libraft 0.15 only traces a snapshot it could not write; RaftLog counts it, names its index
+// until a later snapshot is written, and logs it.
+TEST_CASE("RaftLog counts a snapshot that was not written, until one is") {
+  TempDir dir;
+  RecordingMachine machine;
+  machine.fail_serialize = true;
+  RaftOptions options = OneVoter(dir);
+  options.snapshot_threshold = 4;
+  options.snapshot_trailing = 2;
+  LogMetrics failed;
+  LogMetrics recovered;
+  const std::string text = CaptureStderr(dir.str() + "/stderr", [&] {
+    auto log = RaftLog::Start(options, &machine);
+    REQUIRE_MESSAGE(log.has_value(), log.status().ToString());
+    for (int i = 0; i < 200 && (*log)->GetMetrics().snapshot_failures == 0; ++i) {
+      ProposeAndWait(log->get(), "fast");
+    }
+    failed = (*log)->GetMetrics();
+    machine.fail_serialize = false;
+    for (int i = 0; i < 200 && (*log)->GetMetrics().failed_snapshot_index != 0; ++i) {
+      ProposeAndWait(log->get(), "fast");
+    }
+    recovered = (*log)->GetMetrics();
+    (*log)->Stop();
+  });
+  CHECK(failed.snapshot_failures >= 1);
+  CHECK(failed.failed_snapshot_index >= 4);
+  CHECK(recovered.failed_snapshot_index == 0);
+  CHECK(recovered.snapshot_failures >= failed.snapshot_failures);
+  CHECK(recovered.snapshots_taken > recovered.snapshot_failures);
+  CHECK_MESSAGE(text.find("was not written") != std::string::npos, text);
 }
 
 // A bulk ingest applies few, large entries: far fewer than snapshot_threshold, so only the

@@ -125,6 +125,8 @@ TEST_SUITE("Metrics") {
     commit.Observe(0.003);
     log.commit_latency = commit.Read();
     log.snapshots_taken = 1;
+    log.snapshot_failures = 1;
+    log.failed_snapshot_index = 64;
     log.last_snapshot_bytes = 4096;
     log.log_memory_bytes = 2048;
     log.log_memory_entries = 16;
@@ -155,6 +157,8 @@ TEST_SUITE("Metrics") {
     CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_bucket{le=\"0.005\"} 1\n"));
     CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_count 1\n"));
     CHECK(Contains(text, "kvatlas_raft_snapshots_total 1\n"));
+    CHECK(Contains(text, "kvatlas_raft_snapshot_failures_total 1\n"));
+    CHECK(Contains(text, "kvatlas_raft_snapshot_failed 1\n"));
     CHECK(Contains(text, "kvatlas_raft_snapshot_bytes 4096\n"));
     CHECK(Contains(text, "kvatlas_raft_log_memory_bytes 2048\n"));
     CHECK(Contains(text, "kvatlas_raft_log_memory_entries 16\n"));

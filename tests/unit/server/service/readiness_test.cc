@@ -21,11 +21,13 @@ class StatusOnlyLog : public ReplicatedLog {
     return Status::Unavailable("not used");
   }
   ClusterStatus GetStatus() const override { return status; }
+  LogMetrics GetMetrics() const override { return metrics; }
   void AddServer(uint64_t, std::string, Done done) override { done(Status::Unavailable("")); }
   void RemoveServer(uint64_t, Done done) override { done(Status::Unavailable("")); }
   void TransferLeadership(uint64_t, Done done) override { done(Status::Unavailable("")); }
 
   ClusterStatus status;
+  LogMetrics metrics;
 };
 
 bool Mentions(const Status& status, const std::string& text) {
@@ -44,6 +46,21 @@ TEST_SUITE("Services.Readiness") {
     s.applier.SetWritesRefused("");
     CHECK(s.applier.writes_refused().empty());
     CHECK(Readiness(s.services).ok());
+  }
+
+  TEST_CASE("a failed raft snapshot is a readiness warning until one is written") {
+    InMemoryServices s;
+    StatusOnlyLog log;
+    s.services.log = &log;
+    CHECK(ReadinessWarnings(s.services).empty());
+    log.metrics.snapshot_failures = 2;
+    log.metrics.failed_snapshot_index = 8192;
+    const std::vector<std::string> warnings = ReadinessWarnings(s.services);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("log index 8192") != std::string::npos);
+    CHECK(warnings[0].find("2 failed since start") != std::string::npos);
+    log.metrics.failed_snapshot_index = 0;
+    CHECK(ReadinessWarnings(s.services).empty());
   }
 
   TEST_CASE("with replication: ready once a leader is known and a follower knows its address") {
