@@ -81,6 +81,7 @@ type LocalContextStatus struct {
 	LastApplied time.Time
 	Blocks      uint64
 	Copies      uint64
+	MemoryBytes uint64 // the table's own accounting of its memory
 	Snapshots   uint64 // snapshots loaded (the first and reloads after a compacted feed)
 	Resumes     uint64 // watches started again from Revision (cut, lost connection)
 	LastError   error  // the last failed attempt, nil once synced again
@@ -258,7 +259,7 @@ func (li *LocalIndex) Status() []LocalContextStatus {
 		r.mu.RLock()
 		out[i].Revision = r.revision
 		if r.table != nil {
-			out[i].Blocks, out[i].Copies = uint64(len(r.table.first)), r.table.copies
+			out[i].Blocks, out[i].Copies, out[i].MemoryBytes = r.table.blockCount(), r.table.copies, r.table.memoryBytes()
 		}
 		r.mu.RUnlock()
 	}

@@ -1,20 +1,36 @@
 package kvatlas
 
-import "sort"
-
 // localTable holds the copies of one replicated context as the change feed describes them,
 // and answers the server's prefix lookup over them (the server's Index::Lookup and the C++
 // LocalTable, common/internal/prefix_match.h).
 //
-// Layout: a copy is (holder, tier) packed into 32 bits (tier in the top 2 bits, the
-// holder's interned id below); most blocks have one copy, kept in `first` (12 bytes an
-// entry in the map); the further copies of the few blocks that have several are in `more`.
-// Not safe for concurrent use: LocalIndex guards it.
+// Layout (the C++ LocalTable's): one 16-byte record per block (key, first copy, head of a
+// chain of further copies in a pool of 8-byte copies), numbered in the order blocks were
+// created, and a map from key to record. A copy is (holder, tier) packed into 32 bits
+// (tier in the top 2 bits, the holder's interned id below 2^29). A lookup looks for each
+// block first in the record after its parent's, so a chain stored by one feed record is
+// read as consecutive records rather than a random map probe per block. Records of
+// removed blocks are holes until holes outnumber half the live blocks, then the records
+// are compacted (renumbered in order). Not safe for concurrent use: LocalIndex guards it.
 type localTable struct {
-	first     map[uint64]uint32
-	more      map[uint64][]uint32
-	locations map[uint64][]localLocation // SHARED-tier descriptors of the few that have one
+	blocks    []localBlock
+	index     map[uint64]uint32 // key -> record
+	pool      []localCopy
+	freeCopy  uint32 // head of the pool's free list
+	holes     int
 	copies    uint64
+	locations map[uint64][]localLocation // SHARED-tier descriptors of the few that have one
+}
+
+type localBlock struct {
+	key   uint64
+	first uint32 // packed copy; noCopy marks a hole
+	more  uint32 // first further copy in the pool, or noCopy
+}
+
+type localCopy struct {
+	packed uint32
+	next   uint32 // next further copy of the same block; also the free list's link
 }
 
 type localLocation struct {
@@ -22,8 +38,14 @@ type localLocation struct {
 	location string
 }
 
+const (
+	noCopy = ^uint32(0)
+	// Holes below which the records are never compacted.
+	minHolesToCompact = 1024
+)
+
 func newLocalTable(sizeHint int) *localTable {
-	return &localTable{first: make(map[uint64]uint32, sizeHint), more: map[uint64][]uint32{},
+	return &localTable{index: make(map[uint64]uint32, sizeHint), freeCopy: noCopy,
 		locations: map[uint64][]localLocation{}}
 }
 
@@ -31,18 +53,51 @@ func packCopy(holder uint32, tier Tier) uint32 { return uint32(tier)<<30 | holde
 func holderOf(packed uint32) uint32            { return packed & (1<<30 - 1) }
 func tierOf(packed uint32) Tier                { return Tier(packed >> 30) }
 
+func (t *localTable) blockCount() uint64 { return uint64(len(t.index)) }
+
+// memoryBytes is what the records, the pool and the map hold (a map entry as 20 bytes:
+// its key, value and share of Go's buckets), and the locations.
+func (t *localTable) memoryBytes() uint64 {
+	n := uint64(cap(t.blocks))*16 + uint64(cap(t.pool))*8 + uint64(len(t.index))*20
+	for _, list := range t.locations {
+		n += 48
+		for _, l := range list {
+			n += 24 + uint64(len(l.location))
+		}
+	}
+	return n
+}
+
+func (t *localTable) newCopy(packed, next uint32) uint32 {
+	c := t.freeCopy
+	if c != noCopy {
+		t.freeCopy = t.pool[c].next
+		t.pool[c] = localCopy{packed, next}
+		return c
+	}
+	t.pool = append(t.pool, localCopy{packed, next})
+	return uint32(len(t.pool) - 1)
+}
+
+func (t *localTable) freeCopyAt(c uint32) {
+	t.pool[c] = localCopy{noCopy, t.freeCopy}
+	t.freeCopy = c
+}
+
 // add records the copy; a copy already present keeps its location unless one is given.
 func (t *localTable) add(key uint64, packed uint32, location string) {
-	if f, ok := t.first[key]; !ok {
-		t.first[key] = packed
+	if id, ok := t.index[key]; !ok {
+		t.index[key] = uint32(len(t.blocks))
+		t.blocks = append(t.blocks, localBlock{key: key, first: packed, more: noCopy})
 		t.copies++
-	} else if f != packed {
-		present := false
-		for _, c := range t.more[key] {
-			present = present || c == packed
+	} else {
+		b := &t.blocks[id]
+		present := b.first == packed
+		for c := b.more; c != noCopy && !present; c = t.pool[c].next {
+			present = t.pool[c].packed == packed
 		}
 		if !present {
-			t.more[key] = append(t.more[key], packed)
+			b.more = t.newCopy(packed, b.more)
 			t.copies++
 		}
 	}
@@ -61,27 +116,32 @@ func (t *localTable) add(key uint64, packed uint32, location string) {
 
 // remove drops the copy if present.
 func (t *localTable) remove(key uint64, packed uint32) {
-	f, ok := t.first[key]
+	id, ok := t.index[key]
 	if !ok {
 		return
 	}
-	more := t.more[key]
-	if f == packed {
-		if len(more) == 0 {
-			delete(t.first, key)
+	b := &t.blocks[id]
+	if b.first == packed {
+		if b.more == noCopy {
+			delete(t.index, key)
+			b.first = noCopy // a hole until the next compaction
+			t.holes++
 		} else { // the first further copy moves inline
-			t.first[key] = more[0]
-			t.setMore(key, more[1:])
+			c := b.more
+			b.first, b.more = t.pool[c].packed, t.pool[c].next
+			t.freeCopyAt(c)
 		}
 	} else {
-		i := 0
-		for i < len(more) && more[i] != packed {
-			i++
+		link := &b.more
+		for *link != noCopy && t.pool[*link].packed != packed {
+			link = &t.pool[*link].next
 		}
-		if i == len(more) {
+		if *link == noCopy {
 			return
 		}
-		t.setMore(key, append(more[:i:i], more[i+1:]...))
+		c := *link
+		*link = t.pool[c].next
+		t.freeCopyAt(c)
 	}
 	t.copies--
 	if list, ok := t.locations[key]; ok {
@@ -97,14 +157,21 @@ func (t *localTable) remove(key uint64, packed uint32) {
 			t.locations[key] = kept
 		}
 	}
+	if t.holes >= minHolesToCompact && t.holes*2 > len(t.index) {
+		t.compact()
+	}
 }
 
-func (t *localTable) setMore(key uint64, more []uint32) {
-	if len(more) == 0 {
-		delete(t.more, key)
-	} else {
-		t.more[key] = more
+// compact renumbers the live records in order, dropping the holes.
+func (t *localTable) compact() {
+	live := make([]localBlock, 0, len(t.index))
+	for _, b := range t.blocks {
+		if b.first != noCopy {
+			t.index[b.key] = uint32(len(live))
+			live = append(live, b)
+		}
 	}
+	t.blocks, t.holes = live, 0
 }
 
 func (t *localTable) locationOf(key uint64, packed uint32) string {
@@ -145,15 +212,21 @@ func (t *localTable) lookup(keys []uint64, instance string, includeLocations boo
 	runs := runsBuf[:0]
 	var copiesBuf [8]uint32
 	found := 0
+	next := noCopy // the record after the previous depth's
 	for depth := 0; depth < n; depth++ {
 		key := keys[depth]
-		f, ok := t.first[key]
-		if !ok {
-			break
+		id := next
+		if id >= uint32(len(t.blocks)) || t.blocks[id].key != key || t.blocks[id].first == noCopy {
+			var ok bool
+			if id, ok = t.index[key]; !ok {
+				break
+			}
 		}
-		copies := append(copiesBuf[:0], f)
-		if more, ok := t.more[key]; ok {
-			copies = append(copies, more...)
+		next = id + 1
+		b := &t.blocks[id]
+		copies := append(copiesBuf[:0], b.first)
+		for c := b.more; c != noCopy; c = t.pool[c].next {
+			copies = append(copies, t.pool[c].packed)
 		}
 		for _, packed := range copies {
 			h := holderOf(packed)
@@ -227,13 +300,13 @@ func (t *localTable) answer(chain []uint64, runs []walkRun, instance string, inc
 		}
 		local = append(local, r)
 	}
-	sort.Slice(local, func(i, j int) bool {
+	insertionSort(len(local), func(i, j int) bool {
 		hi, hj := holders[local[i].holder], holders[local[j].holder]
 		if hi.BackendID != hj.BackendID {
 			return hi.BackendID < hj.BackendID
 		}
 		return hi.DPRank < hj.DPRank
-	})
+	}, func(i, j int) { local[i], local[j] = local[j], local[i] })
 	for i := 0; i < len(local); {
 		id := holders[local[i].holder].BackendID
 		m := InstanceMatch{InstanceID: id}
@@ -252,8 +325,9 @@ func (t *localTable) answer(chain []uint64, runs []walkRun, instance string, inc
 	if instance != "" && len(a.Instances) == 0 {
 		a.Instances = []InstanceMatch{{InstanceID: instance}}
 	}
-	sort.SliceStable(a.Instances, func(i, j int) bool { return a.Instances[i].Blocks.Disk > a.Instances[j].Blocks.Disk })
-	sort.Slice(a.Shared, func(i, j int) bool {
+	insertionSort(len(a.Instances), func(i, j int) bool { return a.Instances[i].Blocks.Disk > a.Instances[j].Blocks.Disk },
+		func(i, j int) { a.Instances[i], a.Instances[j] = a.Instances[j], a.Instances[i] })
+	insertionSort(len(a.Shared), func(i, j int) bool {
 		x, y := a.Shared[i], a.Shared[j]
 		if x.Blocks != y.Blocks {
 			return x.Blocks > y.Blocks
@@ -262,8 +336,18 @@ func (t *localTable) answer(chain []uint64, runs []walkRun, instance string, inc
 			return x.BackendID < y.BackendID
 		}
 		return x.DPRank < y.DPRank
-	})
+	}, func(i, j int) { a.Shared[i], a.Shared[j] = a.Shared[j], a.Shared[i] })
 	return a
+}
+
+// insertionSort sorts n elements stably: a lookup's few holders, without sort.Slice's
+// reflection and allocation on the lookup's path.
+func insertionSort(n int, less func(i, j int) bool, swap func(i, j int)) {
+	for i := 1; i < n; i++ {
+		for j := i; j > 0 && less(j, j-1); j-- {
+			swap(j, j-1)
+		}
+	}
 }
 
 func maxU32(a, b uint32) uint32 {
