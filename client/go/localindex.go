@@ -224,9 +224,11 @@ func (li *LocalIndex) LookupHashes(c Context, keys []uint64) (*LookupAnswer, err
 }
 
 func (li *LocalIndex) lookupKeys(rep *localReplica, keys []uint64, instance string, locations bool, minRevision uint64) (*LookupAnswer, error) {
-	holders := li.holderList()
 	rep.mu.RLock()
 	defer rep.mu.RUnlock()
+	// After the table's lock: every holder the table names was interned before it was
+	// added (under the write lock), so this list has it.
+	holders := li.holderList()
 	if rep.table == nil {
 		return nil, newError(CodeUnavailable, "context: its snapshot is not loaded yet")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 )
@@ -218,5 +219,60 @@ func TestMT19937_64MatchesTheStandard(t *testing.T) {
 	}
 	if x != 9981545732273789042 {
 		t.Errorf("10000th output: %d", x)
+	}
+}
+
+// Lookups while the feed brings copies of new holders: every holder a lookup meets in the
+// table must be in the holder list it reads (interned before its copies were added, and
+// the list read after the table's lock is taken).
+func TestLocalIndexLookupsDuringIngest(t *testing.T) {
+	s := startServer(t)
+	c := dialT(t, Options{Endpoints: []string{s.rpc}})
+	ctx := testCtx(t)
+	li, err := NewLocalIndex(ctx, c, LocalIndexOptions{Contexts: []Context{testContext}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer li.Close()
+	if err := li.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysOf(seqTokens(4*8, 1))
+	stop := make(chan struct{})
+	done := make(chan error, 2)
+	for g := 0; g < 2; g++ {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					done <- nil
+					return
+				default:
+				}
+				if _, err := li.LookupHashes(testContext, keys); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+	}
+	var last uint64
+	for i := 0; i < 100; i++ {
+		a, err := c.Ingest(ctx, []Event{event(EventStored, fmt.Sprintf("engine-%d", i), 0, TierGPU, keys)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = a.Revision
+	}
+	waitLocal(t, li, last)
+	close(stop)
+	for g := 0; g < 2; g++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := li.LookupHashes(testContext, keys)
+	if err != nil || len(a.Instances) != 100 {
+		t.Fatalf("after 100 holders: %d instances, %v", len(a.Instances), err)
 	}
 }
