@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -26,6 +27,30 @@ inline uint64_t Mix(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
+}
+
+// The value after `name` on the command line as a number, or `fallback`.
+inline uint64_t Arg(int argc, char** argv, const char* name, uint64_t fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return std::strtoull(argv[i + 1], nullptr, 10);
+  }
+  return fallback;
+}
+
+// The value after `name` on the command line, or "".
+inline std::string StrArg(int argc, char** argv, const char* name) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  }
+  return {};
+}
+
+// Chain c's tokens: c * 1'000'000 + i, as the binding benchmarks' other halves
+// (scripts/bench/python_compare.py, client/go/bench/gocompare) build them.
+inline std::vector<uint32_t> ChainTokens(uint64_t chain, uint32_t blocks, uint32_t block_size) {
+  std::vector<uint32_t> tokens(size_t(blocks) * block_size);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint32_t(chain * 1'000'000 + i);
+  return tokens;
 }
 
 // The p-quantile (0..1; 1 = max) of `values` by nearest rank; 0 when empty.

@@ -5,7 +5,8 @@
 // and the block hashes of kvatlas (BlockHasher) and of vLLM (VllmBlockHasher).
 //
 // A Client is safe for concurrent use by any number of goroutines; their calls share the
-// connection, each under its own request id, at most Options.MaxInFlight unanswered.
+// connection (or Options.Connections, in turn), each under its own request id, at most
+// Options.MaxInFlight unanswered per connection.
 package kvatlas
 
 import (
@@ -38,6 +39,10 @@ type Options struct {
 	// Requests sent and not yet answered per connection; further calls wait (under their
 	// context) for a slot. Default 1024, the server's default rpc_max_in_flight.
 	MaxInFlight int
+	// Connections per member (at most 64); calls take them in turn. Default 1. More than
+	// one spreads a busy client's calls over as many of the server's I/O threads and
+	// socket buffers (and MaxInFlight applies to each).
+	Connections int
 	// Largest request payload sent (at most 256 MiB, the protocol's limit); a larger request
 	// fails with ErrPayloadTooLarge without being sent, since the server would close the
 	// connection (failing the other calls on it). Match the server's rpc_max_frame_bytes.
@@ -56,9 +61,9 @@ type Client struct {
 
 	dialMu sync.Mutex // one dial at a time, so that concurrent calls share it
 	mu     sync.Mutex
-	conns  map[string]*conn // open connections by address (endpoints and leaders)
-	active string           // the endpoint reads use
-	leader string           // the leader writes go to, once one acknowledged a write
+	conns  map[string]*memberConns // connections by address (endpoints and leaders)
+	active string                  // the endpoint reads use
+	leader string                  // the leader writes go to, once one acknowledged a write
 	closed bool
 	// After a round in which no endpoint accepted: no new round before backoffUntil.
 	backoff      time.Duration
@@ -66,7 +71,24 @@ type Client struct {
 	backoffErr   *Error
 }
 
+// memberConns are the connections to one member, taken in turn.
+type memberConns struct {
+	conns []*conn // Options.Connections slots; nil = not dialled yet
+	next  int     // the slot the next call takes
+}
+
+// alive is an open connection of m other than slot skip (-1: any), or nil.
+func (m *memberConns) alive(skip int) *conn {
+	for i, cn := range m.conns {
+		if i != skip && cn != nil && cn.alive() {
+			return cn
+		}
+	}
+	return nil
+}
+
 const (
+	maxConnections    = 64
 	maxLeaderHops     = 3
 	noLeaderRetryWait = 25 * time.Millisecond
 )
@@ -87,6 +109,12 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	}
 	if len(opts.Token) > maxTokenBytes {
 		return nil, newError(CodeInvalidArgument, fmt.Sprintf("Options.Token: %d bytes (at most %d)", len(opts.Token), maxTokenBytes))
+	}
+	if opts.Connections < 0 || opts.Connections > maxConnections {
+		return nil, newError(CodeInvalidArgument, fmt.Sprintf("Options.Connections: %d is not in 0..%d", opts.Connections, maxConnections))
+	}
+	if opts.Connections == 0 {
+		opts.Connections = 1
 	}
 	if opts.ConnectTimeout < 0 || opts.DefaultTimeout < 0 || opts.MaxInFlight < 0 ||
 		opts.ReconnectBackoffMin < 0 || opts.ReconnectBackoffMax < 0 {
@@ -117,7 +145,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		opts.MaxInFlight = 1024
 	}
 	opts.Endpoints = append([]string(nil), opts.Endpoints...)
-	c := &Client{opts: opts, conns: map[string]*conn{}}
+	c := &Client{opts: opts, conns: map[string]*memberConns{}}
 	// A round trip, so that a server that needs a token (and got none), or that does not
 	// speak the protocol (a TLS server reached in plaintext), fails Dial, not the first call.
 	if err := c.Ping(ctx); err != nil {
@@ -132,10 +160,14 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	conns := c.conns
-	c.conns = map[string]*conn{}
+	c.conns = map[string]*memberConns{}
 	c.mu.Unlock()
-	for _, cn := range conns {
-		cn.fail(newError(CodeUnavailable, "the client was closed"))
+	for _, m := range conns {
+		for _, cn := range m.conns {
+			if cn != nil {
+				cn.fail(newError(CodeUnavailable, "the client was closed"))
+			}
+		}
 	}
 	return nil
 }
@@ -145,8 +177,12 @@ func (c *Client) Close() error {
 func (c *Client) Auth() AuthInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cn := c.conns[c.active]; cn != nil {
-		return cn.auth
+	if m := c.conns[c.active]; m != nil {
+		for _, cn := range m.conns {
+			if cn != nil {
+				return cn.auth
+			}
+		}
 	}
 	return AuthInfo{}
 }
@@ -159,14 +195,22 @@ func (c *Client) withDeadline(ctx context.Context) (context.Context, context.Can
 	return context.WithTimeout(ctx, c.opts.DefaultTimeout)
 }
 
-// connTo returns the open connection to addr, or dials one.
+// connTo returns the next of addr's connections in turn (Options.Connections), dialling
+// it if it is not open. When that dial fails, another open connection to addr serves.
 func (c *Client) connTo(ctx context.Context, addr string) (*conn, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, newError(CodeUnavailable, "the client was closed")
 	}
-	if cn := c.conns[addr]; cn != nil && cn.alive() {
+	m := c.conns[addr]
+	if m == nil {
+		m = &memberConns{conns: make([]*conn, c.opts.Connections)}
+		c.conns[addr] = m
+	}
+	slot := m.next
+	m.next = (m.next + 1) % len(m.conns)
+	if cn := m.conns[slot]; cn != nil && cn.alive() {
 		c.mu.Unlock()
 		return cn, nil
 	}
@@ -175,22 +219,25 @@ func (c *Client) connTo(ctx context.Context, addr string) (*conn, error) {
 	c.dialMu.Lock()
 	defer c.dialMu.Unlock()
 	c.mu.Lock()
-	if cn := c.conns[addr]; cn != nil && cn.alive() { // dialled while this call waited
+	if cn := m.conns[slot]; cn != nil && cn.alive() { // dialled while this call waited
 		c.mu.Unlock()
 		return cn, nil
 	}
 	c.mu.Unlock()
 	cn, err := dialConn(ctx, addr, &c.opts)
-	if err != nil {
-		return nil, err
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err != nil {
+		if other := m.alive(slot); other != nil && !c.closed {
+			return other, nil
+		}
+		return nil, err
+	}
 	if c.closed {
 		cn.fail(newError(CodeUnavailable, "the client was closed"))
 		return nil, cn.err
 	}
-	c.conns[addr] = cn
+	m.conns[slot] = cn
 	return cn, nil
 }
 
@@ -199,9 +246,9 @@ func (c *Client) connTo(ctx context.Context, addr string) (*conn, error) {
 func (c *Client) endpointConn(ctx context.Context) (*conn, error) {
 	c.mu.Lock()
 	active := c.active
-	if cn := c.conns[active]; cn != nil && cn.alive() {
+	if m := c.conns[active]; m != nil && m.alive(-1) != nil {
 		c.mu.Unlock()
-		return cn, nil
+		return c.connTo(ctx, active)
 	}
 	if wait := time.Until(c.backoffUntil); wait > 0 {
 		e := c.backoffErr

@@ -136,7 +136,19 @@ func eventFlags(ev *Event) uint8 {
 }
 
 func encodeIngest(events []Event, writer *WriterPosition) []byte {
-	e := &encoder{}
+	// Sized once (an estimate from above for most batches): growing by appends copies the
+	// batch several times.
+	size := 160
+	for i := range events {
+		ev := &events[i]
+		c := &ev.Context
+		size += 96 + len(c.Tenant) + len(c.Model) + len(c.LoRA) + len(c.Salt) + len(ev.Holder.BackendID) +
+			8*len(ev.SeqHashes) + 5*len(ev.TokenIDs) + 5*len(ev.Locations)
+		for _, l := range ev.Locations {
+			size += len(l)
+		}
+	}
+	e := &encoder{b: make([]byte, 0, size)}
 	e.varint(uint64(len(events)))
 	flagged := false
 	for i := range events {
@@ -202,7 +214,10 @@ func decodeIngestAnswer(p []byte) (IngestAnswer, error) {
 }
 
 func encodeLookup(r *LookupRequest) []byte {
-	e := &encoder{}
+	// Sized once: a lookup is on a router's hot path, and growing by appends copies.
+	c := &r.Context
+	e := &encoder{b: make([]byte, 0, 64+len(c.Tenant)+len(c.Model)+len(c.LoRA)+len(c.Salt)+
+		8*len(r.Hashes)+5*len(r.Tokens)+len(r.Instance))}
 	putContext(e, r.Context)
 	byHash := r.Tokens == nil
 	e.flag(byHash)

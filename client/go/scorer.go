@@ -1,0 +1,255 @@
+package kvatlas
+
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+)
+
+// The route cost of the server's kRoute and POST /v1/route (common/src/routing.cc,
+// docs/routing.md), for routing decisions in the caller's process (the C++
+// kvatlas::Scorer): over a LocalIndex's lookups, or a Client.Lookup answer.
+
+// maxRoutingScale bounds the scales so that no cost overflows (the server's
+// kMaxRoutingScale).
+const maxRoutingScale = 1e6
+
+// ValidateRouteOptions fails with ErrInvalidArgument naming the first option out of
+// range, as the server does.
+func ValidateRouteOptions(o RouteOptions) error {
+	check := func(v, max float64, field, what string) error {
+		if !math.IsInf(v, 0) && !math.IsNaN(v) && v >= 0 && v <= max {
+			return nil
+		}
+		return newError(CodeInvalidArgument, fmt.Sprintf("%s: must be %s, got %s", field, what,
+			strconv.FormatFloat(v, 'g', 6, 64)))
+	}
+	for _, c := range []struct {
+		v, max      float64
+		field, what string
+	}{
+		{o.Weights.GPU, 1, "weights.GPU", "a number from 0 to 1"},
+		{o.Weights.CPU, 1, "weights.CPU", "a number from 0 to 1"},
+		{o.Weights.Disk, 1, "weights.DISK", "a number from 0 to 1"},
+		{o.Weights.Shared, 1, "weights.SHARED", "a number from 0 to 1"},
+		{o.PrefillScale, maxRoutingScale, "prefill_scale", "a finite number from 0 to 1000000"},
+		{o.QueueScale, maxRoutingScale, "queue_scale", "a finite number from 0 to 1000000"},
+		{o.DecodeScale, maxRoutingScale, "decode_scale", "a finite number from 0 to 1000000"},
+		{o.Temperature, math.MaxFloat64, "temperature", "a finite number >= 0"},
+	} {
+		if err := check(c.v, c.max, c.field, c.what); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MatchesFromLookup is each candidate's prefix in a lookup answer over every instance:
+// its instance's (or, with DPRank, that rank's) GPU/CPU/DISK prefixes, and the longest
+// shared-backend prefix.
+func MatchesFromLookup(a *LookupAnswer, candidates []Candidate) []PrefixMatch {
+	var shared uint32
+	for _, m := range a.Shared {
+		if m.Blocks > shared {
+			shared = m.Blocks
+		}
+	}
+	byID := make(map[string]*InstanceMatch, len(a.Instances))
+	for i := range a.Instances {
+		if _, dup := byID[a.Instances[i].InstanceID]; !dup {
+			byID[a.Instances[i].InstanceID] = &a.Instances[i]
+		}
+	}
+	out := make([]PrefixMatch, len(candidates))
+	for i, c := range candidates {
+		out[i].Shared = shared
+		inst := byID[c.InstanceID]
+		if inst == nil {
+			continue
+		}
+		blocks := inst.Blocks
+		if c.DPRank != nil {
+			blocks = TierBlocks{}
+			for _, r := range inst.DPRanks {
+				if r.DPRank == *c.DPRank {
+					blocks = r.Blocks
+				}
+			}
+		}
+		out[i].GPU, out[i].CPU, out[i].Disk = blocks.GPU, blocks.CPU, blocks.Disk
+	}
+	return out
+}
+
+func clamp(v, lo, hi uint32) uint32 {
+	if v < lo {
+		return lo
+	}
+	if v > hi {
+		return hi
+	}
+	return v
+}
+
+// ScoreCandidates ranks candidates for a prompt of promptBlocks blocks from their matches
+// (parallel to candidates), lowest cost first; with a temperature, the sampled pick is
+// moved first (docs/routing.md). blockSize converts queued prefill tokens to blocks.
+func ScoreCandidates(o RouteOptions, promptBlocks, blockSize uint32, candidates []Candidate, matches []PrefixMatch) ([]ScoredCandidate, error) {
+	if err := ValidateRouteOptions(o); err != nil {
+		return nil, err
+	}
+	if len(candidates) == 0 {
+		return nil, newError(CodeInvalidArgument, "candidates: at least one is needed")
+	}
+	if len(matches) != len(candidates) {
+		return nil, newError(CodeInvalidArgument, fmt.Sprintf(
+			"matches: one per candidate is needed, got %d for %d candidates", len(matches), len(candidates)))
+	}
+	if blockSize == 0 {
+		return nil, newError(CodeInvalidArgument, "block_size: must be a positive integer")
+	}
+	scored := make([]ScoredCandidate, len(candidates))
+	w := o.Weights
+	for i := range candidates {
+		s := &scored[i]
+		s.Index, s.Candidate, s.Matched = uint64(i), candidates[i], matches[i]
+		// Each block counts once, in the first tier that covers it; nothing past the prompt.
+		gpu := matches[i].GPU
+		if gpu > promptBlocks {
+			gpu = promptBlocks
+		}
+		cpu := clamp(matches[i].CPU, gpu, promptBlocks)
+		disk := clamp(matches[i].Disk, cpu, promptBlocks)
+		shared := clamp(matches[i].Shared, disk, promptBlocks)
+		s.GPUBlocks, s.CPUBlocks, s.DiskBlocks, s.SharedBlocks = gpu, cpu-gpu, disk-cpu, shared-disk
+		s.Credit = w.GPU*float64(s.GPUBlocks) + w.CPU*float64(s.CPUBlocks) +
+			w.Disk*float64(s.DiskBlocks) + w.Shared*float64(s.SharedBlocks)
+		s.NewPrefillBlocks = math.Max(float64(promptBlocks)-s.Credit, 0)
+		s.QueuedPrefillBlocks = float64(candidates[i].QueuedPrefillTokens) / float64(blockSize)
+		s.PrefillCost = o.PrefillScale*s.NewPrefillBlocks + o.QueueScale*s.QueuedPrefillBlocks
+		s.DecodeCost = o.DecodeScale * float64(candidates[i].ActiveDecodeBlocks)
+		s.Cost = s.PrefillCost + s.DecodeCost
+	}
+	sort.SliceStable(scored, func(a, b int) bool { return scored[a].Cost < scored[b].Cost })
+	if o.Temperature <= 0 {
+		scored[0].Probability = 1
+		return scored, nil
+	}
+	// Softmax over costs normalised to [0, 1]: p ∝ exp(−normalised / temperature).
+	low := scored[0].Cost
+	span := scored[len(scored)-1].Cost - low
+	total := 0.0
+	for i := range scored {
+		normalised := 0.0
+		if span > 0 {
+			normalised = (scored[i].Cost - low) / span
+		}
+		scored[i].Probability = math.Exp(-normalised / o.Temperature)
+		total += scored[i].Probability
+	}
+	for i := range scored {
+		scored[i].Probability /= total
+	}
+	var seed uint64
+	if o.Seed != nil {
+		seed = *o.Seed
+	} else {
+		seed = randomSeed()
+	}
+	// The top 53 bits of mt19937_64's first output: the server's draw for the same seed.
+	u := float64(newMT19937_64(seed).next()>>11) * (1.0 / (1 << 53))
+	pick := len(scored) - 1
+	cumulative := 0.0
+	for i := range scored {
+		cumulative += scored[i].Probability
+		if u < cumulative {
+			pick = i
+			break
+		}
+	}
+	picked := scored[pick]
+	copy(scored[1:pick+1], scored[:pick])
+	scored[0] = picked
+	return scored, nil
+}
+
+// PromptBlocks is the request's prompt length in blocks: its hashes, or its tokens
+// rounded up (a partial last block is prefilled too).
+func PromptBlocks(r *LookupRequest) uint32 {
+	var n uint64
+	if r.Tokens == nil {
+		n = uint64(len(r.Hashes))
+	} else if r.Context.BlockSize > 0 {
+		n = (uint64(len(r.Tokens)) + uint64(r.Context.BlockSize) - 1) / uint64(r.Context.BlockSize)
+	}
+	if n > math.MaxUint32 {
+		n = math.MaxUint32
+	}
+	return uint32(n)
+}
+
+// RouteFromLookup ranks r's candidates from lookup, the answer to r.Lookup over every
+// instance: what the server's kRoute answers for r.
+func RouteFromLookup(r *RouteRequest, lookup *LookupAnswer) (*RouteAnswer, error) {
+	opts := DefaultRouteOptions()
+	if r.Options != nil {
+		opts = *r.Options
+	}
+	a := &RouteAnswer{Revision: lookup.Revision, PromptBlocks: PromptBlocks(&r.Lookup),
+		BlocksFound: lookup.BlocksFound}
+	ranked, err := ScoreCandidates(opts, a.PromptBlocks, r.Lookup.Context.BlockSize, r.Candidates,
+		MatchesFromLookup(lookup, r.Candidates))
+	if err != nil {
+		return nil, err
+	}
+	a.Ranked = ranked
+	return a, nil
+}
+
+// mt19937_64 is C++'s std::mt19937_64, whose output the standard fixes: the server samples
+// with it, so a seed picks the same candidate here.
+type mt19937_64 struct {
+	mt [312]uint64
+	i  int
+}
+
+func newMT19937_64(seed uint64) *mt19937_64 {
+	m := &mt19937_64{i: 312}
+	m.mt[0] = seed
+	for i := 1; i < 312; i++ {
+		m.mt[i] = 6364136223846793005*(m.mt[i-1]^(m.mt[i-1]>>62)) + uint64(i)
+	}
+	return m
+}
+
+func (m *mt19937_64) next() uint64 {
+	const upper, lower = 0xFFFFFFFF80000000, 0x7FFFFFFF
+	if m.i >= 312 {
+		for i := 0; i < 312; i++ {
+			x := (m.mt[i] & upper) | (m.mt[(i+1)%312] & lower)
+			xa := x >> 1
+			if x&1 != 0 {
+				xa ^= 0xB5026F5AA96619E9
+			}
+			m.mt[i] = m.mt[(i+156)%312] ^ xa
+		}
+		m.i = 0
+	}
+	x := m.mt[m.i]
+	m.i++
+	x ^= (x >> 29) & 0x5555555555555555
+	x ^= (x << 17) & 0x71D67FFFEDA60000
+	x ^= (x << 37) & 0xFFF7EEE000000000
+	x ^= x >> 43
+	return x
+}
+
+// randomSeed draws a sampler seed when the options name none.
+func randomSeed() uint64 {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
