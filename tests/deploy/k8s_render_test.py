@@ -4,7 +4,8 @@
 usage: k8s_render_test.py KVATLAS_SERVER_BINARY
 
 Renders the manifests with `kubectl kustomize deploy/k8s` (offline) and checks their
-structure: names, ports, probes, the PodDisruptionBudget, volumes, and that what the pods
+structure: the image (localhost/kvatlas:<the server's version>, as scripts/image tags it,
+run where present), names, ports, probes, the PodDisruptionBudget, volumes, and that what the pods
 run agrees with the server's flags — the image's entrypoint (deploy/container/entrypoint.sh)
 is run with each pod's environment as the manifest sets it, and the argv it would exec,
 with the ConfigMap's JSON as the config, is given to `kvatlas-server --print-config`,
@@ -77,6 +78,12 @@ def main():
     assert spec["podManagementPolicy"] == "Parallel"  # OrderedReady never gets a leader
     assert matches(spec["selector"]["matchLabels"], labels)
     (container,) = pod["spec"]["containers"]
+    # The image as scripts/image tags it by default, for this server's version; a local
+    # image is run where present.
+    version = subprocess.run([server, "--version"], check=True, capture_output=True, text=True,
+                             timeout=30).stdout.split()[1]
+    assert container["image"] == f"localhost/kvatlas:{version}", container["image"]
+    assert container["imagePullPolicy"] in ("IfNotPresent", "Never"), container["imagePullPolicy"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": 7070, "rpc": 7071, "raft": 7072}, ports
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
