@@ -407,6 +407,24 @@ TEST_CASE("Quantile and the report formats") {
   CHECK(both.find("\"hit_ratio_vs_oracle\":0.625") != std::string::npos);
   CHECK(both.find("\"ttft_p50_vs_oracle\":0.5") != std::string::npos);
   CHECK(both.find("\"ttft_p99_vs_oracle\":1.5") != std::string::npos);
+  CHECK(both.find("\"hit_ratio_vs_bounded_load\":null") != std::string::npos);
+  CHECK(FormatTable({r, oracle}).find("hit/bounded") == std::string::npos);
+
+  // With bounded-load too: three more columns and fields, against it.
+  PolicyResult bounded;
+  bounded.policy = "bounded-load";
+  bounded.hit_ratio = 0.4;
+  bounded.ttft_p50_ms = 25;
+  bounded.ttft_p99_ms = 3000;
+  const std::string table = FormatTable({r, oracle, bounded});
+  CHECK(table.find("hit/oracle p50/oracle p99/oracle  hit/bounded p50/bounded p99/bounded") !=
+        std::string::npos);
+  CHECK(table.find("0.625       0.50       1.50       1.250       2.00       0.50") !=
+        std::string::npos);
+  const std::string three = FormatJsonLines({r, oracle, bounded});
+  CHECK(three.find("\"hit_ratio_vs_bounded_load\":1.25") != std::string::npos);
+  CHECK(three.find("\"ttft_p50_vs_bounded_load\":2.0") != std::string::npos);
+  CHECK(three.find("\"ttft_p99_vs_bounded_load\":0.5") != std::string::npos);
 }
 
 }  // namespace
