@@ -28,8 +28,11 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
                              tests/data/mooncake_synthetic_trace.jsonl)
   --server HOST:PORT         kvatlas binary-protocol address (needed by the kvatlas policy)
   --policies LIST            comma-separated: round-robin, random, least-loaded,
-                             prefix-oracle, kvatlas, kvatlas-local (default:
-                             round-robin,random,least-loaded,prefix-oracle,kvatlas)
+                             prefix-oracle, bounded-load, kvatlas, kvatlas-local (default:
+                             round-robin,random,least-loaded,prefix-oracle,bounded-load,
+                             kvatlas)
+  --bound-epsilon X          bounded-load: an instance qualifies while its load is at most
+                             (1 + X) x the mean load (0.25)
   --limit N                  replay only the first N requests (default: all)
   --instances N              simulated instances (8)
   --gpu-blocks N             GPU capacity per instance, in 512-token blocks (2000)
@@ -56,11 +59,12 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
 struct Flags {
   std::string trace = KVATLAS_REPLAY_DEFAULT_TRACE;
   std::string server;
-  std::vector<std::string> policies = {"round-robin", "random", "least-loaded", "prefix-oracle",
-                                       "kvatlas"};
+  std::vector<std::string> policies = {"round-robin",   "random",       "least-loaded",
+                                       "prefix-oracle", "bounded-load", "kvatlas"};
   size_t limit = 0;
   SimOptions sim;
   RoutingOptions routing;
+  double bound_epsilon = 0.25;
   uint64_t seed = 1;
   bool by_hash = false;
   std::string model;
@@ -153,6 +157,8 @@ Result<Flags> ParseFlags(int argc, char** argv) {
       KVATLAS_ASSIGN_OR_RETURN(f.routing.decode_scale, Number(flag, v));
     } else if (flag == "--temperature") {
       KVATLAS_ASSIGN_OR_RETURN(f.routing.temperature, Number(flag, v));
+    } else if (flag == "--bound-epsilon") {
+      KVATLAS_ASSIGN_OR_RETURN(f.bound_epsilon, Number(flag, v));
     } else if (flag == "--seed") {
       KVATLAS_ASSIGN_OR_RETURN(f.seed, Integer(flag, v));
     } else if (flag == "--model") {
@@ -242,6 +248,8 @@ int Run(int argc, char** argv) {
       policy = MakeLeastLoadedPolicy(flags.sim.block_tokens);
     } else if (name == "prefix-oracle") {
       policy = MakePrefixOraclePolicy(flags.sim.block_tokens);
+    } else if (name == "bounded-load") {
+      policy = MakeBoundedLoadPolicy(flags.sim.block_tokens, flags.bound_epsilon);
     } else if (name == "kvatlas-local") {
       Result<std::unique_ptr<Policy>> local =
           MakeLocalScorerPolicy(flags.routing, flags.sim.block_tokens);

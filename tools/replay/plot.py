@@ -35,7 +35,8 @@ def main():
     for column, (label, rows) in enumerate(shapes):
         policies = [r["policy"] for r in rows]
         colors = ["tab:green" if p.startswith("kvatlas") else
-                  "tab:gray" if p == "prefix-oracle" else "tab:blue" for p in policies]
+                  "tab:gray" if p in ("prefix-oracle", "bounded-load") else "tab:blue"
+                  for p in policies]
         hit = axes[0][column]
         hit.bar(policies, [float(r["hit_ratio"]) for r in rows], color=colors)
         hit.set_title(label)

@@ -17,19 +17,29 @@ double Ratio(uint64_t part, uint64_t whole) {
   return whole == 0 ? 0 : static_cast<double>(part) / static_cast<double>(whole);
 }
 
-// A policy's figures as fractions of the prefix oracle's in the same run, when it ran.
-struct VsOracle {
+// The reference policies a run's figures are compared with: the prefix oracle (most reuse,
+// load ignored) and bounded-load (most reuse within a load bound).
+struct Reference {
+  const char* policy;
+  const char* table_suffix;  // column names in the table
+  const char* json_suffix;   // field names in JSON
+};
+constexpr Reference kReferences[] = {{"prefix-oracle", "oracle", "oracle"},
+                                     {"bounded-load", "bounded", "bounded_load"}};
+
+// A policy's figures as fractions of a reference's in the same run, when it ran.
+struct VsReference {
   double hit_ratio = 0, ttft_p50 = 0, ttft_p99 = 0;
 };
 
-std::optional<VsOracle> AgainstOracle(const std::vector<PolicyResult>& results,
-                                      const PolicyResult& r) {
-  for (const PolicyResult& oracle : results) {
-    if (oracle.policy != "prefix-oracle") continue;
+std::optional<VsReference> Against(const std::vector<PolicyResult>& results,
+                                   const Reference& reference, const PolicyResult& r) {
+  for (const PolicyResult& ref : results) {
+    if (ref.policy != reference.policy) continue;
     const auto fraction = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-    return VsOracle{fraction(r.hit_ratio, oracle.hit_ratio),
-                    fraction(r.ttft_p50_ms, oracle.ttft_p50_ms),
-                    fraction(r.ttft_p99_ms, oracle.ttft_p99_ms)};
+    return VsReference{fraction(r.hit_ratio, ref.hit_ratio),
+                       fraction(r.ttft_p50_ms, ref.ttft_p50_ms),
+                       fraction(r.ttft_p99_ms, ref.ttft_p99_ms)};
   }
   return std::nullopt;
 }
@@ -39,12 +49,19 @@ std::optional<VsOracle> AgainstOracle(const std::vector<PolicyResult>& results,
 std::string FormatTable(const std::vector<PolicyResult>& results) {
   std::string out;
   char line[256];
-  const bool oracle = !results.empty() && AgainstOracle(results, results[0]).has_value();
   std::snprintf(line, sizeof(line), "%-14s %8s %9s %7s %7s %7s %9s %11s %11s %11s %11s", "policy",
                 "requests", "hit_ratio", "gpu", "cpu", "shared", "imbalance", "ttft_p50_ms",
                 "ttft_p99_ms", "lookup_p50", "lookup_p99");
   out += line;
-  out += oracle ? "  hit/oracle p50/oracle p99/oracle\n" : "\n";
+  for (const Reference& ref : kReferences) {
+    if (results.empty() || !Against(results, ref, results[0])) continue;
+    std::snprintf(line, sizeof(line), "  %10s %10s %10s",
+                  ("hit/" + std::string(ref.table_suffix)).c_str(),
+                  ("p50/" + std::string(ref.table_suffix)).c_str(),
+                  ("p99/" + std::string(ref.table_suffix)).c_str());
+    out += line;
+  }
+  out += "\n";
   for (const PolicyResult& r : results) {
     const std::string p50 = r.has_latency ? Fixed(r.lookup_p50_us, 0) + " us" : "-";
     const std::string p99 = r.has_latency ? Fixed(r.lookup_p99_us, 0) + " us" : "-";
@@ -54,10 +71,12 @@ std::string FormatTable(const std::vector<PolicyResult>& results) {
                   Ratio(r.cpu_hits, r.prompt_blocks), Ratio(r.shared_hits, r.prompt_blocks),
                   r.load_imbalance, r.ttft_p50_ms, r.ttft_p99_ms, p50.c_str(), p99.c_str());
     out += line;
-    if (const std::optional<VsOracle> vs = AgainstOracle(results, r)) {
-      std::snprintf(line, sizeof(line), "  %10.3f %10.2f %10.2f", vs->hit_ratio, vs->ttft_p50,
-                    vs->ttft_p99);
-      out += line;
+    for (const Reference& ref : kReferences) {
+      if (const std::optional<VsReference> vs = Against(results, ref, r)) {
+        std::snprintf(line, sizeof(line), "  %10.3f %10.2f %10.2f", vs->hit_ratio, vs->ttft_p50,
+                      vs->ttft_p99);
+        out += line;
+      }
     }
     out += "\n";
   }
@@ -100,14 +119,13 @@ std::string FormatJsonLines(const std::vector<PolicyResult>& results) {
                           {"lookup_p50_us", nullptr},
                           {"lookup_p99_us", nullptr},
                           {"index_mismatches", r.mismatches},
-                          {"requests_per_instance", r.requests_per_instance},
-                          {"hit_ratio_vs_oracle", nullptr},
-                          {"ttft_p50_vs_oracle", nullptr},
-                          {"ttft_p99_vs_oracle", nullptr}};
-    if (const std::optional<VsOracle> vs = AgainstOracle(results, r)) {
-      doc["hit_ratio_vs_oracle"] = vs->hit_ratio;
-      doc["ttft_p50_vs_oracle"] = vs->ttft_p50;
-      doc["ttft_p99_vs_oracle"] = vs->ttft_p99;
+                          {"requests_per_instance", r.requests_per_instance}};
+    for (const Reference& ref : kReferences) {
+      const std::string suffix = std::string("_vs_") + ref.json_suffix;
+      const std::optional<VsReference> vs = Against(results, ref, r);
+      doc["hit_ratio" + suffix] = vs ? nlohmann::json(vs->hit_ratio) : nlohmann::json();
+      doc["ttft_p50" + suffix] = vs ? nlohmann::json(vs->ttft_p50) : nlohmann::json();
+      doc["ttft_p99" + suffix] = vs ? nlohmann::json(vs->ttft_p99) : nlohmann::json();
     }
     if (r.has_latency) {
       doc["lookup_p50_us"] = r.lookup_p50_us;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <utility>
@@ -33,12 +34,6 @@ struct Instance {
 };
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-
-// An instance's outstanding work in blocks: queued prefill plus decoding requests.
-double LoadBlocks(const InstanceView& view, uint32_t block_tokens) {
-  return static_cast<double>(view.queued_prefill_tokens) / block_tokens +
-         static_cast<double>(view.active_decode_blocks);
-}
 
 class RoundRobin final : public Policy {
  public:
@@ -88,34 +83,76 @@ class LeastLoaded final : public Policy {
 };
 
 // The longest cached prefix (the simulator's own caches: what an exact index with no delay
-// would say), ties to the least loaded: the hit ratio no router can beat on this trace.
+// would say) among the instances whose load is at most `limit`, ties to the least loaded,
+// then the lowest index. The least-loaded instance is at most any limit >= the mean load.
+size_t LongestPrefixWithin(const TraceRequest& request, std::span<const InstanceView> instances,
+                           uint32_t block_tokens, double limit) {
+  size_t best = instances.size();
+  uint32_t best_prefix = 0;
+  double best_load = 0;
+  for (size_t i = 0; i < instances.size(); ++i) {
+    const double load = LoadBlocks(instances[i], block_tokens);
+    if (load > limit) continue;
+    // Shared storage serves every instance alike: only the instance's own tiers differ.
+    const uint32_t prefix = instances[i].cache->Match(request.hash_ids, nullptr).total();
+    if (best == instances.size() || prefix > best_prefix ||
+        (prefix == best_prefix && load < best_load)) {
+      best = i;
+      best_prefix = prefix;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+// The longest cached prefix whatever the load: the most prefix reuse a router gets when
+// load does not matter; on a trace where most requests share one prefix, it herds.
 class PrefixOracle final : public Policy {
  public:
   explicit PrefixOracle(uint32_t block_tokens) : block_tokens_(block_tokens) {}
   std::string_view name() const override { return "prefix-oracle"; }
   Result<size_t> Pick(size_t, const TraceRequest& request, std::span<const InstanceView> instances,
                       const LruBlocks*) override {
-    size_t best = 0;
-    uint32_t best_prefix = 0;
-    double best_load = 0;
-    for (size_t i = 0; i < instances.size(); ++i) {
-      // Shared storage serves every instance alike: only the instance's own tiers differ.
-      const uint32_t prefix = instances[i].cache->Match(request.hash_ids, nullptr).total();
-      const double load = LoadBlocks(instances[i], block_tokens_);
-      if (i == 0 || prefix > best_prefix || (prefix == best_prefix && load < best_load)) {
-        best = i;
-        best_prefix = prefix;
-        best_load = load;
-      }
-    }
-    return best;
+    return LongestPrefixWithin(request, instances, block_tokens_,
+                               std::numeric_limits<double>::infinity());
   }
 
  private:
   uint32_t block_tokens_;
 };
 
+class BoundedLoad final : public Policy {
+ public:
+  BoundedLoad(uint32_t block_tokens, double epsilon)
+      : block_tokens_(block_tokens), epsilon_(epsilon) {}
+  std::string_view name() const override { return "bounded-load"; }
+  Result<size_t> Pick(size_t, const TraceRequest& request, std::span<const InstanceView> instances,
+                      const LruBlocks*) override {
+    const double limit =
+        BoundedLoadLimit(instances, request.hash_ids.size(), block_tokens_, epsilon_);
+    const size_t pick = LongestPrefixWithin(request, instances, block_tokens_, limit);
+    if (pick == instances.size()) return Status::Internal("bounded-load: no instance within bound");
+    return pick;
+  }
+
+ private:
+  uint32_t block_tokens_;
+  double epsilon_;
+};
+
 }  // namespace
+
+double LoadBlocks(const InstanceView& view, uint32_t block_tokens) {
+  return static_cast<double>(view.queued_prefill_tokens) / block_tokens +
+         static_cast<double>(view.active_decode_blocks);
+}
+
+double BoundedLoadLimit(std::span<const InstanceView> instances, size_t prompt_blocks,
+                        uint32_t block_tokens, double epsilon) {
+  double total = static_cast<double>(prompt_blocks);
+  for (const InstanceView& view : instances) total += LoadBlocks(view, block_tokens);
+  return (1 + epsilon) * total / static_cast<double>(instances.size());
+}
 
 double Quantile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
@@ -240,6 +277,9 @@ std::unique_ptr<Policy> MakeLeastLoadedPolicy(uint32_t block_tokens) {
 }
 std::unique_ptr<Policy> MakePrefixOraclePolicy(uint32_t block_tokens) {
   return std::make_unique<PrefixOracle>(block_tokens);
+}
+std::unique_ptr<Policy> MakeBoundedLoadPolicy(uint32_t block_tokens, double epsilon) {
+  return std::make_unique<BoundedLoad>(block_tokens, epsilon);
 }
 
 }  // namespace kvatlas::replay

@@ -107,5 +107,21 @@ std::unique_ptr<Policy> MakeLeastLoadedPolicy(uint32_t block_tokens);
 // least loaded as above. The upper bound of prefix reuse for a router with an exact index
 // and no delay (docs/routing.md §Trace replay).
 std::unique_ptr<Policy> MakePrefixOraclePolicy(uint32_t block_tokens);
+// Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam) applied to prefix
+// routing: the prefix oracle's choice among the instances whose load (as least-loaded
+// counts it, in blocks) is at most (1 + epsilon) × the mean load with the request's own
+// prompt blocks counted in, i.e. load_i <= (1 + epsilon) · (Σ load + prompt blocks) / N;
+// ties to the least loaded, then the lowest index. The least-loaded instance always
+// qualifies (its load is at most the mean), so no instance is picked above the bound while
+// another is under it. A large epsilon gives the prefix oracle's picks; on a trace where
+// most requests share one prefix it spreads them where the oracle sends all to one
+// instance. The reference for prefix reuse at a balanced load (docs/routing.md §Defaults).
+std::unique_ptr<Policy> MakeBoundedLoadPolicy(uint32_t block_tokens, double epsilon);
+// The load bound above, for `instances` and a request of `prompt_blocks` blocks.
+[[nodiscard]] double BoundedLoadLimit(std::span<const InstanceView> instances, size_t prompt_blocks,
+                                      uint32_t block_tokens, double epsilon);
+// An instance's load as least-loaded and bounded-load count it: queued prefill tokens
+// in blocks plus the blocks of the requests it is decoding.
+[[nodiscard]] double LoadBlocks(const InstanceView& view, uint32_t block_tokens);
 
 }  // namespace kvatlas::replay

@@ -2,7 +2,10 @@
 // small synthetic traces with known answers.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <memory>
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "tools/replay/cache_model.h"
@@ -174,6 +177,143 @@ TEST_CASE("prefix-oracle: the longest cached prefix whatever the load, ties to t
   CHECK(r->ttft_p99_ms == doctest::Approx(10));
 }
 
+// Delegates to a policy and records its picks; with `epsilon` set, also checks every pick
+// against the bounded-load bound, computed here from the views as the docs define it.
+class Recorder final : public Policy {
+ public:
+  Recorder(std::unique_ptr<Policy> inner, uint32_t block_tokens, double epsilon = -1)
+      : inner_(std::move(inner)), block_tokens_(block_tokens), epsilon_(epsilon) {}
+  std::string_view name() const override { return inner_->name(); }
+  Result<size_t> Pick(size_t seq, const TraceRequest& request,
+                      std::span<const InstanceView> instances, const LruBlocks* shared) override {
+    Result<size_t> pick = inner_->Pick(seq, request, instances, shared);
+    if (!pick) return pick;
+    picks.push_back(*pick);
+    if (epsilon_ >= 0) {
+      const auto load = [&](const InstanceView& v) {
+        return static_cast<double>(v.queued_prefill_tokens) / block_tokens_ +
+               static_cast<double>(v.active_decode_blocks);
+      };
+      double total = static_cast<double>(request.hash_ids.size());
+      for (const InstanceView& v : instances) total += load(v);
+      const double bound = (1 + epsilon_) * total / static_cast<double>(instances.size());
+      bool another_under = false;
+      for (const InstanceView& v : instances) another_under |= load(v) <= bound;
+      if (another_under && load(instances[*pick]) > bound) ++over_bound;
+    }
+    return pick;
+  }
+  std::vector<size_t> picks;
+  size_t over_bound = 0;
+
+ private:
+  std::unique_ptr<Policy> inner_;
+  uint32_t block_tokens_;
+  double epsilon_;
+};
+
+// 200 requests sharing an 8-block system prompt, each with one block of its own, 1 ms
+// apart: an instance with the prompt cached needs 4 ms per request, so it takes all four
+// instances to keep up.
+std::vector<TraceRequest> SharedPrefixTrace() {
+  std::vector<TraceRequest> trace;
+  for (uint32_t i = 0; i < 200; ++i) {
+    trace.push_back(Request(1.0 * i, 36, {1, 2, 3, 4, 5, 6, 7, 8, 100 + i}));
+  }
+  return trace;
+}
+
+TEST_CASE("bounded-load: the longest prefix among instances within (1+eps) of the mean load") {
+  // Three instances; inst0 holds the request's first 3 blocks.
+  std::vector<InstanceCache> caches(3, InstanceCache(10, 0));
+  (void)caches[0].Admit(std::vector<uint32_t>{1, 2, 3}, nullptr);
+  (void)caches[2].Admit(std::vector<uint32_t>{1}, nullptr);
+  std::vector<InstanceView> views(3);
+  const uint64_t loads[] = {20, 6, 10};  // blocks of queued prefill
+  for (size_t i = 0; i < 3; ++i) {
+    views[i].index = i;
+    views[i].cache = &caches[i];
+    views[i].queued_prefill_tokens = loads[i] * 4;
+  }
+  const TraceRequest request = Request(0, 16, {1, 2, 3, 4});
+  // Mean with the request: (36 + 4) / 3 = 13.3. eps 0.25: bound 16.7, inst0 (20) is over
+  // it; of inst1 and inst2, inst2 holds block 1.
+  CHECK(BoundedLoadLimit(views, 4, 4, 0.25) == doctest::Approx(1.25 * 40 / 3));
+  std::unique_ptr<Policy> bounded = MakeBoundedLoadPolicy(4, 0.25);
+  CHECK(bounded->name() == "bounded-load");
+  CHECK(bounded->Pick(0, request, views, nullptr).value() == 2);
+  // eps 0.5: bound 20, inst0 qualifies and has the longest prefix, as the oracle picks.
+  CHECK(MakeBoundedLoadPolicy(4, 0.5)->Pick(0, request, views, nullptr).value() == 0);
+  CHECK(MakePrefixOraclePolicy(4)->Pick(0, request, views, nullptr).value() == 0);
+  // eps 0: bound 13.3; inst2 (10) still qualifies. With inst2 at 16 (bound 15.3) only inst1.
+  CHECK(MakeBoundedLoadPolicy(4, 0)->Pick(0, request, views, nullptr).value() == 2);
+  views[2].queued_prefill_tokens = 16 * 4;
+  CHECK(MakeBoundedLoadPolicy(4, 0)->Pick(0, request, views, nullptr).value() == 1);
+}
+
+TEST_CASE("bounded-load never picks an instance over the bound while another is under it") {
+  SimOptions o = Timing();
+  o.instances = 4;
+  o.decode_ms_per_token = 1;
+  std::vector<TraceRequest> trace = SharedPrefixTrace();
+  for (size_t i = 0; i < trace.size(); ++i) trace[i].output_length = static_cast<uint32_t>(i % 7);
+  for (const double epsilon : {0.0, 0.1, 0.25, 1.0}) {
+    Recorder bounded(MakeBoundedLoadPolicy(4, epsilon), 4, epsilon);
+    Result<PolicyResult> r = Simulate(o, trace, bounded);
+    REQUIRE(r.has_value());
+    CHECK(bounded.picks.size() == trace.size());
+    CHECK_MESSAGE(bounded.over_bound == 0, "epsilon " << epsilon);
+  }
+}
+
+TEST_CASE("bounded-load with a huge epsilon picks what prefix-oracle picks") {
+  SimOptions o = Timing();
+  o.instances = 3;
+  o.gpu_blocks = 12;
+  o.cpu_blocks = 6;
+  o.decode_ms_per_token = 0.5;
+  std::vector<TraceRequest> trace = SharedPrefixTrace();
+  for (uint32_t s = 0; s < 40; ++s) {  // and interleaved conversations, some evicted
+    std::vector<uint32_t> ids;
+    for (uint32_t b = 0; b <= s % 5; ++b) ids.push_back(1000 + (s % 9) * 10 + b);
+    trace.push_back(Request(1.0 + 11.0 * s, 4 * static_cast<uint32_t>(ids.size()), ids, s % 3));
+  }
+  std::stable_sort(trace.begin(), trace.end(), [](const TraceRequest& a, const TraceRequest& b) {
+    return a.timestamp_ms < b.timestamp_ms;
+  });
+  Recorder oracle(MakePrefixOraclePolicy(4), 4);
+  Recorder bounded(MakeBoundedLoadPolicy(4, 1e12), 4);
+  REQUIRE(Simulate(o, trace, oracle).has_value());
+  REQUIRE(Simulate(o, trace, bounded).has_value());
+  CHECK(bounded.picks == oracle.picks);
+  // ... and with the default epsilon it does not on this trace.
+  Recorder tight(MakeBoundedLoadPolicy(4, 0.25), 4);
+  REQUIRE(Simulate(o, trace, tight).has_value());
+  CHECK(tight.picks != oracle.picks);
+}
+
+TEST_CASE("on a shared-prefix trace prefix-oracle herds, bounded-load spreads") {
+  SimOptions o = Timing();
+  o.instances = 4;
+  std::unique_ptr<Policy> oracle = MakePrefixOraclePolicy(4);
+  Result<PolicyResult> herd = Simulate(o, SharedPrefixTrace(), *oracle);
+  std::unique_ptr<Policy> bounded = MakeBoundedLoadPolicy(4, 0.25);
+  Result<PolicyResult> spread = Simulate(o, SharedPrefixTrace(), *bounded);
+  REQUIRE(herd.has_value());
+  REQUIRE(spread.has_value());
+  MESSAGE("oracle imbalance " << herd->load_imbalance << " hit " << herd->hit_ratio << " p99 "
+                              << herd->ttft_p99_ms << "; bounded imbalance "
+                              << spread->load_imbalance << " hit " << spread->hit_ratio << " p99 "
+                              << spread->ttft_p99_ms);
+  CHECK(herd->requests_per_instance[0] == 200);  // every request to the first instance
+  CHECK(herd->load_imbalance == doctest::Approx(4.0));
+  // Within about 1 + eps: three instances at the bound and one idle is max / mean 4/3.
+  CHECK(spread->load_imbalance <= 1.25 + 0.1);
+  // Each instance computes the prompt once; the rest is reuse.
+  CHECK(spread->hit_ratio >= 0.8 * herd->hit_ratio);
+  CHECK(spread->ttft_p99_ms < herd->ttft_p99_ms / 5);
+}
+
 TEST_CASE("kvatlas-local beats round-robin on a multi-turn synthetic trace") {
   // 15 sessions of 6 turns, each turn extending its session's prefix by 2 blocks,
   // interleaved, 1 s apart (no queues); 4 instances whose GPUs hold 4 sessions each.
@@ -267,6 +407,24 @@ TEST_CASE("Quantile and the report formats") {
   CHECK(both.find("\"hit_ratio_vs_oracle\":0.625") != std::string::npos);
   CHECK(both.find("\"ttft_p50_vs_oracle\":0.5") != std::string::npos);
   CHECK(both.find("\"ttft_p99_vs_oracle\":1.5") != std::string::npos);
+  CHECK(both.find("\"hit_ratio_vs_bounded_load\":null") != std::string::npos);
+  CHECK(FormatTable({r, oracle}).find("hit/bounded") == std::string::npos);
+
+  // With bounded-load too: three more columns and fields, against it.
+  PolicyResult bounded;
+  bounded.policy = "bounded-load";
+  bounded.hit_ratio = 0.4;
+  bounded.ttft_p50_ms = 25;
+  bounded.ttft_p99_ms = 3000;
+  const std::string table = FormatTable({r, oracle, bounded});
+  CHECK(table.find("hit/oracle p50/oracle p99/oracle  hit/bounded p50/bounded p99/bounded") !=
+        std::string::npos);
+  CHECK(table.find("0.625       0.50       1.50       1.250       2.00       0.50") !=
+        std::string::npos);
+  const std::string three = FormatJsonLines({r, oracle, bounded});
+  CHECK(three.find("\"hit_ratio_vs_bounded_load\":1.25") != std::string::npos);
+  CHECK(three.find("\"ttft_p50_vs_bounded_load\":2.0") != std::string::npos);
+  CHECK(three.find("\"ttft_p99_vs_bounded_load\":0.5") != std::string::npos);
 }
 
 }  // namespace
