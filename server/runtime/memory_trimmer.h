@@ -25,7 +25,8 @@ namespace kvatlas::server {
 // Caps glibc's malloc arenas at `arena_max` (mallopt M_ARENA_MAX) unless it is 0 or the
 // MALLOC_ARENA_MAX environment variable is set (glibc has read that one already). Call it
 // before the process starts threads: arenas are made as threads contend, and a cap does
-// not remove those made before it. Logs what it did.
+// not remove those made before it. Logs (debug) when the environment variable decides, and
+// warns when mallopt fails.
 void LimitMallocArenas(uint64_t arena_max);
 
 class MemoryTrimmer {
