@@ -70,7 +70,8 @@ const Field kFields[] = {
     {"feed_window_bytes", &Config::feed_window_bytes, 64 << 10, kNoMax,
      "memory of the change feed's window of recent records; older watches resync"},
     {"malloc_arena_max", &Config::malloc_arena_max, 0, 1024,
-     "glibc malloc arenas (fewer strand less freed memory); 0 = glibc's default"},
+     "glibc malloc arenas (fewer strand less freed memory); 0 = glibc's default; ignored with "
+     "jemalloc"},
     {"http_threads", &Config::http_threads, 1, 1024, "HTTP worker threads"},
     {"max_body_bytes", &Config::max_body_bytes, 1024, kNoMax,
      "largest accepted request body (else 413)"},

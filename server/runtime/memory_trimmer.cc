@@ -8,10 +8,15 @@
 
 #include "common/internal/log.h"
 #include "common/internal/thread_name.h"
+#include "server/service/heap_usage.h"
 
 namespace kvatlas::server {
 
 void LimitMallocArenas(uint64_t arena_max) {
+  if (ActiveHeapAllocator() == HeapAllocator::kJemalloc) {
+    LogDebug("malloc arenas: jemalloc is the allocator; malloc_arena_max does not apply");
+    return;
+  }
   if (const char* env = std::getenv("MALLOC_ARENA_MAX"); env != nullptr) {
     LogDebug(std::string("malloc arenas: MALLOC_ARENA_MAX=") + env + " from the environment");
     return;
@@ -65,11 +70,11 @@ void MemoryTrimmer::Run() {
     requested_ = false;
     lock.unlock();
     const auto started = std::chrono::steady_clock::now();
-    malloc_trim(0);
+    ReleaseFreeHeap();
     const auto finished = std::chrono::steady_clock::now();
     const auto took = std::chrono::duration_cast<std::chrono::microseconds>(finished - started);
     // A long trim stalled other threads' allocations in the arenas it held: worth knowing.
-    const std::string said = "malloc_trim took " + std::to_string(took.count()) + " us";
+    const std::string said = "heap release took " + std::to_string(took.count()) + " us";
     if (took >= std::chrono::milliseconds(50)) {
       LogInfo(said);
     } else {

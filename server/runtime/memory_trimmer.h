@@ -1,14 +1,15 @@
-// MemoryTrimmer: gives freed heap memory back to the system (glibc malloc_trim(0)) on a
-// thread of its own, when asked, at most once per `min_interval` (a minute by default: a trim holds
-// each arena's lock for up to ~0.9 s on a server with 50M entries, stalling whatever allocates
-// there).
+// MemoryTrimmer: gives freed heap memory back to the system (ReleaseFreeHeap: jemalloc's
+// purge of every arena, or glibc's malloc_trim(0)) on a thread of its own, when asked, at
+// most once per `min_interval` (a minute by default: a glibc trim holds each arena's lock
+// for up to ~0.9 s on a server with 50M entries, stalling whatever allocates there).
 //
-// glibc keeps freed memory in its arenas; after a raft snapshot drops the log it replaced,
-// or a RocksDB flush drops a memtable, tens of MB stay in the process's RSS until a trim
-// (60 MB on a server with 10M entries). A trim walks every arena under its lock, which
-// took 67-245 ms on a server with 10M entries: never on a hot path or on the raft
-// loop, so Request only wakes this thread. Requests coalesce: one arriving during a trim
-// or within min_interval of the last one is served once the interval has passed.
+// After a raft snapshot drops the log it replaced, or a RocksDB flush drops a memtable,
+// tens of MB are freed at once; glibc keeps them in its arenas until a trim (60 MB on a
+// server with 10M entries), jemalloc until their decay (about a second with
+// server/jemalloc_conf.cc). A glibc trim walks every arena under its lock, which took
+// 67-245 ms on a server with 10M entries: never on a hot path or on the raft loop, so
+// Request only wakes this thread. Requests coalesce: one arriving during a trim or within
+// min_interval of the last one is served once the interval has passed.
 //
 // Thread-safety: Request from any thread (it never blocks on a trim, and allocates
 // nothing, so it is fine from RocksDB's listeners and the raft loop).
@@ -22,8 +23,9 @@
 
 namespace kvatlas::server {
 
-// Caps glibc's malloc arenas at `arena_max` (mallopt M_ARENA_MAX) unless it is 0 or the
-// MALLOC_ARENA_MAX environment variable is set (glibc has read that one already). Call it
+// Caps glibc's malloc arenas at `arena_max` (mallopt M_ARENA_MAX) unless it is 0, the
+// MALLOC_ARENA_MAX environment variable is set (glibc has read that one already) or jemalloc
+// is the process's malloc (its arenas are MALLOC_CONF's). Call it
 // before the process starts threads: arenas are made as threads contend, and a cap does
 // not remove those made before it. Logs (debug) when the environment variable decides, and
 // warns when mallopt fails.

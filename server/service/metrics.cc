@@ -444,8 +444,8 @@ std::string Metrics::Render(const StateGauges& gauges) const {
          "storage_memory_bytes: the budget the block cache and memtables share (0 = none).",
          static_cast<double>(memory.budget_bytes));
   LabelledFamily(&out, "kvatlas_heap_bytes", "gauge",
-                 "malloc's heap (glibc mallinfo2): allocated and not freed (in_use, mmapped "
-                 "blocks included), and freed but kept in the arenas (free).",
+                 "The heap as the allocator (jemalloc, or glibc) sees it: allocated and not "
+                 "freed (in_use), and freed but kept resident by the allocator (free).",
                  "kind",
                  std::map<std::string_view, uint64_t>{{"in_use", gauges.heap.in_use_bytes},
                                                       {"free", gauges.heap.free_bytes}});

@@ -231,6 +231,9 @@ TEST_SUITE("Integration.Rest") {
     CHECK(stats["revision"].get<uint64_t>() >= 1);
     CHECK(stats["uptime_seconds"].get<double>() >= 0);
     CHECK(stats["storage"]["approximate_bytes"].is_number_unsigned());
+    // The server's allocator is the one it was built with (docs/operations.md §Sizing).
+    CHECK(stats["heap"]["allocator"] == (KVATLAS_SERVER_JEMALLOC ? "jemalloc" : "glibc"));
+    CHECK(stats["heap"]["in_use_bytes"].get<uint64_t>() > 0);
   }
 
   TEST_CASE("REST: removed and cleared events, including removal by engine alias") {
