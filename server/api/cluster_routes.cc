@@ -3,7 +3,6 @@
 // POST /v1/cluster/transfer, POST /v1/cluster/announce (a member's addresses). A change is
 // answered once raft has committed it. On a follower these fail with kNotLeader and are
 // forwarded to the leader (forwarding.h).
-#include <httplib.h>
 
 #include <charconv>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,6 @@
 // The Mooncake Conductor indexer dialect (docs/api.md §Conductor, RFC #1403): POST /query
 // and POST /query_by_hash with its exact request and answer shapes, so that a router
 // written for the Conductor or Dynamo's standalone indexer works against kvatlas unchanged.
-#include <httplib.h>
 
 #include "kvatlas/common/json_codec.h"
 #include "server/api/routes.h"

@@ -2,7 +2,6 @@
 // (its script, style sheet and icon), served from bytes built into the binary
 // (embedded_files.h). They hold no data and need no token: the page reads the cluster's
 // state with fetch() from the read routes, with the token the user typed in.
-#include <httplib.h>
 
 #include <string>
 #include <string_view>
@@ -42,7 +41,7 @@ Result<HttpReply> ServeFile(const RouteRequest& request, std::string_view name) 
     if (file.name != name) continue;
     HttpReply reply;
     const std::string etag = "\"" + std::string(file.sha256) + "\"";
-    if (NamesTag(request.http.get_header_value("If-None-Match"), etag)) {
+    if (NamesTag(request.http.Header("If-None-Match"), etag)) {
       reply.status = 304;
     } else {
       reply.body = std::string(file.bytes);

@@ -84,15 +84,15 @@ std::optional<HttpReply> Forward(const Services& services, const RouteRequest& r
   forward.method = request.http.method;
   forward.path = request.http.target.empty() ? request.http.path : request.http.target;
   forward.body = request.http.body;
-  if (request.http.has_header("Content-Type")) {
-    forward.set_header("Content-Type", request.http.get_header_value("Content-Type"));
+  if (request.http.HasHeader("Content-Type")) {
+    forward.set_header("Content-Type", request.http.Header("Content-Type"));
   } else if (!forward.body.empty()) {
     forward.set_header("Content-Type", "application/json");
   }
   // The client's credentials go along: the leader checks the token itself, so a forwarded
   // request has exactly the authority it would have sent directly (docs/security.md).
-  if (request.http.has_header("Authorization")) {
-    forward.set_header("Authorization", request.http.get_header_value("Authorization"));
+  if (request.http.HasHeader("Authorization")) {
+    forward.set_header("Authorization", request.http.Header("Authorization"));
   }
   forward.set_header(kForwardedHeader, std::to_string(services.server_id));
   const SignedPeerRequest signature =
@@ -136,14 +136,14 @@ std::optional<HttpReply> Forward(const Services& services, const RouteRequest& r
 
 HttpReply AnswerNotLeader(const Services& services, const RouteRequest& request,
                           const Status& not_leader, const Router::RunAgain& run_again) {
-  if (request.http.has_header(kForwardedHeader)) {
+  if (request.http.HasHeader(kForwardedHeader)) {
     // One hop only: a forwarded request that finds no leader here is not sent on, so that
     // two servers with stale views cannot bounce it between them.
     return NotLeaderReply(FindLeaderForRedirect(services),
                           not_leader.message() +
                               "; the request was already forwarded by "
                               "server " +
-                              request.http.get_header_value(kForwardedHeader));
+                              request.http.Header(kForwardedHeader));
   }
   if (request.peer != nullptr) {
     // An internal call is made to the server meant (its sender retries elsewhere): its
@@ -227,9 +227,9 @@ Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader
                 "POST " + url + ": " + std::to_string(result->status) + " " + result->body);
 }
 
-Result<PeerCall> VerifyPeerCall(const Services& services, const httplib::Request& request) {
+Result<PeerCall> VerifyPeerCall(const Services& services, const HttpRequest& request) {
   return services.peers->VerifyRequest(
-      request.get_header_value(kPeerAuthHeader), request.method,
+      request.Header(kPeerAuthHeader), request.method,
       request.target.empty() ? request.path : request.target, request.body,
       [&services](uint64_t id) { return IsMember(services, id); }, request.remote_addr);
 }

@@ -63,8 +63,7 @@ inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
 
 // Router::PeerCalls over `services.peers`: a signed request from a current member is verified
 // (PeerAuth::VerifyRequest), and the answer to it signed.
-[[nodiscard]] Result<PeerCall> VerifyPeerCall(const Services& services,
-                                              const httplib::Request& request);
+[[nodiscard]] Result<PeerCall> VerifyPeerCall(const Services& services, const HttpRequest& request);
 void SignPeerReply(const Services& services, const PeerCall& call, HttpReply* reply);
 
 }  // namespace kvatlas::server

@@ -1,7 +1,6 @@
 #include "server/api/http_access.h"
 
 #include <arpa/inet.h>
-#include <httplib.h>
 
 #include <algorithm>
 #include <cctype>
@@ -34,11 +33,9 @@ bool IsIpv6Literal(std::string_view bracketed) {
 }
 
 // The request as named in audit lines: method and path.
-std::string Described(const httplib::Request& request) {
-  return request.method + " " + request.path;
-}
+std::string Described(const HttpRequest& request) { return request.method + " " + request.path; }
 
-AuditSource SourceOf(const httplib::Request& request, const std::string& described) {
+AuditSource SourceOf(const HttpRequest& request, const std::string& described) {
   AuditSource source{"rest", request.remote_addr, described};
   const auto forwarded = request.headers.find(kForwardedHeader);
   if (forwarded != request.headers.end()) source.forwarded_by = forwarded->second;
@@ -47,11 +44,11 @@ AuditSource SourceOf(const httplib::Request& request, const std::string& describ
 
 // The token of an "Authorization: Bearer <token>" header; kUnauthenticated for another
 // scheme or several Authorization headers. nullopt when there is none.
-Result<std::optional<std::string>> BearerToken(const httplib::Request& request) {
-  const size_t count = request.get_header_value_count("Authorization");
+Result<std::optional<std::string>> BearerToken(const HttpRequest& request) {
+  const size_t count = request.HeaderCount("Authorization");
   if (count == 0) return std::optional<std::string>();
   if (count > 1) return Status::Unauthenticated("Authorization: more than one header");
-  const std::string value = request.get_header_value("Authorization");
+  const std::string value = request.Header("Authorization");
   constexpr std::string_view kScheme = "bearer ";
   std::string scheme = value.substr(0, kScheme.size());
   for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -121,8 +118,8 @@ bool HostAllowList::Allows(std::string_view host) const {
 HttpAccess::HttpAccess(const Services* services, HostAllowList hosts)
     : services_(services), hosts_(std::move(hosts)) {}
 
-Status HttpAccess::CheckHost(const httplib::Request& request) const {
-  const std::string host = request.get_header_value("Host");
+Status HttpAccess::CheckHost(const HttpRequest& request) const {
+  const std::string host = request.Header("Host");
   if (hosts_.Allows(host)) return Status::Ok();
   const Status refused = Status::PermissionDenied(
       "Host: \"" + host.substr(0, 256) +
@@ -134,14 +131,14 @@ Status HttpAccess::CheckHost(const httplib::Request& request) const {
   return refused;
 }
 
-Result<Principal> HttpAccess::AdmitInternal(const httplib::Request&) const {
+Result<Principal> HttpAccess::AdmitInternal(const HttpRequest&) const {
   Principal internal;
   internal.name = "internal";
   internal.anonymous = true;
   return internal;
 }
 
-Result<Principal> HttpAccess::Admit(const Route& route, const httplib::Request& request) const {
+Result<Principal> HttpAccess::Admit(const Route& route, const HttpRequest& request) const {
   if (route.access == RouteAccess::kInternal) return AdmitInternal(request);
   const Authenticator* auth = services_->auth;
   if (auth == nullptr || !auth->enabled() || route.access == RouteAccess::kOpen) {
@@ -172,7 +169,7 @@ Result<Principal> HttpAccess::Admit(const Route& route, const httplib::Request& 
   return principal;
 }
 
-void HttpAccess::Finished(const Route& route, const httplib::Request& request,
+void HttpAccess::Finished(const Route& route, const HttpRequest& request,
                           const Principal& principal, const HttpReply& reply) const {
   if (route.access != RouteAccess::kAdmin || services_->audit == nullptr) return;
   const std::string described = Described(request);

@@ -17,10 +17,6 @@
 #include "server/api/router.h"
 #include "server/service/services.h"
 
-namespace httplib {
-struct Request;
-}
-
 namespace kvatlas::server {
 
 // The names a REST request's Host header may give (docs/security.md §Browser-borne
@@ -51,21 +47,21 @@ class HttpAccess {
   HttpAccess(const Services* services, HostAllowList hosts);
 
   // Step 1: kPermissionDenied naming the Host when it is not allowed (audited).
-  [[nodiscard]] Status CheckHost(const httplib::Request& request) const;
+  [[nodiscard]] Status CheckHost(const HttpRequest& request) const;
 
   // Step 2, for the route that matched: who sent the request, or why it is refused
   // (kUnauthenticated, kPermissionDenied; audited).
-  [[nodiscard]] Result<Principal> Admit(const Route& route, const httplib::Request& request) const;
+  [[nodiscard]] Result<Principal> Admit(const Route& route, const HttpRequest& request) const;
 
   // After an admin route answered `reply`: the audit line and kvatlas_admin_actions_total.
-  void Finished(const Route& route, const httplib::Request& request, const Principal& principal,
+  void Finished(const Route& route, const HttpRequest& request, const Principal& principal,
                 const HttpReply& reply) const;
 
  private:
   // kInternal routes: admitted as the principal "internal" whatever the token. Their
   // authentication is the peers' (the cluster secret): the route itself requires a
   // verified internal call (RouteRequest::peer, forwarding.h).
-  Result<Principal> AdmitInternal(const httplib::Request& request) const;
+  Result<Principal> AdmitInternal(const HttpRequest& request) const;
 
   const Services* services_;
   HostAllowList hosts_;

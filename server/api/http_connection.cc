@@ -50,16 +50,11 @@ std::string HeaderLines(const HttpReply& reply) {
   return out;
 }
 
-// The request as cpp-httplib would have parsed it, for the routes (router.h).
-httplib::Request ToHttplib(http::request<http::string_body>&& in, const std::string& peer) {
-  httplib::Request out;
+// The request for the routes (router.h), taken over from Beast's parser.
+HttpRequest FromBeast(http::request<http::string_body>&& in, const std::string& peer) {
+  HttpRequest out;
   out.method = std::string(in.method_string());
-  out.target = std::string(in.target());
-  const size_t query = out.target.find('?');
-  out.path = httplib::detail::decode_url(out.target.substr(0, query), false);
-  if (query != std::string::npos) {
-    httplib::detail::parse_query_text(out.target.substr(query + 1), out.params);
-  }
+  SetTarget(std::string_view(in.target().data(), in.target().size()), &out);
   out.version = in.version() == 10 ? "HTTP/1.0" : "HTTP/1.1";
   for (const auto& field : in) {
     out.headers.emplace(std::string(field.name_string()), std::string(field.value()));
@@ -152,7 +147,7 @@ asio::awaitable<void> HttpConnection::Serve(std::shared_ptr<HttpConnection> self
   bool open = !stream_.is_tls() || co_await Handshake();
   while (open && !context_->stopping) {
     bool keep_alive = false;
-    std::optional<httplib::Request> request = co_await ReadRequest(&keep_alive);
+    std::optional<HttpRequest> request = co_await ReadRequest(&keep_alive);
     if (!request) co_return;
     busy_ = true;
     const auto start = Clock::now();
@@ -172,7 +167,7 @@ asio::awaitable<void> HttpConnection::Serve(std::shared_ptr<HttpConnection> self
   stream_.next_layer().socket().close(ec);
 }
 
-asio::awaitable<std::optional<httplib::Request>> HttpConnection::ReadRequest(bool* keep_alive) {
+asio::awaitable<std::optional<HttpRequest>> HttpConnection::ReadRequest(bool* keep_alive) {
   error_code ec;
   if (buffer_.size() == 0) {
     // Idle between requests: only the socket and this buffer are held.
@@ -196,12 +191,12 @@ asio::awaitable<std::optional<httplib::Request>> HttpConnection::ReadRequest(boo
   if (!ec && !parser.is_done()) co_await http::async_read(stream_, buffer_, parser, kRedirect(ec));
   if (!ec) {
     *keep_alive = parser.get().keep_alive();
-    co_return ToHttplib(parser.release(), peer_);
+    co_return FromBeast(parser.release(), peer_);
   }
   std::string path;
   if (parser.is_header_done()) {
     const std::string target(parser.get().target());
-    path = httplib::detail::decode_url(target.substr(0, target.find('?')), false);
+    path = PercentDecode(target.substr(0, target.find('?')), false);
   }
   if (ec == http::error::body_limit) {
     co_await AnswerAndClose(
@@ -248,7 +243,7 @@ asio::awaitable<bool> HttpConnection::Write(std::string data) {
   co_return !ec;
 }
 
-asio::awaitable<HttpConnection::Outcome> HttpConnection::RunOnWorker(httplib::Request request) {
+asio::awaitable<HttpConnection::Outcome> HttpConnection::RunOnWorker(HttpRequest request) {
   const auto executor = co_await asio::this_coro::executor;
   co_return co_await asio::async_initiate<const asio::use_awaitable_t<>, void(Outcome)>(
       [&](auto handler) {
@@ -258,7 +253,7 @@ asio::awaitable<HttpConnection::Outcome> HttpConnection::RunOnWorker(httplib::Re
             (*done)(std::move(outcome));
           });
         };
-        auto shared = std::make_shared<httplib::Request>(std::move(request));
+        auto shared = std::make_shared<HttpRequest>(std::move(request));
         const bool queued =
             context_->submit([self = shared_from_this(), shared, complete]() mutable {
               Outcome outcome;

@@ -16,8 +16,6 @@
 // through BlockingWrite, which posts the write to the io thread and waits for it.
 #pragma once
 
-#include <httplib.h>
-
 #include <atomic>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -33,6 +31,7 @@
 
 #include "common/internal/tls.h"
 #include "common/internal/tls_stream.h"
+#include "server/api/http_request.h"
 #include "server/api/router.h"
 
 namespace kvatlas::server {
@@ -48,7 +47,7 @@ struct HttpConnectionContext {
   // Per answer (or per chunk of a streamed answer).
   std::chrono::milliseconds write_timeout{5'000};
   // Routes a complete request (on a worker thread). Never throws.
-  std::function<HttpReply(const httplib::Request&)> handle;
+  std::function<HttpReply(const HttpRequest&)> handle;
   // Queues `job` on the worker pool; false when the queue is full.
   std::function<bool(std::function<void()> job)> submit;
   // Counts an answer: the request path ("" if it was not parsed), status, seconds spent.
@@ -90,13 +89,13 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   boost::asio::awaitable<bool> Handshake();
   // Waits for and reads one request; nullopt when the connection must close (an error was
   // answered, or the peer left or timed out).
-  boost::asio::awaitable<std::optional<httplib::Request>> ReadRequest(bool* keep_alive);
+  boost::asio::awaitable<std::optional<HttpRequest>> ReadRequest(bool* keep_alive);
   // Answers an error detected while reading, then closes gracefully.
   boost::asio::awaitable<void> AnswerAndClose(HttpReply reply, const std::string& path);
   // Writes `data` under the write deadline; false on failure or timeout.
   boost::asio::awaitable<bool> Write(std::string data);
   // Runs the request on a worker; the completion comes back on the io thread.
-  boost::asio::awaitable<Outcome> RunOnWorker(httplib::Request request);
+  boost::asio::awaitable<Outcome> RunOnWorker(HttpRequest request);
   // On the worker: the answer of a streamed reply, written chunk by chunk.
   bool Stream(const HttpReply& reply);
   // From a worker: writes `data` on the io thread and waits for it (bounded).

@@ -1,7 +1,5 @@
 #include "server/api/http_server.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -57,8 +55,8 @@ void Refuse(tcp::socket& socket, const std::string& why, bool tls) {
 }
 
 // The declared media type, lower case, without parameters; "" when absent.
-std::string MediaType(const httplib::Request& request) {
-  const std::string declared = request.get_header_value("Content-Type");
+std::string MediaType(const HttpRequest& request) {
+  const std::string declared = request.Header("Content-Type");
   std::string media = Lower(declared.substr(0, declared.find(';')));
   media.erase(media.find_last_not_of(" \t") + 1);
   return media;
@@ -69,19 +67,19 @@ std::string MediaType(const httplib::Request& request) {
 // write, admin and internal routes (`strict`) only JSON types: the others, none included,
 // are what a browser sends cross-origin without a CORS preflight (docs/security.md
 // §Browser-borne requests). Any other declared type is refused rather than misread.
-Status CheckJsonContentType(const httplib::Request& request, bool strict) {
+Status CheckJsonContentType(const HttpRequest& request, bool strict) {
   const std::string media = MediaType(request);
   if (media == "application/json" || media.ends_with("+json")) return Status::Ok();
   if (!strict && (media.empty() || media == kFormType)) return Status::Ok();
-  const std::string declared = request.has_header("Content-Type")
-                                   ? "\"" + request.get_header_value("Content-Type") + "\""
+  const std::string declared = request.HasHeader("Content-Type")
+                                   ? "\"" + request.Header("Content-Type") + "\""
                                    : std::string("none");
   return Status(StatusCode::kUnsupportedMediaType,
                 "Content-Type must be application/json, got " + declared +
                     (strict ? " (writes take only JSON: docs/security.md)" : ""));
 }
 
-HttpReply RunHandler(const Router& router, const Route& route, const httplib::Request& request,
+HttpReply RunHandler(const Router& router, const Route& route, const HttpRequest& request,
                      std::string_view path_param, const PeerCall* peer,
                      const Principal* principal) {
   try {
@@ -104,7 +102,7 @@ HttpReply RunHandler(const Router& router, const Route& route, const httplib::Re
 
 // Access control (HttpAccess: token and role), the Content-Type of a body, the handler, and
 // the audit of an admin route. `peer`: the verified internal call, or null.
-HttpReply RunRoute(const Router& router, const Route& route, const httplib::Request& request,
+HttpReply RunRoute(const Router& router, const Route& route, const HttpRequest& request,
                    std::string_view path_param, const PeerCall* peer) {
   const HttpAccess* access = router.access();
   std::optional<Principal> principal;
@@ -136,7 +134,7 @@ HttpServer::HttpServer(HttpServerOptions options, Router router, Metrics* metric
   context_.request_timeout = options_.request_timeout;
   context_.idle_timeout = options_.idle_timeout;
   context_.write_timeout = options_.write_timeout;
-  context_.handle = [this](const httplib::Request& request) { return Handle(request); };
+  context_.handle = [this](const HttpRequest& request) { return Handle(request); };
   context_.submit = [this](std::function<void()> job) { return pool_->Submit(std::move(job)); };
   context_.record = [this](const std::string& path, int status, std::optional<double> seconds) {
     metrics_->RecordRequest(router_.Label(path), status, seconds);
@@ -146,7 +144,7 @@ HttpServer::HttpServer(HttpServerOptions options, Router router, Metrics* metric
 
 HttpServer::~HttpServer() { Stop(); }
 
-HttpReply HttpServer::Handle(const httplib::Request& request) const {
+HttpReply HttpServer::Handle(const HttpRequest& request) const {
   // HEAD is served by the GET route; the connection drops the body.
   std::string_view method = request.method;
   if (method == "HEAD") method = "GET";
@@ -157,7 +155,7 @@ HttpReply HttpServer::Handle(const httplib::Request& request) const {
   const RouteMatch match = router_.Find(method, request.path);
   if (match.route != nullptr) {
     const Router::PeerCalls& peers = router_.peer_calls();
-    if (!peers.verify || !request.has_header(kPeerAuthHeader)) {
+    if (!peers.verify || !request.HasHeader(kPeerAuthHeader)) {
       return RunRoute(router_, *match.route, request, match.path_param, nullptr);
     }
     // An internal call from another member: verified first, its answer signed.

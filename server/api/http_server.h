@@ -96,7 +96,7 @@ class HttpServer {
  private:
   // Routes one request (worker thread): Host, HEAD as GET, 404/405, access, Content-Type,
   // exceptions.
-  HttpReply Handle(const httplib::Request& request) const;
+  HttpReply Handle(const HttpRequest& request) const;
   boost::asio::awaitable<void> AsyncAccept();
   // Uncounts a connection from `peer` (limiter_) and forgets it (live_).
   void Release(const std::string& peer, uint64_t id);

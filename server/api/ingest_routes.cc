@@ -1,6 +1,5 @@
 // POST /v1/events (docs/api.md §Ingest): decode in the request thread, then convert, submit
 // and wait for the batch's revision (ingest_service.h).
-#include <httplib.h>
 
 #include <nlohmann/json.hpp>
 #include <optional>

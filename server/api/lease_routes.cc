@@ -1,7 +1,6 @@
 // Holder leases over REST (docs/leases.md, docs/api.md §Holder leases): POST /v1/heartbeat
 // (lease_service.h). On a follower it fails with kNotLeader and is forwarded
 // (forwarding.h).
-#include <httplib.h>
 
 #include <chrono>
 #include <cstdint>

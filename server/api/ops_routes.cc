@@ -51,7 +51,7 @@ void AddAllRoutes(const Services* services, Router* router) {
   // Internal calls between the servers (announcements, forwarded requests).
   if (services->peers != nullptr) {
     router->SetPeerCalls(
-        {[services](const httplib::Request& request) { return VerifyPeerCall(*services, request); },
+        {[services](const HttpRequest& request) { return VerifyPeerCall(*services, request); },
          [services](const PeerCall& call, HttpReply* reply) {
            SignPeerReply(*services, call, reply);
          }});

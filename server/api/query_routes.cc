@@ -1,7 +1,6 @@
 // Read routes: POST /v1/lookup, GET /v1/blocks/{key}, /v1/holders, /v1/contexts,
 // /v1/stats (docs/api.md §Queries). Each answers the revision its read saw
 // (lookup_service.h); JSON is built after the state's lock is released.
-#include <httplib.h>
 
 #include <charconv>
 #include <nlohmann/json.hpp>
@@ -37,24 +36,24 @@ Result<HttpReply> HandleLookup(const Services& services, const RouteRequest& req
 
 // The optional context narrowing of GET /v1/blocks/{key}: none of its parameters = every
 // context; any of them = exactly one context, which then needs model_name and block_size.
-Result<std::optional<ContextKey>> ContextFromParams(const httplib::Request& http) {
+Result<std::optional<ContextKey>> ContextFromParams(const HttpRequest& http) {
   constexpr const char* kNames[] = {"tenant_id", "model_name", "lora_name", "block_size",
                                     "additional_salt"};
   bool any = false;
-  for (const char* name : kNames) any = any || http.has_param(name);
+  for (const char* name : kNames) any = any || http.HasParam(name);
   if (!any) return std::optional<ContextKey>();
   ContextKey context;
-  if (http.has_param("tenant_id") && !http.get_param_value("tenant_id").empty()) {
-    context.tenant = http.get_param_value("tenant_id");
+  if (http.HasParam("tenant_id") && !http.Param("tenant_id").empty()) {
+    context.tenant = http.Param("tenant_id");
   }
-  context.model = http.get_param_value("model_name");
-  context.lora_name = http.get_param_value("lora_name");
-  context.salt = http.get_param_value("additional_salt");
+  context.model = http.Param("model_name");
+  context.lora_name = http.Param("lora_name");
+  context.salt = http.Param("additional_salt");
   if (context.model.empty()) {
     return Status::InvalidArgument("model_name: is required when narrowing to a context");
   }
   KVATLAS_RETURN_IF_ERROR(CheckContextLimits(context, ""));
-  const std::string size = http.get_param_value("block_size");
+  const std::string size = http.Param("block_size");
   const char* const end = size.data() + size.size();
   const auto [ptr, ec] = std::from_chars(size.data(), end, context.block_size);
   if (size.empty() || ec != std::errc() || ptr != end || context.block_size == 0) {

@@ -1,7 +1,6 @@
 // Publisher registration (Mooncake Conductor dialect) and stream status:
 // POST /register, POST /unregister, GET /v1/registrations, GET /v1/streams (docs/api.md
 // §Engine streams), over registration_service.h.
-#include <httplib.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>

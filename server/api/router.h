@@ -13,11 +13,8 @@
 
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
+#include "server/api/http_request.h"
 #include "server/peer/peer_auth.h"
-
-namespace httplib {
-struct Request;
-}
 
 namespace kvatlas::server {
 
@@ -46,7 +43,7 @@ struct HttpReply {
 // internal call from another member (Router::PeerCalls) who sent it, and who sent it as a
 // client (null when the router has no HttpAccess: unit tests).
 struct RouteRequest {
-  const httplib::Request& http;
+  const HttpRequest& http;
   std::string_view path_param;
   const PeerCall* peer = nullptr;  // null: not a verified internal call
   const Principal* principal = nullptr;
@@ -119,7 +116,7 @@ class Router {
   // `sign` signs the answer to a request it verified (kPeerReplyHeader). Unset: the header
   // is ignored (no cluster).
   struct PeerCalls {
-    std::function<Result<PeerCall>(const httplib::Request&)> verify;
+    std::function<Result<PeerCall>(const HttpRequest&)> verify;
     std::function<void(const PeerCall&, HttpReply*)> sign;
   };
   void SetPeerCalls(PeerCalls calls) { peer_calls_ = std::move(calls); }

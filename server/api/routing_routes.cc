@@ -1,6 +1,5 @@
 // POST /v1/route (docs/api.md §Routing, docs/routing.md): the routing decision of
 // route_decision.h over REST.
-#include <httplib.h>
 
 #include "kvatlas/common/routing.h"
 #include "server/api/routes.h"

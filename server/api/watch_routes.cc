@@ -1,7 +1,6 @@
 // The change feed over REST (docs/api.md §Change feed): GET /v1/watch streams the records
 // after a revision as Server-Sent Events; GET /v1/snapshot lists a context's copies at one
 // revision, so that a client can list, then watch from that revision, and miss nothing.
-#include <httplib.h>
 
 #include <atomic>
 #include <charconv>
@@ -37,9 +36,9 @@ Result<uint64_t> ParseUnsigned(std::string_view name, const std::string& text) {
   return value;
 }
 
-std::optional<std::string> Param(const httplib::Request& request, const char* name) {
-  if (!request.has_param(name)) return std::nullopt;
-  return request.get_param_value(name);
+std::optional<std::string> Param(const HttpRequest& request, const char* name) {
+  if (!request.HasParam(name)) return std::nullopt;
+  return request.Param(name);
 }
 
 Result<uint32_t> ParseU32(std::string_view name, const std::string& text) {
@@ -48,7 +47,7 @@ Result<uint32_t> ParseU32(std::string_view name, const std::string& text) {
   return static_cast<uint32_t>(value);
 }
 
-Result<FeedFilter> ParseFilter(const httplib::Request& request) {
+Result<FeedFilter> ParseFilter(const HttpRequest& request) {
   FeedFilter f;
   f.tenant = Param(request, "tenant_id");
   f.model = Param(request, "model_name");
@@ -139,8 +138,8 @@ Result<HttpReply> HandleWatch(const Services& services,
                               const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(FeedFilter filter, ParseFilter(request.http));
   std::optional<Revision> from;
-  std::string from_text = request.http.get_param_value("from");
-  if (from_text.empty()) from_text = request.http.get_header_value("Last-Event-ID");
+  std::string from_text = request.http.Param("from");
+  if (from_text.empty()) from_text = request.http.Header("Last-Event-ID");
   if (!from_text.empty() && from_text != "now") {
     KVATLAS_ASSIGN_OR_RETURN(from, ParseUnsigned("from", from_text));
   }

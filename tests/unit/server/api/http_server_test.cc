@@ -34,11 +34,11 @@ Router StubRouter() {
               }});
   router.Add({"GET", "/throw", RouteAccess::kRead,
               [](const RouteRequest&) -> Result<HttpReply> { throw std::runtime_error("boom"); }});
-  router.Add({"GET", "/param", RouteAccess::kRead, [](const RouteRequest& r) -> Result<HttpReply> {
-                return JsonReply(json{{"name", r.http.get_param_value("name")},
-                                      {"header", r.http.get_header_value("x-CASE")}}
-                                     .dump());
-              }});
+  router.Add(
+      {"GET", "/param", RouteAccess::kRead, [](const RouteRequest& r) -> Result<HttpReply> {
+         return JsonReply(
+             json{{"name", r.http.Param("name")}, {"header", r.http.Header("x-CASE")}}.dump());
+       }});
   router.Add({"POST", "/store", RouteAccess::kWrite,
               [](const RouteRequest& r) -> Result<HttpReply> { return JsonReply(r.http.body); }});
   router.Add({"GET", "/events", RouteAccess::kRead, [](const RouteRequest&) -> Result<HttpReply> {
@@ -159,7 +159,7 @@ TEST_SUITE("HttpServer") {
                 }});
     router.SetNotLeaderHandler(
         [](const RouteRequest& r, const Status& s, const Router::RunAgain& run_again) {
-          if (r.http.has_header("X-Run-Again")) {
+          if (r.http.HasHeader("X-Run-Again")) {
             Result<HttpReply> again = run_again();
             return again.has_value() ? std::move(again).value() : ErrorReply(again.error());
           }
