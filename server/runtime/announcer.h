@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <string>
 
+#include "common/internal/periodic_task.h"
 #include "server/peer/peer_auth.h"
 #include "server/replication/raft_log.h"
-#include "server/runtime/periodic_task.h"
 #include "server/service/services.h"
 #include "server/state/applier.h"
 #include "server/state/state_machine.h"
@@ -36,7 +36,8 @@ class Announcer {
             std::chrono::milliseconds apply_wait, PeerHttpOptions peer_http, Deps deps);
 
   void Start() { task_.Start(); }
-  void Stop() { task_.Stop(); }  // idempotent
+  void RequestStop() { task_.RequestStop(); }  // ends the loop without waiting for it
+  void Stop() { task_.Stop(); }                // idempotent
 
  private:
   PeriodicTask::Next Round();

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/internal/periodic_task.h"
 #include "server/replication/raft_log.h"
-#include "server/runtime/periodic_task.h"
 #include "server/state/applier.h"
 
 namespace kvatlas::server {
@@ -23,7 +23,8 @@ class DiskWatcher {
   DiskWatcher(std::string data_dir, uint64_t min_free_bytes, Applier* applier, RaftLog* raft);
 
   void Start() { task_.Start(); }
-  void Stop() { task_.Stop(); }  // idempotent; returns once a round in progress has
+  void RequestStop() { task_.RequestStop(); }  // ends the loop without waiting for it
+  void Stop() { task_.Stop(); }                // idempotent; returns once a round in progress has
 
  private:
   PeriodicTask::Next Round();

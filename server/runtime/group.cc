@@ -203,7 +203,13 @@ void Group::StartPolicies() {
   auditor_->Start();
 }
 
+void Group::RequestStopPolicies() {
+  if (auditor_) auditor_->RequestStop();
+  if (lease_keeper_) lease_keeper_->RequestStop();
+}
+
 void Group::StopPolicies() {
+  RequestStopPolicies();
   if (auditor_) auditor_->Stop();
   if (lease_keeper_) lease_keeper_->Stop();
 }

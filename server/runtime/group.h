@@ -82,6 +82,9 @@ class Group {
   [[nodiscard]] Status StartReplication(PeerAuth* peer_auth, int raft_listen_fd,
                                         std::function<void()> registry_changed);
   void StartPolicies();
+  // Asks the policy loops to end without waiting (a Server asks every loop it has first,
+  // so that their rounds in progress end together); StopPolicies then joins them.
+  void RequestStopPolicies();
   void StopPolicies();  // returns within about 2 s (their longest wait for an apply)
   // The applier stops taking batches; what it proposed completes (or fails) when raft
   // stops, on raft's thread, while the applier still exists.

@@ -9,7 +9,7 @@
 
 #include <chrono>
 
-#include "server/runtime/periodic_task.h"
+#include "common/internal/periodic_task.h"
 #include "server/state/applier.h"
 #include "server/state/lease_tracker.h"
 
@@ -22,7 +22,8 @@ class LeaseKeeper {
   LeaseKeeper(LeaseTracker* leases, Applier* applier, std::chrono::milliseconds apply_wait);
 
   void Start() { task_.Start(); }
-  void Stop() { task_.Stop(); }  // idempotent
+  void RequestStop() { task_.RequestStop(); }  // ends the loop without waiting for it
+  void Stop() { task_.Stop(); }                // idempotent
 
  private:
   PeriodicTask::Next Round();

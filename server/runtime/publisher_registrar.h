@@ -10,9 +10,9 @@
 
 #include <vector>
 
+#include "common/internal/periodic_task.h"
 #include "server/model/registration.h"
 #include "server/replication/raft_log.h"
-#include "server/runtime/periodic_task.h"
 #include "server/service/registration_service.h"
 #include "server/state/applier.h"
 #include "server/state/state_machine.h"
@@ -27,6 +27,7 @@ class PublisherRegistrar {
 
   void Start() { task_.Start(); }
   // Idempotent. Waits for a registration in progress to be applied (or to fail).
+  void RequestStop() { task_.RequestStop(); }  // ends the loop without waiting for it
   void Stop() { task_.Stop(); }
 
  private:

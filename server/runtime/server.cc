@@ -288,6 +288,12 @@ Status Server::Shutdown() {
   // are answered), then the applier drains its queue, then what it wrote is made durable.
   // The RPC server is destroyed only after the applier stopped: ingest callbacks post into
   // its io_context.
+  // Every policy loop is asked first, so that rounds waiting on the applier (up to 2 s
+  // each) end together, then each is joined.
+  if (group_) group_->RequestStopPolicies();
+  if (announcer_) announcer_->RequestStop();
+  if (disk_watcher_) disk_watcher_->RequestStop();
+  if (registrar_) registrar_->RequestStop();
   if (group_) group_->StopPolicies();
   if (announcer_) announcer_->Stop();
   if (disk_watcher_) disk_watcher_->Stop();

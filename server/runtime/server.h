@@ -123,8 +123,8 @@ class Server {
   bool wrote_address_ = false;
   bool wrote_rpc_address_ = false;
   bool shut_down_ = false;
-  // The server's policy loops, each with its own thread (periodic_task.h): started in this
-  // order (the group's after them), stopped in reverse first thing in Shutdown. Null when
+  // The server's policy loops, each with its own thread (common/internal/periodic_task.h): started
+  // in this order (the group's after them), stopped in reverse first thing in Shutdown. Null when
   // not started.
   std::unique_ptr<PublisherRegistrar> registrar_;  // only with publishers in the config
   std::unique_ptr<DiskWatcher> disk_watcher_;

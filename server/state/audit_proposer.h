@@ -5,15 +5,15 @@
 // restarted with a damaged state is still checked. The command carries the leader's own
 // latest audit point (StateMachine::audit().latest): every replica compares it with its own.
 //
-// Thread-safety: construct, Start and Stop from one thread; the rest is the proposer's.
+// Thread-safety: construct, Start, RequestStop and Stop from one thread; the rest is the
+// proposer's (a PeriodicTask).
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
-#include <thread>
+#include <string>
 
+#include "common/internal/periodic_task.h"
 #include "server/state/applier.h"
 #include "server/state/state_machine.h"
 
@@ -30,8 +30,10 @@ class AuditProposer {
   ~AuditProposer();  // Stop()s
 
   void Start();
+  // Ends the loop without waiting for it (PeriodicTask::RequestStop).
+  void RequestStop() { task_.RequestStop(); }
   // Returns within about 2 s (the longest wait for an audit to apply).
-  void Stop();
+  void Stop() { task_.Stop(); }
 
   // Whether an audit is due: something but audits was applied since the latest audit point
   // (`applied` past it), or none was proposed for kIdleIntervals intervals.
@@ -40,16 +42,17 @@ class AuditProposer {
                                 std::chrono::milliseconds interval);
 
  private:
-  void Run();
+  // One round: proposes an audit point when one is due.
+  void Round();
 
   const std::chrono::milliseconds interval_;
   const StateMachine* machine_;
   Applier* applier_;
   std::function<bool()> should_audit_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  // The round's state, on the task's thread only.
+  std::chrono::steady_clock::time_point last_proposal_;
+  std::string last_error_;
+  PeriodicTask task_;  // last: stopped before the members its rounds use go
 };
 
 }  // namespace kvatlas::server

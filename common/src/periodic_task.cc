@@ -1,8 +1,8 @@
-#include "server/runtime/periodic_task.h"
+#include "common/internal/periodic_task.h"
 
 #include <utility>
 
-namespace kvatlas::server {
+namespace kvatlas {
 
 PeriodicTask::PeriodicTask(std::chrono::milliseconds first_wait, Round round)
     : first_wait_(first_wait), round_(std::move(round)) {}
@@ -16,12 +16,16 @@ void PeriodicTask::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
-void PeriodicTask::Stop() {
+void PeriodicTask::RequestStop() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
+}
+
+void PeriodicTask::Stop() {
+  RequestStop();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -43,4 +47,4 @@ void PeriodicTask::Run() {
   }
 }
 
-}  // namespace kvatlas::server
+}  // namespace kvatlas

@@ -2,7 +2,7 @@
 // waiting loop, joins it and is idempotent. No timed assertions: waits for something to
 // happen are bounded and generous; the short sleeps only give a wrong extra round a chance
 // to show.
-#include "server/runtime/periodic_task.h"
+#include "common/internal/periodic_task.h"
 
 #include <doctest/doctest.h>
 
@@ -11,7 +11,7 @@
 #include <future>
 #include <thread>
 
-namespace kvatlas::server {
+namespace kvatlas {
 namespace {
 
 using std::chrono::milliseconds;
@@ -123,5 +123,27 @@ TEST_CASE("PeriodicTask: a long round sees stop_requested and returns early") {
   CHECK(rounds.load() == 1);  // stopped after the round: no second one
 }
 
+// What lets an owner of several tasks ask all of them first, so that their rounds end
+// together rather than one after another (the server's shutdown).
+TEST_CASE("PeriodicTask: RequestStop does not wait for the round in progress; Stop joins it") {
+  std::atomic<int> rounds{0};
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  PeriodicTask task(milliseconds(0), [&]() -> PeriodicTask::Next {
+    ++rounds;
+    released.wait();
+    return milliseconds(0);
+  });
+  task.Start();
+  REQUIRE(WaitForRounds(rounds, 1));
+  std::future<void> asked = std::async(std::launch::async, [&task] { task.RequestStop(); });
+  // The round is still blocked: RequestStop must return anyway.
+  CHECK(asked.wait_for(kPatience) == std::future_status::ready);
+  CHECK(task.stop_requested());
+  release.set_value();
+  CHECK(StopsWithinPatience(task));
+  CHECK(rounds.load() == 1);  // no round after the request
+}
+
 }  // namespace
-}  // namespace kvatlas::server
+}  // namespace kvatlas
