@@ -1,7 +1,5 @@
 #include "server/api/forwarding.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
@@ -13,6 +11,7 @@
 
 #include "common/internal/host_port.h"
 #include "common/internal/log.h"
+#include "server/api/peer_http_client.h"
 #include "server/service/cluster_service.h"
 
 namespace kvatlas::server {
@@ -44,31 +43,14 @@ HttpReply NotForwardedReply(const Status& status, const LeaderAddresses& leader)
   return reply;
 }
 
-HttpReply NotLeaderReply(const LeaderAddresses& leader, std::string message) {
-  return NotForwardedReply(Status(StatusCode::kNotLeader, std::move(message)), leader);
+// The first value of an answer's header `name`, "" when it has none.
+std::string HeaderOf(const PeerHttpAnswer& answer, std::string_view name) {
+  const auto it = answer.headers.find(name);
+  return it == answer.headers.end() ? std::string() : it->second;
 }
 
-// A client of another member's REST API. Over TLS it reads the certificate files on each
-// call, so a reloaded certificate (SIGHUP) is used from the next call on.
-std::unique_ptr<httplib::Client> MakeClient(const PeerHttpOptions& peer, const HostPort& to,
-                                            std::chrono::milliseconds timeout,
-                                            std::chrono::milliseconds connect_timeout) {
-  std::unique_ptr<httplib::Client> client;
-  if (peer.tls) {
-    client = std::make_unique<httplib::Client>("https://" + to.ToString(), peer.cert_file,
-                                               peer.key_file);
-    if (!peer.ca_file.empty()) client->set_ca_cert_path(peer.ca_file.c_str());
-    client->enable_server_certificate_verification(true);
-  } else {
-    client = std::make_unique<httplib::Client>(to.host, to.port);
-  }
-  client->set_connection_timeout(connect_timeout);
-  client->set_read_timeout(timeout);
-  client->set_write_timeout(timeout);
-  client->set_keep_alive(false);
-  // The target goes out as it came in (and as it was signed): no second encoding.
-  client->set_url_encode(false);
-  return client;
+HttpReply NotLeaderReply(const LeaderAddresses& leader, std::string message) {
+  return NotForwardedReply(Status(StatusCode::kNotLeader, std::move(message)), leader);
 }
 
 }  // namespace
@@ -80,53 +62,48 @@ namespace {
 // so the caller may try again (the leader may have just died; a new one is being chosen).
 std::optional<HttpReply> Forward(const Services& services, const RouteRequest& request,
                                  const LeaderAddresses& leader, const HostPort& to) {
-  httplib::Request forward;
+  PeerHttpRequest forward;
   forward.method = request.http.method;
-  forward.path = request.http.target.empty() ? request.http.path : request.http.target;
+  forward.target = request.http.target.empty() ? request.http.path : request.http.target;
   forward.body = request.http.body;
   if (request.http.HasHeader("Content-Type")) {
-    forward.set_header("Content-Type", request.http.Header("Content-Type"));
+    forward.headers.emplace_back("Content-Type", request.http.Header("Content-Type"));
   } else if (!forward.body.empty()) {
-    forward.set_header("Content-Type", "application/json");
+    forward.headers.emplace_back("Content-Type", "application/json");
   }
   // The client's credentials go along: the leader checks the token itself, so a forwarded
   // request has exactly the authority it would have sent directly (docs/security.md).
   if (request.http.HasHeader("Authorization")) {
-    forward.set_header("Authorization", request.http.Header("Authorization"));
+    forward.headers.emplace_back("Authorization", request.http.Header("Authorization"));
   }
-  forward.set_header(kForwardedHeader, std::to_string(services.server_id));
+  forward.headers.emplace_back(kForwardedHeader, std::to_string(services.server_id));
   const SignedPeerRequest signature =
-      services.peers->SignRequest(forward.method, forward.path, forward.body);
-  forward.set_header(kPeerAuthHeader, signature.header);
-  std::unique_ptr<httplib::Client> client =
-      MakeClient(services.peer_http, to, services.options.apply_timeout,
-                 std::min(services.options.apply_timeout, kForwardConnectTimeout));
-  httplib::Result result = client->send(forward);
-  if (!result && (result.error() == httplib::Error::Connection ||
-                  result.error() == httplib::Error::ConnectionTimeout)) {
-    return std::nullopt;
-  }
+      services.peers->SignRequest(forward.method, forward.target, forward.body);
+  forward.headers.emplace_back(kPeerAuthHeader, signature.header);
+  bool nothing_sent = false;
+  const Result<PeerHttpAnswer> answer =
+      SendPeerHttp(services.peer_http, to, forward,
+                   {std::min(services.options.apply_timeout, kForwardConnectTimeout),
+                    services.options.apply_timeout},
+                   &nothing_sent);
+  if (!answer.has_value() && nothing_sent) return std::nullopt;
   const std::string failed = "not the leader; forwarding to the leader, server " +
                              std::to_string(leader.id) + " at " + *leader.http_address +
                              ", failed: ";
   HttpReply reply;
-  Status authentic;
-  if (result) {
-    authentic =
-        services.peers->VerifyReply(result->get_header_value(kPeerReplyHeader), leader.id,
-                                    signature.nonce, result->status, result->body, to.ToString());
-  }
-  if (!result) {
-    reply = ErrorReply(Status::Unavailable(failed + httplib::to_string(result.error())));
-  } else if (!authentic.ok()) {
+  if (!answer.has_value()) {
+    reply = ErrorReply(Status::Unavailable(failed + answer.error().message()));
+  } else if (const Status authentic = services.peers->VerifyReply(
+                 HeaderOf(*answer, kPeerReplyHeader), leader.id, signature.nonce, answer->status,
+                 answer->body, to.ToString());
+             !authentic.ok()) {
     // Whoever answered is not the leader of this cluster: nothing is acknowledged.
     reply = ErrorReply(Status::Unavailable(failed + authentic.message()));
   } else {
-    reply.status = result->status;
-    reply.body = result->body;
-    reply.content_type = result->has_header("Content-Type")
-                             ? result->get_header_value("Content-Type")
-                             : std::string("application/json");
+    reply.status = answer->status;
+    reply.body = answer->body;
+    const std::string content_type = HeaderOf(*answer, "Content-Type");
+    reply.content_type = content_type.empty() ? std::string("application/json") : content_type;
   }
   reply.headers.emplace_back(kForwardedFromHeader, std::to_string(services.server_id));
   return reply;
@@ -210,21 +187,23 @@ Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader
           .dump();
   constexpr char kPath[] = "/v1/cluster/announce";
   const SignedPeerRequest signature = auth->SignRequest("POST", kPath, body);
-  std::unique_ptr<httplib::Client> client = MakeClient(peer, *to, timeout, timeout);
-  httplib::Result result = client->Post(
-      kPath, httplib::Headers{{kPeerAuthHeader, signature.header}}, body, "application/json");
+  PeerHttpRequest post{"POST",
+                       kPath,
+                       {{"Content-Type", "application/json"}, {kPeerAuthHeader, signature.header}},
+                       body};
+  const Result<PeerHttpAnswer> answer = SendPeerHttp(peer, *to, post, {timeout, timeout});
   const std::string url =
       std::string(peer.tls ? "https://" : "http://") + leader_http + "/v1/cluster/announce";
-  if (!result)
-    return Status::Unavailable("POST " + url + ": " + httplib::to_string(result.error()));
-  if (result->status == 200) {
+  if (!answer.has_value())
+    return Status::Unavailable("POST " + url + ": " + answer.error().message());
+  if (answer->status == 200) {
     return auth
-        ->VerifyReply(result->get_header_value(kPeerReplyHeader), leader_id, signature.nonce,
-                      result->status, result->body, leader_http)
+        ->VerifyReply(HeaderOf(*answer, kPeerReplyHeader), leader_id, signature.nonce,
+                      answer->status, answer->body, leader_http)
         .WithContext("POST " + url);
   }
   return Status(StatusCode::kUnavailable,
-                "POST " + url + ": " + std::to_string(result->status) + " " + result->body);
+                "POST " + url + ": " + std::to_string(answer->status) + " " + answer->body);
 }
 
 Result<PeerCall> VerifyPeerCall(const Services& services, const HttpRequest& request) {

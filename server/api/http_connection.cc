@@ -3,7 +3,6 @@
 #include <array>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl/stream_base.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -18,6 +17,7 @@
 #include <utility>
 
 #include "common/internal/log.h"
+#include "server/api/await_error.h"
 
 namespace kvatlas::server {
 namespace {
@@ -27,10 +27,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
-
-constexpr auto kRedirect = [](error_code& ec) {
-  return asio::redirect_error(asio::use_awaitable, ec);
-};
 
 // How long a connection closed after an error answer keeps discarding what the peer still
 // sends (a client writing a large body would otherwise get a reset instead of our answer).
@@ -107,7 +103,7 @@ asio::awaitable<bool> HttpConnection::Handshake() {
   error_code ec;
   beast::tcp_stream& tcp = stream_.next_layer();
   tcp.expires_after(context_->request_timeout);
-  const size_t n = co_await tcp.async_read_some(buffer_.prepare(4096), kRedirect(ec));
+  const size_t n = co_await tcp.async_read_some(buffer_.prepare(4096), AwaitError(ec));
   if (!ec) buffer_.commit(n);
   // Every TLS connection starts with a handshake record (content type 22).
   constexpr unsigned char kHandshakeRecord = 0x16;
@@ -117,7 +113,7 @@ asio::awaitable<bool> HttpConnection::Handshake() {
             "this port serves HTTPS: the request was sent in plaintext; use https:// and TLS")),
         /*head=*/false, /*keep_alive=*/false);
     tcp.expires_after(context_->write_timeout);
-    co_await asio::async_write(tcp, asio::buffer(answer), kRedirect(ec));
+    co_await asio::async_write(tcp, asio::buffer(answer), AwaitError(ec));
     context_->record("", 400, std::nullopt);
     context_->tls_failed();
     buffer_.consume(buffer_.size());
@@ -126,7 +122,7 @@ asio::awaitable<bool> HttpConnection::Handshake() {
   }
   if (!ec) {
     const size_t used = co_await stream_.tls().async_handshake(asio::ssl::stream_base::server,
-                                                               buffer_.data(), kRedirect(ec));
+                                                               buffer_.data(), AwaitError(ec));
     buffer_.consume(used);
   }
   if (ec) {
@@ -172,7 +168,7 @@ asio::awaitable<std::optional<HttpRequest>> HttpConnection::ReadRequest(bool* ke
   if (buffer_.size() == 0) {
     // Idle between requests: only the socket and this buffer are held.
     stream_.next_layer().expires_after(context_->idle_timeout);
-    const size_t n = co_await stream_.async_read_some(buffer_.prepare(4096), kRedirect(ec));
+    const size_t n = co_await stream_.async_read_some(buffer_.prepare(4096), AwaitError(ec));
     if (ec) co_return std::nullopt;
     buffer_.commit(n);
   }
@@ -182,13 +178,13 @@ asio::awaitable<std::optional<HttpRequest>> HttpConnection::ReadRequest(bool* ke
   http::request_parser<http::string_body> parser;
   parser.header_limit(static_cast<uint32_t>(context_->max_header_bytes));
   parser.body_limit(context_->max_body_bytes);
-  co_await http::async_read_header(stream_, buffer_, parser, kRedirect(ec));
+  co_await http::async_read_header(stream_, buffer_, parser, AwaitError(ec));
   if (!ec && !parser.is_done() &&
       beast::iequals(parser.get()[http::field::expect], "100-continue")) {
     static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    co_await asio::async_write(stream_, asio::buffer(kContinue), kRedirect(ec));
+    co_await asio::async_write(stream_, asio::buffer(kContinue), AwaitError(ec));
   }
-  if (!ec && !parser.is_done()) co_await http::async_read(stream_, buffer_, parser, kRedirect(ec));
+  if (!ec && !parser.is_done()) co_await http::async_read(stream_, buffer_, parser, AwaitError(ec));
   if (!ec) {
     *keep_alive = parser.get().keep_alive();
     co_return FromBeast(parser.release(), peer_);
@@ -232,14 +228,14 @@ asio::awaitable<void> HttpConnection::Linger() {
   tcp.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
   tcp.expires_after(kLinger);
   std::array<char, 16384> discard;
-  while (!ec) co_await tcp.async_read_some(asio::buffer(discard), kRedirect(ec));
+  while (!ec) co_await tcp.async_read_some(asio::buffer(discard), AwaitError(ec));
   tcp.socket().close(ec);
 }
 
 asio::awaitable<bool> HttpConnection::Write(std::string data) {
   error_code ec;
   stream_.next_layer().expires_after(context_->write_timeout);
-  co_await asio::async_write(stream_, asio::buffer(data), kRedirect(ec));
+  co_await asio::async_write(stream_, asio::buffer(data), AwaitError(ec));
   co_return !ec;
 }
 

@@ -72,10 +72,9 @@ void SetTarget(std::string_view target, HttpRequest* request) {
     rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
     if (pair.empty()) continue;
     const size_t eq = pair.find('=');
-    request->params.emplace(PercentDecode(pair.substr(0, eq), true),
-                            eq == std::string_view::npos
-                                ? std::string()
-                                : PercentDecode(pair.substr(eq + 1), true));
+    request->params.emplace(
+        PercentDecode(pair.substr(0, eq), true),
+        eq == std::string_view::npos ? std::string() : PercentDecode(pair.substr(eq + 1), true));
   }
 }
 
