@@ -17,10 +17,9 @@ Status ValidateLoadReport(const LoadReport& report) {
                                    " bytes, got " + std::to_string(report.router_id.size()));
   }
   if (report.ttl_ms < kMinLoadTtlMs || report.ttl_ms > kMaxLoadTtlMs) {
-    return Status::InvalidArgument("ttl_ms: must be an integer from " +
-                                   std::to_string(kMinLoadTtlMs) + " to " +
-                                   std::to_string(kMaxLoadTtlMs) + ", got " +
-                                   std::to_string(report.ttl_ms));
+    return Status::InvalidArgument(
+        "ttl_ms: must be an integer from " + std::to_string(kMinLoadTtlMs) + " to " +
+        std::to_string(kMaxLoadTtlMs) + ", got " + std::to_string(report.ttl_ms));
   }
   if (report.loads.size() > kMaxLoadEntries) {
     return Status::PayloadTooLarge("loads: " + std::to_string(report.loads.size()) +

@@ -20,13 +20,13 @@ const json* Field(const json& object, std::string_view key) {
 
 // An optional unsigned integer at most `max`; `*out` is left as is when absent.
 template <typename T>
-Status ReadUnsigned(const json& object, std::string_view key, const std::string& path,
-                    uint64_t max, T* out) {
+Status ReadUnsigned(const json& object, std::string_view key, const std::string& path, uint64_t max,
+                    T* out) {
   const json* v = Field(object, key);
   if (v == nullptr) return Status::Ok();
   if (!v->is_number_unsigned() || v->get<uint64_t>() > max) {
-    return Status::InvalidArgument(path + ": must be an integer from 0 to " +
-                                   std::to_string(max) + ", got " + PreviewJson(*v));
+    return Status::InvalidArgument(path + ": must be an integer from 0 to " + std::to_string(max) +
+                                   ", got " + PreviewJson(*v));
   }
   *out = static_cast<T>(v->get<uint64_t>());
   return Status::Ok();
@@ -50,7 +50,8 @@ Result<InstanceLoad> DecodeEntry(const json& value, const std::string& path) {
                                    PreviewJson(value));
   }
   InstanceLoad load;
-  KVATLAS_RETURN_IF_ERROR(ReadString(value, "instance_id", path + ".instance_id", &load.instance_id));
+  KVATLAS_RETURN_IF_ERROR(
+      ReadString(value, "instance_id", path + ".instance_id", &load.instance_id));
   KVATLAS_RETURN_IF_ERROR(ReadUnsigned(value, "dp_rank", path + ".dp_rank",
                                        std::numeric_limits<uint32_t>::max(), &load.dp_rank));
   KVATLAS_RETURN_IF_ERROR(ReadUnsigned(value, "prefill_blocks", path + ".prefill_blocks",
@@ -99,8 +100,7 @@ std::string EncodeLoadReport(const LoadReport& report) {
                      {"prefill_blocks", load.prefill_blocks},
                      {"decode_blocks", load.decode_blocks}});
   }
-  return json{{"router_id", report.router_id}, {"ttl_ms", report.ttl_ms}, {"loads", loads}}
-      .dump();
+  return json{{"router_id", report.router_id}, {"ttl_ms", report.ttl_ms}, {"loads", loads}}.dump();
 }
 
 }  // namespace kvatlas

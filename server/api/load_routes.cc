@@ -53,7 +53,8 @@ Result<HttpReply> HandleView(const Services& services) {
       sum.decode_blocks += load.decode_blocks;
       ++sum.routers;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(router.expires_at - now);
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(router.expires_at - now);
     out_routers.push_back({{"router_id", router.router_id},
                            {"expires_in_ms", left.count()},
                            {"loads", std::move(loads)}});
@@ -75,8 +76,9 @@ Result<HttpReply> HandleView(const Services& services) {
 }  // namespace
 
 void AddLoadRoutes(const Services* services, Router* router) {
-  router->Add({"POST", "/v1/load", RouteAccess::kWrite,
-               [services](const RouteRequest& request) { return HandleReport(*services, request); }});
+  router->Add({"POST", "/v1/load", RouteAccess::kWrite, [services](const RouteRequest& request) {
+                 return HandleReport(*services, request);
+               }});
   router->Add({"GET", "/v1/load", RouteAccess::kRead,
                [services](const RouteRequest&) { return HandleView(*services); }});
 }

@@ -7,7 +7,7 @@
 
 namespace kvatlas::server {
 
-Result<LoadReportResult> ReportLoad(const Services& services, LoadReport report) {
+Result<PreparedLoadReport> PrepareLoadReport(const Services& services, LoadReport report) {
   KVATLAS_RETURN_IF_ERROR(ValidateLoadReport(report));
   const FleetLoadTable::Clock::time_point now = FleetLoadTable::Clock::now();
   if (!report.loads.empty() && !services.machine->fleet_load().HasRoom(report.router_id, now)) {
@@ -16,16 +16,21 @@ Result<LoadReportResult> ReportLoad(const Services& services, LoadReport report)
                                      "\" would be one more (an idle router's report ends "
                                      "with its lease)");
   }
-  LoadReportCommand command;
-  command.report = std::move(report);
-  command.accepted_at_ms = static_cast<uint64_t>(
+  PreparedLoadReport prepared;
+  prepared.accepted_at_ms = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count());
-  CommandBatch batch;
-  batch.commands.emplace_back(std::move(command));
+  prepared.expires_at_ms = prepared.accepted_at_ms + report.ttl_ms;
+  prepared.batch.commands.emplace_back(
+      LoadReportCommand{std::move(report), prepared.accepted_at_ms});
+  return prepared;
+}
+
+Result<LoadReportResult> ReportLoad(const Services& services, LoadReport report) {
+  KVATLAS_ASSIGN_OR_RETURN(PreparedLoadReport prepared,
+                           PrepareLoadReport(services, std::move(report)));
   LoadReportResult result;
-  result.accepted_at_ms =
-      std::get<LoadReportCommand>(batch.commands.front()).accepted_at_ms;
-  KVATLAS_ASSIGN_OR_RETURN(result.revision, SubmitAndWait(services, std::move(batch)));
+  result.accepted_at_ms = prepared.accepted_at_ms;
+  KVATLAS_ASSIGN_OR_RETURN(result.revision, SubmitAndWait(services, std::move(prepared.batch)));
   return result;
 }
 

@@ -18,8 +18,18 @@ struct LoadReportResult {
   uint64_t accepted_at_ms = 0;  // the lease runs from here (Unix ms, the leader's clock)
 };
 
-// Validates `report` (ValidateLoadReport), refuses a new router when kMaxLoadRouters live
-// routers are kept (kResourceExhausted), stamps it with this server's clock and commits it.
+// A report made into the batch to commit: validated (ValidateLoadReport), a new router
+// refused when kMaxLoadRouters live routers are kept (kResourceExhausted), stamped with this
+// server's clock. The binary protocol submits it asynchronously (rpc_handler.h).
+struct PreparedLoadReport {
+  CommandBatch batch;
+  uint64_t accepted_at_ms = 0;
+  uint64_t expires_at_ms = 0;
+};
+[[nodiscard]] Result<PreparedLoadReport> PrepareLoadReport(const Services& services,
+                                                           LoadReport report);
+
+// PrepareLoadReport, then commits the batch and waits for it (SubmitAndWait).
 [[nodiscard]] Result<LoadReportResult> ReportLoad(const Services& services, LoadReport report);
 
 // Fills the candidates of `request` that give no load with the fleet's (FillCandidates).

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "kvatlas/common/protocol.h"
+
 namespace kvatlas {
 namespace {
 
@@ -20,8 +22,10 @@ LoadReport Report(std::string router, std::vector<InstanceLoad> loads) {
 
 TEST_CASE("FleetLoadTable: the load of an instance is summed over every router's report") {
   FleetLoadTable table;
-  REQUIRE(table.Replace(Report("r1", {{"a", 0, 10, 100}, {"b", 0, 1, 2}}), kT0 + milliseconds(1000)));
-  REQUIRE(table.Replace(Report("r2", {{"a", 0, 5, 50}, {"a", 1, 7, 70}}), kT0 + milliseconds(1000)));
+  REQUIRE(
+      table.Replace(Report("r1", {{"a", 0, 10, 100}, {"b", 0, 1, 2}}), kT0 + milliseconds(1000)));
+  REQUIRE(
+      table.Replace(Report("r2", {{"a", 0, 5, 50}, {"a", 1, 7, 70}}), kT0 + milliseconds(1000)));
   REQUIRE(table.Replace(Report("r3", {{"b", 0, 3, 4}}), kT0 + milliseconds(1000)));
   CHECK(table.LoadOf("a", 0, kT0) == LoadSum{15, 150, 2});
   CHECK(table.LoadOf("a", 1, kT0) == LoadSum{7, 70, 1});
@@ -33,7 +37,8 @@ TEST_CASE("FleetLoadTable: the load of an instance is summed over every router's
 
 TEST_CASE("FleetLoadTable: a report replaces its router's previous one; an empty one leaves") {
   FleetLoadTable table;
-  REQUIRE(table.Replace(Report("r1", {{"a", 0, 10, 100}, {"b", 0, 1, 2}}), kT0 + milliseconds(1000)));
+  REQUIRE(
+      table.Replace(Report("r1", {{"a", 0, 10, 100}, {"b", 0, 1, 2}}), kT0 + milliseconds(1000)));
   REQUIRE(table.Replace(Report("r2", {{"a", 0, 1, 1}}), kT0 + milliseconds(1000)));
   // Absolute, not a delta: the same report twice counts once, and b is no longer named.
   REQUIRE(table.Replace(Report("r1", {{"a", 0, 4, 40}}), kT0 + milliseconds(1000)));
@@ -64,12 +69,12 @@ TEST_CASE("FleetLoadTable: candidates without a load of their own take the fleet
   REQUIRE(table.Replace(Report("r1", {{"a", 0, 3, 30}, {"b", 2, 1, 5}}), kT0 + milliseconds(1000)));
   REQUIRE(table.Replace(Report("r2", {{"a", 0, 2, 20}}), kT0 + milliseconds(1000)));
   std::vector<RouteCandidate> candidates(4);
-  candidates[0].instance_id = "a";                       // none given: the fleet's
-  candidates[1].instance_id = "a";                       // given: kept
+  candidates[0].instance_id = "a";  // none given: the fleet's
+  candidates[1].instance_id = "a";  // given: kept
   candidates[1].queued_prefill_tokens = 7;
-  candidates[2].instance_id = "b";                       // rank 2's
+  candidates[2].instance_id = "b";  // rank 2's
   candidates[2].dp_rank = 2;
-  candidates[3].instance_id = "c";                       // unknown: stays idle
+  candidates[3].instance_id = "c";  // unknown: stays idle
   CHECK(table.FillCandidates(candidates, 16, kT0) == 2);
   CHECK(candidates[0].queued_prefill_tokens == 5 * 16);
   CHECK(candidates[0].active_decode_blocks == 50);
@@ -105,8 +110,8 @@ TEST_CASE("DecodeLoadReport: the body, and errors naming the field") {
   const auto error = [](std::string body) { return DecodeLoadReport(body).status().ToString(); };
   CHECK(error(R"({"loads": []})").find("router_id: is required") != std::string::npos);
   CHECK(error(R"({"router_id": "r"})").find("loads: is required") != std::string::npos);
-  CHECK(error(R"({"router_id": "r", "ttl_ms": 5, "loads": []})").find("ttl_ms: must be an integer from 100") !=
-        std::string::npos);
+  CHECK(error(R"({"router_id": "r", "ttl_ms": 5, "loads": []})")
+            .find("ttl_ms: must be an integer from 100") != std::string::npos);
   CHECK(error(R"({"router_id": "r", "loads": [{"instance_id": "a", "prefill_blocks": -1}]})")
             .find("loads[0].prefill_blocks: must be an integer from 0") != std::string::npos);
   CHECK(error(R"({"router_id": "r", "loads": [{"instance_id": ""}]})")
@@ -120,6 +125,27 @@ TEST_CASE("DecodeLoadReport: the body, and errors naming the field") {
   const Status too_many = DecodeLoadReport(many + "]}").status();
   CHECK(too_many.code() == StatusCode::kPayloadTooLarge);
   CHECK(too_many.ToString().find("at most 10000") != std::string::npos);
+}
+
+TEST_CASE("kLoadReport payloads round-trip; truncated or invalid ones are refused") {
+  const LoadReport report{"r1", 500, {{"a", 1, 3, 4}, {"b", 0, 0, 9}}};
+  const std::string bytes = protocol::EncodeLoadReportRequest(report);
+  CHECK(protocol::DecodeLoadReportRequest(bytes).value() == report);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    CHECK_FALSE(protocol::DecodeLoadReportRequest(bytes.substr(0, n)).has_value());
+  }
+  const Status bad_ttl =
+      protocol::DecodeLoadReportRequest(protocol::EncodeLoadReportRequest({"r", 5, {}})).status();
+  CHECK(bad_ttl.ToString().find("ttl_ms: must be an integer from 100") != std::string::npos);
+  // docs/protocol.md §kLoadReport's example.
+  CHECK(protocol::EncodeLoadReportRequest({"r", 500, {{"a", 1, 3, 4}}}) ==
+        std::string("\x01r\xf4\x03\x01\x01"
+                    "a"
+                    "\x01\x03\x04"));
+  const protocol::LoadReportAnswer answer{7, 1'700'000'000'123};
+  CHECK(protocol::EncodeLoadReportAnswer(answer) == std::string("\x07\xfb\xd0\x95\xff\xbc\x31"));
+  CHECK(protocol::DecodeLoadReportAnswer(protocol::EncodeLoadReportAnswer(answer)).value() ==
+        answer);
 }
 
 }  // namespace

@@ -1,12 +1,13 @@
 // Shared in-flight load through the service layer (docs/routing.md §Shared load): reports
 // committed like any write, summed across routers, and taken by route candidates that give
 // no load of their own.
+#include "server/service/load_service.h"
+
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
-#include "server/service/load_service.h"
 #include "server/service/route_decision.h"
 #include "tests/support/in_memory_services.h"
 
@@ -38,7 +39,8 @@ TEST_SUITE("Services") {
     // Two routers have sent work to "a" (3 + 2 prompt blocks, 40 + 10 decode blocks).
     REQUIRE(ReportLoad(s.services, LoadReport{"r1", 10'000, {{"a", 0, 3, 40}}}).has_value());
     REQUIRE(ReportLoad(s.services, LoadReport{"r2", 10'000, {{"a", 0, 2, 10}}}).has_value());
-    const Result<RoutingAnswer> answer = DecideRoute(s.services, Route({Candidate("a"), Candidate("b")}));
+    const Result<RoutingAnswer> answer =
+        DecideRoute(s.services, Route({Candidate("a"), Candidate("b")}));
     REQUIRE_MESSAGE(answer.has_value(), answer.status().ToString());
     // Nothing cached anywhere: "b" (idle) wins; "a" carries the fleet's load.
     REQUIRE(answer->ranked.size() == 2);
