@@ -13,8 +13,7 @@ Result<std::unique_ptr<LoadReporter>> LoadReporter::Create(Client* client,
                 std::move(options));
 }
 
-Result<std::unique_ptr<LoadReporter>> LoadReporter::Create(Send send,
-                                                           LoadReporterOptions options) {
+Result<std::unique_ptr<LoadReporter>> LoadReporter::Create(Send send, LoadReporterOptions options) {
   KVATLAS_RETURN_IF_ERROR(ValidateLoadReport(LoadReport{options.router_id, options.ttl_ms, {}}));
   if (options.interval.count() <= 0 || options.interval.count() > options.ttl_ms / 3) {
     return Status::InvalidArgument("interval: must be from 1 ms to ttl_ms / 3 (" +
@@ -78,13 +77,15 @@ LoadReport LoadReporter::SummaryLocked() const {
   for (const auto& [key, total] : totals_) {
     if (total.first == 0 && total.second == 0) continue;
     // Past the protocol's bound the report would be refused; the busiest entries go.
-    report.loads.push_back(InstanceLoad{key.first, key.second, std::min(total.first, kMaxLoadBlocks),
+    report.loads.push_back(InstanceLoad{key.first, key.second,
+                                        std::min(total.first, kMaxLoadBlocks),
                                         std::min(total.second, kMaxLoadBlocks)});
   }
   if (report.loads.size() > kMaxLoadEntries) {
     std::partial_sort(report.loads.begin(), report.loads.begin() + kMaxLoadEntries,
                       report.loads.end(), [](const InstanceLoad& a, const InstanceLoad& b) {
-                        return a.prefill_blocks + a.decode_blocks > b.prefill_blocks + b.decode_blocks;
+                        return a.prefill_blocks + a.decode_blocks >
+                               b.prefill_blocks + b.decode_blocks;
                       });
     report.loads.resize(kMaxLoadEntries);
   }

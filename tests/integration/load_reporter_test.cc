@@ -2,13 +2,14 @@
 // routers' LoadReporters (binary kLoadReport) feed the server's table, and a route whose
 // candidates give no load is scored with their sum; a reporter that goes away takes its
 // load with it, and a burst of routed requests costs a bounded number of reports.
+#include "kvatlas/client/load_reporter.h"
+
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <thread>
 
 #include "kvatlas/client/client.h"
-#include "kvatlas/client/load_reporter.h"
 #include "tests/integration/client_connect.h"
 #include "tests/integration/server_process.h"
 #include "tests/support/temp_dir.h"
@@ -63,7 +64,7 @@ TEST_SUITE("Integration.LoadReporter") {
     CHECK(WaitQueued(*client, 5));
     (*r1)->RouteFinished(t1);
     (*r1)->RouteFinished(t1);  // twice: a no-op
-    r1->reset();  // r1 leaves: its empty report goes at once, not after its lease
+    r1->reset();               // r1 leaves: its empty report goes at once, not after its lease
     CHECK(QueuedOnA(*client) == 3);
     (*r2)->RouteFinished(t2);
     CHECK(WaitQueued(*client, 0));
