@@ -196,6 +196,20 @@ std::future<Result<HeartbeatAnswer>> Client::HeartbeatAsync(std::vector<HolderKe
                                   protocol::DecodeHeartbeatAnswer, "heartbeat");
 }
 
+std::future<Result<protocol::LoadReportAnswer>> Client::ReportLoadAsync(LoadReport report,
+                                                                        Timeout timeout) {
+  if (Status valid = ValidateLoadReport(report); !valid.ok()) {
+    return Ready<protocol::LoadReportAnswer>(std::move(valid));
+  }
+  return CallFor<protocol::LoadReportAnswer>(*impl_, MessageType::kLoadReport,
+                                             protocol::EncodeLoadReportRequest(report), timeout,
+                                             protocol::DecodeLoadReportAnswer, "load report");
+}
+
+Result<protocol::LoadReportAnswer> Client::ReportLoad(LoadReport report, Timeout timeout) {
+  return ReportLoadAsync(std::move(report), timeout).get();
+}
+
 Result<HeartbeatAnswer> Client::Heartbeat(std::vector<HolderKey> holders, Timeout timeout) {
   return HeartbeatAsync(std::move(holders), timeout).get();
 }

@@ -170,10 +170,11 @@ void Client::Impl::StartCall(uint64_t id, std::string_view payload, Client::Time
       now + (timeout.count() > 0
                  ? std::chrono::duration_cast<Clock::duration>(timeout)
                  : std::chrono::duration_cast<Clock::duration>(options_.default_deadline));
-  // Writes, heartbeats and linearizable reads must reach the leader: follow a follower's
-  // not_leader answer.
-  if (redirector_ && (call->to_leader || type == protocol::MessageType::kIngest ||
-                      type == protocol::MessageType::kHeartbeat)) {
+  // Writes, heartbeats, load reports and linearizable reads must reach the leader: follow a
+  // follower's not_leader answer.
+  if (redirector_ &&
+      (call->to_leader || type == protocol::MessageType::kIngest ||
+       type == protocol::MessageType::kHeartbeat || type == protocol::MessageType::kLoadReport)) {
     // Straight to the leader a redirect found earlier, when there is one.
     if (redirector_->SendToKnownLeader(type, payload, call->deadline, &call->done)) return;
     call->done = redirector_->Wrap(type, payload, call->deadline, std::move(call->done));

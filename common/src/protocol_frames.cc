@@ -55,6 +55,8 @@ std::string_view MessageTypeName(MessageType type) {
       return "heartbeat";
     case MessageType::kAuth:
       return "auth";
+    case MessageType::kLoadReport:
+      return "load_report";
   }
   return "other";
 }

@@ -59,6 +59,7 @@ void AddAllRoutes(const Services* services, Router* router) {
   AddRoutingRoutes(services, router);
   AddWatchRoutes(services, router);
   AddLeaseRoutes(services, router);
+  AddLoadRoutes(services, router);
   AddDashboardRoutes(router);
   AddAdminRoutes(services, router);
 }

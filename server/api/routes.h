@@ -26,6 +26,7 @@ void AddClusterRoutes(const Services* services, Router* router);
 void AddRoutingRoutes(const Services* services, Router* router);  // routing_routes.cc
 void AddWatchRoutes(const Services* services, Router* router);    // watch_routes.cc
 void AddLeaseRoutes(const Services* services, Router* router);    // lease_routes.cc
+void AddLoadRoutes(const Services* services, Router* router);     // load_routes.cc
 void AddDashboardRoutes(Router* router);                          // dashboard_routes.cc
 void AddAdminRoutes(const Services* services, Router* router);    // admin_routes.cc
 

@@ -81,6 +81,7 @@ CommandTally Index::Apply(const Command& command, uint64_t seed, MutationList* o
                  [](const AnnounceCommand&) {},
                  [](const ForgetServerCommand&) {},
                  [](const AuditCommand&) {},
+                 [](const LoadReportCommand&) {},
              },
              command);
   return tally;

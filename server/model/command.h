@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "kvatlas/common/fleet_load.h"
 #include "kvatlas/common/types.h"
 #include "server/model/registration.h"
 #include "server/model/replica_digest.h"
@@ -150,12 +151,25 @@ struct AuditCommand {
   friend bool operator==(const AuditCommand&, const AuditCommand&) = default;
 };
 
+// A router replica's in-flight load (docs/routing.md §Shared load): replaces the previous
+// report of `report.router_id` in every replica's FleetLoadTable, counting until
+// accepted_at_ms + report.ttl_ms (ms since the Unix epoch, stamped by the leader that
+// accepted it; a replica compares with its own clock, so a log replayed later counts no
+// stale report). Leased state: kept in memory only, never in storage or snapshots, and
+// not part of the replica digest.
+struct LoadReportCommand {
+  LoadReport report;
+  uint64_t accepted_at_ms = 0;
+
+  friend bool operator==(const LoadReportCommand&, const LoadReportCommand&) = default;
+};
+
 // Store/Remove/Clear/ExpireHolder change the Index; Register/Unregister/Announce/ForgetServer
-// change the Registry; Audit changes nothing. The order of the alternatives is the
-// command-batch wire tag minus one (docs/storage.md).
-using Command =
-    std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand, UnregisterCommand,
-                 AnnounceCommand, ForgetServerCommand, ExpireHolderCommand, AuditCommand>;
+// change the Registry; Audit changes nothing; LoadReport changes the FleetLoadTable. The order of
+// the alternatives is the command-batch wire tag minus one (docs/storage.md).
+using Command = std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand,
+                             UnregisterCommand, AnnounceCommand, ForgetServerCommand,
+                             ExpireHolderCommand, AuditCommand, LoadReportCommand>;
 
 // What one log entry carries: commands applied atomically, in order, at one revision.
 struct CommandBatch {

@@ -27,6 +27,7 @@ enum class CommandTag : uint8_t {
   kForgetServer = 7,  // version 3
   kExpireHolder = 8,  // version 4
   kAudit = 9,         // version 6; with its digest scheme, version 7
+  kLoadReport = 10,   // version 8
 };
 static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreCommand> &&
               std::is_same_v<std::variant_alternative_t<1, Command>, RemoveCommand> &&
@@ -36,7 +37,8 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreComman
               std::is_same_v<std::variant_alternative_t<5, Command>, AnnounceCommand> &&
               std::is_same_v<std::variant_alternative_t<6, Command>, ForgetServerCommand> &&
               std::is_same_v<std::variant_alternative_t<7, Command>, ExpireHolderCommand> &&
-              std::is_same_v<std::variant_alternative_t<8, Command>, AuditCommand>);
+              std::is_same_v<std::variant_alternative_t<8, Command>, AuditCommand> &&
+              std::is_same_v<std::variant_alternative_t<9, Command>, LoadReportCommand>);
 
 // A StoreCommand's mode byte: its KeyMode, with kReportBit set when the store is a report
 // (StoreCommand::report). One byte for both, so that a batch of copies keeps the bytes it
@@ -78,6 +80,12 @@ class FieldWriter {
   void operator()(const std::string& v) { PutLengthPrefixed(out_, v); }
   void operator()(const Registration& v) { PutRegistration(out_, v); }
   void operator()(bool v) { PutFlag(out_, v); }
+  void operator()(const InstanceLoad& v) {
+    (*this)(v.instance_id);
+    (*this)(v.dp_rank);
+    (*this)(v.prefill_blocks);
+    (*this)(v.decode_blocks);
+  }
   template <typename T>
   void operator()(const std::optional<T>& v) {
     PutFlag(out_, v.has_value());
@@ -118,6 +126,12 @@ class FieldReader {
   void operator()(std::string& v) { v = in_->LengthPrefixed(); }
   void operator()(Registration& v) { v = ReadRegistration(in_); }
   void operator()(bool& v) { v = in_->Flag(); }
+  void operator()(InstanceLoad& v) {
+    (*this)(v.instance_id);
+    (*this)(v.dp_rank);
+    (*this)(v.prefill_blocks);
+    (*this)(v.decode_blocks);
+  }
   template <typename T>
   void operator()(std::optional<T>& v) {
     v.reset();
@@ -182,6 +196,11 @@ void VisitFields(Io& io, C& c) {
     io(c.checked_index);    // fixed64
     io(c.checked_digest);   // fixed64
     io(AuditScheme<C>{c});  // varint32 (version 7)
+  } else if constexpr (std::is_same_v<T, LoadReportCommand>) {
+    io(c.report.router_id);
+    io(c.report.ttl_ms);   // varint32
+    io(c.accepted_at_ms);  // fixed64
+    io(c.report.loads);    // varint n, n × (str, varint32, fixed64, fixed64)
   } else {
     static_assert(std::is_same_v<T, StreamPosition>);
     io(c.stream);
@@ -206,6 +225,7 @@ uint8_t VersionOf(const Command& command) {
   const auto* store = std::get_if<StoreCommand>(&command);
   const auto* registration = std::get_if<RegisterCommand>(&command);
   const auto* audit = std::get_if<AuditCommand>(&command);
+  if (tag >= CommandTag::kLoadReport) return 8;
   if (audit) return audit->digest_scheme == 1 ? 6 : 7;
   if ((store && store->report) ||
       (registration && registration->registration.report_mode != ReportMode::kIncremental)) {
@@ -219,13 +239,13 @@ uint8_t VersionOf(const Command& command) {
 
 // Batches are written in the oldest version that can hold them, so that the encoding stays
 // canonical (one byte string per batch) and old logs and new ones agree byte for byte:
-// 7 with an audit point of a digest scheme other than 1, else 6 with an audit point, else 5 with a
-// report store or a registration in a report mode other than incremental, else 4 with an expiry,
-// else 3 with server-address commands, else 2 with a position, registry commands or kAlias stores,
-// else 1. Versions 2 to 7 share the layout; 3, 4 and 6 only add tags, 5 only the report bit of a
-// store's mode byte and the report-mode bits of a registration's type byte, 7 only the digest
-// scheme after an audit point's fields (every audit point of a version-7 batch has it, scheme 1
-// included).
+// 8 with a load report, else 7 with an audit point of a digest scheme other than 1, else 6 with an
+// audit point, else 5 with a report store or a registration in a report mode other than
+// incremental, else 4 with an expiry, else 3 with server-address commands, else 2 with a position,
+// registry commands or kAlias stores, else 1. Versions 2 to 8 share the layout; 3, 4, 6 and 8 only
+// add tags, 5 only the report bit of a store's mode byte and the report-mode bits of a
+// registration's type byte, 7 only the digest scheme after an audit point's fields (every audit
+// point of a version-7 batch has it, scheme 1 included).
 uint8_t NeededVersion(const CommandBatch& batch) {
   uint8_t version = batch.position ? 2 : 1;
   for (const Command& command : batch.commands) version = std::max(version, VersionOf(command));
@@ -295,6 +315,10 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
       case CommandTag::kAudit:
         if (version < 6) in.Fail();
         if (in.ok()) ReadInto<AuditCommand>(&batch, &in, version);
+        break;
+      case CommandTag::kLoadReport:
+        if (version < 8) in.Fail();
+        if (in.ok()) ReadInto<LoadReportCommand>(&batch, &in, version);
         break;
       default:
         in.Fail();

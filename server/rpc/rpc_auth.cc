@@ -23,6 +23,7 @@ std::optional<Role> RequiredRole(MessageType type) {
   switch (type) {
     case MessageType::kIngest:
     case MessageType::kHeartbeat:
+    case MessageType::kLoadReport:
       return Role::kWrite;
     case MessageType::kLookup:
     case MessageType::kLocate:

@@ -8,6 +8,7 @@
 #include "server/service/cluster_service.h"
 #include "server/service/ingest_service.h"
 #include "server/service/lease_service.h"
+#include "server/service/load_service.h"
 #include "server/service/lookup_service.h"
 #include "server/service/replica_audit_service.h"
 #include "server/service/route_decision.h"
@@ -103,7 +104,7 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
       read.barrier = lookup.linearizable;
       read.wanted = lookup.min_revision.value_or(0);
       PendingRequest pending{
-          header.request_id, {}, {}, std::move(read), std::chrono::steady_clock::time_point{}};
+          header.request_id, {}, {}, std::move(read), std::chrono::steady_clock::time_point{}, {}};
       if (pending.read->barrier || pending.read->wanted > services.machine->applied_revision()) {
         return Handled(std::move(pending));
       }
@@ -124,7 +125,8 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
       KVATLAS_ASSIGN_OR_RETURN(PreparedIngest prepared,
                                PrepareIngest(services, ingest.events, ingest.writer));
       NoteUnknownMedia(services, ingest.events);
-      PendingRequest pending{header.request_id, std::move(prepared.batch), prepared.answer, {}, {}};
+      PendingRequest pending{
+          header.request_id, std::move(prepared.batch), prepared.answer, {}, {}, {}};
       // An empty batch changes nothing: it answers the current revision without a log entry.
       if (!pending.batch.commands.empty()) return Handled(std::move(pending));
       AppendIngestAnswer(pending, pending.answer.revision, out);
@@ -145,6 +147,16 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
       AppendAnswer(header.type, header.request_id, protocol::EncodeHeartbeatAnswer(answer), out);
       return answered();
     }
+    case MessageType::kLoadReport: {
+      KVATLAS_ASSIGN_OR_RETURN(LoadReport report,
+                               protocol::DecodeLoadReportRequest(request.payload));
+      KVATLAS_ASSIGN_OR_RETURN(PreparedLoadReport prepared,
+                               PrepareLoadReport(services, std::move(report)));
+      // Committed like an ingest (a follower's Applier answers not_leader).
+      PendingRequest pending{header.request_id,     std::move(prepared.batch), {}, {}, {},
+                             prepared.expires_at_ms};
+      return Handled(std::move(pending));
+    }
     case MessageType::kAuth:
       // Access control is the connection's (Admit), before any request is handled.
       return Status::Internal("kAuth is answered by RpcHandler::Admit, not here");
@@ -157,6 +169,16 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
 
 void RpcHandler::AppendIngestAnswer(const PendingRequest& ingest, const Result<Revision>& applied,
                                     std::string* out) const {
+  if (ingest.load_expires_at_ms) {
+    if (!applied.has_value()) {
+      AppendError(MessageType::kLoadReport, ingest.request_id, applied.error(), out);
+    } else {
+      AppendAnswer(MessageType::kLoadReport, ingest.request_id,
+                   protocol::EncodeLoadReportAnswer({*applied, *ingest.load_expires_at_ms}), out);
+    }
+    ObserveLatency(MessageType::kLoadReport, ingest.received);
+    return;
+  }
   if (!applied.has_value()) {
     AppendError(MessageType::kIngest, ingest.request_id, applied.error(), out);
   } else {

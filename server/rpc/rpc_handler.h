@@ -41,6 +41,8 @@ struct PendingRequest {
   IngestAnswer answer;  // revision is filled in from the Applier's result
   std::optional<PendingRead> read;
   std::chrono::steady_clock::time_point received;  // for the request latency metric
+  // Set for a kLoadReport: its lease's end, answered with the revision instead of `answer`.
+  std::optional<uint64_t> load_expires_at_ms;
 };
 
 // The role a request of `type` needs (docs/security.md §Tokens and roles); nullopt for

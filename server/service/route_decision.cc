@@ -1,5 +1,8 @@
 #include "server/service/route_decision.h"
 
+#include <utility>
+
+#include "server/service/load_service.h"
 #include "server/service/lookup_service.h"
 
 namespace kvatlas::server {
@@ -12,7 +15,10 @@ Result<RoutingAnswer> DecideRoute(const Services& services, const RoutingRequest
   lookup.instance_id.clear();  // every instance: candidates are matched by id
   lookup.include_locations = false;
   KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(services, lookup));
-  return RouteFromLookup(request, answer);
+  // Candidates without a load of their own take the fleet's (docs/routing.md §Shared load).
+  RoutingRequest shared{std::move(lookup), request.candidates, request.options};
+  FillSharedLoad(services, &shared);
+  return RouteFromLookup(shared, answer);
 }
 
 }  // namespace kvatlas::server

@@ -295,6 +295,13 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
       ApplyAudit(*audit, revision);
       continue;
     }
+    if (const auto* load = std::get_if<LoadReportCommand>(&command)) {
+      // Leased soft state: a full table (kMaxLoadRouters) drops a new router's report.
+      (void)fleet_load_.Replace(load->report, FleetLoadTable::Clock::time_point(
+                                                  std::chrono::milliseconds(load->accepted_at_ms) +
+                                                  std::chrono::milliseconds(load->report.ttl_ms)));
+      continue;
+    }
     if (const HolderKey* holder = EventHolder(command)) {
       NoteActivity(*holder, &last_holder, revision, now);
     }

@@ -192,6 +192,10 @@ class StateMachine final : public LogStateMachine {
   // it must serve no reads (docs/replication.md §Replica audits). Any thread, lock-free.
   bool diverged() const { return diverged_.load(std::memory_order_acquire); }
 
+  // The live load reports of the router fleet (LoadReportCommand), summed for routes. Any
+  // thread (the table has its own lock).
+  const FleetLoadTable& fleet_load() const { return fleet_load_; }
+
   // What the stores and removes of stream `stream` (a StreamPosition::stream key) found
   // since this server started; zeros for a stream never seen. Any thread (read lock).
   StreamTally TallyOf(std::string_view stream) const;
@@ -257,6 +261,9 @@ class StateMachine final : public LogStateMachine {
   // The registry's part of the replica digest (guarded by mu_).
   uint64_t registry_digest_ = 0;
   AuditTrail audit_;  // guarded by mu_
+  // Leased, in memory only: never stored or snapshotted; a restarted server learns the
+  // loads again from the reports routers keep sending (at least every ttl / 3).
+  FleetLoadTable fleet_load_;
   std::atomic<bool> diverged_{false};
 };
 

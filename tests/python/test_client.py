@@ -237,3 +237,33 @@ def test_threads_share_one_client(client):
     for t in threads:
         t.join()
     assert not errors and answers == [4] * 400
+
+
+def test_load_reporter_shares_a_routers_in_flight_load(client):
+    """Two routers' reporters are summed for a route whose candidates give no load
+    (docs/routing.md §Shared load); closing one takes its load away at once."""
+    def queued_on_a():
+        answer = client.route(CTX, [kvatlas.Candidate("a")], tokens=list(range(64)))
+        return answer.ranked[0].queued_prefill_blocks
+
+    def wait_queued(want):
+        for _ in range(200):
+            if queued_on_a() == want:
+                return True
+            time.sleep(0.05)
+        return False
+
+    with pytest.raises(kvatlas.Error, match="interval"):
+        kvatlas.LoadReporter(client, "r", interval_s=5.0)
+    r1 = kvatlas.LoadReporter(client, "r1", interval_s=0.05)
+    with kvatlas.LoadReporter(client, "r2", interval_s=0.05) as r2:
+        token = r1.route_started("a", 0, 4, 40)
+        r2.route_started("a", 0, 3, 30)
+        assert r1.summary() == [{"instance_id": "a", "dp_rank": 0, "prefill_blocks": 4,
+                                 "decode_blocks": 40}]
+        assert wait_queued(7)
+        r1.route_finished(token)
+        assert wait_queued(3)
+        assert r2.reports_sent >= 1
+    assert wait_queued(0)  # r2 left with an empty report
+    r1.close()

@@ -37,6 +37,7 @@ from kvatlas._kvatlas import (  # noqa: F401  (re-exported)
     Holder,
     IngestAnswer,
     InstanceMatch,
+    LoadReporter,
     LocalIndex,
     LocalIndexContextStatus,
     LocalIndexStats,
@@ -64,7 +65,7 @@ from kvatlas._kvatlas import Client as _Client
 __all__ = [
     "AsyncClient", "BlockCopy", "BlockEvent", "BlockHasher", "Candidate", "Client", "Context",
     "ContextSnapshot", "DEFAULT_HASH_SEED", "Error", "EventType", "FeedFilter", "FeedOp",
-    "FeedRecord", "HeartbeatAnswer", "Holder", "IngestAnswer", "InstanceMatch", "LocalIndex",
+    "FeedRecord", "HeartbeatAnswer", "Holder", "IngestAnswer", "InstanceMatch", "LoadReporter", "LocalIndex",
     "LocalIndexContextStatus", "LocalIndexStats", "LocateAnswer", "LookupAnswer", "PrefixMatch", "RankMatch",
     "RoutingAnswer", "RoutingOptions", "ScoredCandidate", "Scorer", "SharedMatch",
     "SnapshotCopy", "Tier", "TierBlocks", "TlsOptions", "VllmBlockHasher", "WatchStream",

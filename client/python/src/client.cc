@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "client/python/src/bindings.h"
+#include "kvatlas/client/load_reporter.h"
 #include "kvatlas/client/writer.h"
 
 namespace kvatlas::python {
@@ -173,6 +174,85 @@ void DefineWatch(py::module_& m) {
       .def("__next__", &PyWatch::NextRecord)
       .def("__enter__", [](PyWatch& w) -> PyWatch& { return w; })
       .def("__exit__", [](PyWatch& w, const py::args&) { w.Cancel(); });
+}
+
+// A router's LoadReporter over a client (docs/routing.md §Shared load). Its reports go
+// through the client it was made with, which it keeps alive.
+class PyLoadReporter {
+ public:
+  PyLoadReporter(const PyClient& client, std::string router_id, double interval_s,
+                 uint32_t ttl_ms) {
+    LoadReporterOptions options;
+    options.router_id = std::move(router_id);
+    options.interval = std::chrono::milliseconds(static_cast<int64_t>(interval_s * 1000));
+    options.ttl_ms = ttl_ms;
+    std::shared_ptr<Client> c = client.Get();
+    reporter_ = ValueOrThrow(LoadReporter::Create(
+        [c](const LoadReport& report) { return c->ReportLoad(report).status(); },
+        std::move(options)));
+  }
+  ~PyLoadReporter() { Close(); }
+  LoadReporter& Get() const {
+    if (!reporter_) throw StatusError(Status::Unavailable("the load reporter is closed"));
+    return *reporter_;
+  }
+  // Stops the background thread and sends the empty report (the router leaves at once).
+  void Close() {
+    std::unique_ptr<LoadReporter> reporter = std::move(reporter_);
+    py::gil_scoped_release release;
+    reporter.reset();
+  }
+
+ private:
+  std::unique_ptr<LoadReporter> reporter_;
+};
+
+void DefineLoadReporter(py::module_& m) {
+  py::class_<PyLoadReporter>(m, "LoadReporter",
+                             "A router's in-flight table, reported to the cluster as absolute "
+                             "summaries (docs/routing.md §Shared load).")
+      .def(py::init<const PyClient&, std::string, double, uint32_t>(), py::arg("client"),
+           py::arg("router_id"), py::kw_only(), py::arg("interval_s") = 0.1,
+           py::arg("ttl_ms") = 2'000)
+      .def(
+          "route_started",
+          [](const PyLoadReporter& self, const std::string& instance, uint32_t dp_rank,
+             uint64_t prompt_blocks, uint64_t decode_blocks) {
+            return self.Get().RouteStarted(instance, dp_rank, prompt_blocks, decode_blocks);
+          },
+          py::arg("instance_id"), py::arg("dp_rank"), py::arg("prompt_blocks"),
+          py::arg("decode_blocks"), "Counts a request sent to an instance; returns its token.")
+      .def(
+          "prefill_done", [](const PyLoadReporter& self, uint64_t t) { self.Get().PrefillDone(t); },
+          py::arg("token"))
+      .def(
+          "route_finished",
+          [](const PyLoadReporter& self, uint64_t t) { self.Get().RouteFinished(t); },
+          py::arg("token"))
+      .def("flush",
+           [](const PyLoadReporter& self) {
+             LoadReporter& reporter = self.Get();
+             py::gil_scoped_release release;
+             ThrowIfError(reporter.Flush());
+           })
+      .def("summary",
+           [](const PyLoadReporter& self) {
+             py::list out;
+             for (const InstanceLoad& load : self.Get().Summary().loads) {
+               out.append(py::dict(py::arg("instance_id") = load.instance_id,
+                                   py::arg("dp_rank") = load.dp_rank,
+                                   py::arg("prefill_blocks") = load.prefill_blocks,
+                                   py::arg("decode_blocks") = load.decode_blocks));
+             }
+             return out;
+           })
+      .def_property_readonly("reports_sent",
+                             [](const PyLoadReporter& self) { return self.Get().reports_sent(); })
+      .def("close", &PyLoadReporter::Close)
+      .def(
+          "__enter__", [](PyLoadReporter& self) -> PyLoadReporter& { return self; },
+          py::return_value_policy::reference)
+      .def("__exit__", [](PyLoadReporter& self, py::args) { self.Close(); });
 }
 
 void DefineWriter(py::module_& m) {
@@ -354,6 +434,7 @@ void DefineClient(py::module_& m) {
   DefineWatch(m);
   DefineClientClass(m);
   DefineWriter(m);
+  DefineLoadReporter(m);
 }
 
 }  // namespace kvatlas::python

@@ -224,6 +224,15 @@ class KVATLAS_EXPORT Client {
   [[nodiscard]] Result<HeartbeatAnswer> Heartbeat(std::vector<HolderKey> holders,
                                                   Timeout timeout = {});
 
+  // Replaces this router's in-flight load report (POST /v1/load, docs/routing.md §Shared
+  // load): committed by the leader (a follower's not_leader answer is followed). Errors of
+  // ValidateLoadReport come back before anything is sent. kvatlas::LoadReporter keeps the
+  // table and sends these for a router.
+  std::future<Result<protocol::LoadReportAnswer>> ReportLoadAsync(LoadReport report,
+                                                                  Timeout timeout = {});
+  [[nodiscard]] Result<protocol::LoadReportAnswer> ReportLoad(LoadReport report,
+                                                              Timeout timeout = {});
+
   // Every copy of `context` at one revision (GET /v1/snapshot), received in parts (docs/
   // protocol.md §kSnapshot). Read-only. kInvalidArgument without a model name or
   // block_size; kResourceExhausted when the server streams max_snapshot_streams snapshots

@@ -17,6 +17,7 @@
 #include "kvatlas/common/events.h"
 #include "kvatlas/common/export.h"
 #include "kvatlas/common/feed.h"
+#include "kvatlas/common/fleet_load.h"
 #include "kvatlas/common/lookup.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/role.h"
@@ -35,17 +36,18 @@ inline constexpr uint32_t kMaxPayloadBytes = 256u << 20;
 
 // Stable numbers: never renumber or reuse. A response carries its request's type.
 enum class MessageType : uint8_t {
-  kError = 0,      // response to a frame that could not be read as a request (type unknown)
-  kIngest = 1,     // request: IngestRequest → response: IngestAnswer
-  kLookup = 2,     // request: LookupRequest → response: LookupAnswer
-  kLocate = 3,     // request: LocateRequest → response: LocateAnswer
-  kStats = 4,      // request: empty → response: StatsAnswer
-  kPing = 5,       // request: empty → response: empty (liveness, round-trip time)
-  kRoute = 6,      // request: RoutingRequest → response: RoutingAnswer (routing.h)
-  kWatch = 7,      // request: WatchRequest → a stream of response frames (docs/protocol.md)
-  kSnapshot = 8,   // request: SnapshotRequest → one or more SnapshotPart response frames
-  kHeartbeat = 9,  // request: HeartbeatRequest → response: HeartbeatAnswer (holder leases)
-  kAuth = 10,      // request: AuthRequest → response: AuthAnswer; a connection's first frame
+  kError = 0,        // response to a frame that could not be read as a request (type unknown)
+  kIngest = 1,       // request: IngestRequest → response: IngestAnswer
+  kLookup = 2,       // request: LookupRequest → response: LookupAnswer
+  kLocate = 3,       // request: LocateRequest → response: LocateAnswer
+  kStats = 4,        // request: empty → response: StatsAnswer
+  kPing = 5,         // request: empty → response: empty (liveness, round-trip time)
+  kRoute = 6,        // request: RoutingRequest → response: RoutingAnswer (routing.h)
+  kWatch = 7,        // request: WatchRequest → a stream of response frames (docs/protocol.md)
+  kSnapshot = 8,     // request: SnapshotRequest → one or more SnapshotPart response frames
+  kHeartbeat = 9,    // request: HeartbeatRequest → response: HeartbeatAnswer (holder leases)
+  kAuth = 10,        // request: AuthRequest → response: AuthAnswer; a connection's first frame
+  kLoadReport = 11,  // request: LoadReport → response: LoadReportAnswer (shared load)
 };
 
 // "ingest", "lookup", ..., "auth", "error" for kError; "other" for a number that is no
@@ -306,6 +308,20 @@ struct HeartbeatAnswer {
     std::string_view payload);
 [[nodiscard]] KVATLAS_EXPORT std::string EncodeHeartbeatAnswer(const HeartbeatAnswer& answer);
 [[nodiscard]] KVATLAS_EXPORT Result<HeartbeatAnswer> DecodeHeartbeatAnswer(
+    std::string_view payload);
+
+// kLoadReport (protocol_load.cc; docs/protocol.md §kLoadReport): a router's absolute
+// in-flight load (fleet_load.h), as POST /v1/load. A write: a follower answers not_leader
+// with the leader's address. Validated as ValidateLoadReport.
+struct LoadReportAnswer {
+  uint64_t revision = 0;       // the report's
+  uint64_t expires_at_ms = 0;  // its lease's end, Unix ms on the leader's clock
+  friend bool operator==(const LoadReportAnswer&, const LoadReportAnswer&) = default;
+};
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeLoadReportRequest(const LoadReport& report);
+[[nodiscard]] KVATLAS_EXPORT Result<LoadReport> DecodeLoadReportRequest(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeLoadReportAnswer(const LoadReportAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT Result<LoadReportAnswer> DecodeLoadReportAnswer(
     std::string_view payload);
 
 // kAuth (protocol_auth.cc; docs/protocol.md §kAuth): presents an access token. On a server

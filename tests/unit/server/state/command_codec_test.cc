@@ -368,6 +368,34 @@ TEST_SUITE("command_codec") {
     CHECK(DecodeCommandBatch(both).value() == batch);
   }
 
+  TEST_CASE("CommandCodec: a load report uses version 8") {
+    CommandBatch batch;
+    batch.commands.emplace_back(
+        LoadReportCommand{LoadReport{"r", 500, {{"a", 2, 3, 0x0102}}}, 0x0A0B});
+    const std::string expected = Bytes(
+        "\x08\x01"                          // version 8, count
+        "\x0a"                              // tag LoadReport
+        "\x01r"                             // router_id
+        "\xf4\x03"                          // ttl_ms 500
+        "\x0b\x0a\x00\x00\x00\x00\x00\x00"  // accepted_at_ms
+        "\x01\x01"
+        "a"
+        "\x02"                              // one load: instance, rank
+        "\x03\x00\x00\x00\x00\x00\x00\x00"  // prefill_blocks
+        "\x02\x01\x00\x00\x00\x00\x00\x00"  // decode_blocks
+        "\x00");                            // no position
+    CHECK(EncodeCommandBatch(batch) == expected);
+    CHECK(DecodeCommandBatch(expected).value() == batch);
+    // Older versions have no load reports.
+    std::string old = expected;
+    old[0] = 7;
+    CHECK(DecodeCommandBatch(old).error().code() == StatusCode::kCorruption);
+    // Truncated anywhere: refused.
+    for (size_t n = 1; n < expected.size(); ++n) {
+      CHECK(!DecodeCommandBatch(expected.substr(0, n)).has_value());
+    }
+  }
+
   TEST_CASE("CommandCodec: a report store and a full-mode registration use version 5") {
     StoreCommand c;
     c.context = ContextKey{"t", "m", "", 16, ""};

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -384,6 +385,26 @@ TEST_SUITE("StateMachine") {
       CHECK(index.table_capacities().aliases == grown.table_capacities().aliases);
       return 0;
     });
+  }
+
+  TEST_CASE("StateMachine: a load report is leased state, apart from the replicated digest") {
+    StateMachine machine({}, nullptr);
+    REQUIRE(machine.Recover().ok());
+    const uint64_t digest = machine.ReplicaDigest();
+    const auto now_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                  FleetLoadTable::Clock::now().time_since_epoch())
+                                                  .count());
+    CommandBatch live;
+    live.commands.emplace_back(
+        LoadReportCommand{LoadReport{"r1", 60'000, {{"a", 0, 3, 4}}}, now_ms});
+    // A report accepted long ago (a log replayed at start-up) has no lease left.
+    CommandBatch stale;
+    stale.commands.emplace_back(
+        LoadReportCommand{LoadReport{"r2", 60'000, {{"a", 0, 100, 100}}}, now_ms - 120'000});
+    testing::ApplyOne(machine, live);
+    testing::ApplyOne(machine, stale);
+    CHECK(machine.fleet_load().LoadOf("a", 0, FleetLoadTable::Clock::now()) == LoadSum{3, 4, 1});
+    CHECK(machine.ReplicaDigest() == digest);
   }
 }
 
