@@ -40,6 +40,22 @@ struct SortItem {
   const char* entry;
 };
 
+// The internal key of a memtable entry: a varint32 length, then that many bytes (a format
+// memtablerep.h declares part of RocksDB's API). Decoded here, not with
+// KeyComparator::decode_key: its inline default calls rocksdb::GetLengthPrefixedSlice,
+// which Debian's arm64 librocksdb.so does not export (the amd64 one happens to), so the
+// server would not link for arm64.
+Slice EntryKeyOf(const char* entry) {
+  const auto* p = reinterpret_cast<const unsigned char*>(entry);
+  uint32_t length = 0;
+  for (int shift = 0; shift <= 28; shift += 7) {
+    const unsigned char byte = *p++;
+    length |= static_cast<uint32_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) break;
+  }
+  return Slice(reinterpret_cast<const char*>(p), length);
+}
+
 // The user key of a memtable entry (its internal key without the 8-byte trailer).
 Slice UserKeyOf(const Slice& internal_key) {
   return Slice(internal_key.data(), internal_key.size() >= 8 ? internal_key.size() - 8 : 0);
@@ -178,7 +194,7 @@ class SortedVectorRep final : public MemTableRep {
     const Slice user_key = UserKeyOf(internal_key);
     std::vector<const char*> found;
     auto keep = [&](const char* entry) {
-      const Slice key = compare_.decode_key(entry);
+      const Slice key = EntryKeyOf(entry);
       if (UserKeyOf(key) != user_key) return;
       if (CompareToTarget(entry, internal_key, memtable_key) >= 0) found.push_back(entry);
     };
@@ -197,7 +213,7 @@ class SortedVectorRep final : public MemTableRep {
     items.reserve(entries.size());
     entries.ForEach([&](const char* entry) {
       SortItem item{0, 0, entry};
-      PrefixOf(compare_.decode_key(entry), &item.high, &item.low);
+      PrefixOf(EntryKeyOf(entry), &item.high, &item.low);
       items.push_back(item);
     });
     return items;
