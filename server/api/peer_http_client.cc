@@ -63,10 +63,10 @@ class Exchange {
     co_await tcp.async_connect(endpoints, AwaitError(ec));
     if (ec) {
       nothing_sent = true;
-      outcome = Failed(ec == beast::error::timeout ? "connection not open within " +
-                                                         std::to_string(timeouts.connect.count()) +
-                                                         " ms"
-                                                   : "connect: " + ec.message());
+      outcome =
+          Failed(ec == beast::error::timeout ? "connection not open within " +
+                                                   std::to_string(timeouts.connect.count()) + " ms"
+                                             : "connect: " + ec.message());
       co_return;
     }
     Stream stream(std::move(tcp), tls);
@@ -99,10 +99,10 @@ class Exchange {
     parser.body_limit(kMaxPeerAnswerBytes);
     co_await http::async_read(stream, buffer, parser, AwaitError(ec));
     if (ec) {
-      outcome = Failed(ec == beast::error::timeout
-                           ? "no whole answer within " +
-                                 std::to_string(timeouts.exchange.count()) + " ms"
-                           : "reading the answer: " + ec.message());
+      outcome =
+          Failed(ec == beast::error::timeout
+                     ? "no whole answer within " + std::to_string(timeouts.exchange.count()) + " ms"
+                     : "reading the answer: " + ec.message());
       co_return;
     }
     PeerHttpAnswer answer;

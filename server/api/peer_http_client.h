@@ -41,7 +41,7 @@ struct PeerHttpAnswer {
 inline constexpr size_t kMaxPeerAnswerBytes = size_t{256} << 20;
 
 struct PeerHttpTimeouts {
-  std::chrono::milliseconds connect;  // resolving and opening the connection
+  std::chrono::milliseconds connect;   // resolving and opening the connection
   std::chrono::milliseconds exchange;  // the TLS handshake, the request and the whole answer
 };
 

@@ -84,9 +84,9 @@ TEST_CASE("SendPeerHttp: a refused connection sent nothing") {
     port = closed.local_endpoint().port();
   }  // nothing listens there any more
   bool nothing_sent = false;
-  const Result<PeerHttpAnswer> answer = SendPeerHttp(
-      PeerHttpOptions{}, HostPort{"127.0.0.1", port}, {"GET", "/healthz", {}, ""}, kTimeouts,
-      &nothing_sent);
+  const Result<PeerHttpAnswer> answer =
+      SendPeerHttp(PeerHttpOptions{}, HostPort{"127.0.0.1", port}, {"GET", "/healthz", {}, ""},
+                   kTimeouts, &nothing_sent);
   REQUIRE_FALSE(answer.has_value());
   CHECK(nothing_sent);
   CHECK(answer.error().code() == StatusCode::kUnavailable);
@@ -114,12 +114,12 @@ TEST_CASE("SendPeerHttp: an answer that is not HTTP, or an unknown method, is an
     asio::read_until(socket, in, "\r\n\r\n", ec);
     asio::write(socket, asio::buffer(std::string("SSH-2.0-OpenSSH_9.2\r\n")), ec);
   });
-  const Result<PeerHttpAnswer> answer = SendPeerHttp(PeerHttpOptions{}, listener.address(),
-                                                     {"GET", "/", {}, ""}, kTimeouts);
+  const Result<PeerHttpAnswer> answer =
+      SendPeerHttp(PeerHttpOptions{}, listener.address(), {"GET", "/", {}, ""}, kTimeouts);
   REQUIRE_FALSE(answer.has_value());
   CHECK(answer.error().message().find("reading the answer") != std::string::npos);
-  const Result<PeerHttpAnswer> bad_method = SendPeerHttp(
-      PeerHttpOptions{}, HostPort{"127.0.0.1", 1}, {"FETCH", "/", {}, ""}, kTimeouts);
+  const Result<PeerHttpAnswer> bad_method =
+      SendPeerHttp(PeerHttpOptions{}, HostPort{"127.0.0.1", 1}, {"FETCH", "/", {}, ""}, kTimeouts);
   REQUIRE_FALSE(bad_method.has_value());
   CHECK(bad_method.error().message().find("unknown method \"FETCH\"") != std::string::npos);
 }
