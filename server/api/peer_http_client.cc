@@ -1,11 +1,9 @@
 #include "server/api/peer_http_client.h"
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/stream_base.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -17,7 +15,6 @@
 
 #include "common/internal/tls.h"
 #include "common/internal/tls_stream.h"
-#include "server/api/await_error.h"
 
 namespace kvatlas::server {
 namespace {
@@ -47,39 +44,48 @@ class Exchange {
                                ": " + what);
   }
 
-  asio::awaitable<void> Run() {
-    error_code ec;
-    const auto executor = co_await asio::this_coro::executor;
-    asio::ip::tcp::resolver resolver(executor);
-    beast::tcp_stream tcp(executor);
+  // The exchange, step by step: each step starts one Asio operation and runs the
+  // io_context until it completes (no coroutines: this file builds with the routes, which
+  // the HTTP-request fuzzer compiles with clang, without Asio's coroutine support).
+  void Run(asio::io_context& io) {
+    asio::ip::tcp::resolver resolver(io);
+    beast::tcp_stream tcp(io);
     tcp.expires_after(timeouts.connect);
-    const auto endpoints =
-        co_await resolver.async_resolve(to->host, std::to_string(to->port), AwaitError(ec));
+    asio::ip::tcp::resolver::results_type endpoints;
+    error_code ec = Step(io, [&](auto done) {
+      resolver.async_resolve(to->host, std::to_string(to->port),
+                             [&endpoints, done](error_code e, auto results) {
+                               endpoints = std::move(results);
+                               done(e);
+                             });
+    });
     if (ec) {
       nothing_sent = true;
       outcome = Failed("cannot resolve " + to->host + ": " + ec.message());
-      co_return;
+      return;
     }
-    co_await tcp.async_connect(endpoints, AwaitError(ec));
+    ec = Step(io, [&](auto done) { tcp.async_connect(endpoints, Drop(done)); });
     if (ec) {
       nothing_sent = true;
       outcome =
           Failed(ec == beast::error::timeout ? "connection not open within " +
                                                    std::to_string(timeouts.connect.count()) + " ms"
                                              : "connect: " + ec.message());
-      co_return;
+      return;
     }
     Stream stream(std::move(tcp), tls);
     stream.next_layer().expires_after(timeouts.exchange);
     if (stream.is_tls()) {
       if (const Status named = SetTlsPeerName(stream.native_handle(), to->host); !named.ok()) {
         outcome = Failed(named.message());
-        co_return;
+        return;
       }
-      co_await stream.tls().async_handshake(asio::ssl::stream_base::client, AwaitError(ec));
+      ec = Step(io, [&](auto done) {
+        stream.tls().async_handshake(asio::ssl::stream_base::client, Drop(done));
+      });
       if (ec) {
         outcome = Failed("TLS handshake: " + TlsFailureReason(ec, stream.native_handle()));
-        co_return;
+        return;
       }
     }
     const http::verb verb = http::string_to_verb(request->method);
@@ -89,21 +95,21 @@ class Exchange {
     for (const auto& [name, value] : request->headers) out.set(name, value);
     out.body() = request->body;
     out.prepare_payload();
-    co_await http::async_write(stream, out, AwaitError(ec));
+    ec = Step(io, [&](auto done) { http::async_write(stream, out, Drop(done)); });
     if (ec) {
       outcome = Failed("sending the request: " + ec.message());
-      co_return;
+      return;
     }
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
     parser.body_limit(kMaxPeerAnswerBytes);
-    co_await http::async_read(stream, buffer, parser, AwaitError(ec));
+    ec = Step(io, [&](auto done) { http::async_read(stream, buffer, parser, Drop(done)); });
     if (ec) {
       outcome =
           Failed(ec == beast::error::timeout
                      ? "no whole answer within " + std::to_string(timeouts.exchange.count()) + " ms"
                      : "reading the answer: " + ec.message());
-      co_return;
+      return;
     }
     PeerHttpAnswer answer;
     answer.status = static_cast<int>(parser.get().result_int());
@@ -113,6 +119,26 @@ class Exchange {
     answer.body = std::move(parser.get().body());
     outcome = std::move(answer);
     stream.next_layer().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  }
+
+ private:
+  // Starts an operation with `start(done)` and runs `io` until it is over; its error.
+  template <class Start>
+  static error_code Step(asio::io_context& io, Start start) {
+    error_code result;
+    bool finished = false;
+    start([&result, &finished](error_code ec) {
+      result = ec;
+      finished = true;
+    });
+    io.restart();
+    io.run();
+    return finished ? result : make_error_code(asio::error::operation_aborted);
+  }
+  // An Asio completion handler that passes on only the error (of (ec, bytes), (ec, endpoint)).
+  template <class Done>
+  static auto Drop(Done done) {
+    return [done](error_code ec, auto&&...) { done(ec); };
   }
 };
 
@@ -133,15 +159,10 @@ Result<PeerHttpAnswer> SendPeerHttp(const PeerHttpOptions& peer, const HostPort&
     exchange.tls = std::move(context).value();
   }
   asio::io_context io;
-  std::exception_ptr failure;
-  asio::co_spawn(io, exchange.Run(), [&failure](std::exception_ptr e) { failure = e; });
-  io.run();
-  if (failure) {
-    try {
-      std::rethrow_exception(failure);
-    } catch (const std::exception& e) {
-      return exchange.Failed(std::string("unexpected error: ") + e.what());
-    }
+  try {
+    exchange.Run(io);
+  } catch (const std::exception& e) {  // Asio's and Beast's: allocation failures
+    return exchange.Failed(std::string("unexpected error: ") + e.what());
   }
   if (nothing_sent != nullptr) *nothing_sent = exchange.nothing_sent;
   if (!exchange.outcome) return exchange.Failed("no answer");
