@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/internal/prefix_match.h"
+#include "common/internal/split_lookup.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 #include "server/model/command.h"
@@ -148,6 +149,12 @@ class Index final : public RecordLoader {
   // matches. Stops at the first key that no holder has.
   LookupResult Lookup(const ContextKey& context, std::span<const BlockKey> keys,
                       const LookupOptions& options = {}) const;
+
+  // Every copy of each key at `positions` (indices into `keys`) in `context`: a group's part
+  // of the lookup of a context split over several groups (common/internal/split_lookup.h).
+  // Unknown keys or context: no copies.
+  GroupCopies CopiesAt(const ContextKey& context, std::span<const BlockKey> keys,
+                       std::span<const uint32_t> positions) const;
 
   // Every copy of `key`, in `context` or (when null) in every context.
   std::vector<BlockLocation> Locate(BlockKey key, const ContextKey* context = nullptr) const;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "common/internal/prefetch.h"
@@ -120,6 +121,32 @@ LookupResult Index::Lookup(const ContextKey& context_key, std::span<const BlockK
     result.holders.push_back(std::move(match));
   }
   return result;
+}
+
+GroupCopies Index::CopiesAt(const ContextKey& context_key, std::span<const BlockKey> keys,
+                            std::span<const uint32_t> positions) const {
+  const Impl& m = *impl_;
+  GroupCopies out;
+  const uint32_t context = m.FindContext(context_key);
+  if (context == kNil) return out;
+  std::unordered_map<uint32_t, uint32_t> local;  // index holder id → out.holders index
+  for (const uint32_t position : positions) {
+    const uint32_t b = m.FindBlock(context, keys[position]);
+    if (b == kNil) continue;
+    for (uint32_t e = m.FirstCopy(b); e != kNil; e = m.NextCopy(e)) {
+      const uint32_t holder = m.HolderOf(e);
+      auto [it, added] = local.emplace(holder, static_cast<uint32_t>(out.holders.size()));
+      if (added) out.holders.push_back(m.holders_[holder].key);
+      GroupCopies::Copy copy{position, it->second, static_cast<Tier>(m.TierOf(e)),
+                             GroupCopies::kNoLocation};
+      if (copy.tier == Tier::kShared) {
+        copy.location = static_cast<uint32_t>(out.locations.size());
+        out.locations.push_back(m.LocationOf(e));
+      }
+      out.copies.push_back(copy);
+    }
+  }
+  return out;
 }
 
 std::vector<BlockLocation> Index::Locate(BlockKey key, const ContextKey* context_key) const {

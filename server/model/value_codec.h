@@ -9,17 +9,14 @@
 #include <string>
 
 #include "common/internal/bytes.h"
+#include "common/internal/key_bytes.h"
 #include "kvatlas/common/types.h"
 #include "server/model/registration.h"
 
 namespace kvatlas::server {
 
-// tenant, model, lora_name (length-prefixed), block_size (varint), salt (length-prefixed).
-void PutContextKey(std::string* out, const ContextKey& key);
-ContextKey ReadContextKey(ByteReader* in);
-// id (length-prefixed), dp_rank (varint).
-void PutHolderKey(std::string* out, const HolderKey& key);
-HolderKey ReadHolderKey(ByteReader* in);
+// Contexts and holders: PutContextKey / ReadContextKey, PutHolderKey / ReadHolderKey
+// (common/internal/key_bytes.h).
 // One byte, the Tier's numeric value; values >= kNumTiers fail the reader.
 void PutTier(std::string* out, Tier tier);
 Tier ReadTier(ByteReader* in);

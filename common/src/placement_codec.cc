@@ -1,0 +1,106 @@
+// The placement directory's binary encoding (docs/scaling.md §Directory encoding).
+#include <string>
+#include <utility>
+
+#include "common/internal/bytes.h"
+#include "common/internal/key_bytes.h"
+#include "kvatlas/common/placement.h"
+
+namespace kvatlas {
+namespace {
+
+constexpr uint8_t kDirectoryVersion = 1;
+
+Status Broken(const std::string& what) {
+  return Status::Corruption("placement directory: " + what);
+}
+
+}  // namespace
+
+std::string EncodePlacementDirectory(const PlacementDirectory& dir) {
+  std::string out;
+  out.push_back(static_cast<char>(kDirectoryVersion));
+  PutVarint64(&out, dir.epoch());
+  PutVarint64(&out, dir.groups().size());
+  for (const auto& [id, group] : dir.groups()) {
+    PutVarint64(&out, id);
+    PutFlag(&out, group.accepting);
+    PutVarint64(&out, group.members.size());
+    for (const std::string& member : group.members) PutLengthPrefixed(&out, member);
+  }
+  PutVarint64(&out, dir.contexts().size());
+  for (const auto& [context, placement] : dir.contexts()) {
+    PutContextKey(&out, context);
+    PutVarint64(&out, placement.ranges.size());
+    for (const KeyRange& r : placement.ranges) {
+      PutFixed64(&out, r.start);
+      PutVarint64(&out, r.group);
+    }
+  }
+  return out;
+}
+
+Result<PlacementDirectory> DecodePlacementDirectory(std::string_view bytes) {
+  ByteReader in(bytes);
+  if (in.U8() != kDirectoryVersion || !in.ok()) return Broken("unknown version");
+  PlacementDirectory dir;
+  dir.epoch_ = in.Varint64();
+  const uint64_t groups = in.Count(3);
+  for (uint64_t g = 0; g < groups && in.ok(); ++g) {
+    GroupDescriptor group;
+    group.id = in.Varint32();
+    group.accepting = in.Flag();
+    const uint64_t members = in.Count(1);
+    if (members > kMaxGroupMembers) return Broken("a group has too many members");
+    for (uint64_t m = 0; m < members && in.ok(); ++m) {
+      group.members.emplace_back(in.LengthPrefixed());
+    }
+    if (!in.ok()) break;
+    if (group.id == kNoGroup || group.id > kMaxGroupId) return Broken("a group id is out of range");
+    if (!dir.groups_.empty() && group.id <= dir.groups_.rbegin()->first) {
+      return Broken("group ids are not ascending");
+    }
+    if (Status s = ValidateGroupMembers(group.members); !s.ok()) return Broken(s.message());
+    const GroupId id = group.id;
+    dir.groups_.emplace(id, std::move(group));
+  }
+  const uint64_t contexts = in.Count(7);
+  for (uint64_t c = 0; c < contexts && in.ok(); ++c) {
+    ContextKey context = ReadContextKey(&in);
+    const uint64_t ranges = in.Count(9);
+    if (ranges == 0 || ranges > kMaxRangesPerContext) {
+      if (!in.ok()) break;
+      return Broken("context " + context.ToString() + " has " + std::to_string(ranges) + " ranges");
+    }
+    ContextPlacement placement;
+    placement.ranges.reserve(ranges);
+    for (uint64_t r = 0; r < ranges && in.ok(); ++r) {
+      KeyRange range;
+      range.start = in.Fixed64();
+      range.group = in.Varint32();
+      placement.ranges.push_back(range);
+    }
+    if (!in.ok()) break;
+    for (size_t r = 0; r < placement.ranges.size(); ++r) {
+      const KeyRange& range = placement.ranges[r];
+      if (dir.groups_.count(range.group) == 0) {
+        return Broken("context " + context.ToString() + " is placed on unknown group " +
+                      std::to_string(range.group));
+      }
+      if (r == 0 ? range.start != 0 : range.start <= placement.ranges[r - 1].start) {
+        return Broken("context " + context.ToString() + " has ranges out of order");
+      }
+      if (r > 0 && range.group == placement.ranges[r - 1].group) {
+        return Broken("context " + context.ToString() + " has neighbour ranges on one group");
+      }
+    }
+    if (!dir.contexts_.empty() && !ContextKeyLess()(dir.contexts_.rbegin()->first, context)) {
+      return Broken("contexts are not ascending");
+    }
+    dir.contexts_.emplace(std::move(context), std::move(placement));
+  }
+  if (!in.Done()) return Broken("truncated or trailing bytes");
+  return dir;
+}
+
+}  // namespace kvatlas

@@ -1,0 +1,156 @@
+// The placement directory: its changes and their errors, epochs, the choice of a group for a
+// new context, key partitioning and the binary encoding (round trip, and every corruption
+// refused).
+#include "kvatlas/common/placement.h"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+namespace kvatlas {
+namespace {
+
+const ContextKey kA{"default", "llama", "", 16, ""};
+const ContextKey kB{"acme", "llama", "lora-1", 32, "salt"};
+
+PlacementDirectory ThreeGroups() {
+  PlacementDirectory dir;
+  for (GroupId g = 1; g <= 3; ++g) {
+    REQUIRE(dir.AddGroup({g, {"s" + std::to_string(g), "s" + std::to_string(g + 1)}, true}).ok());
+  }
+  return dir;
+}
+
+TEST_CASE("every change advances the epoch by one; a refused change leaves all as it was") {
+  PlacementDirectory dir = ThreeGroups();
+  CHECK(dir.epoch() == 3);
+  REQUIRE(dir.Assign(kA, 2).ok());
+  CHECK(dir.epoch() == 4);
+  CHECK(dir.Find(kA)->ranges == std::vector<KeyRange>{{0, 2}});
+  CHECK(dir.Find(kB) == nullptr);
+
+  const PlacementDirectory before = dir;
+  CHECK(dir.Assign(kA, 1).code() == StatusCode::kAlreadyExists);
+  CHECK(dir.Assign(kB, 9).code() == StatusCode::kNotFound);
+  CHECK(dir.AddGroup({2, {"x"}, true}).code() == StatusCode::kAlreadyExists);
+  CHECK(dir.AddGroup({0, {"x"}, true}).code() == StatusCode::kInvalidArgument);
+  CHECK(dir.AddGroup({kMaxGroupId + 1, {"x"}, true}).code() == StatusCode::kInvalidArgument);
+  CHECK(dir.AddGroup({4, {}, true}).code() == StatusCode::kInvalidArgument);
+  CHECK(dir.AddGroup({4, {"x", "x"}, true}).code() == StatusCode::kInvalidArgument);
+  CHECK(dir.AddGroup({4, {""}, true}).code() == StatusCode::kInvalidArgument);
+  CHECK(dir.SetMembers(9, {"x"}).code() == StatusCode::kNotFound);
+  CHECK(dir.SplitAt(kB, 5, 1).code() == StatusCode::kNotFound);
+  CHECK(dir.SplitAt(kA, 5, 9).code() == StatusCode::kNotFound);
+  CHECK(dir.MoveRange(kA, 5, 1).code() == StatusCode::kNotFound);         // no range starts at 5
+  CHECK(dir.MoveRange(kA, 0, 2).code() == StatusCode::kInvalidArgument);  // already there
+  CHECK(dir == before);
+}
+
+TEST_CASE("a group that takes no new contexts keeps its own and gets no new ones") {
+  PlacementDirectory dir = ThreeGroups();
+  REQUIRE(dir.Assign(kA, 1).ok());
+  REQUIRE(dir.SetAccepting(1, false).ok());
+  CHECK(dir.Assign(kB, 1).code() == StatusCode::kFailedPrecondition);
+  CHECK(dir.Find(kA)->ranges[0].group == 1);
+  // The emptiest accepting group, lowest id on ties; a group not reported counts 0.
+  CHECK(dir.PickGroupForNewContext({{1, 0}, {2, 50}, {3, 40}}).value() == 3);
+  CHECK(dir.PickGroupForNewContext({{2, 50}}).value() == 3);
+  CHECK(dir.PickGroupForNewContext({}).value() == 2);
+  REQUIRE(dir.SetAccepting(2, false).ok());
+  REQUIRE(dir.SetAccepting(3, false).ok());
+  CHECK(dir.PickGroupForNewContext({}).status().code() == StatusCode::kResourceExhausted);
+}
+
+TEST_CASE("splits cut ranges, moves reassign them, and equal neighbours merge") {
+  PlacementDirectory dir = ThreeGroups();
+  REQUIRE(dir.Assign(kA, 1).ok());
+  REQUIRE(dir.SplitAt(kA, 1000, 2).ok());
+  REQUIRE(dir.SplitAt(kA, 5000, 3).ok());
+  CHECK(dir.Find(kA)->ranges == std::vector<KeyRange>{{0, 1}, {1000, 2}, {5000, 3}});
+  const ContextPlacement& p = *dir.Find(kA);
+  CHECK(p.split());
+  CHECK(p.GroupOf(0) == 1);
+  CHECK(p.GroupOf(999) == 1);
+  CHECK(p.GroupOf(1000) == 2);
+  CHECK(p.GroupOf(4999) == 2);
+  CHECK(p.GroupOf(UINT64_MAX) == 3);
+  CHECK(p.Groups() == std::vector<GroupId>{1, 2, 3});
+  // A cut inside the last range hands only its upper part over.
+  REQUIRE(dir.SplitAt(kA, 9000, 1).ok());
+  CHECK(dir.Find(kA)->ranges == std::vector<KeyRange>{{0, 1}, {1000, 2}, {5000, 3}, {9000, 1}});
+  // Moving the middle range onto its neighbour's group merges them.
+  REQUIRE(dir.MoveRange(kA, 1000, 1).ok());
+  CHECK(dir.Find(kA)->ranges == std::vector<KeyRange>{{0, 1}, {5000, 3}, {9000, 1}});
+  REQUIRE(dir.MoveRange(kA, 5000, 1).ok());
+  CHECK(dir.Find(kA)->ranges == std::vector<KeyRange>{{0, 1}});
+  CHECK_FALSE(dir.Find(kA)->split());
+  // A cut at a range's own start moves that whole range.
+  REQUIRE(dir.SplitAt(kA, 0, 2).ok());
+  CHECK(dir.Find(kA)->ranges == std::vector<KeyRange>{{0, 2}});
+}
+
+TEST_CASE("a context has at most kMaxRangesPerContext ranges") {
+  PlacementDirectory dir = ThreeGroups();
+  REQUIRE(dir.Assign(kA, 1).ok());
+  for (size_t i = 1; i < kMaxRangesPerContext; ++i) {
+    REQUIRE(dir.SplitAt(kA, i * 1000, static_cast<GroupId>(1 + i % 2)).ok());
+  }
+  CHECK(dir.Find(kA)->ranges.size() == kMaxRangesPerContext);
+  const Epoch epoch = dir.epoch();
+  CHECK(dir.SplitAt(kA, 1'000'000'000, 3).code() == StatusCode::kInvalidArgument);
+  CHECK(dir.epoch() == epoch);
+}
+
+TEST_CASE("PartitionKeys gives each group the positions of the keys it owns") {
+  ContextPlacement whole{{{0, 4}}};
+  const std::vector<BlockKey> keys = {7, 100, 3, 5000};
+  CHECK(PartitionKeys(whole, keys) == std::vector<GroupShare>{{4, {0, 1, 2, 3}}});
+  ContextPlacement split{{{0, 2}, {50, 1}, {1000, 2}}};
+  CHECK(PartitionKeys(split, keys) == std::vector<GroupShare>{{1, {1}}, {2, {0, 2, 3}}});
+  CHECK(PartitionKeys(split, {}).empty());
+}
+
+TEST_CASE("the encoding round-trips and refuses every truncation and broken invariant") {
+  PlacementDirectory dir = ThreeGroups();
+  REQUIRE(dir.Assign(kA, 1).ok());
+  REQUIRE(dir.Assign(kB, 3).ok());
+  REQUIRE(dir.SplitAt(kB, 1ull << 63, 2).ok());
+  REQUIRE(dir.SetAccepting(2, false).ok());
+  const std::string bytes = EncodePlacementDirectory(dir);
+  Result<PlacementDirectory> back = DecodePlacementDirectory(bytes);
+  REQUIRE(back.has_value());
+  CHECK(*back == dir);
+  CHECK(EncodePlacementDirectory(*back) == bytes);
+  CHECK(DecodePlacementDirectory(EncodePlacementDirectory(PlacementDirectory())).has_value());
+
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    CAPTURE(n);
+    CHECK(DecodePlacementDirectory(bytes.substr(0, n)).status().code() == StatusCode::kCorruption);
+  }
+  CHECK(DecodePlacementDirectory(bytes + "x").status().code() == StatusCode::kCorruption);
+  std::string version = bytes;
+  version[0] = 2;
+  CHECK(DecodePlacementDirectory(version).status().code() == StatusCode::kCorruption);
+
+  // Every single-byte change either decodes to a directory that re-encodes to itself (a
+  // valid directory) or is refused: a decoded directory always keeps the invariants.
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (int delta : {1, 0x80}) {
+      std::string changed = bytes;
+      changed[i] = static_cast<char>(changed[i] ^ delta);
+      Result<PlacementDirectory> d = DecodePlacementDirectory(changed);
+      if (!d.has_value()) continue;
+      CAPTURE(i);
+      CHECK(EncodePlacementDirectory(*d) == changed);
+      for (const auto& [context, placement] : d->contexts()) {
+        REQUIRE_FALSE(placement.ranges.empty());
+        CHECK(placement.ranges[0].start == 0);
+        for (const KeyRange& r : placement.ranges) CHECK(d->FindGroup(r.group) != nullptr);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas
