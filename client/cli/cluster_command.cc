@@ -60,6 +60,25 @@ int ExpectNoOperands(const std::string& sub, size_t operands) {
   return UsageError("cluster " + sub, "cluster " + sub + " takes no arguments");
 }
 
+// Rows as columns two spaces apart, each as wide as its widest cell.
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
 std::string FormatStatus(const json& s) {
   std::string out = "server " + Text(s, "id") + " (" + Text(s, "state") + ") answered: leader " +
                     LeaderText(s) + ", term " + Text(s, "term") + ", commit index " +
@@ -79,18 +98,7 @@ std::string FormatStatus(const json& s) {
     }
     if (Text(m, "lag_entries") == "-") leader_only_unknown = true;
   }
-  std::vector<size_t> widths(std::size(kHeader), 0);
-  for (const auto& row : rows) {
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
-    }
-    out += line + "\n";
-  }
+  out += FormatTable(rows);
   if (!unreachable.empty()) {
     std::string ids;
     for (const std::string& id : unreachable) ids += (ids.empty() ? "" : ", ") + id;
@@ -105,6 +113,26 @@ std::string FormatStatus(const json& s) {
   return out;
 }
 
+// One line per group: id, leader, members, contexts, entries, last snapshot, applied index.
+std::string FormatGroups(const json& doc) {
+  std::string out = "directory epoch " + Text(doc, "epoch") + "\n";
+  static const char* const kHeader[] = {"GROUP",   "LEADER",   "MEMBERS", "CONTEXTS",
+                                        "ENTRIES", "SNAPSHOT", "APPLIED", "ACCEPTING"};
+  std::vector<std::vector<std::string>> rows = {{std::begin(kHeader), std::end(kHeader)}};
+  const json groups = doc.value("groups", json::array());
+  for (const json& g : groups.is_array() ? groups : json::array()) {
+    std::string members;
+    const json list = g.value("members", json::array());
+    for (const json& m : list.is_array() ? list : json::array()) {
+      members += (members.empty() ? "" : ",") + Text(m, "id");
+    }
+    rows.push_back({Text(g, "id"), LeaderText(g), members.empty() ? "-" : members,
+                    Text(g, "contexts"), Text(g, "entries"), Text(g, "snapshot_bytes"),
+                    Text(g, "applied_index"), Text(g, "accepting")});
+  }
+  return out + FormatTable(rows);
+}
+
 }  // namespace
 
 std::string FormatClusterAnswer(const std::string& sub, const std::string& document) {
@@ -113,6 +141,8 @@ std::string FormatClusterAnswer(const std::string& sub, const std::string& docum
   std::string out;
   if (sub == "status") {
     out = FormatStatus(answer);
+  } else if (sub == "groups") {
+    out = FormatGroups(answer);
   } else if (sub == "ready") {
     out = "ready (revision " + Text(answer, "revision") + ")\n";
   } else if (sub == "add") {
@@ -145,8 +175,8 @@ std::string FormatClusterAnswer(const std::string& sub, const std::string& docum
 int RunCluster(const Args& args, std::chrono::milliseconds timeout) {
   if (args.positional.empty()) {
     return UsageError("cluster",
-                      "cluster: give a subcommand: status, ready, add, remove, transfer, backup, "
-                      "digest");
+                      "cluster: give a subcommand: status, groups, ready, add, remove, transfer, "
+                      "backup, digest");
   }
   const std::string& sub = args.positional[0];
   const std::string path_of_sub = "cluster " + sub;
@@ -154,11 +184,14 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout) {
   std::string method = "POST";
   std::string path;
   json body = json::object();
-  if (sub == "status" || sub == "ready" || sub == "digest") {
+  if (sub == "status" || sub == "ready" || sub == "digest" || sub == "groups") {
     if (int rc = ExpectNoOperands(sub, operands); rc != 0) return rc;
     method = "GET";
     // GET /readyz needs no token: container health checks run this without one.
-    path = sub == "status" ? "/v1/cluster" : sub == "ready" ? "/readyz" : "/v1/admin/digest";
+    path = sub == "status"   ? "/v1/cluster"
+           : sub == "ready"  ? "/readyz"
+           : sub == "groups" ? "/v1/groups"
+                             : "/v1/admin/digest";
   } else if (sub == "add") {
     const std::optional<uint64_t> id = operands == 2 ? ParseId(args.positional[1]) : std::nullopt;
     if (!id || !SplitHostPort(args.positional[2])) {
@@ -187,8 +220,9 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout) {
     path = "/v1/admin/backup";
     body = {{"to", args.positional[1]}};
   } else {
-    return UsageError("cluster", "cluster: unknown subcommand \"" + sub +
-                                     "\" (status, ready, add, remove, transfer, backup, digest)");
+    return UsageError("cluster",
+                      "cluster: unknown subcommand \"" + sub +
+                          "\" (status, groups, ready, add, remove, transfer, backup, digest)");
   }
 
   Result<std::string> address = RestAddress(args);

@@ -1,6 +1,6 @@
 // `kvatlas cluster ...`: the raft cluster's REST admin endpoints (docs/api.md §Cluster)
-// from the command line, over HTTP (cpp-httplib): status, ready, add, remove, transfer, and
-// the admin backup endpoints (POST /v1/admin/backup, GET /v1/admin/digest): backup, digest.
+// from the command line, over HTTP (cpp-httplib): status, groups, ready, add, remove, transfer,
+// and the admin backup endpoints (POST /v1/admin/backup, GET /v1/admin/digest): backup, digest.
 #pragma once
 
 #include <chrono>

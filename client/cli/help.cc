@@ -126,15 +126,16 @@ std::vector<CommandHelp> MakeCommands() {
         "kvatlas watch --json --count 2 --backend vllm-0 --medium GPU"}});
   commands.push_back(
       {"cluster",
-       "<status | ready | add ID RAFT_ADDRESS | remove ID |\n"
+       "<status | groups | ready | add ID RAFT_ADDRESS | remove ID |\n"
        "       transfer [ID] | backup DIR | digest> [--http HOST:PORT] [--json]",
-       "the raft cluster: status, ready, add, remove, transfer, backup, digest",
+       "the raft cluster: status, groups, ready, add, remove, transfer, backup, digest",
        "The raft cluster over the REST admin API (not the binary protocol). Any server will\n"
        "do for the changes: followers forward them to the leader. Run\n"
        "'kvatlas cluster SUBCOMMAND --help' for one subcommand.\n"
        "\n"
        "subcommands:\n"
        "  status              members, roles, states, lag and last contact\n"
+       "  groups              the raft groups: leader, members, contexts, entries, snapshot\n"
        "  ready               whether this server takes writes now (a health check)\n"
        "  add ID RAFT_ADDRESS add a server as a voter\n"
        "  remove ID           remove a server\n"
@@ -153,6 +154,15 @@ std::vector<CommandHelp> MakeCommands() {
       "leader) and CONTACT (time since the leader last heard from it). LAG and CONTACT are\n"
       "known on the leader only: \"-\" elsewhere.",
       {"kvatlas cluster status", "kvatlas cluster status --json"}));
+  commands.push_back(Cluster(
+      "cluster groups", "[--http HOST:PORT] [--json]",
+      "the raft groups: leader, members, contexts, entries, snapshot",
+      "The cluster's raft groups (GET /v1/groups; docs/scaling.md), as the answering server\n"
+      "knows them: the placement directory's epoch, and per group its id, LEADER, MEMBERS,\n"
+      "CONTEXTS, ENTRIES, the last raft SNAPSHOT's bytes taken on this server (0 before the\n"
+      "first), APPLIED index and whether it takes new contexts. A cluster runs one group\n"
+      "today: group 1, epoch 0.",
+      {"kvatlas cluster groups", "kvatlas cluster groups --json"}));
   commands.push_back(Cluster(
       "cluster ready", "[--http HOST:PORT] [--json]",
       "whether this server takes writes now (a health check)",

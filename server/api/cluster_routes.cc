@@ -1,7 +1,8 @@
-// The raft cluster over REST (docs/replication.md): GET /v1/cluster, and membership
-// changes on the leader: POST /v1/cluster/members, DELETE /v1/cluster/members/{id},
-// POST /v1/cluster/transfer, POST /v1/cluster/announce (a member's addresses). A change is
-// answered once raft has committed it. On a follower these fail with kNotLeader and are
+// The raft cluster over REST (docs/replication.md): GET /v1/cluster, GET /v1/groups (its
+// raft groups, docs/scaling.md), and membership changes on the leader: POST
+// /v1/cluster/members, DELETE /v1/cluster/members/{id}, POST /v1/cluster/transfer, POST
+// /v1/cluster/announce (a member's addresses). A change is answered once raft has committed
+// it. On a follower these fail with kNotLeader and are
 // forwarded to the leader (forwarding.h).
 
 #include <charconv>
@@ -14,9 +15,15 @@
 #include "kvatlas/common/limits.h"
 #include "server/api/routes.h"
 #include "server/service/cluster_service.h"
+#include "server/service/group_service.h"
 
 namespace kvatlas::server {
 namespace {
+
+Result<HttpReply> HandleGroups(const Services& services) {
+  KVATLAS_ASSIGN_OR_RETURN(GroupsView view, ViewGroups(services));
+  return JsonReply(GroupsViewJson(view).dump());
+}
 
 Result<HttpReply> HandleCluster(const Services& services) {
   KVATLAS_ASSIGN_OR_RETURN(ClusterView view, ViewCluster(services));
@@ -105,6 +112,8 @@ Result<HttpReply> HandleTransfer(const Services& services, const RouteRequest& r
 }  // namespace
 
 void AddClusterRoutes(const Services* services, Router* router) {
+  router->Add({"GET", "/v1/groups", RouteAccess::kRead,
+               [services](const RouteRequest&) { return HandleGroups(*services); }});
   router->Add({"GET", "/v1/cluster", RouteAccess::kRead,
                [services](const RouteRequest&) { return HandleCluster(*services); }});
   router->Add({"POST", "/v1/cluster/members", RouteAccess::kAdmin,

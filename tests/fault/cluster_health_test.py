@@ -10,7 +10,8 @@ usage: cluster_health_test.py KVATLAS_SERVER_BINARY [CASE...]
 - failed_add: POST /v1/cluster/members naming an address where nothing listens fails with a
   message that says the server did not answer and was not added, and leaves the members as
   they were (no spare); adding a started server then works.
-- transfer: POST /v1/cluster/transfer answers with the leader after the transfer.
+- transfer: POST /v1/cluster/transfer answers with the leader after the transfer, and
+  every server's GET /v1/groups shows the one group with all three members and that leader.
 
 Loopback only, bounded in time, every process and directory cleaned up.
 """
@@ -166,6 +167,20 @@ def case_transfer(binary):
         assert body["transfer_to"] == 0, body
         assert body["leader_id"] not in (0, target.id), body
         assert cluster.leader().id == body["leader_id"], body
+        # GET /v1/groups: the one group, its members and the new leader, on every server.
+        for node in cluster.nodes:
+            def group_led_by_new_leader():
+                status, doc = node.request("GET", "/v1/groups")
+                assert status == 200, (status, doc)
+                assert doc["epoch"] == 0 and len(doc["groups"]) == 1, doc
+                group = doc["groups"][0]
+                assert group["id"] == 1, group
+                assert sorted(m["id"] for m in group["members"]) == [1, 2, 3], group
+                return group if group["leader_id"] == body["leader_id"] else None
+            group = wait_until("the group's leader is the new leader", group_led_by_new_leader,
+                               cluster.nodes)
+            assert group["this_server"] == ("leader" if node.id == body["leader_id"]
+                                            else "follower"), group
     finally:
         cluster.cleanup()
 

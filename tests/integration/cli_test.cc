@@ -94,11 +94,23 @@ TEST_SUITE("Integration.Cli") {
       CHECK(run.output.starts_with("usage: kvatlas [global flags] COMMAND"));
       CHECK(run.output.find("  watch ") != std::string::npos);
     }
-    const std::vector<std::string> commands = {
-        "lookup",         "blocks",         "ingest",         "stats",
-        "ping",           "watch",          "cluster",        "cluster status",
-        "cluster ready",  "cluster add",    "cluster remove", "cluster transfer",
-        "cluster backup", "cluster digest", "version",        "help"};
+    const std::vector<std::string> commands = {"lookup",
+                                               "blocks",
+                                               "ingest",
+                                               "stats",
+                                               "ping",
+                                               "watch",
+                                               "cluster",
+                                               "cluster status",
+                                               "cluster groups",
+                                               "cluster ready",
+                                               "cluster add",
+                                               "cluster remove",
+                                               "cluster transfer",
+                                               "cluster backup",
+                                               "cluster digest",
+                                               "version",
+                                               "help"};
     for (const std::string& command : commands) {
       for (const char* flag : {"--help", "-h"}) {
         std::vector<std::string> line = {kCli};
@@ -226,6 +238,24 @@ TEST_SUITE("Integration.Cli") {
     const Run status_json = RunProgram({kCli, "cluster", "status", "--http", http, "--json"});
     REQUIRE(status_json.exit_code == 0);
     CHECK(json::parse(status_json.output)["members"][0]["lag_entries"] == 0);
+
+    // The one group: its leader, member, the context and entries ingested above.
+    const Run groups = RunProgram({kCli, "cluster", "groups", "--http", http});
+    REQUIRE_MESSAGE(groups.exit_code == 0, groups.output);
+    CHECK(groups.output.starts_with(
+        "directory epoch 0\nGROUP  LEADER  MEMBERS  CONTEXTS  ENTRIES  SNAPSHOT  APPLIED  "
+        "ACCEPTING\n1      1       1        1         3        "));
+    CHECK(groups.output.ends_with("  true\n"));
+    const Run groups_json = RunProgram({kCli, "cluster", "groups", "--http", http, "--json"});
+    REQUIRE(groups_json.exit_code == 0);
+    const json group = json::parse(groups_json.output)["groups"][0];
+    CHECK(group["id"] == 1);
+    CHECK(group["members"] == json::array({{{"id", 1}, {"role", "voter"}}}));
+    CHECK(group["this_server"] == "leader");
+    CHECK(group["contexts"] == 1);
+    CHECK(group["entries"] == 3);
+    CHECK(group["revision"] == ingested["revision"]);
+    CHECK(group["applied_index"].get<uint64_t>() > 0);
   }
 
   TEST_CASE("CLI: a lookup that finds nothing says what the server has") {

@@ -196,6 +196,15 @@ def check_cluster_view(browser, leader, nodes):
     states = {int(r[0].split()[0]): r[2] for r in rows}
     assert states[leader.id] == "leader", rows
     assert list(states.values()).count("follower") == 2, rows
+    # The raft groups: the one group, led by the same leader, with the three members.
+    browser.wait_for("the group's row", "document.querySelectorAll('#groups tbody tr').length",
+                     lambda v: v == 1)
+    group = browser.evaluate("[...document.querySelector('#groups tbody tr').cells]"
+                             ".map(c => c.textContent)")
+    assert group[0] == "1" and group[1] == f"server {leader.id}", group
+    assert sorted(int(m) for m in group[2].split(", ")) == sorted(n.id for n in nodes), group
+    assert group[7] == "taken", group
+    assert browser.evaluate(text("#group-epoch")) == "directory epoch 0"
     return rows
 
 

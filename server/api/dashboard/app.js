@@ -281,6 +281,21 @@
   };
 
   const MAX_CONTEXTS = 50;
+  // GET /v1/groups: one row per raft group, its leader's row marked as in #members.
+  const renderGroups = (doc) => {
+    setText('group-epoch', `directory epoch ${fmtInt(doc.epoch)}`);
+    fillTable('groups', doc.groups.map((g) => {
+      const tr = document.createElement('tr');
+      tr.append(cell(String(g.id)), cell(g.leader_id ? `server ${g.leader_id}` : 'none (election)',
+                                         g.leader_id ? undefined : 'bad'),
+                cell(g.members.map((m) => m.id).join(', ')), cell(fmtInt(g.contexts), 'num'),
+                cell(fmtInt(g.entries), 'num'), cell(fmtBytes(g.snapshot_bytes), 'num'),
+                cell(fmtInt(g.applied_index), 'num'),
+                cell(g.accepting ? 'taken' : 'refused', g.accepting ? undefined : 'bad'));
+      return tr;
+    }));
+  };
+
   const renderContexts = (contexts) => {
     const sorted = [...contexts].sort((a, b) => b.entries - a.entries);
     const total = sorted.reduce((sum, c) => sum + c.entries, 0);
@@ -312,9 +327,9 @@
   };
 
   const refresh = async () => {
-    const [cluster, stats, streams, contexts, metricsText] = await Promise.all([
-      get('/v1/cluster'), get('/v1/stats'), get('/v1/streams'), get('/v1/contexts'),
-      get('/metrics', true)]);
+    const [cluster, groups, stats, streams, contexts, metricsText] = await Promise.all([
+      get('/v1/cluster'), get('/v1/groups'), get('/v1/stats'), get('/v1/streams'),
+      get('/v1/contexts'), get('/metrics', true)]);
     const metrics = parseMetrics(metricsText);
     const now = {
       time: performance.now(),
@@ -324,6 +339,7 @@
       matched: metricSum(metrics, 'kvatlas_lookup_blocks_matched_total'),
     };
     renderCluster(cluster);
+    renderGroups(groups);
     renderStats(stats);
     renderStreams(streams.streams);
     renderContexts(contexts.contexts);
