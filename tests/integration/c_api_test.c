@@ -217,6 +217,22 @@ static void TestToken(const char* endpoint, const char* read_token) {
         KVATLAS_PERMISSION_DENIED);
   CHECK(err != NULL && strstr(kvatlas_error_message(err), "write role") != NULL);
   kvatlas_error_free(err);
+
+  /* Reading the fleet's loads takes the read role; reporting one takes the write role. */
+  char* loads = NULL;
+  CHECK(kvatlas_fetch_loads_json(client, &loads, NULL) == KVATLAS_OK);
+  kvatlas_free_string(loads);
+  kvatlas_load_reporter* reporter = NULL;
+  uint64_t token = 0;
+  CHECK(kvatlas_load_reporter_create(client, "read-router", 0, 0, &reporter, NULL) == KVATLAS_OK);
+  if (reporter != NULL) {
+    CHECK(kvatlas_load_reporter_route_started(reporter, "engine-a", 0, 1, 1, &token, NULL) ==
+          KVATLAS_OK);
+    err = NULL;
+    CHECK(kvatlas_load_reporter_flush(reporter, &err) == KVATLAS_PERMISSION_DENIED);
+    kvatlas_error_free(err);
+    kvatlas_load_reporter_destroy(reporter);
+  }
   kvatlas_close(client);
 }
 
