@@ -8,15 +8,21 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kvatlas/client/client.h"
+#include "kvatlas/client/load_reporter.h"
 #include "kvatlas/common/json_codec.h"
 
 struct kvatlas_client {
   std::unique_ptr<kvatlas::Client> client;
+};
+
+struct kvatlas_load_reporter {
+  std::unique_ptr<kvatlas::LoadReporter> reporter;
 };
 
 struct kvatlas_error {
@@ -313,6 +319,101 @@ kvatlas_code kvatlas_ping(kvatlas_client* client, kvatlas_error** err) {
     if (client == nullptr) return Invalid("kvatlas_ping: NULL argument", err);
     Status s = client->client->Ping();
     return s.ok() ? KVATLAS_OK : Fail(s, err);
+  });
+}
+
+kvatlas_code kvatlas_load_reporter_create(kvatlas_client* client, const char* router_id,
+                                          int64_t interval_ms, uint32_t ttl_ms,
+                                          kvatlas_load_reporter** out, kvatlas_error** err) {
+  return Guarded(err, [&] {
+    if (out != nullptr) *out = nullptr;
+    if (client == nullptr || router_id == nullptr || out == nullptr) {
+      return Invalid("kvatlas_load_reporter_create: NULL argument", err);
+    }
+    if (interval_ms < 0) return Invalid("interval_ms: must be >= 0 (0: 100 ms)", err);
+    kvatlas::LoadReporterOptions options;
+    options.router_id = router_id;
+    if (interval_ms > 0) options.interval = std::chrono::milliseconds(interval_ms);
+    if (ttl_ms > 0) options.ttl_ms = ttl_ms;
+    kvatlas::Result<std::unique_ptr<kvatlas::LoadReporter>> reporter =
+        kvatlas::LoadReporter::Create(client->client.get(), std::move(options));
+    if (!reporter) return Fail(reporter.error(), err);
+    *out = new kvatlas_load_reporter{std::move(reporter).value()};
+    return KVATLAS_OK;
+  });
+}
+
+kvatlas_code kvatlas_load_reporter_route_started(kvatlas_load_reporter* reporter,
+                                                 const char* instance, uint32_t dp_rank,
+                                                 uint64_t prompt_blocks, uint64_t decode_blocks,
+                                                 uint64_t* token, kvatlas_error** err) {
+  return Guarded(err, [&] {
+    if (reporter == nullptr || instance == nullptr || token == nullptr) {
+      return Invalid("kvatlas_load_reporter_route_started: NULL argument", err);
+    }
+    if (instance[0] == '\0') return Invalid("instance: must not be empty", err);
+    *token = reporter->reporter->RouteStarted(instance, dp_rank, prompt_blocks, decode_blocks);
+    return KVATLAS_OK;
+  });
+}
+
+void kvatlas_load_reporter_prefill_done(kvatlas_load_reporter* reporter, uint64_t token) {
+  if (reporter == nullptr) return;
+  (void)Guarded(nullptr, [&] {
+    reporter->reporter->PrefillDone(token);
+    return KVATLAS_OK;
+  });
+}
+
+void kvatlas_load_reporter_route_finished(kvatlas_load_reporter* reporter, uint64_t token) {
+  if (reporter == nullptr) return;
+  (void)Guarded(nullptr, [&] {
+    reporter->reporter->RouteFinished(token);
+    return KVATLAS_OK;
+  });
+}
+
+kvatlas_code kvatlas_load_reporter_flush(kvatlas_load_reporter* reporter, kvatlas_error** err) {
+  return Guarded(err, [&] {
+    if (reporter == nullptr) return Invalid("kvatlas_load_reporter_flush: NULL argument", err);
+    Status s = reporter->reporter->Flush();
+    return s.ok() ? KVATLAS_OK : Fail(s, err);
+  });
+}
+
+void kvatlas_load_reporter_destroy(kvatlas_load_reporter* reporter) {
+  // The destructor sends the leaving report; a failure to send is the lease's to end.
+  (void)Guarded(nullptr, [&] {
+    delete reporter;
+    return KVATLAS_OK;
+  });
+}
+
+kvatlas_code kvatlas_fetch_loads_json(kvatlas_client* client, char** out_json,
+                                      kvatlas_error** err) {
+  return Guarded(err, [&] {
+    if (client == nullptr || out_json == nullptr) {
+      return Invalid("kvatlas_fetch_loads_json: NULL argument", err);
+    }
+    *out_json = nullptr;
+    kvatlas::Result<kvatlas::protocol::LoadViewAnswer> view = client->client->FetchLoads();
+    if (!view) return Fail(view.error(), err);
+    nlohmann::json routers = nlohmann::json::array();
+    for (const kvatlas::protocol::LoadViewRouter& router : view->routers) {
+      nlohmann::json loads = nlohmann::json::array();
+      for (const kvatlas::InstanceLoad& load : router.loads) {
+        loads.push_back({{"instance_id", load.instance_id},
+                         {"dp_rank", load.dp_rank},
+                         {"prefill_blocks", load.prefill_blocks},
+                         {"decode_blocks", load.decode_blocks}});
+      }
+      routers.push_back({{"router_id", router.router_id},
+                         {"expires_in_ms", router.expires_in_ms},
+                         {"loads", std::move(loads)}});
+    }
+    *out_json = CopyString(
+        nlohmann::json{{"revision", view->revision}, {"routers", std::move(routers)}}.dump());
+    return KVATLAS_OK;
   });
 }
 

@@ -210,6 +210,21 @@ Result<protocol::LoadReportAnswer> Client::ReportLoad(LoadReport report, Timeout
   return ReportLoadAsync(std::move(report), timeout).get();
 }
 
+std::future<Result<protocol::LoadViewAnswer>> Client::FetchLoadsAsync(Timeout timeout) {
+  return CallFor<protocol::LoadViewAnswer>(*impl_, MessageType::kLoadView, {}, timeout,
+                                           protocol::DecodeLoadViewAnswer, "load view");
+}
+
+Result<protocol::LoadViewAnswer> Client::FetchLoads(Timeout timeout) {
+  return FetchLoadsAsync(timeout).get();
+}
+
+Status Client::FetchLoadsInto(FleetLoadTable* table, Timeout timeout) {
+  KVATLAS_ASSIGN_OR_RETURN(protocol::LoadViewAnswer view, FetchLoads(timeout));
+  view.FillTable(table, FleetLoadTable::Clock::now());
+  return Status::Ok();
+}
+
 Result<HeartbeatAnswer> Client::Heartbeat(std::vector<HolderKey> holders, Timeout timeout) {
   return HeartbeatAsync(std::move(holders), timeout).get();
 }

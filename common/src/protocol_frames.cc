@@ -57,6 +57,8 @@ std::string_view MessageTypeName(MessageType type) {
       return "auth";
     case MessageType::kLoadReport:
       return "load_report";
+    case MessageType::kLoadView:
+      return "load_view";
   }
   return "other";
 }

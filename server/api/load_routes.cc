@@ -2,7 +2,6 @@
 // POST /v1/load (a router's absolute report; a write, forwarded by a follower) and GET
 // /v1/load (the live reports and their sums, as this server sees them).
 
-#include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -37,13 +36,11 @@ Result<HttpReply> HandleReport(const Services& services, const RouteRequest& req
 }
 
 Result<HttpReply> HandleView(const Services& services) {
-  const auto now = FleetLoadTable::Clock::now();
-  const std::vector<FleetLoadTable::RouterEntry> routers =
-      services.machine->fleet_load().LiveRouters(now);
+  const protocol::LoadViewAnswer view = ViewLoads(services);
   json out_routers = json::array();
   // (instance, rank) → sums, in order.
   std::map<std::pair<std::string, uint32_t>, LoadSum> sums;
-  for (const FleetLoadTable::RouterEntry& router : routers) {
+  for (const protocol::LoadViewRouter& router : view.routers) {
     json loads = json::array();
     for (const InstanceLoad& load : router.loads) {
       loads.push_back(LoadJson(load));
@@ -52,10 +49,8 @@ Result<HttpReply> HandleView(const Services& services) {
       sum.decode_blocks += load.decode_blocks;
       ++sum.routers;
     }
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(router.expires_at - now);
     out_routers.push_back({{"router_id", router.router_id},
-                           {"expires_in_ms", left.count()},
+                           {"expires_in_ms", router.expires_in_ms},
                            {"loads", std::move(loads)}});
   }
   json instances = json::array();
@@ -66,7 +61,7 @@ Result<HttpReply> HandleView(const Services& services) {
                          {"decode_blocks", sum.decode_blocks},
                          {"routers", sum.routers}});
   }
-  return JsonReply(json{{"revision", services.machine->applied_revision()},
+  return JsonReply(json{{"revision", view.revision},
                         {"routers", std::move(out_routers)},
                         {"instances", std::move(instances)}}
                        .dump());

@@ -30,6 +30,7 @@ std::optional<Role> RequiredRole(MessageType type) {
     case MessageType::kStats:
     case MessageType::kPing:
     case MessageType::kRoute:
+    case MessageType::kLoadView:
     case MessageType::kWatch:
     case MessageType::kSnapshot:
     case MessageType::kAuth:

@@ -157,6 +157,11 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
                              prepared.expires_at_ms};
       return Handled(std::move(pending));
     }
+    case MessageType::kLoadView:
+      KVATLAS_RETURN_IF_ERROR(RequireEmpty(request, "load view"));
+      AppendAnswer(header.type, header.request_id,
+                   protocol::EncodeLoadViewAnswer(ViewLoads(services)), out);
+      return answered();
     case MessageType::kAuth:
       // Access control is the connection's (Admit), before any request is handled.
       return Status::Internal("kAuth is answered by RpcHandler::Admit, not here");

@@ -1,6 +1,8 @@
 #include "server/service/load_service.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <utility>
 
 #include "server/service/ingest_service.h"
@@ -32,6 +34,20 @@ Result<LoadReportResult> ReportLoad(const Services& services, LoadReport report)
   result.accepted_at_ms = prepared.accepted_at_ms;
   KVATLAS_ASSIGN_OR_RETURN(result.revision, SubmitAndWait(services, std::move(prepared.batch)));
   return result;
+}
+
+protocol::LoadViewAnswer ViewLoads(const Services& services) {
+  const auto now = FleetLoadTable::Clock::now();
+  protocol::LoadViewAnswer answer;
+  answer.revision = services.machine->applied_revision();
+  for (FleetLoadTable::RouterEntry& router : services.machine->fleet_load().LiveRouters(now)) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(router.expires_at - now).count();
+    answer.routers.push_back(protocol::LoadViewRouter{
+        std::move(router.router_id), static_cast<uint64_t>(std::max<int64_t>(left, 0)),
+        std::move(router.loads)});
+  }
+  return answer;
 }
 
 void FillSharedLoad(const Services& services, RoutingRequest* request) {

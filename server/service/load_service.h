@@ -1,13 +1,15 @@
 // Shared in-flight load of a router fleet (docs/routing.md §Shared load): a router's load
 // report goes through the log as a LoadReportCommand (a write: kNotLeader on a follower,
 // which REST forwards), and every server sums the live reports (StateMachine::fleet_load)
-// for the route candidates that give no load of their own. Answers POST and GET /v1/load.
+// for the route candidates that give no load of their own. Answers POST and GET /v1/load
+// (and binary kLoadReport, kLoadView).
 // Safe from any thread.
 #pragma once
 
 #include <cstdint>
 
 #include "kvatlas/common/fleet_load.h"
+#include "kvatlas/common/protocol.h"
 #include "kvatlas/common/result.h"
 #include "server/service/services.h"
 
@@ -31,6 +33,10 @@ struct PreparedLoadReport {
 
 // PrepareLoadReport, then commits the batch and waits for it (SubmitAndWait).
 [[nodiscard]] Result<LoadReportResult> ReportLoad(const Services& services, LoadReport report);
+
+// The live reports of this server's table, at its applied revision (GET /v1/load's
+// routers, binary kLoadView).
+[[nodiscard]] protocol::LoadViewAnswer ViewLoads(const Services& services);
 
 // Fills the candidates of `request` that give no load with the fleet's (FillCandidates).
 void FillSharedLoad(const Services& services, RoutingRequest* request);

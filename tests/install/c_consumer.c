@@ -1,5 +1,6 @@
 /* The C consumer of install_test.py, built with nothing but `pkg-config kvatlas` (shared
- * and --static): ingests a 3-block chain for HOLDER over the C ABI, looks it up.
+ * and --static): ingests a 3-block chain for HOLDER over the C ABI, looks it up, and
+ * reports a load on HOLDER through a load reporter (seen in kvatlas_fetch_loads_json).
  *
  *   c_consumer HOST:PORT HOLDER      exit 0 when every check passed, 1 otherwise */
 #include <kvatlas/client/c_api.h>
@@ -50,6 +51,28 @@ int main(int argc, char** argv) {
   printf("c_consumer %s: revision %llu, %u blocks found\n", argv[2],
          (unsigned long long)result->revision, result->blocks_found);
   kvatlas_free_lookup_result(result);
+  if (!found) {
+    kvatlas_close(client);
+    return Fail("lookup: the holder does not hold the 3 GPU blocks", NULL);
+  }
+
+  char router_id[300];
+  snprintf(router_id, sizeof router_id, "router-%s", argv[2]);
+  kvatlas_load_reporter* reporter = NULL;
+  uint64_t token = 0;
+  char* loads = NULL;
+  if (kvatlas_load_reporter_create(client, router_id, 0, 0, &reporter, &err) != KVATLAS_OK ||
+      kvatlas_load_reporter_route_started(reporter, argv[2], 0, 3, 3, &token, &err) !=
+          KVATLAS_OK ||
+      kvatlas_load_reporter_flush(reporter, &err) != KVATLAS_OK ||
+      kvatlas_fetch_loads_json(client, &loads, &err) != KVATLAS_OK) {
+    kvatlas_load_reporter_destroy(reporter);
+    kvatlas_close(client);
+    return Fail("load reporter", err);
+  }
+  found = strstr(loads, router_id) != NULL;
+  kvatlas_free_string(loads);
+  kvatlas_load_reporter_destroy(reporter);
   kvatlas_close(client);
-  return found ? 0 : Fail("lookup: the holder does not hold the 3 GPU blocks", NULL);
+  return found ? 0 : Fail("fetch loads: the reporter's report is missing", NULL);
 }

@@ -254,6 +254,7 @@ std::vector<RpcCase> RpcCases() {
       {MessageType::kRoute, protocol::EncodeRouteRequestBinary(route), 1},
       {MessageType::kSnapshot, protocol::EncodeSnapshotRequest({context}), 1},
       {MessageType::kWatch, protocol::EncodeWatchRequest(watch), 1},
+      {MessageType::kLoadView, "", 1},
       {MessageType::kIngest, IngestPayload(), 2},
       {MessageType::kHeartbeat, protocol::EncodeHeartbeatRequest({{HolderKey{"vllm-0", 0}}}), 2},
   };

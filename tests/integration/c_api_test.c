@@ -114,6 +114,72 @@ static void TestCalls(kvatlas_client* client) {
   kvatlas_free_string(stats);
 }
 
+/* Whether the kvatlas_fetch_loads_json document holds `needle`. */
+static int LoadsContain(kvatlas_client* client, const char* needle) {
+  char* json = NULL;
+  kvatlas_error* err = NULL;
+  int found = 0;
+  if (kvatlas_fetch_loads_json(client, &json, &err) != KVATLAS_OK) {
+    fprintf(stderr, "kvatlas_fetch_loads_json: %s\n", kvatlas_error_message(err));
+    kvatlas_error_free(err);
+    ++failures;
+    return 0;
+  }
+  found = strstr(json, needle) != NULL;
+  kvatlas_free_string(json);
+  return found;
+}
+
+/* The C load reporter: its reports reach the server's table (kvatlas_fetch_loads_json),
+ * and destroying it sends the leaving report. */
+static void TestLoadReporter(kvatlas_client* client) {
+  kvatlas_load_reporter* reporter = NULL;
+  kvatlas_error* err = NULL;
+  CHECK(kvatlas_load_reporter_create(client, "", 50, 2000, &reporter, &err) ==
+        KVATLAS_INVALID_ARGUMENT);
+  CHECK(reporter == NULL);
+  CHECK(strstr(kvatlas_error_message(err), "router_id") != NULL);
+  kvatlas_error_free(err);
+  err = NULL;
+  CHECK(kvatlas_load_reporter_create(client, "c-router", 1000, 2000, &reporter, &err) ==
+        KVATLAS_INVALID_ARGUMENT); /* the interval is past ttl / 3 */
+  kvatlas_error_free(err);
+  err = NULL;
+  CHECK(kvatlas_load_reporter_create(NULL, "c-router", 0, 0, &reporter, NULL) ==
+        KVATLAS_INVALID_ARGUMENT);
+
+  CHECK(kvatlas_load_reporter_create(client, "c-router", 50, 2000, &reporter, &err) ==
+        KVATLAS_OK);
+  if (reporter == NULL) return;
+  uint64_t first = 0;
+  uint64_t second = 0;
+  CHECK(kvatlas_load_reporter_route_started(reporter, "engine-a", 0, 4, 40, &first, &err) ==
+        KVATLAS_OK);
+  CHECK(kvatlas_load_reporter_route_started(reporter, "engine-a", 0, 2, 20, &second, &err) ==
+        KVATLAS_OK);
+  CHECK(first != second);
+  CHECK(kvatlas_load_reporter_route_started(reporter, "", 0, 1, 1, &second, &err) ==
+        KVATLAS_INVALID_ARGUMENT);
+  kvatlas_error_free(err);
+  err = NULL;
+  CHECK(kvatlas_load_reporter_flush(reporter, &err) == KVATLAS_OK);
+  CHECK(LoadsContain(client, "\"router_id\":\"c-router\""));
+  CHECK(LoadsContain(client, "\"decode_blocks\":60,\"dp_rank\":0,\"instance_id\":\"engine-a\","
+                             "\"prefill_blocks\":6"));
+  kvatlas_load_reporter_prefill_done(reporter, first);
+  kvatlas_load_reporter_route_finished(reporter, second);
+  kvatlas_load_reporter_route_finished(reporter, 12345); /* unknown: a no-op */
+  kvatlas_load_reporter_prefill_done(NULL, first);
+  CHECK(kvatlas_load_reporter_flush(reporter, &err) == KVATLAS_OK);
+  CHECK(LoadsContain(client, "\"decode_blocks\":40,\"dp_rank\":0,\"instance_id\":\"engine-a\","
+                             "\"prefill_blocks\":0"));
+  /* Destroying it sends the empty report: the router leaves before its lease ends. */
+  kvatlas_load_reporter_destroy(reporter);
+  CHECK(!LoadsContain(client, "c-router"));
+  kvatlas_load_reporter_destroy(NULL);
+  CHECK(kvatlas_load_reporter_flush(NULL, NULL) == KVATLAS_INVALID_ARGUMENT);
+}
+
 /* Against a server with access control on, `read_token` having the read role. */
 static void TestToken(const char* endpoint, const char* read_token) {
   kvatlas_client* client = NULL;
@@ -151,6 +217,22 @@ static void TestToken(const char* endpoint, const char* read_token) {
         KVATLAS_PERMISSION_DENIED);
   CHECK(err != NULL && strstr(kvatlas_error_message(err), "write role") != NULL);
   kvatlas_error_free(err);
+
+  /* Reading the fleet's loads takes the read role; reporting one takes the write role. */
+  char* loads = NULL;
+  CHECK(kvatlas_fetch_loads_json(client, &loads, NULL) == KVATLAS_OK);
+  kvatlas_free_string(loads);
+  kvatlas_load_reporter* reporter = NULL;
+  uint64_t token = 0;
+  CHECK(kvatlas_load_reporter_create(client, "read-router", 0, 0, &reporter, NULL) == KVATLAS_OK);
+  if (reporter != NULL) {
+    CHECK(kvatlas_load_reporter_route_started(reporter, "engine-a", 0, 1, 1, &token, NULL) ==
+          KVATLAS_OK);
+    err = NULL;
+    CHECK(kvatlas_load_reporter_flush(reporter, &err) == KVATLAS_PERMISSION_DENIED);
+    kvatlas_error_free(err);
+    kvatlas_load_reporter_destroy(reporter);
+  }
   kvatlas_close(client);
 }
 
@@ -173,6 +255,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   TestCalls(client);
+  TestLoadReporter(client);
   kvatlas_close(client);
   kvatlas_close(NULL);
   kvatlas_free_lookup_result(NULL);

@@ -3,7 +3,9 @@
 Mooncake trace (tests/data/) under round-robin and the kvatlas policy, which routes with the
 server's binary kRoute over the index the simulated instances publish to. Checks the JSON:
 kvatlas reuses more prefix than round-robin, its index never disagreed with the simulator,
-and route latencies were measured. Also checks POST /v1/route over REST on that index.
+and route latencies were measured. Also checks POST /v1/route over REST on that index, and
+router replicas: --routers 2 with and without --shared-load (the shared run sends load
+reports through LoadReporters, and its replicas leave the server's table when it ends).
 
 usage: replay_test.py KVATLAS_SERVER_BINARY KVATLAS_REPLAY_BINARY TRACE
 """
@@ -26,6 +28,41 @@ def http(addr, path, body):
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
+
+
+def check_router_replicas(replay, rpc, http_addr, trace):
+    """--routers 2: each replica routes with its own load; with --shared-load each reports
+    through a LoadReporter and the server fills the fleet's sum."""
+    rows = {}
+    for mode in ([], ["--shared-load"]):
+        out = subprocess.run([replay, "--server", rpc, "--trace", trace, "--limit", "200",
+                              "--policies", "round-robin,kvatlas", "--routers", "2", *mode,
+                              "--model", "ctest-routers" + "".join(mode), "--json"],
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        for row in map(json.loads, out.stdout.splitlines()):
+            rows[row["policy"]] = row
+    print(json.dumps({k: {f: v[f] for f in ("hit_ratio", "ttft_p50_ms", "load_reports")}
+                      for k, v in rows.items()}))
+    own, shared, rr = rows["kvatlas@2r"], rows["kvatlas@2r+shared"], rows["round-robin@2r"]
+    for row in (own, shared):
+        assert row["requests"] == 200 and row["routers"] == 2, row
+        assert row["index_mismatches"] == 0, row
+        assert row["hit_ratio"] > rr["hit_ratio"], (row["hit_ratio"], rr["hit_ratio"])
+        assert 0 < row["ttft_p50_ms"] <= row["ttft_p99_ms"], row
+    assert not own["shared_load"] and own["load_reports"] == 0, own
+    assert shared["shared_load"] and shared["load_reports"] > 0, shared
+    # The replicas' reporters sent their leaving reports: nothing of theirs counts now.
+    with urllib.request.urlopen("http://" + http_addr + "/v1/load", timeout=10) as answer:
+        assert json.loads(answer.read())["routers"] == [], "replicas left no report behind"
+
+    # Bad flags are clear errors.
+    out = subprocess.run([replay, "--server", rpc, "--trace", trace, "--shared-load"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--shared-load: needs --routers" in out.stderr, out.stderr
+    out = subprocess.run([replay, "--server", rpc, "--trace", trace, "--routers", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--routers: must be at least 1" in out.stderr, out.stderr
 
 
 def main():
@@ -77,6 +114,8 @@ def main():
         assert status == 400 and answer["message"].startswith(
             "candidates[0].queued_prefill_tokens"), answer
         assert first["hash_ids"], first
+
+        check_router_replicas(replay, rpc, http_addr, trace)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

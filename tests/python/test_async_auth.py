@@ -33,6 +33,9 @@ def test_async_client(server):
             assert len((await ac.locate(H.sequence_hashes(tokens, 4)[0])).copies) == 1
             assert (await ac.heartbeat(["a"])).holders == 1
             await ac.ping()
+            assert "routers" in await ac.fetch_loads()
+            filled = await ac.fill_loads([kvatlas.Candidate("a")], 4)
+            assert filled[0].instance_id == "a"
             w = ac.client.writer("async-writer")
             assert (await ac.write(w, [])).events == 0
             record = await asyncio.wait_for(first, 10.0)

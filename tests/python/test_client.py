@@ -267,3 +267,25 @@ def test_load_reporter_shares_a_routers_in_flight_load(client):
         assert r2.reports_sent >= 1
     assert wait_queued(0)  # r2 left with an empty report
     r1.close()
+
+
+def test_fill_loads_gives_a_local_scorer_the_fleets_load(client):
+    """fetch_loads and fill_loads (binary kLoadView): a scheduler scoring in its own process
+    fills the candidates that give no load with the fleet's sum, as a server's route does."""
+    with kvatlas.LoadReporter(client, "fill-r1", interval_s=0.05) as r1, \
+            kvatlas.LoadReporter(client, "fill-r2", interval_s=0.05) as r2:
+        r1.route_started("fill-x", 0, 5, 7)
+        r2.route_started("fill-x", 1, 2, 1)
+        r1.flush()
+        r2.flush()
+        view = client.fetch_loads()
+        ids = {r["router_id"]: r for r in view["routers"]}
+        assert ids["fill-r1"]["loads"] == [{"instance_id": "fill-x", "dp_rank": 0,
+                                            "prefill_blocks": 5, "decode_blocks": 7}]
+        assert 0 < ids["fill-r1"]["expires_in_ms"] <= 2000
+        filled = client.fill_loads([kvatlas.Candidate("fill-x"),
+                                    kvatlas.Candidate("fill-x", dp_rank=1),
+                                    kvatlas.Candidate("fill-x", queued_prefill_tokens=3)], 16)
+        assert [(c.queued_prefill_tokens, c.active_decode_blocks) for c in filled] == [
+            (7 * 16, 8), (2 * 16, 1), (3, 0)]
+    assert not [r for r in client.fetch_loads()["routers"] if r["router_id"] == "fill-r1"]

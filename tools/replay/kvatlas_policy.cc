@@ -1,9 +1,14 @@
 #include "tools/replay/kvatlas_policy.h"
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
+#include <queue>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "kvatlas/client/load_reporter.h"
 #include "kvatlas/client/scorer.h"
 
 namespace kvatlas::replay {
@@ -23,12 +28,94 @@ std::vector<RouteCandidate> Candidates(std::span<const InstanceView> instances, 
   return out;
 }
 
+// The router replicas' in-flight tables, each reported through its own LoadReporter, as
+// the simulated clock moves (KvatlasPolicyOptions: report interval in simulated time).
+class ReplicaLoads {
+ public:
+  static Result<std::unique_ptr<ReplicaLoads>> Create(Client* client,
+                                                      const KvatlasPolicyOptions& options) {
+    auto loads = std::unique_ptr<ReplicaLoads>(new ReplicaLoads(options.load_interval_ms));
+    for (size_t r = 0; r < options.routers; ++r) {
+      LoadReporterOptions reporter;
+      reporter.router_id = options.context.model + "-r" + std::to_string(r);
+      reporter.ttl_ms = options.load_ttl_ms;
+      reporter.interval = std::chrono::milliseconds(options.load_ttl_ms / 3);
+      KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<LoadReporter> created,
+                               LoadReporter::Create(client, std::move(reporter)));
+      loads->replicas_.push_back(Replica{std::move(created)});
+    }
+    return loads;
+  }
+
+  // Applies the prefills and requests that ended by `now_ms`, then reports each replica
+  // whose table changed and whose last report is at least the interval old.
+  Status AdvanceTo(double now_ms) {
+    while (!due_.empty() && std::get<0>(due_.top()) <= now_ms) {
+      const auto [at, token, router, finished] = due_.top();
+      due_.pop();
+      Replica& replica = replicas_[router];
+      if (finished) {
+        replica.reporter->RouteFinished(token);
+      } else {
+        replica.reporter->PrefillDone(token);
+      }
+      replica.changed = true;
+    }
+    for (Replica& replica : replicas_) {
+      if (!replica.changed || now_ms - replica.reported_at < interval_ms_) continue;
+      KVATLAS_RETURN_IF_ERROR(replica.reporter->Flush());
+      replica.changed = false;
+      replica.reported_at = now_ms;
+      ++reports_;
+    }
+    return Status::Ok();
+  }
+
+  uint64_t reports() const { return reports_; }
+
+  void Started(const ScheduledRequest& s) {
+    Replica& replica = replicas_[s.router];
+    const uint64_t token = replica.reporter->RouteStarted("inst-" + std::to_string(s.instance), 0,
+                                                          s.prefill_blocks, s.decode_blocks);
+    replica.changed = true;
+    due_.emplace(s.prefill_end_ms, token, s.router, false);
+    due_.emplace(s.decode_end_ms, token, s.router, true);
+  }
+
+ private:
+  explicit ReplicaLoads(double interval_ms) : interval_ms_(interval_ms) {}
+
+  struct Replica {
+    std::unique_ptr<LoadReporter> reporter;  // destroyed with the policy: leaves at once
+    bool changed = false;
+    double reported_at = -1e300;
+  };
+  // (simulated ms, token, router, finished: else prefill done), earliest first.
+  using Due = std::tuple<double, uint64_t, size_t, bool>;
+  const double interval_ms_;
+  std::vector<Replica> replicas_;
+  std::priority_queue<Due, std::vector<Due>, std::greater<>> due_;
+  uint64_t reports_ = 0;
+};
+
 class KvatlasPolicy final : public Policy {
  public:
-  KvatlasPolicy(Client* client, const BlockTable* blocks, KvatlasPolicyOptions options)
-      : client_(client), blocks_(blocks), options_(std::move(options)) {}
+  KvatlasPolicy(Client* client, const BlockTable* blocks, KvatlasPolicyOptions options,
+                std::unique_ptr<ReplicaLoads> loads)
+      : client_(client), blocks_(blocks), options_(std::move(options)), loads_(std::move(loads)) {}
 
   std::string_view name() const override { return "kvatlas"; }
+  bool SharesLoad() const override { return loads_ != nullptr; }
+  uint64_t LoadReports() const override { return loads_ ? loads_->reports() : 0; }
+
+  Status BeforePick(double now_ms, size_t) override {
+    return loads_ ? loads_->AdvanceTo(now_ms) : Status::Ok();
+  }
+
+  Status OnScheduled(const ScheduledRequest& scheduled) override {
+    if (loads_) loads_->Started(scheduled);
+    return Status::Ok();
+  }
 
   Result<size_t> Pick(size_t sequence, const TraceRequest& request,
                       std::span<const InstanceView> instances, const LruBlocks*) override {
@@ -42,6 +129,13 @@ class KvatlasPolicy final : public Policy {
     }
     const size_t offset = sequence % instances.size();
     route.candidates = Candidates(instances, offset);
+    if (loads_) {
+      // Shared load: the candidates give none, so the server scores the fleet's sum.
+      for (RouteCandidate& candidate : route.candidates) {
+        candidate.queued_prefill_tokens = 0;
+        candidate.active_decode_blocks = 0;
+      }
+    }
     route.options = options_.routing;
     const auto start = std::chrono::steady_clock::now();
     Result<RoutingAnswer> answer = client_->Route(std::move(route));
@@ -59,6 +153,9 @@ class KvatlasPolicy final : public Policy {
     // The index must have seen what the simulator has: GPU ∪ CPU prefix (no shared here:
     // the shared backend is a different holder, counted separately by the scorer).
     if (last_.matched.cpu != match.gpu + match.cpu && match.shared == 0) ++mismatches_;
+    // The hook for instances that publish no events (approximate mode, a later
+    // --no-events K): such an instance's changes would not be ingested here.
+    if (!PublishesEvents(instance)) return Status::Ok();
     const HolderKey holder{"inst-" + std::to_string(instance), 0};
     const HolderKey shared{options_.shared_backend, 0};
     std::vector<BlockEvent> events;
@@ -78,6 +175,9 @@ class KvatlasPolicy final : public Policy {
   size_t Mismatches() const override { return mismatches_; }
 
  private:
+  // Every simulated instance publishes its KV events (the index is exact).
+  bool PublishesEvents(size_t /*instance*/) const { return true; }
+
   BlockEvent Event(EventType type, const HolderKey& holder, Tier tier) const {
     BlockEvent event;
     event.type = type;
@@ -116,6 +216,7 @@ class KvatlasPolicy final : public Policy {
   Client* client_;
   const BlockTable* blocks_;
   KvatlasPolicyOptions options_;
+  std::unique_ptr<ReplicaLoads> loads_;  // null: each replica routes with its own load
   ScoredCandidate last_;
   std::vector<double> latencies_us_;
   size_t mismatches_ = 0;
@@ -162,9 +263,18 @@ class LocalScorerPolicy final : public Policy {
 
 }  // namespace
 
-std::unique_ptr<Policy> MakeKvatlasPolicy(Client* client, const BlockTable* blocks,
-                                          KvatlasPolicyOptions options) {
-  return std::make_unique<KvatlasPolicy>(client, blocks, std::move(options));
+Result<std::unique_ptr<Policy>> MakeKvatlasPolicy(Client* client, const BlockTable* blocks,
+                                                  KvatlasPolicyOptions options) {
+  std::unique_ptr<ReplicaLoads> loads;
+  if (options.shared_load) {
+    if (options.routers == 0) return Status::InvalidArgument("routers: must be at least 1");
+    if (!(options.load_interval_ms >= 0)) {
+      return Status::InvalidArgument("load interval: must be a number of ms >= 0");
+    }
+    KVATLAS_ASSIGN_OR_RETURN(loads, ReplicaLoads::Create(client, options));
+  }
+  return std::unique_ptr<Policy>(
+      std::make_unique<KvatlasPolicy>(client, blocks, std::move(options), std::move(loads)));
 }
 
 Result<std::unique_ptr<Policy>> MakeLocalScorerPolicy(const RoutingOptions& routing,

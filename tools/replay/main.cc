@@ -50,6 +50,12 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
   --decode-scale X           route decode term weight (0.1)
   --temperature X            route softmax temperature (0 = argmin)
   --seed N                   seed of the random policy and of route sampling (1)
+  --routers N                router replicas (1): request i is routed by replica i mod N,
+                             which knows only the load of the requests it routed
+  --shared-load              (kvatlas policy) the replicas share their load: each reports
+                             its in-flight table through a LoadReporter and routes giving
+                             no load, so the server scores with the fleet's sum
+  --load-interval-ms X       --shared-load: report interval in simulated ms (100)
   --by-hash                  query kvatlas with block keys instead of tokens
   --model NAME               context model prefix (default replay-<unix time>)
   --csv FILE                 also write the results as CSV
@@ -67,6 +73,8 @@ struct Flags {
   double bound_epsilon = 0.25;
   uint64_t seed = 1;
   bool by_hash = false;
+  bool shared_load = false;
+  double load_interval_ms = 100;
   std::string model;
   std::string csv;
   bool json = false;
@@ -111,6 +119,10 @@ Result<Flags> ParseFlags(int argc, char** argv) {
       f.by_hash = true;
       continue;
     }
+    if (flag == "--shared-load") {
+      f.shared_load = true;
+      continue;
+    }
     if (flag == "--help" || flag == "-h") return Status::NotFound("help");
     if (i + 1 >= argc) return Status::InvalidArgument(flag + ": needs a value (or is unknown)");
     const std::string v = argv[++i];
@@ -122,6 +134,11 @@ Result<Flags> ParseFlags(int argc, char** argv) {
       f.policies = Split(v);
     } else if (flag == "--limit") {
       KVATLAS_ASSIGN_OR_RETURN(f.limit, Integer(flag, v));
+    } else if (flag == "--routers") {
+      KVATLAS_ASSIGN_OR_RETURN(f.sim.routers, Integer(flag, v));
+      if (f.sim.routers == 0) return Status::InvalidArgument("--routers: must be at least 1");
+    } else if (flag == "--load-interval-ms") {
+      KVATLAS_ASSIGN_OR_RETURN(f.load_interval_ms, Number(flag, v));
     } else if (flag == "--instances") {
       KVATLAS_ASSIGN_OR_RETURN(f.sim.instances, Integer(flag, v));
     } else if (flag == "--gpu-blocks") {
@@ -172,6 +189,9 @@ Result<Flags> ParseFlags(int argc, char** argv) {
   f.routing.seed = f.seed;
   KVATLAS_RETURN_IF_ERROR(ValidateRoutingOptions(f.routing));
   if (f.policies.empty()) return Status::InvalidArgument("--policies: none given");
+  if (f.shared_load && f.sim.routers < 2) {
+    return Status::InvalidArgument("--shared-load: needs --routers N with N >= 2");
+  }
   if (f.model.empty()) {
     f.model = "replay-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
                                              std::chrono::system_clock::now().time_since_epoch())
@@ -265,7 +285,16 @@ int Run(int argc, char** argv) {
       options.context.model = flags.model + "-" + name;
       options.context.block_size = flags.sim.block_tokens;
       options.by_hash = flags.by_hash;
-      policy = MakeKvatlasPolicy(client.get(), blocks.get(), options);
+      options.shared_load = flags.shared_load;
+      options.routers = flags.sim.routers;
+      options.load_interval_ms = flags.load_interval_ms;
+      Result<std::unique_ptr<Policy>> kvatlas =
+          MakeKvatlasPolicy(client.get(), blocks.get(), options);
+      if (!kvatlas) {
+        std::cerr << "kvatlas-replay: " << kvatlas.error().ToString() << "\n";
+        return 1;
+      }
+      policy = std::move(*kvatlas);
     } else {
       std::cerr << "kvatlas-replay: --policies: unknown policy \"" << name << "\"\n" << kUsage;
       return 2;

@@ -105,6 +105,9 @@ std::string FormatJsonLines(const std::vector<PolicyResult>& results) {
   std::string out;
   for (const PolicyResult& r : results) {
     nlohmann::json doc = {{"policy", r.policy},
+                          {"routers", r.routers},
+                          {"shared_load", r.shared_load},
+                          {"load_reports", r.load_reports},
                           {"requests", r.requests},
                           {"prompt_blocks", r.prompt_blocks},
                           {"hit_blocks", r.hit_blocks},

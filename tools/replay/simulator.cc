@@ -15,12 +15,14 @@ struct PrefillJob {
   double start = 0;
   double end = 0;
   double tokens = 0;  // effective tokens of work
+  size_t router = 0;  // the replica that routed it
 };
 
 struct DecodeJob {
   double start = 0;  // prefill end
   double end = 0;
   uint64_t blocks = 0;
+  size_t router = 0;
 };
 
 struct Instance {
@@ -166,6 +168,7 @@ Result<PolicyResult> Simulate(const SimOptions& options, std::span<const TraceRe
                               Policy& policy) {
   if (options.instances == 0) return Status::InvalidArgument("instances: must be at least 1");
   if (options.block_tokens == 0) return Status::InvalidArgument("block_tokens: must be positive");
+  if (options.routers == 0) return Status::InvalidArgument("routers: must be at least 1");
   if (!(options.time_scale >= 0) || !(options.prefill_ms_per_token >= 0) ||
       !(options.decode_ms_per_token >= 0) || !(options.prefill_overhead_ms >= 0)) {
     return Status::InvalidArgument("timing options: must be numbers >= 0");
@@ -186,28 +189,37 @@ Result<PolicyResult> Simulate(const SimOptions& options, std::span<const TraceRe
 
   PolicyResult result;
   result.policy = std::string(policy.name());
+  result.routers = options.routers;
+  result.shared_load = options.routers > 1 && policy.SharesLoad();
+  if (options.routers > 1) {
+    result.policy += "@" + std::to_string(options.routers) + "r";
+    if (result.shared_load) result.policy += "+shared";
+  }
   std::vector<double> ttfts;
   ttfts.reserve(trace.size());
   for (size_t seq = 0; seq < trace.size(); ++seq) {
     const TraceRequest& request = trace[seq];
     const double now = request.timestamp_ms * options.time_scale;
+    const size_t router = seq % options.routers;
     for (size_t i = 0; i < instances.size(); ++i) {
       Instance& inst = instances[i];
       while (!inst.prefills.empty() && inst.prefills.front().end <= now) inst.prefills.pop_front();
       std::erase_if(inst.decodes, [&](const DecodeJob& d) { return d.end <= now; });
       double queued = 0;
       for (const PrefillJob& job : inst.prefills) {
-        if (job.end <= now) continue;  // done (a zero-length job behind a running one)
+        if (job.end <= now) continue;        // done (a zero-length job behind a running one)
+        if (job.router != router) continue;  // another replica's: this one does not know it
         const double left = job.start >= now ? 1.0 : (job.end - now) / (job.end - job.start);
         queued += job.tokens * left;
       }
       uint64_t decoding = 0;
       for (const DecodeJob& d : inst.decodes) {
-        if (d.start <= now) decoding += d.blocks;
+        if (d.start <= now && d.router == router) decoding += d.blocks;
       }
       views[i].queued_prefill_tokens = static_cast<uint64_t>(std::llround(queued));
       views[i].active_decode_blocks = decoding;
     }
+    KVATLAS_RETURN_IF_ERROR(policy.BeforePick(now, router));
     KVATLAS_ASSIGN_OR_RETURN(const size_t pick, policy.Pick(seq, request, views, shared.get()));
     if (pick >= instances.size()) {
       return Status::Internal(std::string(policy.name()) + " picked instance " +
@@ -231,9 +243,13 @@ Result<PolicyResult> Simulate(const SimOptions& options, std::span<const TraceRe
     const double start = std::max(now, inst.free_at);
     const double end = start + prefill_ms;
     inst.free_at = end;
-    inst.prefills.push_back(PrefillJob{start, end, work});
-    inst.decodes.push_back(DecodeJob{end, end + options.decode_ms_per_token * request.output_length,
-                                     CeilDiv(input + request.output_length, bt)});
+    const double decode_end = end + options.decode_ms_per_token * request.output_length;
+    const uint64_t decode_blocks = CeilDiv(input + request.output_length, bt);
+    inst.prefills.push_back(PrefillJob{start, end, work, router});
+    inst.decodes.push_back(DecodeJob{end, decode_end, decode_blocks, router});
+    KVATLAS_RETURN_IF_ERROR(policy.OnScheduled(
+        ScheduledRequest{router, pick, end, decode_end,
+                         CeilDiv(static_cast<uint64_t>(std::ceil(work)), bt), decode_blocks}));
     inst.busy_ms += prefill_ms;
     ++inst.requests;
     ttfts.push_back(end - now);
@@ -267,6 +283,7 @@ Result<PolicyResult> Simulate(const SimOptions& options, std::span<const TraceRe
   result.lookup_p50_us = Quantile(latencies, 0.50);
   result.lookup_p99_us = Quantile(latencies, 0.99);
   result.mismatches = policy.Mismatches();
+  result.load_reports = policy.LoadReports();
   return result;
 }
 

@@ -10,6 +10,13 @@
 // TTFT is its wait for the instance plus that. It then decodes output_length tokens at
 // decode_ms_per_token, occupying its prompt + output blocks until done.
 //
+// Router replicas (SimOptions::routers = N > 1): request i is routed by replica i mod N
+// (requests dealt round-robin), and the InstanceView loads the policy sees for it count
+// only the requests that replica routed itself — what a replica knows of the fleet's
+// in-flight work without shared load. A policy that shares load (the kvatlas policy with
+// shared_load) reports each replica's requests (OnScheduled, BeforePick) and routes with
+// the fleet's sum instead.
+//
 // Not thread-safe: Run() drives one policy on one thread.
 #pragma once
 
@@ -39,6 +46,19 @@ struct SimOptions {
   double cpu_load_fraction = 0.1;
   double shared_load_fraction = 0.25;
   double decode_ms_per_token = 20;
+  size_t routers = 1;  // router replicas, requests dealt round-robin (see above)
+};
+
+// When the simulator scheduled a request on an instance (simulated ms), and its load as a
+// router would count it: the prefill work in blocks (uncached tokens and the cost of
+// loading cached ones, rounded up) and the KV blocks it holds while decoding.
+struct ScheduledRequest {
+  size_t router = 0;
+  size_t instance = 0;
+  double prefill_end_ms = 0;
+  double decode_end_ms = 0;
+  uint64_t prefill_blocks = 0;
+  uint64_t decode_blocks = 0;
 };
 
 // What a policy sees of one instance when it picks.
@@ -66,6 +86,19 @@ class Policy {
                                         const CacheChanges& /*changes*/) {
     return Status::Ok();
   }
+  // Before each Pick: the simulated time (ms) and the router replica that routes the
+  // request (0 … SimOptions::routers - 1).
+  [[nodiscard]] virtual Status BeforePick(double /*now_ms*/, size_t /*router*/) {
+    return Status::Ok();
+  }
+  // After OnServed, once the simulator has timed the request's prefill and decode.
+  [[nodiscard]] virtual Status OnScheduled(const ScheduledRequest& /*scheduled*/) {
+    return Status::Ok();
+  }
+  // Whether the replicas share their load (the result's name says so).
+  virtual bool SharesLoad() const { return false; }
+  // Load reports the replicas sent (their Flush calls), when they share load.
+  virtual uint64_t LoadReports() const { return 0; }
   // Wall-clock latencies (µs) of the index calls the policy made; empty for baselines.
   virtual std::vector<double> LatenciesUs() const { return {}; }
   // Picks whose index answer disagreed with the simulator's own cache (kvatlas policies).
@@ -73,7 +106,10 @@ class Policy {
 };
 
 struct PolicyResult {
-  std::string policy;
+  std::string policy;  // the policy's name; "<name>@<N>r" for N replicas, "+shared" sharing
+  size_t routers = 1;
+  bool shared_load = false;
+  uint64_t load_reports = 0;
   size_t requests = 0;
   uint64_t prompt_blocks = 0;
   uint64_t hit_blocks = 0;  // reused prefix blocks, all tiers

@@ -21,8 +21,9 @@ class AsyncClient:
 
     `await AsyncClient.connect(...)` connects without blocking the loop; the constructor
     connects at once. Methods mirror Client's: lookup, route, ingest, heartbeat, stats,
-    cluster_status, snapshot, locate, ping, write (through a Writer), and watch (an async
-    iterator). max_workers bounds the calls waiting at once (each holds a thread).
+    fetch_loads, fill_loads, cluster_status, snapshot, locate, ping, write (through a
+    Writer), and watch (an async iterator). max_workers bounds the calls waiting at once
+    (each holds a thread).
     """
 
     def __init__(self, endpoints: Sequence[str], *, max_workers: int = 16,
@@ -71,6 +72,13 @@ class AsyncClient:
 
     async def stats(self, **kwargs: Any) -> Dict[str, Any]:
         return await self._run(self._client.stats, **kwargs)
+
+    async def fetch_loads(self, **kwargs: Any) -> Dict[str, Any]:
+        return await self._run(self._client.fetch_loads, **kwargs)
+
+    async def fill_loads(self, candidates: List["kvatlas.Candidate"], block_size: int,
+                         **kwargs: Any) -> List["kvatlas.Candidate"]:
+        return await self._run(self._client.fill_loads, candidates, block_size, **kwargs)
 
     async def cluster_status(self, **kwargs: Any) -> Dict[str, Any]:
         return await self._run(self._client.cluster_status, **kwargs)

@@ -386,6 +386,45 @@ void DefineClientClass(py::module_& m) {
           py::kw_only(), py::arg("timeout") = py::none(),
           "The server's statistics: the JSON text of GET /v1/stats.")
       .def(
+          "fetch_loads",
+          [](const PyClient& self, T timeout) {
+            const protocol::LoadViewAnswer view =
+                Call(self, [&](Client& c) { return c.FetchLoads(ToTimeout(timeout)); });
+            py::list routers;
+            for (const protocol::LoadViewRouter& router : view.routers) {
+              py::list loads;
+              for (const InstanceLoad& load : router.loads) {
+                loads.append(py::dict(py::arg("instance_id") = load.instance_id,
+                                      py::arg("dp_rank") = load.dp_rank,
+                                      py::arg("prefill_blocks") = load.prefill_blocks,
+                                      py::arg("decode_blocks") = load.decode_blocks));
+              }
+              routers.append(py::dict(py::arg("router_id") = router.router_id,
+                                      py::arg("expires_in_ms") = router.expires_in_ms,
+                                      py::arg("loads") = std::move(loads)));
+            }
+            return py::dict(py::arg("revision") = view.revision,
+                            py::arg("routers") = std::move(routers));
+          },
+          py::kw_only(), py::arg("timeout") = py::none(),
+          "The live load reports (GET /v1/load's routers, binary kLoadView).")
+      .def(
+          "fill_loads",
+          [](const PyClient& self, std::vector<RouteCandidate> candidates, uint32_t block_size,
+             T timeout) {
+            const protocol::LoadViewAnswer view =
+                Call(self, [&](Client& c) { return c.FetchLoads(ToTimeout(timeout)); });
+            FleetLoadTable table;
+            const auto now = FleetLoadTable::Clock::now();
+            view.FillTable(&table, now);
+            (void)table.FillCandidates(candidates, block_size, now);
+            return candidates;
+          },
+          py::arg("candidates"), py::arg("block_size"), py::kw_only(),
+          py::arg("timeout") = py::none(),
+          "The candidates, those that give no load filled with the fleet's summed load (as a "
+          "server's route does): for a Scorer in this process.")
+      .def(
           "snapshot",
           [](const PyClient& self, ContextKey context, T timeout) {
             return Call(self, [&](Client& c) {

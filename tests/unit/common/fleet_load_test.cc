@@ -148,5 +148,32 @@ TEST_CASE("kLoadReport payloads round-trip; truncated or invalid ones are refuse
         answer);
 }
 
+TEST_CASE("kLoadView answers round-trip and refill a FleetLoadTable") {
+  const protocol::LoadViewAnswer view{
+      9, {{"r1", 1'500, {{"a", 0, 3, 4}}}, {"r2", 200, {{"a", 0, 1, 1}, {"b", 2, 5, 0}}}}};
+  const std::string bytes = protocol::EncodeLoadViewAnswer(view);
+  CHECK(protocol::DecodeLoadViewAnswer(bytes).value() == view);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    CHECK_FALSE(protocol::DecodeLoadViewAnswer(bytes.substr(0, n)).has_value());
+  }
+  CHECK(protocol::DecodeLoadViewAnswer(protocol::EncodeLoadViewAnswer({})).value() ==
+        protocol::LoadViewAnswer{});
+  // docs/protocol.md §kLoadView's example.
+  CHECK(protocol::EncodeLoadViewAnswer({7, {{"r", 500, {{"a", 1, 3, 4}}}}}) ==
+        std::string("\x07\x01\x01r\xf4\x03\x01\x01"
+                    "a"
+                    "\x01\x03\x04"));
+
+  FleetLoadTable table;
+  const auto now = FleetLoadTable::Clock::now();
+  REQUIRE(table.Replace({"stale", 2'000, {{"a", 0, 100, 100}}}, now + std::chrono::seconds(2)));
+  view.FillTable(&table, now);  // replaces every report: "stale" is gone
+  CHECK(table.LoadOf("a", 0, now) == LoadSum{4, 5, 2});
+  CHECK(table.LoadOf("b", std::nullopt, now) == LoadSum{5, 0, 1});
+  // Each report expires when the server said: r2 after 200 ms, r1 after 1,500 ms.
+  CHECK(table.LoadOf("a", 0, now + std::chrono::milliseconds(300)) == LoadSum{3, 4, 1});
+  CHECK(table.LoadOf("a", 0, now + std::chrono::milliseconds(1'600)) == LoadSum{});
+}
+
 }  // namespace
 }  // namespace kvatlas

@@ -427,5 +427,62 @@ TEST_CASE("Quantile and the report formats") {
   CHECK(three.find("\"ttft_p99_vs_bounded_load\":0.5") != std::string::npos);
 }
 
+// Records, per request, the replica that routes it and the total load it sees; picks
+// instance 0 always, so that every request queues on one instance.
+class ViewRecorder final : public Policy {
+ public:
+  std::string_view name() const override { return "recorder"; }
+  Status BeforePick(double, size_t router) override {
+    routers.push_back(router);
+    return Status::Ok();
+  }
+  Result<size_t> Pick(size_t, const TraceRequest&, std::span<const InstanceView> instances,
+                      const LruBlocks*) override {
+    queued.push_back(instances[0].queued_prefill_tokens);
+    return size_t{0};
+  }
+  Status OnScheduled(const ScheduledRequest& s) override {
+    scheduled.push_back(s);
+    return Status::Ok();
+  }
+  std::vector<size_t> routers;
+  std::vector<uint64_t> queued;
+  std::vector<ScheduledRequest> scheduled;
+};
+
+TEST_CASE("router replicas: each sees only the load of the requests it routed") {
+  SimOptions o;
+  o.instances = 2;
+  o.block_tokens = 4;
+  o.prefill_overhead_ms = 0;
+  o.prefill_ms_per_token = 1;  // a 4-token prefill takes 4 ms
+  o.decode_ms_per_token = 0;
+  // Four 4-token requests at t = 0, 0, 0, 0 on one instance: each queues behind the others.
+  const std::vector<TraceRequest> trace = {Request(0, 4, {1}), Request(0, 4, {2}),
+                                           Request(0, 4, {3}), Request(0, 4, {4})};
+  ViewRecorder one;
+  REQUIRE(Simulate(o, trace, one).has_value());
+  CHECK(one.routers == std::vector<size_t>{0, 0, 0, 0});
+  CHECK(one.queued == std::vector<uint64_t>{0, 4, 8, 12});  // the whole queue
+
+  o.routers = 2;
+  ViewRecorder two;
+  Result<PolicyResult> r = Simulate(o, trace, two);
+  REQUIRE(r.has_value());
+  CHECK(r->policy == "recorder@2r");
+  CHECK(r->routers == 2);
+  CHECK(two.routers == std::vector<size_t>{0, 1, 0, 1});   // dealt round-robin
+  CHECK(two.queued == std::vector<uint64_t>{0, 0, 4, 4});  // only its own requests
+  REQUIRE(two.scheduled.size() == 4);
+  CHECK(two.scheduled[3].router == 1);
+  CHECK(two.scheduled[3].instance == 0);
+  CHECK(two.scheduled[3].prefill_end_ms == doctest::Approx(16));
+  CHECK(two.scheduled[3].prefill_blocks == 1);
+  CHECK(two.scheduled[3].decode_blocks == 1);
+
+  o.routers = 0;
+  CHECK(Simulate(o, trace, two).status().code() == StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kvatlas::replay

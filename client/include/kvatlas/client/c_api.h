@@ -170,6 +170,55 @@ KVATLAS_EXPORT void kvatlas_free_string(char* s); /* NULL is a no-op */
 /* A round trip touching no state. */
 KVATLAS_EXPORT kvatlas_code kvatlas_ping(kvatlas_client* client, kvatlas_error** err);
 
+/* --- Shared load (docs/routing.md §Shared load) ------------------------------------------
+ * A router replica's in-flight table, reported to the cluster (kvatlas::LoadReporter): the
+ * router notes each request it sends to an instance, and a background thread sends the
+ * summary at most once per interval when it changed (and every ttl / 3 when it did not).
+ * Routes whose candidates give no load are then scored with the fleet's summed load.
+ * Thread-safety: every function from any thread, except kvatlas_load_reporter_destroy,
+ * which must not race with other calls on the same handle. The client must outlive its
+ * reporters. */
+typedef struct kvatlas_load_reporter kvatlas_load_reporter; /* opaque */
+
+/* Starts reporting for router `router_id` (unique per router replica, 1 … 256 bytes)
+ * through `client`. `interval_ms` bounds the report rate (0: 100 ms); `ttl_ms` is each
+ * report's lease (0: 2,000 ms; 100 … 600,000), and the interval must be at most ttl / 3.
+ * KVATLAS_INVALID_ARGUMENT names the bad field. On success *out is a handle to release
+ * with kvatlas_load_reporter_destroy. */
+KVATLAS_EXPORT kvatlas_code kvatlas_load_reporter_create(kvatlas_client* client,
+                                                         const char* router_id, int64_t interval_ms,
+                                                         uint32_t ttl_ms,
+                                                         kvatlas_load_reporter** out,
+                                                         kvatlas_error** err);
+/* A request of `prompt_blocks` blocks (queued for prefill) that will hold `decode_blocks`
+ * KV blocks while decoding was sent to `instance`'s `dp_rank`. *token names it for
+ * kvatlas_load_reporter_prefill_done and kvatlas_load_reporter_route_finished. */
+KVATLAS_EXPORT kvatlas_code kvatlas_load_reporter_route_started(
+    kvatlas_load_reporter* reporter, const char* instance, uint32_t dp_rank, uint64_t prompt_blocks,
+    uint64_t decode_blocks, uint64_t* token, kvatlas_error** err);
+/* Its prefill finished: its prompt blocks are no longer queued. Unknown tokens and a NULL
+ * reporter: no-op. */
+KVATLAS_EXPORT void kvatlas_load_reporter_prefill_done(kvatlas_load_reporter* reporter,
+                                                       uint64_t token);
+/* It finished (or failed): none of its load counts any more. Unknown tokens and a NULL
+ * reporter: no-op. */
+KVATLAS_EXPORT void kvatlas_load_reporter_route_finished(kvatlas_load_reporter* reporter,
+                                                         uint64_t token);
+/* Sends the summary now, whatever the interval; the send's status (e.g.
+ * KVATLAS_UNAVAILABLE, KVATLAS_PERMISSION_DENIED without the write role). */
+KVATLAS_EXPORT kvatlas_code kvatlas_load_reporter_flush(kvatlas_load_reporter* reporter,
+                                                        kvatlas_error** err);
+/* Stops the reporter and sends an empty report, so the router's load stops counting at
+ * once instead of when its lease ends; frees the handle. NULL is a no-op. */
+KVATLAS_EXPORT void kvatlas_load_reporter_destroy(kvatlas_load_reporter* reporter);
+
+/* The live load reports as the answering server sees them (binary kLoadView), as JSON:
+ * {"revision": N, "routers": [{"router_id", "expires_in_ms", "loads": [{"instance_id",
+ * "dp_rank", "prefill_blocks", "decode_blocks"}]}]} — GET /v1/load's `routers`. *out_json
+ * is NUL-terminated, freed with kvatlas_free_string. */
+KVATLAS_EXPORT kvatlas_code kvatlas_fetch_loads_json(kvatlas_client* client, char** out_json,
+                                                     kvatlas_error** err);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

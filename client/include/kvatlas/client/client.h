@@ -233,6 +233,15 @@ class KVATLAS_EXPORT Client {
   [[nodiscard]] Result<protocol::LoadReportAnswer> ReportLoad(LoadReport report,
                                                               Timeout timeout = {});
 
+  // The live load reports as the answering server sees them (GET /v1/load's routers,
+  // binary kLoadView). Read-only. A scheduler scoring in its own process (LocalIndex,
+  // Scorer) loads them into a FleetLoadTable and fills its candidates as a server's route
+  // does: FetchLoadsInto replaces `table`'s reports with the fetched ones, each expiring
+  // when it does on the server (measured from this process's clock at the answer).
+  std::future<Result<protocol::LoadViewAnswer>> FetchLoadsAsync(Timeout timeout = {});
+  [[nodiscard]] Result<protocol::LoadViewAnswer> FetchLoads(Timeout timeout = {});
+  [[nodiscard]] Status FetchLoadsInto(FleetLoadTable* table, Timeout timeout = {});
+
   // Every copy of `context` at one revision (GET /v1/snapshot), received in parts (docs/
   // protocol.md §kSnapshot). Read-only. kInvalidArgument without a model name or
   // block_size; kResourceExhausted when the server streams max_snapshot_streams snapshots

@@ -48,6 +48,7 @@ enum class MessageType : uint8_t {
   kHeartbeat = 9,    // request: HeartbeatRequest → response: HeartbeatAnswer (holder leases)
   kAuth = 10,        // request: AuthRequest → response: AuthAnswer; a connection's first frame
   kLoadReport = 11,  // request: LoadReport → response: LoadReportAnswer (shared load)
+  kLoadView = 12,    // request: empty → response: LoadViewAnswer (the live load reports)
 };
 
 // "ingest", "lookup", ..., "auth", "error" for kError; "other" for a number that is no
@@ -323,6 +324,27 @@ struct LoadReportAnswer {
 [[nodiscard]] KVATLAS_EXPORT std::string EncodeLoadReportAnswer(const LoadReportAnswer& answer);
 [[nodiscard]] KVATLAS_EXPORT Result<LoadReportAnswer> DecodeLoadReportAnswer(
     std::string_view payload);
+
+// kLoadView (protocol_load.cc; docs/protocol.md §kLoadView): the live load reports as the
+// answering server sees them, as GET /v1/load's `routers`. A read: any server answers from
+// its own table. A scheduler scoring in its own process loads them into a FleetLoadTable
+// (LoadViewAnswer::FillTable) to fill its candidates as the server does.
+struct LoadViewRouter {
+  std::string router_id;
+  uint64_t expires_in_ms = 0;  // how long the report still counts, on the server's clock
+  std::vector<InstanceLoad> loads;
+  friend bool operator==(const LoadViewRouter&, const LoadViewRouter&) = default;
+};
+struct LoadViewAnswer {
+  uint64_t revision = 0;  // the answering server's applied revision
+  std::vector<LoadViewRouter> routers;
+  friend bool operator==(const LoadViewAnswer&, const LoadViewAnswer&) = default;
+
+  // Replaces `table`'s reports with these, each expiring `expires_in_ms` after `now`.
+  KVATLAS_EXPORT void FillTable(FleetLoadTable* table, FleetLoadTable::Clock::time_point now) const;
+};
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeLoadViewAnswer(const LoadViewAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT Result<LoadViewAnswer> DecodeLoadViewAnswer(std::string_view payload);
 
 // kAuth (protocol_auth.cc; docs/protocol.md §kAuth): presents an access token. On a server
 // with access control on it must be a connection's first frame; the answer names the
