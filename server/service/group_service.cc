@@ -44,4 +44,42 @@ nlohmann::json GroupsViewJson(const GroupsView& view) {
   return {{"epoch", view.epoch}, {"groups", std::move(groups)}};
 }
 
+std::string RenderGroupMetrics(const GroupsView& view) {
+  std::string out =
+      "# HELP kvatlas_placement_epoch The placement directory's epoch (0: one group, no "
+      "directory).\n# TYPE kvatlas_placement_epoch gauge\nkvatlas_placement_epoch " +
+      std::to_string(view.epoch) + "\n";
+  struct Gauge {
+    const char* name;
+    const char* help;
+    uint64_t (*value)(const GroupView&);
+  };
+  static constexpr Gauge kGauges[] = {
+      {"kvatlas_group_entries", "Entries (block x holder x tier) the group holds.",
+       [](const GroupView& g) { return g.entries; }},
+      {"kvatlas_group_contexts", "Contexts the group holds.",
+       [](const GroupView& g) { return g.contexts; }},
+      {"kvatlas_group_leader_id", "The group's leader as this server knows it (0: unknown).",
+       [](const GroupView& g) { return g.status.leader_id; }},
+      {"kvatlas_group_members", "Members of the group's raft configuration.",
+       [](const GroupView& g) { return uint64_t{g.status.members.size()}; }},
+      {"kvatlas_group_snapshot_bytes",
+       "Size of the group's last raft snapshot taken on this server (0 before the first).",
+       [](const GroupView& g) { return g.log.last_snapshot_bytes; }},
+      {"kvatlas_group_applied_index", "The group's raft log index applied on this server.",
+       [](const GroupView& g) { return g.status.applied_index; }},
+      {"kvatlas_group_accepting", "1 while the group takes new contexts.",
+       [](const GroupView&) { return uint64_t{1}; }},
+  };
+  for (const Gauge& gauge : kGauges) {
+    out += std::string("# HELP ") + gauge.name + " " + gauge.help + "\n# TYPE " + gauge.name +
+           " gauge\n";
+    for (const GroupView& g : view.groups) {
+      out += std::string(gauge.name) + "{group=\"" + std::to_string(g.id) + "\"} " +
+             std::to_string(gauge.value(g)) + "\n";
+    }
+  }
+  return out;
+}
+
 }  // namespace kvatlas::server

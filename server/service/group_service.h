@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "kvatlas/common/placement.h"
@@ -34,5 +35,8 @@ struct GroupsView {
 // kUnavailable when this server runs without replication.
 [[nodiscard]] Result<GroupsView> ViewGroups(const Services& services);
 [[nodiscard]] nlohmann::json GroupsViewJson(const GroupsView& view);
+// The per-group gauges of GET /metrics (docs/api.md §Metrics), labelled group="ID", and
+// kvatlas_placement_epoch.
+[[nodiscard]] std::string RenderGroupMetrics(const GroupsView& view);
 
 }  // namespace kvatlas::server

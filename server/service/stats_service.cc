@@ -9,6 +9,7 @@
 
 #include "kvatlas/common/json_codec.h"
 #include "server/service/cluster_service.h"
+#include "server/service/group_service.h"
 #include "server/service/replica_audit_service.h"
 
 namespace kvatlas::server {
@@ -104,6 +105,9 @@ std::string MetricsText(const Services& services) {
   }
   if (services.feed != nullptr) text += RenderFeedMetrics(services.feed->Stats());
   text += RenderAuditMetrics(services.machine->audit());
+  if (Result<GroupsView> groups = ViewGroups(services); groups.has_value()) {
+    text += RenderGroupMetrics(*groups);
+  }
   return text;
 }
 

@@ -113,6 +113,14 @@ def check_leader(s, node_ids):
         value(s, name)
     assert value(s, "kvatlas_raft_is_leader") == 1
     assert value(s, "kvatlas_raft_term") >= 1
+    # The one raft group, labelled group="1", and the directory's epoch (0: no directory).
+    assert value(s, "kvatlas_placement_epoch") == 0
+    assert value(s, "kvatlas_group_leader_id", '{group="1"}') == value(s, "kvatlas_raft_leader_id")
+    assert value(s, "kvatlas_group_members", '{group="1"}') == len(node_ids)
+    assert value(s, "kvatlas_group_entries", '{group="1"}') > 0
+    assert value(s, "kvatlas_group_contexts", '{group="1"}') >= 1
+    assert value(s, "kvatlas_group_applied_index", '{group="1"}') >= 40
+    assert value(s, "kvatlas_group_accepting", '{group="1"}') == 1
     assert value(s, "kvatlas_raft_commit_index") >= 40
     assert value(s, "kvatlas_disk_free_bytes") > 0
     assert value(s, "kvatlas_raft_commit_duration_seconds_count") >= 40
