@@ -135,6 +135,43 @@ TEST_CASE("ScoreCandidates: queue_scale weighs queued work apart from new work")
   CHECK(ranked[0].cost == doctest::Approx(2));
 }
 
+TEST_CASE("ScoreCandidates: predicted blocks count past the known ones, weighed") {
+  // Prompt of 10 blocks. a: 2 on GPU, predicted 6 (4 past GPU); b: predicted 8; c: shared 5,
+  // predicted 3 (the predicted ones come first, then shared past them).
+  PrefixMatch a{.gpu = 2, .cpu = 2, .disk = 2, .predicted = 6};
+  PrefixMatch b{.predicted = 8};
+  PrefixMatch c{.shared = 5, .predicted = 3};
+  RoutingOptions options;
+  std::vector<ScoredCandidate> scored =
+      Score(options, 10, {Candidate("a"), Candidate("b"), Candidate("c")}, {a, b, c});
+  REQUIRE(scored[0].candidate.instance_id == "b");
+  CHECK(scored[0].predicted_blocks == 8);
+  CHECK(scored[0].credit == 8.0);
+  CHECK(scored[1].candidate.instance_id == "a");
+  CHECK(scored[1].gpu_blocks == 2);
+  CHECK(scored[1].predicted_blocks == 4);
+  CHECK(scored[1].credit == 6.0);
+  CHECK(scored[2].predicted_blocks == 3);
+  CHECK(scored[2].shared_blocks == 2);
+  CHECK(scored[2].credit == 3.0 + 0.5 * 2);
+  // Weighed by weights.predicted: at 0.5, a (2 + 0.5·4 = 4) beats b (0.5·8 = 4) on the tie
+  // order; at 0 predictions count for nothing.
+  options.weights.predicted = 0.5;
+  scored = Score(options, 10, {Candidate("a"), Candidate("b")}, {a, b});
+  CHECK(scored[0].credit == 4.0);
+  CHECK(scored[1].credit == 4.0);
+  options.weights.predicted = 0;
+  scored = Score(options, 10, {Candidate("b"), Candidate("a")}, {b, a});
+  CHECK(scored[0].candidate.instance_id == "a");
+  CHECK(scored[1].credit == 0.0);
+  options.weights.predicted = 1.5;
+  CHECK(ScoreCandidates(options, 1, 16, std::vector<RouteCandidate>{Candidate("a")},
+                        std::vector<PrefixMatch>{{}})
+            .status()
+            .message()
+            .starts_with("weights.PREDICTED:"));
+}
+
 TEST_CASE("ScoreCandidates: invalid input names the field") {
   const std::vector<RouteCandidate> one = {Candidate("a")};
   const std::vector<PrefixMatch> match = {{}};
@@ -348,6 +385,37 @@ TEST_CASE("DecodeRouteRequest: fields, defaults and errors naming the field") {
   REQUIRE(plain.has_value());
   CHECK(plain->options.queue_scale == kDefaultQueueScale);
   CHECK(DecodeRouteRequest("{" + one + "}")->options == RoutingOptions{});
+}
+
+TEST_CASE("DecodeRouteRequest: the predict flag and the PREDICTED weight") {
+  const std::string body =
+      R"({"model_name": "m", "block_size": 4, "token_ids": [1, 2, 3, 4], "weights":
+          {"predicted": 0.25}, "candidates": [{"instance_id": "a", "predict": true},
+          {"instance_id": "b"}]})";
+  Result<RoutingRequest> request = DecodeRouteRequest(body);
+  REQUIRE(request.has_value());
+  CHECK(request->candidates[0].predict);
+  CHECK(!request->candidates[1].predict);
+  CHECK(request->options.weights.predicted == 0.25);
+  const auto error = [](const std::string& text) {
+    return DecodeRouteRequest(text).status().message();
+  };
+  CHECK(error(R"({"model_name": "m", "block_size": 4, "token_ids": [1],
+                  "candidates": [{"instance_id": "a", "predict": 1}]})")
+            .starts_with("candidates[0].predict: must be true or false"));
+  CHECK(error(R"({"model_name": "m", "block_size": 4, "token_ids": [1],
+                  "weights": {"PREDICTED": -1}, "candidates": [{"instance_id": "a"}]})")
+            .starts_with("weights.PREDICTED:"));
+  // The answer marks predicted blocks per candidate.
+  RoutingAnswer answer;
+  ScoredCandidate s;
+  s.candidate = Candidate("a");
+  s.matched.predicted = 3;
+  s.predicted_blocks = 3;
+  answer.ranked.push_back(s);
+  const nlohmann::json json = nlohmann::json::parse(EncodeRouteAnswer(answer));
+  CHECK(json["candidates"][0]["predicted_blocks"] == 3);
+  CHECK(json["candidates"][0]["matched"]["PREDICTED"] == 3);
 }
 
 TEST_CASE("EncodeRouteAnswer: ranked candidates with the breakdown") {
