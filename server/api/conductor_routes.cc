@@ -3,6 +3,8 @@
 // written for the Conductor or Dynamo's standalone indexer works against kvatlas unchanged.
 // Predicted blocks (approximate mode) count in longest_matched and are marked PREDICTED.
 
+#include <vector>
+
 #include "kvatlas/common/json_codec.h"
 #include "server/api/routes.h"
 #include "server/service/lookup_service.h"
@@ -20,8 +22,15 @@ Result<HttpReply> HandleQuery(const Services& services, const RouteRequest& requ
   KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(services, lookup));
   std::vector<BlockKey> keys;
   KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(services, lookup, &keys));
-  // Blocks predicted by routes (docs/routing.md §Approximate mode), marked "PREDICTED".
-  return JsonReply(EncodeConductorAnswer(answer, PredictionsOf(services, lookup.context, keys)));
+  // Blocks predicted by routes (docs/routing.md §Approximate mode), marked "PREDICTED";
+  // of the one instance asked about, when the query names one.
+  std::vector<ConductorPrediction> predicted = PredictionsOf(services, lookup.context, keys);
+  if (!lookup.instance_id.empty()) {
+    std::erase_if(predicted, [&lookup](const ConductorPrediction& p) {
+      return p.instance_id != lookup.instance_id;
+    });
+  }
+  return JsonReply(EncodeConductorAnswer(answer, predicted));
 }
 
 }  // namespace

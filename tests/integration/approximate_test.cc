@@ -89,6 +89,15 @@ TEST_SUITE("Integration.Approximate") {
     CHECK(query.body["default"]["b"]["PREDICTED"] == 32);
     CHECK(query.body["default"]["b"]["longest_matched"] == 32);
     CHECK(query.body["default"]["b"]["GPU"] == 0);
+    // A query about one instance reports that one only.
+    const Answer only_a = Post(client, "/query",
+                               json{{"model", "m"},
+                                    {"block_size", kBlock},
+                                    {"token_ids", Tokens(1, 32)},
+                                    {"instance_id", "a"}});
+    REQUIRE(only_a.status == 200);
+    CHECK(only_a.body["default"].contains("a"));
+    CHECK(!only_a.body["default"].contains("b"));
 
     // The weight is the caller's: PREDICTED 0 credits nothing.
     json unweighted = Route(0, "a", "b", false);

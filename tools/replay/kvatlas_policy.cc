@@ -42,6 +42,7 @@ class KvatlasPolicy final : public Policy {
     }
     const size_t offset = sequence % instances.size();
     route.candidates = Candidates(instances, offset);
+    for (RouteCandidate& c : route.candidates) c.predict = options_.approximate;
     route.options = options_.routing;
     const auto start = std::chrono::steady_clock::now();
     Result<RoutingAnswer> answer = client_->Route(std::move(route));
@@ -58,16 +59,23 @@ class KvatlasPolicy final : public Policy {
                   const CacheChanges& changes) override {
     // The index must have seen what the simulator has: GPU ∪ CPU prefix (no shared here:
     // the shared backend is a different holder, counted separately by the scorer).
-    if (last_.matched.cpu != match.gpu + match.cpu && match.shared == 0) ++mismatches_;
+    // (Without events the index knows nothing of the instances: no mismatch to count.)
+    if (!options_.approximate && last_.matched.cpu != match.gpu + match.cpu && match.shared == 0) {
+      ++mismatches_;
+    }
     const HolderKey holder{"inst-" + std::to_string(instance), 0};
     const HolderKey shared{options_.shared_backend, 0};
     std::vector<BlockEvent> events;
     // Offloads first, then GPU evictions: a block is never briefly unknown to the index.
-    AddStored(holder, Tier::kCpu, changes.cpu_stored, &events);
-    AddStored(holder, Tier::kGpu, changes.gpu_stored, &events);
+    if (!options_.approximate) {
+      AddStored(holder, Tier::kCpu, changes.cpu_stored, &events);
+      AddStored(holder, Tier::kGpu, changes.gpu_stored, &events);
+    }
     AddStored(shared, Tier::kShared, changes.shared_stored, &events);
-    AddRemoved(holder, Tier::kGpu, changes.gpu_removed, &events);
-    AddRemoved(holder, Tier::kCpu, changes.cpu_removed, &events);
+    if (!options_.approximate) {
+      AddRemoved(holder, Tier::kGpu, changes.gpu_removed, &events);
+      AddRemoved(holder, Tier::kCpu, changes.cpu_removed, &events);
+    }
     AddRemoved(shared, Tier::kShared, changes.shared_removed, &events);
     if (events.empty()) return Status::Ok();
     Result<IngestAnswer> applied = client_->Ingest(std::move(events));

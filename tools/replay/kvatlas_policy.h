@@ -30,6 +30,9 @@ struct KvatlasPolicyOptions {
   bool by_hash = false;
   // Holder id of the shared storage backend's copies.
   std::string shared_backend = "shared-store";
+  // Approximate mode (docs/routing.md §Approximate mode): the instances publish no events
+  // (the shared backend still does) and every candidate is flagged predict.
+  bool approximate = false;
 };
 
 // `client` and `blocks` must outlive the policy.

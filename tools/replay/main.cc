@@ -51,6 +51,8 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
   --temperature X            route softmax temperature (0 = argmin)
   --seed N                   seed of the random policy and of route sampling (1)
   --by-hash                  query kvatlas with block keys instead of tokens
+  --approximate              kvatlas policy: instances publish no events, routes predict
+                             (docs/routing.md §Approximate mode)
   --model NAME               context model prefix (default replay-<unix time>)
   --csv FILE                 also write the results as CSV
   --json                     print one JSON object per policy instead of the table
@@ -67,6 +69,7 @@ struct Flags {
   double bound_epsilon = 0.25;
   uint64_t seed = 1;
   bool by_hash = false;
+  bool approximate = false;
   std::string model;
   std::string csv;
   bool json = false;
@@ -109,6 +112,10 @@ Result<Flags> ParseFlags(int argc, char** argv) {
     }
     if (flag == "--by-hash") {
       f.by_hash = true;
+      continue;
+    }
+    if (flag == "--approximate") {
+      f.approximate = true;
       continue;
     }
     if (flag == "--help" || flag == "-h") return Status::NotFound("help");
@@ -265,6 +272,7 @@ int Run(int argc, char** argv) {
       options.context.model = flags.model + "-" + name;
       options.context.block_size = flags.sim.block_tokens;
       options.by_hash = flags.by_hash;
+      options.approximate = flags.approximate;
       policy = MakeKvatlasPolicy(client.get(), blocks.get(), options);
     } else {
       std::cerr << "kvatlas-replay: --policies: unknown policy \"" << name << "\"\n" << kUsage;

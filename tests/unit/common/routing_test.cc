@@ -533,7 +533,59 @@ TEST_CASE("kRoute request: queue_scale is an optional trailer") {
             .starts_with("queue_scale: truncated"));
   CHECK(error(body + std::string("\x01", 1) + Le64(-2.0))
             .starts_with("queue_scale: must be a finite number from 0 to 1000000"));
-  CHECK(error(body + std::string("\x01", 1) + Le64(0.75) + "x") == "payload: 1 trailing bytes");
+  // A byte after queue_scale starts the approximate trailer; past that one, bytes trail.
+  CHECK(error(body + std::string("\x01", 1) + Le64(0.75) + std::string("\x00", 1))
+            .starts_with("approximate: must be 0x01 when present"));
+  CHECK(error(body + std::string("\x01", 1) + Le64(0.75) + std::string("\x01", 1) + Le64(1.0) +
+              std::string("\x00", 1) + "x") == "payload: 1 trailing bytes");
+}
+
+TEST_CASE("kRoute: the approximate trailers carry predict flags and predicted blocks") {
+  RoutingRequest request = SmallRequest();
+  request.candidates.push_back(Candidate("b"));
+  request.candidates.push_back(Candidate("c"));
+  request.candidates[2].predict = true;
+  const std::string with = protocol::EncodeRouteRequestBinary(request);
+  // queue_scale's trailer (the default, written), then flag, PREDICTED 1.0, one index: 2.
+  CHECK(with.ends_with(std::string("\x01", 1) + Le64(kDefaultQueueScale) + std::string("\x01", 1) +
+                       Le64(1.0) + std::string("\x01\x02", 2)));
+  Result<RoutingRequest> decoded = protocol::DecodeRouteRequestBinary(with);
+  REQUIRE_MESSAGE(decoded.has_value(), decoded.status().ToString());
+  CHECK(decoded->candidates == request.candidates);
+  CHECK(decoded->options == request.options);
+  CHECK(protocol::RouteRequestUsesApproximate(request));
+  request.candidates[2].predict = false;
+  request.options.weights.predicted = 0.5;
+  decoded = protocol::DecodeRouteRequestBinary(protocol::EncodeRouteRequestBinary(request));
+  REQUIRE(decoded.has_value());
+  CHECK(decoded->options.weights.predicted == 0.5);
+  // An index that names no candidate, a weight out of range: named.
+  const std::string body = with.substr(0, with.size() - 2);
+  CHECK(protocol::DecodeRouteRequestBinary(body + std::string("\x01\x07", 2))
+            .status()
+            .message()
+            .starts_with("predict: index 7 is not a candidate"));
+  const std::string heavy = with.substr(0, with.size() - 10) + Le64(2.0) + std::string("\x00", 1);
+  CHECK(protocol::DecodeRouteRequestBinary(heavy).status().message().starts_with(
+      "weights.PREDICTED:"));
+
+  // The answer's trailer: written on request, round trip, truncation.
+  RoutingAnswer answer;
+  ScoredCandidate s;
+  s.candidate = Candidate("c");
+  s.matched.predicted = 5;
+  s.predicted_blocks = 4;
+  answer.ranked = {s, ScoredCandidate{}};
+  answer.ranked[1].candidate = Candidate("a");
+  const std::string plain = protocol::EncodeRouteAnswerBinary(answer);
+  const std::string marked = protocol::EncodeRouteAnswerBinary(answer, true);
+  CHECK(marked == plain + std::string("\x01\x05\x04\x00\x00", 5));
+  Result<RoutingAnswer> back = protocol::DecodeRouteAnswerBinary(marked);
+  REQUIRE_MESSAGE(back.has_value(), back.status().ToString());
+  CHECK(*back == answer);
+  for (size_t cut = plain.size() + 1; cut < marked.size(); ++cut) {
+    CHECK_FALSE(protocol::DecodeRouteAnswerBinary(marked.substr(0, cut)).has_value());
+  }
 }
 
 TEST_CASE("kRoute request: malformed payloads name the field") {
