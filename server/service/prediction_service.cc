@@ -22,6 +22,8 @@ std::vector<uint32_t> PredictedPrefixes(const Services& services, const ContextK
 void RecordPrediction(const Services& services, const ContextKey& context,
                       const RouteCandidate& picked, std::vector<BlockKey> keys) {
   if (!picked.predict || services.predictions == nullptr || keys.empty()) return;
+  // predicted_max_entries 0: predictions are off here, not worth a log entry.
+  if (services.machine->predicted().stats().max_entries == 0) return;
   (void)services.predictions->Enqueue(
       context, HolderKey{picked.instance_id, picked.dp_rank.value_or(0)}, std::move(keys));
 }
