@@ -478,6 +478,11 @@ std::string EncodeLookupAnswer(const LookupAnswer& answer) {
 }
 
 std::string EncodeConductorAnswer(const LookupAnswer& answer) {
+  return EncodeConductorAnswer(answer, {});
+}
+
+std::string EncodeConductorAnswer(const LookupAnswer& answer,
+                                  const std::vector<ConductorPrediction>& predicted) {
   const uint32_t block_size = answer.context.block_size;
   json instances = json::object();
   for (const InstanceMatch& instance : answer.instances) {
@@ -491,6 +496,20 @@ std::string EncodeConductorAnswer(const LookupAnswer& answer) {
         {"CPU", Tokens(instance.blocks.cpu_only, block_size)},
         {"DISK", Tokens(instance.blocks.disk_only, block_size)},
         {"DP", std::move(dp)}};
+  }
+  for (const ConductorPrediction& p : predicted) {
+    json& instance = instances[p.instance_id];
+    if (instance.is_null()) {
+      instance = {{"longest_matched", 0}, {"GPU", 0},      {"CPU", 0}, {"DISK", 0},
+                  {"DP", json::object()}, {"PREDICTED", 0}};
+    }
+    const uint64_t tokens = Tokens(p.blocks, block_size);
+    const auto raise = [tokens](json& value) {
+      if (!value.is_number_unsigned() || value.get<uint64_t>() < tokens) value = tokens;
+    };
+    raise(instance["PREDICTED"]);
+    raise(instance["longest_matched"]);
+    raise(instance["DP"][std::to_string(p.dp_rank)]);
   }
   json out = json::object();
   out[answer.context.tenant] = std::move(instances);

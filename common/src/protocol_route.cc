@@ -41,6 +41,16 @@ void PutFour(std::string* out, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   for (uint32_t v : {a, b, c, d}) PutVarint64(out, v);
 }
 
+// Whether a request uses approximate mode (docs/routing.md §Approximate mode): then it
+// carries the approximate trailer, and its answer the predicted trailer.
+bool UsesApproximate(const RoutingRequest& request) {
+  if (request.options.weights.predicted != TierWeights{}.predicted) return true;
+  for (const RouteCandidate& c : request.candidates) {
+    if (c.predict) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string EncodeRouteRequestBinary(const RoutingRequest& request) {
@@ -57,9 +67,22 @@ std::string EncodeRouteRequestBinary(const RoutingRequest& request) {
   if (o.seed) PutFixed64(&out, *o.seed);
   // queue_scale is an optional trailer: a request with the default is the same bytes as
   // before queue_scale existed, so that servers without it still answer it.
-  if (o.queue_scale != kDefaultQueueScale) {
+  const bool approximate = UsesApproximate(request);
+  if (o.queue_scale != kDefaultQueueScale || approximate) {
     PutFlag(&out, true);
     PutDouble(&out, o.queue_scale);
+  }
+  // Approximate mode, a second optional trailer (after queue_scale's): the PREDICTED
+  // weight and the indexes of the candidates flagged predict.
+  if (approximate) {
+    PutFlag(&out, true);
+    PutDouble(&out, o.weights.predicted);
+    size_t flagged = 0;
+    for (const RouteCandidate& c : request.candidates) flagged += c.predict ? 1 : 0;
+    PutVarint64(&out, flagged);
+    for (size_t i = 0; i < request.candidates.size(); ++i) {
+      if (request.candidates[i].predict) PutVarint64(&out, i);
+    }
   }
   return out;
 }
@@ -104,12 +127,34 @@ Result<RoutingRequest> DecodeRouteRequestBinary(std::string_view payload) {
       in.Reject("queue_scale", "must be 0x01 when present");
     }
   }
+  if (in.ok() && !in.AtEnd()) {
+    if (in.Flag("approximate")) {
+      o.weights.predicted = in.Double("weights.PREDICTED");
+      const uint64_t flagged = in.Count(1, "predict");
+      for (uint64_t i = 0; i < flagged && in.ok(); ++i) {
+        const uint64_t index = in.Varint64("predict");
+        if (in.ok() && index >= request.candidates.size()) {
+          in.Reject("predict", "index " + std::to_string(index) + " is not a candidate");
+        } else if (in.ok()) {
+          request.candidates[index].predict = true;
+        }
+      }
+    } else if (in.ok()) {
+      in.Reject("approximate", "must be 0x01 when present");
+    }
+  }
   KVATLAS_RETURN_IF_ERROR(in.Finish());
   KVATLAS_RETURN_IF_ERROR(ValidateRoutingOptions(o));
   return request;
 }
 
+bool RouteRequestUsesApproximate(const RoutingRequest& request) { return UsesApproximate(request); }
+
 std::string EncodeRouteAnswerBinary(const RoutingAnswer& answer) {
+  return EncodeRouteAnswerBinary(answer, false);
+}
+
+std::string EncodeRouteAnswerBinary(const RoutingAnswer& answer, bool predicted) {
   std::string out;
   PutFixed64(&out, answer.revision);
   PutVarint64(&out, answer.prompt_blocks);
@@ -123,6 +168,16 @@ std::string EncodeRouteAnswerBinary(const RoutingAnswer& answer) {
     for (double v : {s.credit, s.new_prefill_blocks, s.queued_prefill_blocks, s.prefill_cost,
                      s.decode_cost, s.cost, s.probability}) {
       PutDouble(&out, v);
+    }
+  }
+  // The predicted trailer: flag 0x01, then per ranked candidate its predicted prefix and
+  // predicted blocks (answers to requests that carried the approximate trailer only, so
+  // that older clients never see it).
+  if (predicted) {
+    PutFlag(&out, true);
+    for (const ScoredCandidate& s : answer.ranked) {
+      PutVarint64(&out, s.matched.predicted);
+      PutVarint64(&out, s.predicted_blocks);
     }
   }
   return out;
@@ -156,6 +211,17 @@ Result<RoutingAnswer> DecodeRouteAnswerBinary(std::string_view payload) {
     s.cost = in.Double("cost");
     s.probability = in.Double("probability");
     answer.ranked.push_back(std::move(s));
+  }
+  in.Scope({}, 0);
+  if (in.ok() && !in.AtEnd()) {
+    if (in.Flag("predicted")) {
+      for (ScoredCandidate& s : answer.ranked) {
+        s.matched.predicted = in.Varint32("matched.predicted");
+        s.predicted_blocks = in.Varint32("predicted_blocks");
+      }
+    } else if (in.ok()) {
+      in.Reject("predicted", "must be 0x01 when present");
+    }
   }
   KVATLAS_RETURN_IF_ERROR(in.Finish());
   return answer;

@@ -55,6 +55,7 @@ Status ValidateRoutingOptions(const RoutingOptions& options) {
   KVATLAS_RETURN_IF_ERROR(CheckFraction(options.weights.cpu, "weights.CPU"));
   KVATLAS_RETURN_IF_ERROR(CheckFraction(options.weights.disk, "weights.DISK"));
   KVATLAS_RETURN_IF_ERROR(CheckFraction(options.weights.shared, "weights.SHARED"));
+  KVATLAS_RETURN_IF_ERROR(CheckFraction(options.weights.predicted, "weights.PREDICTED"));
   KVATLAS_RETURN_IF_ERROR(CheckScale(options.prefill_scale, "prefill_scale"));
   KVATLAS_RETURN_IF_ERROR(CheckScale(options.queue_scale, "queue_scale"));
   KVATLAS_RETURN_IF_ERROR(CheckScale(options.decode_scale, "decode_scale"));
@@ -113,14 +114,18 @@ Result<std::vector<ScoredCandidate>> ScoreCandidates(const RoutingOptions& optio
     const uint32_t gpu = std::min(matches[i].gpu, prompt_blocks);
     const uint32_t cpu = std::clamp(matches[i].cpu, gpu, prompt_blocks);
     const uint32_t disk = std::clamp(matches[i].disk, cpu, prompt_blocks);
-    const uint32_t shared = std::clamp(matches[i].shared, disk, prompt_blocks);
+    // Predicted blocks sit where the engine would have them (its device), past what it is
+    // known to hold and before what every candidate reaches through a shared backend.
+    const uint32_t predicted = std::clamp(matches[i].predicted, disk, prompt_blocks);
+    const uint32_t shared = std::clamp(matches[i].shared, predicted, prompt_blocks);
     s.gpu_blocks = gpu;
     s.cpu_blocks = cpu - gpu;
     s.disk_blocks = disk - cpu;
-    s.shared_blocks = shared - disk;
+    s.predicted_blocks = predicted - disk;
+    s.shared_blocks = shared - predicted;
     const TierWeights& w = options.weights;
     s.credit = w.gpu * s.gpu_blocks + w.cpu * s.cpu_blocks + w.disk * s.disk_blocks +
-               w.shared * s.shared_blocks;
+               w.predicted * s.predicted_blocks + w.shared * s.shared_blocks;
     s.new_prefill_blocks = std::max(static_cast<double>(prompt_blocks) - s.credit, 0.0);
     s.queued_prefill_blocks = static_cast<double>(candidates[i].queued_prefill_tokens) / block_size;
     s.prefill_cost = options.prefill_scale * s.new_prefill_blocks +
@@ -173,11 +178,19 @@ uint32_t PromptBlocks(const LookupRequest& request) {
 }
 
 Result<RoutingAnswer> RouteFromLookup(const RoutingRequest& request, const LookupAnswer& lookup) {
+  return RouteFromLookup(request, lookup, {});
+}
+
+Result<RoutingAnswer> RouteFromLookup(const RoutingRequest& request, const LookupAnswer& lookup,
+                                      std::span<const uint32_t> predicted) {
   RoutingAnswer answer;
   answer.revision = lookup.revision;
   answer.prompt_blocks = PromptBlocks(request.lookup);
   answer.blocks_found = lookup.blocks_found;
-  const std::vector<PrefixMatch> matches = MatchesFromLookup(lookup, request.candidates);
+  std::vector<PrefixMatch> matches = MatchesFromLookup(lookup, request.candidates);
+  for (size_t i = 0; i < predicted.size() && i < matches.size(); ++i) {
+    matches[i].predicted = predicted[i];
+  }
   KVATLAS_ASSIGN_OR_RETURN(answer.ranked, ScoreCandidates(request.options, answer.prompt_blocks,
                                                           request.lookup.context.block_size,
                                                           request.candidates, matches));

@@ -1,5 +1,6 @@
 // The JSON shapes of POST /v1/route (docs/api.md §Routing). The lookup part of the request
 // is the /v1/lookup decoder's (it ignores the route's own fields); the rest is read here.
+#include <cctype>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -71,6 +72,10 @@ Result<RouteCandidate> DecodeCandidate(const json& value, const std::string& pat
       std::optional<uint64_t> decode,
       OptionalU64(value, "active_decode_blocks", path + ".active_decode_blocks"));
   candidate.active_decode_blocks = decode.value_or(0);
+  if (const json* predict = Field(value, "predict"); predict != nullptr) {
+    if (!predict->is_boolean()) return Invalid(path + ".predict", "must be true or false", predict);
+    candidate.predict = predict->get<bool>();
+  }
   return candidate;
 }
 
@@ -81,10 +86,19 @@ Status DecodeWeights(const json& doc, TierWeights* weights) {
   for (const auto& [key, value] : v->items()) {
     // The key is the client's: named by its start, as PreviewJson cuts values.
     const std::string path = "weights." + (key.size() > 48 ? key.substr(0, 45) + "..." : key);
+    std::string upper = key;
+    for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    const bool predicted = upper == "PREDICTED";
     const std::optional<Tier> tier = ParseTierName(key);
-    if (!tier) return Invalid(path, "is not a tier (GPU, CPU, DISK or SHARED)");
+    if (!tier && !predicted) {
+      return Invalid(path, "is not a tier (GPU, CPU, DISK, SHARED or PREDICTED)");
+    }
     if (!value.is_number()) return Invalid(path, "must be a number", &value);
     const double w = value.get<double>();
+    if (predicted) {
+      weights->predicted = w;
+      continue;
+    }
     switch (*tier) {
       case Tier::kGpu:
         weights->gpu = w;
@@ -164,6 +178,7 @@ std::string EncodeRouteAnswer(const RoutingAnswer& answer) {
         {"probability", s.probability},
         {"matched", TierJson(s.matched.gpu, s.matched.cpu, s.matched.disk, s.matched.shared)},
         {"blocks_from", TierJson(s.gpu_blocks, s.cpu_blocks, s.disk_blocks, s.shared_blocks)},
+        {"predicted_blocks", s.predicted_blocks},
         {"credit", s.credit},
         {"new_prefill_blocks", s.new_prefill_blocks},
         {"queued_prefill_blocks", s.queued_prefill_blocks},
@@ -172,6 +187,7 @@ std::string EncodeRouteAnswer(const RoutingAnswer& answer) {
         {"queued_prefill_tokens", s.candidate.queued_prefill_tokens},
         {"active_decode_blocks", s.candidate.active_decode_blocks}};
     if (s.candidate.dp_rank) item["dp_rank"] = *s.candidate.dp_rank;
+    if (s.matched.predicted > 0) item["matched"]["PREDICTED"] = s.matched.predicted;
     ranked.push_back(std::move(item));
   }
   json out = {{"revision", answer.revision},

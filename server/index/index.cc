@@ -82,6 +82,7 @@ CommandTally Index::Apply(const Command& command, uint64_t seed, MutationList* o
                  [](const ForgetServerCommand&) {},
                  [](const AuditCommand&) {},
                  [](const LoadReportCommand&) {},
+                 [](const PredictCommand&) {},
              },
              command);
   return tally;

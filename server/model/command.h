@@ -164,12 +164,29 @@ struct LoadReportCommand {
   friend bool operator==(const LoadReportCommand&, const LoadReportCommand&) = default;
 };
 
+// A route sent a request to `holder`, which publishes no KV events (docs/routing.md
+// §Approximate mode): its blocks `hashes` (block keys, from block 0) in `context` are
+// predicted there in every replica's PredictedTable, from accepted_at_ms (ms since the Unix
+// epoch, stamped by the leader) until accepted_at_ms + ttl_ms on each replica's clock, so a
+// log replayed later brings back no stale prediction. Leased state: kept in memory only,
+// never in storage or snapshots, and not part of the replica digest.
+struct PredictCommand {
+  ContextKey context;
+  HolderKey holder;
+  uint32_t ttl_ms = 0;
+  uint64_t accepted_at_ms = 0;
+  std::vector<uint64_t> hashes;
+
+  friend bool operator==(const PredictCommand&, const PredictCommand&) = default;
+};
+
 // Store/Remove/Clear/ExpireHolder change the Index; Register/Unregister/Announce/ForgetServer
-// change the Registry; Audit changes nothing; LoadReport changes the FleetLoadTable. The order of
-// the alternatives is the command-batch wire tag minus one (docs/storage.md).
+// change the Registry; Audit changes nothing; LoadReport changes the FleetLoadTable; Predict
+// changes the PredictedTable. The order of the alternatives is the command-batch wire tag
+// minus one (docs/storage.md).
 using Command = std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand,
                              UnregisterCommand, AnnounceCommand, ForgetServerCommand,
-                             ExpireHolderCommand, AuditCommand, LoadReportCommand>;
+                             ExpireHolderCommand, AuditCommand, LoadReportCommand, PredictCommand>;
 
 // What one log entry carries: commands applied atomically, in order, at one revision.
 struct CommandBatch {

@@ -208,7 +208,11 @@ void RpcHandler::AnswerRead(const PendingRead& read, uint64_t request_id, std::s
     if (!answer.has_value()) {
       AppendError(read.type, request_id, answer.error(), out);
     } else {
-      AppendAnswer(read.type, request_id, protocol::EncodeRouteAnswerBinary(*answer), out);
+      // Predicted blocks are marked for the clients that asked in approximate mode only.
+      AppendAnswer(read.type, request_id,
+                   protocol::EncodeRouteAnswerBinary(
+                       *answer, protocol::RouteRequestUsesApproximate(read.route)),
+                   out);
     }
   }
 }

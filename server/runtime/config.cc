@@ -169,6 +169,10 @@ const Field kFields[] = {
     {"audit_interval_ms", &Config::audit_interval_ms, 0, kMaxMillis,
      "the leader proposes a replica audit point this often (when anything was applied); "
      "0 = off"},
+    {"predicted_ttl_ms", &Config::predicted_ttl_ms, 100, kMaxMillis,
+     "how long the blocks of a route to a candidate flagged predict count as cached there"},
+    {"predicted_max_entries", &Config::predicted_max_entries, 0, 100'000'000,
+     "the most predicted (block, instance) entries a server keeps; 0 = none"},
     {"zmq_listen", &Config::zmq_listen, 0, 0,
      "bind a ZMQ SUB socket for engines that connect (e.g. tcp://*:5557); empty = none"},
     {"zmq_listen_model", &Config::zmq_listen_model, 0, 0,

@@ -185,6 +185,11 @@ struct Config {
   // Replica audits (docs/replication.md §Replica audits): the leader proposes an audit point
   // this often; 0 = off.
   uint64_t audit_interval_ms = 5'000;
+  // Approximate mode (docs/routing.md §Approximate mode): how long the blocks a route sends
+  // to a candidate flagged `predict` count as cached there, and the most (block, holder)
+  // predictions a server keeps (0 = none).
+  uint64_t predicted_ttl_ms = 120'000;
+  uint64_t predicted_max_entries = 1'000'000;
 
   // ZMQ engine events (docs/engine-events.md). A SUB socket kvatlas binds for publishers
   // that connect to it (vLLM with a non-wildcard endpoint), e.g. "tcp://*:5557"; empty =

@@ -90,6 +90,9 @@ Status Group::StartReplication(PeerAuth* peer_auth, int raft_listen_fd,
                                              if (status.state != "leader") return std::nullopt;
                                              return status.term;
                                            });
+  predictions_ =
+      std::make_unique<PredictionRecorder>(options_.predictions, machine_.get(), applier_.get(),
+                                           [raft = raft_.get()] { return raft->is_leader(); });
   return Status::Ok();
 }
 
@@ -201,15 +204,18 @@ void Group::StartPolicies() {
       options_.audit_interval, machine_.get(), applier_.get(),
       [raft = raft_.get()] { return raft->is_leader() && raft->GetStatus().members.size() > 1; });
   auditor_->Start();
+  if (predictions_) predictions_->Start();
 }
 
 void Group::RequestStopPolicies() {
+  if (predictions_) predictions_->RequestStop();
   if (auditor_) auditor_->RequestStop();
   if (lease_keeper_) lease_keeper_->RequestStop();
 }
 
 void Group::StopPolicies() {
   RequestStopPolicies();
+  if (predictions_) predictions_->Stop();
   if (auditor_) auditor_->Stop();
   if (lease_keeper_) lease_keeper_->Stop();
 }

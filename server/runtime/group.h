@@ -32,6 +32,7 @@
 #include "server/state/applier.h"
 #include "server/state/audit_proposer.h"
 #include "server/state/lease_tracker.h"
+#include "server/state/prediction_recorder.h"
 #include "server/state/recovery_progress.h"
 #include "server/state/state_machine.h"
 #include "server/storage/storage.h"
@@ -54,6 +55,7 @@ struct GroupOptions {
   RaftPlacement placement;                          // this server's place in the group's cluster
   bool raft_listen_configured = false;              // raft_listen set (the start-up log says so)
   std::chrono::milliseconds audit_interval{5'000};  // 0 = no replica audits
+  PredictionOptions predictions;  // approximate mode (docs/routing.md §Approximate mode)
   // How long the lease keeper waits for an expiry to apply (and Stop for it).
   std::chrono::milliseconds policy_apply_wait{2'000};
 };
@@ -106,6 +108,7 @@ class Group {
   RaftLog* raft() const { return raft_.get(); }
   Applier* applier() const { return applier_.get(); }
   LeaseTracker* leases() const { return leases_.get(); }
+  PredictionRecorder* predictions() const { return predictions_.get(); }
 
  private:
   Status StartRaft(PeerAuth* peer_auth, int raft_listen_fd, std::function<void()> registry_changed);
@@ -124,8 +127,9 @@ class Group {
   std::unique_ptr<RaftLog> raft_;
   std::unique_ptr<Applier> applier_;
   std::unique_ptr<LeaseTracker> leases_;
-  std::unique_ptr<LeaseKeeper> lease_keeper_;  // only when leases are on
-  std::unique_ptr<AuditProposer> auditor_;     // replica audits (on the leader)
+  std::unique_ptr<LeaseKeeper> lease_keeper_;        // only when leases are on
+  std::unique_ptr<AuditProposer> auditor_;           // replica audits (on the leader)
+  std::unique_ptr<PredictionRecorder> predictions_;  // approximate mode's predictions
 };
 
 }  // namespace kvatlas::server

@@ -29,6 +29,7 @@ StateMachineOptions StateMachineOptionsFrom(const Config& config) {
   options.hash_seed = config.hash_seed;
   options.index.max_entries_per_context = config.max_entries_per_context;
   options.index.max_lookup_blocks = static_cast<uint32_t>(config.max_lookup_blocks);
+  options.predicted_max_entries = static_cast<size_t>(config.predicted_max_entries);
   return options;
 }
 
@@ -84,6 +85,7 @@ GroupOptions GroupOptionsFrom(const Config& config, const RaftPlacement& placeme
   options.placement = placement;
   options.raft_listen_configured = !config.raft_listen.empty();
   options.audit_interval = Ms(config.audit_interval_ms);
+  options.predictions.ttl_ms = static_cast<uint32_t>(config.predicted_ttl_ms);
   options.policy_apply_wait = PolicyApplyWait(config);
   return options;
 }

@@ -125,6 +125,7 @@ Status Server::Init() {
   services_.log = group_->raft();
   services_.feed = group_->feed();
   services_.leases = group_->leases();
+  services_.predictions = group_->predictions();
   services_.auth = auth_.get();
   services_.audit = audit_.get();
   services_.peers = peer_auth_.get();

@@ -14,6 +14,11 @@
 namespace kvatlas::server {
 
 Result<LookupAnswer> LookupPrefix(const Services& services, const LookupRequest& request) {
+  return LookupPrefix(services, request, nullptr);
+}
+
+Result<LookupAnswer> LookupPrefix(const Services& services, const LookupRequest& request,
+                                  std::vector<BlockKey>* looked_up) {
   KVATLAS_RETURN_IF_ERROR(ServesReads(services));
   if (request.context.block_size == 0) {
     return Status::InvalidArgument("block_size: must be a positive integer, got 0");
@@ -31,6 +36,7 @@ Result<LookupAnswer> LookupPrefix(const Services& services, const LookupRequest&
     keys = hashed;
   }
   keys = keys.first(std::min(keys.size(), max_blocks));
+  if (looked_up != nullptr) looked_up->assign(keys.begin(), keys.end());
   LookupOptions options;
   options.include_locations = request.include_locations;
   auto [result, revision] = services.machine->Read([&](const Index& index, Revision rev) {

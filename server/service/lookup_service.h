@@ -22,6 +22,11 @@ namespace kvatlas::server {
 // decoder let it through (hashing divides by it).
 [[nodiscard]] Result<LookupAnswer> LookupPrefix(const Services& services,
                                                 const LookupRequest& request);
+// As LookupPrefix, and sets `*keys` to the block keys it looked up (the request's, or its
+// tokens' hashed; complete blocks, capped): what routes predict and predictions match.
+[[nodiscard]] Result<LookupAnswer> LookupPrefix(const Services& services,
+                                                const LookupRequest& request,
+                                                std::vector<BlockKey>* keys);
 
 // Waits until the request's read consistency holds here: min_revision applied, or, for a
 // linearizable read, an empty entry committed through the leader and applied (kNotLeader

@@ -4,6 +4,7 @@
 
 #include "server/service/load_service.h"
 #include "server/service/lookup_service.h"
+#include "server/service/prediction_service.h"
 
 namespace kvatlas::server {
 
@@ -14,11 +15,19 @@ Result<RoutingAnswer> DecideRoute(const Services& services, const RoutingRequest
   LookupRequest lookup = request.lookup;
   lookup.instance_id.clear();  // every instance: candidates are matched by id
   lookup.include_locations = false;
-  KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(services, lookup));
+  std::vector<BlockKey> keys;
+  KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(services, lookup, &keys));
   // Candidates without a load of their own take the fleet's (docs/routing.md §Shared load).
   RoutingRequest shared{std::move(lookup), request.candidates, request.options};
   FillSharedLoad(services, &shared);
-  return RouteFromLookup(shared, answer);
+  // Approximate mode (docs/routing.md §Approximate mode): what earlier routes predicted
+  // counts, and a pick flagged `predict` records this request's blocks in turn.
+  const std::vector<uint32_t> predicted =
+      PredictedPrefixes(services, shared.lookup.context, keys, shared.candidates);
+  KVATLAS_ASSIGN_OR_RETURN(RoutingAnswer routed, RouteFromLookup(shared, answer, predicted));
+  RecordPrediction(services, shared.lookup.context, routed.ranked.front().candidate,
+                   std::move(keys));
+  return routed;
 }
 
 }  // namespace kvatlas::server

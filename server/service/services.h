@@ -24,6 +24,7 @@
 #include "server/service/metrics.h"
 #include "server/state/applier.h"
 #include "server/state/lease_tracker.h"
+#include "server/state/prediction_recorder.h"
 #include "server/state/replicated_log.h"
 #include "server/state/state_machine.h"
 #include "server/storage/storage.h"
@@ -79,6 +80,9 @@ struct Services {
   ReplicatedLog* log = nullptr;    // null without replication (tests)
   ChangeFeed* feed = nullptr;      // null without a change feed (tests)
   LeaseTracker* leases = nullptr;  // null = holder leases off (tests)
+  // Approximate mode's predictions (docs/routing.md §Approximate mode); null = a route
+  // records none (tests).
+  PredictionRecorder* predictions = nullptr;
   // Access control (auth.h): null = off, every request is the anonymous admin (tests).
   const Authenticator* auth = nullptr;
   AuditLog* audit = nullptr;  // null = no audit lines (tests)

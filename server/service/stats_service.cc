@@ -85,6 +85,19 @@ std::string StatsDocument(const Services& services) {
         {"entries_added", a.entries_added},
         {"entries_removed", a.entries_removed},
         {"entries_evicted", a.entries_evicted}}}};
+  // Approximate mode's predicted blocks (docs/routing.md §Approximate mode).
+  const PredictedStats p = services.machine->predicted().stats();
+  out["predicted"] = {{"entries", p.entries},   {"max_entries", p.max_entries},
+                      {"recorded", p.recorded}, {"expired", p.expired},
+                      {"dropped", p.dropped},   {"replaced", p.replaced}};
+  if (services.predictions != nullptr) {
+    const PredictionRecorderStats r = services.predictions->stats();
+    out["predicted"]["queue"] = {{"queued", r.queued},
+                                 {"dropped", r.dropped},
+                                 {"proposed", r.proposed},
+                                 {"failed", r.failed},
+                                 {"local", r.local}};
+  }
   // The raft cluster as GET /v1/cluster shows it, so that binary-protocol clients (which
   // have kStats, not the REST route) see it too.
   if (services.log != nullptr) {

@@ -91,7 +91,19 @@ Status StateMachine::LoadIndex() {
 }
 
 StateMachine::StateMachine(StateMachineOptions options, Storage* storage)
-    : options_(options), storage_(storage), hasher_(options.hash_seed), index_(options.index) {}
+    : options_(options),
+      storage_(storage),
+      hasher_(options.hash_seed),
+      index_(options.index),
+      predicted_(options.predicted_max_entries) {}
+
+size_t StateMachine::PredictLocally(const PredictCommand& c) {
+  const auto accepted =
+      PredictedTable::Clock::time_point(std::chrono::milliseconds(c.accepted_at_ms));
+  return predicted_.Record(c.context, c.holder, c.hashes, accepted,
+                           accepted + std::chrono::milliseconds(c.ttl_ms),
+                           PredictedTable::Clock::now());
+}
 
 Status StateMachine::Recover() {
   if (!storage_) {
@@ -302,7 +314,16 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
                                                   std::chrono::milliseconds(load->report.ttl_ms)));
       continue;
     }
+    if (const auto* predict = std::get_if<PredictCommand>(&command)) {
+      // Soft state: a full table or a holder whose events flow records nothing.
+      (void)PredictLocally(*predict);
+      continue;
+    }
     if (const HolderKey* holder = EventHolder(command)) {
+      // Real events replace predictions (once per run of one holder's events).
+      if (last_holder == nullptr || !(*last_holder == *holder)) {
+        predicted_.NoteEvent(*holder, PredictedTable::Clock::now());
+      }
       NoteActivity(*holder, &last_holder, revision, now);
     }
     const CommandTally found = index_.Apply(command, options_.hash_seed, &scratch_);

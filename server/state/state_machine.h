@@ -28,6 +28,7 @@
 #include "server/index/index.h"
 #include "server/index/spare_maker.h"
 #include "server/model/command.h"
+#include "server/state/predicted_table.h"
 #include "server/state/recovery_progress.h"
 #include "server/state/replica_audit.h"
 #include "server/state/replicated_log.h"
@@ -39,6 +40,8 @@ namespace kvatlas::server {
 struct StateMachineOptions {
   IndexOptions index;
   uint64_t hash_seed = kDefaultHashSeed;
+  // The PredictedTable's cap (docs/routing.md §Approximate mode); 0 keeps no predictions.
+  size_t predicted_max_entries = kDefaultMaxPredictedEntries;
 };
 
 // Counts of what applying did, for metrics.
@@ -195,6 +198,11 @@ class StateMachine final : public LogStateMachine {
   // The live load reports of the router fleet (LoadReportCommand), summed for routes. Any
   // thread (the table has its own lock).
   const FleetLoadTable& fleet_load() const { return fleet_load_; }
+  // The blocks predicted on instances that publish no events (PredictCommand), for routes
+  // and Conductor queries. Any thread (the table has its own lock).
+  const PredictedTable& predicted() const { return predicted_; }
+  // Records a prediction on this replica only: one the leader could not be given.
+  size_t PredictLocally(const PredictCommand& c);
 
   // What the stores and removes of stream `stream` (a StreamPosition::stream key) found
   // since this server started; zeros for a stream never seen. Any thread (read lock).
@@ -264,6 +272,8 @@ class StateMachine final : public LogStateMachine {
   // Leased, in memory only: never stored or snapshotted; a restarted server learns the
   // loads again from the reports routers keep sending (at least every ttl / 3).
   FleetLoadTable fleet_load_;
+  // Leased, in memory only, like fleet_load_: predictions end with their TTL.
+  PredictedTable predicted_;
   std::atomic<bool> diverged_{false};
 };
 

@@ -4,10 +4,12 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <thread>
 
 #include "kvatlas/client/client.h"
 #include "kvatlas/client/scorer.h"
 #include "kvatlas/common/routing.h"
+#include "tests/integration/client_connect.h"
 #include "tests/integration/rest_helpers.h"
 #include "tests/integration/server_process.h"
 #include "tests/support/temp_dir.h"
@@ -38,6 +40,39 @@ RouteCandidate Candidate(std::string id, uint64_t queued_tokens) {
 }
 
 TEST_SUITE("Integration.Route") {
+  TEST_CASE("Route: binary kRoute in approximate mode records and marks predicted blocks") {
+    TempDir dir;
+    ServerProcess server(dir.path() / "data");
+    const std::unique_ptr<Client> connected = ConnectClient(server);
+    Client& client = *connected;
+    // Nothing known: b, listed first, wins; flagged predict, its 4 blocks are recorded. Only
+    // b is flagged, so a probe that a wins records nothing.
+    const auto route = [&](const char* first, const char* second) {
+      RoutingRequest request;
+      request.lookup.context.model = "llama";
+      request.lookup.context.block_size = kBlockSize;
+      request.lookup.token_ids = Tokens(50, 4 * kBlockSize);
+      request.candidates = {Candidate(first, 0), Candidate(second, 0)};
+      for (RouteCandidate& c : request.candidates) c.predict = c.instance_id == "b";
+      return client.Route(std::move(request));
+    };
+    Result<RoutingAnswer> first = route("b", "a");
+    REQUIRE_MESSAGE(first.has_value(), first.status().ToString());
+    CHECK(first->ranked[0].candidate.instance_id == "b");
+    // Bounded wait for the prediction (proposed every 50 ms): then b wins listed second,
+    // and the binary answer marks its blocks.
+    Result<RoutingAnswer> next = route("a", "b");
+    for (int i = 0; i < 1'500 && next.has_value() && next->ranked[0].predicted_blocks == 0; ++i) {
+      std::this_thread::sleep_for(20ms);
+      next = route("a", "b");
+    }
+    REQUIRE_MESSAGE(next.has_value(), next.status().ToString());
+    CHECK(next->ranked[0].candidate.instance_id == "b");
+    CHECK(next->ranked[0].predicted_blocks == 4);
+    CHECK(next->ranked[0].matched.predicted == 4);
+    CHECK(next->ranked[1].predicted_blocks == 0);
+  }
+
   TEST_CASE("Route: binary, REST and the local Scorer rank alike, with Dynamo's cost") {
     TempDir dir;
     ServerProcess server(dir.path() / "data");

@@ -136,6 +136,7 @@ class KvatlasPolicy final : public Policy {
         candidate.active_decode_blocks = 0;
       }
     }
+    for (RouteCandidate& c : route.candidates) c.predict = options_.approximate;
     route.options = options_.routing;
     const auto start = std::chrono::steady_clock::now();
     Result<RoutingAnswer> answer = client_->Route(std::move(route));
@@ -152,19 +153,22 @@ class KvatlasPolicy final : public Policy {
                   const CacheChanges& changes) override {
     // The index must have seen what the simulator has: GPU ∪ CPU prefix (no shared here:
     // the shared backend is a different holder, counted separately by the scorer).
-    if (last_.matched.cpu != match.gpu + match.cpu && match.shared == 0) ++mismatches_;
-    // The hook for instances that publish no events (approximate mode, a later
-    // --no-events K): such an instance's changes would not be ingested here.
-    if (!PublishesEvents(instance)) return Status::Ok();
+    // (Without events the index knows nothing of the instances: no mismatch to count.)
+    const bool publishes = PublishesEvents(instance);
+    if (publishes && last_.matched.cpu != match.gpu + match.cpu && match.shared == 0) ++mismatches_;
     const HolderKey holder{"inst-" + std::to_string(instance), 0};
     const HolderKey shared{options_.shared_backend, 0};
     std::vector<BlockEvent> events;
     // Offloads first, then GPU evictions: a block is never briefly unknown to the index.
-    AddStored(holder, Tier::kCpu, changes.cpu_stored, &events);
-    AddStored(holder, Tier::kGpu, changes.gpu_stored, &events);
+    if (publishes) {
+      AddStored(holder, Tier::kCpu, changes.cpu_stored, &events);
+      AddStored(holder, Tier::kGpu, changes.gpu_stored, &events);
+    }
     AddStored(shared, Tier::kShared, changes.shared_stored, &events);
-    AddRemoved(holder, Tier::kGpu, changes.gpu_removed, &events);
-    AddRemoved(holder, Tier::kCpu, changes.cpu_removed, &events);
+    if (publishes) {
+      AddRemoved(holder, Tier::kGpu, changes.gpu_removed, &events);
+      AddRemoved(holder, Tier::kCpu, changes.cpu_removed, &events);
+    }
     AddRemoved(shared, Tier::kShared, changes.shared_removed, &events);
     if (events.empty()) return Status::Ok();
     Result<IngestAnswer> applied = client_->Ingest(std::move(events));
@@ -175,8 +179,9 @@ class KvatlasPolicy final : public Policy {
   size_t Mismatches() const override { return mismatches_; }
 
  private:
-  // Every simulated instance publishes its KV events (the index is exact).
-  bool PublishesEvents(size_t /*instance*/) const { return true; }
+  // Whether a simulated instance publishes its KV events (the index is exact for it): all
+  // do, except in approximate mode, where none does (the shared backend still does).
+  bool PublishesEvents(size_t /*instance*/) const { return !options_.approximate; }
 
   BlockEvent Event(EventType type, const HolderKey& holder, Tier tier) const {
     BlockEvent event;

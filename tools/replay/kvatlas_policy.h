@@ -50,6 +50,9 @@ struct KvatlasPolicyOptions {
   size_t routers = 1;
   double load_interval_ms = 100;
   uint32_t load_ttl_ms = kMaxLoadTtlMs;
+  // Approximate mode (docs/routing.md §Approximate mode): the instances publish no events
+  // (the shared backend still does) and every candidate is flagged predict.
+  bool approximate = false;
 };
 
 // `client` and `blocks` must outlive the policy. Fails only for bad shared-load options.

@@ -57,6 +57,8 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
                              no load, so the server scores with the fleet's sum
   --load-interval-ms X       --shared-load: report interval in simulated ms (100)
   --by-hash                  query kvatlas with block keys instead of tokens
+  --approximate              kvatlas policy: instances publish no events, routes predict
+                             (docs/routing.md §Approximate mode)
   --model NAME               context model prefix (default replay-<unix time>)
   --csv FILE                 also write the results as CSV
   --json                     print one JSON object per policy instead of the table
@@ -75,6 +77,7 @@ struct Flags {
   bool by_hash = false;
   bool shared_load = false;
   double load_interval_ms = 100;
+  bool approximate = false;
   std::string model;
   std::string csv;
   bool json = false;
@@ -121,6 +124,10 @@ Result<Flags> ParseFlags(int argc, char** argv) {
     }
     if (flag == "--shared-load") {
       f.shared_load = true;
+      continue;
+    }
+    if (flag == "--approximate") {
+      f.approximate = true;
       continue;
     }
     if (flag == "--help" || flag == "-h") return Status::NotFound("help");
@@ -288,6 +295,7 @@ int Run(int argc, char** argv) {
       options.shared_load = flags.shared_load;
       options.routers = flags.sim.routers;
       options.load_interval_ms = flags.load_interval_ms;
+      options.approximate = flags.approximate;
       Result<std::unique_ptr<Policy>> kvatlas =
           MakeKvatlasPolicy(client.get(), blocks.get(), options);
       if (!kvatlas) {

@@ -135,6 +135,43 @@ TEST_CASE("ScoreCandidates: queue_scale weighs queued work apart from new work")
   CHECK(ranked[0].cost == doctest::Approx(2));
 }
 
+TEST_CASE("ScoreCandidates: predicted blocks count past the known ones, weighed") {
+  // Prompt of 10 blocks. a: 2 on GPU, predicted 6 (4 past GPU); b: predicted 8; c: shared 5,
+  // predicted 3 (the predicted ones come first, then shared past them).
+  PrefixMatch a{.gpu = 2, .cpu = 2, .disk = 2, .predicted = 6};
+  PrefixMatch b{.predicted = 8};
+  PrefixMatch c{.shared = 5, .predicted = 3};
+  RoutingOptions options;
+  std::vector<ScoredCandidate> scored =
+      Score(options, 10, {Candidate("a"), Candidate("b"), Candidate("c")}, {a, b, c});
+  REQUIRE(scored[0].candidate.instance_id == "b");
+  CHECK(scored[0].predicted_blocks == 8);
+  CHECK(scored[0].credit == 8.0);
+  CHECK(scored[1].candidate.instance_id == "a");
+  CHECK(scored[1].gpu_blocks == 2);
+  CHECK(scored[1].predicted_blocks == 4);
+  CHECK(scored[1].credit == 6.0);
+  CHECK(scored[2].predicted_blocks == 3);
+  CHECK(scored[2].shared_blocks == 2);
+  CHECK(scored[2].credit == 3.0 + 0.5 * 2);
+  // Weighed by weights.predicted: at 0.5, a (2 + 0.5·4 = 4) beats b (0.5·8 = 4) on the tie
+  // order; at 0 predictions count for nothing.
+  options.weights.predicted = 0.5;
+  scored = Score(options, 10, {Candidate("a"), Candidate("b")}, {a, b});
+  CHECK(scored[0].credit == 4.0);
+  CHECK(scored[1].credit == 4.0);
+  options.weights.predicted = 0;
+  scored = Score(options, 10, {Candidate("b"), Candidate("a")}, {b, a});
+  CHECK(scored[0].candidate.instance_id == "a");
+  CHECK(scored[1].credit == 0.0);
+  options.weights.predicted = 1.5;
+  CHECK(ScoreCandidates(options, 1, 16, std::vector<RouteCandidate>{Candidate("a")},
+                        std::vector<PrefixMatch>{{}})
+            .status()
+            .message()
+            .starts_with("weights.PREDICTED:"));
+}
+
 TEST_CASE("ScoreCandidates: invalid input names the field") {
   const std::vector<RouteCandidate> one = {Candidate("a")};
   const std::vector<PrefixMatch> match = {{}};
@@ -350,6 +387,37 @@ TEST_CASE("DecodeRouteRequest: fields, defaults and errors naming the field") {
   CHECK(DecodeRouteRequest("{" + one + "}")->options == RoutingOptions{});
 }
 
+TEST_CASE("DecodeRouteRequest: the predict flag and the PREDICTED weight") {
+  const std::string body =
+      R"({"model_name": "m", "block_size": 4, "token_ids": [1, 2, 3, 4], "weights":
+          {"predicted": 0.25}, "candidates": [{"instance_id": "a", "predict": true},
+          {"instance_id": "b"}]})";
+  Result<RoutingRequest> request = DecodeRouteRequest(body);
+  REQUIRE(request.has_value());
+  CHECK(request->candidates[0].predict);
+  CHECK(!request->candidates[1].predict);
+  CHECK(request->options.weights.predicted == 0.25);
+  const auto error = [](const std::string& text) {
+    return DecodeRouteRequest(text).status().message();
+  };
+  CHECK(error(R"({"model_name": "m", "block_size": 4, "token_ids": [1],
+                  "candidates": [{"instance_id": "a", "predict": 1}]})")
+            .starts_with("candidates[0].predict: must be true or false"));
+  CHECK(error(R"({"model_name": "m", "block_size": 4, "token_ids": [1],
+                  "weights": {"PREDICTED": -1}, "candidates": [{"instance_id": "a"}]})")
+            .starts_with("weights.PREDICTED:"));
+  // The answer marks predicted blocks per candidate.
+  RoutingAnswer answer;
+  ScoredCandidate s;
+  s.candidate = Candidate("a");
+  s.matched.predicted = 3;
+  s.predicted_blocks = 3;
+  answer.ranked.push_back(s);
+  const nlohmann::json json = nlohmann::json::parse(EncodeRouteAnswer(answer));
+  CHECK(json["candidates"][0]["predicted_blocks"] == 3);
+  CHECK(json["candidates"][0]["matched"]["PREDICTED"] == 3);
+}
+
 TEST_CASE("EncodeRouteAnswer: ranked candidates with the breakdown") {
   RoutingRequest request;
   request.lookup.context.model = "m";
@@ -465,7 +533,59 @@ TEST_CASE("kRoute request: queue_scale is an optional trailer") {
             .starts_with("queue_scale: truncated"));
   CHECK(error(body + std::string("\x01", 1) + Le64(-2.0))
             .starts_with("queue_scale: must be a finite number from 0 to 1000000"));
-  CHECK(error(body + std::string("\x01", 1) + Le64(0.75) + "x") == "payload: 1 trailing bytes");
+  // A byte after queue_scale starts the approximate trailer; past that one, bytes trail.
+  CHECK(error(body + std::string("\x01", 1) + Le64(0.75) + std::string("\x00", 1))
+            .starts_with("approximate: must be 0x01 when present"));
+  CHECK(error(body + std::string("\x01", 1) + Le64(0.75) + std::string("\x01", 1) + Le64(1.0) +
+              std::string("\x00", 1) + "x") == "payload: 1 trailing bytes");
+}
+
+TEST_CASE("kRoute: the approximate trailers carry predict flags and predicted blocks") {
+  RoutingRequest request = SmallRequest();
+  request.candidates.push_back(Candidate("b"));
+  request.candidates.push_back(Candidate("c"));
+  request.candidates[2].predict = true;
+  const std::string with = protocol::EncodeRouteRequestBinary(request);
+  // queue_scale's trailer (the default, written), then flag, PREDICTED 1.0, one index: 2.
+  CHECK(with.ends_with(std::string("\x01", 1) + Le64(kDefaultQueueScale) + std::string("\x01", 1) +
+                       Le64(1.0) + std::string("\x01\x02", 2)));
+  Result<RoutingRequest> decoded = protocol::DecodeRouteRequestBinary(with);
+  REQUIRE_MESSAGE(decoded.has_value(), decoded.status().ToString());
+  CHECK(decoded->candidates == request.candidates);
+  CHECK(decoded->options == request.options);
+  CHECK(protocol::RouteRequestUsesApproximate(request));
+  request.candidates[2].predict = false;
+  request.options.weights.predicted = 0.5;
+  decoded = protocol::DecodeRouteRequestBinary(protocol::EncodeRouteRequestBinary(request));
+  REQUIRE(decoded.has_value());
+  CHECK(decoded->options.weights.predicted == 0.5);
+  // An index that names no candidate, a weight out of range: named.
+  const std::string body = with.substr(0, with.size() - 2);
+  CHECK(protocol::DecodeRouteRequestBinary(body + std::string("\x01\x07", 2))
+            .status()
+            .message()
+            .starts_with("predict: index 7 is not a candidate"));
+  const std::string heavy = with.substr(0, with.size() - 10) + Le64(2.0) + std::string("\x00", 1);
+  CHECK(protocol::DecodeRouteRequestBinary(heavy).status().message().starts_with(
+      "weights.PREDICTED:"));
+
+  // The answer's trailer: written on request, round trip, truncation.
+  RoutingAnswer answer;
+  ScoredCandidate s;
+  s.candidate = Candidate("c");
+  s.matched.predicted = 5;
+  s.predicted_blocks = 4;
+  answer.ranked = {s, ScoredCandidate{}};
+  answer.ranked[1].candidate = Candidate("a");
+  const std::string plain = protocol::EncodeRouteAnswerBinary(answer);
+  const std::string marked = protocol::EncodeRouteAnswerBinary(answer, true);
+  CHECK(marked == plain + std::string("\x01\x05\x04\x00\x00", 5));
+  Result<RoutingAnswer> back = protocol::DecodeRouteAnswerBinary(marked);
+  REQUIRE_MESSAGE(back.has_value(), back.status().ToString());
+  CHECK(*back == answer);
+  for (size_t cut = plain.size() + 1; cut < marked.size(); ++cut) {
+    CHECK_FALSE(protocol::DecodeRouteAnswerBinary(marked.substr(0, cut)).has_value());
+  }
 }
 
 TEST_CASE("kRoute request: malformed payloads name the field") {

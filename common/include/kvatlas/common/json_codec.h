@@ -60,6 +60,20 @@ namespace kvatlas {
 // backends are not instances there and are left out.
 [[nodiscard]] KVATLAS_EXPORT std::string EncodeConductorAnswer(const LookupAnswer& answer);
 
+// A prefix predicted on an instance's rank (the server's approximate mode,
+// docs/routing.md §Approximate mode), in blocks.
+struct ConductorPrediction {
+  std::string instance_id;
+  uint32_t dp_rank = 0;
+  uint32_t blocks = 0;
+};
+// As above, with predictions: an instance with one gets "PREDICTED" (tokens, its best
+// rank's), and its longest_matched and DP ranks count the predicted prefix where it is
+// longer than the known one; an instance known only by a prediction is added with GPU, CPU
+// and DISK 0.
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeConductorAnswer(
+    const LookupAnswer& answer, const std::vector<ConductorPrediction>& predicted);
+
 [[nodiscard]] KVATLAS_EXPORT std::string EncodeIngestAnswer(const IngestAnswer& answer);
 
 // {"code": "<wire name>", "message": "..."}: the body of every REST error.

@@ -191,6 +191,13 @@ struct StatsAnswer {
 [[nodiscard]] KVATLAS_EXPORT Result<RoutingRequest> DecodeRouteRequestBinary(
     std::string_view payload);
 [[nodiscard]] KVATLAS_EXPORT std::string EncodeRouteAnswerBinary(const RoutingAnswer& answer);
+// As above; `predicted` appends the predicted trailer (docs/protocol.md §kRoute), for a
+// request that carried the approximate trailer (RouteRequestUsesApproximate).
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeRouteAnswerBinary(const RoutingAnswer& answer,
+                                                                 bool predicted);
+// Whether a request uses approximate mode (a candidate flagged predict, or a PREDICTED
+// weight other than 1): its encoding carries the approximate trailer.
+[[nodiscard]] KVATLAS_EXPORT bool RouteRequestUsesApproximate(const RoutingRequest& request);
 [[nodiscard]] KVATLAS_EXPORT Result<RoutingAnswer> DecodeRouteAnswerBinary(
     std::string_view payload);
 

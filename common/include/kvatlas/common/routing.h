@@ -36,6 +36,10 @@ struct TierWeights {
   double cpu = 0.75;
   double disk = 0.25;
   double shared = 0.5;
+  // A predicted block (docs/routing.md §Approximate mode): one a route sent to a candidate
+  // that publishes no events, so the engine has probably computed and cached it there. 1,
+  // as a device block: the candidate was chosen for this prefix moments ago (TTL-bounded).
+  double predicted = 1.0;
 
   friend bool operator==(const TierWeights&, const TierWeights&) = default;
 };
@@ -73,8 +77,8 @@ struct RoutingOptions {
   friend bool operator==(const RoutingOptions&, const RoutingOptions&) = default;
 };
 
-// Checks ranges: weights finite and in [0, 1], scales finite and in [0, kMaxRoutingScale],
-// temperature finite and >= 0. kInvalidArgument naming the field and the range
+// Checks ranges: weights (predicted included) finite and in [0, 1], scales finite and in [0,
+// kMaxRoutingScale], temperature finite and >= 0. kInvalidArgument naming the field and the range
 // ("weights.CPU: must be a number from 0 to 1, got 1.5"). Options that pass give finite
 // costs and probabilities for any candidates (ScoreCandidates checks them itself).
 [[nodiscard]] KVATLAS_EXPORT Status ValidateRoutingOptions(const RoutingOptions& options);
@@ -86,6 +90,9 @@ struct RouteCandidate {
   std::optional<uint32_t> dp_rank;
   uint64_t queued_prefill_tokens = 0;  // prefill work waiting on the candidate
   uint64_t active_decode_blocks = 0;   // KV blocks of requests it is decoding
+  // The candidate publishes no KV events (docs/routing.md §Approximate mode): when it is
+  // picked, the server records the request's blocks as predicted on it for a while.
+  bool predict = false;
 
   friend bool operator==(const RouteCandidate&, const RouteCandidate&) = default;
 };
@@ -98,6 +105,9 @@ struct PrefixMatch {
   uint32_t cpu = 0;
   uint32_t disk = 0;
   uint32_t shared = 0;
+  // Leading blocks predicted on the candidate (docs/routing.md §Approximate mode); they count
+  // only past `disk`, weighed by TierWeights::predicted.
+  uint32_t predicted = 0;
 
   friend bool operator==(const PrefixMatch&, const PrefixMatch&) = default;
 };
@@ -118,6 +128,7 @@ struct ScoredCandidate {
   uint32_t cpu_blocks = 0;
   uint32_t disk_blocks = 0;
   uint32_t shared_blocks = 0;
+  uint32_t predicted_blocks = 0;     // past disk, before shared: credited w_predicted each
   double credit = 0;                 // Σ weight · blocks
   double new_prefill_blocks = 0;     // max(prompt_blocks − credit, 0)
   double queued_prefill_blocks = 0;  // queued_prefill_tokens / block_size
@@ -163,9 +174,14 @@ struct RoutingAnswer {
 // kvatlas::Scorer callers that have a LookupAnswer).
 [[nodiscard]] KVATLAS_EXPORT Result<RoutingAnswer> RouteFromLookup(const RoutingRequest& request,
                                                                    const LookupAnswer& lookup);
+// As RouteFromLookup, with each candidate's predicted prefix (`predicted[i]` for candidate i,
+// PrefixMatch::predicted): the server's approximate mode.
+[[nodiscard]] KVATLAS_EXPORT Result<RoutingAnswer> RouteFromLookup(
+    const RoutingRequest& request, const LookupAnswer& lookup, std::span<const uint32_t> predicted);
 
 // POST /v1/route body: the /v1/lookup fields, "candidates": [{instance_id, dp_rank?,
-// queued_prefill_tokens?, active_decode_blocks?}], "weights": {GPU?, CPU?, DISK?, SHARED?},
+// queued_prefill_tokens?, active_decode_blocks?, predict?}], "weights": {GPU?, CPU?, DISK?,
+// SHARED?, PREDICTED?},
 // prefill_scale?, queue_scale?, decode_scale?, temperature?, seed?. kInvalidArgument naming the
 // field.
 [[nodiscard]] KVATLAS_EXPORT Result<RoutingRequest> DecodeRouteRequest(std::string_view body);

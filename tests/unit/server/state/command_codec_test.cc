@@ -396,6 +396,31 @@ TEST_SUITE("command_codec") {
     }
   }
 
+  TEST_CASE("CommandCodec: a prediction uses version 9") {
+    CommandBatch batch;
+    batch.commands.emplace_back(
+        PredictCommand{ContextKey{"t", "m", "", 16, ""}, HolderKey{"a", 2}, 500, 0x0A0B, {7, 8}});
+    const std::string encoded = EncodeCommandBatch(batch);
+    CHECK(encoded[0] == 9);
+    CHECK(encoded[2] == 0x0b);  // tag Predict
+    CHECK(DecodeCommandBatch(encoded).value() == batch);
+    // The tail: ttl_ms, accepted_at_ms, two hashes, no position.
+    CHECK(encoded.substr(encoded.size() - 28) ==
+          Bytes("\xf4\x03"                          // ttl_ms 500
+                "\x0b\x0a\x00\x00\x00\x00\x00\x00"  // accepted_at_ms
+                "\x02"                              // two hashes
+                "\x07\x00\x00\x00\x00\x00\x00\x00"
+                "\x08\x00\x00\x00\x00\x00\x00\x00"
+                "\x00"));  // no position
+    // Older versions have no predictions.
+    std::string old = encoded;
+    old[0] = 8;
+    CHECK(DecodeCommandBatch(old).error().code() == StatusCode::kCorruption);
+    for (size_t n = 1; n < encoded.size(); ++n) {
+      CHECK(!DecodeCommandBatch(encoded.substr(0, n)).has_value());
+    }
+  }
+
   TEST_CASE("CommandCodec: a report store and a full-mode registration use version 5") {
     StoreCommand c;
     c.context = ContextKey{"t", "m", "", 16, ""};

@@ -1,0 +1,41 @@
+#include "server/service/prediction_service.h"
+
+#include <utility>
+
+namespace kvatlas::server {
+
+std::vector<uint32_t> PredictedPrefixes(const Services& services, const ContextKey& context,
+                                        std::span<const BlockKey> keys,
+                                        std::span<const RouteCandidate> candidates) {
+  const PredictedTable& table = services.machine->predicted();
+  const auto now = PredictedTable::Clock::now();
+  std::vector<uint32_t> out(candidates.size(), 0);
+  if (keys.empty() || table.stats().entries == 0) return out;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const RouteCandidate& c = candidates[i];
+    out[i] = c.dp_rank ? table.PrefixOf(context, HolderKey{c.instance_id, *c.dp_rank}, keys, now)
+                       : table.BestOfInstance(context, c.instance_id, keys, now);
+  }
+  return out;
+}
+
+void RecordPrediction(const Services& services, const ContextKey& context,
+                      const RouteCandidate& picked, std::vector<BlockKey> keys) {
+  if (!picked.predict || services.predictions == nullptr || keys.empty()) return;
+  // predicted_max_entries 0: predictions are off here, not worth a log entry.
+  if (services.machine->predicted().stats().max_entries == 0) return;
+  (void)services.predictions->Enqueue(
+      context, HolderKey{picked.instance_id, picked.dp_rank.value_or(0)}, std::move(keys));
+}
+
+std::vector<ConductorPrediction> PredictionsOf(const Services& services, const ContextKey& context,
+                                               std::span<const BlockKey> keys) {
+  std::vector<ConductorPrediction> out;
+  for (PredictedMatch& m :
+       services.machine->predicted().Matches(context, keys, PredictedTable::Clock::now())) {
+    out.push_back({std::move(m.holder.id), m.holder.dp_rank, m.blocks});
+  }
+  return out;
+}
+
+}  // namespace kvatlas::server

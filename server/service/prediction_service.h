@@ -1,0 +1,34 @@
+// Approximate mode (docs/routing.md §Approximate mode): routes to candidates that publish
+// no KV events record the request's blocks as predicted there (PredictionRecorder, then a
+// PredictCommand through the log), and routes and Conductor queries read the predictions
+// back (StateMachine::predicted). Safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/routing.h"
+#include "server/service/services.h"
+
+namespace kvatlas::server {
+
+// Each candidate's predicted prefix of `keys` in `context` (its rank's, or its instance's
+// best rank's when it names none), parallel to `candidates`.
+[[nodiscard]] std::vector<uint32_t> PredictedPrefixes(const Services& services,
+                                                      const ContextKey& context,
+                                                      std::span<const BlockKey> keys,
+                                                      std::span<const RouteCandidate> candidates);
+
+// Queues `keys` as predicted on `picked` ({instance_id, dp_rank or 0}) when it is flagged
+// `predict` and the server records predictions; nothing otherwise. Never blocks.
+void RecordPrediction(const Services& services, const ContextKey& context,
+                      const RouteCandidate& picked, std::vector<BlockKey> keys);
+
+// Every instance rank with a predicted prefix of `keys` in `context` (Conductor answers).
+[[nodiscard]] std::vector<ConductorPrediction> PredictionsOf(const Services& services,
+                                                             const ContextKey& context,
+                                                             std::span<const BlockKey> keys);
+
+}  // namespace kvatlas::server

@@ -1,0 +1,109 @@
+// Predicted blocks (docs/routing.md §Approximate mode): the blocks a route sent to an
+// instance that publishes no KV events, held as "probably cached there" until a TTL ends.
+// Leased soft state like the router fleet's loads: every replica fills its table from the
+// PredictCommands it applies, in memory only — never in storage, snapshots or the replica
+// digest. Real events replace predictions: a Store, Remove or Clear naming a holder drops
+// its predicted blocks and keeps new ones off it for one TTL.
+//
+// Memory is bounded twice: entries end with their TTL (a sweep at most once a second
+// drops them), and past `max_entries` (block, holder) entries new predictions are dropped
+// and counted. Thread-safe: Record/NoteEvent from the applying thread, reads from any.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "kvatlas/common/types.h"
+
+namespace kvatlas::server {
+
+// The TTL range of predictions (the predicted_ttl_ms option) and the default entry cap
+// (predicted_max_entries): 1M entries of ~60 bytes each, ~60 MB at most.
+inline constexpr uint32_t kMinPredictedTtlMs = 100;
+inline constexpr uint32_t kMaxPredictedTtlMs = 3'600'000;
+inline constexpr size_t kDefaultMaxPredictedEntries = 1'000'000;
+
+// One holder's predicted prefix of a request.
+struct PredictedMatch {
+  HolderKey holder;
+  uint32_t blocks = 0;  // leading blocks of the request predicted on it
+
+  friend bool operator==(const PredictedMatch&, const PredictedMatch&) = default;
+};
+
+struct PredictedStats {
+  size_t entries = 0;      // (block, holder) entries kept now, expired ones not yet swept included
+  size_t max_entries = 0;  // the cap
+  uint64_t recorded = 0;   // entries added or renewed
+  uint64_t expired = 0;    // entries swept after their TTL
+  uint64_t dropped = 0;    // entries not recorded because the table was full
+  uint64_t replaced = 0;   // entries dropped, or not recorded, because the holder sent events
+};
+
+class PredictedTable {
+ public:
+  using Clock = std::chrono::system_clock;
+
+  explicit PredictedTable(size_t max_entries = kDefaultMaxPredictedEntries)
+      : max_entries_(max_entries) {}
+
+  // Records `keys` as predicted on `holder` in `context` from `accepted_at` until
+  // `expires_at` (a key predicted again has its end moved). Nothing is recorded for a holder
+  // that sent a real event less than one TTL before `accepted_at` (its stream is up), nor
+  // when the prediction ended already. Returns the entries recorded.
+  size_t Record(const ContextKey& context, const HolderKey& holder, std::span<const BlockKey> keys,
+                Clock::time_point accepted_at, Clock::time_point expires_at, Clock::time_point now);
+  // A real event (store, remove, clear) of `holder` was applied at `now`: its predictions go.
+  void NoteEvent(const HolderKey& holder, Clock::time_point now);
+  // Forgets everything (a server restoring a snapshot).
+  void Clear();
+
+  // Leading blocks of `keys` predicted on `holder` in `context` and not expired at `now`.
+  uint32_t PrefixOf(const ContextKey& context, const HolderKey& holder,
+                    std::span<const BlockKey> keys, Clock::time_point now) const;
+  // The best of PrefixOf over the ranks of `instance_id`.
+  uint32_t BestOfInstance(const ContextKey& context, std::string_view instance_id,
+                          std::span<const BlockKey> keys, Clock::time_point now) const;
+  // Every holder with a predicted prefix of `keys` in `context` (blocks > 0), by holder.
+  std::vector<PredictedMatch> Matches(const ContextKey& context, std::span<const BlockKey> keys,
+                                      Clock::time_point now) const;
+
+  PredictedStats stats() const;
+
+ private:
+  struct HolderLess {
+    using is_transparent = void;
+    bool operator()(const HolderKey& a, const HolderKey& b) const {
+      return std::tie(a.id, a.dp_rank) < std::tie(b.id, b.dp_rank);
+    }
+  };
+  using Blocks = std::unordered_map<BlockKey, Clock::time_point>;  // key → expiry
+  using Contexts = std::unordered_map<ContextKey, Blocks, ContextKeyHash>;
+
+  static uint32_t PrefixIn(const Blocks& blocks, std::span<const BlockKey> keys,
+                           Clock::time_point now);
+  // Drops expired entries and holders' event marks older than kMaxPredictedTtlMs, at most
+  // once a second unless `force`. mu_ held.
+  void SweepLocked(Clock::time_point now, bool force);
+  // Drops every entry of `holder`, counting them in `replaced`. mu_ held.
+  void EraseHolderLocked(const HolderKey& holder);
+
+  const size_t max_entries_;
+  mutable std::mutex mu_;
+  std::map<HolderKey, Contexts, HolderLess> holders_;
+  // When each holder last sent a real event (kept kMaxPredictedTtlMs).
+  std::unordered_map<HolderKey, Clock::time_point, HolderKeyHash> events_;
+  Clock::time_point next_sweep_{};
+  PredictedStats stats_;
+};
+
+}  // namespace kvatlas::server

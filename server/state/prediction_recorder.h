@@ -1,0 +1,88 @@
+// PredictionRecorder: the server's side of approximate mode (docs/routing.md §Approximate
+// mode). A route that picks a candidate publishing no events queues the request's block
+// keys here (Enqueue, non-blocking); a thread of its own, every `interval`, coalesces what
+// was queued (one PredictCommand per holder and context, keys deduplicated) into one
+// batch, stamps it with this server's clock and, on the leader, submits it to the applier
+// without waiting: a route costs no raft write of its own, at most 1000 / interval_ms
+// writes/s in all. On a follower the predictions are recorded in its own table only (they
+// are not forwarded to the leader; documented).
+//
+// The queue is bounded (max_queued_blocks keys): past it a prediction is dropped and
+// counted, never waited for.
+//
+// Thread-safety: Enqueue and stats from any thread; construct, Start, RequestStop and Stop
+// from one thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "common/internal/periodic_task.h"
+#include "server/state/applier.h"
+#include "server/state/state_machine.h"
+
+namespace kvatlas::server {
+
+struct PredictionOptions {
+  // How long a prediction counts (predicted_ttl_ms): kMinPredictedTtlMs..kMaxPredictedTtlMs.
+  uint32_t ttl_ms = 120'000;
+  std::chrono::milliseconds interval{50};
+  size_t max_queued_blocks = size_t{1} << 20;  // 8 MiB of keys
+};
+
+struct PredictionRecorderStats {
+  uint64_t queued = 0;    // predictions queued
+  uint64_t dropped = 0;   // predictions dropped because the queue was full
+  uint64_t proposed = 0;  // batches submitted (leader)
+  uint64_t failed = 0;    // batches refused or not applied (e.g. leadership lost)
+  uint64_t local = 0;     // commands recorded on this follower only
+};
+
+class PredictionRecorder {
+ public:
+  // `is_leader`: whether this server leads now. `machine` and `applier` must outlive it.
+  PredictionRecorder(PredictionOptions options, StateMachine* machine, Applier* applier,
+                     std::function<bool()> is_leader);
+  ~PredictionRecorder();  // Stop()s
+
+  void Start() { task_.Start(); }
+  void RequestStop() { task_.RequestStop(); }
+  void Stop() { task_.Stop(); }
+
+  // Queues `keys` as predicted on `holder` in `context`. False (counted) when the queue is
+  // full or there is nothing to record.
+  bool Enqueue(const ContextKey& context, const HolderKey& holder, std::vector<BlockKey> keys);
+  // Submits what is queued now (the task's round; tests call it directly).
+  void Flush();
+
+  PredictionRecorderStats stats() const;
+  const PredictionOptions& options() const { return options_; }
+
+ private:
+  struct Pending {
+    ContextKey context;
+    HolderKey holder;
+    std::vector<BlockKey> keys;
+  };
+
+  const PredictionOptions options_;
+  StateMachine* machine_;
+  Applier* applier_;
+  std::function<bool()> is_leader_;
+  mutable std::mutex mu_;
+  std::vector<Pending> pending_;  // guarded by mu_
+  size_t pending_blocks_ = 0;     // guarded by mu_
+  std::atomic<uint64_t> queued_{0};
+  std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> proposed_{0};
+  std::atomic<uint64_t> failed_{0};
+  std::atomic<uint64_t> local_{0};
+  PeriodicTask task_;  // last: stopped before the members its rounds use go
+};
+
+}  // namespace kvatlas::server

@@ -1,0 +1,123 @@
+// PredictedTable (docs/routing.md §Approximate mode): predictions end with their TTL, the
+// entry cap bounds memory (dropped past it, counted), real events replace them, and the
+// prefix read stops at the first block not predicted. A StateMachine applying a
+// PredictCommand fills it; a Store of the holder empties it.
+#include "server/state/predicted_table.h"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <vector>
+
+#include "server/state/state_machine.h"
+
+namespace kvatlas::server {
+namespace {
+
+using Clock = PredictedTable::Clock;
+using std::chrono::milliseconds;
+
+const ContextKey kContext{"t", "m", "", 4, ""};
+const HolderKey kHolder{"a", 0};
+const std::vector<BlockKey> kKeys = {11, 12, 13, 14};
+
+TEST_SUITE("PredictedTable") {
+  TEST_CASE("PredictedTable: a prediction counts until its TTL ends, then is swept") {
+    PredictedTable table;
+    const Clock::time_point t0 = Clock::now();
+    CHECK(table.Record(kContext, kHolder, kKeys, t0, t0 + milliseconds(1000), t0) == 4);
+    CHECK(table.PrefixOf(kContext, kHolder, kKeys, t0) == 4);
+    // A longer request sharing the prefix: 4 leading blocks; one with another first block
+    // (block keys are chained: every later key differs too): none.
+    const std::vector<BlockKey> longer = {11, 12, 13, 14, 15};
+    CHECK(table.PrefixOf(kContext, kHolder, longer, t0) == 4);
+    CHECK(table.PrefixOf(kContext, kHolder, std::vector<BlockKey>{99, 12}, t0) == 0);
+    // Other contexts and holders see nothing.
+    CHECK(table.PrefixOf(ContextKey{"t", "m", "", 8, ""}, kHolder, kKeys, t0) == 0);
+    CHECK(table.PrefixOf(kContext, HolderKey{"a", 1}, kKeys, t0) == 0);
+    CHECK(table.BestOfInstance(kContext, "a", kKeys, t0) == 4);
+    CHECK(table.BestOfInstance(kContext, "b", kKeys, t0) == 0);
+    REQUIRE(table.Matches(kContext, kKeys, t0).size() == 1);
+    CHECK(table.Matches(kContext, kKeys, t0)[0] == PredictedMatch{kHolder, 4});
+
+    // Past the TTL: not counted, and the next sweep frees them.
+    const Clock::time_point later = t0 + milliseconds(2000);
+    CHECK(table.PrefixOf(kContext, kHolder, kKeys, later) == 0);
+    CHECK(table.Matches(kContext, kKeys, later).empty());
+    CHECK(table.stats().entries == 4);
+    CHECK(table.Record(kContext, HolderKey{"b", 0}, std::vector<BlockKey>{1}, later,
+                       later + milliseconds(1000), later) == 1);
+    CHECK(table.stats().entries == 1);
+    CHECK(table.stats().expired == 4);
+    // A prediction that ended already is not recorded (a log replayed at start-up).
+    CHECK(table.Record(kContext, kHolder, kKeys, t0, t0 + milliseconds(1000), later) == 0);
+  }
+
+  TEST_CASE("PredictedTable: past the cap new entries are dropped and counted") {
+    PredictedTable table(6);
+    const Clock::time_point t0 = Clock::now();
+    CHECK(table.Record(kContext, kHolder, kKeys, t0, t0 + milliseconds(1000), t0) == 4);
+    CHECK(table.Record(kContext, HolderKey{"b", 0}, kKeys, t0, t0 + milliseconds(1000), t0) == 2);
+    CHECK(table.stats().entries == 6);
+    CHECK(table.stats().dropped == 2);
+    CHECK(table.PrefixOf(kContext, HolderKey{"b", 0}, kKeys, t0) == 2);
+    // Renewing a kept entry takes no room; once they expire there is room again.
+    CHECK(table.Record(kContext, kHolder, kKeys, t0, t0 + milliseconds(5000), t0) == 4);
+    CHECK(table.stats().entries == 6);
+    const Clock::time_point later = t0 + milliseconds(2000);
+    CHECK(table.Record(kContext, HolderKey{"c", 0}, std::vector<BlockKey>{7, 8}, later,
+                       later + milliseconds(1000), later) == 2);
+    CHECK(table.stats().entries == 6);  // a's 4 renewed, b's 2 expired, c's 2
+    CHECK(PredictedTable(0).Record(kContext, kHolder, kKeys, t0, t0 + milliseconds(1), t0) == 0);
+  }
+
+  TEST_CASE("PredictedTable: a real event replaces the holder's predictions for one TTL") {
+    PredictedTable table;
+    const Clock::time_point t0 = Clock::now();
+    REQUIRE(table.Record(kContext, kHolder, kKeys, t0, t0 + milliseconds(1000), t0) == 4);
+    REQUIRE(table.Record(kContext, HolderKey{"b", 0}, kKeys, t0, t0 + milliseconds(1000), t0) == 4);
+    table.NoteEvent(kHolder, t0);
+    CHECK(table.PrefixOf(kContext, kHolder, kKeys, t0) == 0);
+    CHECK(table.PrefixOf(kContext, HolderKey{"b", 0}, kKeys, t0) == 4);  // others stay
+    CHECK(table.stats().replaced == 4);
+    CHECK(table.stats().entries == 4);
+    // Its stream is up: new predictions are not recorded within a TTL of its last event...
+    const Clock::time_point soon = t0 + milliseconds(500);
+    CHECK(table.Record(kContext, kHolder, kKeys, soon, soon + milliseconds(1000), soon) == 0);
+    // ...and are again once it has been silent that long (the stream is down).
+    const Clock::time_point quiet = t0 + milliseconds(1500);
+    CHECK(table.Record(kContext, kHolder, kKeys, quiet, quiet + milliseconds(1000), quiet) == 4);
+  }
+
+  TEST_CASE("PredictedTable: a StateMachine applies PredictCommands; a Store replaces them") {
+    StateMachine machine({}, nullptr);
+    const auto apply = [&machine](const CommandBatch& batch) {
+      const CommandBatch* one[] = {&batch};
+      return machine.Apply(one).has_value();
+    };
+    const uint64_t now_ms = static_cast<uint64_t>(
+        std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()).count());
+    CommandBatch predict;
+    predict.commands.emplace_back(PredictCommand{kContext, kHolder, 60'000, now_ms, kKeys});
+    REQUIRE(apply(predict));
+    CHECK(machine.predicted().PrefixOf(kContext, kHolder, kKeys, Clock::now()) == 4);
+    // An old one (a log replayed long after) counts for nothing.
+    CommandBatch stale;
+    stale.commands.emplace_back(
+        PredictCommand{kContext, HolderKey{"b", 0}, 60'000, now_ms - 120'000, kKeys});
+    REQUIRE(apply(stale));
+    CHECK(machine.predicted().PrefixOf(kContext, HolderKey{"b", 0}, kKeys, Clock::now()) == 0);
+
+    StoreCommand store;
+    store.context = kContext;
+    store.holder = kHolder;
+    store.hashes = {11};
+    CommandBatch event;
+    event.commands.emplace_back(store);
+    REQUIRE(apply(event));
+    CHECK(machine.predicted().PrefixOf(kContext, kHolder, kKeys, Clock::now()) == 0);
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas::server
