@@ -124,6 +124,32 @@ def test_route_matches_the_local_scorer(client):
     assert e.value.code == "invalid_argument"
 
 
+def test_route_predicts_for_a_candidate_without_events(client):
+    # Approximate mode: "quiet" publishes no events; a route that picks it records the
+    # request's blocks as predicted there, so the next route with that prefix prefers it.
+    tokens = list(range(5000, 5032))  # 8 blocks
+    first = client.route(CTX, [kvatlas.Candidate("quiet", predict=True)], tokens=tokens)
+    assert first.pick == "quiet" and first.ranked[0].predicted_blocks == 0
+    candidates = [kvatlas.Candidate("other"), kvatlas.Candidate("quiet", predict=True)]
+    deadline = time.time() + 10
+    while True:  # recorded within 50 ms and one commit
+        routed = client.route(CTX, candidates, tokens=tokens)
+        if routed.ranked[0].predicted_blocks == 8 or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    assert routed.pick == "quiet", routed.ranked
+    assert routed.ranked[0].predicted_blocks == 8 and routed.ranked[0].matched.predicted == 8
+    # A zero weight credits the predictions nothing: the tie goes to the first candidate.
+    none = client.route(CTX, candidates, tokens=tokens,
+                        options=kvatlas.RoutingOptions(predicted=0.0))
+    assert none.ranked[0].credit == 0
+    assert kvatlas.RoutingOptions().predicted == 1.0
+    assert not kvatlas.Candidate("x").predict
+    with pytest.raises(kvatlas.Error) as e:
+        kvatlas.RoutingOptions(predicted=1.5)
+    assert e.value.code == "invalid_argument"
+
+
 def test_route_queue_scale(client):
     tokens = list(range(300, 332))  # 8 blocks
     store(client, "q-warm", tokens[:24])

@@ -74,14 +74,17 @@ class Candidate:
     dp_rank: Optional[int]
     queued_prefill_tokens: int
     active_decode_blocks: int
+    predict: bool
     def __init__(self, instance_id: str, *, dp_rank: Optional[int] = None,
-                 queued_prefill_tokens: int = 0, active_decode_blocks: int = 0) -> None: ...
+                 queued_prefill_tokens: int = 0, active_decode_blocks: int = 0,
+                 predict: bool = False) -> None: ...
 
 class PrefixMatch:
     gpu: int
     cpu: int
     disk: int
     shared: int
+    predicted: int
     def __init__(self, *, gpu: int = 0, cpu: int = 0, disk: int = 0, shared: int = 0) -> None: ...
 
 class RoutingOptions:
@@ -89,14 +92,15 @@ class RoutingOptions:
     cpu: float
     disk: float
     shared: float
+    predicted: float
     prefill_scale: float
     queue_scale: float
     decode_scale: float
     temperature: float
     seed: Optional[int]
     def __init__(self, *, gpu: float = 1.0, cpu: float = 0.75, disk: float = 0.25,
-                 shared: float = 0.5, prefill_scale: float = 1.0, queue_scale: float = 0.3,
-                 decode_scale: float = 0.1, temperature: float = 0.0,
+                 shared: float = 0.5, predicted: float = 1.0, prefill_scale: float = 1.0,
+                 queue_scale: float = 0.3, decode_scale: float = 0.1, temperature: float = 0.0,
                  seed: Optional[int] = None) -> None: ...
 
 class ScoredCandidate:
@@ -108,6 +112,7 @@ class ScoredCandidate:
     cpu_blocks: int
     disk_blocks: int
     shared_blocks: int
+    predicted_blocks: int
     credit: float
     new_prefill_blocks: float
     queued_prefill_blocks: float

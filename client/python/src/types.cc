@@ -150,17 +150,20 @@ void DefineLookup(py::module_& m) {
 void DefineRouting(py::module_& m) {
   constexpr RoutingOptions kDefaults{};
   WithEq(py::class_<RouteCandidate>(m, "Candidate", "A routing target and its current load."))
-      .def(py::init([](std::string instance_id, std::optional<uint32_t> dp_rank,
-                       uint64_t queued_prefill_tokens, uint64_t active_decode_blocks) {
-             return RouteCandidate{std::move(instance_id), dp_rank, queued_prefill_tokens,
-                                   active_decode_blocks};
-           }),
-           py::arg("instance_id"), py::kw_only(), py::arg("dp_rank") = py::none(),
-           py::arg("queued_prefill_tokens") = 0, py::arg("active_decode_blocks") = 0)
+      .def(
+          py::init([](std::string instance_id, std::optional<uint32_t> dp_rank,
+                      uint64_t queued_prefill_tokens, uint64_t active_decode_blocks, bool predict) {
+            return RouteCandidate{std::move(instance_id), dp_rank, queued_prefill_tokens,
+                                  active_decode_blocks, predict};
+          }),
+          py::arg("instance_id"), py::kw_only(), py::arg("dp_rank") = py::none(),
+          py::arg("queued_prefill_tokens") = 0, py::arg("active_decode_blocks") = 0,
+          py::arg("predict") = false)
       .def_readwrite("instance_id", &RouteCandidate::instance_id)
       .def_readwrite("dp_rank", &RouteCandidate::dp_rank)
       .def_readwrite("queued_prefill_tokens", &RouteCandidate::queued_prefill_tokens)
       .def_readwrite("active_decode_blocks", &RouteCandidate::active_decode_blocks)
+      .def_readwrite("predict", &RouteCandidate::predict)
       .def("__repr__", [](const RouteCandidate& c) {
         return "Candidate(" + Quote(c.instance_id) +
                ", queued_prefill_tokens=" + std::to_string(c.queued_prefill_tokens) +
@@ -176,14 +179,16 @@ void DefineRouting(py::module_& m) {
       .def_readwrite("gpu", &PrefixMatch::gpu)
       .def_readwrite("cpu", &PrefixMatch::cpu)
       .def_readwrite("disk", &PrefixMatch::disk)
-      .def_readwrite("shared", &PrefixMatch::shared);
+      .def_readwrite("shared", &PrefixMatch::shared)
+      .def_readwrite("predicted", &PrefixMatch::predicted);
   WithEq(py::class_<RoutingOptions>(m, "RoutingOptions",
                                     "The route cost's weights (docs/routing.md)."))
-      .def(py::init([](double gpu, double cpu, double disk, double shared, double prefill_scale,
-                       double queue_scale, double decode_scale, double temperature,
-                       std::optional<uint64_t> seed) {
+      .def(py::init([](double gpu, double cpu, double disk, double shared, double predicted,
+                       double prefill_scale, double queue_scale, double decode_scale,
+                       double temperature, std::optional<uint64_t> seed) {
              RoutingOptions o;
              o.weights = TierWeights{gpu, cpu, disk, shared};
+             o.weights.predicted = predicted;
              o.prefill_scale = prefill_scale;
              o.queue_scale = queue_scale;
              o.decode_scale = decode_scale;
@@ -196,6 +201,7 @@ void DefineRouting(py::module_& m) {
            py::kw_only(), py::arg("gpu") = kDefaults.weights.gpu,
            py::arg("cpu") = kDefaults.weights.cpu, py::arg("disk") = kDefaults.weights.disk,
            py::arg("shared") = kDefaults.weights.shared,
+           py::arg("predicted") = kDefaults.weights.predicted,
            py::arg("prefill_scale") = kDefaults.prefill_scale,
            py::arg("queue_scale") = kDefaults.queue_scale,
            py::arg("decode_scale") = kDefaults.decode_scale,
@@ -204,6 +210,8 @@ void DefineRouting(py::module_& m) {
       .def_property_readonly("cpu", [](const RoutingOptions& o) { return o.weights.cpu; })
       .def_property_readonly("disk", [](const RoutingOptions& o) { return o.weights.disk; })
       .def_property_readonly("shared", [](const RoutingOptions& o) { return o.weights.shared; })
+      .def_property_readonly("predicted",
+                             [](const RoutingOptions& o) { return o.weights.predicted; })
       .def_readonly("prefill_scale", &RoutingOptions::prefill_scale)
       .def_readonly("queue_scale", &RoutingOptions::queue_scale)
       .def_readonly("decode_scale", &RoutingOptions::decode_scale)
@@ -218,6 +226,7 @@ void DefineRouting(py::module_& m) {
       .def_readonly("cpu_blocks", &ScoredCandidate::cpu_blocks)
       .def_readonly("disk_blocks", &ScoredCandidate::disk_blocks)
       .def_readonly("shared_blocks", &ScoredCandidate::shared_blocks)
+      .def_readonly("predicted_blocks", &ScoredCandidate::predicted_blocks)
       .def_readonly("credit", &ScoredCandidate::credit)
       .def_readonly("new_prefill_blocks", &ScoredCandidate::new_prefill_blocks)
       .def_readonly("queued_prefill_blocks", &ScoredCandidate::queued_prefill_blocks)
