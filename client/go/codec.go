@@ -307,6 +307,18 @@ func readCandidate(d *decoder) Candidate {
 
 const defaultQueueScale = 0.3
 
+// usesApproximate says whether a route carries the approximate trailer (docs/protocol.md
+// §kRoute): only when a candidate is flagged Predict, so that other requests keep the
+// bytes older servers accept.
+func usesApproximate(r *RouteRequest) bool {
+	for i := range r.Candidates {
+		if r.Candidates[i].Predict {
+			return true
+		}
+	}
+	return false
+}
+
 func encodeRoute(r *RouteRequest) []byte {
 	e := &encoder{}
 	e.bytes(encodeLookup(&r.Lookup))
@@ -326,9 +338,27 @@ func encodeRoute(r *RouteRequest) []byte {
 	if o.Seed != nil {
 		e.u64(*o.Seed)
 	}
-	if o.QueueScale != defaultQueueScale {
+	// Optional trailers, as the C++ client writes them: queue_scale's (always written
+	// before the approximate one), then approximate mode's: the PREDICTED weight (the
+	// default, 1) and the indexes of the candidates flagged Predict.
+	approximate := usesApproximate(r)
+	if o.QueueScale != defaultQueueScale || approximate {
 		e.flag(true)
 		e.f64(o.QueueScale)
+	}
+	if approximate {
+		e.flag(true)
+		e.f64(1.0)
+		var flagged []uint64
+		for i := range r.Candidates {
+			if r.Candidates[i].Predict {
+				flagged = append(flagged, uint64(i))
+			}
+		}
+		e.varint(uint64(len(flagged)))
+		for _, i := range flagged {
+			e.varint(i)
+		}
 	}
 	return e.b
 }
@@ -356,6 +386,18 @@ func decodeRouteAnswer(p []byte) (RouteAnswer, error) {
 			s.DecodeCost = d.f64("decode_cost")
 			s.Cost = d.f64("cost")
 			s.Probability = d.f64("probability")
+		}
+	}
+	// The predicted trailer, answering a request that carried the approximate one: flag
+	// 0x01, then per ranked candidate its predicted prefix and predicted blocks.
+	if d.err == nil && d.off < len(d.b) {
+		if d.flag("predicted") {
+			for i := range a.Ranked {
+				a.Ranked[i].Matched.Predicted = d.varint32("matched.predicted")
+				a.Ranked[i].PredictedBlocks = d.varint32("predicted_blocks")
+			}
+		} else if d.err == nil {
+			d.fail("predicted", "must be 0x01 when present")
 		}
 	}
 	return a, d.finish()

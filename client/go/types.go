@@ -178,6 +178,12 @@ type Candidate struct {
 	DPRank              *uint32
 	QueuedPrefillTokens uint64
 	ActiveDecodeBlocks  uint64
+	// Predict marks an instance that publishes no KV events (approximate mode,
+	// docs/routing.md §Approximate mode): when Client.Route picks it, the server records the
+	// request's blocks as predicted on it for a while, and later routes credit them
+	// (ScoredCandidate.PredictedBlocks). It travels in the request only; the candidates of
+	// an answer leave it false. LocalIndex and the local scorer do not predict.
+	Predict bool
 }
 
 // RouteRequest is a routing decision's input: the lookup (its Instance and
@@ -190,9 +196,12 @@ type RouteRequest struct {
 }
 
 // PrefixMatch is a candidate's cached prefix in blocks: GPU <= CPU <= Disk cumulative,
-// Shared from shared backends.
+// Shared from shared backends. Predicted is the candidate's predicted prefix (approximate
+// mode), set in Client.Route answers to requests with a Predict candidate; the local
+// scorer (ScoreCandidates, LocalIndex) ignores it.
 type PrefixMatch struct {
 	GPU, CPU, Disk, Shared uint32
+	Predicted              uint32
 }
 
 // ScoredCandidate is one candidate with its cost breakdown (docs/api.md §Routing).
@@ -202,8 +211,11 @@ type ScoredCandidate struct {
 	Matched   PrefixMatch
 	// Blocks served from each tier (non-overlapping).
 	GPUBlocks, CPUBlocks, DiskBlocks, SharedBlocks uint32
-	Credit, NewPrefillBlocks, QueuedPrefillBlocks  float64
-	PrefillCost, DecodeCost, Cost, Probability     float64
+	// Blocks credited as predicted (approximate mode: past Disk, before Shared), in
+	// Client.Route answers to requests with a Predict candidate; 0 otherwise.
+	PredictedBlocks                               uint32
+	Credit, NewPrefillBlocks, QueuedPrefillBlocks float64
+	PrefillCost, DecodeCost, Cost, Probability    float64
 }
 
 // RouteAnswer ranks the candidates, the pick first.

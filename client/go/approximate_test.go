@@ -1,0 +1,116 @@
+package kvatlas
+
+// Approximate mode (docs/routing.md §Approximate mode): Candidate.Predict in kRoute's
+// approximate trailer, and the predicted blocks of the answer's trailer.
+
+import (
+	"testing"
+	"time"
+)
+
+// The kRoute request of docs/protocol.md §kRoute, byte for byte: without Predict it ends
+// after the seed's presence byte; with it, the queue_scale and approximate trailers follow.
+func TestRoutePredictDocumentedBytes(t *testing.T) {
+	rank := uint32(2)
+	r := RouteRequest{
+		Lookup: LookupRequest{Context: Context{Tenant: "default", Model: "m", BlockSize: 2},
+			Hashes: []uint64{1}, IncludeLocations: true},
+		Candidates: []Candidate{{InstanceID: "a", DPRank: &rank, QueuedPrefillTokens: 32,
+			ActiveDecodeBlocks: 5}},
+	}
+	const plain = "190764656661756c74016d000200010101000000000000000001" + // lookup
+		"010161010220" + "05" + // candidates
+		"000000000000f03f" + "000000000000e83f" + "000000000000d03f" + "000000000000e03f" +
+		"000000000000f03f" + "9a9999999999b93f" + "0000000000000000" + "00"
+	if got := hexSpaced(encodeRoute(&r)); got != plain {
+		t.Errorf("route:\n got %s\nwant %s", got, plain)
+	}
+	r.Candidates[0].Predict = true
+	const trailers = "01333333333333d33f" + "01000000000000f03f0100"
+	if got := hexSpaced(encodeRoute(&r)); got != plain+trailers {
+		t.Errorf("route with a predict candidate:\n got %s\nwant %s", got, plain+trailers)
+	}
+}
+
+func TestRouteAnswerPredictedTrailer(t *testing.T) {
+	e := &encoder{}
+	e.u64(9)    // revision
+	e.varint(8) // prompt_blocks
+	e.varint(0) // blocks_found
+	e.varint(1) // ranked
+	e.varint(0) // index
+	putCandidate(e, &Candidate{InstanceID: "q"})
+	for i := 0; i < 8; i++ {
+		e.varint(0) // matched, blocks_from
+	}
+	for i := 0; i < 7; i++ {
+		e.f64(0)
+	}
+	plain := append([]byte(nil), e.b...)
+	e.flag(true)
+	e.varint(8) // matched.predicted
+	e.varint(6) // predicted_blocks
+	a, err := decodeRouteAnswer(e.b)
+	if err != nil || len(a.Ranked) != 1 || a.Ranked[0].Matched.Predicted != 8 ||
+		a.Ranked[0].PredictedBlocks != 6 {
+		t.Errorf("answer with the predicted trailer: %+v, %v", a, err)
+	}
+	if a, err := decodeRouteAnswer(plain); err != nil || a.Ranked[0].PredictedBlocks != 0 {
+		t.Errorf("answer without it: %+v, %v", a, err)
+	}
+	if _, err := decodeRouteAnswer(append(plain, 2)); err == nil || !contains(err.Error(), "predicted") {
+		t.Errorf("a bad trailer flag: %v, want an error naming predicted", err)
+	}
+}
+
+// A route that picks a Predict candidate records the request's blocks as predicted on it;
+// the next route with that prompt credits them and prefers it. A candidate without the
+// flag gets nothing recorded.
+func TestRoutePredicts(t *testing.T) {
+	s := startServer(t)
+	c := dialT(t, Options{Endpoints: []string{s.rpc}})
+	ctx := testCtx(t)
+	tokens := seqTokens(4*8, 5000) // 8 blocks
+	plainTokens := seqTokens(4*8, 9000)
+	route := func(tokens []uint32, candidates ...Candidate) *RouteAnswer {
+		t.Helper()
+		a, err := c.Route(ctx, RouteRequest{Lookup: LookupRequest{Context: testContext, Tokens: tokens},
+			Candidates: candidates})
+		if err != nil {
+			t.Fatalf("Route: %v", err)
+		}
+		return a
+	}
+	// Picked without the flag first: nothing may be recorded for "plain".
+	if a := route(plainTokens, Candidate{InstanceID: "plain"}); a.Ranked[0].Candidate.InstanceID != "plain" {
+		t.Fatalf("route to plain: %+v", a)
+	}
+	first := route(tokens, Candidate{InstanceID: "quiet", Predict: true})
+	if first.Ranked[0].Candidate.InstanceID != "quiet" || first.Ranked[0].PredictedBlocks != 0 {
+		t.Fatalf("first route: %+v", first)
+	}
+	candidates := []Candidate{{InstanceID: "other"}, {InstanceID: "quiet", Predict: true}}
+	var second *RouteAnswer
+	// Recorded within a 50 ms batch and one commit: a bounded wait, not a timed assertion.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		second = route(tokens, candidates...)
+		if second.Ranked[0].PredictedBlocks == 8 || time.Now().After(deadline) {
+			break
+		}
+	}
+	top := second.Ranked[0]
+	if top.Candidate.InstanceID != "quiet" || top.Index != 1 || top.PredictedBlocks != 8 ||
+		top.Matched.Predicted != 8 || top.Credit != 8 {
+		t.Fatalf("second route: %+v", second.Ranked)
+	}
+	if other := second.Ranked[1]; other.PredictedBlocks != 0 || other.Matched.Predicted != 0 {
+		t.Errorf("other: %+v", other)
+	}
+	// "plain" was routed before "quiet"'s prediction, which has now applied.
+	third := route(plainTokens, Candidate{InstanceID: "plain"}, Candidate{InstanceID: "quiet", Predict: true})
+	for _, r := range third.Ranked {
+		if r.PredictedBlocks != 0 || r.Matched.Predicted != 0 {
+			t.Errorf("predicted blocks for %s without a predict route: %+v", r.Candidate.InstanceID, r)
+		}
+	}
+}
