@@ -135,6 +135,21 @@ void FillLookup(const kvatlas::LookupAnswer& answer, kvatlas_lookup_result* out)
   }
 }
 
+// Hands `answer` to the caller as a calloc'd C result built by `fill`; a partly built one is
+// freed with `release` before the exception (bad_alloc) goes on to Guarded.
+template <typename Out, typename Answer, typename Fill, typename Release>
+void Publish(const Answer& answer, Out** out, Fill&& fill, Release&& release) {
+  auto* result = static_cast<Out*>(std::calloc(1, sizeof(Out)));
+  if (result == nullptr) throw std::bad_alloc();
+  try {
+    fill(answer, result);
+  } catch (...) {
+    release(result);
+    throw;
+  }
+  *out = result;
+}
+
 // Checks the arguments, builds the request (`fill` sets the query) and runs it.
 template <typename Fill>
 kvatlas_code Lookup(kvatlas_client* client, const kvatlas_context* context, const void* query,
@@ -149,15 +164,106 @@ kvatlas_code Lookup(kvatlas_client* client, const kvatlas_context* context, cons
   fill(&request);
   kvatlas::Result<kvatlas::LookupAnswer> answer = client->client->Lookup(std::move(request));
   if (!answer) return Fail(answer.error(), err);
-  auto* result = static_cast<kvatlas_lookup_result*>(std::calloc(1, sizeof(kvatlas_lookup_result)));
-  if (result == nullptr) throw std::bad_alloc();
-  try {
-    FillLookup(*answer, result);
-  } catch (...) {
-    kvatlas_free_lookup_result(result);
-    throw;
+  Publish(*answer, out, FillLookup, kvatlas_free_lookup_result);
+  return KVATLAS_OK;
+}
+
+// The fields of kvatlas_route_options this library knows (its first version's).
+constexpr size_t kRouteOptionsSize = sizeof(kvatlas_route_options);
+
+Status ToRouteOptions(const kvatlas_route_options* in, kvatlas::RoutingOptions* out) {
+  if (in == nullptr) return Status::Ok();
+  if (in->struct_size != kRouteOptionsSize) {
+    return Status::InvalidArgument("options.struct_size: must be sizeof(kvatlas_route_options) = " +
+                                   std::to_string(kRouteOptionsSize) +
+                                   " (kvatlas_route_options_init sets it), got " +
+                                   std::to_string(in->struct_size));
   }
-  *out = result;
+  if (in->reserved != 0) return Status::InvalidArgument("options.reserved: must be 0");
+  out->weights = kvatlas::TierWeights{in->gpu, in->cpu, in->disk, in->shared, in->predicted};
+  out->prefill_scale = in->prefill_scale;
+  out->queue_scale = in->queue_scale;
+  out->decode_scale = in->decode_scale;
+  out->temperature = in->temperature;
+  if (in->has_seed != 0) out->seed = in->seed;
+  return Status::Ok();
+}
+
+Status ToCandidates(const kvatlas_route_candidate* in, size_t n,
+                    std::vector<kvatlas::RouteCandidate>* out) {
+  out->reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const kvatlas_route_candidate& c = in[i];
+    const std::string at = "candidates[" + std::to_string(i) + "].";
+    if (c.instance_id == nullptr || c.instance_id[0] == '\0') {
+      return Status::InvalidArgument(at + "instance_id: must be a non-empty string");
+    }
+    if (c.reserved != 0) return Status::InvalidArgument(at + "reserved: must be 0");
+    kvatlas::RouteCandidate& o = out->emplace_back();
+    o.instance_id = c.instance_id;
+    if (c.has_dp_rank != 0) o.dp_rank = c.dp_rank;
+    o.queued_prefill_tokens = c.queued_prefill_tokens;
+    o.active_decode_blocks = c.active_decode_blocks;
+    o.predict = c.predict != 0;
+  }
+  return Status::Ok();
+}
+
+void FillRoute(const kvatlas::RoutingAnswer& answer, kvatlas_route_result* out) {
+  out->revision = answer.revision;
+  out->prompt_blocks = answer.prompt_blocks;
+  out->blocks_found = answer.blocks_found;
+  out->ranked = AllocArray<kvatlas_scored_candidate>(answer.ranked.size());
+  for (const kvatlas::ScoredCandidate& s : answer.ranked) {
+    kvatlas_scored_candidate& o = out->ranked[out->num_ranked];
+    o.instance_id = CopyString(s.candidate.instance_id);
+    ++out->num_ranked;
+    o.index = s.index;
+    o.dp_rank = s.candidate.dp_rank.value_or(0);
+    o.has_dp_rank = s.candidate.dp_rank.has_value() ? 1 : 0;
+    o.queued_prefill_tokens = s.candidate.queued_prefill_tokens;
+    o.active_decode_blocks = s.candidate.active_decode_blocks;
+    o.matched_gpu = s.matched.gpu;
+    o.matched_cpu = s.matched.cpu;
+    o.matched_disk = s.matched.disk;
+    o.matched_shared = s.matched.shared;
+    o.matched_predicted = s.matched.predicted;
+    o.gpu_blocks = s.gpu_blocks;
+    o.cpu_blocks = s.cpu_blocks;
+    o.disk_blocks = s.disk_blocks;
+    o.shared_blocks = s.shared_blocks;
+    o.predicted_blocks = s.predicted_blocks;
+    o.credit = s.credit;
+    o.new_prefill_blocks = s.new_prefill_blocks;
+    o.queued_prefill_blocks = s.queued_prefill_blocks;
+    o.prefill_cost = s.prefill_cost;
+    o.decode_cost = s.decode_cost;
+    o.cost = s.cost;
+    o.probability = s.probability;
+  }
+}
+
+// As Lookup, for a route: the query, the candidates and the options.
+template <typename Fill>
+kvatlas_code Route(kvatlas_client* client, const kvatlas_context* context, const void* query,
+                   size_t query_size, const kvatlas_route_candidate* candidates,
+                   size_t num_candidates, const kvatlas_route_options* options,
+                   kvatlas_route_result** out, kvatlas_error** err, Fill&& fill) {
+  if (client == nullptr || out == nullptr || (query == nullptr && query_size > 0) ||
+      (candidates == nullptr && num_candidates > 0)) {
+    return Invalid("route: NULL argument", err);
+  }
+  *out = nullptr;
+  kvatlas::RoutingRequest request;
+  if (Status s = ToContext(context, &request.lookup.context); !s.ok()) return Fail(s, err);
+  if (Status s = ToCandidates(candidates, num_candidates, &request.candidates); !s.ok()) {
+    return Fail(s, err);
+  }
+  if (Status s = ToRouteOptions(options, &request.options); !s.ok()) return Fail(s, err);
+  fill(&request.lookup);
+  kvatlas::Result<kvatlas::RoutingAnswer> answer = client->client->Route(std::move(request));
+  if (!answer) return Fail(answer.error(), err);
+  Publish(*answer, out, FillRoute, kvatlas_free_route_result);
   return KVATLAS_OK;
 }
 
@@ -280,6 +386,57 @@ void kvatlas_free_lookup_result(kvatlas_lookup_result* result) {
     std::free(m.locations);
   }
   std::free(result->shared);
+  std::free(result);
+}
+
+void kvatlas_route_options_init(kvatlas_route_options* options) {
+  if (options == nullptr) return;
+  const kvatlas::RoutingOptions d;
+  *options = kvatlas_route_options{kRouteOptionsSize,
+                                   d.weights.gpu,
+                                   d.weights.cpu,
+                                   d.weights.disk,
+                                   d.weights.shared,
+                                   d.weights.predicted,
+                                   d.prefill_scale,
+                                   d.queue_scale,
+                                   d.decode_scale,
+                                   d.temperature,
+                                   0,
+                                   0,
+                                   0};
+}
+
+kvatlas_code kvatlas_route_tokens(kvatlas_client* client, const kvatlas_context* context,
+                                  const uint32_t* tokens, size_t num_tokens,
+                                  const kvatlas_route_candidate* candidates, size_t num_candidates,
+                                  const kvatlas_route_options* options, kvatlas_route_result** out,
+                                  kvatlas_error** err) {
+  return Guarded(err, [&] {
+    return Route(
+        client, context, tokens, num_tokens, candidates, num_candidates, options, out, err,
+        [&](kvatlas::LookupRequest* r) { r->token_ids.assign(tokens, tokens + num_tokens); });
+  });
+}
+
+kvatlas_code kvatlas_route_hashes(kvatlas_client* client, const kvatlas_context* context,
+                                  const uint64_t* hashes, size_t num_hashes,
+                                  const kvatlas_route_candidate* candidates, size_t num_candidates,
+                                  const kvatlas_route_options* options, kvatlas_route_result** out,
+                                  kvatlas_error** err) {
+  return Guarded(err, [&] {
+    return Route(client, context, hashes, num_hashes, candidates, num_candidates, options, out, err,
+                 [&](kvatlas::LookupRequest* r) {
+                   r->by_hash = true;
+                   r->seq_hashes.assign(hashes, hashes + num_hashes);
+                 });
+  });
+}
+
+void kvatlas_free_route_result(kvatlas_route_result* result) {
+  if (result == nullptr) return;
+  for (size_t i = 0; i < result->num_ranked; ++i) std::free(result->ranked[i].instance_id);
+  std::free(result->ranked);
   std::free(result);
 }
 

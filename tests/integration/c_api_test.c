@@ -6,10 +6,13 @@
  *   c_api_test HOST:PORT READ_TOKEN      (a server with access control on)
  *
  * Exit code 0 when every check passed; otherwise 1, after printing the failed checks. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+
 #include "kvatlas/client/c_api.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static int failures = 0;
 
@@ -112,6 +115,147 @@ static void TestCalls(kvatlas_client* client) {
   CHECK(kvatlas_stats_json(client, &stats, NULL) == KVATLAS_OK);
   CHECK(stats != NULL && strstr(stats, "\"index\"") != NULL);
   kvatlas_free_string(stats);
+}
+
+/* A route by tokens in the test's context with the default options; NULL (a failed
+ * check) when it fails. */
+static kvatlas_route_result* RouteTokens(kvatlas_client* client, const uint32_t* tokens,
+                                         size_t num_tokens,
+                                         const kvatlas_route_candidate* candidates,
+                                         size_t num_candidates) {
+  const kvatlas_context context = {NULL, "llama", NULL, 4, NULL};
+  kvatlas_route_result* result = NULL;
+  kvatlas_error* err = NULL;
+  if (kvatlas_route_tokens(client, &context, tokens, num_tokens, candidates, num_candidates, NULL,
+                           &result, &err) != KVATLAS_OK) {
+    fprintf(stderr, "kvatlas_route_tokens: %s\n", kvatlas_error_message(err));
+    kvatlas_error_free(err);
+    ++failures;
+    return NULL;
+  }
+  CHECK(result->num_ranked == num_candidates);
+  return result;
+}
+
+/* Routes over the blocks TestCalls stored, and the argument checks. */
+static void TestRoute(kvatlas_client* client) {
+  const kvatlas_context context = {NULL, "llama", NULL, 4, NULL};
+  const uint32_t tokens[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  kvatlas_route_candidate candidates[2];
+  memset(candidates, 0, sizeof(candidates));
+  candidates[0].instance_id = "engine-b";
+  candidates[0].queued_prefill_tokens = 8;
+  candidates[1].instance_id = "engine-a";
+  kvatlas_route_options options;
+  kvatlas_route_options_init(&options);
+  CHECK(options.struct_size == sizeof(options) && options.cpu == 0.75 && options.predicted == 1.0);
+  options.has_seed = 1;
+  options.seed = 7;
+  kvatlas_route_result* result = NULL;
+  kvatlas_error* err = NULL;
+  CHECK(kvatlas_route_tokens(client, &context, tokens, 10, candidates, 2, &options, &result,
+                             &err) == KVATLAS_OK);
+  if (result != NULL) {
+    CHECK(result->prompt_blocks == 3 && result->blocks_found == 2 && result->revision > 0);
+    CHECK(result->num_ranked == 2);
+    if (result->num_ranked == 2) {
+      const kvatlas_scored_candidate* pick = &result->ranked[0];
+      CHECK(strcmp(pick->instance_id, "engine-a") == 0 && pick->index == 1);
+      CHECK(pick->matched_gpu == 2 && pick->gpu_blocks == 2 && pick->credit == 2.0);
+      CHECK(pick->probability == 1.0 && pick->predicted_blocks == 0);
+      CHECK(result->ranked[1].queued_prefill_tokens == 8);
+      CHECK(result->ranked[1].queued_prefill_blocks == 2.0);
+    }
+    kvatlas_free_route_result(result);
+  }
+  const uint64_t hashes[] = {111, 222};
+  result = NULL;
+  CHECK(kvatlas_route_hashes(client, &context, hashes, 2, candidates, 1, NULL, &result, NULL) ==
+        KVATLAS_OK);
+  if (result != NULL) {
+    CHECK(result->num_ranked == 1 && result->ranked[0].matched_cpu == 2);
+    kvatlas_free_route_result(result);
+  }
+
+  /* Bad input: each error names the field. */
+  candidates[1].instance_id = "";
+  CHECK(kvatlas_route_tokens(client, &context, tokens, 10, candidates, 2, NULL, &result, &err) ==
+        KVATLAS_INVALID_ARGUMENT);
+  CHECK(result == NULL);
+  CHECK(strstr(kvatlas_error_message(err), "candidates[1].instance_id") != NULL);
+  kvatlas_error_free(err);
+  candidates[1].instance_id = "engine-a";
+  CHECK(kvatlas_route_tokens(client, &context, tokens, 10, candidates, 0, NULL, &result, &err) ==
+        KVATLAS_INVALID_ARGUMENT);
+  CHECK(strstr(kvatlas_error_message(err), "candidates") != NULL);
+  kvatlas_error_free(err);
+  options.struct_size = sizeof(options) + 8; /* a newer header's */
+  CHECK(kvatlas_route_tokens(client, &context, tokens, 10, candidates, 2, &options, &result,
+                             &err) == KVATLAS_INVALID_ARGUMENT);
+  CHECK(strstr(kvatlas_error_message(err), "struct_size") != NULL);
+  kvatlas_error_free(err);
+  kvatlas_route_options_init(&options);
+  options.predicted = 1.5;
+  CHECK(kvatlas_route_tokens(client, &context, tokens, 10, candidates, 2, &options, &result,
+                             &err) == KVATLAS_INVALID_ARGUMENT);
+  CHECK(strstr(kvatlas_error_message(err), "weights.PREDICTED") != NULL);
+  kvatlas_error_free(err);
+  CHECK(kvatlas_route_tokens(NULL, &context, tokens, 10, candidates, 2, NULL, &result, NULL) ==
+        KVATLAS_INVALID_ARGUMENT);
+  kvatlas_free_route_result(NULL);
+}
+
+/* Approximate mode (docs/routing.md §Approximate mode): a route that picks a `predict`
+ * candidate records the prompt's blocks as predicted on it; the next route with that prompt
+ * credits them and prefers it. A candidate routed without the flag gets nothing recorded. */
+static void TestRoutePredict(kvatlas_client* client) {
+  uint32_t tokens[32]; /* 8 blocks nobody holds */
+  uint32_t plain_tokens[32];
+  for (uint32_t i = 0; i < 32; ++i) {
+    tokens[i] = 5000 + i;
+    plain_tokens[i] = 9000 + i;
+  }
+  kvatlas_route_candidate candidates[2];
+  memset(candidates, 0, sizeof(candidates));
+  candidates[0].instance_id = "plain";
+  kvatlas_route_result* result = RouteTokens(client, plain_tokens, 32, candidates, 1);
+  kvatlas_free_route_result(result);
+
+  candidates[0].instance_id = "quiet";
+  candidates[0].predict = 1;
+  result = RouteTokens(client, tokens, 32, candidates, 1);
+  if (result == NULL) return;
+  CHECK(strcmp(result->ranked[0].instance_id, "quiet") == 0);
+  CHECK(result->ranked[0].predicted_blocks == 0);
+  kvatlas_free_route_result(result);
+
+  candidates[0].instance_id = "other";
+  candidates[0].predict = 0;
+  candidates[1].instance_id = "quiet";
+  candidates[1].predict = 1;
+  /* Recorded within a 50 ms batch and one commit: a bounded wait (10 s), not a timed check. */
+  const struct timespec pause = {0, 20 * 1000 * 1000};
+  for (int attempt = 0;; ++attempt) {
+    result = RouteTokens(client, tokens, 32, candidates, 2);
+    if (result == NULL) return;
+    if (result->ranked[0].predicted_blocks == 8 || attempt == 500) break;
+    kvatlas_free_route_result(result);
+    nanosleep(&pause, NULL);
+  }
+  const kvatlas_scored_candidate* pick = &result->ranked[0];
+  CHECK(strcmp(pick->instance_id, "quiet") == 0 && pick->index == 1);
+  CHECK(pick->predicted_blocks == 8 && pick->matched_predicted == 8 && pick->credit == 8.0);
+  CHECK(result->ranked[1].predicted_blocks == 0 && result->ranked[1].matched_predicted == 0);
+  kvatlas_free_route_result(result);
+
+  /* "plain" was routed before "quiet"'s prediction, which has now applied. */
+  candidates[0].instance_id = "plain";
+  result = RouteTokens(client, plain_tokens, 32, candidates, 2);
+  if (result == NULL) return;
+  for (size_t i = 0; i < result->num_ranked; ++i) {
+    CHECK(result->ranked[i].predicted_blocks == 0 && result->ranked[i].matched_predicted == 0);
+  }
+  kvatlas_free_route_result(result);
 }
 
 /* Whether the kvatlas_fetch_loads_json document holds `needle`. */
@@ -255,6 +399,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   TestCalls(client);
+  TestRoute(client);
+  TestRoutePredict(client);
   TestLoadReporter(client);
   kvatlas_close(client);
   kvatlas_close(NULL);

@@ -170,6 +170,108 @@ KVATLAS_EXPORT void kvatlas_free_string(char* s); /* NULL is a no-op */
 /* A round trip touching no state. */
 KVATLAS_EXPORT kvatlas_code kvatlas_ping(kvatlas_client* client, kvatlas_error** err);
 
+/* --- Routing (docs/routing.md) -----------------------------------------------------------
+ * A routing decision (binary kRoute, as POST /v1/route): the lookup over every instance,
+ * then the candidates ranked by the common cost. */
+
+/* A routing target and its current load. Zero-initialise it ({0}), then set what you need.
+ * Its size is fixed within a SONAME: a later field will use `reserved` or come with new
+ * functions (docs/abi.md). */
+typedef struct kvatlas_route_candidate {
+  const char* instance_id;        /* required, non-empty */
+  uint32_t dp_rank;               /* with has_dp_rank: that rank's match is used */
+  uint32_t has_dp_rank;           /* nonzero: use dp_rank; 0: the instance's best over its ranks */
+  uint64_t queued_prefill_tokens; /* prefill work waiting on the candidate */
+  uint64_t active_decode_blocks;  /* KV blocks of the requests it is decoding */
+  /* Nonzero: the instance publishes no KV events (approximate mode, docs/routing.md
+   * §Approximate mode). When a route picks it, the server records the request's blocks as
+   * predicted on it for a while (in a batch, within about 50 ms), and later routes credit
+   * them (kvatlas_scored_candidate.predicted_blocks). */
+  uint32_t predict;
+  uint32_t reserved; /* must be 0 */
+} kvatlas_route_candidate;
+
+/* The cost model's knobs (docs/routing.md, docs/api.md §Routing). Set them from
+ * kvatlas_route_options_init (the server's defaults), then change what you need. Fields
+ * added later go at the end: a later library of the same SONAME reads only the fields
+ * `struct_size` covers (the others take their defaults), so programs built against this
+ * header keep working; a library older than the header refuses a larger struct_size
+ * (KVATLAS_INVALID_ARGUMENT naming it). */
+typedef struct kvatlas_route_options {
+  size_t struct_size;   /* sizeof(kvatlas_route_options), as kvatlas_route_options_init sets */
+  double gpu;           /* tier weights, each 0 … 1: 1.0 */
+  double cpu;           /* 0.75 */
+  double disk;          /* 0.25 */
+  double shared;        /* 0.5 */
+  double predicted;     /* a predicted block (approximate mode): 1.0 */
+  double prefill_scale; /* 1.0 */
+  double queue_scale;   /* 0.3 */
+  double decode_scale;  /* 0.1 */
+  double temperature;   /* 0: lowest cost first; > 0: sampled */
+  uint64_t seed;        /* the sampler's seed, with has_seed */
+  uint32_t has_seed;    /* nonzero: use seed; 0: a random seed per call */
+  uint32_t reserved;    /* must be 0 */
+} kvatlas_route_options;
+
+/* Sets `options` to the server's defaults (and struct_size). NULL is a no-op. */
+KVATLAS_EXPORT void kvatlas_route_options_init(kvatlas_route_options* options);
+
+/* One candidate's score and how it was reached (docs/api.md §Routing). matched_gpu <=
+ * matched_cpu <= matched_disk are cumulative prefixes; the *_blocks counts are the blocks
+ * served from each tier, each counted once. */
+typedef struct kvatlas_scored_candidate {
+  size_t index; /* the candidate's position in the request */
+  char* instance_id;
+  uint32_t dp_rank;
+  uint32_t has_dp_rank;
+  uint64_t queued_prefill_tokens;
+  uint64_t active_decode_blocks;
+  uint32_t matched_gpu;
+  uint32_t matched_cpu;
+  uint32_t matched_disk;
+  uint32_t matched_shared;
+  /* The candidate's predicted prefix (approximate mode); answered only to routes with a
+   * `predict` candidate (or a `predicted` weight other than 1), 0 otherwise. */
+  uint32_t matched_predicted;
+  uint32_t gpu_blocks;
+  uint32_t cpu_blocks;
+  uint32_t disk_blocks;
+  uint32_t shared_blocks;
+  uint32_t predicted_blocks; /* credited as predicted: past disk, before shared; as above */
+  double credit;
+  double new_prefill_blocks;
+  double queued_prefill_blocks;
+  double prefill_cost;
+  double decode_cost;
+  double cost;
+  double probability;
+} kvatlas_scored_candidate;
+
+/* A route answer: `ranked` holds every candidate, the pick first. Free with
+ * kvatlas_free_route_result. */
+typedef struct kvatlas_route_result {
+  uint64_t revision;
+  uint32_t prompt_blocks;
+  uint32_t blocks_found; /* leading blocks some holder has */
+  size_t num_ranked;
+  kvatlas_scored_candidate* ranked;
+} kvatlas_route_result;
+
+/* Ranks `candidates` (1 … 65,536) for a prompt given as tokens or as its block keys.
+ * `options` NULL = the server's defaults. KVATLAS_INVALID_ARGUMENT names the bad field
+ * ("candidates[1].instance_id: ..."). On success *out is a result to free with
+ * kvatlas_free_route_result. Predictions a follower records count in its own answers only
+ * (docs/routing.md §Approximate mode). */
+KVATLAS_EXPORT kvatlas_code kvatlas_route_tokens(
+    kvatlas_client* client, const kvatlas_context* context, const uint32_t* tokens,
+    size_t num_tokens, const kvatlas_route_candidate* candidates, size_t num_candidates,
+    const kvatlas_route_options* options, kvatlas_route_result** out, kvatlas_error** err);
+KVATLAS_EXPORT kvatlas_code kvatlas_route_hashes(
+    kvatlas_client* client, const kvatlas_context* context, const uint64_t* hashes,
+    size_t num_hashes, const kvatlas_route_candidate* candidates, size_t num_candidates,
+    const kvatlas_route_options* options, kvatlas_route_result** out, kvatlas_error** err);
+KVATLAS_EXPORT void kvatlas_free_route_result(kvatlas_route_result* result); /* NULL: no-op */
+
 /* --- Shared load (docs/routing.md §Shared load) ------------------------------------------
  * A router replica's in-flight table, reported to the cluster (kvatlas::LoadReporter): the
  * router notes each request it sends to an instance, and a background thread sends the
