@@ -43,6 +43,15 @@ class Fields {
     return Status::Ok();
   }
 
+  // A boolean field; left as is when absent or null.
+  Status Bool(std::string_view field, bool* out) const {
+    auto it = json_.find(field);
+    if (it == json_.end() || it->is_null()) return Status::Ok();
+    if (!it->is_boolean()) return Invalid(field, "must be true or false");
+    *out = it->get<bool>();
+    return Status::Ok();
+  }
+
   Status Uint32(std::string_view field, bool required, bool positive, uint32_t* out) const {
     auto it = json_.find(field);
     if (it == json_.end() || it->is_null()) {
@@ -85,8 +94,21 @@ Result<Registration> RegistrationFromJson(const nlohmann::json& json, std::strin
   const Fields f(json, path);
   KVATLAS_RETURN_IF_ERROR(f.Check());
   Registration r;
-  KVATLAS_RETURN_IF_ERROR(f.String("endpoint", true, kMaxEndpointBytes, &r.endpoint));
-  if (Status s = ZmqIngest::ValidateEndpoint(r.endpoint, /*for_bind=*/false); !s.ok()) {
+  // An instance that publishes no KV events (docs/routing.md §Approximate mode) has no
+  // endpoint to follow: kvatlas predicts what it caches from the routes sent to it.
+  bool publishes_events = true;
+  KVATLAS_RETURN_IF_ERROR(f.Bool("publishes_events", &publishes_events));
+  KVATLAS_RETURN_IF_ERROR(f.String("endpoint", publishes_events, kMaxEndpointBytes, &r.endpoint));
+  if (!publishes_events) {
+    if (!r.endpoint.empty()) {
+      return f.Invalid("endpoint", "must be absent when publishes_events is false");
+    }
+    std::string replay;
+    KVATLAS_RETURN_IF_ERROR(f.String("replay_endpoint", false, kMaxEndpointBytes, &replay));
+    if (!replay.empty()) {
+      return f.Invalid("replay_endpoint", "must be absent when publishes_events is false");
+    }
+  } else if (Status s = ZmqIngest::ValidateEndpoint(r.endpoint, /*for_bind=*/false); !s.ok()) {
     return f.Invalid("endpoint", s.message());
   }
   KVATLAS_RETURN_IF_ERROR(
@@ -124,7 +146,8 @@ Result<Registration> RegistrationFromJson(const nlohmann::json& json, std::strin
 nlohmann::json RegistrationToJson(const Registration& r) {
   return {
       {"key", r.Key()},
-      {"endpoint", r.endpoint},
+      {"endpoint", r.PublishesEvents() ? nlohmann::json(r.endpoint) : nlohmann::json(nullptr)},
+      {"publishes_events", r.PublishesEvents()},
       {"replay_endpoint",
        r.replay_endpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.replay_endpoint)},
       {"type", std::string(EngineTypeName(r.type))},

@@ -48,7 +48,8 @@ std::string ReportModeProblem(EngineType type, ReportMode mode);
 // Its events update holder {instance_id, dp_rank} in the contexts of `tenant_id`/`model`.
 struct Registration {
   // ZMQ endpoint of the publisher's PUB socket, which kvatlas connects a SUB socket to
-  // (e.g. "tcp://10.0.0.5:5557").
+  // (e.g. "tcp://10.0.0.5:5557"); empty for an instance that publishes no KV events, whose
+  // cache routes predict (docs/routing.md §Approximate mode).
   std::string endpoint;
   // ZMQ endpoint of its replay ROUTER socket; empty = the publisher cannot replay.
   std::string replay_endpoint;
@@ -70,6 +71,7 @@ struct Registration {
   // the same key again replaces the registration.
   std::string Key() const { return RegistrationKey(instance_id, tenant_id, dp_rank); }
   HolderKey Holder() const { return HolderKey{instance_id, dp_rank}; }
+  bool PublishesEvents() const { return !endpoint.empty(); }
 
   static std::string RegistrationKey(std::string_view instance, std::string_view tenant,
                                      uint32_t dp_rank) {

@@ -587,8 +587,10 @@ Status ValidateConfig(const Config& config) {
   for (size_t i = 0; i < config.publishers.size(); ++i) {
     const Registration& r = config.publishers[i];
     const std::string path = std::string(kPublishersKey) + "[" + std::to_string(i) + "].";
-    KVATLAS_RETURN_IF_ERROR(CheckTransport(path + "endpoint", r.endpoint, transports));
-    KVATLAS_RETURN_IF_ERROR(CheckHost(path + "endpoint", r.endpoint, hosts));
+    if (r.PublishesEvents()) {
+      KVATLAS_RETURN_IF_ERROR(CheckTransport(path + "endpoint", r.endpoint, transports));
+      KVATLAS_RETURN_IF_ERROR(CheckHost(path + "endpoint", r.endpoint, hosts));
+    }
     if (!r.replay_endpoint.empty()) {
       KVATLAS_RETURN_IF_ERROR(
           CheckTransport(path + "replay_endpoint", r.replay_endpoint, transports));

@@ -1,5 +1,6 @@
 #include "server/service/prediction_service.h"
 
+#include <optional>
 #include <utility>
 
 namespace kvatlas::server {
@@ -19,11 +20,29 @@ std::vector<uint32_t> PredictedPrefixes(const Services& services, const ContextK
   return out;
 }
 
+bool PredictsFor(const Services& services, const ContextKey& context,
+                 const RouteCandidate& picked) {
+  if (picked.predict) return true;
+  const HolderKey holder{picked.instance_id, picked.dp_rank.value_or(0)};
+  // Registered: always without events; with events, while its stream is quiet (down, or
+  // idle: the next event replaces what was predicted).
+  const std::optional<bool> publishes = services.machine->ReadRegistry(
+      [&](const Registry& registry, Revision) -> std::optional<bool> {
+        const auto it = registry.registrations.find(
+            Registration::RegistrationKey(holder.id, context.tenant, holder.dp_rank));
+        if (it == registry.registrations.end()) return std::nullopt;
+        return it->second.PublishesEvents();
+      });
+  if (!publishes) return false;
+  return !*publishes || !services.machine->predicted().IsLive(holder, PredictedTable::Clock::now());
+}
+
 void RecordPrediction(const Services& services, const ContextKey& context,
                       const RouteCandidate& picked, std::vector<BlockKey> keys) {
-  if (!picked.predict || services.predictions == nullptr || keys.empty()) return;
+  if (services.predictions == nullptr || keys.empty()) return;
   // predicted_max_entries 0: predictions are off here, not worth a log entry.
   if (services.machine->predicted().stats().max_entries == 0) return;
+  if (!PredictsFor(services, context, picked)) return;
   (void)services.predictions->Enqueue(
       context, HolderKey{picked.instance_id, picked.dp_rank.value_or(0)}, std::move(keys));
 }

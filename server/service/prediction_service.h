@@ -21,8 +21,15 @@ namespace kvatlas::server {
                                                       std::span<const BlockKey> keys,
                                                       std::span<const RouteCandidate> candidates);
 
-// Queues `keys` as predicted on `picked` ({instance_id, dp_rank or 0}) when it is flagged
-// `predict` and the server records predictions; nothing otherwise. Never blocks.
+// Whether a route that picked `picked` records its blocks as predicted there: the
+// candidate is flagged `predict`, or its holder ({instance_id, dp_rank or 0}) is registered
+// for `context`'s tenant without events, or with events but none applied within
+// kPredictionLiveWindow (its stream is down or idle).
+[[nodiscard]] bool PredictsFor(const Services& services, const ContextKey& context,
+                               const RouteCandidate& picked);
+
+// Queues `keys` as predicted on `picked` when PredictsFor and the server records
+// predictions; nothing otherwise. Never blocks.
 void RecordPrediction(const Services& services, const ContextKey& context,
                       const RouteCandidate& picked, std::vector<BlockKey> keys);
 

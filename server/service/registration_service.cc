@@ -12,8 +12,10 @@ Status CheckRegistrationLimits(const Registry& registry, std::span<const Registr
                                const RegistrationLimits& limits) {
   size_t count = registry.registrations.size();
   for (const Registration& r : added) {
-    KVATLAS_RETURN_IF_ERROR(CheckTransport("endpoint", r.endpoint, limits.allowed_transports));
-    KVATLAS_RETURN_IF_ERROR(CheckHost("endpoint", r.endpoint, limits.allowed_hosts));
+    if (r.PublishesEvents()) {
+      KVATLAS_RETURN_IF_ERROR(CheckTransport("endpoint", r.endpoint, limits.allowed_transports));
+      KVATLAS_RETURN_IF_ERROR(CheckHost("endpoint", r.endpoint, limits.allowed_hosts));
+    }
     if (!r.replay_endpoint.empty()) {
       KVATLAS_RETURN_IF_ERROR(
           CheckTransport("replay_endpoint", r.replay_endpoint, limits.allowed_transports));

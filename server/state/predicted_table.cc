@@ -5,8 +5,8 @@
 namespace kvatlas::server {
 namespace {
 
-constexpr auto kSweepEvery = std::chrono::seconds(1);
-constexpr auto kLongestTtl = std::chrono::milliseconds(kMaxPredictedTtlMs);
+// Event marks are dropped once past the live window, at most once a second.
+constexpr auto kEventSweepEvery = std::chrono::seconds(1);
 
 }  // namespace
 
@@ -15,20 +15,23 @@ size_t PredictedTable::Record(const ContextKey& context, const HolderKey& holder
                               Clock::time_point expires_at, Clock::time_point now) {
   if (keys.empty() || expires_at <= now) return 0;
   std::lock_guard lock(mu_);
-  SweepLocked(now, false);
-  // The holder's stream is up: its events say what it holds, better than a guess.
-  if (const auto event = events_.find(holder);
-      event != events_.end() && event->second + (expires_at - accepted_at) > accepted_at) {
+  ExpireLocked(now);
+  // The holder's stream is live: its events say what it holds, better than a guess.
+  if (IsLiveLocked(holder, accepted_at)) {
     stats_.replaced += keys.size();
     return 0;
   }
-  if (stats_.entries + keys.size() > max_entries_) SweepLocked(now, true);
-  Blocks& blocks = holders_[holder][context];
+  auto [contexts, new_holder] = holders_.try_emplace(holder);
+  auto [slot, new_context] = contexts->second.try_emplace(context, next_bucket_);
+  if (new_context) buckets_.emplace(next_bucket_++, Bucket{holder, context, {}});
+  const uint64_t id = slot->second;
+  Blocks& blocks = buckets_.at(id).blocks;
   size_t recorded = 0;
   for (const BlockKey key : keys) {
     const auto [it, added] = blocks.try_emplace(key, expires_at);
     if (!added) {
-      it->second = std::max(it->second, expires_at);
+      if (it->second >= expires_at) continue;  // already predicted as long
+      it->second = expires_at;
     } else if (stats_.entries >= max_entries_) {
       blocks.erase(it);
       stats_.dropped += 1;
@@ -36,14 +39,12 @@ size_t PredictedTable::Record(const ContextKey& context, const HolderKey& holder
     } else {
       stats_.entries += 1;
     }
+    expiries_.push_back({expires_at, id, key});
     recorded += 1;
   }
   stats_.recorded += recorded;
-  if (blocks.empty()) {
-    auto h = holders_.find(holder);
-    h->second.erase(context);
-    if (h->second.empty()) holders_.erase(h);
-  }
+  if (blocks.empty()) EraseBucketLocked(id);
+  if (expiries_.size() > 2 * stats_.entries + 1024) CompactQueueLocked();
   return recorded;
 }
 
@@ -56,34 +57,72 @@ void PredictedTable::NoteEvent(const HolderKey& holder, Clock::time_point now) {
 void PredictedTable::Clear() {
   std::lock_guard lock(mu_);
   holders_.clear();
+  buckets_.clear();
+  expiries_.clear();
   events_.clear();
   stats_.entries = 0;
+}
+
+bool PredictedTable::IsLive(const HolderKey& holder, Clock::time_point at) const {
+  std::lock_guard lock(mu_);
+  return IsLiveLocked(holder, at);
+}
+
+bool PredictedTable::IsLiveLocked(const HolderKey& holder, Clock::time_point at) const {
+  const auto event = events_.find(holder);
+  return event != events_.end() && event->second + kPredictionLiveWindow > at;
+}
+
+void PredictedTable::EraseBucketLocked(uint64_t id) {
+  const auto bucket = buckets_.find(id);
+  if (bucket == buckets_.end()) return;
+  const auto h = holders_.find(bucket->second.holder);
+  if (h != holders_.end()) {
+    h->second.erase(bucket->second.context);
+    if (h->second.empty()) holders_.erase(h);
+  }
+  buckets_.erase(bucket);
 }
 
 void PredictedTable::EraseHolderLocked(const HolderKey& holder) {
   const auto it = holders_.find(holder);
   if (it == holders_.end()) return;
-  for (const auto& [context, blocks] : it->second) {
-    stats_.entries -= blocks.size();
-    stats_.replaced += blocks.size();
+  for (const auto& [context, id] : it->second) {
+    const auto bucket = buckets_.find(id);
+    stats_.entries -= bucket->second.blocks.size();
+    stats_.replaced += bucket->second.blocks.size();
+    buckets_.erase(bucket);
   }
   holders_.erase(it);
 }
 
-void PredictedTable::SweepLocked(Clock::time_point now, bool force) {
-  if (!force && now < next_sweep_) return;
-  next_sweep_ = now + kSweepEvery;
-  for (auto h = holders_.begin(); h != holders_.end();) {
-    for (auto c = h->second.begin(); c != h->second.end();) {
-      const size_t expired =
-          std::erase_if(c->second, [now](const auto& entry) { return entry.second <= now; });
-      stats_.entries -= expired;
-      stats_.expired += expired;
-      c = c->second.empty() ? h->second.erase(c) : std::next(c);
-    }
-    h = h->second.empty() ? holders_.erase(h) : std::next(h);
+void PredictedTable::ExpireLocked(Clock::time_point now) {
+  while (!expiries_.empty() && expiries_.front().at <= now) {
+    const Expiry e = expiries_.front();
+    expiries_.pop_front();
+    const auto bucket = buckets_.find(e.bucket);
+    if (bucket == buckets_.end()) continue;  // replaced by events, or already expired
+    Blocks& blocks = bucket->second.blocks;
+    const auto it = blocks.find(e.key);
+    if (it == blocks.end() || it->second > now) continue;  // renewed: a later element ends it
+    blocks.erase(it);
+    stats_.entries -= 1;
+    stats_.expired += 1;
+    if (blocks.empty()) EraseBucketLocked(e.bucket);
   }
-  std::erase_if(events_, [now](const auto& entry) { return entry.second + kLongestTtl <= now; });
+  if (now < next_event_sweep_) return;
+  next_event_sweep_ = now + kEventSweepEvery;
+  std::erase_if(events_,
+                [now](const auto& entry) { return entry.second + kPredictionLiveWindow <= now; });
+}
+
+void PredictedTable::CompactQueueLocked() {
+  expiries_.clear();
+  for (const auto& [id, bucket] : buckets_) {
+    for (const auto& [key, at] : bucket.blocks) expiries_.push_back({at, id, key});
+  }
+  std::sort(expiries_.begin(), expiries_.end(),
+            [](const Expiry& a, const Expiry& b) { return a.at < b.at; });
 }
 
 uint32_t PredictedTable::PrefixIn(const Blocks& blocks, std::span<const BlockKey> keys,
@@ -97,13 +136,19 @@ uint32_t PredictedTable::PrefixIn(const Blocks& blocks, std::span<const BlockKey
   return n;
 }
 
+const PredictedTable::Blocks* PredictedTable::FindLocked(const ContextKey& context,
+                                                         const HolderKey& holder) const {
+  const auto h = holders_.find(holder);
+  if (h == holders_.end()) return nullptr;
+  const auto c = h->second.find(context);
+  return c == h->second.end() ? nullptr : &buckets_.at(c->second).blocks;
+}
+
 uint32_t PredictedTable::PrefixOf(const ContextKey& context, const HolderKey& holder,
                                   std::span<const BlockKey> keys, Clock::time_point now) const {
   std::lock_guard lock(mu_);
-  const auto h = holders_.find(holder);
-  if (h == holders_.end()) return 0;
-  const auto c = h->second.find(context);
-  return c == h->second.end() ? 0 : PrefixIn(c->second, keys, now);
+  const Blocks* blocks = FindLocked(context, holder);
+  return blocks == nullptr ? 0 : PrefixIn(*blocks, keys, now);
 }
 
 uint32_t PredictedTable::BestOfInstance(const ContextKey& context, std::string_view instance_id,
@@ -114,7 +159,7 @@ uint32_t PredictedTable::BestOfInstance(const ContextKey& context, std::string_v
   for (auto h = holders_.lower_bound(HolderKey{std::string(instance_id), 0});
        h != holders_.end() && h->first.id == instance_id; ++h) {
     if (const auto c = h->second.find(context); c != h->second.end()) {
-      best = std::max(best, PrefixIn(c->second, keys, now));
+      best = std::max(best, PrefixIn(buckets_.at(c->second).blocks, keys, now));
     }
   }
   return best;
@@ -128,7 +173,7 @@ std::vector<PredictedMatch> PredictedTable::Matches(const ContextKey& context,
   for (const auto& [holder, contexts] : holders_) {
     const auto c = contexts.find(context);
     if (c == contexts.end()) continue;
-    if (const uint32_t blocks = PrefixIn(c->second, keys, now); blocks > 0) {
+    if (const uint32_t blocks = PrefixIn(buckets_.at(c->second).blocks, keys, now); blocks > 0) {
       out.push_back({holder, blocks});
     }
   }
@@ -139,6 +184,7 @@ PredictedStats PredictedTable::stats() const {
   std::lock_guard lock(mu_);
   PredictedStats out = stats_;
   out.max_entries = max_entries_;
+  out.queued = expiries_.size();
   return out;
 }
 

@@ -3,16 +3,21 @@
 // Leased soft state like the router fleet's loads: every replica fills its table from the
 // PredictCommands it applies, in memory only — never in storage, snapshots or the replica
 // digest. Real events replace predictions: a Store, Remove or Clear naming a holder drops
-// its predicted blocks and keeps new ones off it for one TTL.
+// its predicted blocks and keeps new ones off it while its stream is live (an event less
+// than kPredictionLiveWindow ago); a holder quiet for longer — its stream down, or never
+// up — takes predictions again, until its next event.
 //
-// Memory is bounded twice: entries end with their TTL (a sweep at most once a second
-// drops them), and past `max_entries` (block, holder) entries new predictions are dropped
-// and counted. Thread-safe: Record/NoteEvent from the applying thread, reads from any.
+// Memory is bounded twice: entries end with their TTL, and past `max_entries` (block,
+// holder) entries new predictions are dropped and counted. Expired entries leave through
+// a queue in order of expiry, so every call costs O(keys it names + entries it expires),
+// never a pass over the table. Thread-safe: Record/NoteEvent from the applying thread,
+// reads from any.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <span>
@@ -27,10 +32,13 @@
 namespace kvatlas::server {
 
 // The TTL range of predictions (the predicted_ttl_ms option) and the default entry cap
-// (predicted_max_entries): 1M entries of ~60 bytes each, ~60 MB at most.
+// (predicted_max_entries): 1M entries of ~85 bytes each (the expiry queue included).
 inline constexpr uint32_t kMinPredictedTtlMs = 100;
 inline constexpr uint32_t kMaxPredictedTtlMs = 3'600'000;
 inline constexpr size_t kDefaultMaxPredictedEntries = 1'000'000;
+// A holder whose last real event is younger than this has a live stream: its events say
+// what it holds, so predictions for it are not recorded.
+inline constexpr std::chrono::milliseconds kPredictionLiveWindow{5'000};
 
 // One holder's predicted prefix of a request.
 struct PredictedMatch {
@@ -47,6 +55,7 @@ struct PredictedStats {
   uint64_t expired = 0;    // entries swept after their TTL
   uint64_t dropped = 0;    // entries not recorded because the table was full
   uint64_t replaced = 0;   // entries dropped, or not recorded, because the holder sent events
+  size_t queued = 0;       // elements of the expiry queue (renewals add one each)
 };
 
 class PredictedTable {
@@ -58,14 +67,17 @@ class PredictedTable {
 
   // Records `keys` as predicted on `holder` in `context` from `accepted_at` until
   // `expires_at` (a key predicted again has its end moved). Nothing is recorded for a holder
-  // that sent a real event less than one TTL before `accepted_at` (its stream is up), nor
-  // when the prediction ended already. Returns the entries recorded.
+  // whose stream is live at `accepted_at` (IsLive), nor when the prediction ended already.
+  // Returns the entries recorded.
   size_t Record(const ContextKey& context, const HolderKey& holder, std::span<const BlockKey> keys,
                 Clock::time_point accepted_at, Clock::time_point expires_at, Clock::time_point now);
   // A real event (store, remove, clear) of `holder` was applied at `now`: its predictions go.
   void NoteEvent(const HolderKey& holder, Clock::time_point now);
   // Forgets everything (a server restoring a snapshot).
   void Clear();
+
+  // Whether `holder` sent a real event less than kPredictionLiveWindow before `at`.
+  bool IsLive(const HolderKey& holder, Clock::time_point at) const;
 
   // Leading blocks of `keys` predicted on `holder` in `context` and not expired at `now`.
   uint32_t PrefixOf(const ContextKey& context, const HolderKey& holder,
@@ -87,22 +99,49 @@ class PredictedTable {
     }
   };
   using Blocks = std::unordered_map<BlockKey, Clock::time_point>;  // key → expiry
-  using Contexts = std::unordered_map<ContextKey, Blocks, ContextKeyHash>;
+  // One holder's predictions in one context; named by id in the expiry queue, so that an
+  // erased bucket leaves no dangling reference there.
+  struct Bucket {
+    HolderKey holder;
+    ContextKey context;
+    Blocks blocks;
+  };
+  struct Expiry {
+    Clock::time_point at;
+    uint64_t bucket;
+    BlockKey key;
+  };
+  using Contexts = std::unordered_map<ContextKey, uint64_t, ContextKeyHash>;  // → bucket id
 
   static uint32_t PrefixIn(const Blocks& blocks, std::span<const BlockKey> keys,
                            Clock::time_point now);
-  // Drops expired entries and holders' event marks older than kMaxPredictedTtlMs, at most
-  // once a second unless `force`. mu_ held.
-  void SweepLocked(Clock::time_point now, bool force);
+  // The bucket of `holder` in `context`, or null. mu_ held.
+  const Blocks* FindLocked(const ContextKey& context, const HolderKey& holder) const;
+  bool IsLiveLocked(const HolderKey& holder, Clock::time_point at) const;
+  // Drops the entries expired at `now`, from the front of the queue (which is in order of
+  // expiry while every prediction has one TTL; an entry with a shorter one waits for those
+  // queued before it, unseen by reads meanwhile), and event marks past the live window.
+  // mu_ held.
+  void ExpireLocked(Clock::time_point now);
+  // Rebuilds the queue from the buckets when renewals have left it over twice the entries.
+  // mu_ held.
+  void CompactQueueLocked();
+  // Drops bucket `id` and its place among its holder's contexts. mu_ held.
+  void EraseBucketLocked(uint64_t id);
   // Drops every entry of `holder`, counting them in `replaced`. mu_ held.
   void EraseHolderLocked(const HolderKey& holder);
 
   const size_t max_entries_;
   mutable std::mutex mu_;
   std::map<HolderKey, Contexts, HolderLess> holders_;
-  // When each holder last sent a real event (kept kMaxPredictedTtlMs).
+  std::unordered_map<uint64_t, Bucket> buckets_;
+  uint64_t next_bucket_ = 1;
+  // One element per recorded or renewed entry; a renewed entry's older elements are
+  // skipped when they reach the front.
+  std::deque<Expiry> expiries_;
+  // When each holder last sent a real event (kept for the live window).
   std::unordered_map<HolderKey, Clock::time_point, HolderKeyHash> events_;
-  Clock::time_point next_sweep_{};
+  Clock::time_point next_event_sweep_{};
   PredictedStats stats_;
 };
 

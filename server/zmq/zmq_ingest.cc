@@ -214,7 +214,8 @@ class ZmqIngest::Loop {
       changed = true;
     }
     for (auto& [key, registration] : registrations) {
-      if (streams_.contains(key)) continue;
+      // An instance without events has no stream (docs/routing.md §Approximate mode).
+      if (!registration.PublishesEvents() || streams_.contains(key)) continue;
       auto position = positions.find(key);
       streams_.emplace(
           key, MakeRegisteredStream(registration, position == positions.end()

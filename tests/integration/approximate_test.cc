@@ -2,8 +2,9 @@
 // picks a candidate flagged `predict` (an instance publishing no KV events) records the
 // request's blocks as predicted there, so the next route sharing the prefix prefers it and
 // the answers mark the blocks predicted; the Conductor /query reports them too; a real
-// event of the instance replaces them; after the TTL they are gone. Bad settings and flags
-// are refused naming the field.
+// event of the instance replaces them; after the TTL they are gone. An instance registered
+// without events, or whose stream is quiet, is predicted without the flag. Bad settings,
+// flags and registrations are refused naming the field.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -11,6 +12,8 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tests/integration/rest_helpers.h"
 #include "tests/integration/server_process.h"
@@ -140,6 +143,77 @@ TEST_SUITE("Integration.Approximate") {
     CHECK(Candidate(after.body, "b")["matched"]["GPU"] == 1);
   }
 
+  TEST_CASE("Approximate: instances registered without events, or quiet, are predicted unflagged") {
+    TempDir dir;
+    ServerProcess server(dir.path() / "data");
+    auto client = server.Client();
+    const auto registration = [](const char* instance, bool events) {
+      json r = {
+          {"type", "vLLM"}, {"modelname", "m"}, {"instance_id", instance}, {"block_size", kBlock}};
+      if (events) {
+        r["endpoint"] = "tcp://127.0.0.1:9";  // nothing publishes there: the stream is down
+      } else {
+        r["publishes_events"] = false;
+      }
+      return r;
+    };
+    REQUIRE(Post(client, "/register", registration("b", false)).status == 200);
+    REQUIRE(Post(client, "/register", registration("d", true)).status == 200);
+    REQUIRE(Post(client, "/register", registration("e", true)).status == 200);
+    // d's events are live (one stored block a moment ago); e has sent none.
+    const json event = json::array({{{"event_type", "stored"},
+                                     {"model_name", "m"},
+                                     {"block_size", kBlock},
+                                     {"backend_id", "d"},
+                                     {"token_ids", Tokens(1001, kBlock)}}});
+    REQUIRE(Post(client, "/v1/events", event).status == 200);
+
+    const Answer listing = Get(client, "/v1/registrations");
+    REQUIRE(listing.status == 200);
+    bool listed = false;
+    for (const json& r : listing.body["registrations"]) {
+      if (r["instance_id"] != "b") continue;
+      listed = true;
+      CHECK(r["publishes_events"] == false);
+      CHECK(r["endpoint"].is_null());
+    }
+    CHECK(listed);
+    const Answer streams = Get(client, "/v1/streams");
+    REQUIRE(streams.status == 200);
+    for (const json& stream : streams.body["streams"]) CHECK(stream["instance_id"] != "b");
+
+    // Unflagged routes, each with its own prompt, picking (first candidate wins a tie) an
+    // unregistered instance c, the live d, then the quiet e, then b without events. The
+    // routes' predictions are applied in order, so once b's is seen, c's and d's would be.
+    const auto route = [&](uint32_t first_token, const char* picked) {
+      const json body = {
+          {"model_name", "m"},
+          {"block_size", kBlock},
+          {"token_ids", Tokens(first_token, 32)},
+          {"candidates", json::array({{{"instance_id", picked}}, {{"instance_id", "a"}}})}};
+      return Post(client, "/v1/route", body);
+    };
+    REQUIRE(route(101, "c").body["instance_id"] == "c");
+    REQUIRE(route(201, "d").body["instance_id"] == "d");
+    REQUIRE(route(301, "e").body["instance_id"] == "e");
+    REQUIRE(route(401, "b").body["instance_id"] == "b");
+    // Seen as a preference over a, first now: b's and e's prefixes are predicted.
+    const auto predicted = [&](uint32_t first_token, const char* instance) {
+      const json body = {
+          {"model_name", "m"},
+          {"block_size", kBlock},
+          {"token_ids", Tokens(first_token, 32)},
+          {"candidates", json::array({{{"instance_id", "a"}}, {{"instance_id", instance}}})}};
+      const Answer a = Post(client, "/v1/route", body);
+      REQUIRE(a.status == 200);
+      return Candidate(a.body, instance)["predicted_blocks"].get<uint32_t>();
+    };
+    REQUIRE(Eventually([&] { return predicted(401, "b") == 8; }));
+    CHECK(predicted(301, "e") == 8);
+    CHECK(predicted(201, "d") == 0);
+    CHECK(predicted(101, "c") == 0);
+  }
+
   TEST_CASE("Approximate: bad flags and settings are refused naming the field") {
     TempDir dir;
     ServerProcess server(dir.path() / "data");
@@ -150,6 +224,25 @@ TEST_SUITE("Integration.Approximate") {
     CHECK(flag.status == 400);
     CHECK(flag.body.value("message", "").rfind("candidates[1].predict: must be true or false", 0) ==
           0);
+    // A registration says whether the instance publishes events, and only one with events
+    // has an endpoint.
+    const json base = {
+        {"type", "vLLM"}, {"modelname", "m"}, {"instance_id", "b"}, {"block_size", kBlock}};
+    const std::pair<json, std::string> registrations[] = {
+        {json{{"publishes_events", "no"}}, "body.publishes_events: must be true or false"},
+        {json{{"publishes_events", false}, {"endpoint", "tcp://127.0.0.1:9"}},
+         "body.endpoint: must be absent when publishes_events is false"},
+        {json{{"publishes_events", false}, {"replay_endpoint", "tcp://127.0.0.1:9"}},
+         "body.replay_endpoint: must be absent when publishes_events is false"},
+        {json{{"publishes_events", true}}, "body.endpoint: is required"},
+    };
+    for (const auto& [fields, message] : registrations) {
+      json body = base;
+      body.update(fields);
+      const Answer refused = Post(client, "/register", body);
+      CHECK(refused.status == 400);
+      CHECK(refused.body.value("message", "") == message);
+    }
     json bad_weight = Route(0);
     bad_weight["weights"] = {{"PREDICTED", 1.5}};
     const Answer weight = Post(client, "/v1/route", bad_weight);

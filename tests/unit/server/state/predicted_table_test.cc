@@ -71,7 +71,7 @@ TEST_SUITE("PredictedTable") {
     CHECK(PredictedTable(0).Record(kContext, kHolder, kKeys, t0, t0 + milliseconds(1), t0) == 0);
   }
 
-  TEST_CASE("PredictedTable: a real event replaces the holder's predictions for one TTL") {
+  TEST_CASE("PredictedTable: a real event replaces the holder's predictions while it is live") {
     PredictedTable table;
     const Clock::time_point t0 = Clock::now();
     REQUIRE(table.Record(kContext, kHolder, kKeys, t0, t0 + milliseconds(1000), t0) == 4);
@@ -81,12 +81,51 @@ TEST_SUITE("PredictedTable") {
     CHECK(table.PrefixOf(kContext, HolderKey{"b", 0}, kKeys, t0) == 4);  // others stay
     CHECK(table.stats().replaced == 4);
     CHECK(table.stats().entries == 4);
-    // Its stream is up: new predictions are not recorded within a TTL of its last event...
-    const Clock::time_point soon = t0 + milliseconds(500);
+    // Its stream is live: new predictions are not recorded within the live window of its
+    // last event...
+    const Clock::time_point soon = t0 + kPredictionLiveWindow - milliseconds(1);
+    CHECK(table.IsLive(kHolder, soon));
     CHECK(table.Record(kContext, kHolder, kKeys, soon, soon + milliseconds(1000), soon) == 0);
-    // ...and are again once it has been silent that long (the stream is down).
-    const Clock::time_point quiet = t0 + milliseconds(1500);
-    CHECK(table.Record(kContext, kHolder, kKeys, quiet, quiet + milliseconds(1000), quiet) == 4);
+    // ...and are again once it has been quiet that long (its stream is down), however long
+    // the TTL.
+    const Clock::time_point quiet = t0 + kPredictionLiveWindow;
+    CHECK_FALSE(table.IsLive(kHolder, quiet));
+    CHECK(table.Record(kContext, kHolder, kKeys, quiet, quiet + milliseconds(60'000), quiet) == 4);
+  }
+
+  TEST_CASE("PredictedTable: entries leave in order of expiry; renewals keep the queue bounded") {
+    PredictedTable table;
+    const Clock::time_point t0 = Clock::now();
+    // Two holders, the second's predictions ending first although recorded later (another
+    // TTL): each is unseen by reads from its end, and freed once the queue reaches it.
+    REQUIRE(table.Record(kContext, kHolder, kKeys, t0, t0 + milliseconds(3000), t0) == 4);
+    const HolderKey b{"b", 0};
+    REQUIRE(table.Record(kContext, b, kKeys, t0, t0 + milliseconds(1000), t0) == 4);
+    const Clock::time_point mid = t0 + milliseconds(2000);
+    CHECK(table.PrefixOf(kContext, b, kKeys, mid) == 0);
+    CHECK(table.PrefixOf(kContext, kHolder, kKeys, mid) == 4);
+    const Clock::time_point end = t0 + milliseconds(3000);
+    CHECK(table.Record(kContext, HolderKey{"c", 0}, std::vector<BlockKey>{1}, end,
+                       end + milliseconds(1000), end) == 1);
+    CHECK(table.stats().entries == 1);
+    CHECK(table.stats().expired == 8);
+    CHECK(table.Matches(kContext, kKeys, end).empty());
+
+    // One key renewed 10,000 times before any end: one entry, and the queue of its ends
+    // stays bounded.
+    for (int i = 1; i <= 10'000; ++i) {
+      REQUIRE(table.Record(kContext, kHolder, std::vector<BlockKey>{11}, end,
+                           end + milliseconds(1000 + i), end) == 1);
+    }
+    CHECK(table.stats().entries == 2);
+    CHECK(table.stats().queued <= 2 * table.stats().entries + 1024);
+    CHECK(table.PrefixOf(kContext, kHolder, kKeys, end + milliseconds(10'500)) == 1);
+    // The key's last end frees it, its earlier ends do nothing.
+    const Clock::time_point gone = end + milliseconds(11'001);
+    CHECK(table.Record(kContext, HolderKey{"d", 0}, std::vector<BlockKey>{1}, gone,
+                       gone + milliseconds(1000), gone) == 1);
+    CHECK(table.stats().entries == 1);
+    CHECK(table.PrefixOf(kContext, kHolder, kKeys, gone) == 0);
   }
 
   TEST_CASE("PredictedTable: a StateMachine applies PredictCommands; a Store replaces them") {
