@@ -1,9 +1,10 @@
 // The raft cluster over REST (docs/replication.md): GET /v1/cluster, GET /v1/groups (its
 // raft groups, docs/scaling.md), and membership changes on the leader: POST
 // /v1/cluster/members, DELETE /v1/cluster/members/{id}, POST /v1/cluster/transfer, POST
-// /v1/cluster/announce (a member's addresses). A change is answered once raft has committed
-// it. On a follower these fail with kNotLeader and are
-// forwarded to the leader (forwarding.h).
+// /v1/cluster/announce (a member's addresses), and POST /v1/cluster/predict (a follower's
+// predictions, forwarded_predictions.h). A change is answered once raft has committed it. On
+// a follower these fail with kNotLeader and are forwarded to the leader (forwarding.h),
+// except the internal calls (announce, predict), which are answered 421.
 
 #include <charconv>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 
 #include "common/internal/host_port.h"
 #include "kvatlas/common/limits.h"
+#include "server/api/forwarded_predictions.h"
 #include "server/api/routes.h"
 #include "server/service/cluster_service.h"
 #include "server/service/group_service.h"
@@ -98,6 +100,21 @@ Result<HttpReply> HandleAnnounce(const Services& services, const RouteRequest& r
   return JsonReply(answer.dump());
 }
 
+// POST /v1/cluster/predict {"predictions": [...]}: a follower's round of approximate-mode
+// predictions (forwarded_predictions.h), submitted here without waiting. An internal call:
+// signed by a member, never forwarded.
+Result<HttpReply> HandlePredict(const Services& services, const RouteRequest& request) {
+  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
+  const std::optional<uint64_t> sender =
+      request.peer ? std::optional<uint64_t>(request.peer->sender) : std::nullopt;
+  KVATLAS_RETURN_IF_ERROR(
+      RequireInternalCall(services, sender, request.http.remote_addr, "POST /v1/cluster/predict"));
+  KVATLAS_ASSIGN_OR_RETURN(CommandBatch batch, DecodeForwardedPredictions(request.http.body));
+  const size_t predictions = batch.commands.size();
+  KVATLAS_RETURN_IF_ERROR(SubmitForwardedPredictions(services, *sender, std::move(batch)));
+  return JsonReply(nlohmann::json({{"status", "ok"}, {"predictions", predictions}}).dump());
+}
+
 Result<HttpReply> HandleTransfer(const Services& services, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
   uint64_t id = 0;
@@ -127,6 +144,9 @@ void AddClusterRoutes(const Services* services, Router* router) {
   router->Add(
       {"POST", "/v1/cluster/announce", RouteAccess::kInternal,
        [services](const RouteRequest& request) { return HandleAnnounce(*services, request); }});
+  router->Add(
+      {"POST", "/v1/cluster/predict", RouteAccess::kInternal,
+       [services](const RouteRequest& request) { return HandlePredict(*services, request); }});
 }
 
 }  // namespace kvatlas::server

@@ -176,24 +176,19 @@ HttpReply AnswerNotLeader(const Services& services, const RouteRequest& request,
   }
 }
 
-Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
-                    const std::string& leader_http, uint64_t id, const std::string& http_address,
-                    const std::string& rpc_address, std::chrono::milliseconds timeout) {
+Status PostInternalCall(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
+                        const std::string& leader_http, const std::string& path,
+                        const std::string& body, PeerHttpTimeouts timeouts) {
   const Result<HostPort> to = ParseHostPort(leader_http);
   if (!to.has_value() || to->port == 0)
     return Status::InvalidArgument("malformed leader address " + leader_http);
-  const std::string body =
-      nlohmann::json{{"id", id}, {"http_address", http_address}, {"rpc_address", rpc_address}}
-          .dump();
-  constexpr char kPath[] = "/v1/cluster/announce";
-  const SignedPeerRequest signature = auth->SignRequest("POST", kPath, body);
+  const SignedPeerRequest signature = auth->SignRequest("POST", path, body);
   PeerHttpRequest post{"POST",
-                       kPath,
+                       path,
                        {{"Content-Type", "application/json"}, {kPeerAuthHeader, signature.header}},
                        body};
-  const Result<PeerHttpAnswer> answer = SendPeerHttp(peer, *to, post, {timeout, timeout});
-  const std::string url =
-      std::string(peer.tls ? "https://" : "http://") + leader_http + "/v1/cluster/announce";
+  const Result<PeerHttpAnswer> answer = SendPeerHttp(peer, *to, post, timeouts);
+  const std::string url = std::string(peer.tls ? "https://" : "http://") + leader_http + path;
   if (!answer.has_value())
     return Status::Unavailable("POST " + url + ": " + answer.error().message());
   if (answer->status == 200) {
@@ -204,6 +199,16 @@ Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader
   }
   return Status(StatusCode::kUnavailable,
                 "POST " + url + ": " + std::to_string(answer->status) + " " + answer->body);
+}
+
+Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
+                    const std::string& leader_http, uint64_t id, const std::string& http_address,
+                    const std::string& rpc_address, std::chrono::milliseconds timeout) {
+  const std::string body =
+      nlohmann::json{{"id", id}, {"http_address", http_address}, {"rpc_address", rpc_address}}
+          .dump();
+  return PostInternalCall(peer, auth, leader_id, leader_http, "/v1/cluster/announce", body,
+                          {timeout, timeout});
 }
 
 Result<PeerCall> VerifyPeerCall(const Services& services, const HttpRequest& request) {

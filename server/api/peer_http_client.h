@@ -3,13 +3,14 @@
 // the cluster's members serve it, with Boost.Beast like the REST server itself.
 //
 // One connection per call, closed after the answer ("Connection: close"): calls are rare
-// (writes that reach a follower, announcements) and a held request may go to another
-// leader on its next attempt. Over TLS the certificate files are read on each call, so a
+// (writes that reach a follower, announcements, at most 20 prediction rounds per second per
+// follower in approximate mode) and a held request may go to another leader on its next
+// attempt. Over TLS the certificate files are read on each call, so a
 // reloaded certificate (SIGHUP) is used from the next call on; the leader's certificate must
 // chain to `peer.ca_file` (else the system's trust store) and name the host dialled.
 //
-// Blocking: runs its own io_context on the calling thread (an HTTP worker; never the raft
-// or applier threads). Thread-safe.
+// Blocking: runs its own io_context on the calling thread (an HTTP worker or a policy loop's
+// thread, e.g. the PredictionRecorder's; never the raft or applier threads). Thread-safe.
 #pragma once
 
 #include <chrono>

@@ -14,6 +14,7 @@
 #include "server/api/http_access.h"
 #include "server/runtime/access_config.h"
 #include "server/runtime/options_from_config.h"
+#include "server/runtime/prediction_forwarder.h"
 #include "server/storage/backup.h"
 
 namespace kvatlas::server {
@@ -165,6 +166,9 @@ Status Server::Init() {
       group_->awaiting_membership(), PolicyApplyWait(config_), services_.peer_http,
       Announcer::Deps{group_->machine(), group_->applier(), group_->raft(), peer_auth_.get()});
   announcer_->Start();
+  // Approximate mode: a follower's predictions go to the leader (before the recorder starts).
+  group_->predictions()->SetForward(MakePredictionForward(
+      config_.id, group_->raft(), group_->machine(), peer_auth_.get(), services_.peer_http));
   group_->StartPolicies();
   return Status::Ok();
 }

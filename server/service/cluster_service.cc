@@ -200,6 +200,15 @@ Status RequireInternalCall(const Services& services, std::optional<uint64_t> ann
                     kPeerAuthHeader + ")");
 }
 
+Status SubmitForwardedPredictions(const Services& services, uint64_t sender, CommandBatch batch) {
+  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
+  if (services.predictions == nullptr) {
+    return Status::FailedPrecondition("this server records no predictions");
+  }
+  return services.predictions->SubmitForwarded(std::move(batch))
+      .WithContext("predictions forwarded by server " + std::to_string(sender));
+}
+
 Result<Revision> AnnounceMember(const Services& services, uint64_t announcer,
                                 std::string_view remote, uint64_t id, ServerAddresses addresses) {
   KVATLAS_RETURN_IF_ERROR(RequireCluster(services));

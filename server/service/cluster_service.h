@@ -13,6 +13,7 @@
 
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
+#include "server/model/command.h"
 #include "server/model/registration.h"
 #include "server/service/services.h"
 
@@ -68,6 +69,13 @@ struct ClusterView {
 [[nodiscard]] Status RequireInternalCall(const Services& services,
                                          std::optional<uint64_t> announcer, std::string_view remote,
                                          std::string_view what);
+
+// Submits a round of approximate-mode predictions that follower `sender` forwarded
+// (PredictCommands, docs/routing.md §Approximate mode), with this server's TTL and clock,
+// without waiting for them to apply. kNotLeader on a follower; kFailedPrecondition when
+// this server records no predictions; kResourceExhausted when the applier takes no more.
+[[nodiscard]] Status SubmitForwardedPredictions(const Services& services, uint64_t sender,
+                                                CommandBatch batch);
 
 // Records member `id`'s client-facing addresses, as announced by `announcer` (servers
 // announce themselves to the leader at start). A member announces only its own:

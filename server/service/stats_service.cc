@@ -96,7 +96,10 @@ std::string StatsDocument(const Services& services) {
                                  {"dropped", r.dropped},
                                  {"proposed", r.proposed},
                                  {"failed", r.failed},
-                                 {"local", r.local}};
+                                 {"local", r.local},
+                                 {"forwarded", r.forwarded},
+                                 {"forward_failed", r.forward_failed},
+                                 {"received", r.received}};
   }
   // The raft cluster as GET /v1/cluster shows it, so that binary-protocol clients (which
   // have kStats, not the REST route) see it too.

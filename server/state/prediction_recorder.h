@@ -4,14 +4,18 @@
 // was queued (one PredictCommand per holder and context, keys deduplicated) into one
 // batch, stamps it with this server's clock and, on the leader, submits it to the applier
 // without waiting: a route costs no raft write of its own, at most 1000 / interval_ms
-// writes/s in all. On a follower the predictions are recorded in its own table only (they
-// are not forwarded to the leader; documented).
+// writes/s in all. On a follower the round's batch is handed to `forward` (SetForward: the
+// runtime POSTs it to the leader's /v1/cluster/predict, which submits it there), in calls of
+// at most kMaxForwardedPredictions commands and kMaxForwardedPredictionKeys keys; what is not
+// forwarded (no forward set, no leader known, a failed call, and every later call of that
+// round) is recorded in this follower's own table only. The leader takes forwarded batches
+// with SubmitForwarded.
 //
 // The queue is bounded (max_queued_blocks keys): past it a prediction is dropped and
 // counted, never waited for.
 //
-// Thread-safety: Enqueue and stats from any thread; construct, Start, RequestStop and Stop
-// from one thread.
+// Thread-safety: Enqueue, SubmitForwarded and stats from any thread; construct, SetForward,
+// Start, RequestStop and Stop from one thread. `forward` runs on the recorder's thread.
 #pragma once
 
 #include <atomic>
@@ -20,13 +24,20 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "common/internal/periodic_task.h"
+#include "kvatlas/common/status.h"
 #include "server/state/applier.h"
 #include "server/state/state_machine.h"
 
 namespace kvatlas::server {
+
+// The most one forward to the leader carries (POST /v1/cluster/predict refuses more, 413):
+// commands, and keys in all. About 1.4 MB of JSON at most.
+inline constexpr size_t kMaxForwardedPredictions = 4096;
+inline constexpr size_t kMaxForwardedPredictionKeys = 65'536;
 
 struct PredictionOptions {
   // How long a prediction counts (predicted_ttl_ms): kMinPredictedTtlMs..kMaxPredictedTtlMs.
@@ -36,11 +47,14 @@ struct PredictionOptions {
 };
 
 struct PredictionRecorderStats {
-  uint64_t queued = 0;    // predictions queued
-  uint64_t dropped = 0;   // predictions dropped because the queue was full
-  uint64_t proposed = 0;  // batches submitted (leader)
-  uint64_t failed = 0;    // batches refused or not applied (e.g. leadership lost)
-  uint64_t local = 0;     // commands recorded on this follower only
+  uint64_t queued = 0;          // predictions queued
+  uint64_t dropped = 0;         // predictions dropped because the queue was full
+  uint64_t proposed = 0;        // batches submitted (leader)
+  uint64_t failed = 0;          // batches refused or not applied (e.g. leadership lost)
+  uint64_t local = 0;           // commands recorded on this follower only
+  uint64_t forwarded = 0;       // batches a follower forwarded and the leader took
+  uint64_t forward_failed = 0;  // forwards that failed (recorded locally instead)
+  uint64_t received = 0;        // batches a leader took from followers (SubmitForwarded)
 };
 
 class PredictionRecorder {
@@ -60,6 +74,16 @@ class PredictionRecorder {
   // Submits what is queued now (the task's round; tests call it directly).
   void Flush();
 
+  // Sends a follower's round to the leader: OK once the leader took the batch. Must be
+  // bounded in time (it delays the next round, never a route). Set before Start.
+  using Forward = std::function<Status(const CommandBatch& batch)>;
+  void SetForward(Forward forward) { forward_ = std::move(forward); }
+
+  // A batch of PredictCommands a follower forwarded (validated by the caller): given this
+  // server's ttl_ms, stamped with its clock and submitted without waiting. kNotLeader on a
+  // follower; kResourceExhausted (or the applier's refusal) when the applier takes no more now.
+  [[nodiscard]] Status SubmitForwarded(CommandBatch batch);
+
   PredictionRecorderStats stats() const;
   const PredictionOptions& options() const { return options_; }
 
@@ -70,10 +94,18 @@ class PredictionRecorder {
     std::vector<BlockKey> keys;
   };
 
+  // Stamps `batch` with this server's clock and submits it (counted).
+  Status Submit(CommandBatch batch);
+  // The follower's round: forwards `batch` in bounded calls, records the rest locally.
+  void ForwardOrRecord(CommandBatch batch);
+  void RecordLocally(const CommandBatch& batch);
+
   const PredictionOptions options_;
   StateMachine* machine_;
   Applier* applier_;
   std::function<bool()> is_leader_;
+  Forward forward_;                 // the task's thread once started
+  std::string last_forward_error_;  // the task's thread: logged when it changes
   mutable std::mutex mu_;
   std::vector<Pending> pending_;  // guarded by mu_
   size_t pending_blocks_ = 0;     // guarded by mu_
@@ -82,6 +114,9 @@ class PredictionRecorder {
   std::atomic<uint64_t> proposed_{0};
   std::atomic<uint64_t> failed_{0};
   std::atomic<uint64_t> local_{0};
+  std::atomic<uint64_t> forwarded_{0};
+  std::atomic<uint64_t> forward_failed_{0};
+  std::atomic<uint64_t> received_{0};
   PeriodicTask task_;  // last: stopped before the members its rounds use go
 };
 

@@ -11,6 +11,7 @@ it creates is removed at the end.
 """
 
 import base64
+import contextlib
 import json
 import os
 import random
@@ -156,6 +157,31 @@ class Cluster:
             except Exception:  # noqa: BLE001 - best effort
                 pass
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_cluster(binary, n=3, extra=()):
+    """A Cluster, removed on exit; its servers' log tails are printed when the body fails."""
+    cluster = Cluster(binary, n, extra)
+    try:
+        yield cluster
+    except BaseException:
+        for node in cluster.nodes:
+            print(f"--- server {node.id} log tail ---\n{node.log_tail()}", file=sys.stderr)
+        raise
+    finally:
+        cluster.cleanup()
+
+
+def wait_until(what, predicate, bound_s=DEADLINE_S):
+    """Polls `predicate` every 50 ms until it holds; AssertionError naming `what` after
+    `bound_s`."""
+    deadline = time.time() + bound_s
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting until {what}")
 
 
 def current_leader(nodes):

@@ -89,8 +89,7 @@ class Writer(threading.Thread):
 
 
 def one_round(binary, round_no):
-    cluster = h.Cluster(binary)
-    try:
+    with h.running_cluster(binary) as cluster:
         leader = cluster.leader()
         assert h.write(leader, round_no * 100_000), "the first write failed"
         h.wait_addresses_known(cluster)
@@ -114,12 +113,6 @@ def one_round(binary, round_no):
                           f"({w.forwarded} forwarded, {w.followed} 421 followed), slowest {w.slowest:.2f} s, "
                           f"{len(w.resent)} resent {sorted(set(w.resent))[:3]}"
                           for w in writers), flush=True)
-    except BaseException:
-        for node in cluster.nodes:
-            print(f"--- server {node.id} log tail ---\n{node.log_tail()}", file=sys.stderr)
-        raise
-    finally:
-        cluster.cleanup()
 
 
 def main():

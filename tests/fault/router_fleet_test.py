@@ -50,15 +50,6 @@ while True:
 """ % TTL_MS
 
 
-def wait_until(what, predicate):
-    deadline = time.time() + BOUND_S
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting until {what}")
-
-
 def sums(node):
     """instance -> (prefill, decode, routers) as `node` sums the live reports."""
     status, body = node.request("GET", "/v1/load")
@@ -117,7 +108,7 @@ def main():
                 [sys.executable, "-c", REPORTER, node.base, name, json.dumps(loads)])
         full = {"a": (20, 200, 1), "b": (10, 100, 2)}
         for node in cluster.nodes:
-            wait_until(f"server {node.id} sums the three routers", lambda n=node: sums(n) == full)
+            h.wait_until(f"server {node.id} sums the three routers", lambda n=node: sums(n) == full)
             # Candidates without a load take the fleet's: b (10 queued) beats a (20 queued).
             assert route(node) == [("b", 10), ("a", 20)], (node.id, route(node))
 
@@ -125,7 +116,7 @@ def main():
         routers["r1"].wait(timeout=BOUND_S)
         killed_at = time.time()
         for node in cluster.nodes:
-            wait_until(f"r1's load gone from server {node.id}",
+            h.wait_until(f"r1's load gone from server {node.id}",
                        lambda n=node: sums(n) == {"b": (10, 100, 2)})
             assert route(node) == [("a", 0), ("b", 10)], (node.id, route(node))
         print(f"r1's load gone everywhere {time.time() - killed_at:.2f} s after its kill "

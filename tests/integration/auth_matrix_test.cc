@@ -103,6 +103,11 @@ std::vector<RouteCase> RestRoutes(uint64_t self_id, const std::string& self_http
        "/v1/cluster/announce",
        {{"id", self_id}, {"http_address", self_http}, {"rpc_address", self_rpc}},
        Access::kInternal},
+      {"POST",
+       "/v1/cluster/predict",
+       {{"predictions",
+         {{{"model_name", "llama"}, {"block_size", 4}, {"instance_id", "vllm-0"}, {"keys", {1}}}}}},
+       Access::kInternal},
   };
 }
 
