@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The figures of scripts/bench/fleet_load (docs/routing.md §Shared load).
 
-1. Writes per routed request: a kvatlas.LoadReporter (interval 100 ms) driven at --rate
+1. Writes per routed request: a kvatlas.LoadReporter (interval 50 ms, the default) driven at --rate
    routed requests/s for --seconds (each request started, then finished a few requests
    later); its reports are the log writes it costs, checked against the server's revision.
 2. Route latency with shared load ÷ without, in one run: four routers' reports cover the
@@ -31,7 +31,7 @@ def http(base, method, path, body=None):
 
 def writes_per_request(client, base, rate, seconds):
     before = http(base, "GET", "/v1/stats")["revision"]
-    reporter = kvatlas.LoadReporter(client, "bench-router", interval_s=0.1, ttl_ms=2000)
+    reporter = kvatlas.LoadReporter(client, "bench-router", interval_s=0.05, ttl_ms=2000)
     started, open_tokens = 0, []
     t0 = time.perf_counter()
     while True:

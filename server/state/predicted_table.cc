@@ -7,6 +7,10 @@ namespace {
 
 // Event marks are dropped once past the live window, at most once a second.
 constexpr auto kEventSweepEvery = std::chrono::seconds(1);
+// Queue elements one call pops at most (~7 ms of the applying thread), so that a table
+// whose predictions all ended together (an idle TTL) is freed over a few recordings
+// instead of stalling one. Entries past their end are unseen by reads meanwhile.
+constexpr size_t kExpireBudget = 16'384;
 
 }  // namespace
 
@@ -97,7 +101,8 @@ void PredictedTable::EraseHolderLocked(const HolderKey& holder) {
 }
 
 void PredictedTable::ExpireLocked(Clock::time_point now) {
-  while (!expiries_.empty() && expiries_.front().at <= now) {
+  for (size_t popped = 0;
+       popped < kExpireBudget && !expiries_.empty() && expiries_.front().at <= now; ++popped) {
     const Expiry e = expiries_.front();
     expiries_.pop_front();
     const auto bucket = buckets_.find(e.bucket);
@@ -117,12 +122,14 @@ void PredictedTable::ExpireLocked(Clock::time_point now) {
 }
 
 void PredictedTable::CompactQueueLocked() {
-  expiries_.clear();
-  for (const auto& [id, bucket] : buckets_) {
-    for (const auto& [key, at] : bucket.blocks) expiries_.push_back({at, id, key});
-  }
-  std::sort(expiries_.begin(), expiries_.end(),
-            [](const Expiry& a, const Expiry& b) { return a.at < b.at; });
+  // Keeps each entry's element of its current end, in queue order: O(queue), amortized over
+  // the renewals that made the queue twice the entries.
+  std::erase_if(expiries_, [this](const Expiry& e) {
+    const auto bucket = buckets_.find(e.bucket);
+    if (bucket == buckets_.end()) return true;
+    const auto it = bucket->second.blocks.find(e.key);
+    return it == bucket->second.blocks.end() || it->second != e.at;
+  });
 }
 
 uint32_t PredictedTable::PrefixIn(const Blocks& blocks, std::span<const BlockKey> keys,

@@ -9,9 +9,9 @@
 //
 // Memory is bounded twice: entries end with their TTL, and past `max_entries` (block,
 // holder) entries new predictions are dropped and counted. Expired entries leave through
-// a queue in order of expiry, so every call costs O(keys it names + entries it expires),
-// never a pass over the table. Thread-safe: Record/NoteEvent from the applying thread,
-// reads from any.
+// a queue in order of expiry, so every call costs O(keys it names + entries it expires,
+// at most 16,384), never a pass over the table. Thread-safe: Record/NoteEvent from the applying
+// thread, reads from any.
 #pragma once
 
 #include <chrono>
@@ -120,10 +120,10 @@ class PredictedTable {
   bool IsLiveLocked(const HolderKey& holder, Clock::time_point at) const;
   // Drops the entries expired at `now`, from the front of the queue (which is in order of
   // expiry while every prediction has one TTL; an entry with a shorter one waits for those
-  // queued before it, unseen by reads meanwhile), and event marks past the live window.
-  // mu_ held.
+  // queued before it, unseen by reads meanwhile), at most kExpireBudget elements per call,
+  // and event marks past the live window. mu_ held.
   void ExpireLocked(Clock::time_point now);
-  // Rebuilds the queue from the buckets when renewals have left it over twice the entries.
+  // Drops the queue's elements of ends moved by renewals, once they are over half of it.
   // mu_ held.
   void CompactQueueLocked();
   // Drops bucket `id` and its place among its holder's contexts. mu_ held.

@@ -48,7 +48,7 @@ struct KvatlasPolicyOptions {
   // every ttl / 3 and only resends the same summary.
   bool shared_load = false;
   size_t routers = 1;
-  double load_interval_ms = 100;
+  double load_interval_ms = 50;
   uint32_t load_ttl_ms = kMaxLoadTtlMs;
   // Approximate mode (docs/routing.md §Approximate mode): the instances publish no events
   // (the shared backend still does) and every candidate is flagged predict.

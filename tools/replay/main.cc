@@ -55,7 +55,7 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
   --shared-load              (kvatlas policy) the replicas share their load: each reports
                              its in-flight table through a LoadReporter and routes giving
                              no load, so the server scores with the fleet's sum
-  --load-interval-ms X       --shared-load: report interval in simulated ms (100)
+  --load-interval-ms X       --shared-load: report interval in simulated ms (50)
   --by-hash                  query kvatlas with block keys instead of tokens
   --approximate              kvatlas policy: instances publish no events, routes predict
                              (docs/routing.md §Approximate mode)
@@ -76,7 +76,7 @@ struct Flags {
   uint64_t seed = 1;
   bool by_hash = false;
   bool shared_load = false;
-  double load_interval_ms = 100;
+  double load_interval_ms = 50;
   bool approximate = false;
   std::string model;
   std::string csv;

@@ -31,9 +31,9 @@ namespace kvatlas {
 class Client;
 
 struct LoadReporterOptions {
-  std::string router_id;                    // unique per router replica
-  std::chrono::milliseconds interval{100};  // at most one report per interval
-  uint32_t ttl_ms = 2'000;                  // the lease of each report
+  std::string router_id;                   // unique per router replica
+  std::chrono::milliseconds interval{50};  // at most one report per interval
+  uint32_t ttl_ms = 2'000;                 // the lease of each report
 };
 
 class KVATLAS_EXPORT LoadReporter {

@@ -128,6 +128,26 @@ TEST_SUITE("PredictedTable") {
     CHECK(table.PrefixOf(kContext, kHolder, kKeys, gone) == 0);
   }
 
+  TEST_CASE("PredictedTable: a recording expires a bounded number of entries") {
+    // 20,000 predictions ending together: the first recording after their end frees 16,384
+    // of them, the next the rest; reads see none of them meanwhile.
+    PredictedTable table(100'000);
+    const Clock::time_point t0 = Clock::now();
+    std::vector<BlockKey> many(20'000);
+    for (size_t i = 0; i < many.size(); ++i) many[i] = 1'000'000 + i;
+    REQUIRE(table.Record(kContext, kHolder, many, t0, t0 + milliseconds(1000), t0) == 20'000);
+    const Clock::time_point later = t0 + milliseconds(2000);
+    REQUIRE(table.Record(kContext, HolderKey{"b", 0}, kKeys, later, later + milliseconds(1000),
+                         later) == 4);
+    CHECK(table.stats().expired == 16'384);
+    CHECK(table.stats().entries == 20'000 - 16'384 + 4);
+    CHECK(table.PrefixOf(kContext, kHolder, std::vector<BlockKey>{many.back()}, later) == 0);
+    REQUIRE(table.Record(kContext, HolderKey{"b", 0}, kKeys, later, later + milliseconds(1000),
+                         later) == 0);  // already predicted as long: nothing renewed
+    CHECK(table.stats().expired == 20'000);
+    CHECK(table.stats().entries == 4);
+  }
+
   TEST_CASE("PredictedTable: a StateMachine applies PredictCommands; a Store replaces them") {
     StateMachine machine({}, nullptr);
     const auto apply = [&machine](const CommandBatch& batch) {
