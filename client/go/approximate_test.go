@@ -25,6 +25,21 @@ func TestRoutePredictDocumentedBytes(t *testing.T) {
 	if got := hexSpaced(encodeRoute(&r)); got != plain {
 		t.Errorf("route:\n got %s\nwant %s", got, plain)
 	}
+	// A PREDICTED weight of its own, no candidate flagged: the trailers with weight 0.5 and
+	// no index; the default weight given explicitly changes nothing.
+	half, one := 0.5, 1.0
+	o := DefaultRouteOptions()
+	o.PredictedWeight = &one
+	r.Options = &o
+	if got := hexSpaced(encodeRoute(&r)); got != plain {
+		t.Errorf("route with the default PREDICTED weight:\n got %s\nwant %s", got, plain)
+	}
+	o.PredictedWeight = &half
+	const weighted = "01333333333333d33f" + "01000000000000e03f00"
+	if got := hexSpaced(encodeRoute(&r)); got != plain+weighted {
+		t.Errorf("route with PREDICTED 0.5:\n got %s\nwant %s", got, plain+weighted)
+	}
+	r.Options = nil
 	r.Candidates[0].Predict = true
 	const trailers = "01333333333333d33f" + "01000000000000f03f0100"
 	if got := hexSpaced(encodeRoute(&r)); got != plain+trailers {
@@ -105,6 +120,20 @@ func TestRoutePredicts(t *testing.T) {
 	}
 	if other := second.Ranked[1]; other.PredictedBlocks != 0 || other.Matched.Predicted != 0 {
 		t.Errorf("other: %+v", other)
+	}
+	// PREDICTED weight 0: the predicted blocks are still reported, credited nothing, so
+	// "other", first, wins the tie.
+	zero := 0.0
+	o := DefaultRouteOptions()
+	o.PredictedWeight = &zero
+	unweighted, err := c.Route(ctx, RouteRequest{Lookup: LookupRequest{Context: testContext, Tokens: tokens},
+		Candidates: candidates, Options: &o})
+	if err != nil {
+		t.Fatalf("Route with PREDICTED 0: %v", err)
+	}
+	if top := unweighted.Ranked[0]; top.Candidate.InstanceID != "other" || unweighted.Ranked[1].PredictedBlocks != 8 ||
+		unweighted.Ranked[1].Credit != 0 {
+		t.Errorf("route with PREDICTED 0: %+v", unweighted.Ranked)
 	}
 	// "plain" was routed before "quiet"'s prediction, which has now applied.
 	third := route(plainTokens, Candidate{InstanceID: "plain"}, Candidate{InstanceID: "quiet", Predict: true})

@@ -308,9 +308,12 @@ func readCandidate(d *decoder) Candidate {
 const defaultQueueScale = 0.3
 
 // usesApproximate says whether a route carries the approximate trailer (docs/protocol.md
-// §kRoute): only when a candidate is flagged Predict, so that other requests keep the
-// bytes older servers accept.
+// §kRoute): only when a candidate is flagged Predict or the PREDICTED weight is not the
+// default, so that other requests keep the bytes older servers accept.
 func usesApproximate(r *RouteRequest) bool {
+	if r.Options != nil && r.Options.PredictedWeight != nil && *r.Options.PredictedWeight != 1.0 {
+		return true
+	}
 	for i := range r.Candidates {
 		if r.Candidates[i].Predict {
 			return true
@@ -339,8 +342,8 @@ func encodeRoute(r *RouteRequest) []byte {
 		e.u64(*o.Seed)
 	}
 	// Optional trailers, as the C++ client writes them: queue_scale's (always written
-	// before the approximate one), then approximate mode's: the PREDICTED weight (the
-	// default, 1) and the indexes of the candidates flagged Predict.
+	// before the approximate one), then approximate mode's: the PREDICTED weight and the
+	// indexes of the candidates flagged Predict.
 	approximate := usesApproximate(r)
 	if o.QueueScale != defaultQueueScale || approximate {
 		e.flag(true)
@@ -348,7 +351,11 @@ func encodeRoute(r *RouteRequest) []byte {
 	}
 	if approximate {
 		e.flag(true)
-		e.f64(1.0)
+		predicted := 1.0
+		if o.PredictedWeight != nil {
+			predicted = *o.PredictedWeight
+		}
+		e.f64(predicted)
 		var flagged []uint64
 		for i := range r.Candidates {
 			if r.Candidates[i].Predict {

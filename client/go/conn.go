@@ -313,20 +313,37 @@ func (c *conn) call(ctx context.Context, typ uint8, payload []byte) ([]byte, err
 	if _, err := c.send(ctx, typ, payload, p); err != nil {
 		return nil, err
 	}
+	f, err := c.await(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if f.status != 0 {
+		return nil, decodeErrorPayload(CodeFromNumber(f.status), f.payload)
+	}
+	if f.typ != typ {
+		return nil, newError(CodeCorruption, fmt.Sprintf("answer of type %d to a request of type %d", f.typ, typ))
+	}
+	return f.payload, nil
+}
+
+// await is p's answer, or ctx's end, or the connection's. An answer that arrived before the
+// connection ended wins: a server that answers with an error and closes (a refused token)
+// has the reader deliver the answer and then end the connection, often before this
+// goroutine runs, and a select between the two ready cases would pick either.
+func (c *conn) await(ctx context.Context, p *pendingCall) (frame, error) {
 	select {
 	case f := <-p.ch:
-		if f.status != 0 {
-			return nil, decodeErrorPayload(CodeFromNumber(f.status), f.payload)
-		}
-		if f.typ != typ {
-			return nil, newError(CodeCorruption, fmt.Sprintf("answer of type %d to a request of type %d", f.typ, typ))
-		}
-		return f.payload, nil
+		return f, nil
 	case <-ctx.Done():
 		// The entry stays registered: its answer, when it comes, frees the slot.
-		return nil, ctxError(ctx, "waiting for the answer")
+		return frame{}, ctxError(ctx, "waiting for the answer")
 	case <-c.done:
-		return nil, c.err
+		select {
+		case f := <-p.ch:
+			return f, nil
+		default:
+			return frame{}, c.err
+		}
 	}
 }
 

@@ -253,3 +253,23 @@ func hexSpaced(b []byte) string {
 	}
 	return string(out)
 }
+
+// An answer that arrived before its connection ended is the call's answer, not the lost
+// connection: a server refusing a token answers with an error and closes, and the reader
+// delivers both before the caller runs. (With both ready, a plain select picks either.)
+func TestAnswerBeforeTheConnectionEndedWins(t *testing.T) {
+	c := &conn{done: make(chan struct{}), err: newError(CodeUnavailable, "connection lost: EOF")}
+	close(c.done)
+	for i := 0; i < 1000; i++ {
+		p := &pendingCall{ch: make(chan frame, 1)}
+		p.ch <- frame{typ: typePing, status: 1, id: 7}
+		f, err := c.await(context.Background(), p)
+		if err != nil || f.id != 7 {
+			t.Fatalf("call %d: %+v, %v; want the answer delivered before the end", i, f, err)
+		}
+	}
+	// No answer: the connection's end.
+	if _, err := c.await(context.Background(), &pendingCall{ch: make(chan frame, 1)}); err != c.err {
+		t.Fatalf("no answer: %v, want %v", err, c.err)
+	}
+}

@@ -164,6 +164,10 @@ type RouteOptions struct {
 	DecodeScale  float64
 	Temperature  float64 // 0 = lowest cost first
 	Seed         *uint64 // the sampler's seed; nil = random
+	// PredictedWeight is the credit of a predicted block (the PREDICTED weight, 0 … 1;
+	// docs/routing.md §Approximate mode); nil = the default, 1. A pointer so that
+	// RouteOptions literals written before it keep the default.
+	PredictedWeight *float64
 }
 
 // DefaultRouteOptions returns the defaults of POST /v1/route.
