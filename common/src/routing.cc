@@ -48,6 +48,38 @@ double Uniform(std::mt19937_64& generator) {
   return static_cast<double>(generator() >> 11) * 0x1.0p-53;
 }
 
+// The candidates' queued prefill work in blocks.
+std::vector<double> QueuedBlocks(std::span<const RouteCandidate> candidates, uint32_t block_size) {
+  std::vector<double> queued(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    queued[i] = static_cast<double>(candidates[i].queued_prefill_tokens) / block_size;
+  }
+  return queued;
+}
+
+// RoutingOptions::replica_credit's holders: the prefix each candidate holds itself (GPU ∪ CPU
+// ∪ DISK, predicted blocks included, at most the prompt) when its queue is above `mean`, 0
+// otherwise.
+std::vector<uint32_t> LoadedHolders(std::span<const PrefixMatch> matches,
+                                    std::span<const double> queued, double mean,
+                                    uint32_t prompt_blocks) {
+  std::vector<uint32_t> held(matches.size(), 0);
+  for (size_t i = 0; i < matches.size(); ++i) {
+    if (queued[i] > mean) {
+      held[i] = std::min(std::max(matches[i].disk, matches[i].predicted), prompt_blocks);
+    }
+  }
+  return held;
+}
+
+// Σ over the blocks from `from` on of (loaded holders of the block / N), `held` having one
+// entry per candidate, N of them: Σ_k max(held_k − from, 0) / N.
+double ReplicaBlocks(std::span<const uint32_t> held, uint32_t from) {
+  double blocks = 0;
+  for (const uint32_t h : held) blocks += h > from ? h - from : 0;
+  return blocks / static_cast<double>(held.size());
+}
+
 }  // namespace
 
 Status ValidateRoutingOptions(const RoutingOptions& options) {
@@ -59,6 +91,9 @@ Status ValidateRoutingOptions(const RoutingOptions& options) {
   KVATLAS_RETURN_IF_ERROR(CheckScale(options.prefill_scale, "prefill_scale"));
   KVATLAS_RETURN_IF_ERROR(CheckScale(options.queue_scale, "queue_scale"));
   KVATLAS_RETURN_IF_ERROR(CheckScale(options.decode_scale, "decode_scale"));
+  KVATLAS_RETURN_IF_ERROR(CheckFraction(options.replica_credit, "replica_credit"));
+  KVATLAS_RETURN_IF_ERROR(CheckScale(options.excess_queue_scale, "excess_queue_scale"));
+  KVATLAS_RETURN_IF_ERROR(CheckScale(options.excess_queue_epsilon, "excess_queue_epsilon"));
   return CheckNonNegative(options.temperature, "temperature");
 }
 
@@ -104,6 +139,13 @@ Result<std::vector<ScoredCandidate>> ScoreCandidates(const RoutingOptions& optio
   }
   if (block_size == 0) return Status::InvalidArgument("block_size: must be a positive integer");
 
+  const std::vector<double> queued = QueuedBlocks(candidates, block_size);
+  double mean_queued = 0;
+  for (double q : queued) mean_queued += q;
+  mean_queued /= static_cast<double>(queued.size());
+  const std::vector<uint32_t> loaded_holders =
+      options.replica_credit > 0 ? LoadedHolders(matches, queued, mean_queued, prompt_blocks)
+                                 : std::vector<uint32_t>{};
   std::vector<ScoredCandidate> scored(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) {
     ScoredCandidate& s = scored[i];
@@ -126,10 +168,17 @@ Result<std::vector<ScoredCandidate>> ScoreCandidates(const RoutingOptions& optio
     const TierWeights& w = options.weights;
     s.credit = w.gpu * s.gpu_blocks + w.cpu * s.cpu_blocks + w.disk * s.disk_blocks +
                w.predicted * s.predicted_blocks + w.shared * s.shared_blocks;
+    if (options.replica_credit > 0) {
+      s.credit += options.replica_credit * ReplicaBlocks(loaded_holders, shared);
+    }
     s.new_prefill_blocks = std::max(static_cast<double>(prompt_blocks) - s.credit, 0.0);
-    s.queued_prefill_blocks = static_cast<double>(candidates[i].queued_prefill_tokens) / block_size;
+    s.queued_prefill_blocks = queued[i];
     s.prefill_cost = options.prefill_scale * s.new_prefill_blocks +
                      options.queue_scale * s.queued_prefill_blocks;
+    if (options.excess_queue_scale > 0) {
+      const double bound = (1.0 + options.excess_queue_epsilon) * mean_queued;
+      s.prefill_cost += options.excess_queue_scale * std::max(queued[i] - bound, 0.0);
+    }
     s.decode_cost = options.decode_scale * static_cast<double>(candidates[i].active_decode_blocks);
     s.cost = s.prefill_cost + s.decode_cost;
   }

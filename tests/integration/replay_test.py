@@ -63,6 +63,20 @@ def check_router_replicas(replay, rpc, http_addr, trace):
     out = subprocess.run([replay, "--server", rpc, "--trace", trace, "--routers", "0"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--routers: must be at least 1" in out.stderr, out.stderr
+    # The experimental cost terms are not in the route API: refused for the kvatlas policy,
+    # scored by kvatlas-local (docs/routing.md §Defaults).
+    out = subprocess.run([replay, "--server", rpc, "--trace", trace, "--policies", "kvatlas",
+                          "--replica-credit", "1"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "only the kvatlas-local policy" in out.stderr, out.stderr
+    out = subprocess.run([replay, "--trace", trace, "--limit", "200", "--policies",
+                          "kvatlas-local", "--replica-credit", "1", "--excess-queue-scale", "0.5",
+                          "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[0])["requests"] == 200, out.stdout
+    out = subprocess.run([replay, "--trace", trace, "--policies", "kvatlas-local",
+                          "--replica-credit", "2"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "replica_credit: must be a number from 0 to 1" in out.stderr, \
+        out.stderr
 
 
 def main():

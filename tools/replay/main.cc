@@ -2,6 +2,7 @@
 // routing policies and prints hit ratio, load imbalance, simulated TTFT and kvatlas route
 // latency per policy (docs/routing.md §Trace replay). scripts/replay builds it and starts a
 // server for it.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +49,10 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
   --prefill-scale X          route weight of the request's new prefill blocks (1)
   --queue-scale X            route weight of the candidate's queued prefill blocks (0.3)
   --decode-scale X           route decode term weight (0.1)
+  --replica-credit X         kvatlas-local: experimental replica credit (0 = off, up to 1)
+  --excess-queue-scale X     kvatlas-local: experimental weight of queued blocks above
+                             (1 + epsilon) x the candidates' mean (0 = off)
+  --excess-queue-epsilon X   kvatlas-local: that epsilon (0)
   --temperature X            route softmax temperature (0 = argmin)
   --seed N                   seed of the random policy and of route sampling (1)
   --routers N                router replicas (1): request i is routed by replica i mod N,
@@ -179,6 +184,12 @@ Result<Flags> ParseFlags(int argc, char** argv) {
       KVATLAS_ASSIGN_OR_RETURN(f.routing.queue_scale, Number(flag, v));
     } else if (flag == "--decode-scale") {
       KVATLAS_ASSIGN_OR_RETURN(f.routing.decode_scale, Number(flag, v));
+    } else if (flag == "--replica-credit") {
+      KVATLAS_ASSIGN_OR_RETURN(f.routing.replica_credit, Number(flag, v));
+    } else if (flag == "--excess-queue-scale") {
+      KVATLAS_ASSIGN_OR_RETURN(f.routing.excess_queue_scale, Number(flag, v));
+    } else if (flag == "--excess-queue-epsilon") {
+      KVATLAS_ASSIGN_OR_RETURN(f.routing.excess_queue_epsilon, Number(flag, v));
     } else if (flag == "--temperature") {
       KVATLAS_ASSIGN_OR_RETURN(f.routing.temperature, Number(flag, v));
     } else if (flag == "--bound-epsilon") {
@@ -196,6 +207,14 @@ Result<Flags> ParseFlags(int argc, char** argv) {
   f.routing.seed = f.seed;
   KVATLAS_RETURN_IF_ERROR(ValidateRoutingOptions(f.routing));
   if (f.policies.empty()) return Status::InvalidArgument("--policies: none given");
+  // The route API does not carry the experimental terms: the kvatlas policy would score
+  // without them while the flags say otherwise.
+  const bool experimental = f.routing.replica_credit > 0 || f.routing.excess_queue_scale > 0;
+  if (experimental &&
+      std::find(f.policies.begin(), f.policies.end(), "kvatlas") != f.policies.end()) {
+    return Status::InvalidArgument(
+        "--replica-credit/--excess-queue-scale: only the kvatlas-local policy scores with them");
+  }
   if (f.shared_load && f.sim.routers < 2) {
     return Status::InvalidArgument("--shared-load: needs --routers N with N >= 2");
   }

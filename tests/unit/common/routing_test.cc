@@ -135,6 +135,59 @@ TEST_CASE("ScoreCandidates: queue_scale weighs queued work apart from new work")
   CHECK(ranked[0].cost == doctest::Approx(2));
 }
 
+TEST_CASE("ScoreCandidates: the experimental terms are off by default and priced as documented") {
+  // Prompt of 10 blocks of 16 tokens. a holds all 10 with 10 blocks queued, b holds all 10
+  // with 2 queued, c and d hold nothing and are idle: mean queue 3 blocks.
+  const std::vector<RouteCandidate> candidates = {Candidate("a", 160), Candidate("b", 32),
+                                                  Candidate("c"), Candidate("d")};
+  const std::vector<PrefixMatch> matches = {{10, 10, 10, 0}, {10, 10, 10, 0}, {}, {}};
+  RoutingOptions options;
+  CHECK(options.replica_credit == 0);
+  CHECK(options.excess_queue_scale == 0);
+  // Off: c's 10 blocks are new (cost 10), a pays queue_scale · 10 = 3, b 0.6.
+  std::vector<ScoredCandidate> off = Score(options, 10, candidates, matches);
+  CHECK(off[0].candidate.instance_id == "b");
+  CHECK(off[2].candidate.instance_id == "c");
+  CHECK(off[2].cost == doctest::Approx(10));
+
+  // Replica credit 0.8: only a's queue is above the mean, so each of c's 10 blocks has 1 loaded
+  // holder of 4 candidates: credit 0.8 · 10 · 1/4 = 2, new 8. a and b credit nothing more.
+  options.replica_credit = 0.8;
+  std::vector<ScoredCandidate> ranked = Score(options, 10, candidates, matches);
+  REQUIRE(ranked[2].candidate.instance_id == "c");
+  CHECK(ranked[2].credit == doctest::Approx(2));
+  CHECK(ranked[2].new_prefill_blocks == doctest::Approx(8));
+  CHECK(ranked[2].cost == doctest::Approx(8));
+  CHECK(ranked[1].candidate.instance_id == "a");
+  CHECK(ranked[1].credit == doctest::Approx(10));
+  CHECK(ranked[1].cost == doctest::Approx(3));
+
+  // Excess queue 2 over (1 + 1) · mean = 6 blocks: a's 10 queued blocks are 4 over, + 8.
+  options = {};
+  options.excess_queue_scale = 2;
+  options.excess_queue_epsilon = 1;
+  ranked = Score(options, 10, candidates, matches);
+  CHECK(ranked[0].candidate.instance_id == "b");
+  CHECK(ranked[0].prefill_cost == doctest::Approx(0.6));
+  CHECK(ranked[1].candidate.instance_id == "c");
+  CHECK(ranked[2].candidate.instance_id == "d");
+  CHECK(ranked[3].candidate.instance_id == "a");
+  CHECK(ranked[3].prefill_cost == doctest::Approx(3 + 8));
+  CHECK(ranked[3].cost == doctest::Approx(11));
+
+  RoutingOptions bad;
+  bad.replica_credit = 1.5;
+  CHECK(ValidateRoutingOptions(bad).message() ==
+        "replica_credit: must be a number from 0 to 1, got 1.5");
+  bad = {};
+  bad.excess_queue_scale = -1;
+  CHECK(ValidateRoutingOptions(bad).message().starts_with(
+      "excess_queue_scale: must be a finite number from 0 to 1000000"));
+  bad = {};
+  bad.excess_queue_epsilon = std::nan("");
+  CHECK(ValidateRoutingOptions(bad).message().starts_with("excess_queue_epsilon:"));
+}
+
 TEST_CASE("ScoreCandidates: predicted blocks count past the known ones, weighed") {
   // Prompt of 10 blocks. a: 2 on GPU, predicted 6 (4 past GPU); b: predicted 8; c: shared 5,
   // predicted 3 (the predicted ones come first, then shared past them).
@@ -229,6 +282,8 @@ TEST_CASE("ScoreCandidates: the largest accepted inputs give finite costs and pr
     options.prefill_scale = kMaxRoutingScale;
     options.queue_scale = kMaxRoutingScale;
     options.decode_scale = kMaxRoutingScale;
+    options.excess_queue_scale = kMaxRoutingScale;
+    options.replica_credit = 1;
     options.temperature = temperature;
     options.seed = 3;
     Result<std::vector<ScoredCandidate>> scored =

@@ -8,6 +8,8 @@
 //   new_blocks = max(prompt_blocks − credit, 0)
 //   cost       = prefill_scale · new_blocks + queue_scale · queued_prefill_blocks
 //              + decode_scale · active_decode_blocks
+// (plus two experimental terms that are off by default: RoutingOptions::replica_credit and
+// excess_queue_scale)
 //
 // The lowest cost wins (temperature 0), or a candidate is sampled with probability
 // ∝ exp(−normalised_cost / temperature) from a seeded generator. The same code runs in the
@@ -47,7 +49,8 @@ struct TierWeights {
 // The largest prefill_scale, queue_scale and decode_scale. With it every cost is finite: a cost is
 // at most 1e6 · (2^64 queued blocks + 2^32 new blocks) + 1e6 · 2^64 decode blocks ≈ 3.7e25, far
 // below the largest double, whatever the candidates' loads (full u64 range) and the prompt's
-// length. Past it a cost could overflow to infinity, which JSON cannot carry.
+// length (the experimental excess_queue_scale term adds at most 1e6 · 2^64 more: ≈ 5.5e25). Past
+// it a cost could overflow to infinity, which JSON cannot carry.
 inline constexpr double kMaxRoutingScale = 1e6;
 
 // queue_scale's default: in the trace replay (docs/routing.md §Defaults) it kept the
@@ -68,6 +71,17 @@ struct RoutingOptions {
   // requests away from the instance holding their prefix; 0.1 (with queue_scale 0.3) keeps
   // reuse within 1.3% of it and gives the lowest TTFT on all three shapes measured.
   double decode_scale = 0.1;
+  // Two experimental terms, off by default (docs/routing.md §Defaults, "Terms measured and
+  // not adopted"); C++ callers and the replay only (not in the route API's JSON or binary
+  // form), so a route through the server always has them off.
+  // replica_credit α in [0, 1]: each block past what the candidate has credited that m of
+  // the N candidates hold while their queue is above the candidates' mean is credited
+  // α·m/N more (a copy made now of a prefix whose holders are busy serves later requests).
+  double replica_credit = 0.0;
+  // excess_queue_scale: weight of the candidate's queued prefill blocks above
+  // (1 + excess_queue_epsilon) × the candidates' mean, on top of queue_scale.
+  double excess_queue_scale = 0.0;
+  double excess_queue_epsilon = 0.0;
   // 0 = deterministic: lowest cost first, ties in candidate order. > 0 = softmax sampling.
   double temperature = 0.0;
   // Seed of the sampler (temperature > 0 only): equal inputs and seed give equal answers.
@@ -77,8 +91,9 @@ struct RoutingOptions {
   friend bool operator==(const RoutingOptions&, const RoutingOptions&) = default;
 };
 
-// Checks ranges: weights (predicted included) finite and in [0, 1], scales finite and in [0,
-// kMaxRoutingScale], temperature finite and >= 0. kInvalidArgument naming the field and the range
+// Checks ranges: weights (predicted included) and replica_credit finite and in [0, 1], scales
+// (excess_queue_scale and excess_queue_epsilon included) finite and in [0, kMaxRoutingScale],
+// temperature finite and >= 0. kInvalidArgument naming the field and the range
 // ("weights.CPU: must be a number from 0 to 1, got 1.5"). Options that pass give finite
 // costs and probabilities for any candidates (ScoreCandidates checks them itself).
 [[nodiscard]] KVATLAS_EXPORT Status ValidateRoutingOptions(const RoutingOptions& options);
@@ -129,10 +144,10 @@ struct ScoredCandidate {
   uint32_t disk_blocks = 0;
   uint32_t shared_blocks = 0;
   uint32_t predicted_blocks = 0;     // past disk, before shared: credited w_predicted each
-  double credit = 0;                 // Σ weight · blocks
+  double credit = 0;                 // Σ weight · blocks (+ the replica credit, when on)
   double new_prefill_blocks = 0;     // max(prompt_blocks − credit, 0)
   double queued_prefill_blocks = 0;  // queued_prefill_tokens / block_size
-  double prefill_cost = 0;           // prefill_scale · new + queue_scale · queued
+  double prefill_cost = 0;           // prefill_scale · new + queue_scale · queued (+ excess)
   double decode_cost = 0;            // decode_scale · active_decode_blocks
   double cost = 0;                   // prefill_cost + decode_cost
   double probability = 0;            // of being picked: 1 for the winner at temperature 0
