@@ -441,6 +441,11 @@ Result<uint64_t> ParseHashText(std::string_view text) {
   return value;
 }
 
+Result<ContextKey> ContextKeyFromJson(const json& object, const std::string& path) {
+  if (!object.is_object()) return InvalidValue(path, "must be an object", object);
+  return DecodeContext(Fields(object, path), kEventNames);
+}
+
 json ContextKeyToJson(const ContextKey& context) {
   return json{{"tenant_id", context.tenant},
               {"model_name", context.model},

@@ -13,75 +13,46 @@ namespace {
 
 using nlohmann::json;
 
-// The fields of one element of "predictions", read with its path for errors.
-class Reader {
- public:
-  Reader(const json& object, std::string path) : object_(object), path_(std::move(path)) {}
+// Field `field` of `object`, or null when absent or JSON null (not given).
+const json* Field(const json& object, std::string_view field) {
+  const auto it = object.find(field);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
 
-  Status Invalid(std::string_view field, const std::string& problem) const {
-    return Status::InvalidArgument(path_ + "." + std::string(field) + ": " + problem);
-  }
-
-  // `required`: present and non-empty. Absent: `*out` is left as is.
-  Status String(std::string_view field, bool required, std::string* out) const {
-    const auto it = object_.find(field);
-    if (it == object_.end() || it->is_null()) {
-      return required ? Invalid(field, "is required (a non-empty string)") : Status::Ok();
-    }
-    if (!it->is_string() || (required && it->get_ref<const std::string&>().empty())) {
-      return Invalid(field,
-                     std::string(required ? "must be a non-empty string" : "must be a string") +
-                         ", got " + PreviewJson(*it));
-    }
-    *out = it->get<std::string>();
-    return Status::Ok();
-  }
-
-  // An integer from `min` to `max`; absent: `*out` is left as is unless `required`.
-  Status Uint32(std::string_view field, bool required, uint32_t min, uint32_t* out) const {
-    constexpr uint32_t max = std::numeric_limits<uint32_t>::max();
-    const auto it = object_.find(field);
-    if (it == object_.end() || it->is_null()) {
-      return required ? Invalid(field, "is required") : Status::Ok();
-    }
-    if (!it->is_number_unsigned() || it->get<uint64_t>() < min || it->get<uint64_t>() > max) {
-      return Invalid(field, "must be an integer from " + std::to_string(min) + " to " +
-                                std::to_string(max) + ", got " + PreviewJson(*it));
-    }
-    *out = static_cast<uint32_t>(it->get<uint64_t>());
-    return Status::Ok();
-  }
-
- private:
-  const json& object_;
-  const std::string path_;
-};
+Status Invalid(const std::string& path, std::string_view field, const std::string& problem) {
+  return Status::InvalidArgument(path + "." + std::string(field) + ": " + problem);
+}
 
 Result<PredictCommand> DecodePrediction(const json& value, const std::string& path) {
-  if (!value.is_object()) {
-    return Status::InvalidArgument(path + ": must be an object, got " + PreviewJson(value));
-  }
-  const Reader r(value, path);
   PredictCommand c;
-  KVATLAS_RETURN_IF_ERROR(r.String("tenant_id", false, &c.context.tenant));
-  KVATLAS_RETURN_IF_ERROR(r.String("model_name", true, &c.context.model));
-  KVATLAS_RETURN_IF_ERROR(r.String("lora_name", false, &c.context.lora_name));
-  KVATLAS_RETURN_IF_ERROR(r.Uint32("block_size", true, 1, &c.context.block_size));
-  KVATLAS_RETURN_IF_ERROR(r.String("additional_salt", false, &c.context.salt));
+  KVATLAS_ASSIGN_OR_RETURN(c.context, ContextKeyFromJson(value, path));
   KVATLAS_RETURN_IF_ERROR(CheckContextLimits(c.context, path + "."));
-  KVATLAS_RETURN_IF_ERROR(r.String("instance_id", true, &c.holder.id));
+  const json* instance = Field(value, "instance_id");
+  if (instance == nullptr) return Invalid(path, "instance_id", "is required (a non-empty string)");
+  if (!instance->is_string() || instance->get_ref<const std::string&>().empty()) {
+    return Invalid(path, "instance_id",
+                   "must be a non-empty string, got " + PreviewJson(*instance));
+  }
+  c.holder.id = instance->get<std::string>();
   KVATLAS_RETURN_IF_ERROR(CheckLength(path + ".", "instance_id", c.holder.id, kMaxNameBytes));
-  KVATLAS_RETURN_IF_ERROR(r.Uint32("dp_rank", false, 0, &c.holder.dp_rank));
-  const auto keys = value.find("keys");
-  if (keys == value.end() || !keys->is_array() || keys->empty()) {
-    return r.Invalid("keys", "must be a non-empty array of block keys (unsigned integers)");
+  if (const json* rank = Field(value, "dp_rank"); rank != nullptr) {
+    if (!rank->is_number_unsigned() ||
+        rank->get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+      return Invalid(path, "dp_rank",
+                     "must be an integer from 0 to 4294967295, got " + PreviewJson(*rank));
+    }
+    c.holder.dp_rank = static_cast<uint32_t>(rank->get<uint64_t>());
+  }
+  const json* keys = Field(value, "keys");
+  if (keys == nullptr || !keys->is_array() || keys->empty()) {
+    return Invalid(path, "keys", "must be a non-empty array of block keys (unsigned integers)");
   }
   c.hashes.reserve(keys->size());
   for (size_t i = 0; i < keys->size(); ++i) {
     const json& key = (*keys)[i];
     if (!key.is_number_unsigned()) {
-      return r.Invalid("keys[" + std::to_string(i) + "]",
-                       "must be an unsigned integer, got " + PreviewJson(key));
+      return Invalid(path, "keys[" + std::to_string(i) + "]",
+                     "must be an unsigned integer, got " + PreviewJson(key));
     }
     c.hashes.push_back(key.get<uint64_t>());
   }
@@ -94,14 +65,11 @@ std::string EncodeForwardedPredictions(const CommandBatch& batch) {
   json predictions = json::array();
   for (const Command& command : batch.commands) {
     const PredictCommand& c = std::get<PredictCommand>(command);
-    predictions.push_back({{"tenant_id", c.context.tenant},
-                           {"model_name", c.context.model},
-                           {"lora_name", c.context.lora_name},
-                           {"block_size", c.context.block_size},
-                           {"additional_salt", c.context.salt},
-                           {"instance_id", c.holder.id},
-                           {"dp_rank", c.holder.dp_rank},
-                           {"keys", c.hashes}});
+    json prediction = ContextKeyToJson(c.context);
+    prediction["instance_id"] = c.holder.id;
+    prediction["dp_rank"] = c.holder.dp_rank;
+    prediction["keys"] = c.hashes;
+    predictions.push_back(std::move(prediction));
   }
   return json{{"predictions", std::move(predictions)}}.dump();
 }

@@ -97,5 +97,10 @@ struct ConductorPrediction {
 
 // {"tenant_id", "model_name", "lora_name", "block_size", "additional_salt"}.
 [[nodiscard]] KVATLAS_EXPORT nlohmann::json ContextKeyToJson(const ContextKey& context);
+// The context fields of JSON object `object` as ContextKeyToJson writes them, read as every
+// request body's are (tenant_id absent or empty: "default"; model_name and a positive
+// block_size required); errors name `path`.field. Name limits are the caller's to check.
+[[nodiscard]] KVATLAS_EXPORT Result<ContextKey> ContextKeyFromJson(const nlohmann::json& object,
+                                                                   const std::string& path);
 
 }  // namespace kvatlas
