@@ -305,7 +305,21 @@ func readCandidate(d *decoder) Candidate {
 	return c
 }
 
-const defaultQueueScale = 0.3
+// The defaults of the kRoute trailers' fields (docs/protocol.md §kRoute): a request whose
+// values are these leaves the trailer out.
+const (
+	defaultQueueScale         = 0.4
+	defaultReplicaCredit      = 1.0
+	defaultExcessQueueScale   = 0.7
+	defaultExcessQueueEpsilon = 0.5
+)
+
+// usesCostTerms says whether a route carries the cost terms trailer: only when one of
+// replica_credit, excess_queue_scale and excess_queue_epsilon is not the default.
+func usesCostTerms(o *RouteOptions) bool {
+	return o.ReplicaCredit != defaultReplicaCredit || o.ExcessQueueScale != defaultExcessQueueScale ||
+		o.ExcessQueueEpsilon != defaultExcessQueueEpsilon
+}
 
 // usesApproximate says whether a route carries the approximate trailer (docs/protocol.md
 // §kRoute): only when a candidate is flagged Predict or the PREDICTED weight is not the
@@ -341,13 +355,18 @@ func encodeRoute(r *RouteRequest) []byte {
 	if o.Seed != nil {
 		e.u64(*o.Seed)
 	}
-	// Optional trailers, as the C++ client writes them: queue_scale's (always written
-	// before the approximate one), then approximate mode's: the PREDICTED weight and the
-	// indexes of the candidates flagged Predict.
+	// Optional trailers, as the C++ client writes them, each written when it or a later one
+	// is: queue_scale's; then approximate mode's (the PREDICTED weight and the indexes of
+	// the candidates flagged Predict), or its flag 0x00 when only the cost terms follow;
+	// then the cost terms' (replica_credit, excess_queue_scale, excess_queue_epsilon).
 	approximate := usesApproximate(r)
-	if o.QueueScale != defaultQueueScale || approximate {
+	terms := usesCostTerms(&o)
+	if o.QueueScale != defaultQueueScale || approximate || terms {
 		e.flag(true)
 		e.f64(o.QueueScale)
+	}
+	if !approximate && terms {
+		e.flag(false)
 	}
 	if approximate {
 		e.flag(true)
@@ -366,6 +385,12 @@ func encodeRoute(r *RouteRequest) []byte {
 		for _, i := range flagged {
 			e.varint(i)
 		}
+	}
+	if terms {
+		e.flag(true)
+		e.f64(o.ReplicaCredit)
+		e.f64(o.ExcessQueueScale)
+		e.f64(o.ExcessQueueEpsilon)
 	}
 	return e.b
 }

@@ -17,27 +17,51 @@ import (
 // kMaxRoutingScale).
 const maxRoutingScale = 1e6
 
+// shown writes a number as the server's messages do (C's "%.6g": "1.5", "2e+06", "inf",
+// "nan").
+func shown(v float64) string {
+	switch {
+	case math.IsNaN(v) && math.Signbit(v):
+		return "-nan"
+	case math.IsNaN(v):
+		return "nan"
+	case math.IsInf(v, 1):
+		return "inf"
+	case math.IsInf(v, -1):
+		return "-inf"
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
+}
+
 // ValidateRouteOptions fails with ErrInvalidArgument naming the first option out of
 // range, as the server does.
 func ValidateRouteOptions(o RouteOptions) error {
+	const fraction, scale = "a number from 0 to 1", "a finite number from 0 to 1000000"
+	predicted := 1.0
+	if o.PredictedWeight != nil {
+		predicted = *o.PredictedWeight
+	}
 	check := func(v, max float64, field, what string) error {
 		if !math.IsInf(v, 0) && !math.IsNaN(v) && v >= 0 && v <= max {
 			return nil
 		}
-		return newError(CodeInvalidArgument, fmt.Sprintf("%s: must be %s, got %s", field, what,
-			strconv.FormatFloat(v, 'g', 6, 64)))
+		return newError(CodeInvalidArgument, fmt.Sprintf("%s: must be %s, got %s", field, what, shown(v)))
 	}
 	for _, c := range []struct {
 		v, max      float64
 		field, what string
 	}{
-		{o.Weights.GPU, 1, "weights.GPU", "a number from 0 to 1"},
-		{o.Weights.CPU, 1, "weights.CPU", "a number from 0 to 1"},
-		{o.Weights.Disk, 1, "weights.DISK", "a number from 0 to 1"},
-		{o.Weights.Shared, 1, "weights.SHARED", "a number from 0 to 1"},
-		{o.PrefillScale, maxRoutingScale, "prefill_scale", "a finite number from 0 to 1000000"},
-		{o.QueueScale, maxRoutingScale, "queue_scale", "a finite number from 0 to 1000000"},
-		{o.DecodeScale, maxRoutingScale, "decode_scale", "a finite number from 0 to 1000000"},
+		{o.Weights.GPU, 1, "weights.GPU", fraction},
+		{o.Weights.CPU, 1, "weights.CPU", fraction},
+		{o.Weights.Disk, 1, "weights.DISK", fraction},
+		{o.Weights.Shared, 1, "weights.SHARED", fraction},
+		{predicted, 1, "weights.PREDICTED", fraction},
+		{o.PrefillScale, maxRoutingScale, "prefill_scale", scale},
+		{o.QueueScale, maxRoutingScale, "queue_scale", scale},
+		{o.DecodeScale, maxRoutingScale, "decode_scale", scale},
+		{o.ReplicaCredit, 1, "replica_credit", fraction},
+		{o.ExcessQueueScale, maxRoutingScale, "excess_queue_scale", scale},
+		{o.ExcessQueueEpsilon, maxRoutingScale, "excess_queue_epsilon", scale},
 		{o.Temperature, math.MaxFloat64, "temperature", "a finite number >= 0"},
 	} {
 		if err := check(c.v, c.max, c.field, c.what); err != nil {
@@ -94,9 +118,43 @@ func clamp(v, lo, hi uint32) uint32 {
 	return v
 }
 
+// loadedHolders are RouteOptions.ReplicaCredit's holders: the prefix each candidate holds
+// itself (GPU ∪ CPU ∪ DISK, predicted blocks included, at most the prompt) when its queue
+// is above mean, 0 otherwise.
+func loadedHolders(matches []PrefixMatch, queued []float64, mean float64, promptBlocks uint32) []uint32 {
+	held := make([]uint32, len(matches))
+	for i := range matches {
+		if queued[i] > mean {
+			h := matches[i].Disk
+			if matches[i].Predicted > h {
+				h = matches[i].Predicted
+			}
+			if h > promptBlocks {
+				h = promptBlocks
+			}
+			held[i] = h
+		}
+	}
+	return held
+}
+
+// replicaBlocks is Σ over the blocks from `from` on of (loaded holders of the block / N),
+// held having one entry per candidate, N of them: Σ_k max(held_k − from, 0) / N.
+func replicaBlocks(held []uint32, from uint32) float64 {
+	blocks := 0.0
+	for _, h := range held {
+		if h > from {
+			blocks += float64(h - from)
+		}
+	}
+	return blocks / float64(len(held))
+}
+
 // ScoreCandidates ranks candidates for a prompt of promptBlocks blocks from their matches
 // (parallel to candidates), lowest cost first; with a temperature, the sampled pick is
-// moved first (docs/routing.md). blockSize converts queued prefill tokens to blocks.
+// moved first (docs/routing.md). blockSize converts queued prefill tokens to blocks. The
+// costs are the server's to the bit (common/src/routing.cc, the same operations in the
+// same order): predicted blocks, the replica credit and the excess queue term included.
 func ScoreCandidates(o RouteOptions, promptBlocks, blockSize uint32, candidates []Candidate, matches []PrefixMatch) ([]ScoredCandidate, error) {
 	if err := ValidateRouteOptions(o); err != nil {
 		return nil, err
@@ -111,8 +169,23 @@ func ScoreCandidates(o RouteOptions, promptBlocks, blockSize uint32, candidates 
 	if blockSize == 0 {
 		return nil, newError(CodeInvalidArgument, "block_size: must be a positive integer")
 	}
+	queued := make([]float64, len(candidates))
+	meanQueued := 0.0
+	for i := range candidates {
+		queued[i] = float64(candidates[i].QueuedPrefillTokens) / float64(blockSize)
+		meanQueued += queued[i]
+	}
+	meanQueued /= float64(len(queued))
+	var held []uint32
+	if o.ReplicaCredit > 0 {
+		held = loadedHolders(matches, queued, meanQueued, promptBlocks)
+	}
 	scored := make([]ScoredCandidate, len(candidates))
 	w := o.Weights
+	wPredicted := 1.0
+	if o.PredictedWeight != nil {
+		wPredicted = *o.PredictedWeight
+	}
 	for i := range candidates {
 		s := &scored[i]
 		s.Index, s.Candidate, s.Matched = uint64(i), candidates[i], matches[i]
@@ -123,13 +196,25 @@ func ScoreCandidates(o RouteOptions, promptBlocks, blockSize uint32, candidates 
 		}
 		cpu := clamp(matches[i].CPU, gpu, promptBlocks)
 		disk := clamp(matches[i].Disk, cpu, promptBlocks)
-		shared := clamp(matches[i].Shared, disk, promptBlocks)
-		s.GPUBlocks, s.CPUBlocks, s.DiskBlocks, s.SharedBlocks = gpu, cpu-gpu, disk-cpu, shared-disk
+		// Predicted blocks sit where the engine would have them (its device), past what it
+		// is known to hold and before what every candidate reaches through a shared backend.
+		predicted := clamp(matches[i].Predicted, disk, promptBlocks)
+		shared := clamp(matches[i].Shared, predicted, promptBlocks)
+		s.GPUBlocks, s.CPUBlocks, s.DiskBlocks = gpu, cpu-gpu, disk-cpu
+		s.PredictedBlocks, s.SharedBlocks = predicted-disk, shared-predicted
 		s.Credit = w.GPU*float64(s.GPUBlocks) + w.CPU*float64(s.CPUBlocks) +
-			w.Disk*float64(s.DiskBlocks) + w.Shared*float64(s.SharedBlocks)
+			w.Disk*float64(s.DiskBlocks) + wPredicted*float64(s.PredictedBlocks) +
+			w.Shared*float64(s.SharedBlocks)
+		if o.ReplicaCredit > 0 {
+			s.Credit += o.ReplicaCredit * replicaBlocks(held, shared)
+		}
 		s.NewPrefillBlocks = math.Max(float64(promptBlocks)-s.Credit, 0)
-		s.QueuedPrefillBlocks = float64(candidates[i].QueuedPrefillTokens) / float64(blockSize)
+		s.QueuedPrefillBlocks = queued[i]
 		s.PrefillCost = o.PrefillScale*s.NewPrefillBlocks + o.QueueScale*s.QueuedPrefillBlocks
+		if o.ExcessQueueScale > 0 {
+			bound := (1 + o.ExcessQueueEpsilon) * meanQueued
+			s.PrefillCost += o.ExcessQueueScale * math.Max(queued[i]-bound, 0)
+		}
 		s.DecodeCost = o.DecodeScale * float64(candidates[i].ActiveDecodeBlocks)
 		s.Cost = s.PrefillCost + s.DecodeCost
 	}

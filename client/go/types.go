@@ -156,14 +156,27 @@ type TierWeights struct {
 var DefaultTierWeights = TierWeights{GPU: 1.0, CPU: 0.75, Disk: 0.25, Shared: 0.5}
 
 // RouteOptions are the cost model's knobs (docs/routing.md). DefaultRouteOptions gives
-// the server's defaults.
+// the server's defaults; start from it; a literal leaves out what it does not name (0).
 type RouteOptions struct {
 	Weights      TierWeights
-	PrefillScale float64
-	QueueScale   float64
-	DecodeScale  float64
-	Temperature  float64 // 0 = lowest cost first
-	Seed         *uint64 // the sampler's seed; nil = random
+	PrefillScale float64 // weight of the request's new prefill blocks (0 … 1e6)
+	QueueScale   float64 // weight of the candidate's queued prefill blocks (0 … 1e6)
+	DecodeScale  float64 // weight of the candidate's active decode blocks (0 … 1e6)
+	// ReplicaCredit (0 … 1; default 1) credits a candidate for the blocks past its own
+	// prefix that busy candidates hold: each block that m of the N candidates hold while
+	// their queued prefill work is above the candidates' mean is credited
+	// ReplicaCredit·m/N (a copy made now of a prefix whose holders are busy serves later
+	// requests). 0 = off, as in a RouteOptions literal that leaves it out.
+	ReplicaCredit float64
+	// ExcessQueueScale (0 … 1e6; default 0.7) weighs, on top of QueueScale, the
+	// candidate's queued prefill blocks above (1 + ExcessQueueEpsilon) × the candidates'
+	// mean. 0 = off, as in a RouteOptions literal that leaves it out.
+	ExcessQueueScale float64
+	// ExcessQueueEpsilon (0 … 1e6; default 0.5): how far above the mean a queue may be
+	// before ExcessQueueScale weighs it. A literal that leaves it out has 0.
+	ExcessQueueEpsilon float64
+	Temperature        float64 // 0 = lowest cost first
+	Seed               *uint64 // the sampler's seed; nil = random
 	// PredictedWeight is the credit of a predicted block (the PREDICTED weight, 0 … 1;
 	// docs/routing.md §Approximate mode); nil = the default, 1. A pointer so that
 	// RouteOptions literals written before it keep the default.
@@ -172,8 +185,8 @@ type RouteOptions struct {
 
 // DefaultRouteOptions returns the defaults of POST /v1/route.
 func DefaultRouteOptions() RouteOptions {
-	return RouteOptions{Weights: DefaultTierWeights, PrefillScale: 1.0, QueueScale: 0.3,
-		DecodeScale: 0.1}
+	return RouteOptions{Weights: DefaultTierWeights, PrefillScale: 1.0, QueueScale: 0.4,
+		DecodeScale: 0.01, ReplicaCredit: 1.0, ExcessQueueScale: 0.7, ExcessQueueEpsilon: 0.5}
 }
 
 // Candidate is an instance the router may pick.
@@ -201,8 +214,9 @@ type RouteRequest struct {
 
 // PrefixMatch is a candidate's cached prefix in blocks: GPU <= CPU <= Disk cumulative,
 // Shared from shared backends. Predicted is the candidate's predicted prefix (approximate
-// mode), set in Client.Route answers to requests with a Predict candidate; the local
-// scorer (ScoreCandidates, LocalIndex) ignores it.
+// mode), set in Client.Route answers to requests with a Predict candidate; ScoreCandidates
+// credits it past Disk (weighed by RouteOptions.PredictedWeight), as the server does, and
+// LocalIndex, which records no predictions, leaves it 0.
 type PrefixMatch struct {
 	GPU, CPU, Disk, Shared uint32
 	Predicted              uint32
@@ -216,7 +230,8 @@ type ScoredCandidate struct {
 	// Blocks served from each tier (non-overlapping).
 	GPUBlocks, CPUBlocks, DiskBlocks, SharedBlocks uint32
 	// Blocks credited as predicted (approximate mode: past Disk, before Shared), in
-	// Client.Route answers to requests with a Predict candidate; 0 otherwise.
+	// Client.Route answers to requests with a Predict candidate and in ScoreCandidates'
+	// answers to matches with Predicted set; 0 otherwise.
 	PredictedBlocks                               uint32
 	Credit, NewPrefillBlocks, QueuedPrefillBlocks float64
 	PrefillCost, DecodeCost, Cost, Probability    float64
