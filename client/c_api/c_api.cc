@@ -4,6 +4,7 @@
 // functions.
 #include "kvatlas/client/c_api.h"
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -168,15 +169,19 @@ kvatlas_code Lookup(kvatlas_client* client, const kvatlas_context* context, cons
   return KVATLAS_OK;
 }
 
-// The fields of kvatlas_route_options this library knows (its first version's).
+// The sizes of kvatlas_route_options this library knows: its first version's (up to
+// `reserved`), whose callers get the cost terms' defaults, and today's.
+constexpr size_t kRouteOptionsSizeV1 = offsetof(kvatlas_route_options, replica_credit);
 constexpr size_t kRouteOptionsSize = sizeof(kvatlas_route_options);
 
 Status ToRouteOptions(const kvatlas_route_options* in, kvatlas::RoutingOptions* out) {
   if (in == nullptr) return Status::Ok();
-  if (in->struct_size != kRouteOptionsSize) {
+  if (in->struct_size != kRouteOptionsSize && in->struct_size != kRouteOptionsSizeV1) {
     return Status::InvalidArgument("options.struct_size: must be sizeof(kvatlas_route_options) = " +
-                                   std::to_string(kRouteOptionsSize) +
-                                   " (kvatlas_route_options_init sets it), got " +
+                                   std::to_string(kRouteOptionsSize) + " (or " +
+                                   std::to_string(kRouteOptionsSizeV1) +
+                                   ", its first version's; kvatlas_route_options_init sets it), "
+                                   "got " +
                                    std::to_string(in->struct_size));
   }
   if (in->reserved != 0) return Status::InvalidArgument("options.reserved: must be 0");
@@ -186,6 +191,11 @@ Status ToRouteOptions(const kvatlas_route_options* in, kvatlas::RoutingOptions* 
   out->decode_scale = in->decode_scale;
   out->temperature = in->temperature;
   if (in->has_seed != 0) out->seed = in->seed;
+  if (in->struct_size >= kRouteOptionsSize) {
+    out->replica_credit = in->replica_credit;
+    out->excess_queue_scale = in->excess_queue_scale;
+    out->excess_queue_epsilon = in->excess_queue_epsilon;
+  }
   return Status::Ok();
 }
 
@@ -404,7 +414,10 @@ void kvatlas_route_options_init(kvatlas_route_options* options) {
                                    d.temperature,
                                    0,
                                    0,
-                                   0};
+                                   0,
+                                   d.replica_credit,
+                                   d.excess_queue_scale,
+                                   d.excess_queue_epsilon};
 }
 
 kvatlas_code kvatlas_route_tokens(kvatlas_client* client, const kvatlas_context* context,

@@ -51,6 +51,13 @@ bool UsesApproximate(const RoutingRequest& request) {
   return false;
 }
 
+// Whether the relative cost terms are at their defaults (then the terms trailer is left out).
+bool HasDefaultTerms(const RoutingOptions& o) {
+  return o.replica_credit == kDefaultReplicaCredit &&
+         o.excess_queue_scale == kDefaultExcessQueueScale &&
+         o.excess_queue_epsilon == kDefaultExcessQueueEpsilon;
+}
+
 }  // namespace
 
 std::string EncodeRouteRequestBinary(const RoutingRequest& request) {
@@ -68,12 +75,15 @@ std::string EncodeRouteRequestBinary(const RoutingRequest& request) {
   // queue_scale is an optional trailer: a request with the default is the same bytes as
   // before queue_scale existed, so that servers without it still answer it.
   const bool approximate = UsesApproximate(request);
-  if (o.queue_scale != kDefaultQueueScale || approximate) {
+  const bool terms = !HasDefaultTerms(o);
+  if (o.queue_scale != kDefaultQueueScale || approximate || terms) {
     PutFlag(&out, true);
     PutDouble(&out, o.queue_scale);
   }
   // Approximate mode, a second optional trailer (after queue_scale's): the PREDICTED
-  // weight and the indexes of the candidates flagged predict.
+  // weight and the indexes of the candidates flagged predict; a lone 0x00 when only the
+  // terms trailer follows.
+  if (!approximate && terms) PutFlag(&out, false);
   if (approximate) {
     PutFlag(&out, true);
     PutDouble(&out, o.weights.predicted);
@@ -82,6 +92,14 @@ std::string EncodeRouteRequestBinary(const RoutingRequest& request) {
     PutVarint64(&out, flagged);
     for (size_t i = 0; i < request.candidates.size(); ++i) {
       if (request.candidates[i].predict) PutVarint64(&out, i);
+    }
+  }
+  // The relative cost terms, a third optional trailer: written only when one differs from
+  // its default, so that a request with the defaults is the same bytes as before them.
+  if (terms) {
+    PutFlag(&out, true);
+    for (double v : {o.replica_credit, o.excess_queue_scale, o.excess_queue_epsilon}) {
+      PutDouble(&out, v);
     }
   }
   return out;
@@ -139,8 +157,17 @@ Result<RoutingRequest> DecodeRouteRequestBinary(std::string_view payload) {
           request.candidates[index].predict = true;
         }
       }
+    } else if (in.ok() && in.AtEnd()) {
+      in.Reject("approximate", "0x00 only when the terms trailer follows");
+    }
+  }
+  if (in.ok() && !in.AtEnd()) {
+    if (in.Flag("terms")) {
+      o.replica_credit = in.Double("replica_credit");
+      o.excess_queue_scale = in.Double("excess_queue_scale");
+      o.excess_queue_epsilon = in.Double("excess_queue_epsilon");
     } else if (in.ok()) {
-      in.Reject("approximate", "must be 0x01 when present");
+      in.Reject("terms", "must be 0x01 when present");
     }
   }
   KVATLAS_RETURN_IF_ERROR(in.Finish());

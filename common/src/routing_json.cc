@@ -146,6 +146,12 @@ Result<RoutingRequest> DecodeRoute(std::string_view body) {
       ReadNumber(doc, "prefill_scale", "prefill_scale", &options.prefill_scale));
   KVATLAS_RETURN_IF_ERROR(ReadNumber(doc, "queue_scale", "queue_scale", &options.queue_scale));
   KVATLAS_RETURN_IF_ERROR(ReadNumber(doc, "decode_scale", "decode_scale", &options.decode_scale));
+  KVATLAS_RETURN_IF_ERROR(
+      ReadNumber(doc, "replica_credit", "replica_credit", &options.replica_credit));
+  KVATLAS_RETURN_IF_ERROR(
+      ReadNumber(doc, "excess_queue_scale", "excess_queue_scale", &options.excess_queue_scale));
+  KVATLAS_RETURN_IF_ERROR(ReadNumber(doc, "excess_queue_epsilon", "excess_queue_epsilon",
+                                     &options.excess_queue_epsilon));
   KVATLAS_RETURN_IF_ERROR(ReadNumber(doc, "temperature", "temperature", &options.temperature));
   KVATLAS_ASSIGN_OR_RETURN(options.seed, OptionalU64(doc, "seed", "seed"));
   KVATLAS_RETURN_IF_ERROR(ValidateRoutingOptions(options));

@@ -10,6 +10,8 @@
 
 #include "kvatlas/client/c_api.h"
 
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -137,6 +139,41 @@ static kvatlas_route_result* RouteTokens(kvatlas_client* client, const uint32_t*
   return result;
 }
 
+/* The loaded candidate's prefill cost (it ranks second) with `options`; -1 when the route
+ * fails. */
+static double LoadedPrefillCost(kvatlas_client* client, const kvatlas_route_candidate* candidates,
+                                const kvatlas_route_options* options) {
+  const kvatlas_context context = {NULL, "llama", NULL, 4, NULL};
+  const uint32_t tokens[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  kvatlas_route_result* result = NULL;
+  double cost = -1;
+  if (kvatlas_route_tokens(client, &context, tokens, 10, candidates, 2, options, &result, NULL) ==
+      KVATLAS_OK) {
+    if (result->num_ranked == 2) cost = result->ranked[1].prefill_cost;
+    kvatlas_free_route_result(result);
+  }
+  return cost;
+}
+
+/* The relative cost terms reach the server: candidates[0] queues 2 blocks against a mean
+ * of 1, so at the defaults (excess_queue_scale 0.7, epsilon 0.5) its prefill cost carries
+ * 0.7 x (2 - 1.5) = 0.35 more than with the term off. A caller built with the first
+ * version of the struct (struct_size ending at `reserved`) gets the defaults whatever lies
+ * past it. */
+static void TestRouteTerms(kvatlas_client* client, const kvatlas_route_candidate* candidates) {
+  kvatlas_route_options options;
+  kvatlas_route_options_init(&options);
+  CHECK(options.replica_credit == 1.0 && options.excess_queue_scale == 0.7 &&
+        options.excess_queue_epsilon == 0.5 && options.queue_scale == 0.4);
+  const double with_term = LoadedPrefillCost(client, candidates, &options);
+  options.excess_queue_scale = 0;
+  const double without_term = LoadedPrefillCost(client, candidates, &options);
+  CHECK(with_term >= 0 && without_term >= 0);
+  CHECK(fabs(with_term - without_term - 0.35) < 1e-9);
+  options.struct_size = offsetof(kvatlas_route_options, replica_credit);
+  CHECK(LoadedPrefillCost(client, candidates, &options) == with_term);
+}
+
 /* Routes over the blocks TestCalls stored, and the argument checks. */
 static void TestRoute(kvatlas_client* client) {
   const kvatlas_context context = {NULL, "llama", NULL, 4, NULL};
@@ -200,6 +237,13 @@ static void TestRoute(kvatlas_client* client) {
                              &err) == KVATLAS_INVALID_ARGUMENT);
   CHECK(strstr(kvatlas_error_message(err), "weights.PREDICTED") != NULL);
   kvatlas_error_free(err);
+  kvatlas_route_options_init(&options);
+  options.replica_credit = 1.5;
+  CHECK(kvatlas_route_tokens(client, &context, tokens, 10, candidates, 2, &options, &result,
+                             &err) == KVATLAS_INVALID_ARGUMENT);
+  CHECK(strstr(kvatlas_error_message(err), "replica_credit") != NULL);
+  kvatlas_error_free(err);
+  TestRouteTerms(client, candidates);
   CHECK(kvatlas_route_tokens(NULL, &context, tokens, 10, candidates, 2, NULL, &result, NULL) ==
         KVATLAS_INVALID_ARGUMENT);
   kvatlas_free_route_result(NULL);

@@ -56,6 +56,9 @@ RoutingOptions Costs() {
   options.prefill_scale = 1.0;
   options.queue_scale = 0.3;
   options.decode_scale = 0.1;
+  // The plain cost, without the relative terms: the figures below are the load's alone.
+  options.replica_credit = 0;
+  options.excess_queue_scale = 0;
   return options;
 }
 

@@ -97,9 +97,12 @@ TEST_SUITE("Integration.Route") {
     request.lookup.token_ids = prompt;
     request.lookup.token_ids.insert(request.lookup.token_ids.end(), {1, 2, 3});  // 9 blocks
     // Dynamo weighs queued prefill work as new work: queue_scale 1 (on the wire as the
-    // kRoute trailer). engine-a: credit 8, new 1, 10 queued → 11; engine-b: 3 CPU (0.75) →
-    // new 6.75; engine-c: 2 shared (0.5) → new 8.
+    // kRoute trailer), and has no relative terms (off: the terms trailer). engine-a: credit
+    // 8, new 1, 10 queued → 11; engine-b: 3 CPU (0.75) → new 6.75; engine-c: 2 shared (0.5)
+    // → new 8.
     request.options.queue_scale = 1;
+    request.options.replica_credit = 0;
+    request.options.excess_queue_scale = 0;
     request.candidates = {Candidate("engine-a", 10 * kBlockSize), Candidate("engine-b", 0),
                           Candidate("engine-c", 0)};
     Result<RoutingAnswer> answer = client.Route(request);
@@ -126,7 +129,9 @@ TEST_SUITE("Integration.Route") {
                   {{{"instance_id", "engine-a"}, {"queued_prefill_tokens", 10 * kBlockSize}},
                    {{"instance_id", "engine-b"}},
                    {{"instance_id", "engine-c"}, {"queued_prefill_tokens", 0}}}},
-                 {"queue_scale", 1}};
+                 {"queue_scale", 1},
+                 {"replica_credit", 0},
+                 {"excess_queue_scale", 0}};
     httplib::Client rest = server.Client();
     Answer via_rest = Post(rest, "/v1/route", body);
     REQUIRE(via_rest.status == 200);
@@ -142,8 +147,8 @@ TEST_SUITE("Integration.Route") {
     REQUIRE(local.has_value());
     CHECK(local->ranked == answer->ranked);
 
-    // With the default queue_scale (0.3, no trailer), engine-a's prefix is worth waiting
-    // for: 1 + 0.3 · 10 = 4.
+    // With the default queue_scale (0.4), engine-a's prefix is worth waiting for:
+    // 1 + 0.4 · 10 = 5.
     request.options.queue_scale = kDefaultQueueScale;
     answer = client.Route(request);
     REQUIRE_MESSAGE(answer.has_value(), answer.status().ToString());
@@ -157,7 +162,29 @@ TEST_SUITE("Integration.Route") {
     CHECK(via_rest.body["message"].get<std::string>().starts_with(
         "queue_scale: must be a finite number from 0 to 1000000"));
     body.erase("queue_scale");
+
+    // The defaults, relative terms on: engine-a queues 10 blocks against a mean of 10/3, so
+    // its 8 blocks earn the others replica credit, (8 − own prefix) / 3 — engine-b 3 CPU ·
+    // 0.75 + 5/3, new 9 − 3.917 = 5.083; engine-c 1 + 2, new 6 — and its queue past 1.5 ×
+    // the mean weighs 0.7 · 5 more: 1 + 4 + 3.5 = 8.5. The REST body without the fields
+    // answers the same.
+    request.options = RoutingOptions{};
+    answer = client.Route(request);
+    REQUIRE_MESSAGE(answer.has_value(), answer.status().ToString());
+    CHECK(answer->ranked[0].candidate.instance_id == "engine-b");
+    CHECK(answer->ranked[0].credit == doctest::Approx(2.25 + 5.0 / 3));
+    CHECK(answer->ranked[0].cost == doctest::Approx(9 - 2.25 - 5.0 / 3));
+    CHECK(answer->ranked[1].candidate.instance_id == "engine-c");
+    CHECK(answer->ranked[1].cost == doctest::Approx(6));
+    CHECK(answer->ranked[2].candidate.instance_id == "engine-a");
+    CHECK(answer->ranked[2].cost == doctest::Approx(8.5));
+    json defaults = body;
+    defaults.erase("replica_credit");
+    defaults.erase("excess_queue_scale");
+    CHECK(Post(rest, "/v1/route", defaults).body == json::parse(EncodeRouteAnswer(*answer)));
     request.options.queue_scale = 1;
+    request.options.replica_credit = 0;
+    request.options.excess_queue_scale = 0;
 
     // With CPU copies worth nothing, engine-b's 3 CPU blocks count for nothing (its prefix
     // already covers the 2 shared ones): 9; engine-c with the shared 2 blocks wins at 8.

@@ -155,15 +155,48 @@ def test_route_queue_scale(client):
     store(client, "q-warm", tokens[:24])
     # q-warm: 2 new blocks behind 10 queued ones; q-cold: 8 new blocks, idle.
     candidates = [kvatlas.Candidate("q-warm", queued_prefill_tokens=40), kvatlas.Candidate("q-cold")]
-    assert kvatlas.RoutingOptions().queue_scale == 0.3
-    # 2 + 0.3 * 10 = 5 < 8: the prefix wins; weighing the queue fully (12) sends it away.
-    assert client.route(CTX, candidates, tokens=tokens).pick == "q-warm"
-    full = kvatlas.RoutingOptions(queue_scale=1.0)
+    assert kvatlas.RoutingOptions().queue_scale == 0.4
+    # Without the relative terms: 2 + 0.4 * 10 = 6 < 8, the prefix wins; weighing the queue
+    # fully (12) sends it away.
+    plain = kvatlas.RoutingOptions(replica_credit=0, excess_queue_scale=0)
+    assert client.route(CTX, candidates, tokens=tokens, options=plain).pick == "q-warm"
+    full = kvatlas.RoutingOptions(queue_scale=1.0, replica_credit=0, excess_queue_scale=0)
     assert full.queue_scale == 1.0
     assert client.route(CTX, candidates, tokens=tokens, options=full).pick == "q-cold"
     with pytest.raises(kvatlas.Error) as e:
         kvatlas.RoutingOptions(queue_scale=-1)
     assert e.value.code == "invalid_argument" and "queue_scale" in str(e.value)
+
+
+def test_route_relative_terms(client):
+    tokens = list(range(400, 432))  # 8 blocks
+    store(client, "r-warm", tokens[:24])
+    candidates = [kvatlas.Candidate("r-warm", queued_prefill_tokens=40), kvatlas.Candidate("r-cold")]
+    d = kvatlas.RoutingOptions()
+    assert (d.replica_credit, d.excess_queue_scale, d.excess_queue_epsilon) == (1.0, 0.7, 0.5)
+    # r-warm queues 10 blocks against a mean of 5: its 6 blocks earn r-cold a credit of
+    # 1 x 6 / 2 = 3 (cost 8 - 3 = 5), and its queue past 1.5 x 5 weighs 0.7 x 2.5 more
+    # (2 + 0.4 x 10 + 1.75 = 7.75): the copy is made on r-cold.
+    routed = client.route(CTX, candidates, tokens=tokens)
+    assert routed.pick == "r-cold"
+    assert [c.cost for c in routed.ranked] == pytest.approx([5.0, 7.75])
+    local = kvatlas.Scorer().rank(client.lookup(CTX, tokens=tokens), candidates,
+                                  prompt_tokens=len(tokens))
+    assert [c.cost for c in local.ranked] == [c.cost for c in routed.ranked]
+    # Each term alone reaches the server.
+    no_credit = kvatlas.RoutingOptions(replica_credit=0)
+    assert [c.cost for c in client.route(CTX, candidates, tokens=tokens,
+                                         options=no_credit).ranked] == pytest.approx([7.75, 8.0])
+    no_excess = kvatlas.RoutingOptions(excess_queue_scale=0)
+    assert [c.cost for c in client.route(CTX, candidates, tokens=tokens,
+                                         options=no_excess).ranked] == pytest.approx([5.0, 6.0])
+    wide = kvatlas.RoutingOptions(excess_queue_epsilon=1.0)  # bound 10: no excess
+    assert [c.cost for c in client.route(CTX, candidates, tokens=tokens,
+                                         options=wide).ranked] == pytest.approx([5.0, 6.0])
+    for field in ("replica_credit", "excess_queue_scale", "excess_queue_epsilon"):
+        with pytest.raises(kvatlas.Error) as e:
+            kvatlas.RoutingOptions(**{field: -1})
+        assert e.value.code == "invalid_argument" and field in str(e.value)
 
 
 def test_writer_applies_each_batch_once(client):

@@ -47,12 +47,13 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
   --decode-ms-per-token X    decode time per output token (20)
   --weights G,C,D,S          route tier weights (1,0.75,0.25,0.5)
   --prefill-scale X          route weight of the request's new prefill blocks (1)
-  --queue-scale X            route weight of the candidate's queued prefill blocks (0.3)
-  --decode-scale X           route decode term weight (0.1)
-  --replica-credit X         kvatlas-local: experimental replica credit (0 = off, up to 1)
-  --excess-queue-scale X     kvatlas-local: experimental weight of queued blocks above
-                             (1 + epsilon) x the candidates' mean (0 = off)
-  --excess-queue-epsilon X   kvatlas-local: that epsilon (0)
+  --queue-scale X            route weight of the candidate's queued prefill blocks (0.4)
+  --decode-scale X           route decode term weight (0.01)
+  --replica-credit X         route credit for copies of busy holders' prefixes (1; 0 = off,
+                             up to 1)
+  --excess-queue-scale X     route weight of queued blocks above (1 + epsilon) x the
+                             candidates' mean (0.7; 0 = off)
+  --excess-queue-epsilon X   that epsilon (0.5)
   --temperature X            route softmax temperature (0 = argmin)
   --seed N                   seed of the random policy and of route sampling (1)
   --routers N                router replicas (1): request i is routed by replica i mod N,
@@ -207,14 +208,6 @@ Result<Flags> ParseFlags(int argc, char** argv) {
   f.routing.seed = f.seed;
   KVATLAS_RETURN_IF_ERROR(ValidateRoutingOptions(f.routing));
   if (f.policies.empty()) return Status::InvalidArgument("--policies: none given");
-  // The route API does not carry the experimental terms: the kvatlas policy would score
-  // without them while the flags say otherwise.
-  const bool experimental = f.routing.replica_credit > 0 || f.routing.excess_queue_scale > 0;
-  if (experimental &&
-      std::find(f.policies.begin(), f.policies.end(), "kvatlas") != f.policies.end()) {
-    return Status::InvalidArgument(
-        "--replica-credit/--excess-queue-scale: only the kvatlas-local policy scores with them");
-  }
   if (f.shared_load && f.sim.routers < 2) {
     return Status::InvalidArgument("--shared-load: needs --routers N with N >= 2");
   }

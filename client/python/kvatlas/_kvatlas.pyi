@@ -96,11 +96,16 @@ class RoutingOptions:
     prefill_scale: float
     queue_scale: float
     decode_scale: float
+    replica_credit: float
+    excess_queue_scale: float
+    excess_queue_epsilon: float
     temperature: float
     seed: Optional[int]
     def __init__(self, *, gpu: float = 1.0, cpu: float = 0.75, disk: float = 0.25,
                  shared: float = 0.5, predicted: float = 1.0, prefill_scale: float = 1.0,
-                 queue_scale: float = 0.3, decode_scale: float = 0.1, temperature: float = 0.0,
+                 queue_scale: float = 0.4, decode_scale: float = 0.01,
+                 replica_credit: float = 1.0, excess_queue_scale: float = 0.7,
+                 excess_queue_epsilon: float = 0.5, temperature: float = 0.0,
                  seed: Optional[int] = None) -> None: ...
 
 class ScoredCandidate:

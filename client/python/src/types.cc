@@ -183,29 +183,37 @@ void DefineRouting(py::module_& m) {
       .def_readwrite("predicted", &PrefixMatch::predicted);
   WithEq(py::class_<RoutingOptions>(m, "RoutingOptions",
                                     "The route cost's weights (docs/routing.md)."))
-      .def(py::init([](double gpu, double cpu, double disk, double shared, double predicted,
-                       double prefill_scale, double queue_scale, double decode_scale,
-                       double temperature, std::optional<uint64_t> seed) {
-             RoutingOptions o;
-             o.weights = TierWeights{gpu, cpu, disk, shared};
-             o.weights.predicted = predicted;
-             o.prefill_scale = prefill_scale;
-             o.queue_scale = queue_scale;
-             o.decode_scale = decode_scale;
-             o.temperature = temperature;
-             o.seed = seed;
-             ThrowIfError(ValidateRoutingOptions(o));
-             return o;
-           }),
-           // The C++ defaults (docs/routing.md §Defaults), from one place.
-           py::kw_only(), py::arg("gpu") = kDefaults.weights.gpu,
-           py::arg("cpu") = kDefaults.weights.cpu, py::arg("disk") = kDefaults.weights.disk,
-           py::arg("shared") = kDefaults.weights.shared,
-           py::arg("predicted") = kDefaults.weights.predicted,
-           py::arg("prefill_scale") = kDefaults.prefill_scale,
-           py::arg("queue_scale") = kDefaults.queue_scale,
-           py::arg("decode_scale") = kDefaults.decode_scale,
-           py::arg("temperature") = kDefaults.temperature, py::arg("seed") = py::none())
+      .def(
+          py::init([](double gpu, double cpu, double disk, double shared, double predicted,
+                      double prefill_scale, double queue_scale, double decode_scale,
+                      double replica_credit, double excess_queue_scale, double excess_queue_epsilon,
+                      double temperature, std::optional<uint64_t> seed) {
+            RoutingOptions o;
+            o.weights = TierWeights{gpu, cpu, disk, shared};
+            o.weights.predicted = predicted;
+            o.prefill_scale = prefill_scale;
+            o.queue_scale = queue_scale;
+            o.decode_scale = decode_scale;
+            o.replica_credit = replica_credit;
+            o.excess_queue_scale = excess_queue_scale;
+            o.excess_queue_epsilon = excess_queue_epsilon;
+            o.temperature = temperature;
+            o.seed = seed;
+            ThrowIfError(ValidateRoutingOptions(o));
+            return o;
+          }),
+          // The C++ defaults (docs/routing.md §Defaults), from one place.
+          py::kw_only(), py::arg("gpu") = kDefaults.weights.gpu,
+          py::arg("cpu") = kDefaults.weights.cpu, py::arg("disk") = kDefaults.weights.disk,
+          py::arg("shared") = kDefaults.weights.shared,
+          py::arg("predicted") = kDefaults.weights.predicted,
+          py::arg("prefill_scale") = kDefaults.prefill_scale,
+          py::arg("queue_scale") = kDefaults.queue_scale,
+          py::arg("decode_scale") = kDefaults.decode_scale,
+          py::arg("replica_credit") = kDefaults.replica_credit,
+          py::arg("excess_queue_scale") = kDefaults.excess_queue_scale,
+          py::arg("excess_queue_epsilon") = kDefaults.excess_queue_epsilon,
+          py::arg("temperature") = kDefaults.temperature, py::arg("seed") = py::none())
       .def_property_readonly("gpu", [](const RoutingOptions& o) { return o.weights.gpu; })
       .def_property_readonly("cpu", [](const RoutingOptions& o) { return o.weights.cpu; })
       .def_property_readonly("disk", [](const RoutingOptions& o) { return o.weights.disk; })
@@ -215,6 +223,9 @@ void DefineRouting(py::module_& m) {
       .def_readonly("prefill_scale", &RoutingOptions::prefill_scale)
       .def_readonly("queue_scale", &RoutingOptions::queue_scale)
       .def_readonly("decode_scale", &RoutingOptions::decode_scale)
+      .def_readonly("replica_credit", &RoutingOptions::replica_credit)
+      .def_readonly("excess_queue_scale", &RoutingOptions::excess_queue_scale)
+      .def_readonly("excess_queue_epsilon", &RoutingOptions::excess_queue_epsilon)
       .def_readonly("temperature", &RoutingOptions::temperature)
       .def_readonly("seed", &RoutingOptions::seed);
   WithEq(

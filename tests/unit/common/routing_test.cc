@@ -22,6 +22,14 @@ RouteCandidate Candidate(std::string id, uint64_t queued_tokens = 0, uint64_t de
   return c;
 }
 
+// The defaults without the relative terms (replica credit, excess queue): the plain cost.
+RoutingOptions Plain() {
+  RoutingOptions options;
+  options.replica_credit = 0;
+  options.excess_queue_scale = 0;
+  return options;
+}
+
 std::vector<ScoredCandidate> Score(const RoutingOptions& options, uint32_t prompt_blocks,
                                    const std::vector<RouteCandidate>& candidates,
                                    const std::vector<PrefixMatch>& matches) {
@@ -40,7 +48,7 @@ TEST_CASE("ScoreCandidates: Dynamo's cost with the default tier weights") {
   const std::vector<RouteCandidate> candidates = {Candidate("a", 32, 5), Candidate("b"),
                                                   Candidate("c", 160, 3)};
   const std::vector<PrefixMatch> matches = {{4, 6, 8, 0}, {}, {10, 10, 10, 0}};
-  RoutingOptions dynamo;  // Dynamo's load weights, so that the load decides here
+  RoutingOptions dynamo = Plain();  // Dynamo's load weights, so that the load decides here
   dynamo.queue_scale = 1;
   dynamo.decode_scale = 1;
   const std::vector<ScoredCandidate> ranked = Score(dynamo, 10, candidates, matches);
@@ -92,7 +100,7 @@ TEST_CASE("ScoreCandidates: scales, shared blocks, clamping and ties") {
   CHECK(ranked[2].candidate.instance_id == "z");
 
   // A zero GPU weight ignores GPU matches. h's queued block weighs queue_scale.
-  options = {};
+  options = Plain();
   options.weights.gpu = 0;
   ranked = Score(options, 4, {Candidate("g"), Candidate("h", 16)}, {{4, 4, 4, 0}, {}});
   CHECK(ranked[0].candidate.instance_id == "g");
@@ -105,7 +113,7 @@ TEST_CASE("ScoreCandidates: queue_scale weighs queued work apart from new work")
   // cold: nothing cached (10 new), idle.
   const std::vector<RouteCandidate> candidates = {Candidate("cold"), Candidate("warm", 320)};
   const std::vector<PrefixMatch> matches = {{}, {8, 8, 8, 0}};
-  RoutingOptions options;
+  RoutingOptions options = Plain();
   options.prefill_scale = 2;
   options.queue_scale = 0.25;
   // warm: 2 · 2 new + 0.25 · 20 queued = 9; cold: 2 · 10 = 20.
@@ -122,28 +130,28 @@ TEST_CASE("ScoreCandidates: queue_scale weighs queued work apart from new work")
   ranked = Score(options, 10, candidates, matches);
   CHECK(ranked[0].candidate.instance_id == "cold");
   CHECK(ranked[1].prefill_cost == doctest::Approx(44));
-  // The default lets a request wait behind some queued work on its prefix: 2 + 0.3 · 20 = 8
-  // against 10.
-  ranked = Score({}, 10, candidates, matches);
+  // The default lets a request wait behind some queued work on its prefix: 15 queued blocks,
+  // 2 + 0.4 · 15 = 8 against 10.
+  const std::vector<RouteCandidate> shorter = {Candidate("cold"), Candidate("warm", 240)};
+  ranked = Score(Plain(), 10, shorter, matches);
   CHECK(ranked[0].candidate.instance_id == "warm");
-  CHECK(ranked[0].cost == doctest::Approx(2 + kDefaultQueueScale * 20));
+  CHECK(ranked[0].cost == doctest::Approx(2 + kDefaultQueueScale * 15));
   // queue_scale 0 ignores queues altogether.
-  options = {};
+  options = Plain();
   options.queue_scale = 0;
   ranked = Score(options, 10, {Candidate("cold"), Candidate("warm", 1 << 30)}, matches);
   CHECK(ranked[0].candidate.instance_id == "warm");
   CHECK(ranked[0].cost == doctest::Approx(2));
 }
 
-TEST_CASE("ScoreCandidates: the experimental terms are off by default and priced as documented") {
+TEST_CASE("ScoreCandidates: the relative terms, priced as documented") {
   // Prompt of 10 blocks of 16 tokens. a holds all 10 with 10 blocks queued, b holds all 10
   // with 2 queued, c and d hold nothing and are idle: mean queue 3 blocks.
   const std::vector<RouteCandidate> candidates = {Candidate("a", 160), Candidate("b", 32),
                                                   Candidate("c"), Candidate("d")};
   const std::vector<PrefixMatch> matches = {{10, 10, 10, 0}, {10, 10, 10, 0}, {}, {}};
-  RoutingOptions options;
-  CHECK(options.replica_credit == 0);
-  CHECK(options.excess_queue_scale == 0);
+  RoutingOptions options = Plain();
+  options.queue_scale = 0.3;
   // Off: c's 10 blocks are new (cost 10), a pays queue_scale · 10 = 3, b 0.6.
   std::vector<ScoredCandidate> off = Score(options, 10, candidates, matches);
   CHECK(off[0].candidate.instance_id == "b");
@@ -163,7 +171,8 @@ TEST_CASE("ScoreCandidates: the experimental terms are off by default and priced
   CHECK(ranked[1].cost == doctest::Approx(3));
 
   // Excess queue 2 over (1 + 1) · mean = 6 blocks: a's 10 queued blocks are 4 over, + 8.
-  options = {};
+  options = Plain();
+  options.queue_scale = 0.3;
   options.excess_queue_scale = 2;
   options.excess_queue_epsilon = 1;
   ranked = Score(options, 10, candidates, matches);
@@ -174,6 +183,24 @@ TEST_CASE("ScoreCandidates: the experimental terms are off by default and priced
   CHECK(ranked[3].candidate.instance_id == "a");
   CHECK(ranked[3].prefill_cost == doctest::Approx(3 + 8));
   CHECK(ranked[3].cost == doctest::Approx(11));
+
+  // The defaults: replica credit 1 gives c and d 10 · 1/4 = 2.5 each (new 7.5); a pays
+  // 0.4 · 10 = 4 plus 0.7 · (10 − 1.5 · 3) = 3.85 and falls behind them; b pays 0.4 · 2.
+  const RoutingOptions defaults;
+  CHECK(defaults.replica_credit == kDefaultReplicaCredit);
+  CHECK(defaults.excess_queue_scale == kDefaultExcessQueueScale);
+  CHECK(defaults.excess_queue_epsilon == kDefaultExcessQueueEpsilon);
+  CHECK(defaults.queue_scale == 0.4);
+  CHECK(defaults.decode_scale == 0.01);
+  ranked = Score(defaults, 10, candidates, matches);
+  CHECK(ranked[0].candidate.instance_id == "b");
+  CHECK(ranked[0].cost == doctest::Approx(0.8));
+  CHECK(ranked[1].candidate.instance_id == "c");
+  CHECK(ranked[1].credit == doctest::Approx(2.5));
+  CHECK(ranked[1].cost == doctest::Approx(7.5));
+  CHECK(ranked[2].candidate.instance_id == "d");
+  CHECK(ranked[3].candidate.instance_id == "a");
+  CHECK(ranked[3].prefill_cost == doctest::Approx(4 + 3.85));
 
   RoutingOptions bad;
   bad.replica_credit = 1.5;
@@ -384,7 +411,8 @@ TEST_CASE("DecodeRouteRequest: fields, defaults and errors naming the field") {
       "candidates": [{"instance_id": "a", "dp_rank": 1, "queued_prefill_tokens": 8,
                       "active_decode_blocks": 3}, {"instance_id": "b"}],
       "weights": {"CPU": 0.5, "shared": 0}, "prefill_scale": 2, "queue_scale": 0.5,
-      "decode_scale": 0.25,
+      "decode_scale": 0.25, "replica_credit": 0.5, "excess_queue_scale": 2,
+      "excess_queue_epsilon": 0.25,
       "temperature": 0.5, "seed": 7})");
   REQUIRE_MESSAGE(r.has_value(), r.status().ToString());
   CHECK(r->lookup.context.model == "m");
@@ -401,6 +429,9 @@ TEST_CASE("DecodeRouteRequest: fields, defaults and errors naming the field") {
   CHECK(r->options.prefill_scale == 2);
   CHECK(r->options.queue_scale == 0.5);
   CHECK(r->options.decode_scale == 0.25);
+  CHECK(r->options.replica_credit == 0.5);
+  CHECK(r->options.excess_queue_scale == 2);
+  CHECK(r->options.excess_queue_epsilon == 0.25);
   CHECK(r->options.temperature == 0.5);
   CHECK(r->options.seed == 7u);
 
@@ -435,6 +466,11 @@ TEST_CASE("DecodeRouteRequest: fields, defaults and errors naming the field") {
             .starts_with("queue_scale: must be a finite number from 0 to 1000000, got -0.5"));
   CHECK(
       error("{" + one + R"(, "queue_scale": "low"})").starts_with("queue_scale: must be a number"));
+  CHECK(error("{" + one + R"(, "replica_credit": 1.5})")
+            .starts_with("replica_credit: must be a number from 0 to 1, got 1.5"));
+  CHECK(error("{" + one + R"(, "excess_queue_scale": -1})").starts_with("excess_queue_scale:"));
+  CHECK(error("{" + one + R"(, "excess_queue_epsilon": "x"})")
+            .starts_with("excess_queue_epsilon: must be a number"));
   // Absent (or null): the default.
   Result<RoutingRequest> plain = DecodeRouteRequest("{" + one + R"(, "queue_scale": null})");
   REQUIRE(plain.has_value());
@@ -494,10 +530,12 @@ TEST_CASE("EncodeRouteAnswer: ranked candidates with the breakdown") {
   CHECK(first["matched"] == nlohmann::json({{"GPU", 3}, {"CPU", 5}, {"DISK", 6}, {"SHARED", 4}}));
   CHECK(first["blocks_from"] ==
         nlohmann::json({{"GPU", 3}, {"CPU", 2}, {"DISK", 1}, {"SHARED", 0}}));
-  // rank 1 of a: 3 GPU + 2 CPU + 1 DISK → credit 4.75, new 1.25, queued 1: cost 1.25 +
-  // 0.3 = 1.55; zz: 4 shared blocks · 0.5 → new 4, cost 4.
+  // rank 1 of a: 3 GPU + 2 CPU + 1 DISK → credit 4.75, new 1.25, queued 1 against a mean of
+  // 0.5: cost 1.25 + 0.4 + 0.7 · (1 − 1.5 · 0.5) = 1.825; zz: 4 shared blocks · 0.5 → new 4,
+  // cost 4.
   CHECK(first["credit"].get<double>() == doctest::Approx(4.75));
-  CHECK(first["cost"].get<double>() == doctest::Approx(1.25 + kDefaultQueueScale));
+  CHECK(first["cost"].get<double>() ==
+        doctest::Approx(1.25 + kDefaultQueueScale + kDefaultExcessQueueScale * 0.25));
   CHECK(first["queued_prefill_tokens"] == 16);
   CHECK(first["active_decode_blocks"] == 0);
   CHECK(doc["candidates"][1]["instance_id"] == "zz");
@@ -520,6 +558,7 @@ TEST_CASE("kRoute request: the documented bytes and a round trip") {
   RouteCandidate a = Candidate("a", 32, 5);
   a.dp_rank = 2;
   request.candidates = {a};
+  request.options.decode_scale = 0.1;  // docs/protocol.md's example gives it
   const std::string lookup = std::string("\x07", 1) + "default" + std::string("\x01", 1) + "m" +
                              std::string("\x00\x02\x00", 3) + std::string("\x01\x01", 2) +
                              std::string("\x01\x00\x00\x00\x00\x00\x00\x00", 8) +
@@ -588,11 +627,56 @@ TEST_CASE("kRoute request: queue_scale is an optional trailer") {
             .starts_with("queue_scale: truncated"));
   CHECK(error(body + std::string("\x01", 1) + Le64(-2.0))
             .starts_with("queue_scale: must be a finite number from 0 to 1000000"));
-  // A byte after queue_scale starts the approximate trailer; past that one, bytes trail.
+  // A byte after queue_scale starts the approximate trailer: 0x00 there only says that the
+  // terms trailer follows.
   CHECK(error(body + std::string("\x01", 1) + Le64(0.75) + std::string("\x00", 1))
-            .starts_with("approximate: must be 0x01 when present"));
-  CHECK(error(body + std::string("\x01", 1) + Le64(0.75) + std::string("\x01", 1) + Le64(1.0) +
-              std::string("\x00", 1) + "x") == "payload: 1 trailing bytes");
+            .starts_with("approximate: 0x00 only when the terms trailer follows"));
+  CHECK(error(body + std::string("\x01", 1) + Le64(0.75) + std::string("\x02", 1))
+            .starts_with("approximate:"));
+}
+
+TEST_CASE("kRoute request: the relative cost terms are a third optional trailer") {
+  RoutingRequest request = SmallRequest();
+  const std::string plain = protocol::EncodeRouteRequestBinary(request);
+  // Any term off its default writes the queue_scale trailer, a lone 0x00 for approximate
+  // mode, then the flag and the three terms.
+  request.options.excess_queue_scale = 0;
+  const std::string with = protocol::EncodeRouteRequestBinary(request);
+  const std::string terms = std::string("\x01", 1) + Le64(kDefaultQueueScale) +
+                            std::string("\x00\x01", 2) + Le64(kDefaultReplicaCredit) + Le64(0.0) +
+                            Le64(kDefaultExcessQueueEpsilon);
+  CHECK(with == plain + terms);
+  Result<RoutingRequest> decoded = protocol::DecodeRouteRequestBinary(with);
+  REQUIRE_MESSAGE(decoded.has_value(), decoded.status().ToString());
+  CHECK(decoded->options == request.options);
+  CHECK(protocol::DecodeRouteRequestBinary(plain)->options == RoutingOptions{});
+
+  // With approximate mode, after its trailer.
+  request.options.replica_credit = 0.25;
+  request.options.excess_queue_epsilon = 2;
+  request.candidates[0].predict = true;
+  const std::string both = protocol::EncodeRouteRequestBinary(request);
+  CHECK(both.ends_with(std::string("\x01", 1) + Le64(1.0) + std::string("\x01\x00\x01", 3) +
+                       Le64(0.25) + Le64(0.0) + Le64(2.0)));
+  decoded = protocol::DecodeRouteRequestBinary(both);
+  REQUIRE_MESSAGE(decoded.has_value(), decoded.status().ToString());
+  CHECK(decoded->options == request.options);
+  CHECK(decoded->candidates == request.candidates);
+
+  const auto error = [](const std::string& payload) {
+    return protocol::DecodeRouteRequestBinary(payload).status().message();
+  };
+  const std::string head =
+      plain + std::string("\x01", 1) + Le64(kDefaultQueueScale) + std::string("\x00", 1);
+  CHECK(error(head + std::string("\x00", 1) + Le64(1.0))
+            .starts_with("terms: must be 0x01 when present"));
+  CHECK(error(head + std::string("\x01", 1) + Le64(1.0) + Le64(0.5))
+            .starts_with("excess_queue_epsilon: truncated"));
+  CHECK(error(head + std::string("\x01", 1) + Le64(1.5) + Le64(0.5) + Le64(0.5))
+            .starts_with("replica_credit: must be a number from 0 to 1"));
+  CHECK(error(head + std::string("\x01", 1) + Le64(1.0) + Le64(-1.0) + Le64(0.5))
+            .starts_with("excess_queue_scale:"));
+  CHECK(error(with + "x") == "payload: 1 trailing bytes");
 }
 
 TEST_CASE("kRoute: the approximate trailers carry predict flags and predicted blocks") {

@@ -143,6 +143,9 @@ TEST_CASE("least-loaded and kvatlas-local pick by load and by cached prefix") {
 
   RoutingOptions routing;
   routing.decode_scale = 0;
+  routing.queue_scale = 0.3;
+  routing.replica_credit = 0;  // the plain cost: the figures below are worked without them
+  routing.excess_queue_scale = 0;
   Result<std::unique_ptr<Policy>> local = MakeLocalScorerPolicy(routing, 4);
   REQUIRE(local.has_value());
   r = Simulate(Timing(), SmallTrace(), **local);

@@ -205,12 +205,17 @@ typedef struct kvatlas_route_options {
   double shared;        /* 0.5 */
   double predicted;     /* a predicted block (approximate mode): 1.0 */
   double prefill_scale; /* 1.0 */
-  double queue_scale;   /* 0.3 */
-  double decode_scale;  /* 0.1 */
+  double queue_scale;   /* 0.4 */
+  double decode_scale;  /* 0.01 */
   double temperature;   /* 0: lowest cost first; > 0: sampled */
   uint64_t seed;        /* the sampler's seed, with has_seed */
   uint32_t has_seed;    /* nonzero: use seed; 0: a random seed per call */
   uint32_t reserved;    /* must be 0 */
+  /* Added second (a struct_size ending at `reserved` gives them their defaults). The
+   * relative cost terms (docs/routing.md §The cost); 0 turns each off. */
+  double replica_credit;       /* 0 … 1: 1.0 */
+  double excess_queue_scale;   /* 0.7 */
+  double excess_queue_epsilon; /* 0.5 */
 } kvatlas_route_options;
 
 /* Sets `options` to the server's defaults (and struct_size). NULL is a no-op. */

@@ -8,8 +8,9 @@
 //   new_blocks = max(prompt_blocks − credit, 0)
 //   cost       = prefill_scale · new_blocks + queue_scale · queued_prefill_blocks
 //              + decode_scale · active_decode_blocks
-// (plus two experimental terms that are off by default: RoutingOptions::replica_credit and
-// excess_queue_scale)
+// plus two terms relative to the other candidates (RoutingOptions::replica_credit and
+// excess_queue_scale): credit for a copy of a prefix whose holders are busy, and weight
+// for a queue far above the candidates' mean.
 //
 // The lowest cost wins (temperature 0), or a candidate is sampled with probability
 // ∝ exp(−normalised_cost / temperature) from a seeded generator. The same code runs in the
@@ -49,14 +50,20 @@ struct TierWeights {
 // The largest prefill_scale, queue_scale and decode_scale. With it every cost is finite: a cost is
 // at most 1e6 · (2^64 queued blocks + 2^32 new blocks) + 1e6 · 2^64 decode blocks ≈ 3.7e25, far
 // below the largest double, whatever the candidates' loads (full u64 range) and the prompt's
-// length (the experimental excess_queue_scale term adds at most 1e6 · 2^64 more: ≈ 5.5e25). Past
+// length (the excess_queue_scale term adds at most 1e6 · 2^64 more: ≈ 5.5e25). Past
 // it a cost could overflow to infinity, which JSON cannot carry.
 inline constexpr double kMaxRoutingScale = 1e6;
 
-// queue_scale's default: in the trace replay (docs/routing.md §Defaults) it kept the
-// oracle's prefix reuse within 1.3% on every shape measured, where weighing queued work as
-// heavily as new work (1) lost up to 7.6% of it on overloaded instances.
-inline constexpr double kDefaultQueueScale = 0.3;
+// The defaults, chosen together by the trace replay over six trace shapes and three seeds
+// (docs/routing.md §Defaults): the only settings found that give the lowest TTFT p50 and
+// p99 of every policy on every shape. queue_scale below 1 lets a request wait behind some
+// queued work on the instance holding its prefix; the two relative terms keep the requests
+// sharing one long prompt from piling onto its first holders.
+inline constexpr double kDefaultQueueScale = 0.4;
+inline constexpr double kDefaultDecodeScale = 0.01;
+inline constexpr double kDefaultReplicaCredit = 1.0;
+inline constexpr double kDefaultExcessQueueScale = 0.7;
+inline constexpr double kDefaultExcessQueueEpsilon = 0.5;
 
 struct RoutingOptions {
   TierWeights weights;
@@ -68,20 +75,18 @@ struct RoutingOptions {
   double queue_scale = kDefaultQueueScale;
   // Weight of the decode term (active decode blocks). Not Dynamo's 1: in the trace replay
   // (docs/routing.md §Defaults) 1 lost 6-18% of the oracle's prefix reuse by steering
-  // requests away from the instance holding their prefix; 0.1 (with queue_scale 0.3) keeps
-  // reuse within 1.3% of it and gives the lowest TTFT on all three shapes measured.
-  double decode_scale = 0.1;
-  // Two experimental terms, off by default (docs/routing.md §Defaults, "Terms measured and
-  // not adopted"); C++ callers and the replay only (not in the route API's JSON or binary
-  // form), so a route through the server always has them off.
+  // requests away from the instance holding their prefix.
+  double decode_scale = kDefaultDecodeScale;
   // replica_credit α in [0, 1]: each block past what the candidate has credited that m of
   // the N candidates hold while their queue is above the candidates' mean is credited
   // α·m/N more (a copy made now of a prefix whose holders are busy serves later requests).
-  double replica_credit = 0.0;
+  // 0 turns the term off.
+  double replica_credit = kDefaultReplicaCredit;
   // excess_queue_scale: weight of the candidate's queued prefill blocks above
-  // (1 + excess_queue_epsilon) × the candidates' mean, on top of queue_scale.
-  double excess_queue_scale = 0.0;
-  double excess_queue_epsilon = 0.0;
+  // (1 + excess_queue_epsilon) × the candidates' mean, on top of queue_scale. 0 turns the
+  // term off.
+  double excess_queue_scale = kDefaultExcessQueueScale;
+  double excess_queue_epsilon = kDefaultExcessQueueEpsilon;
   // 0 = deterministic: lowest cost first, ties in candidate order. > 0 = softmax sampling.
   double temperature = 0.0;
   // Seed of the sampler (temperature > 0 only): equal inputs and seed give equal answers.
