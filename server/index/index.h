@@ -166,6 +166,8 @@ class Index final : public RecordLoader {
                    const std::function<void(BlockKey, const BlockCopy&)>& visit) const;
   std::vector<HolderInfo> Holders() const;
   std::vector<ContextInfo> Contexts() const;
+  // Whether `context` was ever written here (a context, once created, stays).
+  bool HasContext(const ContextKey& context) const;
   IndexStats Stats() const;
 
   // A digest of the logical content (contexts, holders, blocks, entries), independent of

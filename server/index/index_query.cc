@@ -201,6 +201,10 @@ std::vector<HolderInfo> Index::Holders() const {
   return out;
 }
 
+bool Index::HasContext(const ContextKey& context) const {
+  return impl_->FindContext(context) != kNil;
+}
+
 std::vector<ContextInfo> Index::Contexts() const {
   std::vector<ContextInfo> out;
   for (uint32_t c = 0; c < impl_->contexts_.size(); ++c) {

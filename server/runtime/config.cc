@@ -164,6 +164,9 @@ const Field kFields[] = {
      "committed log entries waiting for the apply thread; 0 = apply on the raft loop"},
     {"min_free_disk_bytes", &Config::min_free_disk_bytes, 0, kNoMax,
      "refuse writes and give up leadership below this much free disk"},
+    {"snapshot_stop_bytes", &Config::snapshot_stop_bytes, 0, kNoMax,
+     "take no new contexts once the last raft snapshot reaches this many bytes (again below "
+     "3/4 of it); 0 = never refuse"},
     {"holder_ttl_seconds", &Config::holder_ttl_seconds, 0, 7 * 24 * 3600,
      "expire holders silent (no event, no heartbeat) this long; 0 = leases off", "--holder-ttl"},
     {"audit_interval_ms", &Config::audit_interval_ms, 0, kMaxMillis,

@@ -178,6 +178,11 @@ struct Config {
   // writes (429 resource_exhausted) and hands leadership away; it accepts them again once
   // 10% more than this is free. libraft 0.15 crashes when its disk actually fills.
   uint64_t min_free_disk_bytes = 256ull << 20;
+  // Once the last raft snapshot taken here reaches this many bytes, writes into contexts
+  // never held before are refused (429 resource_exhausted) and the contexts held go on;
+  // new contexts are taken again below 3/4 of it. Half of libraft 0.15's 2 GiB snapshot
+  // failure (docs/scaling.md §Policy). 0 = never refuse.
+  uint64_t snapshot_stop_bytes = 1ull << 30;
   // Holder leases (docs/leases.md): a holder with no applied event and no heartbeat
   // (POST /v1/heartbeat) for this many seconds is expired by the leader, which drops its
   // entries. 0 = off. Holders of registered publishers are exempt. Flag: --holder-ttl too.

@@ -205,9 +205,15 @@ void Group::StartPolicies() {
       [raft = raft_.get()] { return raft->is_leader() && raft->GetStatus().members.size() > 1; });
   auditor_->Start();
   if (predictions_) predictions_->Start();
+  if (options_.snapshot_stop_bytes > 0) {
+    snapshot_guard_ = std::make_unique<SnapshotGuard>(
+        options_.snapshot_stop_bytes, kSnapshotResumeFraction, applier_.get(), raft_.get());
+    snapshot_guard_->Start();
+  }
 }
 
 void Group::RequestStopPolicies() {
+  if (snapshot_guard_) snapshot_guard_->RequestStop();
   if (predictions_) predictions_->RequestStop();
   if (auditor_) auditor_->RequestStop();
   if (lease_keeper_) lease_keeper_->RequestStop();
@@ -215,6 +221,7 @@ void Group::RequestStopPolicies() {
 
 void Group::StopPolicies() {
   RequestStopPolicies();
+  if (snapshot_guard_) snapshot_guard_->Stop();
   if (predictions_) predictions_->Stop();
   if (auditor_) auditor_->Stop();
   if (lease_keeper_) lease_keeper_->Stop();

@@ -7,7 +7,8 @@
 //   Open              storage, state machine and feed; the state recovered from storage
 //   StartReplication  this server's raft member (for a single server: until it leads and
 //                     has replayed its log), then the applier and the lease tracker
-//   StartPolicies     the lease keeper (when leases are on) and the replica auditor
+//   StartPolicies     the lease keeper (when leases are on), the replica auditor, the
+//                     prediction recorder and the snapshot guard
 //   StopPolicies, StopReplication, Flush: the reverse, at shutdown
 //
 // A server holds one group today; its directory is the data directory.
@@ -29,6 +30,7 @@
 #include "server/runtime/lease_keeper.h"
 #include "server/runtime/memory_trimmer.h"
 #include "server/runtime/preflight.h"
+#include "server/runtime/snapshot_guard.h"
 #include "server/state/applier.h"
 #include "server/state/audit_proposer.h"
 #include "server/state/lease_tracker.h"
@@ -56,6 +58,9 @@ struct GroupOptions {
   bool raft_listen_configured = false;              // raft_listen set (the start-up log says so)
   std::chrono::milliseconds audit_interval{5'000};  // 0 = no replica audits
   PredictionOptions predictions;  // approximate mode (docs/routing.md §Approximate mode)
+  // The group takes no new contexts once its last snapshot here reaches this
+  // (SnapshotGuard); 0 = never refuses.
+  uint64_t snapshot_stop_bytes = 0;
   // How long the lease keeper waits for an expiry to apply (and Stop for it).
   std::chrono::milliseconds policy_apply_wait{2'000};
 };
@@ -130,6 +135,7 @@ class Group {
   std::unique_ptr<LeaseKeeper> lease_keeper_;        // only when leases are on
   std::unique_ptr<AuditProposer> auditor_;           // replica audits (on the leader)
   std::unique_ptr<PredictionRecorder> predictions_;  // approximate mode's predictions
+  std::unique_ptr<SnapshotGuard> snapshot_guard_;    // only with snapshot_stop_bytes
 };
 
 }  // namespace kvatlas::server

@@ -85,6 +85,7 @@ GroupOptions GroupOptionsFrom(const Config& config, const RaftPlacement& placeme
   options.placement = placement;
   options.raft_listen_configured = !config.raft_listen.empty();
   options.audit_interval = Ms(config.audit_interval_ms);
+  options.snapshot_stop_bytes = config.snapshot_stop_bytes;
   options.predictions.ttl_ms = static_cast<uint32_t>(config.predicted_ttl_ms);
   options.policy_apply_wait = PolicyApplyWait(config);
   return options;

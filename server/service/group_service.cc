@@ -17,6 +17,7 @@ Result<GroupsView> ViewGroups(const Services& services) {
         const IndexStats stats = index.Stats();
         return std::make_tuple(stats.contexts, stats.entries, revision);
       });
+  group.refusing_new_contexts = services.applier->new_contexts_refused();
   GroupsView view;
   view.groups.push_back(std::move(group));
   return view;
@@ -39,7 +40,10 @@ nlohmann::json GroupsViewJson(const GroupsView& view) {
                       {"snapshot_failures", g.log.snapshot_failures},
                       {"applied_index", g.status.applied_index},
                       {"revision", g.revision},
-                      {"accepting", true}});
+                      {"accepting", g.refusing_new_contexts.empty()},
+                      {"refusing_new_contexts", g.refusing_new_contexts.empty()
+                                                    ? nlohmann::json(nullptr)
+                                                    : nlohmann::json(g.refusing_new_contexts)}});
   }
   return {{"epoch", view.epoch}, {"groups", std::move(groups)}};
 }
@@ -69,7 +73,7 @@ std::string RenderGroupMetrics(const GroupsView& view) {
       {"kvatlas_group_applied_index", "The group's raft log index applied on this server.",
        [](const GroupView& g) { return g.status.applied_index; }},
       {"kvatlas_group_accepting", "1 while the group takes new contexts.",
-       [](const GroupView&) { return uint64_t{1}; }},
+       [](const GroupView& g) { return uint64_t{g.refusing_new_contexts.empty()}; }},
   };
   for (const Gauge& gauge : kGauges) {
     out += std::string("# HELP ") + gauge.name + " " + gauge.help + "\n# TYPE " + gauge.name +

@@ -25,6 +25,9 @@ struct GroupView {
   uint64_t entries = 0;
   LogMetrics log;  // the last snapshot's bytes and the failed snapshots, on this server
   Revision revision = 0;
+  // Whether the group takes new contexts on this server, and why not (its snapshot guard,
+  // docs/scaling.md §Policy).
+  std::string refusing_new_contexts;
 };
 
 struct GroupsView {

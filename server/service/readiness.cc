@@ -33,6 +33,9 @@ std::vector<std::string> ReadinessWarnings(const Services& services) {
           "(see the server log; kvatlas_raft_snapshot_failures_total)");
     }
   }
+  if (std::string refusing = services.applier->new_contexts_refused(); !refusing.empty()) {
+    warnings.push_back("the group takes no new contexts: " + refusing);
+  }
   return warnings;
 }
 

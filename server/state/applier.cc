@@ -31,6 +31,17 @@ void Applier::SubmitAsync(CommandBatch batch, Callback done) {
 }
 
 Status Applier::TrySubmitAsync(CommandBatch* batch, Callback done) {
+  // Checked before taking mu_: the index read takes the state machine's lock.
+  if (refusing_new_contexts_.load(std::memory_order_acquire)) {
+    const std::string refusing = new_contexts_refused();
+    std::optional<ContextKey> fresh;
+    if (!refusing.empty() && (fresh = FirstNewContext(*batch))) {
+      return Status::ResourceExhausted("context " + fresh->ToString() +
+                                       " is new and this server's group takes no new "
+                                       "contexts: " +
+                                       refusing);
+    }
+  }
   {
     std::lock_guard lock(mu_);
     if (stopping_ || failed_ || machine_->failed()) {
@@ -61,6 +72,37 @@ void Applier::SetWritesRefused(std::string reason) {
 std::string Applier::writes_refused() const {
   std::lock_guard lock(mu_);
   return refused_reason_;
+}
+
+void Applier::SetNewContextsRefused(std::string reason) {
+  std::lock_guard lock(mu_);
+  refusing_new_contexts_.store(!reason.empty(), std::memory_order_release);
+  new_contexts_refused_ = std::move(reason);
+}
+
+std::string Applier::new_contexts_refused() const {
+  std::lock_guard lock(mu_);
+  return new_contexts_refused_;
+}
+
+std::optional<ContextKey> Applier::FirstNewContext(const CommandBatch& batch) const {
+  return machine_->Read([&](const Index& index, Revision) -> std::optional<ContextKey> {
+    for (const Command& command : batch.commands) {
+      const auto* store = std::get_if<StoreCommand>(&command);
+      if (store != nullptr && !index.HasContext(store->context)) return store->context;
+    }
+    return std::nullopt;
+  });
+}
+
+size_t Applier::DropNewContextStores(CommandBatch* batch) {
+  if (!refusing_new_contexts_.load(std::memory_order_acquire)) return 0;
+  return machine_->Read([&](const Index& index, Revision) {
+    return std::erase_if(batch->commands, [&](const Command& command) {
+      const auto* store = std::get_if<StoreCommand>(&command);
+      return store != nullptr && !index.HasContext(store->context);
+    });
+  });
 }
 
 void Applier::Stop() {

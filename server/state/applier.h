@@ -6,6 +6,7 @@
 // Thread-safety: Submit/Stop from any thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -13,6 +14,8 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -70,6 +73,18 @@ class Applier {
   // The reason new writes are refused (SetWritesRefused), or empty while they are accepted.
   std::string writes_refused() const;
 
+  // Refuses stores into contexts this state has never held, with `reason`, until called
+  // with an empty reason: Submit answers such a batch kResourceExhausted naming the
+  // context; stores into known contexts, removals and clears go on. For the snapshot-size
+  // guard (a group near libraft's snapshot bound takes no new contexts: docs/scaling.md).
+  void SetNewContextsRefused(std::string reason);
+  // The reason new contexts are refused, or empty while they are taken.
+  std::string new_contexts_refused() const;
+  // While new contexts are refused, removes from `batch` the stores into contexts this
+  // state has never held and returns how many it removed (0 otherwise): for a producer that
+  // must go on with the rest of its stream (the ZMQ ingest), where a refusal would stall it.
+  size_t DropNewContextStores(CommandBatch* batch);
+
   // Applies what is queued, then stops the thread. Idempotent.
   void Stop();
 
@@ -86,14 +101,19 @@ class Applier {
   };
   void Run();
   void RunReplicated();
+  // The first context of a store in `batch` that this state has never held, if any.
+  std::optional<ContextKey> FirstNewContext(const CommandBatch& batch) const;
   // Proposes one group, retrying while the log's queue is full.
   void Propose(std::vector<Pending> group);
 
   StateMachine* machine_;
   ApplierOptions options_;
   ReplicatedLog* log_;
-  size_t in_flight_ = 0;        // guarded by mu_
-  std::string refused_reason_;  // guarded by mu_; empty = writes accepted
+  size_t in_flight_ = 0;              // guarded by mu_
+  std::string refused_reason_;        // guarded by mu_; empty = writes accepted
+  std::string new_contexts_refused_;  // guarded by mu_; empty = new contexts taken
+  // Whether new_contexts_refused_ is set: the writes' path checks it without the lock.
+  std::atomic<bool> refusing_new_contexts_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;

@@ -46,6 +46,7 @@ nlohmann::json StreamViewJson(const StreamView& view, int64_t now_unix_ms) {
   j["decode_failures"] = get(c.decode_failures);
   j["malformed_messages"] = get(c.malformed_messages);
   j["apply_failures"] = get(c.apply_failures);
+  j["refused_new_context_stores"] = get(c.refused_new_context_stores);
   j["duplicates"] = get(c.duplicates);
   j["gaps"] = get(c.gaps);
   j["lost_batches"] = get(c.lost_batches);

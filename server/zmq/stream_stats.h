@@ -31,13 +31,16 @@ struct StreamCounters {
   std::atomic<uint64_t> decode_failures{0};     // whole batches that did not decode
   std::atomic<uint64_t> malformed_messages{0};  // not 3 frames / bad sequence frame
   std::atomic<uint64_t> apply_failures{0};      // batches the applier refused or failed
-  std::atomic<uint64_t> duplicates{0};          // batches dropped: sequence already seen
-  std::atomic<uint64_t> gaps{0};                // sequence jumps detected
-  std::atomic<uint64_t> lost_batches{0};        // sequences never received (gap not replayed)
-  std::atomic<uint64_t> replays{0};             // replay requests sent
-  std::atomic<uint64_t> replay_failures{0};     // replays that timed out or returned nothing
-  std::atomic<uint64_t> replayed_batches{0};    // batches received over replay
-  std::atomic<uint64_t> restarts{0};            // engine restarts detected (sequence went back)
+  // Stores left out because their context is new while the group takes no new contexts
+  // (Applier::DropNewContextStores).
+  std::atomic<uint64_t> refused_new_context_stores{0};
+  std::atomic<uint64_t> duplicates{0};        // batches dropped: sequence already seen
+  std::atomic<uint64_t> gaps{0};              // sequence jumps detected
+  std::atomic<uint64_t> lost_batches{0};      // sequences never received (gap not replayed)
+  std::atomic<uint64_t> replays{0};           // replay requests sent
+  std::atomic<uint64_t> replay_failures{0};   // replays that timed out or returned nothing
+  std::atomic<uint64_t> replayed_batches{0};  // batches received over replay
+  std::atomic<uint64_t> restarts{0};          // engine restarts detected (sequence went back)
   // Times a registered stream's connection was lost after it was live (its publisher went
   // away, or libzmq closed the connection for good: a message over 64 MiB, another protocol
   // error) and the stream went back to connecting.

@@ -593,6 +593,12 @@ class ZmqIngest::Loop {
       c.block_events.fetch_add(tally.blocks, std::memory_order_relaxed);
     };
     while (true) {
+      // A stream goes on past stores into new contexts that its group does not take now (a
+      // refusal would be retried for as long as the group refuses, stalling it); checked
+      // on every attempt, since the group may begin refusing between two.
+      if (const size_t dropped = owner_->applier_->DropNewContextStores(&batch); dropped > 0) {
+        view->counters.refused_new_context_stores.fetch_add(dropped, std::memory_order_relaxed);
+      }
       Status s = owner_->applier_->TrySubmitAsync(&batch, done);
       if (s.ok()) return;
       if (AfterRefusal(s.code(), owner_->stopping_.load(std::memory_order_acquire)) ==
