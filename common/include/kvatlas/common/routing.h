@@ -55,10 +55,11 @@ struct TierWeights {
 inline constexpr double kMaxRoutingScale = 1e6;
 
 // The defaults, chosen together by the trace replay over six trace shapes and three seeds
-// (docs/routing.md §Defaults): the only settings found that give the lowest TTFT p50 and
-// p99 of every policy on every shape. queue_scale below 1 lets a request wait behind some
-// queued work on the instance holding its prefix; the two relative terms keep the requests
-// sharing one long prompt from piling onto its first holders.
+// (docs/routing.md §Defaults): of the two settings found that give the lowest TTFT p50 and
+// p99 of every policy on every shape, the one that keeps the most prefix reuse. queue_scale
+// below 1 lets a request wait behind some queued work on the instance holding its prefix;
+// the two relative terms keep the requests sharing one long prompt from piling onto its
+// first holders.
 inline constexpr double kDefaultQueueScale = 0.4;
 inline constexpr double kDefaultDecodeScale = 0.01;
 inline constexpr double kDefaultReplicaCredit = 1.0;
