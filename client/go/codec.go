@@ -305,8 +305,8 @@ func readCandidate(d *decoder) Candidate {
 	return c
 }
 
-// The defaults of the kRoute trailers' fields (docs/protocol.md §kRoute): a request whose
-// values are these leaves the trailer out.
+// The defaults of the kRoute trailers' fields (docs/protocol.md §kRoute), which
+// DefaultRouteOptions gives: a request whose values are these leaves the trailer out.
 const (
 	defaultQueueScale         = 0.4
 	defaultReplicaCredit      = 1.0

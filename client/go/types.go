@@ -185,8 +185,9 @@ type RouteOptions struct {
 
 // DefaultRouteOptions returns the defaults of POST /v1/route.
 func DefaultRouteOptions() RouteOptions {
-	return RouteOptions{Weights: DefaultTierWeights, PrefillScale: 1.0, QueueScale: 0.4,
-		DecodeScale: 0.01, ReplicaCredit: 1.0, ExcessQueueScale: 0.7, ExcessQueueEpsilon: 0.5}
+	return RouteOptions{Weights: DefaultTierWeights, PrefillScale: 1.0, QueueScale: defaultQueueScale,
+		DecodeScale: 0.01, ReplicaCredit: defaultReplicaCredit,
+		ExcessQueueScale: defaultExcessQueueScale, ExcessQueueEpsilon: defaultExcessQueueEpsilon}
 }
 
 // Candidate is an instance the router may pick.

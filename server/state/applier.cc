@@ -9,6 +9,15 @@
 #include "server/model/command_codec.h"
 
 namespace kvatlas::server {
+namespace {
+
+// The context `command` would create: a store's, when `index` has never held it; else null.
+const ContextKey* NewContextOf(const Index& index, const Command& command) {
+  const auto* store = std::get_if<StoreCommand>(&command);
+  return store != nullptr && !index.HasContext(store->context) ? &store->context : nullptr;
+}
+
+}  // namespace
 
 Applier::Applier(StateMachine* machine, ApplierOptions options, ReplicatedLog* log)
     : machine_(machine), options_(options), log_(log), thread_([this] {
@@ -88,8 +97,7 @@ std::string Applier::new_contexts_refused() const {
 std::optional<ContextKey> Applier::FirstNewContext(const CommandBatch& batch) const {
   return machine_->Read([&](const Index& index, Revision) -> std::optional<ContextKey> {
     for (const Command& command : batch.commands) {
-      const auto* store = std::get_if<StoreCommand>(&command);
-      if (store != nullptr && !index.HasContext(store->context)) return store->context;
+      if (const ContextKey* fresh = NewContextOf(index, command)) return *fresh;
     }
     return std::nullopt;
   });
@@ -99,8 +107,7 @@ size_t Applier::DropNewContextStores(CommandBatch* batch) {
   if (!refusing_new_contexts_.load(std::memory_order_acquire)) return 0;
   return machine_->Read([&](const Index& index, Revision) {
     return std::erase_if(batch->commands, [&](const Command& command) {
-      const auto* store = std::get_if<StoreCommand>(&command);
-      return store != nullptr && !index.HasContext(store->context);
+      return NewContextOf(index, command) != nullptr;
     });
   });
 }
