@@ -181,6 +181,9 @@ int FsmAdapter::Restore(struct raft_fsm* fsm, struct raft_buffer* buf) {
   auto* self = static_cast<FsmAdapter*>(fsm->data);
   if (self->apply_thread_) self->apply_thread_->Drain();
   const auto started = std::chrono::steady_clock::now();
+  // The snapshot libraft loads as it starts (or a leader installs) counts as the last one
+  // here until this server takes its own: a restarted server's SnapshotGuard must not see 0.
+  self->last_snapshot_bytes_.store(buf->len, std::memory_order_relaxed);
   Status s =
       self->machine_->Restore(std::string_view(static_cast<const char*>(buf->base), buf->len));
   raft_free(buf->base);

@@ -1,11 +1,12 @@
 // SnapshotGuard: the policy that keeps a group from growing into libraft 0.15's snapshot
 // failure (a snapshot of 2 GiB or more cannot be written: docs/limits.md). Once started,
-// and then every second, it reads the size of the group's last raft snapshot taken on this
-// server (0 before the first); at or past `stop_bytes` it refuses stores into contexts the
-// group has never held (Applier::SetNewContextsRefused), so that only the contexts it has
-// grow; below `resume_fraction` × `stop_bytes` it takes new contexts again (the margin
-// keeps it from flapping at the boundary). Stores into known contexts, removals and clears
-// go on.
+// and then every second, it reads the size of the group's last raft snapshot on this
+// server -- taken here, or loaded as the server started (so a restarted server refuses from
+// its first round), 0 before either; at or past `stop_bytes` it refuses stores into
+// contexts the group has never held (Applier::SetNewContextsRefused), so that only the
+// contexts it has grow; below `resume_fraction` × `stop_bytes` it takes new contexts again
+// (the margin keeps it from flapping at the boundary). Stores into known contexts, removals and
+// clears go on.
 //
 // Thread-safety: construct, Start and Stop from one thread; rounds run on the task's.
 #pragma once

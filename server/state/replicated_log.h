@@ -96,7 +96,7 @@ struct LogMetrics {
   // Snapshots taken (capture to written) and restored (at start, or sent by the leader).
   uint64_t snapshots_taken = 0;
   HistogramData snapshot_duration;
-  uint64_t last_snapshot_bytes = 0;  // the last snapshot taken here, serialised
+  uint64_t last_snapshot_bytes = 0;  // the last snapshot taken, loaded or installed here
   uint64_t snapshots_restored = 0;
   HistogramData restore_duration;
   // Snapshots taken here that did not become the log's snapshot (their write or

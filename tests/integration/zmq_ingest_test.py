@@ -604,6 +604,38 @@ def case_operator_clear(binary):
         server.cleanup()
 
 
+def case_snapshot_guard_drops_new_contexts(binary):
+    """Past snapshot_stop_bytes (every snapshot passes 1 byte) an engine stream into a context
+    the server never held has those stores dropped and counted; the held context goes on."""
+    server = Server(binary, extra=("--snapshot-stop-bytes", "1", "--raft-snapshot-threshold", "16"))
+    held, fresh = Fake(), Fake()
+    try:
+        server.register(held, "e1")
+        groups = lambda: server.request("GET", "/v1/groups")["groups"][0]  # noqa: E731
+        for i in range(400):  # one batch, one raft entry each, until a snapshot is seen
+            held.store(list(range(1000 * (i + 1), 1000 * (i + 1) + BS)))
+            if i % 16 == 15:
+                time.sleep(0.1)
+                if not groups()["accepting"]:
+                    break
+        wait_for("the group to refuse new contexts", lambda: not groups()["accepting"], server)
+        server.register(fresh, "e2", modelname="fresh")
+        fresh.store(PROMPT[:2 * BS])
+        wait_for("the fresh stream's stores dropped",
+                 lambda: server.stream("e2|default|0")["refused_new_context_stores"] == 1, server)
+        assert match(server, PROMPT, "e2", model="fresh") == {}
+        s = server.stream("e2|default|0")
+        assert s["gaps"] == 0 and s["lost_batches"] == 0 and s["last_seq"] == 0, s
+        held.store(PROMPT[:BS])
+        wait_for("the held context still written",
+                 lambda: match(server, PROMPT, "e1").get("GPU") == BS, server)
+        assert server.stream("e1|default|0")["refused_new_context_stores"] == 0
+    finally:
+        held.close()
+        fresh.close()
+        server.cleanup()
+
+
 CASES = {
     "vllm_array": lambda b: case_store_offload_remove_clear(b, "vllm-array"),
     "vllm_map": lambda b: case_store_offload_remove_clear(b, "vllm-map"),
@@ -620,6 +652,7 @@ CASES = {
     "sglang_map_salt": case_sglang_map_salt,
     "report_modes": case_report_modes,
     "operator_clear": case_operator_clear,
+    "snapshot_guard": case_snapshot_guard_drops_new_contexts,
 }
 
 
