@@ -11,17 +11,19 @@ import (
 
 // Message types (docs/protocol.md §Message types).
 const (
-	typeError     uint8 = 0
-	typeIngest    uint8 = 1
-	typeLookup    uint8 = 2
-	typeLocate    uint8 = 3
-	typeStats     uint8 = 4
-	typePing      uint8 = 5
-	typeRoute     uint8 = 6
-	typeWatch     uint8 = 7
-	typeSnapshot  uint8 = 8
-	typeHeartbeat uint8 = 9
-	typeAuth      uint8 = 10
+	typeError      uint8 = 0
+	typeIngest     uint8 = 1
+	typeLookup     uint8 = 2
+	typeLocate     uint8 = 3
+	typeStats      uint8 = 4
+	typePing       uint8 = 5
+	typeRoute      uint8 = 6
+	typeWatch      uint8 = 7
+	typeSnapshot   uint8 = 8
+	typeHeartbeat  uint8 = 9
+	typeAuth       uint8 = 10
+	typeLoadReport uint8 = 11
+	typeLoadView   uint8 = 12
 )
 
 const (
