@@ -56,6 +56,30 @@ std::optional<std::string> ParseRaftAddress(const uint8_t* bytes, size_t size) {
                      static_cast<size_t>(static_cast<const uint8_t*>(nul) - bytes));
 }
 
+std::optional<uint32_t> RaftAddressGroup(std::string_view address) {
+  const size_t slash = address.rfind('/');
+  if (slash == std::string_view::npos) return 1;
+  const std::string_view digits = address.substr(slash + 1);
+  if (digits.empty() || digits.size() > 5 || digits.front() == '0') return std::nullopt;
+  uint32_t group = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    group = group * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (group < 2 || group > kMaxRaftGroup) return std::nullopt;
+  return group;
+}
+
+std::string_view RaftAddressEndpoint(std::string_view address) {
+  return address.substr(0, address.rfind('/'));
+}
+
+std::string RaftAddressOfGroup(std::string_view endpoint, uint32_t group) {
+  std::string address(endpoint);
+  if (group != 1) address += "/" + std::to_string(group);
+  return address;
+}
+
 void EncodeHello(const PeerHello& hello, uint8_t* out) {
   std::memcpy(out, kHandshakeMagic.data(), 8);
   PutU64(hello.acceptor_id, out + 8);

@@ -43,6 +43,18 @@ struct RaftPreamble {
 // NUL or when empty.
 [[nodiscard]] std::optional<std::string> ParseRaftAddress(const uint8_t* bytes, size_t size);
 
+// Raft groups on one port (tcp_transport.h §Groups on one port): group 1's raft address is
+// "HOST:PORT" and group g's (2..kMaxRaftGroup) "HOST:PORT/g", so that a connection's
+// preamble, which carries the connector's own address, names the group it belongs to.
+inline constexpr uint32_t kMaxRaftGroup = 65'535;
+// The group `address` names; nullopt for a suffix that is not a group number in
+// 2..kMaxRaftGroup written without leading zeros.
+[[nodiscard]] std::optional<uint32_t> RaftAddressGroup(std::string_view address);
+// "HOST:PORT", without a group suffix.
+[[nodiscard]] std::string_view RaftAddressEndpoint(std::string_view address);
+// Group `group`'s raft address at `endpoint` ("HOST:PORT"): the endpoint itself for group 1.
+[[nodiscard]] std::string RaftAddressOfGroup(std::string_view endpoint, uint32_t group);
+
 struct PeerHello {
   uint64_t acceptor_id = 0;
   ClusterFingerprint cluster{};

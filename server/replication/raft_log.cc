@@ -378,6 +378,8 @@ class RaftLog::Loop {
     transport_options.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
     transport_options.bind_address = o.bind_address;
     transport_options.listen_fd = o.listen_fd;
+    transport_options.share = o.port_share;
+    transport_options.listen = o.listen;
     // A server with an empty configuration has not been added yet: any proven peer may be
     // the leader adding it.
     transport_options.is_member = [this](uint64_t id) {

@@ -30,6 +30,8 @@
 
 namespace kvatlas::server {
 
+class RaftPortShare;  // tcp_transport.h
+
 struct RaftOptions {
   uint64_t id = 1;
   // HOST:PORT peers reach this server's raft transport at (a host name is resolved,
@@ -40,6 +42,11 @@ struct RaftOptions {
   // A socket already bound to that address, not listening: the transport listens on a
   // duplicate of it (TcpTransportOptions::listen_fd); -1 = it binds the address itself.
   int listen_fd = -1;
+  // The server's raft port shared by the groups it hosts (tcp_transport.h §Groups on one
+  // port; the address names the group: "HOST:PORT/g"); not owned, outlives the RaftLog.
+  // Null: this log is alone on its port. With a share, only a log with `listen` set listens.
+  RaftPortShare* port_share = nullptr;
+  bool listen = true;
   // Directory of the raft log segments, metadata and snapshots (created if missing).
   std::string dir;
   // The initial voters {id, address}, the same on every server. Used only to bootstrap a

@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -102,12 +104,23 @@ class PeerGate {
   void SetIdentity(raft_id id, const char* address) {
     id_ = id;
     address_ = address;
+    group_ = RaftAddressGroup(address_).value_or(1);
   }
 
   int Listen(raft_uv_accept_cb cb) {
     accept_cb_ = cb;
+    if (options_.share != nullptr) {
+      uv_async_init(loop_, &inbox_, &OnInbox);
+      inbox_.data = this;
+      ++handles_open_;
+      inbox_open_ = true;
+      options_.share->Add(group_, this);
+      if (!options_.listen) return 0;
+    }
     // "HOST:PORT", IPv4, as raft_uv_tcp parses it.
-    const std::string& bind = options_.bind_address.empty() ? address_ : options_.bind_address;
+    const std::string bind = options_.bind_address.empty()
+                                 ? std::string(RaftAddressEndpoint(address_))
+                                 : options_.bind_address;
     const size_t colon = bind.rfind(':');
     const std::string host = bind.substr(0, colon);
     const int port = colon == std::string::npos ? 8080 : std::atoi(bind.c_str() + colon + 1);
@@ -164,9 +177,30 @@ class PeerGate {
 
   bool Closing() const { return closing_; }
 
+  // Any thread (RaftPortShare::Deliver, under its lock: the gate is registered, so alive).
+  void Enqueue(RaftPortShare::Handoff handoff) {
+    {
+      std::lock_guard lock(inbox_mu_);
+      inbox_queue_.push_back(std::move(handoff));
+    }
+    uv_async_send(&inbox_);
+  }
+
   void Close(raft_uv_transport_close_cb cb) {
     closing_ = true;
     close_cb_ = cb;
+    if (inbox_open_) {
+      inbox_open_ = false;
+      options_.share->Remove(group_, this);  // nothing is delivered from here on
+      std::vector<RaftPortShare::Handoff> left;
+      {
+        std::lock_guard lock(inbox_mu_);
+        left.swap(inbox_queue_);
+      }
+      for (const RaftPortShare::Handoff& handoff : left) close(handoff.fd);
+      uv_close(reinterpret_cast<uv_handle_t*>(&inbox_),
+               [](uv_handle_t* handle) { static_cast<PeerGate*>(handle->data)->HandleClosed(); });
+    }
     for (Resolution* r : resolutions_) uv_cancel(reinterpret_cast<uv_req_t*>(&r->req));
     if (listening_) {
       listening_ = false;
@@ -313,10 +347,19 @@ class PeerGate {
           return;
         }
         h->connector_address = std::move(*address);
-        h->acceptor_nonce = PeerAuth::NewNonce();
-        EncodeHello({id_, options_.auth->fingerprint(), h->acceptor_nonce}, NextOut(h));
-        Expect(h, kProofBytes, Handshake::Stage::kProof);
-        Send(h, kHelloBytes);
+        if (options_.share != nullptr) {
+          const std::optional<uint32_t> group = RaftAddressGroup(h->connector_address);
+          if (!group) {
+            Fail(h, PeerRefusal::kMalformed,
+                 "the preamble's address " + h->connector_address + " names no raft group");
+            return;
+          }
+          if (*group != group_) {
+            PassOn(h, *group);
+            return;
+          }
+        }
+        Greet(h);
         return;
       }
       case Handshake::Stage::kProof: {
@@ -333,6 +376,81 @@ class PeerGate {
       default:
         return;
     }
+  }
+
+  // An incoming connection of this gate's group, its preamble read: the hello.
+  void Greet(Handshake* h) {
+    h->acceptor_nonce = PeerAuth::NewNonce();
+    EncodeHello({id_, options_.auth->fingerprint(), h->acceptor_nonce}, NextOut(h));
+    Expect(h, kProofBytes, Handshake::Stage::kProof);
+    Send(h, kHelloBytes);
+  }
+
+  // An incoming connection of another group: its socket goes to that group's gate (a
+  // duplicate descriptor; ours is closed), which greets it.
+  void PassOn(Handshake* h, uint32_t group) {
+    uv_os_fd_t fd = -1;
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(h->tcp));
+    const int copy = uv_fileno(reinterpret_cast<uv_handle_t*>(h->tcp), &fd) == 0
+                         ? fcntl(fd, F_DUPFD_CLOEXEC, 0)
+                         : -1;
+    const std::string peer = h->peer;
+    RaftPortShare::Handoff handoff{copy, h->connector_id, h->connector_address, peer};
+    Fail(h, std::nullopt, "");
+    if (copy < 0) {
+      options_.auth->Refuse(PeerChannel::kRaftIn, PeerRefusal::kMalformed, peer,
+                            "cannot hand the connection to raft group " + std::to_string(group) +
+                                ": " + std::strerror(errno));
+      return;
+    }
+    if (!options_.share->Deliver(group, std::move(handoff))) {
+      options_.auth->Refuse(PeerChannel::kRaftIn, PeerRefusal::kNotMember, peer,
+                            "raft group " + std::to_string(group) +
+                                " is not hosted on this server; connection closed");
+    }
+  }
+
+  static void OnInbox(uv_async_t* async) {
+    auto* gate = static_cast<PeerGate*>(async->data);
+    std::vector<RaftPortShare::Handoff> arrived;
+    {
+      std::lock_guard lock(gate->inbox_mu_);
+      arrived.swap(gate->inbox_queue_);
+    }
+    for (RaftPortShare::Handoff& handoff : arrived) gate->Adopt(std::move(handoff));
+  }
+
+  // A connection handed over by the listening gate: greeted as if accepted here.
+  void Adopt(RaftPortShare::Handoff handoff) {
+    if (closing_) {
+      close(handoff.fd);
+      return;
+    }
+    auto* tcp = static_cast<uv_tcp_t*>(raft_malloc(sizeof(uv_tcp_t)));
+    if (tcp == nullptr) {
+      close(handoff.fd);
+      return;
+    }
+    uv_tcp_init(loop_, tcp);
+    Handshake* h = New(tcp, /*incoming=*/true);
+    h->peer = std::move(handoff.peer);
+    h->connector_id = handoff.connector_id;
+    h->connector_address = std::move(handoff.connector_address);
+    const int opened = uv_tcp_open(tcp, handoff.fd);
+    if (opened != 0) {
+      close(handoff.fd);
+      Fail(h, PeerRefusal::kMalformed,
+           std::string("cannot take the handed-over connection: ") + uv_strerror(opened));
+      return;
+    }
+    DisableNagle(reinterpret_cast<uv_stream_t*>(tcp));
+    if (handshakes_.size() > options_.max_pending) {
+      Fail(h, PeerRefusal::kTooMany,
+           "more than " + std::to_string(options_.max_pending) +
+               " raft handshakes in progress; connection closed");
+      return;
+    }
+    Greet(h);
   }
 
   void AdvanceOutgoing(Handshake* h) {
@@ -505,7 +623,13 @@ class PeerGate {
   TcpTransportOptions options_;
   raft_id id_ = 0;
   std::string address_;
+  uint32_t group_ = 1;  // the group address_ names
   raft_uv_accept_cb accept_cb_ = nullptr;
+  // Connections handed over by the share's listener (with a share only).
+  uv_async_t inbox_{};
+  bool inbox_open_ = false;
+  std::mutex inbox_mu_;
+  std::vector<RaftPortShare::Handoff> inbox_queue_;  // guarded by inbox_mu_
   uv_tcp_t listener_{};
   bool listening_ = false;
   bool closing_ = false;
@@ -554,12 +678,14 @@ int Connect(struct raft_uv_transport* t, struct raft_uv_connect* req, raft_id id
   auto* relay = new (std::nothrow) ConnectRelay{{}, req, Of(t), id};
   if (relay == nullptr) return RAFT_NOMEM;
   relay->inner.data = relay;
-  const std::string text(address);
+  // Another group's address on a shared port: its endpoint is dialled (the preamble carries
+  // this server's own address, which names the group).
+  const std::string text(RaftAddressEndpoint(address));
   const size_t colon = text.rfind(':');
   const std::string host = text.substr(0, colon);
   struct sockaddr_in numeric {};
   if (colon == std::string::npos || uv_ip4_addr(host.c_str(), 0, &numeric) == 0) {
-    const int rv = Of(t)->tcp_connect(t, &relay->inner, id, address, &OnConnected);
+    const int rv = Of(t)->tcp_connect(t, &relay->inner, id, text.c_str(), &OnConnected);
     if (rv != 0) delete relay;
     return rv;
   }
@@ -582,6 +708,28 @@ int Connect(struct raft_uv_transport* t, struct raft_uv_connect* req, raft_id id
 void Close(struct raft_uv_transport* t, raft_uv_transport_close_cb cb) { Of(t)->gate->Close(cb); }
 
 }  // namespace
+
+void RaftPortShare::Add(uint32_t group, PeerGate* gate) {
+  std::lock_guard lock(mu_);
+  gates_[group] = gate;
+}
+
+void RaftPortShare::Remove(uint32_t group, PeerGate* gate) {
+  std::lock_guard lock(mu_);
+  auto it = gates_.find(group);
+  if (it != gates_.end() && it->second == gate) gates_.erase(it);
+}
+
+bool RaftPortShare::Deliver(uint32_t group, Handoff handoff) {
+  std::lock_guard lock(mu_);
+  auto it = gates_.find(group);
+  if (it == gates_.end()) {
+    close(handoff.fd);
+    return false;
+  }
+  it->second->Enqueue(std::move(handoff));
+  return true;
+}
 
 int TcpTransportInit(TcpTransport* t, uv_loop_t* loop, TcpTransportOptions options) {
   const int rv = raft_uv_tcp_init(&t->transport, loop);

@@ -33,7 +33,18 @@
 // The listener binds `bind_address` when set, else the server's own raft address, which
 // must then be numeric.
 //
-// Thread-safety: as raft_uv_tcp, loop thread only.
+// Groups on one port: a server hosting several raft groups (each a RaftLog with a loop
+// thread of its own) listens on one raft port. Group g's raft address is "HOST:PORT/g"
+// (group 1's stays "HOST:PORT"; peer_handshake.h), so libraft's preamble, which carries the
+// connector's own address, names the group the connection belongs to. Every group's
+// transport registers with the server's RaftPortShare; one of them listens. When an
+// accepted connection's preamble names another group, the listener hands the socket (a
+// duplicate of its descriptor, with what was read of it) to that group's transport, on
+// that group's loop thread, which runs the rest of the handshake with its own membership
+// check. A connection for a group this server does not host is closed and counted as
+// kNotMember. Outgoing connections dial the address without its suffix.
+//
+// Thread-safety: as raft_uv_tcp, loop thread only; RaftPortShare from any thread.
 #pragma once
 
 extern "C" {
@@ -46,6 +57,8 @@ extern "C" {
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "server/peer/peer_auth.h"
@@ -53,6 +66,34 @@ extern "C" {
 namespace kvatlas::server {
 
 class PeerGate;  // tcp_transport.cc: the listener and the handshakes in progress
+
+// The raft groups of one server that share its raft port (§Groups on one port). Owned by
+// the server; must outlive every transport registered with it.
+class RaftPortShare {
+ public:
+  RaftPortShare() = default;
+  RaftPortShare(const RaftPortShare&) = delete;
+  RaftPortShare& operator=(const RaftPortShare&) = delete;
+
+  // A connection whose preamble the listener read, handed to its group's transport.
+  struct Handoff {
+    int fd = -1;  // owned: closed by whoever takes it, or by Deliver when nobody does
+    uint64_t connector_id = 0;
+    std::string connector_address;
+    std::string peer;  // "ip:port", for the logs
+  };
+
+ private:
+  friend class PeerGate;
+  // Registered while the gate's transport listens (or would): from its Listen to its Close.
+  void Add(uint32_t group, PeerGate* gate);
+  void Remove(uint32_t group, PeerGate* gate);
+  // Queues `handoff` on `group`'s gate; false (and the descriptor closed) without one.
+  bool Deliver(uint32_t group, Handoff handoff);
+
+  std::mutex mu_;
+  std::map<uint32_t, PeerGate*> gates_;  // guarded by mu_
+};
 
 struct TcpTransportOptions {
   PeerAuth* auth = nullptr;  // required; outlives the transport
@@ -66,6 +107,12 @@ struct TcpTransportOptions {
   // A socket already bound to that address and not listening (the server binds it before
   // it recovers its state): the listener listens on a duplicate of it; -1 = it binds.
   int listen_fd = -1;
+  // The server's shared raft port (§Groups on one port); null = this transport is alone on
+  // its port (every connection is its own). With a share, only a transport with `listen`
+  // set listens (on its address's endpoint, or bind_address / listen_fd); the others
+  // receive their connections from it.
+  RaftPortShare* share = nullptr;
+  bool listen = true;
 };
 
 struct TcpTransport {

@@ -75,6 +75,21 @@ TEST_CASE("the raft preamble is parsed within its limits") {
   CHECK_FALSE(ParseRaftAddress(empty, sizeof(empty)));
 }
 
+TEST_CASE("a raft address names its group: none for group 1, a suffix for the others") {
+  CHECK(RaftAddressGroup("127.0.0.1:7072") == std::optional<uint32_t>(1));
+  CHECK(RaftAddressGroup("kvatlas-1.peers:7072/2") == std::optional<uint32_t>(2));
+  CHECK(RaftAddressGroup("127.0.0.1:7072/65535") == std::optional<uint32_t>(65'535));
+  for (const char* bad : {"h:1/", "h:1/1", "h:1/0", "h:1/02", "h:1/65536", "h:1/2x", "h:1/-2",
+                          "h:1/123456", "h:1/ 2"}) {
+    CHECK_MESSAGE(!RaftAddressGroup(bad), bad);
+  }
+  CHECK(RaftAddressEndpoint("127.0.0.1:7072/12") == "127.0.0.1:7072");
+  CHECK(RaftAddressEndpoint("127.0.0.1:7072") == "127.0.0.1:7072");
+  CHECK(RaftAddressOfGroup("127.0.0.1:7072", 1) == "127.0.0.1:7072");
+  CHECK(RaftAddressOfGroup("127.0.0.1:7072", 9) == "127.0.0.1:7072/9");
+  CHECK(RaftAddressGroup(RaftAddressOfGroup("h:1", 300)) == std::optional<uint32_t>(300));
+}
+
 TEST_CASE("members of one cluster accept each other") {
   PeerAuth one(1, "prod", kSecret), two(2, "prod", kSecret);
   const Outcome outcome = Exchange(two, one, 1);

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -27,6 +28,8 @@
 #include <utility>
 #include <vector>
 
+#include "server/replication/peer_handshake.h"
+#include "server/replication/tcp_transport.h"
 #include "tests/support/free_port.h"
 #include "tests/support/temp_dir.h"
 
@@ -596,6 +599,85 @@ TEST_CASE("RaftLog: silent and malformed raft connections are closed before raft
 
   CHECK(AnyCommits({log->get()}, 100));
   (*log)->Stop();
+}
+
+// libraft's connection preamble from server `id` with raft address `address`.
+std::vector<uint8_t> PreambleOf(uint64_t id, const std::string& address) {
+  const size_t length = (address.size() / 8 + 1) * 8;  // NUL-terminated, a multiple of 8
+  std::vector<uint8_t> bytes(24 + length, 0);
+  for (int i = 0; i < 8; ++i) {
+    bytes[i] = i == 0 ? 1 : 0;  // protocol 1
+    bytes[8 + i] = static_cast<uint8_t>(id >> (8 * i));
+    bytes[16 + i] = static_cast<uint8_t>(length >> (8 * i));
+  }
+  std::copy(address.begin(), address.end(), bytes.begin() + 24);
+  return bytes;
+}
+
+// Groups on one port (tcp_transport.h): three servers each host groups 1 and 2, and each
+// listens once. Group 2's logs bind nothing (a second bind of the port would fail their
+// start), so its commits prove that its connections went through group 1's listener to
+// group 2's own handshake. A connection for a group the server does not host is closed.
+TEST_CASE("RaftLog: raft groups hosted on the same servers share one raft port") {
+  TempDir dir;
+  constexpr size_t kServers = 3;
+  std::vector<int> ports;
+  std::vector<std::unique_ptr<PeerAuth>> auths;
+  std::vector<std::unique_ptr<RaftPortShare>> shares;
+  for (size_t i = 0; i < kServers; ++i) {
+    ports.push_back(FreePort());
+    auths.push_back(std::make_unique<PeerAuth>(i + 1, "prod", "the cluster secret, 32 bytes...."));
+    shares.push_back(std::make_unique<RaftPortShare>());
+  }
+  auto address = [&](size_t server, uint32_t group) {
+    return RaftAddressOfGroup("127.0.0.1:" + std::to_string(ports[server]), group);
+  };
+  RecordingMachine machines[2][kServers];
+  std::vector<std::unique_ptr<RaftLog>> logs[2];
+  // Group 2 first: its peers' connections are refused until group 1 listens, then retried.
+  for (uint32_t group : {2u, 1u}) {
+    for (size_t i = 0; i < kServers; ++i) {
+      RaftOptions options;
+      options.id = i + 1;
+      options.address = address(i, group);
+      options.dir = dir.str() + "/raft-" + std::to_string(group) + "-" + std::to_string(i);
+      for (size_t j = 0; j < kServers; ++j)
+        options.bootstrap.emplace_back(j + 1, address(j, group));
+      options.election_timeout_ms = 300;
+      options.peer_auth = auths[i].get();
+      options.port_share = shares[i].get();
+      options.listen = group == 1;
+      auto log = RaftLog::Start(options, &machines[group - 1][i]);
+      REQUIRE_MESSAGE(log.has_value(), log.status().ToString());
+      logs[group - 1].push_back(std::move(*log));
+    }
+  }
+  for (size_t g = 0; g < 2; ++g) {
+    std::vector<RaftLog*> raw;
+    for (auto& log : logs[g]) raw.push_back(log.get());
+    REQUIRE_MESSAGE(AnyCommits(raw, 1500), "group ", g + 1, " never committed");
+  }
+  for (auto& auth : auths) CHECK(auth->counters().handshakes >= 2);
+
+  PeerAuth& first = *auths[0];
+  const uint64_t not_member = Refused(first, PeerChannel::kRaftIn, PeerRefusal::kNotMember);
+  const uint64_t malformed = Refused(first, PeerChannel::kRaftIn, PeerRefusal::kMalformed);
+  for (const std::string& foreign : {address(1, 7), address(1, 1) + "/01"}) {
+    const int fd = ConnectTo(ports[0]);
+    const std::vector<uint8_t> preamble = PreambleOf(2, foreign);
+    REQUIRE(send(fd, preamble.data(), preamble.size(), 0) == static_cast<ssize_t>(preamble.size()));
+    CHECK_MESSAGE(ClosedByServer(fd), foreign);
+    close(fd);
+  }
+  CHECK(Refused(first, PeerChannel::kRaftIn, PeerRefusal::kNotMember) == not_member + 1);
+  CHECK(Refused(first, PeerChannel::kRaftIn, PeerRefusal::kMalformed) == malformed + 1);
+
+  // Group 2 stops first, group 1 (the listener) goes on.
+  for (auto& log : logs[1]) log->Stop();
+  std::vector<RaftLog*> group_1;
+  for (auto& log : logs[0]) group_1.push_back(log.get());
+  CHECK(AnyCommits(group_1, 400));
+  for (auto& log : logs[0]) log->Stop();
 }
 
 }  // namespace
