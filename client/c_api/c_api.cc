@@ -500,7 +500,7 @@ kvatlas_code kvatlas_load_reporter_create(kvatlas_client* client, const char* ro
     if (client == nullptr || router_id == nullptr || out == nullptr) {
       return Invalid("kvatlas_load_reporter_create: NULL argument", err);
     }
-    if (interval_ms < 0) return Invalid("interval_ms: must be >= 0 (0: 50 ms)", err);
+    if (interval_ms < 0) return Invalid("interval_ms: must be >= 0 (0: 10 ms)", err);
     kvatlas::LoadReporterOptions options;
     options.router_id = router_id;
     if (interval_ms > 0) options.interval = std::chrono::milliseconds(interval_ms);

@@ -355,7 +355,7 @@ func TestLoadReporterOptions(t *testing.T) {
 	if _, err := NewLoadReporterFunc(nil, LoadReporterOptions{RouterID: "r"}); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("nil send: %v", err)
 	}
-	// The bounds pass, and the defaults are 50 ms and 2,000 ms.
+	// The bounds pass, and the defaults are 10 ms and 2,000 ms.
 	f := newFakeSender()
 	r := newReporterT(t, f.send, LoadReporterOptions{RouterID: "r"})
 	if r.interval != DefaultLoadReportInterval || r.ttlMs != DefaultLoadTTLMs {

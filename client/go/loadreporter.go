@@ -12,14 +12,14 @@ import (
 type LoadReporterOptions struct {
 	// RouterID names this router replica, unique per replica (1..256 bytes).
 	RouterID string
-	// Interval: at most one report per interval (1 ms … TTLMs / 3). 0 = 50 ms.
+	// Interval: at most one report per interval (1 ms … TTLMs / 3). 0 = 10 ms.
 	Interval time.Duration
 	// TTLMs is each report's lease (100..600,000 ms). 0 = DefaultLoadTTLMs (2,000).
 	TTLMs uint32
 }
 
 // DefaultLoadReportInterval is the interval of a LoadReporter whose options give none.
-const DefaultLoadReportInterval = 50 * time.Millisecond
+const DefaultLoadReportInterval = 10 * time.Millisecond
 
 // LoadSender sends one report: the reporter's transport (Client.ReportLoad, or a test's).
 type LoadSender func(ctx context.Context, r LoadReport) error

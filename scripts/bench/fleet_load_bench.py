@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The figures of scripts/bench/fleet_load (docs/routing.md §Shared load).
 
-1. Writes per routed request: a kvatlas.LoadReporter (interval 50 ms, the default) driven at --rate
+1. Writes per routed request: a kvatlas.LoadReporter (interval 10 ms, the default; --interval-ms) driven at --rate
    routed requests/s for --seconds (each request started, then finished a few requests
    later); its reports are the log writes it costs, checked against the server's revision.
 2. Route latency with shared load ÷ without, in one run: four routers' reports cover the
@@ -29,9 +29,9 @@ def http(base, method, path, body=None):
         return json.loads(resp.read())
 
 
-def writes_per_request(client, base, rate, seconds):
+def writes_per_request(client, base, rate, seconds, interval_ms):
     before = http(base, "GET", "/v1/stats")["revision"]
-    reporter = kvatlas.LoadReporter(client, "bench-router", interval_s=0.05, ttl_ms=2000)
+    reporter = kvatlas.LoadReporter(client, "bench-router", interval_s=interval_ms / 1000, ttl_ms=2000)
     started, open_tokens = 0, []
     t0 = time.perf_counter()
     while True:
@@ -84,11 +84,12 @@ def main():
     p.add_argument("--rate", type=int, default=10000)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--routes", type=int, default=4000)
+    p.add_argument("--interval-ms", type=float, default=10.0)
     args = p.parse_args()
     base = "http://" + args.http
     client = kvatlas.Client([args.rpc])
-    started, elapsed, sent, revisions = writes_per_request(client, base, args.rate, args.seconds)
-    print(f"load reports: {started} routed requests in {elapsed:.2f} s "
+    started, elapsed, sent, revisions = writes_per_request(client, base, args.rate, args.seconds, args.interval_ms)
+    print(f"load reports, interval {args.interval_ms:g} ms: {started} routed requests in {elapsed:.2f} s "
           f"({started / elapsed:.0f}/s), {sent} reports (log revisions: {revisions}): "
           f"{sent / started:.5f} writes per routed request, {sent / elapsed:.1f} writes/s")
     lat = route_latency(client, base, args.routes)

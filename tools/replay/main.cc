@@ -61,7 +61,7 @@ constexpr const char* kUsage = R"(usage: kvatlas-replay [flags]
   --shared-load              (kvatlas policy) the replicas share their load: each reports
                              its in-flight table through a LoadReporter and routes giving
                              no load, so the server scores with the fleet's sum
-  --load-interval-ms X       --shared-load: report interval in simulated ms (50)
+  --load-interval-ms X       --shared-load: report interval in simulated ms (10)
   --by-hash                  query kvatlas with block keys instead of tokens
   --approximate              kvatlas policy: instances publish no events, routes predict
                              (docs/routing.md §Approximate mode)
@@ -82,7 +82,7 @@ struct Flags {
   uint64_t seed = 1;
   bool by_hash = false;
   bool shared_load = false;
-  double load_interval_ms = 50;
+  double load_interval_ms = 10;
   bool approximate = false;
   std::string model;
   std::string csv;

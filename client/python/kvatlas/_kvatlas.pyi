@@ -351,7 +351,7 @@ class Writer:
 
 class LoadReporter:
     reports_sent: int
-    def __init__(self, client: Client, router_id: str, *, interval_s: float = 0.05,
+    def __init__(self, client: Client, router_id: str, *, interval_s: float = 0.01,
                  ttl_ms: int = 2000) -> None: ...
     def route_started(self, instance_id: str, dp_rank: int, prompt_blocks: int,
                       decode_blocks: int) -> int: ...

@@ -212,7 +212,7 @@ void DefineLoadReporter(py::module_& m) {
                              "A router's in-flight table, reported to the cluster as absolute "
                              "summaries (docs/routing.md §Shared load).")
       .def(py::init<const PyClient&, std::string, double, uint32_t>(), py::arg("client"),
-           py::arg("router_id"), py::kw_only(), py::arg("interval_s") = 0.05,
+           py::arg("router_id"), py::kw_only(), py::arg("interval_s") = 0.01,
            py::arg("ttl_ms") = 2'000)
       .def(
           "route_started",

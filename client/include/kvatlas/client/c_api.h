@@ -288,7 +288,7 @@ KVATLAS_EXPORT void kvatlas_free_route_result(kvatlas_route_result* result); /* 
 typedef struct kvatlas_load_reporter kvatlas_load_reporter; /* opaque */
 
 /* Starts reporting for router `router_id` (unique per router replica, 1 … 256 bytes)
- * through `client`. `interval_ms` bounds the report rate (0: 50 ms); `ttl_ms` is each
+ * through `client`. `interval_ms` bounds the report rate (0: 10 ms); `ttl_ms` is each
  * report's lease (0: 2,000 ms; 100 … 600,000), and the interval must be at most ttl / 3.
  * KVATLAS_INVALID_ARGUMENT names the bad field. On success *out is a handle to release
  * with kvatlas_load_reporter_destroy. */

@@ -32,7 +32,7 @@ class Client;
 
 struct LoadReporterOptions {
   std::string router_id;                   // unique per router replica
-  std::chrono::milliseconds interval{50};  // at most one report per interval
+  std::chrono::milliseconds interval{10};  // at most one report per interval
   uint32_t ttl_ms = 2'000;                 // the lease of each report
 };
 
