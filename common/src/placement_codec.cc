@@ -1,4 +1,6 @@
 // The placement directory's binary encoding (docs/scaling.md §Directory encoding).
+#include <xxhash.h>
+
 #include <string>
 #include <utility>
 
@@ -16,6 +18,13 @@ Status Broken(const std::string& what) {
 }
 
 }  // namespace
+
+GroupId HomeGroup(const ContextKey& context, uint32_t groups) {
+  if (groups <= 1) return 1;
+  std::string bytes;
+  PutContextKey(&bytes, ContextKey{context.tenant, context.model, "", context.block_size, ""});
+  return static_cast<GroupId>(1 + XXH3_64bits(bytes.data(), bytes.size()) % groups);
+}
 
 std::string EncodePlacementDirectory(const PlacementDirectory& dir) {
   std::string out;

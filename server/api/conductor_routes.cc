@@ -19,9 +19,10 @@ Result<HttpReply> HandleQuery(const Services& services, const RouteRequest& requ
                               Decoder decode) {
   KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, decode(request.http.body));
   lookup.include_locations = false;  // the Conductor answer has no place for them
-  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(services, lookup));
+  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(ServicesFor(services, lookup.context), lookup));
   std::vector<BlockKey> keys;
-  KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(services, lookup, &keys));
+  KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer,
+                           LookupPrefix(ServicesFor(services, lookup.context), lookup, &keys));
   // Blocks predicted by routes (docs/routing.md §Approximate mode), marked "PREDICTED";
   // of the one instance asked about, when the query names one.
   std::vector<ConductorPrediction> predicted = PredictionsOf(services, lookup.context, keys);

@@ -197,7 +197,8 @@ void RpcHandler::AppendIngestAnswer(const PendingRequest& ingest, const Result<R
 
 void RpcHandler::AnswerRead(const PendingRead& read, uint64_t request_id, std::string* out) const {
   if (read.type == MessageType::kLookup) {
-    Result<LookupAnswer> answer = LookupPrefix(*services_, read.route.lookup);
+    Result<LookupAnswer> answer =
+        LookupPrefix(ServicesFor(*services_, read.route.lookup.context), read.route.lookup);
     if (!answer.has_value()) {
       AppendError(read.type, request_id, answer.error(), out);
     } else {

@@ -167,6 +167,9 @@ const Field kFields[] = {
     {"snapshot_stop_bytes", &Config::snapshot_stop_bytes, 0, kNoMax,
      "take no new contexts once the last raft snapshot reaches this many bytes (again below "
      "3/4 of it); 0 = never refuse"},
+    {"groups", &Config::groups, 1, kMaxGroups,
+     "raft groups the map is spread over, each hosted on every server; fixed when the cluster "
+     "is made"},
     {"holder_ttl_seconds", &Config::holder_ttl_seconds, 0, 7 * 24 * 3600,
      "expire holders silent (no event, no heartbeat) this long; 0 = leases off", "--holder-ttl"},
     {"audit_interval_ms", &Config::audit_interval_ms, 0, kMaxMillis,

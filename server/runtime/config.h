@@ -22,6 +22,10 @@
 
 namespace kvatlas::server {
 
+// The most raft groups a server hosts (`groups`): each runs a RocksDB instance, a raft
+// loop and an apply thread of its own.
+inline constexpr uint64_t kMaxGroups = 64;
+
 struct Config {
   // Where the server keeps its state: RocksDB in DIR/db, the bound addresses in
   // DIR/http.addr and DIR/rpc.addr.
@@ -183,6 +187,12 @@ struct Config {
   // new contexts are taken again below 3/4 of it. Half of libraft 0.15's 2 GiB snapshot
   // failure (docs/scaling.md §Policy). 0 = never refuse.
   uint64_t snapshot_stop_bytes = 1ull << 30;
+  // Raft groups the map is spread over (docs/scaling.md §Groups on every server): every
+  // server hosts one replica of each, all on the raft port (group g's raft address is
+  // HOST:PORT/g). Fixed when the cluster's data directories are made: a server refuses to
+  // start on a data directory made with another count. 1 = one group, as a cluster has
+  // always been (its data directory's layout is unchanged).
+  uint64_t groups = 1;
   // Holder leases (docs/leases.md): a holder with no applied event and no heartbeat
   // (POST /v1/heartbeat) for this many seconds is expired by the leader, which drops its
   // entries. 0 = off. Holders of registered publishers are exempt. Flag: --holder-ttl too.

@@ -9,12 +9,12 @@
 
 namespace kvatlas::server {
 
-DiskWatcher::DiskWatcher(std::string data_dir, uint64_t min_free_bytes, Applier* applier,
-                         RaftLog* raft)
+DiskWatcher::DiskWatcher(std::string data_dir, uint64_t min_free_bytes,
+                         std::vector<Applier*> appliers, RaftLog* raft)
     : data_dir_(std::move(data_dir)),
       low_(min_free_bytes),
       recovered_(min_free_bytes + min_free_bytes / 10),
-      applier_(applier),
+      appliers_(std::move(appliers)),
       raft_(raft),
       task_(kPeriod, [this] { return Round(); }) {}
 
@@ -28,12 +28,12 @@ PeriodicTask::Next DiskWatcher::Round() {
                                data_dir_ + " (min_free_disk_bytes " + std::to_string(low_) +
                                "); writes are refused until space returns";
     LogError(reason);
-    applier_->SetWritesRefused(reason);
+    for (Applier* applier : appliers_) applier->SetWritesRefused(reason);
   } else if (refusing_ && free_bytes >= recovered_) {
     refusing_ = false;
     LogInfo("disk space recovered (" + std::to_string(free_bytes) +
             " bytes free); accepting writes");
-    applier_->SetWritesRefused("");
+    for (Applier* applier : appliers_) applier->SetWritesRefused("");
   }
   // A leader that cannot write must not lead: hand over to any up-to-date voter (retried
   // every round while space is low, since there may be none at first).

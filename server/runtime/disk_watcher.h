@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/internal/periodic_task.h"
 #include "server/replication/raft_log.h"
@@ -19,8 +20,10 @@ namespace kvatlas::server {
 
 class DiskWatcher {
  public:
-  // `applier` and `raft` must outlive the watcher (or its Stop).
-  DiskWatcher(std::string data_dir, uint64_t min_free_bytes, Applier* applier, RaftLog* raft);
+  // `appliers` (every group's on this server: they share the disk) and `raft` (group 1's,
+  // whose leadership the others follow) must outlive the watcher (or its Stop).
+  DiskWatcher(std::string data_dir, uint64_t min_free_bytes, std::vector<Applier*> appliers,
+              RaftLog* raft);
 
   void Start() { task_.Start(); }
   void RequestStop() { task_.RequestStop(); }  // ends the loop without waiting for it
@@ -33,7 +36,7 @@ class DiskWatcher {
   const std::string data_dir_;
   const uint64_t low_;
   const uint64_t recovered_;
-  Applier* applier_;
+  std::vector<Applier*> appliers_;
   RaftLog* raft_;
   bool refusing_ = false;  // the task's thread only
   PeriodicTask task_;      // last: stopped before the members its rounds use go

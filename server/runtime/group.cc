@@ -147,6 +147,12 @@ void Group::LogMembership() {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     status = raft_->GetStatus();
   }
+  if (status.members.empty() && options_.group != 1) {
+    LogInfo("raft group " + std::to_string(options_.group) +
+            ": waiting to be added (the leader adds this server to every group once it is in "
+            "group 1)");
+    return;
+  }
   if (status.members.empty()) {
     awaiting_membership_ = true;  // the announcer says when it is added
     LogInfo("raft: waiting to be added to the cluster (on the leader: `kvatlas cluster add " +

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "kvatlas/common/placement.h"
 #include "kvatlas/common/result.h"
 #include "server/feed/change_feed.h"
 #include "server/peer/peer_auth.h"
@@ -43,6 +44,7 @@ namespace kvatlas::server {
 
 // GroupOptionsFrom (options_from_config.h) builds them from the config.
 struct GroupOptions {
+  GroupId group = 1;  // its id in the cluster (1..kMaxGroups); the raft address names it
   uint64_t server_id = 1;
   // The group's directory: the restore marker is looked for in it; storage.path and
   // raft.dir are below it.
@@ -104,6 +106,7 @@ class Group {
   bool failed() const { return (applier_ && applier_->failed()) || (raft_ && raft_->failed()); }
   // A joining server that is in no configuration yet (set by StartReplication).
   bool awaiting_membership() const { return awaiting_membership_; }
+  GroupId id() const { return options_.group; }
   // This server's raft address in the group, as configured.
   const std::string& raft_address() const { return options_.raft.address; }
 

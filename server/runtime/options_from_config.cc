@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <utility>
 
+#include "server/replication/peer_handshake.h"
+
 namespace kvatlas::server {
 namespace {
 
@@ -72,10 +74,16 @@ RaftOptions RaftOptionsFrom(const Config& config, const RaftPlacement& placement
   return options;
 }
 
-GroupOptions GroupOptionsFrom(const Config& config, const RaftPlacement& placement) {
+std::string GroupDirOf(const Config& config, GroupId group) {
+  if (group == 1) return config.data_dir;
+  return (fs::path(config.data_dir) / "groups" / std::to_string(group)).string();
+}
+
+GroupOptions GroupOptionsFrom(const Config& config, const RaftPlacement& placement, GroupId group) {
   GroupOptions options;
+  options.group = group;
   options.server_id = config.id;
-  options.dir = config.data_dir;
+  options.dir = GroupDirOf(config, group);
   options.storage = StorageOptionsFrom(config);
   options.machine = StateMachineOptionsFrom(config);
   options.feed = ChangeFeedOptionsFrom(config);
@@ -88,6 +96,13 @@ GroupOptions GroupOptionsFrom(const Config& config, const RaftPlacement& placeme
   options.snapshot_stop_bytes = config.snapshot_stop_bytes;
   options.predictions.ttl_ms = static_cast<uint32_t>(config.predicted_ttl_ms);
   options.policy_apply_wait = PolicyApplyWait(config);
+  if (group != 1) {
+    options.storage.path = (fs::path(options.dir) / "db").string();
+    options.raft.dir = (fs::path(options.dir) / "raft").string();
+    options.raft.address = RaftAddressOfGroup(options.raft.address, group);
+    for (auto& [id, address] : options.raft.bootstrap) address = RaftAddressOfGroup(address, group);
+    options.raft.listen = false;  // group 1's transport listens for every group
+  }
   return options;
 }
 

@@ -41,10 +41,16 @@ namespace kvatlas::server {
 // a one-voter cluster; an initial voter bootstraps with --peers; a server not among them
 // joins a running cluster with an empty configuration and waits to be added).
 [[nodiscard]] RaftOptions RaftOptionsFrom(const Config& config, const RaftPlacement& placement);
-// The replicated state's parts (group.h): the builders above for storage, the state
-// machine, the feed, the applier, leases and raft (`placement` from the preflight), with
-// the data directory as the group's, audit_interval_ms and PolicyApplyWait.
-[[nodiscard]] GroupOptions GroupOptionsFrom(const Config& config, const RaftPlacement& placement);
+// The directory of group `group`'s state: the data directory for group 1 (a single-group
+// server's layout), DATA_DIR/groups/<group> for the others.
+[[nodiscard]] std::string GroupDirOf(const Config& config, GroupId group);
+// Group `group`'s parts (group.h): the builders above for storage, the state machine, the
+// feed, the applier, leases and raft (`placement` from the preflight), in GroupDirOf's
+// directory, with audit_interval_ms and PolicyApplyWait. Groups other than 1 have raft
+// address HOST:PORT/<group> (their voters' too) and do not listen themselves
+// (tcp_transport.h §Groups on one port).
+[[nodiscard]] GroupOptions GroupOptionsFrom(const Config& config, const RaftPlacement& placement,
+                                            GroupId group = 1);
 // How long a policy loop (announcer, lease keeper) waits for a command it submitted to be
 // applied: apply_timeout_ms, at most 2 s, so that a shutdown never waits long for it.
 [[nodiscard]] std::chrono::milliseconds PolicyApplyWait(const Config& config);

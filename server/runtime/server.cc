@@ -12,6 +12,7 @@
 
 #include "common/internal/log.h"
 #include "server/api/http_access.h"
+#include "server/replication/tcp_transport.h"
 #include "server/runtime/access_config.h"
 #include "server/runtime/options_from_config.h"
 #include "server/runtime/prediction_forwarder.h"
@@ -130,6 +131,23 @@ Status Server::Init() {
   services_.auth = auth_.get();
   services_.audit = audit_.get();
   services_.peers = peer_auth_.get();
+  if (groups_.size() > 1) {
+    auto groups = std::make_shared<std::vector<Services>>();
+    for (const auto& group : groups_) {
+      Services parts = services_;
+      parts.group = group->id();
+      parts.cluster = group_->machine();
+      parts.machine = group->machine();
+      parts.applier = group->applier();
+      parts.storage = group->storage();
+      parts.log = group->raft();
+      parts.feed = group->feed();
+      parts.leases = group->leases();
+      parts.predictions = group->predictions();
+      groups->push_back(std::move(parts));
+    }
+    services_.groups = std::move(groups);
+  }
 
   RpcServerOptions rpc_options = RpcServerOptionsFrom(config_, rpc_listen);
   rpc_options.listen_fd = preflight.rpc.fd();
@@ -169,7 +187,8 @@ Status Server::Init() {
   // Approximate mode: a follower's predictions go to the leader (before the recorder starts).
   group_->predictions()->SetForward(MakePredictionForward(
       config_.id, group_->raft(), group_->machine(), peer_auth_.get(), services_.peer_http));
-  group_->StartPolicies();
+  for (auto& group : groups_) group->StartPolicies();
+  if (group_mirror_) group_mirror_->Start();
   return Status::Ok();
 }
 
@@ -188,10 +207,34 @@ Status Server::OpenState(const Preflight& preflight) {
     return Status::IOError("cannot create data dir " + config_.data_dir + ": " + ec.message());
   }
 
+  KVATLAS_RETURN_IF_ERROR(CheckGroupCount());
   trimmer_ = std::make_unique<MemoryTrimmer>();
-  group_ =
-      std::make_unique<Group>(GroupOptionsFrom(config_, preflight.raft), progress_, trimmer_.get());
-  return group_->Open();
+  if (config_.groups > 1) raft_port_share_ = std::make_unique<RaftPortShare>();
+  for (GroupId id = 1; id <= config_.groups; ++id) {
+    GroupOptions options = GroupOptionsFrom(config_, preflight.raft, id);
+    options.raft.port_share = raft_port_share_.get();
+    fs::create_directories(options.dir, ec);
+    if (ec) return Status::IOError("cannot create " + options.dir + ": " + ec.message());
+    groups_.push_back(std::make_unique<Group>(std::move(options), progress_, trimmer_.get()));
+    KVATLAS_RETURN_IF_ERROR(groups_.back()->Open());
+  }
+  group_ = groups_.front().get();
+  return Status::Ok();
+}
+
+Status Server::CheckGroupCount() const {
+  // Group g >= 2 lives in DATA_DIR/groups/g; group 1 in the data directory itself, which
+  // holds its database once the server ran.
+  const fs::path data_dir(config_.data_dir);
+  std::error_code ec;
+  if (!fs::exists(data_dir / "db", ec)) return Status::Ok();  // a new data directory
+  uint64_t found = 1;
+  while (fs::exists(data_dir / "groups" / std::to_string(found + 1) / "db", ec)) ++found;
+  if (found == config_.groups) return Status::Ok();
+  return Status::FailedPrecondition(
+      "the data directory " + config_.data_dir + " holds " + std::to_string(found) +
+      " raft group(s), but groups is " + std::to_string(config_.groups) +
+      ": the number of groups is fixed when a cluster is made (docs/scaling.md)");
 }
 
 Status Server::StartAccessControl(std::vector<TokenEntry> tokens) {
@@ -268,6 +311,12 @@ void Server::ReloadTokens(const Config& fresh) {
 
 Status Server::StartZmqIngest() {
   ZmqIngestOptions options = ZmqIngestOptionsFrom(config_);
+  if (groups_.size() > 1) {
+    options.target_of = [this](const ContextKey& context) {
+      Group* group = groups_[HomeGroup(context, static_cast<uint32_t>(groups_.size())) - 1].get();
+      return ZmqTarget{group->machine(), group->applier()};
+    };
+  }
   RaftLog* raft = group_->raft();
   options.is_leader = [raft] { return raft->is_leader(); };
   zmq_ = std::make_unique<ZmqIngest>(group_->machine(), group_->applier(), std::move(options));
@@ -280,8 +329,10 @@ Status Server::StartZmqIngest() {
                                              group_->machine(), group_->applier(), group_->raft());
     registrar_->Start();
   }
+  std::vector<Applier*> appliers;
+  for (const auto& group : groups_) appliers.push_back(group->applier());
   disk_watcher_ = std::make_unique<DiskWatcher>(config_.data_dir, config_.min_free_disk_bytes,
-                                                group_->applier(), group_->raft());
+                                                std::move(appliers), group_->raft());
   disk_watcher_->Start();
   return Status::Ok();
 }
@@ -295,11 +346,13 @@ Status Server::Shutdown() {
   // its io_context.
   // Every policy loop is asked first, so that rounds waiting on the applier (up to 2 s
   // each) end together, then each is joined.
-  if (group_) group_->RequestStopPolicies();
+  for (auto& group : groups_) group->RequestStopPolicies();
+  if (group_mirror_) group_mirror_->RequestStop();
   if (announcer_) announcer_->RequestStop();
   if (disk_watcher_) disk_watcher_->RequestStop();
   if (registrar_) registrar_->RequestStop();
-  if (group_) group_->StopPolicies();
+  for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) (*it)->StopPolicies();
+  if (group_mirror_) group_mirror_->Stop();
   if (announcer_) announcer_->Stop();
   if (disk_watcher_) disk_watcher_->Stop();
   if (registrar_) registrar_->Stop();
@@ -309,10 +362,12 @@ Status Server::Shutdown() {
   if (zmq_) zmq_->Stop();
   // The applier stops taking batches; what it proposed completes (or fails) when raft
   // stops, on raft's thread, while the applier object still exists.
-  if (group_) group_->StopReplication();
+  for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) (*it)->StopReplication();
   rpc_.reset();
   Status flushed;
-  if (group_) flushed = group_->Flush();
+  for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) {
+    if (Status s = (*it)->Flush(); !s.ok() && flushed.ok()) flushed = s;
+  }
   // Only our own: after a failed start the file may be another server's.
   std::error_code ec;
   if (wrote_address_) fs::remove(fs::path(config_.data_dir) / "http.addr", ec);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/internal/tls.h"
 #include "kvatlas/common/result.h"
@@ -22,6 +23,7 @@
 #include "server/runtime/config.h"
 #include "server/runtime/disk_watcher.h"
 #include "server/runtime/group.h"
+#include "server/runtime/group_mirror.h"
 #include "server/runtime/memory_trimmer.h"
 #include "server/runtime/preflight.h"
 #include "server/runtime/publisher_registrar.h"
@@ -62,7 +64,12 @@ class Server {
 
   // True once a storage write failed: the process must exit (a restart rebuilds the index
   // from disk, which is behind the memory index after the failure).
-  bool failed() const { return group_ && group_->failed(); }
+  bool failed() const {
+    for (const auto& group : groups_) {
+      if (group->failed()) return true;
+    }
+    return false;
+  }
 
   // SIGHUP: replaces the token set with the one `fresh` configures (its `tokens` and token
   // file, read again). Connections and streams whose token is still configured go on;
@@ -85,6 +92,9 @@ class Server {
   // Creates the data directory (noting in created_data_dir_ the directory it created, if
   // any), and opens the group in it (Group::Open: storage, the recovered state).
   Status OpenState(const Preflight& preflight);
+  // kFailedPrecondition when an existing data directory holds another number of groups
+  // than `groups`.
+  [[nodiscard]] Status CheckGroupCount() const;
   // Takes the tokens (read by the preflight), decides whether access control is on and
   // logs what it means.
   Status StartAccessControl(std::vector<TokenEntry> tokens);
@@ -108,9 +118,16 @@ class Server {
   std::unique_ptr<ReloadableTlsContext> tls_;    // null without TLS; outlives the listeners
   std::unique_ptr<PeerAuth> peer_auth_;          // outlives the group's raft and the HTTP server
   std::atomic<ZmqIngest*> zmq_notify_{nullptr};  // zmq_ once started, for the registry listener
-  // The replicated state (storage, feed, state machine, raft, applier, leases): outlives
-  // the ZMQ ingest and the listeners, which use it.
-  std::unique_ptr<Group> group_;
+  // The raft port the groups share when there are several (tcp_transport.h §Groups on one
+  // port): outlives them.
+  std::unique_ptr<RaftPortShare> raft_port_share_;
+  // The replicated state (storage, feed, state machine, raft, applier, leases), one Group
+  // per raft group this server hosts, by id from 1: outlive the ZMQ ingest and the
+  // listeners, which use them. Started in order, stopped in reverse.
+  std::vector<std::unique_ptr<Group>> groups_;
+  // Group 1: the registry, the servers' addresses and the leases live in it.
+  Group* group_ = nullptr;
+  std::unique_ptr<GroupMirror> group_mirror_;  // with several groups only
   std::unique_ptr<ZmqIngest> zmq_;
   Metrics metrics_;
   std::unique_ptr<Authenticator> auth_;  // outlives the servers that use it

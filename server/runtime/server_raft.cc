@@ -30,9 +30,25 @@ Status Server::StartRaft(const Preflight& preflight) {
   KVATLAS_RETURN_IF_ERROR(StartPeerAuth(preflight.raft.single, preflight.cluster_secret));
   // Registry changes reach the ZMQ ingest once it exists; raft may apply entries (replay
   // past the persisted state) as soon as it starts.
-  return group_->StartReplication(peer_auth_.get(), preflight.raft_socket.fd(), [this] {
-    if (ZmqIngest* zmq = zmq_notify_.load(std::memory_order_acquire)) zmq->NotifyRegistryChanged();
-  });
+  KVATLAS_RETURN_IF_ERROR(
+      group_->StartReplication(peer_auth_.get(), preflight.raft_socket.fd(), [this] {
+        if (ZmqIngest* zmq = zmq_notify_.load(std::memory_order_acquire)) {
+          zmq->NotifyRegistryChanged();
+        }
+      }));
+  // The other groups' connections reach them through group 1's listener; the registry is
+  // group 1's alone.
+  for (size_t i = 1; i < groups_.size(); ++i) {
+    KVATLAS_RETURN_IF_ERROR(groups_[i]->StartReplication(peer_auth_.get(), -1, [] {}));
+  }
+  if (groups_.size() > 1) {
+    std::vector<GroupMirror::Follower> followers;
+    for (size_t i = 1; i < groups_.size(); ++i) {
+      followers.push_back({groups_[i]->id(), groups_[i]->raft()});
+    }
+    group_mirror_ = std::make_unique<GroupMirror>(group_->raft(), std::move(followers));
+  }
+  return Status::Ok();
 }
 
 }  // namespace kvatlas::server

@@ -74,6 +74,13 @@ Result<std::string> ResolveBackupTarget(const std::string& root, std::string_vie
 }
 
 Result<BackupTaken> TakeBackup(const Services& services, std::string_view to) {
+  if (services.groups != nullptr) {
+    // A backup is one group's database: taking group 1's alone would look whole and not be.
+    return Status::FailedPrecondition(
+        "this server hosts " + std::to_string(services.groups->size()) +
+        " raft groups; online backups cover one group and are not taken here yet "
+        "(docs/scaling.md)");
+  }
   const auto start = std::chrono::steady_clock::now();
   KVATLAS_ASSIGN_OR_RETURN(std::string target, ResolveBackupTarget(services.backup_dir, to));
   if (services.storage == nullptr) {

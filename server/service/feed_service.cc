@@ -7,14 +7,36 @@
 
 namespace kvatlas::server {
 
-Result<std::unique_ptr<Watcher>> Subscribe(const Services& services, std::optional<Revision> from,
+namespace {
+
+// The group whose feed a watch with `filter` follows: each group numbers its own
+// revisions, so on a server hosting several a watch follows one model's home group.
+Result<const Services*> FeedGroup(const Services& services, const FeedFilter& filter) {
+  if (services.groups == nullptr) return &services;
+  if (!filter.model || !filter.block_size) {
+    return Status::InvalidArgument(
+        "filter: this server hosts several raft groups, each with its own revisions: a watch "
+        "names model_name and block_size (and tenant_id, else \"default\"), which pick its "
+        "group");
+  }
+  const ContextKey home{filter.tenant.value_or("default"), *filter.model, "", *filter.block_size,
+                        ""};
+  return &ServicesFor(services, home);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Watcher>> Subscribe(const Services& all, std::optional<Revision> from,
                                            FeedFilter filter) {
+  KVATLAS_ASSIGN_OR_RETURN(const Services* group, FeedGroup(all, filter));
+  const Services& services = *group;
   if (services.feed == nullptr) return Status::Unavailable("this server has no change feed");
   KVATLAS_RETURN_IF_ERROR(ServesReads(services));
   return services.feed->Subscribe(from, std::move(filter));
 }
 
-Result<ContextSnapshot> SnapshotContext(const Services& services, const ContextKey& context) {
+Result<ContextSnapshot> SnapshotContext(const Services& all, const ContextKey& context) {
+  const Services& services = ServicesFor(all, context);  // the context's group
   KVATLAS_RETURN_IF_ERROR(ServesReads(services));
   ContextSnapshot snapshot;
   snapshot.context = context;

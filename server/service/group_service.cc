@@ -7,9 +7,11 @@
 
 namespace kvatlas::server {
 
-Result<GroupsView> ViewGroups(const Services& services) {
-  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
+namespace {
+
+GroupView ViewGroup(const Services& services) {
   GroupView group;
+  group.id = services.group;
   group.status = services.log->GetStatus();
   group.log = services.log->GetMetrics();
   std::tie(group.contexts, group.entries, group.revision) =
@@ -18,8 +20,19 @@ Result<GroupsView> ViewGroups(const Services& services) {
         return std::make_tuple(stats.contexts, stats.entries, revision);
       });
   group.refusing_new_contexts = services.applier->new_contexts_refused();
+  return group;
+}
+
+}  // namespace
+
+Result<GroupsView> ViewGroups(const Services& services) {
+  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
   GroupsView view;
-  view.groups.push_back(std::move(group));
+  if (services.groups == nullptr) {
+    view.groups.push_back(ViewGroup(services));
+    return view;
+  }
+  for (const Services& group : *services.groups) view.groups.push_back(ViewGroup(group));
   return view;
 }
 

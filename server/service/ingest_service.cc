@@ -2,6 +2,7 @@
 
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -27,24 +28,112 @@ Result<PreparedIngest> PrepareIngest(const Services& services, std::span<const B
       IngestAnswer{services.machine->applied_revision(), converted.events, converted.blocks}};
 }
 
+std::vector<std::pair<const Services*, CommandBatch>> SplitByGroup(const Services& services,
+                                                                   CommandBatch batch) {
+  std::vector<std::pair<const Services*, CommandBatch>> parts;
+  if (services.groups == nullptr) {
+    parts.emplace_back(&services, std::move(batch));
+    return parts;
+  }
+  const std::vector<Services>& groups = *services.groups;
+  std::vector<CommandBatch> by_group(groups.size());
+  auto to = [&](const ContextKey& context) -> CommandBatch& {
+    return by_group[static_cast<size_t>(&ServicesFor(services, context) - groups.data())];
+  };
+  for (Command& command : batch.commands) {
+    if (auto* store = std::get_if<StoreCommand>(&command)) {
+      to(store->context).commands.push_back(std::move(command));
+    } else if (auto* remove = std::get_if<RemoveCommand>(&command)) {
+      to(remove->context).commands.push_back(std::move(command));
+    } else if (auto* clear = std::get_if<ClearCommand>(&command); clear && clear->context) {
+      to(*clear->context).commands.push_back(std::move(command));
+    } else if (auto* predict = std::get_if<PredictCommand>(&command)) {
+      to(predict->context).commands.push_back(std::move(command));
+    } else if (std::holds_alternative<ClearCommand>(command) ||
+               std::holds_alternative<ExpireHolderCommand>(command)) {
+      for (CommandBatch& part : by_group) part.commands.push_back(command);
+    } else {
+      by_group[0].commands.push_back(std::move(command));
+    }
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (by_group[g].commands.empty()) continue;
+    by_group[g].position = batch.position;
+    parts.emplace_back(&groups[g], std::move(by_group[g]));
+  }
+  // A batch without commands (a writer's position alone) is group 1's, as it would be.
+  if (parts.empty()) {
+    batch.commands.clear();
+    parts.emplace_back(&groups[0], std::move(batch));
+  }
+  return parts;
+}
+
 Result<Revision> SubmitAndWait(const Services& services, CommandBatch batch) {
+  std::vector<std::pair<const Services*, CommandBatch>> parts =
+      SplitByGroup(services, std::move(batch));
   services.metrics->ApplyStarted();
-  std::future<Result<Revision>> done = services.applier->Submit(std::move(batch));
-  const bool ready = done.wait_for(services.options.apply_timeout) == std::future_status::ready;
+  std::vector<std::future<Result<Revision>>> pending;
+  for (auto& [group, part] : parts) pending.push_back(group->applier->Submit(std::move(part)));
+  const auto deadline = std::chrono::steady_clock::now() + services.options.apply_timeout;
+  Result<Revision> last = Revision{0};
+  bool ready = true;
+  for (std::future<Result<Revision>>& done : pending) {
+    if (done.wait_until(deadline) != std::future_status::ready) {
+      ready = false;
+      break;
+    }
+    Result<Revision> applied = done.get();
+    if (!applied.has_value() || last.has_value()) last = std::move(applied);
+  }
   services.metrics->ApplyFinished();
   if (!ready) return ApplyDeadlineExceeded(services);
-  return done.get();
+  return last;
 }
 
 void SubmitAsync(const Services& services, CommandBatch batch,
                  std::function<void(Result<Revision>)> done) {
+  std::vector<std::pair<const Services*, CommandBatch>> parts =
+      SplitByGroup(services, std::move(batch));
   Metrics* metrics = services.metrics;
   metrics->ApplyStarted();
-  services.applier->SubmitAsync(std::move(batch),
-                                [metrics, done = std::move(done)](Result<Revision> applied) {
-                                  metrics->ApplyFinished();
-                                  done(std::move(applied));
-                                });
+  if (parts.size() == 1) {
+    parts.front().first->applier->SubmitAsync(
+        std::move(parts.front().second),
+        [metrics, done = std::move(done)](Result<Revision> applied) {
+          metrics->ApplyFinished();
+          done(std::move(applied));
+        });
+    return;
+  }
+  // Several groups: answered once every part is, with the first failure or the last
+  // part's revision (ingest_service.h).
+  struct Join {
+    std::mutex mu;
+    size_t left = 0;
+    Result<Revision> result = Revision{0};
+    std::function<void(Result<Revision>)> done;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = parts.size();
+  join->done = std::move(done);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const bool last_part = i + 1 == parts.size();
+    parts[i].first->applier->SubmitAsync(
+        std::move(parts[i].second), [metrics, join, last_part](Result<Revision> applied) {
+          bool finished = false;
+          {
+            std::lock_guard lock(join->mu);
+            if (!applied.has_value() ? join->result.has_value() : last_part) {
+              join->result = std::move(applied);
+            }
+            finished = --join->left == 0;
+          }
+          if (!finished) return;
+          metrics->ApplyFinished();
+          join->done(std::move(join->result));
+        });
+  }
 }
 
 Status ApplyDeadlineExceeded(const Services& services) {

@@ -7,6 +7,8 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "kvatlas/common/events.h"
 #include "kvatlas/common/result.h"
@@ -30,7 +32,17 @@ struct PreparedIngest {
                                                    const std::optional<WriterPosition>& writer);
 
 // Submits `batch` to the applier and waits up to options.apply_timeout for its revision.
+// On a server hosting several groups the batch is split by the group each command belongs
+// to (SplitByGroup) and every part submitted; the answer is the last part's revision (each
+// group numbers its own revisions).
 [[nodiscard]] Result<Revision> SubmitAndWait(const Services& services, CommandBatch batch);
+// The parts of `batch` by group: store, remove and a context's clear go to the context's
+// group; a clear of a holder in every context and a holder's expiry to every group; the
+// registry's commands (registrations, addresses, audits, loads) to group 1. Each part keeps
+// the batch's stream position (each group skips a replay of what it applied). One part,
+// `services`'s own, on a single-group server.
+[[nodiscard]] std::vector<std::pair<const Services*, CommandBatch>> SplitByGroup(
+    const Services& services, CommandBatch batch);
 
 // Submits `batch` without waiting: `done` runs on the applier thread once it is applied,
 // or at once on this thread when it is refused (Applier::SubmitAsync). `done` must be quick.

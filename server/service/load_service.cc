@@ -51,7 +51,7 @@ protocol::LoadViewAnswer ViewLoads(const Services& services) {
 }
 
 void FillSharedLoad(const Services& services, RoutingRequest* request) {
-  (void)services.machine->fleet_load().FillCandidates(
+  (void)ClusterState(services).fleet_load().FillCandidates(
       request->candidates, request->lookup.context.block_size, FleetLoadTable::Clock::now());
 }
 

@@ -5,7 +5,9 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "common/internal/prefix_match.h"
 #include "server/service/ingest_service.h"
@@ -75,16 +77,57 @@ Status RevisionNotApplied(const Services& services, Revision wanted) {
                     " ms (applied: " + std::to_string(services.machine->applied_revision()) + ")");
 }
 
+namespace {
+
+// The groups a read of every context visits: this server's groups, or `services` alone.
+std::vector<const Services*> EveryGroup(const Services& services) {
+  std::vector<const Services*> all;
+  if (services.groups == nullptr) return {&services};
+  for (const Services& group : *services.groups) all.push_back(&group);
+  return all;
+}
+
+}  // namespace
+
 BlockCopies LocateBlock(const Services& services, BlockKey key, const ContextKey* context) {
-  return services.machine->Read([&](const Index& index, Revision revision) {
-    return BlockCopies{index.Locate(key, context), revision};
-  });
+  if (context != nullptr) {
+    return ServicesFor(services, *context).machine->Read([&](const Index& index, Revision at) {
+      return BlockCopies{index.Locate(key, context), at};
+    });
+  }
+  // Every context: every group's copies; the revision is group 1's (each group numbers its
+  // own).
+  BlockCopies found;
+  for (const Services* group : EveryGroup(services)) {
+    BlockCopies part = group->machine->Read([&](const Index& index, Revision at) {
+      return BlockCopies{index.Locate(key, nullptr), at};
+    });
+    if (group->group == 1) found.revision = part.revision;
+    for (BlockLocation& copy : part.copies) found.copies.push_back(std::move(copy));
+  }
+  return found;
 }
 
 HolderListing ListHolders(const Services& services) {
-  HolderListing listing = services.machine->Read([](const Index& index, Revision revision) {
-    return HolderListing{index.Holders(), std::nullopt, revision};
-  });
+  // A holder's entries in every group, summed (ids are group 1's where it has one).
+  HolderListing listing;
+  std::unordered_map<HolderKey, size_t, HolderKeyHash> at;
+  for (const Services* group : EveryGroup(services)) {
+    HolderListing part = group->machine->Read([](const Index& index, Revision revision) {
+      return HolderListing{index.Holders(), std::nullopt, revision};
+    });
+    if (group->group == 1) listing.revision = part.revision;
+    for (HolderInfo& h : part.holders) {
+      auto [it, added] = at.try_emplace(h.holder, listing.holders.size());
+      if (added) {
+        listing.holders.push_back(std::move(h));
+        continue;
+      }
+      HolderInfo& sum = listing.holders[it->second];
+      sum.entries += h.entries;
+      for (size_t t = 0; t < kNumTiers; ++t) sum.entries_by_tier[t] += h.entries_by_tier[t];
+    }
+  }
   if (services.leases != nullptr) {
     std::vector<HolderKey> keys;
     keys.reserve(listing.holders.size());
@@ -95,9 +138,16 @@ HolderListing ListHolders(const Services& services) {
 }
 
 ContextListing ListContexts(const Services& services) {
-  return services.machine->Read([](const Index& index, Revision revision) {
-    return ContextListing{index.Contexts(), revision};
-  });
+  // Each context lives in one group; the revision is group 1's.
+  ContextListing listing;
+  for (const Services* group : EveryGroup(services)) {
+    ContextListing part = group->machine->Read([](const Index& index, Revision revision) {
+      return ContextListing{index.Contexts(), revision};
+    });
+    if (group->group == 1) listing.revision = part.revision;
+    for (auto& context : part.contexts) listing.contexts.push_back(std::move(context));
+  }
+  return listing;
 }
 
 }  // namespace kvatlas::server

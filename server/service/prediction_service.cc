@@ -26,7 +26,7 @@ bool PredictsFor(const Services& services, const ContextKey& context,
   const HolderKey holder{picked.instance_id, picked.dp_rank.value_or(0)};
   // Registered: always without events; with events, while its stream is quiet (down, or
   // idle: the next event replaces what was predicted).
-  const std::optional<bool> publishes = services.machine->ReadRegistry(
+  const std::optional<bool> publishes = ClusterState(services).ReadRegistry(
       [&](const Registry& registry, Revision) -> std::optional<bool> {
         const auto it = registry.registrations.find(
             Registration::RegistrationKey(holder.id, context.tenant, holder.dp_rank));

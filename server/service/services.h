@@ -13,8 +13,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvatlas/common/limits.h"
+#include "kvatlas/common/placement.h"
 #include "server/feed/change_feed.h"
 #include "server/index/index.h"
 #include "server/ingest/event_converter.h"
@@ -90,6 +92,15 @@ struct Services {
   // without replication (tests).
   PeerAuth* peers = nullptr;
   uint64_t server_id = 1;
+  // The raft group the parts above belong to (1: the registry's group).
+  GroupId group = 1;
+  // Group 1's state machine, where the cluster-wide state lives: the registry, the servers'
+  // addresses and the fleet's loads. Null = `machine` (group 1 itself, a single group).
+  StateMachine* cluster = nullptr;
+  // Every group this server hosts, by id from 1, each a copy of this struct with that
+  // group's machine, applier, storage, log, feed, leases and predictions (docs/scaling.md
+  // §Groups on every server); null on a single-group server.
+  std::shared_ptr<const std::vector<Services>> groups;
   // The data dir (disk space metrics) and the free space under which writes are refused;
   // empty for an in-memory server (tests).
   std::string data_dir;
@@ -110,5 +121,18 @@ struct Services {
   ServiceOptions options;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
+
+// The state machine holding the cluster-wide state (Services::cluster).
+[[nodiscard]] inline StateMachine& ClusterState(const Services& services) {
+  return services.cluster != nullptr ? *services.cluster : *services.machine;
+}
+
+// The parts of the group `context` lives in (its home group, docs/scaling.md §Home
+// groups): `services` itself on a single-group server (and for a group's own copy).
+[[nodiscard]] inline const Services& ServicesFor(const Services& services,
+                                                 const ContextKey& context) {
+  if (services.groups == nullptr) return services;
+  return (*services.groups)[HomeGroup(context, static_cast<uint32_t>(services.groups->size())) - 1];
+}
 
 }  // namespace kvatlas::server

@@ -94,9 +94,10 @@ SnapshotStream::SnapshotStream(const Services& services, ContextKey context,
                                       protocol::kMaxSnapshotPartCopies)),
       notify_(std::move(notify)) {}
 
-Result<std::unique_ptr<SnapshotStream>> SnapshotStream::Open(const Services& services,
+Result<std::unique_ptr<SnapshotStream>> SnapshotStream::Open(const Services& all,
                                                              const ContextKey& context,
                                                              std::function<void()> notify) {
+  const Services& services = ServicesFor(all, context);  // the context's group
   KVATLAS_RETURN_IF_ERROR(ServesReads(services));
   const size_t limit = services.options.max_snapshot_streams;
   if (services.snapshot_streams->fetch_add(1) >= limit) {

@@ -25,6 +25,33 @@ StateGauges ReadGauges(const Services& services) {
     gauges.storage_bytes = services.storage->ApproximateSizeBytes();
     gauges.storage_memory = services.storage->ApproximateMemoryUsage();
   }
+  // A server hosting several groups: the index and storage figures are all groups' (the
+  // revision and the applied counters stay group 1's: each group numbers its own).
+  if (services.groups != nullptr) {
+    for (const Services& group : *services.groups) {
+      if (group.group == services.group) continue;
+      const IndexStats more =
+          group.machine->Read([](const Index& index, Revision) { return index.Stats(); });
+      IndexStats& sum = gauges.index;
+      sum.contexts += more.contexts;
+      sum.holders += more.holders;
+      sum.blocks += more.blocks;
+      sum.entries += more.entries;
+      sum.aliases += more.aliases;
+      sum.locations += more.locations;
+      sum.evicted_blocks += more.evicted_blocks;
+      sum.memory_bytes += more.memory_bytes;
+      if (group.storage != nullptr) {
+        gauges.storage_bytes += group.storage->ApproximateSizeBytes();
+        const Storage::MemoryUsage m = group.storage->ApproximateMemoryUsage();
+        gauges.storage_memory.block_cache_bytes += m.block_cache_bytes;
+        gauges.storage_memory.memtable_bytes += m.memtable_bytes;
+        gauges.storage_memory.table_reader_bytes += m.table_reader_bytes;
+        gauges.storage_memory.budget_bytes += m.budget_bytes;
+        gauges.storage_memory.total_bytes += m.total_bytes;
+      }
+    }
+  }
   gauges.heap = ReadHeapUsage();
   gauges.applier_failed = services.applier->failed();
   gauges.uptime_seconds =

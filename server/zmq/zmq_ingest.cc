@@ -72,6 +72,7 @@ struct Tally {
 struct ZmqStream {
   std::string key;
   StreamIdentity identity;
+  ZmqTarget target;  // the group its batches go to (ZmqIngestOptions::target_of)
   std::string replay_endpoint;
   std::shared_ptr<StreamView> view;
   Registration registration;                         // registered streams only
@@ -160,7 +161,7 @@ class ZmqIngest::Loop {
     if (now < next_report_mode_check_) return;
     next_report_mode_check_ = now + std::chrono::seconds(1);
     auto check = [this](ZmqStream& stream) {
-      const StreamTally t = owner_->machine_->TallyOf(stream.key);
+      const StreamTally t = stream.target.machine->TallyOf(stream.key);
       StreamCounters& c = stream.view->counters;
       c.stored_blocks.store(t.stored_blocks, std::memory_order_relaxed);
       c.repeated_stores.store(t.held_stores, std::memory_order_relaxed);
@@ -198,8 +199,8 @@ class ZmqIngest::Loop {
 
   void SyncRegistrations() {
     if (!leading_) return;
-    auto [registrations, positions] = owner_->machine_->ReadRegistry(
-        [](const Registry& r, Revision) { return std::pair(r.registrations, r.positions); });
+    auto registrations =
+        owner_->machine_->ReadRegistry([](const Registry& r, Revision) { return r.registrations; });
     bool changed = false;
     for (auto it = streams_.begin(); it != streams_.end();) {
       auto reg = registrations.find(it->first);
@@ -216,23 +217,20 @@ class ZmqIngest::Loop {
     for (auto& [key, registration] : registrations) {
       // An instance without events has no stream (docs/routing.md §Approximate mode).
       if (!registration.PublishesEvents() || streams_.contains(key)) continue;
-      auto position = positions.find(key);
-      streams_.emplace(
-          key, MakeRegisteredStream(registration, position == positions.end()
-                                                      ? std::nullopt
-                                                      : std::optional<uint64_t>(position->second)));
+      streams_.emplace(key, MakeRegisteredStream(registration));
       changed = true;
     }
     if (changed) PublishViews();
   }
 
-  std::unique_ptr<ZmqStream> MakeRegisteredStream(const Registration& r,
-                                                  std::optional<uint64_t> position) {
+  std::unique_ptr<ZmqStream> MakeRegisteredStream(const Registration& r) {
     auto stream = std::make_unique<ZmqStream>();
     stream->key = r.Key();
     stream->registration = r;
     stream->identity.context =
         ContextKey{r.tenant_id, r.model, r.lora_name, r.block_size, r.additional_salt};
+    stream->target = owner_->TargetOf(stream->identity.context);
+    const std::optional<uint64_t> position = PersistedPosition(*stream);
     stream->identity.holder = r.Holder();
     stream->identity.engine = r.type;
     stream->identity.report_mode = r.report_mode;
@@ -287,11 +285,8 @@ class ZmqIngest::Loop {
     stream->identity.holder = HolderKey{holder, dp_rank};
     stream->identity.engine = c.type;
     stream->identity.report_mode = c.report_mode;
-    auto persisted = owner_->machine_->ReadRegistry(
-        [&key](const Registry& r, Revision) -> std::optional<uint64_t> {
-          auto p = r.positions.find(key);
-          return p == r.positions.end() ? std::nullopt : std::optional<uint64_t>(p->second);
-        });
+    stream->target = owner_->TargetOf(stream->identity.context);
+    const std::optional<uint64_t> persisted = PersistedPosition(*stream);
     stream->view = std::make_shared<StreamView>();
     StreamView& v = *stream->view;
     v.key = key;
@@ -576,6 +571,15 @@ class ZmqIngest::Loop {
     Submit(stream, std::move(batch), Tally{});
   }
 
+  // The last sequence of `stream` its group applied, if any.
+  static std::optional<uint64_t> PersistedPosition(const ZmqStream& stream) {
+    return stream.target.machine->ReadRegistry(
+        [&key = stream.key](const Registry& r, Revision) -> std::optional<uint64_t> {
+          auto p = r.positions.find(key);
+          return p == r.positions.end() ? std::nullopt : std::optional<uint64_t>(p->second);
+        });
+  }
+
   // Hands a batch to the applier, waiting while its queue is full: backpressure goes to
   // the publishers' send buffers, whose overflow shows up as gaps that are replayed.
   void Submit(ZmqStream& stream, CommandBatch batch, Tally tally) {
@@ -596,10 +600,10 @@ class ZmqIngest::Loop {
       // A stream goes on past stores into new contexts that its group does not take now (a
       // refusal would be retried for as long as the group refuses, stalling it); checked
       // on every attempt, since the group may begin refusing between two.
-      if (const size_t dropped = owner_->applier_->DropNewContextStores(&batch); dropped > 0) {
+      if (const size_t dropped = stream.target.applier->DropNewContextStores(&batch); dropped > 0) {
         view->counters.refused_new_context_stores.fetch_add(dropped, std::memory_order_relaxed);
       }
-      Status s = owner_->applier_->TrySubmitAsync(&batch, done);
+      Status s = stream.target.applier->TrySubmitAsync(&batch, done);
       if (s.ok()) return;
       if (AfterRefusal(s.code(), owner_->stopping_.load(std::memory_order_acquire)) ==
           SubmitRetry::kGiveUp) {

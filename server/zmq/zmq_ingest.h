@@ -68,8 +68,19 @@ struct ZmqListenerConfig {
   friend bool operator==(const ZmqListenerConfig&, const ZmqListenerConfig&) = default;
 };
 
+// The group a stream's batches go to: its state machine (stream positions, tallies) and
+// applier (docs/scaling.md §Home groups).
+struct ZmqTarget {
+  StateMachine* machine = nullptr;
+  Applier* applier = nullptr;
+};
+
 struct ZmqIngestOptions {
   std::vector<ZmqListenerConfig> listeners;
+  // The group holding a stream's context (its home group: one engine's stream maps to one
+  // group); null = the ingest's own machine and applier. The registrations it follows are
+  // always read from its own machine (group 1's).
+  std::function<ZmqTarget(const ContextKey&)> target_of;
   // Replays running at once; more gaps wait (their live batches buffered) for a slot.
   size_t max_concurrent_replays = 4;
   // A replay that receives nothing for this long, or runs longer than the total, is
@@ -130,6 +141,11 @@ class ZmqIngest {
 
  private:
   class Loop;
+
+  // The group a context's stream goes to (options_.target_of, else this ingest's own).
+  ZmqTarget TargetOf(const ContextKey& context) const {
+    return options_.target_of ? options_.target_of(context) : ZmqTarget{machine_, applier_};
+  }
 
   StateMachine* machine_;
   Applier* applier_;

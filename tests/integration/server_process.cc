@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -65,7 +66,13 @@ bool Reap(pid_t pid, std::chrono::milliseconds timeout, int* code) {
 
 }  // namespace
 
-std::string ServerBinary() { return KVATLAS_SERVER_BINARY; }
+// KVATLAS_TEST_SERVER overrides the built server: e.g. a wrapper that adds --groups 3, to
+// run the suite against servers hosting several raft groups.
+std::string ServerBinary() {
+  const char* override_binary = std::getenv("KVATLAS_TEST_SERVER");
+  return override_binary != nullptr && *override_binary != '\0' ? override_binary
+                                                                : KVATLAS_SERVER_BINARY;
+}
 
 ServerProcess::ServerProcess(fs::path data_dir, std::vector<std::string> extra_args,
                              Placement placement)

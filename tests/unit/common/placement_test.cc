@@ -4,6 +4,7 @@
 #include "kvatlas/common/placement.h"
 
 #include <doctest/doctest.h>
+#include <xxhash.h>
 
 #include <string>
 #include <vector>
@@ -149,6 +150,45 @@ TEST_CASE("the encoding round-trips and refuses every truncation and broken inva
         for (const KeyRange& r : placement.ranges) CHECK(d->FindGroup(r.group) != nullptr);
       }
     }
+  }
+}
+
+}  // namespace
+}  // namespace kvatlas
+
+namespace kvatlas {
+namespace {
+
+TEST_CASE("a context's home group is a stable hash of its tenant, model and block size") {
+  const ContextKey base{"default", "llama", "", 16, ""};
+  CHECK(HomeGroup(base, 0) == 1);
+  CHECK(HomeGroup(base, 1) == 1);
+  // Fixed by the encoding and XXH3-64 (seed 0): clients in other languages compute it too.
+  std::string bytes;
+  bytes += '\x07';
+  bytes += "default";
+  bytes += '\x05';
+  bytes += "llama";
+  bytes += '\x00';
+  bytes += '\x10';
+  bytes += '\x00';
+  CHECK(HomeGroup(base, 1'000) == 1 + XXH3_64bits(bytes.data(), bytes.size()) % 1'000);
+  // A model's adapters and salts share its home; another model, tenant or block size may not.
+  for (uint32_t groups : {2u, 3u, 7u, 64u}) {
+    const GroupId home = HomeGroup(base, groups);
+    CHECK(home >= 1);
+    CHECK(home <= groups);
+    CHECK(HomeGroup({"default", "llama", "adapter-1", 16, ""}, groups) == home);
+    CHECK(HomeGroup({"default", "llama", "", 16, "user-9"}, groups) == home);
+  }
+  // Spread: 3,000 models over 3 groups, each within 10% of a third.
+  size_t count[3] = {};
+  for (int m = 0; m < 3'000; ++m) {
+    ++count[HomeGroup({"default", "model-" + std::to_string(m), "", 16, ""}, 3) - 1];
+  }
+  for (size_t c : count) {
+    CHECK(c > 900);
+    CHECK(c < 1'100);
   }
 }
 

@@ -1,0 +1,81 @@
+#include "server/runtime/group_mirror.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "common/internal/log.h"
+#include "server/replication/peer_handshake.h"
+
+namespace kvatlas::server {
+namespace {
+
+const ClusterMember* FindMember(const ClusterStatus& status, uint64_t id) {
+  auto it = std::find_if(status.members.begin(), status.members.end(),
+                         [id](const ClusterMember& m) { return m.id == id; });
+  return it == status.members.end() ? nullptr : &*it;
+}
+
+// Clears `busy` when the change completes; a failure is logged (the next round retries).
+ReplicatedLog::Done Completion(std::shared_ptr<std::atomic<bool>> busy, std::string what) {
+  return [busy = std::move(busy), what = std::move(what)](Status s) {
+    if (!s.ok()) LogWarning(what + ": " + s.ToString() + " (retried)");
+    busy->store(false);
+  };
+}
+
+}  // namespace
+
+GroupMirror::GroupMirror(RaftLog* primary, std::vector<Follower> followers)
+    : primary_(primary), task_(kPeriod, [this] { return Round(); }) {
+  for (Follower& f : followers) followers_.push_back(Tracked{f});
+}
+
+PeriodicTask::Next GroupMirror::Round() {
+  const ClusterStatus primary = primary_->GetStatus();
+  for (Tracked& tracked : followers_) Follow(primary, &tracked);
+  return kPeriod;
+}
+
+void GroupMirror::Follow(const ClusterStatus& primary, Tracked* tracked) {
+  if (tracked->busy->load()) return;
+  RaftLog* raft = tracked->follower.raft;
+  const ClusterStatus status = raft->GetStatus();
+  if (status.state != "leader") return;
+  const std::string group = "group " + std::to_string(tracked->follower.id);
+  if (primary.leader_id != 0 && primary.leader_id != status.id) {
+    const ClusterMember* target = FindMember(status, primary.leader_id);
+    if (target == nullptr || target->role != "voter") return;  // added first, by its leader
+    LogInfo(group + ": handing leadership to server " + std::to_string(primary.leader_id) +
+            ", which leads group 1");
+    tracked->busy->store(true);
+    raft->TransferLeadership(primary.leader_id,
+                             Completion(tracked->busy, group + ": leadership transfer"));
+    return;
+  }
+  if (primary.state != "leader") return;
+  for (const ClusterMember& member : primary.members) {
+    if (member.role != "voter") continue;
+    const ClusterMember* present = FindMember(status, member.id);
+    if (present != nullptr && present->role == "voter") continue;
+    const std::string address =
+        RaftAddressOfGroup(RaftAddressEndpoint(member.raft_address), tracked->follower.id);
+    LogInfo(group + ": adding server " + std::to_string(member.id) + " at " + address +
+            " (a voter of group 1)");
+    tracked->busy->store(true);
+    raft->AddServer(
+        member.id, address,
+        Completion(tracked->busy, group + ": adding server " + std::to_string(member.id)));
+    return;
+  }
+  for (const ClusterMember& member : status.members) {
+    if (FindMember(primary, member.id) != nullptr) continue;
+    LogInfo(group + ": removing server " + std::to_string(member.id) + " (not in group 1)");
+    tracked->busy->store(true);
+    raft->RemoveServer(member.id, Completion(tracked->busy, group + ": removing server " +
+                                                                std::to_string(member.id)));
+    return;
+  }
+}
+
+}  // namespace kvatlas::server

@@ -1,0 +1,63 @@
+// GroupMirror: keeps a server's groups 2..G following group 1 (docs/scaling.md §Groups on
+// every server), so that the cluster's membership is managed once — on group 1, as for a
+// single-group cluster (`kvatlas cluster add/remove`) — and one server leads every group.
+// Every 100 ms, for each other group hosted here:
+//
+//   - Leadership: a server that leads the group while another server leads group 1 hands
+//     the group's leadership to that server (raft_transfer), once it is a voter of the
+//     group. Writes, forwarding and not-leader answers therefore name one leader.
+//   - Membership: the server leading both group 1 and the group makes the group's members
+//     those of group 1 — it adds every voter of group 1 the group lacks (at its raft
+//     address with the group's suffix, tcp_transport.h §Groups on one port) and removes
+//     every member group 1 no longer has, one change in flight per group.
+//
+// A server joining a running cluster starts its other groups with an empty configuration,
+// as it starts group 1; once the cluster adds it to group 1, the mirror adds it to the rest.
+//
+// Thread-safety: construct, Start and Stop from one thread; rounds run on the task's; the
+// membership callbacks on the groups' raft threads (an atomic flag each).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "common/internal/periodic_task.h"
+#include "kvatlas/common/placement.h"
+#include "server/replication/raft_log.h"
+
+namespace kvatlas::server {
+
+class GroupMirror {
+ public:
+  struct Follower {
+    GroupId id = kNoGroup;
+    RaftLog* raft = nullptr;
+  };
+  // `primary` is group 1's raft; every raft must outlive the mirror (or its Stop).
+  GroupMirror(RaftLog* primary, std::vector<Follower> followers);
+
+  void Start() { task_.Start(); }
+  void RequestStop() { task_.RequestStop(); }
+  void Stop() { task_.Stop(); }
+
+  static constexpr std::chrono::milliseconds kPeriod{100};
+
+ private:
+  struct Tracked {
+    Follower follower;
+    // A membership change or leadership transfer is in flight (set here, cleared on the
+    // group's raft thread when it completes).
+    std::shared_ptr<std::atomic<bool>> busy = std::make_shared<std::atomic<bool>>(false);
+  };
+
+  PeriodicTask::Next Round();
+  void Follow(const ClusterStatus& primary, Tracked* tracked);
+
+  RaftLog* primary_;
+  std::vector<Tracked> followers_;
+  PeriodicTask task_;  // last: stopped before the members its rounds use go
+};
+
+}  // namespace kvatlas::server
