@@ -185,8 +185,11 @@ Status Server::Init() {
       Announcer::Deps{group_->machine(), group_->applier(), group_->raft(), peer_auth_.get()});
   announcer_->Start();
   // Approximate mode: a follower's predictions go to the leader (before the recorder starts).
-  group_->predictions()->SetForward(MakePredictionForward(
-      config_.id, group_->raft(), group_->machine(), peer_auth_.get(), services_.peer_http));
+  // Every group's recorder forwards to group 1's leader, which leads every group.
+  for (auto& group : groups_) {
+    group->predictions()->SetForward(MakePredictionForward(
+        config_.id, group_->raft(), group_->machine(), peer_auth_.get(), services_.peer_http));
+  }
   for (auto& group : groups_) group->StartPolicies();
   if (group_mirror_) group_mirror_->Start();
   return Status::Ok();

@@ -205,8 +205,14 @@ Status SubmitForwardedPredictions(const Services& services, uint64_t sender, Com
   if (services.predictions == nullptr) {
     return Status::FailedPrecondition("this server records no predictions");
   }
-  return services.predictions->SubmitForwarded(std::move(batch))
-      .WithContext("predictions forwarded by server " + std::to_string(sender));
+  // Each prediction is its context's group's (one part on a single-group server).
+  for (auto& [group, part] : SplitByGroup(services, std::move(batch))) {
+    if (group->predictions == nullptr) continue;
+    KVATLAS_RETURN_IF_ERROR(
+        group->predictions->SubmitForwarded(std::move(part))
+            .WithContext("predictions forwarded by server " + std::to_string(sender)));
+  }
+  return Status::Ok();
 }
 
 Result<Revision> AnnounceMember(const Services& services, uint64_t announcer,

@@ -99,7 +99,8 @@ struct Services {
   StateMachine* cluster = nullptr;
   // Every group this server hosts, by id from 1, each a copy of this struct with that
   // group's machine, applier, storage, log, feed, leases and predictions (docs/scaling.md
-  // §Groups on every server); null on a single-group server.
+  // §Groups on every server), made before the listeners start (so without their
+  // addresses: answers about the cluster use this struct); null on a single-group server.
   std::shared_ptr<const std::vector<Services>> groups;
   // The data dir (disk space metrics) and the free space under which writes are refused;
   // empty for an in-memory server (tests).
@@ -127,8 +128,9 @@ struct Services {
   return services.cluster != nullptr ? *services.cluster : *services.machine;
 }
 
-// The parts of the group `context` lives in (its home group, docs/scaling.md §Home
-// groups): `services` itself on a single-group server (and for a group's own copy).
+// The parts of the group `context` lives in (its home group, HomeGroup; docs/scaling.md
+// §Groups on every server): `services` itself on a single-group server (and for a group's
+// own copy).
 [[nodiscard]] inline const Services& ServicesFor(const Services& services,
                                                  const ContextKey& context) {
   if (services.groups == nullptr) return services;
