@@ -27,6 +27,11 @@ DEADLINE_S = 10.0
 BS = 4  # tokens per block in these tests
 
 
+# More flags for every server the cases start (the suite runs again on servers hosting
+# several raft groups: KVATLAS_ZMQ_TEST_SERVER_ARGS="--groups 3").
+SERVER_ARGS = os.environ.get("KVATLAS_ZMQ_TEST_SERVER_ARGS", "").split()
+
+
 class Server:
     """A kvatlas-server process on a temporary (or given) data directory."""
 
@@ -40,7 +45,7 @@ class Server:
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [binary, "--data-dir", self.data_dir, "--http-listen", "127.0.0.1:0",
-             "--rpc-listen", "127.0.0.1:0", "--storage-sync", "false", *extra],
+             "--rpc-listen", "127.0.0.1:0", "--storage-sync", "false", *SERVER_ARGS, *extra],
             stdout=self.log, stderr=self.log, preexec_fn=preexec_fn)
         deadline = time.time() + DEADLINE_S
         while not os.path.exists(addr_file):
