@@ -105,6 +105,28 @@ size_t StateMachine::PredictLocally(const PredictCommand& c) {
                            PredictedTable::Clock::now());
 }
 
+void StateMachine::ApplyPredict(const PredictCommand& c) {
+  if (observer_ == nullptr) {
+    (void)PredictLocally(c);
+    return;
+  }
+  const auto accepted =
+      PredictedTable::Clock::time_point(std::chrono::milliseconds(c.accepted_at_ms));
+  auto record = std::make_shared<FeedRecord>();
+  predicted_.Record(c.context, c.holder, c.hashes, accepted,
+                    accepted + std::chrono::milliseconds(c.ttl_ms), PredictedTable::Clock::now(),
+                    &record->keys);
+  if (record->keys.empty()) return;
+  record->op = FeedOp::kPredicted;
+  record->context = c.context;
+  record->holder = c.holder;
+  record->expires_at_ms = c.accepted_at_ms + c.ttl_ms;
+  Mutation m;
+  m.kind = MutationKind::kPredicted;
+  m.predicted = std::move(record);
+  scratch_.push_back(std::move(m));
+}
+
 Status StateMachine::Recover() {
   if (!storage_) {
     std::unique_lock lock(mu_);
@@ -315,8 +337,9 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
       continue;
     }
     if (const auto* predict = std::get_if<PredictCommand>(&command)) {
-      // Soft state: a full table or a holder whose events flow records nothing.
-      (void)PredictLocally(*predict);
+      // Soft state: a full table or a holder whose events flow records nothing. What it
+      // recorded goes to the change feed's predicted records (docs/feed.md), at this revision.
+      ApplyPredict(*predict);
       continue;
     }
     if (const HolderKey* holder = EventHolder(command)) {
