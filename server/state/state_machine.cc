@@ -97,12 +97,12 @@ StateMachine::StateMachine(StateMachineOptions options, Storage* storage)
       index_(options.index),
       predicted_(options.predicted_max_entries) {}
 
-size_t StateMachine::PredictLocally(const PredictCommand& c) {
+size_t StateMachine::PredictLocally(const PredictCommand& c, std::vector<BlockKey>* recorded) {
   const auto accepted =
       PredictedTable::Clock::time_point(std::chrono::milliseconds(c.accepted_at_ms));
   return predicted_.Record(c.context, c.holder, c.hashes, accepted,
                            accepted + std::chrono::milliseconds(c.ttl_ms),
-                           PredictedTable::Clock::now());
+                           PredictedTable::Clock::now(), recorded);
 }
 
 void StateMachine::ApplyPredict(const PredictCommand& c) {
@@ -110,13 +110,8 @@ void StateMachine::ApplyPredict(const PredictCommand& c) {
     (void)PredictLocally(c);
     return;
   }
-  const auto accepted =
-      PredictedTable::Clock::time_point(std::chrono::milliseconds(c.accepted_at_ms));
   auto record = std::make_shared<FeedRecord>();
-  predicted_.Record(c.context, c.holder, c.hashes, accepted,
-                    accepted + std::chrono::milliseconds(c.ttl_ms), PredictedTable::Clock::now(),
-                    &record->keys);
-  if (record->keys.empty()) return;
+  if (PredictLocally(c, &record->keys) == 0) return;
   record->op = FeedOp::kPredicted;
   record->context = c.context;
   record->holder = c.holder;

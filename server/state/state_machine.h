@@ -201,8 +201,9 @@ class StateMachine final : public LogStateMachine {
   // The blocks predicted on instances that publish no events (PredictCommand), for routes
   // and Conductor queries. Any thread (the table has its own lock).
   const PredictedTable& predicted() const { return predicted_; }
-  // Records a prediction on this replica only: one the leader could not be given.
-  size_t PredictLocally(const PredictCommand& c);
+  // Records a prediction on this replica only: one the leader could not be given. Returns
+  // the entries recorded; their keys are appended to `recorded` when it is set.
+  size_t PredictLocally(const PredictCommand& c, std::vector<BlockKey>* recorded = nullptr);
 
   // What the stores and removes of stream `stream` (a StreamPosition::stream key) found
   // since this server started; zeros for a stream never seen. Any thread (read lock).
