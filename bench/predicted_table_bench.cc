@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "server/state/predicted_table.h"
+#include "common/internal/predicted_table.h"
 
 namespace kvatlas::bench {
 namespace {
 
-using server::PredictedTable;
+using kvatlas::PredictedTable;
 using Clock = PredictedTable::Clock;
 
 const ContextKey kContext{"default", "bench", "", 16, ""};

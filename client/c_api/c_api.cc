@@ -492,6 +492,25 @@ kvatlas_code kvatlas_ping(kvatlas_client* client, kvatlas_error** err) {
   });
 }
 
+kvatlas_code kvatlas_record_prediction(kvatlas_client* client, const kvatlas_context* context,
+                                       const char* backend_id, uint32_t dp_rank,
+                                       const uint64_t* hashes, size_t num_hashes,
+                                       uint32_t* out_queued, kvatlas_error** err) {
+  return Guarded(err, [&] {
+    if (client == nullptr || backend_id == nullptr || (hashes == nullptr && num_hashes > 0)) {
+      return Invalid("kvatlas_record_prediction: NULL argument", err);
+    }
+    kvatlas::ContextKey key;
+    if (Status s = ToContext(context, &key); !s.ok()) return Fail(s, err);
+    kvatlas::Result<uint32_t> queued = client->client->RecordPrediction(
+        key, kvatlas::HolderKey{backend_id, dp_rank},
+        std::vector<kvatlas::BlockKey>(hashes, hashes + num_hashes));
+    if (!queued) return Fail(queued.error(), err);
+    if (out_queued != nullptr) *out_queued = *queued;
+    return KVATLAS_OK;
+  });
+}
+
 kvatlas_code kvatlas_load_reporter_create(kvatlas_client* client, const char* router_id,
                                           int64_t interval_ms, uint32_t ttl_ms,
                                           kvatlas_load_reporter** out, kvatlas_error** err) {

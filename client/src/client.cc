@@ -210,6 +210,33 @@ Result<protocol::LoadReportAnswer> Client::ReportLoad(LoadReport report, Timeout
   return ReportLoadAsync(std::move(report), timeout).get();
 }
 
+std::future<Result<uint32_t>> Client::RecordPredictionAsync(const ContextKey& context,
+                                                            const HolderKey& holder,
+                                                            std::vector<BlockKey> keys,
+                                                            Timeout timeout) {
+  protocol::PredictRequest request{context, holder, std::move(keys)};
+  if (request.context.tenant.empty()) request.context.tenant = "default";
+  const std::string payload = protocol::EncodePredictRequest(request);
+  // The server's checks, before anything is sent (the decoder's own messages).
+  if (Result<protocol::PredictRequest> valid = protocol::DecodePredictRequest(payload);
+      !valid.has_value()) {
+    return Ready<uint32_t>(valid.error());
+  }
+  return CallFor<uint32_t>(
+      *impl_, MessageType::kPredict, payload, timeout,
+      [](std::string_view answer_payload) -> Result<uint32_t> {
+        KVATLAS_ASSIGN_OR_RETURN(protocol::PredictAnswer answer,
+                                 protocol::DecodePredictAnswer(answer_payload));
+        return answer.queued;
+      },
+      "prediction");
+}
+
+Result<uint32_t> Client::RecordPrediction(const ContextKey& context, const HolderKey& holder,
+                                          std::vector<BlockKey> keys, Timeout timeout) {
+  return RecordPredictionAsync(context, holder, std::move(keys), timeout).get();
+}
+
 std::future<Result<protocol::LoadViewAnswer>> Client::FetchLoadsAsync(Timeout timeout) {
   return CallFor<protocol::LoadViewAnswer>(*impl_, MessageType::kLoadView, {}, timeout,
                                            protocol::DecodeLoadViewAnswer, "load view");

@@ -200,11 +200,13 @@ Result<std::unique_ptr<WatchStream>> Client::Watch(const WatchOptions& options, 
   if (options.max_queued_keys == 0) {
     return Status::InvalidArgument("WatchOptions.max_queued_keys: must be at least 1");
   }
+  FeedFilter filter = options.filter;
+  filter.predicted = filter.predicted || options.predicted;
   const uint64_t id = impl_->NewRequestId();
   auto state = std::make_shared<WatchStream::State>(impl_.get(), id, options.max_queued_keys);
   std::future<Status> started = state->Started();
   impl_->CallStream(id, MessageType::kWatch,
-                    protocol::EncodeWatchRequest({false, options.from, options.filter}), timeout,
+                    protocol::EncodeWatchRequest({false, options.from, filter}), timeout,
                     /*open_ended=*/true, protocol::EncodeWatchRequest({true, {}, {}}),
                     [state](Result<protocol::Frame> frame) { state->OnFrame(std::move(frame)); });
   // Always made ready: by the first frame, an error answer, or the call's deadline.

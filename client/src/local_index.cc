@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "client/src/local_predictions.h"
 #include "client/src/local_table.h"
 #include "common/internal/prefix_match.h"
 #include "kvatlas/common/block_hasher.h"
@@ -51,6 +52,10 @@ struct ContextReplica {
   ContextKey context;
   mutable std::shared_mutex mu;
   std::unique_ptr<LocalTable> table;  // guarded by mu; null until the first snapshot
+  // LocalIndexOptions::predictions: the context's predictions (null when off). Has its own
+  // lock; written by the sync thread as records apply, across snapshot reloads (soft state
+  // that no snapshot lists).
+  std::unique_ptr<PredictedTable> predicted;
   std::atomic<Revision> revision{0};
   std::atomic<bool> synced{false};
   std::atomic<int64_t> last_synced_ns{0};  // when `synced` was last true (steady clock)
@@ -89,6 +94,9 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
       auto replica = std::make_unique<ContextReplica>();
       replica->context = c;
       replica->last_synced_ns = start_ns_;
+      if (options_.predictions) {
+        replica->predicted = std::make_unique<PredictedTable>(options_.max_predicted_entries);
+      }
       replicas_.push_back(std::move(replica));
     }
   }
@@ -129,7 +137,15 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
     // (blocks_found counts every holder's blocks).
     const LookupResult result = r->table->Lookup(context, keys, /*instance_id=*/{},
                                                  include_locations, options_.max_lookup_blocks);
-    return BuildLookupAnswer(result, context, instance_id, r->revision.load());
+    LookupAnswer answer = BuildLookupAnswer(result, context, instance_id, r->revision.load());
+    if (r->predicted) {
+      // Over the keys the lookup walked, as the server's route predicts over its lookup's.
+      answer.predicted = client_internal::PredictedPrefixes(
+          *r->predicted, context,
+          keys.first(std::min<size_t>(keys.size(), options_.max_lookup_blocks)), instance_id,
+          PredictedTable::Clock::now());
+    }
+    return answer;
   }
 
   Result<LookupAnswer> Lookup(const LookupRequest& request) const {
@@ -221,6 +237,11 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
     int64_t oldest_sync = now;
     for (const auto& r : replicas_) {
       if (!r->synced.load()) oldest_sync = std::min(oldest_sync, r->last_synced_ns.load());
+      if (r->predicted) {
+        const PredictedStats predicted = r->predicted->stats();
+        s.predicted_entries += predicted.entries;
+        s.predicted_dropped += predicted.dropped;
+      }
       std::shared_lock lock(r->mu);
       if (!r->table) continue;
       s.blocks += r->table->blocks();
@@ -359,6 +380,7 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
     std::unique_ptr<WatchStream> stream;
     WatchOptions watch;  // from the current revision
     watch.filter = FeedFilter::ForContext(r.context);
+    watch.predicted = options_.predictions;
     if (Result<std::unique_ptr<WatchStream>> started = client.Watch(watch); started.has_value()) {
       stream = std::move(*started);
       buffer.through = stream->ResumeFrom();
@@ -453,6 +475,7 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
       WatchOptions watch;
       watch.from = *resume;
       watch.filter = FeedFilter::ForContext(r.context);
+      watch.predicted = options_.predictions;
       Result<std::unique_ptr<WatchStream>> stream =
           buffered ? Result<std::unique_ptr<WatchStream>>(std::move(buffered))
                    : client->Watch(watch);
@@ -554,7 +577,11 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
       }
       std::unique_lock lock(r.mu);
       if (growth) (void)r.table->AdoptGrowth(std::move(growth));
-      for (; i < end; ++i) r.table->Apply(records[i]);
+      const auto now = PredictedTable::Clock::now();
+      for (; i < end; ++i) {
+        if (r.predicted) client_internal::ApplyToPredictions(records[i], r.predicted.get(), now);
+        if (records[i].op != FeedOp::kPredicted) r.table->Apply(records[i]);
+      }
       // Every record of revision records[i - 1].revision is applied (the next, if any, is
       // of a later one).
       const Revision whole = i < records.size() ? records[i - 1].revision : reached;

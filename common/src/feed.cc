@@ -14,11 +14,14 @@ std::string_view FeedOpName(FeedOp op) {
       return "evicted";
     case FeedOp::kExpired:
       return "holder-expired";
+    case FeedOp::kPredicted:
+      return "predicted";
   }
   return "unknown";
 }
 
 bool FeedFilter::Matches(const FeedRecord& r) const {
+  if (r.op == FeedOp::kPredicted && (!predicted || tier)) return false;
   return (!tenant || *tenant == r.context.tenant) && (!model || *model == r.context.model) &&
          (!lora_name || *lora_name == r.context.lora_name) &&
          (!block_size || *block_size == r.context.block_size) &&

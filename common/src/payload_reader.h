@@ -110,6 +110,16 @@ inline ContextKey ReadContext(PayloadReader* in) {
   return context;
 }
 
+// A context checked as a lookup's (kSnapshot, kPredict): an empty tenant is "default", the
+// model must be non-empty and the block size positive (the reader fails naming the field).
+inline ContextKey ReadLookupContext(PayloadReader* in) {
+  ContextKey context = ReadContext(in);
+  if (context.tenant.empty()) context.tenant = "default";
+  if (in->ok() && context.model.empty()) in->Reject("model_name", "must be a non-empty string");
+  if (in->ok() && context.block_size == 0) in->Reject("block_size", "must be a positive integer");
+  return context;
+}
+
 // A holder: id (string), dp_rank (varint).
 inline void PutHolder(const HolderKey& holder, std::string* out) {
   PutLengthPrefixed(out, holder.id);

@@ -19,7 +19,9 @@ using Reader = PayloadReader;
 // Lower bounds of one encoded element, for PayloadReader::Count.
 constexpr size_t kMinRecordBytes = 19;        // revision, op, context, holder, tier, 2 lists
 constexpr size_t kMinSnapshotCopyBytes = 22;  // key, holder, tier, 2 varints, hash, location
-constexpr uint8_t kMaxFeedOp = static_cast<uint8_t>(FeedOp::kExpired);
+constexpr uint8_t kMaxFeedOp = static_cast<uint8_t>(FeedOp::kPredicted);
+// The start request's optional trailer (docs/protocol.md §kWatch): a u8 of option bits.
+constexpr uint8_t kWatchPredicted = 0x01;  // also send predicted records
 
 constexpr std::string_view kResumeFromField = "\nresume_from=";
 constexpr std::string_view kOldestRevisionField = "\noldest_revision=";
@@ -92,7 +94,7 @@ FeedFilter ReadFilter(Reader* in) {
 bool SameFilter(const FeedFilter& a, const FeedFilter& b) {
   return a.tenant == b.tenant && a.model == b.model && a.lora_name == b.lora_name &&
          a.block_size == b.block_size && a.salt == b.salt && a.holder_id == b.holder_id &&
-         a.dp_rank == b.dp_rank && a.tier == b.tier;
+         a.dp_rank == b.dp_rank && a.tier == b.tier && a.predicted == b.predicted;
 }
 
 void PutRecord(const FeedRecord& r, std::string* out) {
@@ -105,6 +107,7 @@ void PutRecord(const FeedRecord& r, std::string* out) {
   for (BlockKey key : r.keys) PutFixed64(out, key);
   PutVarint64(out, r.locations.size());
   for (const std::string& location : r.locations) PutLengthPrefixed(out, location);
+  if (r.op == FeedOp::kPredicted) PutFixed64(out, r.expires_at_ms);
 }
 
 FeedRecord ReadRecord(Reader* in) {
@@ -126,6 +129,10 @@ FeedRecord ReadRecord(Reader* in) {
   if (in->ok() && !r.locations.empty() && r.locations.size() != r.keys.size()) {
     in->Reject("locations", "must be empty or one per key (" + std::to_string(r.keys.size()) +
                                 "), got " + std::to_string(r.locations.size()));
+  }
+  if (in->ok() && r.op == FeedOp::kPredicted) {
+    if (!r.locations.empty()) in->Reject("locations", "must be empty on a predicted record");
+    r.expires_at_ms = in->Fixed64("expires_at_ms");
   }
   return r;
 }
@@ -185,6 +192,9 @@ std::string EncodeWatchRequest(const WatchRequest& request) {
   PutFlag(&out, request.from.has_value());
   if (request.from) PutFixed64(&out, *request.from);
   PutFilter(request.filter, &out);
+  // The options trailer only when an option is on: a watch without one is the same bytes
+  // as before options existed, which every server reads.
+  if (request.filter.predicted) out.push_back(static_cast<char>(kWatchPredicted));
   return out;
 }
 
@@ -199,6 +209,16 @@ Result<WatchRequest> DecodeWatchRequest(std::string_view payload) {
   if (in.ok() && !request.cancel) {
     if (in.Flag("from")) request.from = in.Fixed64("from");
     request.filter = ReadFilter(&in);
+    if (in.ok() && !in.AtEnd()) {
+      const uint8_t options = in.U8("options");
+      // 0 is refused too: a sender with no option leaves the byte out (one encoding each).
+      if (in.ok() && options == 0) in.Reject("options", "0 sets no option (leave the byte out)");
+      if (in.ok() && (options & ~kWatchPredicted) != 0) {
+        in.Reject("options", "unknown option bits " + std::to_string(options & ~kWatchPredicted) +
+                                 " (known: 1 = predicted)");
+      }
+      request.filter.predicted = (options & kWatchPredicted) != 0;
+    }
   }
   KVATLAS_RETURN_IF_ERROR(in.Finish());
   return request;
@@ -251,7 +271,7 @@ size_t WatchRecordBytes(const FeedRecord& r) {
              StringBytes(r.context.lora_name) + VarintBytes(r.context.block_size) +
              StringBytes(r.context.salt) + StringBytes(r.holder.id) +
              VarintBytes(r.holder.dp_rank) + 1 + VarintBytes(r.keys.size()) + 8 * r.keys.size() +
-             VarintBytes(r.locations.size());
+             VarintBytes(r.locations.size()) + (r.op == FeedOp::kPredicted ? 8 : 0);
   for (const std::string& location : r.locations) n += StringBytes(location);
   return n;
 }
@@ -293,15 +313,8 @@ std::string EncodeSnapshotRequest(const SnapshotRequest& request) {
 Result<SnapshotRequest> DecodeSnapshotRequest(std::string_view payload) {
   Reader in(payload);
   SnapshotRequest request;
-  request.context = ReadContext(&in);
   // Checked as a lookup's context (and GET /v1/snapshot's parameters).
-  if (request.context.tenant.empty()) request.context.tenant = "default";
-  if (in.ok() && request.context.model.empty()) {
-    in.Reject("model_name", "must be a non-empty string");
-  }
-  if (in.ok() && request.context.block_size == 0) {
-    in.Reject("block_size", "must be a positive integer");
-  }
+  request.context = ReadLookupContext(&in);
   KVATLAS_RETURN_IF_ERROR(in.Finish());
   return request;
 }

@@ -59,6 +59,8 @@ std::string_view MessageTypeName(MessageType type) {
       return "load_report";
     case MessageType::kLoadView:
       return "load_view";
+    case MessageType::kPredict:
+      return "predict";
   }
   return "other";
 }

@@ -123,6 +123,16 @@ std::vector<PrefixMatch> MatchesFromLookup(const LookupAnswer& answer,
     out[i].cpu = blocks.cpu;
     out[i].disk = blocks.disk;
   }
+  // Predictions are few (the instances a router sent work to without events): one pass per
+  // candidate costs less than an index.
+  for (const PredictedPrefix& p : answer.predicted) {
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const RouteCandidate& candidate = candidates[i];
+      if (candidate.instance_id != p.instance_id) continue;
+      if (candidate.dp_rank && *candidate.dp_rank != p.dp_rank) continue;
+      out[i].predicted = std::max(out[i].predicted, p.blocks);
+    }
+  }
   return out;
 }
 

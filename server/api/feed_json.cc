@@ -41,6 +41,7 @@ void AppendFeedRecordJson(const FeedRecord& r, std::string* out) {
   AppendString("backend_id", r.holder.id, out);
   AppendUnsigned("block_size", r.context.block_size, out);
   AppendUnsigned("dp_rank", r.holder.dp_rank, out);
+  if (r.op == FeedOp::kPredicted) AppendUnsigned("expires_at_ms", r.expires_at_ms, out);
   AppendKey("keys", out);
   *out += '[';
   for (size_t i = 0; i < r.keys.size(); ++i) {
@@ -54,7 +55,8 @@ void AppendFeedRecordJson(const FeedRecord& r, std::string* out) {
     *out += ',';
   }
   AppendString("lora_name", r.context.lora_name, out);
-  AppendString("medium", TierName(r.tier), out);
+  // A predicted record has no tier: the guess is that the holder computed the blocks.
+  if (r.op != FeedOp::kPredicted) AppendString("medium", TierName(r.tier), out);
   AppendString("model_name", r.context.model, out);
   AppendString("op", FeedOpName(r.op), out);
   AppendUnsigned("revision", r.revision, out);

@@ -65,6 +65,15 @@ Result<FeedFilter> ParseFilter(const HttpRequest& request) {
     f.tier = TierFromMedium(*text, &known);
     if (!known) return Status::InvalidArgument("medium: unknown medium \"" + *text + "\"");
   }
+  // Opt-in: predicted records (docs/feed.md §Predicted records).
+  if (auto text = Param(request, "predicted")) {
+    if (*text == "1" || *text == "true") {
+      f.predicted = true;
+    } else if (*text != "0" && *text != "false") {
+      return Status::InvalidArgument("predicted: must be 1, 0, true or false, got \"" + *text +
+                                     "\"");
+    }
+  }
   return f;
 }
 

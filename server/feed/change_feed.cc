@@ -191,6 +191,15 @@ void ChangeFeed::OnApplied(Revision revision, const MutationList& mutations) {
       holders_[m.holder] = *m.holder_key;
       continue;
     }
+    if (m.kind == MutationKind::kPredicted && m.predicted) {
+      // A record of its own, in apply order (a later event of the holder in this group
+      // drops it on a replica as on the server), for the watchers that ask for predictions.
+      chunk->records.push_back(*m.predicted);
+      chunk->records.back().revision = revision;
+      chunk->keys += m.predicted->keys.size();
+      open = nullptr;
+      continue;
+    }
     const std::optional<FeedOp> op = OpOf(m);
     if (!op) continue;
     if (open == nullptr || open->op != *op || open->tier != m.tier || open_context != m.context ||
@@ -199,7 +208,7 @@ void ChangeFeed::OnApplied(Revision revision, const MutationList& mutations) {
       const auto holder = holders_.find(m.holder);
       if (context == contexts_.end() || holder == holders_.end()) continue;  // cannot happen
       chunk->records.push_back(
-          FeedRecord{revision, *op, context->second, holder->second, m.tier, {}, {}});
+          FeedRecord{revision, *op, context->second, holder->second, m.tier, {}, {}, 0});
       open = &chunk->records.back();
       open_context = m.context;
       open_holder = m.holder;

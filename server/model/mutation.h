@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kvatlas/common/feed.h"
 #include "kvatlas/common/types.h"
 #include "server/model/registration.h"
 
@@ -27,6 +28,9 @@ enum class MutationKind : uint8_t {
   kDeleteStreamPosition = 10,   // location = stream key
   kPutServerAddresses = 11,     // stamp = raft server id, server_addresses
   kDeleteServerAddresses = 12,  // stamp = raft server id
+  // Not stored (soft state): what an applied PredictCommand recorded in the PredictedTable,
+  // for the change feed's predicted records (docs/feed.md). `predicted` holds it.
+  kPredicted = 13,
 };
 
 // Why a record went away (or came), for metrics and the change feed.
@@ -57,6 +61,8 @@ struct Mutation {
   std::shared_ptr<const HolderKey> holder_key;
   std::shared_ptr<const Registration> registration;         // kPutRegistration only
   std::shared_ptr<const ServerAddresses> server_addresses;  // kPutServerAddresses only
+  // kPredicted only: the record to publish (its revision is set by the feed).
+  std::shared_ptr<const FeedRecord> predicted;
 };
 
 using MutationList = std::vector<Mutation>;

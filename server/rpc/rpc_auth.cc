@@ -24,6 +24,7 @@ std::optional<Role> RequiredRole(MessageType type) {
     case MessageType::kIngest:
     case MessageType::kHeartbeat:
     case MessageType::kLoadReport:
+    case MessageType::kPredict:
       return Role::kWrite;
     case MessageType::kLookup:
     case MessageType::kLocate:

@@ -10,6 +10,7 @@
 #include "server/service/lease_service.h"
 #include "server/service/load_service.h"
 #include "server/service/lookup_service.h"
+#include "server/service/prediction_service.h"
 #include "server/service/replica_audit_service.h"
 #include "server/service/route_decision.h"
 #include "server/service/stats_service.h"
@@ -162,6 +163,18 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
       AppendAnswer(header.type, header.request_id,
                    protocol::EncodeLoadViewAnswer(ViewLoads(services)), out);
       return answered();
+    case MessageType::kPredict: {
+      KVATLAS_ASSIGN_OR_RETURN(protocol::PredictRequest predict,
+                               protocol::DecodePredictRequest(request.payload));
+      // Queued for the recorder's next round (any server: followers forward): no commit to
+      // wait for.
+      KVATLAS_ASSIGN_OR_RETURN(
+          const size_t queued,
+          RecordDecision(services, predict.context, predict.holder, std::move(predict.keys)));
+      AppendAnswer(header.type, header.request_id,
+                   protocol::EncodePredictAnswer({static_cast<uint32_t>(queued)}), out);
+      return answered();
+    }
     case MessageType::kAuth:
       // Access control is the connection's (Admit), before any request is handled.
       return Status::Internal("kAuth is answered by RpcHandler::Admit, not here");

@@ -16,7 +16,7 @@ constexpr size_t kBatchHeaderBytes = 1 + 8 + 10;
 // operation on a shorter run of keys, so a consumer applies the pieces as it would the
 // whole.
 FeedRecord Piece(const FeedRecord& r, size_t begin, size_t n) {
-  FeedRecord piece{r.revision, r.op, r.context, r.holder, r.tier, {}, {}};
+  FeedRecord piece{r.revision, r.op, r.context, r.holder, r.tier, {}, {}, r.expires_at_ms};
   piece.keys.assign(r.keys.begin() + static_cast<ptrdiff_t>(begin),
                     r.keys.begin() + static_cast<ptrdiff_t>(begin + n));
   if (!r.locations.empty()) {

@@ -1,6 +1,7 @@
 #include "server/service/prediction_service.h"
 
 #include <optional>
+#include <string>
 #include <utility>
 
 namespace kvatlas::server {
@@ -45,6 +46,26 @@ void RecordPrediction(const Services& services, const ContextKey& context,
   if (!PredictsFor(services, context, picked)) return;
   (void)services.predictions->Enqueue(
       context, HolderKey{picked.instance_id, picked.dp_rank.value_or(0)}, std::move(keys));
+}
+
+Result<size_t> RecordDecision(const Services& services, const ContextKey& context,
+                              const HolderKey& holder, std::vector<BlockKey> keys) {
+  KVATLAS_RETURN_IF_ERROR(CheckContextLimits(context, "", {}, services.options.names));
+  KVATLAS_RETURN_IF_ERROR(CheckLength("", "backend_id", holder.id,
+                                      services.options.names.name_bytes, "max_name_bytes"));
+  if (services.predictions == nullptr || services.machine->predicted().stats().max_entries == 0) {
+    return Status::FailedPrecondition(
+        "this server records no predictions (predicted_max_entries is 0)");
+  }
+  if (keys.size() > services.options.max_lookup_blocks) {
+    keys.resize(services.options.max_lookup_blocks);  // as a route's lookup is cut
+  }
+  const size_t queued = keys.size();
+  if (!services.predictions->Enqueue(context, holder, std::move(keys))) {
+    return Status::ResourceExhausted(
+        "the prediction queue is full (predicted.queue.dropped in GET /v1/stats); retry later");
+  }
+  return queued;
 }
 
 std::vector<ConductorPrediction> PredictionsOf(const Services& services, const ContextKey& context,

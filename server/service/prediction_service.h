@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/result.h"
 #include "kvatlas/common/routing.h"
 #include "server/service/services.h"
 
@@ -32,6 +33,15 @@ namespace kvatlas::server {
 // predictions; nothing otherwise. Never blocks.
 void RecordPrediction(const Services& services, const ContextKey& context,
                       const RouteCandidate& picked, std::vector<BlockKey> keys);
+
+// A router's own decision (kPredict, POST /v1/predictions, docs/routing.md §Approximate
+// mode): queues the first max_lookup_blocks of `keys` as predicted on `holder`, whatever it
+// publishes — the caller sent them there. Through the PredictionRecorder like a route's
+// prediction: no log entry of its own. Returns the keys queued. kInvalidArgument for names
+// past the configured limits, kFailedPrecondition when this server records no predictions
+// (predicted_max_entries 0), kResourceExhausted when the recorder's queue is full.
+[[nodiscard]] Result<size_t> RecordDecision(const Services& services, const ContextKey& context,
+                                            const HolderKey& holder, std::vector<BlockKey> keys);
 
 // Every instance rank with a predicted prefix of `keys` in `context` (Conductor answers).
 [[nodiscard]] std::vector<ConductorPrediction> PredictionsOf(const Services& services,

@@ -97,12 +97,29 @@ StateMachine::StateMachine(StateMachineOptions options, Storage* storage)
       index_(options.index),
       predicted_(options.predicted_max_entries) {}
 
-size_t StateMachine::PredictLocally(const PredictCommand& c) {
+size_t StateMachine::PredictLocally(const PredictCommand& c, std::vector<BlockKey>* recorded) {
   const auto accepted =
       PredictedTable::Clock::time_point(std::chrono::milliseconds(c.accepted_at_ms));
   return predicted_.Record(c.context, c.holder, c.hashes, accepted,
                            accepted + std::chrono::milliseconds(c.ttl_ms),
-                           PredictedTable::Clock::now());
+                           PredictedTable::Clock::now(), recorded);
+}
+
+void StateMachine::ApplyPredict(const PredictCommand& c) {
+  if (observer_ == nullptr) {
+    (void)PredictLocally(c);
+    return;
+  }
+  auto record = std::make_shared<FeedRecord>();
+  if (PredictLocally(c, &record->keys) == 0) return;
+  record->op = FeedOp::kPredicted;
+  record->context = c.context;
+  record->holder = c.holder;
+  record->expires_at_ms = c.accepted_at_ms + c.ttl_ms;
+  Mutation m;
+  m.kind = MutationKind::kPredicted;
+  m.predicted = std::move(record);
+  scratch_.push_back(std::move(m));
 }
 
 Status StateMachine::Recover() {
@@ -315,8 +332,9 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
       continue;
     }
     if (const auto* predict = std::get_if<PredictCommand>(&command)) {
-      // Soft state: a full table or a holder whose events flow records nothing.
-      (void)PredictLocally(*predict);
+      // Soft state: a full table or a holder whose events flow records nothing. What it
+      // recorded goes to the change feed's predicted records (docs/feed.md), at this revision.
+      ApplyPredict(*predict);
       continue;
     }
     if (const HolderKey* holder = EventHolder(command)) {

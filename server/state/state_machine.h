@@ -22,13 +22,13 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "common/internal/predicted_table.h"
 #include "kvatlas/common/block_hasher.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "server/index/index.h"
 #include "server/index/spare_maker.h"
 #include "server/model/command.h"
-#include "server/state/predicted_table.h"
 #include "server/state/recovery_progress.h"
 #include "server/state/replica_audit.h"
 #include "server/state/replicated_log.h"
@@ -201,8 +201,9 @@ class StateMachine final : public LogStateMachine {
   // The blocks predicted on instances that publish no events (PredictCommand), for routes
   // and Conductor queries. Any thread (the table has its own lock).
   const PredictedTable& predicted() const { return predicted_; }
-  // Records a prediction on this replica only: one the leader could not be given.
-  size_t PredictLocally(const PredictCommand& c);
+  // Records a prediction on this replica only: one the leader could not be given. Returns
+  // the entries recorded; their keys are appended to `recorded` when it is set.
+  size_t PredictLocally(const PredictCommand& c, std::vector<BlockKey>* recorded = nullptr);
 
   // What the stores and removes of stream `stream` (a StreamPosition::stream key) found
   // since this server started; zeros for a stream never seen. Any thread (read lock).
@@ -241,6 +242,9 @@ class StateMachine final : public LogStateMachine {
   void ApplyAnnounce(const AnnounceCommand& c);
   void ApplyForgetServer(const ForgetServerCommand& c);
   void ApplyAudit(const AuditCommand& c, Revision revision);
+  // Records `c` in predicted_ and, with an observer, adds what it recorded to scratch_ as a
+  // kPredicted mutation (the feed's predicted record). mu_ held.
+  void ApplyPredict(const PredictCommand& c);
   // registry_digest_ += sign × element, when the digest is kept.
   void DigestRegistry(uint64_t element, int sign);
 

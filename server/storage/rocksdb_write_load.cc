@@ -55,6 +55,8 @@ Status RocksDbStorage::Write(Revision applied_index, std::span<const Mutation> m
         AppendHolderValue(*m.holder_key, &value);
         s = batch.Put(ToSlice(key), ToSlice(value));
         break;
+      case MutationKind::kPredicted:
+        continue;  // soft state: in memory only (docs/routing.md §Approximate mode)
       case MutationKind::kPutBlock:
       case MutationKind::kDeleteBlock:
         // No record of their own: a block lives in its entries' records, and the Index

@@ -78,6 +78,8 @@ void DecodeEveryPayload(std::string_view p) {
   CheckStable(p, DecodeSnapshotPart, EncodeSnapshotPart, eq, "snapshot part");
   CheckStable(p, DecodeAuthRequest, EncodeAuthRequest, eq, "auth request");
   CheckStable(p, DecodeAuthAnswer, EncodeAuthAnswer, eq, "auth answer");
+  CheckStable(p, DecodePredictRequest, EncodePredictRequest, eq, "predict request");
+  CheckStable(p, DecodePredictAnswer, EncodePredictAnswer, eq, "predict answer");
   (void)DecodeWatchEnd(StatusCode::kWatchCut, p);  // never crashes, any bytes
   Check(!DecodeErrorPayload(StatusCode::kOk, p).ok(), "an error payload read as success");
 }
@@ -117,6 +119,11 @@ void WriteSeeds(const std::string& dir) {
   batch.through = 4;
   batch.records.push_back(FeedRecord{
       4, FeedOp::kStored, stored.context, stored.holder, Tier::kShared, {11, 12}, {"a", "b"}});
+  FeedRecord predicted{4, FeedOp::kPredicted, stored.context, stored.holder, Tier::kGpu, {11}, {}};
+  predicted.expires_at_ms = 1'796'000'000'000;
+  batch.records.push_back(predicted);
+  WatchRequest watch_predicted = watch;
+  watch_predicted.filter.predicted = true;
   SnapshotPart part;
   part.revision = 4;
   part.context = stored.context;
@@ -141,6 +148,10 @@ void WriteSeeds(const std::string& dir) {
           frame(MessageType::kSnapshot, 7, EncodeSnapshotRequest({stored.context}), 0),
       frame(MessageType::kWatch, 6, EncodeWatchBatch(batch), kFlagResponse) +
           frame(MessageType::kSnapshot, 7, EncodeSnapshotPart(part), kFlagResponse),
+      frame(MessageType::kWatch, 8, EncodeWatchRequest(watch_predicted), 0) +
+          frame(MessageType::kPredict, 9,
+                EncodePredictRequest({stored.context, stored.holder, {11}}), 0) +
+          frame(MessageType::kPredict, 9, EncodePredictAnswer({1}), kFlagResponse),
       frame(MessageType::kAuth, 0, EncodeAuthRequest({"kvt_token"}), 0) +
           frame(MessageType::kAuth, 0, EncodeAuthAnswer({Role::kWrite, "vllm-0"}), kFlagResponse),
   };

@@ -302,6 +302,59 @@ static void TestRoutePredict(kvatlas_client* client) {
   kvatlas_free_route_result(result);
 }
 
+/* A local decision (kvatlas_record_prediction, binary kPredict): the keys are queued as
+ * predicted on the named instance, and routes with that prompt credit them; bad arguments
+ * are refused before anything is sent. */
+static void TestRecordPrediction(kvatlas_client* client) {
+  const kvatlas_context context = {NULL, "llama", NULL, 4, NULL};
+  const kvatlas_context no_model = {NULL, "", NULL, 4, NULL};
+  uint64_t hashes[6];
+  for (uint32_t i = 0; i < 6; ++i) hashes[i] = 700000 + i;
+  kvatlas_error* err = NULL;
+  uint32_t queued = 0;
+  CHECK(kvatlas_record_prediction(client, &context, "", 0, hashes, 6, &queued, &err) ==
+        KVATLAS_INVALID_ARGUMENT);
+  CHECK(strstr(kvatlas_error_message(err), "backend_id") != NULL);
+  kvatlas_error_free(err);
+  err = NULL;
+  CHECK(kvatlas_record_prediction(client, &context, "local", 0, hashes, 0, &queued, &err) ==
+        KVATLAS_INVALID_ARGUMENT);
+  kvatlas_error_free(err);
+  err = NULL;
+  CHECK(kvatlas_record_prediction(client, &no_model, "local", 0, hashes, 6, NULL, NULL) ==
+        KVATLAS_INVALID_ARGUMENT);
+  CHECK(kvatlas_record_prediction(NULL, &context, "local", 0, hashes, 6, NULL, NULL) ==
+        KVATLAS_INVALID_ARGUMENT);
+  CHECK(kvatlas_record_prediction(client, &context, "local", 0, hashes, 6, &queued, &err) ==
+        KVATLAS_OK);
+  CHECK(queued == 6);
+
+  kvatlas_route_candidate candidates[2];
+  memset(candidates, 0, sizeof(candidates));
+  candidates[0].instance_id = "other";
+  candidates[1].instance_id = "local";
+  candidates[1].predict = 1; /* an approximate route: its answer carries predicted_blocks */
+  kvatlas_route_result* result = NULL;
+  /* Applied within a 50 ms batch and one commit: a bounded wait (10 s). */
+  const struct timespec pause = {0, 20 * 1000 * 1000};
+  for (int attempt = 0;; ++attempt) {
+    result = NULL;
+    if (kvatlas_route_hashes(client, &context, hashes, 6, candidates, 2, NULL, &result, &err) !=
+        KVATLAS_OK) {
+      fprintf(stderr, "kvatlas_route_hashes: %s\n", kvatlas_error_message(err));
+      kvatlas_error_free(err);
+      ++failures;
+      return;
+    }
+    if (result->ranked[0].predicted_blocks == 6 || attempt == 500) break;
+    kvatlas_free_route_result(result);
+    nanosleep(&pause, NULL);
+  }
+  CHECK(strcmp(result->ranked[0].instance_id, "local") == 0);
+  CHECK(result->ranked[0].predicted_blocks == 6);
+  kvatlas_free_route_result(result);
+}
+
 /* Whether the kvatlas_fetch_loads_json document holds `needle`. */
 static int LoadsContain(kvatlas_client* client, const char* needle) {
   char* json = NULL;
@@ -445,6 +498,7 @@ int main(int argc, char** argv) {
   TestCalls(client);
   TestRoute(client);
   TestRoutePredict(client);
+  TestRecordPrediction(client);
   TestLoadReporter(client);
   kvatlas_close(client);
   kvatlas_close(NULL);

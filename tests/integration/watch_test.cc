@@ -1,6 +1,7 @@
 // The change feed over REST against the real server (docs/api.md §Change feed): list a
 // context with GET /v1/snapshot, then watch from its revision with GET /v1/watch (SSE), and
-// the two together equal the state after more writes; parameter errors; the stream limit.
+// the two together equal the state after more writes; parameter errors; the stream limit;
+// predicted records only for the streams that ask.
 #include <doctest/doctest.h>
 #include <httplib.h>
 
@@ -115,6 +116,55 @@ TEST_SUITE("Integration.Watch") {
     CHECK(second.body["code"] == "resource_exhausted");
     CHECK(Get(rest, "/v1/stats").status == 200);
     REQUIRE(server.Terminate() == 0);  // an open stream does not hold up shutdown
+  }
+
+  TEST_CASE("Watch: predicted records reach only the streams that ask (predicted=1)") {
+    TempDir dir;
+    ServerProcess server(dir.path() / "data");
+    httplib::Client rest = server.Client();
+    const json first = Ingest(rest, json::array({Stored("e0", Tokens(1, 4))}));
+    const std::string from = std::to_string(first["revision"].get<uint64_t>());
+    const auto until_stored = [](const std::vector<json>& r) {
+      return !r.empty() && r.back()["op"] == "stored";
+    };
+    SseReader plain(server, "/v1/watch?model_name=llama&from=" + from, until_stored);
+    SseReader predicted(server, "/v1/watch?model_name=llama&predicted=1&from=" + from,
+                        until_stored);
+    const auto now_ms =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+    // A router's local decision, then (once it is applied) a real event as an end marker.
+    const Answer posted = Post(
+        rest, "/v1/predictions",
+        json{{"model_name", "llama"}, {"block_size", 4}, {"backend_id", "p"}, {"keys", {11, 12}}});
+    REQUIRE(posted.status == 200);
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (Post(rest, "/v1/route",
+                json{{"model_name", "llama"},
+                     {"block_size", 4},
+                     {"seq_hashes", {11, 12}},
+                     {"candidates", {{{"instance_id", "p"}}}}})
+                   .body["candidates"][0]["predicted_blocks"] != 2 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(20ms);
+    }
+    Ingest(rest, json::array({Stored("e1", Tokens(1, 4))}));
+    plain.Join();
+    predicted.Join();
+
+    REQUIRE(plain.records.size() == 1);
+    CHECK(plain.records[0]["backend_id"] == "e1");
+    REQUIRE(predicted.records.size() == 2);
+    const json& p = predicted.records[0];
+    CHECK(p["op"] == "predicted");
+    CHECK(p["backend_id"] == "p");
+    CHECK(p["dp_rank"] == 0);
+    CHECK(p["keys"] == json::array({11, 12}));
+    CHECK(p["expires_at_ms"].get<uint64_t>() > now_ms);
+    CHECK_FALSE(p.contains("medium"));
+    // The same stored record, at the same revision, ends both streams.
+    CHECK(predicted.records.back() == plain.records[0]);
   }
 }
 

@@ -70,6 +70,10 @@ class AsyncClient:
     async def heartbeat(self, holders: List[Any], **kwargs: Any) -> "kvatlas.HeartbeatAnswer":
         return await self._run(self._client.heartbeat, holders, **kwargs)
 
+    async def record_prediction(self, context: "kvatlas.Context", holder: Any, hashes: Any,
+                                **kwargs: Any) -> int:
+        return await self._run(self._client.record_prediction, context, holder, hashes, **kwargs)
+
     async def stats(self, **kwargs: Any) -> Dict[str, Any]:
         return await self._run(self._client.stats, **kwargs)
 

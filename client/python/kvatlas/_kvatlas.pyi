@@ -60,6 +60,11 @@ class SharedMatch:
     blocks: int
     locations: List[str]
 
+class PredictedPrefix:
+    instance_id: str
+    dp_rank: int
+    blocks: int
+
 class LookupAnswer:
     revision: int
     context: Context
@@ -67,6 +72,7 @@ class LookupAnswer:
     blocks_found: int
     instances: List[InstanceMatch]
     shared: List[SharedMatch]
+    predicted: List[PredictedPrefix]  # a LocalIndex with predictions=True fills it
     def instance(self, instance_id: str) -> Optional[InstanceMatch]: ...
 
 class Candidate:
@@ -197,6 +203,7 @@ class FeedOp(enum.Enum):
     CLEARED: int
     EVICTED: int
     EXPIRED: int
+    PREDICTED: int
 
 class FeedRecord:
     revision: int
@@ -206,6 +213,7 @@ class FeedRecord:
     tier: Tier
     keys: List[int]
     locations: List[str]
+    expires_at_ms: int  # PREDICTED records only (0 otherwise)
 
 class FeedFilter:
     tenant: Optional[str]
@@ -216,10 +224,12 @@ class FeedFilter:
     holder_id: Optional[str]
     dp_rank: Optional[int]
     tier: Optional[Tier]
+    predicted: bool
     def __init__(self, *, tenant: Optional[str] = None, model: Optional[str] = None,
                  lora_name: Optional[str] = None, block_size: Optional[int] = None,
                  salt: Optional[str] = None, holder_id: Optional[str] = None,
-                 dp_rank: Optional[int] = None, tier: Optional[Tier] = None) -> None: ...
+                 dp_rank: Optional[int] = None, tier: Optional[Tier] = None,
+                 predicted: bool = False) -> None: ...
     @staticmethod
     def for_context(context: Context) -> FeedFilter: ...
 
@@ -233,6 +243,8 @@ class LocalIndexStats:
     records_applied: int
     snapshots_loaded: int
     watch_resumes: int
+    predicted_entries: int
+    predicted_dropped: int
     state: str  # connecting | loading_snapshot | synced | retrying
     last_error_code: str  # "" when no attempt failed since the last sync
     last_error: str
@@ -327,6 +339,8 @@ class Client:
                timeout: Optional[float] = None) -> IngestAnswer: ...
     def heartbeat(self, holders: List[HolderLike], *,
                   timeout: Optional[float] = None) -> HeartbeatAnswer: ...
+    def record_prediction(self, context: Context, holder: HolderLike, hashes: Ints, *,
+                          timeout: Optional[float] = None) -> int: ...
     def stats_json(self, *, timeout: Optional[float] = None) -> str: ...
     def fetch_loads(self, *, timeout: Optional[float] = None) -> Dict[str, Any]: ...
     def fill_loads(self, candidates: List[Candidate], block_size: int, *,
@@ -368,7 +382,8 @@ class LocalIndex:
     def __init__(self, endpoints: List[str], contexts: List[Context], *, token: str = "",
                  tls: Optional[TlsOptions] = None, connect_timeout: float = 1.0,
                  deadline: float = 5.0, retry_backoff_min: float = 0.05,
-                 retry_backoff_max: float = 2.0, max_lookup_blocks: int = 8192) -> None: ...
+                 retry_backoff_max: float = 2.0, max_lookup_blocks: int = 8192,
+                 predictions: bool = False, max_predicted_entries: int = 1000000) -> None: ...
     def wait_synced(self, timeout: float = 10.0) -> None: ...
     def wait_for_revision(self, revision: int, timeout: float = 10.0) -> None: ...
     def lookup(self, context: Context, hashes: Optional[Ints] = None, *,

@@ -379,6 +379,19 @@ void DefineClientClass(py::module_& m) {
           py::arg("holders"), py::kw_only(), py::arg("timeout") = py::none(),
           "Keeps the holders' leases alive (docs/leases.md).")
       .def(
+          "record_prediction",
+          [](const PyClient& self, ContextKey context, HolderKey holder, const py::object& hashes,
+             T timeout) {
+            std::vector<BlockKey> keys = ToU64s(hashes, "hashes");
+            return Call(self, [&](Client& c) {
+              return c.RecordPrediction(context, holder, std::move(keys), ToTimeout(timeout));
+            });
+          },
+          py::arg("context"), py::arg("holder"), py::arg("hashes"), py::kw_only(),
+          py::arg("timeout") = py::none(),
+          "Records a local routing decision: the block keys `hashes` were sent to `holder` "
+          "(approximate mode). Returns the keys queued.")
+      .def(
           "stats_json",
           [](const PyClient& self, T timeout) {
             return Call(self, [&](Client& c) { return c.Stats(ToTimeout(timeout)); }).json;

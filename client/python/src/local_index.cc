@@ -47,7 +47,7 @@ void DefineLocalIndexClass(py::module_& m) {
       .def(py::init([](std::vector<std::string> endpoints, std::vector<ContextKey> contexts,
                        std::string token, const py::object& tls, double connect_timeout,
                        double deadline, double retry_backoff_min, double retry_backoff_max,
-                       uint32_t max_lookup_blocks) {
+                       uint32_t max_lookup_blocks, bool predictions, size_t max_predicted_entries) {
              LocalIndexOptions options;
              options.client = MakeClientOptions(std::move(endpoints), std::move(token), tls,
                                                 connect_timeout, deadline, 1, 1024, std::nullopt);
@@ -55,13 +55,16 @@ void DefineLocalIndexClass(py::module_& m) {
              options.retry_backoff_min = ToMillis(retry_backoff_min, "retry_backoff_min");
              options.retry_backoff_max = ToMillis(retry_backoff_max, "retry_backoff_max");
              options.max_lookup_blocks = max_lookup_blocks;
+             options.predictions = predictions;
+             options.max_predicted_entries = max_predicted_entries;
              return std::make_unique<PyLocalIndex>(
                  ValueOrThrow(LocalIndex::Start(std::move(options))));
            }),
            py::arg("endpoints"), py::arg("contexts"), py::kw_only(), py::arg("token") = "",
            py::arg("tls") = py::none(), py::arg("connect_timeout") = 1.0, py::arg("deadline") = 5.0,
            py::arg("retry_backoff_min") = 0.05, py::arg("retry_backoff_max") = 2.0,
-           py::arg("max_lookup_blocks") = 8192,
+           py::arg("max_lookup_blocks") = 8192, py::arg("predictions") = false,
+           py::arg("max_predicted_entries") = 1'000'000,
            "Starts following the servers in the background (see wait_synced).")
       .def(
           "wait_synced",

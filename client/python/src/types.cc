@@ -122,6 +122,12 @@ void DefineLookup(py::module_& m) {
       .def_readonly("dp_rank", &SharedMatch::dp_rank)
       .def_readonly("blocks", &SharedMatch::blocks)
       .def_readonly("locations", &SharedMatch::locations);
+  WithEq(py::class_<PredictedPrefix>(
+             m, "PredictedPrefix",
+             "A prefix predicted on an instance's rank (approximate mode, docs/routing.md)."))
+      .def_readonly("instance_id", &PredictedPrefix::instance_id)
+      .def_readonly("dp_rank", &PredictedPrefix::dp_rank)
+      .def_readonly("blocks", &PredictedPrefix::blocks);
   py::class_<LookupAnswer>(m, "LookupAnswer", "The longest cached prefix per instance and tier.")
       .def_readonly("revision", &LookupAnswer::revision)
       .def_readonly("context", &LookupAnswer::context)
@@ -129,6 +135,7 @@ void DefineLookup(py::module_& m) {
       .def_readonly("blocks_found", &LookupAnswer::blocks_found)
       .def_readonly("instances", &LookupAnswer::instances)
       .def_readonly("shared", &LookupAnswer::shared)
+      .def_readonly("predicted", &LookupAnswer::predicted)
       .def(
           "instance",
           [](const LookupAnswer& a, const std::string& id) -> py::object {
@@ -390,7 +397,8 @@ void DefineCopiesAndFeed(py::module_& m) {
       .value("REMOVED", FeedOp::kRemoved)
       .value("CLEARED", FeedOp::kCleared)
       .value("EVICTED", FeedOp::kEvicted)
-      .value("EXPIRED", FeedOp::kExpired);
+      .value("EXPIRED", FeedOp::kExpired)
+      .value("PREDICTED", FeedOp::kPredicted);
   WithEq(py::class_<FeedRecord>(m, "FeedRecord", "One applied change to the map (docs/feed.md)."))
       .def_readonly("revision", &FeedRecord::revision)
       .def_readonly("op", &FeedRecord::op)
@@ -399,6 +407,7 @@ void DefineCopiesAndFeed(py::module_& m) {
       .def_readonly("tier", &FeedRecord::tier)
       .def_readonly("keys", &FeedRecord::keys)
       .def_readonly("locations", &FeedRecord::locations)
+      .def_readonly("expires_at_ms", &FeedRecord::expires_at_ms)
       .def("__repr__", [](const FeedRecord& r) {
         return "FeedRecord(revision=" + std::to_string(r.revision) +
                ", op=" + std::string(FeedOpName(r.op)) + ", holder=" + Quote(r.holder.ToString()) +
@@ -408,7 +417,7 @@ void DefineCopiesAndFeed(py::module_& m) {
       .def(py::init([](std::optional<std::string> tenant, std::optional<std::string> model,
                        std::optional<std::string> lora_name, std::optional<uint32_t> block_size,
                        std::optional<std::string> salt, std::optional<std::string> holder_id,
-                       std::optional<uint32_t> dp_rank, std::optional<Tier> tier) {
+                       std::optional<uint32_t> dp_rank, std::optional<Tier> tier, bool predicted) {
              return FeedFilter{std::move(tenant),
                                std::move(model),
                                std::move(lora_name),
@@ -416,12 +425,14 @@ void DefineCopiesAndFeed(py::module_& m) {
                                std::move(salt),
                                std::move(holder_id),
                                dp_rank,
-                               tier};
+                               tier,
+                               predicted};
            }),
            py::kw_only(), py::arg("tenant") = py::none(), py::arg("model") = py::none(),
            py::arg("lora_name") = py::none(), py::arg("block_size") = py::none(),
            py::arg("salt") = py::none(), py::arg("holder_id") = py::none(),
-           py::arg("dp_rank") = py::none(), py::arg("tier") = py::none())
+           py::arg("dp_rank") = py::none(), py::arg("tier") = py::none(),
+           py::arg("predicted") = false)
       .def_static("for_context", &FeedFilter::ForContext, py::arg("context"))
       .def_readwrite("tenant", &FeedFilter::tenant)
       .def_readwrite("model", &FeedFilter::model)
@@ -430,7 +441,8 @@ void DefineCopiesAndFeed(py::module_& m) {
       .def_readwrite("salt", &FeedFilter::salt)
       .def_readwrite("holder_id", &FeedFilter::holder_id)
       .def_readwrite("dp_rank", &FeedFilter::dp_rank)
-      .def_readwrite("tier", &FeedFilter::tier);
+      .def_readwrite("tier", &FeedFilter::tier)
+      .def_readwrite("predicted", &FeedFilter::predicted);
 
   py::class_<LocalIndexStats>(m, "LocalIndexStats")
       .def_readonly("revision", &LocalIndexStats::revision)
@@ -447,6 +459,8 @@ void DefineCopiesAndFeed(py::module_& m) {
       .def_readonly("records_applied", &LocalIndexStats::records_applied)
       .def_readonly("snapshots_loaded", &LocalIndexStats::snapshots_loaded)
       .def_readonly("watch_resumes", &LocalIndexStats::watch_resumes)
+      .def_readonly("predicted_entries", &LocalIndexStats::predicted_entries)
+      .def_readonly("predicted_dropped", &LocalIndexStats::predicted_dropped)
       .def_property_readonly(
           "state",
           [](const LocalIndexStats& s) { return std::string(LocalIndexStateName(s.state)); },

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
 
 namespace kvatlas::protocol::testing {
@@ -52,6 +53,13 @@ struct Codec {
   std::function<bool(std::string_view)> decodes;
   std::function<bool(std::string_view)> stable;
 };
+
+// The error a decoder gives for `payload`; kOk when it decodes.
+template <typename Dec>
+Status ErrorOf(Dec decode, std::string_view payload) {
+  auto result = decode(payload);
+  return result.has_value() ? Status::Ok() : result.error();
+}
 
 template <typename G>
 void CheckRejectsEveryTruncation(const std::vector<Codec<G>>& codecs, uint32_t seed) {

@@ -326,6 +326,20 @@ KVATLAS_EXPORT void kvatlas_load_reporter_destroy(kvatlas_load_reporter* reporte
 KVATLAS_EXPORT kvatlas_code kvatlas_fetch_loads_json(kvatlas_client* client, char** out_json,
                                                      kvatlas_error** err);
 
+/* A decision this router made locally (approximate mode, docs/routing.md): it sent the
+ * request of block keys `hashes` (from block 0) to `backend_id` rank `dp_rank`, so the
+ * cluster records them as predicted there for the server's predicted_ttl_ms (binary
+ * kPredict; Client::RecordPrediction). Any server takes it; no log entry of its own. On
+ * success *out_queued (may be NULL) is the number of keys queued. Errors:
+ * KVATLAS_INVALID_ARGUMENT (no model or block_size, an empty backend_id, no hashes),
+ * KVATLAS_PAYLOAD_TOO_LARGE (more than 65,536 hashes), KVATLAS_FAILED_PRECONDITION (the
+ * server records no predictions), KVATLAS_RESOURCE_EXHAUSTED (its queue is full). */
+KVATLAS_EXPORT kvatlas_code kvatlas_record_prediction(kvatlas_client* client,
+                                                      const kvatlas_context* context,
+                                                      const char* backend_id, uint32_t dp_rank,
+                                                      const uint64_t* hashes, size_t num_hashes,
+                                                      uint32_t* out_queued, kvatlas_error** err);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

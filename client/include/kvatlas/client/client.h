@@ -104,6 +104,10 @@ struct WatchOptions {
   // starts.
   std::optional<Revision> from;
   FeedFilter filter;
+  // Also receive predicted records (FeedOp::kPredicted, docs/feed.md §Predicted records):
+  // the predictions the server applies after the watch starts. Sets filter.predicted. A
+  // server that predates them refuses the watch (invalid_argument).
+  bool predicted = false;
   // Block keys the stream may hold for Next. Past it (the application does not call Next
   // often enough) the stream ends with kWatchCut and the server's watch is cancelled.
   size_t max_queued_keys = 1'000'000;
@@ -232,6 +236,24 @@ class KVATLAS_EXPORT Client {
                                                                   Timeout timeout = {});
   [[nodiscard]] Result<protocol::LoadReportAnswer> ReportLoad(LoadReport report,
                                                               Timeout timeout = {});
+
+  // A decision this router made locally (approximate mode, docs/routing.md): it sent the
+  // request of block keys `keys` (from block 0) to `holder`, so the cluster records them as
+  // predicted there for the server's predicted_ttl_ms, as its own routes' picks are (binary
+  // kPredict, POST /v1/predictions). Any server takes it (a follower forwards it to the
+  // leader with its next round, within ~50 ms); a LocalIndex with predictions on sees it on
+  // the change feed. Answers the keys queued (the server's max_lookup_blocks at most).
+  // kInvalidArgument (checked before sending) for an empty model, block_size 0, an empty
+  // holder id or no keys; kPayloadTooLarge past protocol::kMaxPredictKeys;
+  // kFailedPrecondition when the server records no predictions; kResourceExhausted when its
+  // queue is full. Writer role.
+  std::future<Result<uint32_t>> RecordPredictionAsync(const ContextKey& context,
+                                                      const HolderKey& holder,
+                                                      std::vector<BlockKey> keys,
+                                                      Timeout timeout = {});
+  [[nodiscard]] Result<uint32_t> RecordPrediction(const ContextKey& context,
+                                                  const HolderKey& holder,
+                                                  std::vector<BlockKey> keys, Timeout timeout = {});
 
   // The live load reports as the answering server sees them (GET /v1/load's routers,
   // binary kLoadView). Read-only. A scheduler scoring in its own process (LocalIndex,

@@ -83,6 +83,16 @@ struct LocalIndexOptions {
   // window; past this bound the load is abandoned (resource_exhausted, state kRetrying) and
   // the context listed again.
   uint64_t max_buffered_feed_bytes = 256ull << 20;
+  // Approximate mode (docs/routing.md §Approximate mode): also follow the feed's predicted
+  // records (WatchOptions::predicted) and keep them per context, so that Lookup answers
+  // carry LookupAnswer::predicted and Scorer credits them as the server's route does. A
+  // replica sees the predictions its server applies after the watch starts (snapshots list
+  // none); each counts until its expires_at_ms on this process's clock. Needs a server that
+  // publishes them (an older one refuses the watch: invalid_argument).
+  bool predictions = false;
+  // Bound on the (block, holder) predictions kept per context; past it new ones are dropped
+  // (LocalIndexStats::predicted_dropped). About 85 bytes each.
+  size_t max_predicted_entries = 1'000'000;
   // Called on the client's I/O thread after each snapshot part is loaded, with the copies
   // received so far (e.g. to report progress); may be empty. It holds up the client's
   // other calls while it runs.
@@ -106,6 +116,10 @@ struct LocalIndexStats {
   uint64_t records_applied = 0;
   uint64_t snapshots_loaded = 0;  // first loads and reloads (after compaction or a reset)
   uint64_t watch_resumes = 0;     // watches restarted from their revision (cut, reconnect)
+  // With predictions on: the (block, holder) predictions kept in every context (expired
+  // ones not yet swept included), and those dropped past max_predicted_entries.
+  uint64_t predicted_entries = 0;
+  uint64_t predicted_dropped = 0;
   // The least advanced context's state, and the most recent failure of any context (OK
   // when none failed since its last sync); LocalIndex::ContextStatus has them per context.
   LocalIndexState state = LocalIndexState::kConnecting;
@@ -130,10 +144,11 @@ class KVATLAS_EXPORT LocalIndex {
   // Waits until every context's replica has reached `revision` (e.g. an ingest's answer).
   [[nodiscard]] Status WaitForRevision(Revision revision, std::chrono::milliseconds timeout) const;
 
-  // The prefix lookup of Client::Lookup over the replica. Tokens are hashed with the
-  // server's hash seed. kNotFound for a context not replicated; kUnavailable before its
-  // first snapshot; kUnavailable when `min_revision` is set and not reached here;
-  // kInvalidArgument for a linearizable read (only a server can answer one).
+  // The prefix lookup of Client::Lookup over the replica, with LookupAnswer::predicted
+  // filled when predictions are on. Tokens are hashed with the server's hash seed. kNotFound for a
+  // context not replicated; kUnavailable before its first snapshot; kUnavailable when
+  // `min_revision` is set and not reached here; kInvalidArgument for a linearizable read (only a
+  // server can answer one).
   [[nodiscard]] Result<LookupAnswer> Lookup(const LookupRequest& request) const;
   // The same by block keys, without building a request (the scheduler's hot path).
   [[nodiscard]] Result<LookupAnswer> Lookup(const ContextKey& context,

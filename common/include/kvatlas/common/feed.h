@@ -20,6 +20,10 @@ enum class FeedOp : uint8_t {
   kCleared = 2,  // dropped by a clear of the holder (AllBlocksCleared, engine restart)
   kEvicted = 3,  // dropped by the per-context entry cap (FIFO eviction)
   kExpired = 4,  // dropped because the holder's lease expired ("holder-expired")
+  // Approximate mode (docs/routing.md): a route or Client::RecordPrediction sent these blocks
+  // to the holder, which is guessed to hold them until `expires_at_ms`. Soft state, sent only
+  // to watchers that ask for it (FeedFilter::predicted).
+  kPredicted = 5,
 };
 KVATLAS_EXPORT std::string_view FeedOpName(FeedOp op);
 
@@ -33,11 +37,15 @@ struct FeedRecord {
   std::vector<BlockKey> keys;
   // kStored only: empty, or one location per key (SHARED-tier descriptors).
   std::vector<std::string> locations;
+  // kPredicted only (0 otherwise): when the prediction ends, ms since the Unix epoch on the
+  // publishing server's clock. A predicted record's tier is kGpu and means nothing.
+  uint64_t expires_at_ms = 0;
 
   friend bool operator==(const FeedRecord&, const FeedRecord&) = default;
 };
 
-// Which records a watcher wants; an unset field matches everything.
+// Which records a watcher wants; an unset field matches everything. Predicted records
+// (FeedOp::kPredicted) match only a filter with `predicted` set and no `tier`.
 struct KVATLAS_EXPORT FeedFilter {
   std::optional<std::string> tenant;
   std::optional<std::string> model;
@@ -47,6 +55,7 @@ struct KVATLAS_EXPORT FeedFilter {
   std::optional<std::string> holder_id;
   std::optional<uint32_t> dp_rank;
   std::optional<Tier> tier;
+  bool predicted = false;  // also the kPredicted records (opt-in: docs/feed.md)
   bool Matches(const FeedRecord& record) const;
   // The filter of exactly one context's records.
   static FeedFilter ForContext(const ContextKey& context);

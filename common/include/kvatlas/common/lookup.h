@@ -71,6 +71,16 @@ struct SharedMatch {
   friend bool operator==(const SharedMatch&, const SharedMatch&) = default;
 };
 
+// A prefix predicted on an instance's rank (approximate mode, docs/routing.md): the leading
+// blocks of the query a route or a local decision sent there, not known from its events.
+struct PredictedPrefix {
+  std::string instance_id;
+  uint32_t dp_rank = 0;
+  uint32_t blocks = 0;
+
+  friend bool operator==(const PredictedPrefix&, const PredictedPrefix&) = default;
+};
+
 struct LookupAnswer {
   Revision revision = 0;
   ContextKey context;
@@ -78,6 +88,10 @@ struct LookupAnswer {
   uint32_t blocks_found = 0;    // leading blocks some holder has, in any tier
   std::vector<InstanceMatch> instances;
   std::vector<SharedMatch> shared;
+  // The predicted prefixes of the query, by instance and rank (blocks > 0). Filled by a
+  // LocalIndex with predictions on (LocalIndexOptions::predictions); servers' lookup answers
+  // leave it empty (their routes read predictions themselves). MatchesFromLookup credits it.
+  std::vector<PredictedPrefix> predicted;
 
   friend bool operator==(const LookupAnswer&, const LookupAnswer&) = default;
 };

@@ -49,6 +49,7 @@ enum class MessageType : uint8_t {
   kAuth = 10,        // request: AuthRequest → response: AuthAnswer; a connection's first frame
   kLoadReport = 11,  // request: LoadReport → response: LoadReportAnswer (shared load)
   kLoadView = 12,    // request: empty → response: LoadViewAnswer (the live load reports)
+  kPredict = 13,     // request: PredictRequest → response: PredictAnswer (a local decision)
 };
 
 // "ingest", "lookup", ..., "auth", "error" for kError; "other" for a number that is no
@@ -331,6 +332,28 @@ struct LoadReportAnswer {
 [[nodiscard]] KVATLAS_EXPORT std::string EncodeLoadReportAnswer(const LoadReportAnswer& answer);
 [[nodiscard]] KVATLAS_EXPORT Result<LoadReportAnswer> DecodeLoadReportAnswer(
     std::string_view payload);
+
+// kPredict (protocol_predict.cc; docs/protocol.md §kPredict): a router that decided
+// locally sent `keys` (block keys from block 0 of a request) to `holder`; the server records
+// them as predicted there (approximate mode, docs/routing.md), as its own routes do, through
+// its PredictionRecorder. A write (writer role) that any server takes: followers forward.
+// The context is checked as a lookup's (empty tenant = "default"); the holder id must be
+// non-empty; 1 … kMaxPredictKeys keys (more: kPayloadTooLarge).
+inline constexpr size_t kMaxPredictKeys = 65'536;
+struct PredictRequest {
+  ContextKey context;
+  HolderKey holder;
+  std::vector<BlockKey> keys;
+  friend bool operator==(const PredictRequest&, const PredictRequest&) = default;
+};
+struct PredictAnswer {
+  uint32_t queued = 0;  // keys queued (the server's max_lookup_blocks at most)
+  friend bool operator==(const PredictAnswer&, const PredictAnswer&) = default;
+};
+[[nodiscard]] KVATLAS_EXPORT std::string EncodePredictRequest(const PredictRequest& request);
+[[nodiscard]] KVATLAS_EXPORT Result<PredictRequest> DecodePredictRequest(std::string_view payload);
+[[nodiscard]] KVATLAS_EXPORT std::string EncodePredictAnswer(const PredictAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT Result<PredictAnswer> DecodePredictAnswer(std::string_view payload);
 
 // kLoadView (protocol_load.cc; docs/protocol.md §kLoadView): the live load reports as the
 // answering server sees them, as GET /v1/load's `routers`. A read: any server answers from

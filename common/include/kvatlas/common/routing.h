@@ -135,7 +135,9 @@ struct PrefixMatch {
 
 // The matches of `candidates` in a lookup answer (one that reported every instance), in
 // candidate order: the instance's values, or its rank's when dp_rank is set; zeros for an
-// instance the answer does not name. shared is the longest shared-backend match.
+// instance the answer does not name. shared is the longest shared-backend match; predicted
+// is the rank's predicted prefix (LookupAnswer::predicted), or the best over the instance's
+// ranks when dp_rank is unset — what the server's route reads from its PredictedTable.
 [[nodiscard]] KVATLAS_EXPORT std::vector<PrefixMatch> MatchesFromLookup(
     const LookupAnswer& answer, std::span<const RouteCandidate> candidates);
 

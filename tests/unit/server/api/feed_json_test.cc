@@ -25,8 +25,13 @@ nlohmann::json Reference(const FeedRecord& r) {
                         {"additional_salt", r.context.salt},
                         {"backend_id", r.holder.id},
                         {"dp_rank", r.holder.dp_rank},
-                        {"medium", TierName(r.tier)},
                         {"keys", r.keys}};
+  // A predicted record has its expiry and no medium.
+  if (r.op == FeedOp::kPredicted) {
+    out["expires_at_ms"] = r.expires_at_ms;
+  } else {
+    out["medium"] = TierName(r.tier);
+  }
   if (!r.locations.empty()) out["locations"] = r.locations;
   return out;
 }
@@ -45,7 +50,8 @@ TEST_CASE("AppendFeedRecordJson: the bytes of the JSON document's dump, on rando
     CAPTURE(i);
     FeedRecord r;
     r.revision = i % 7 == 0 ? UINT64_MAX : rng();
-    r.op = static_cast<FeedOp>(rng() % 5);
+    r.op = static_cast<FeedOp>(rng() % 6);
+    if (r.op == FeedOp::kPredicted) r.expires_at_ms = rng() >> (rng() % 64);
     r.context = ContextKey{text(), text(), text(), static_cast<uint32_t>(rng()), text()};
     r.holder = HolderKey{text(), static_cast<uint32_t>(rng() % 9)};
     r.tier = static_cast<Tier>(rng() % kNumTiers);

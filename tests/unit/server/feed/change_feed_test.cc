@@ -36,16 +36,7 @@ CommandBatch Remove(const std::string& holder, std::vector<BlockKey> keys) {
   return batch;
 }
 
-// Everything the watcher has now (waits a little for the first records); stops early at
-// an error, which the next Next() reports again.
-std::vector<FeedRecord> Drain(Watcher& w) {
-  std::vector<FeedRecord> out;
-  while (true) {
-    Result<std::vector<FeedRecord>> next = w.Next(out.empty() ? 200ms : 1ms);
-    if (!next.has_value() || next->empty()) return out;
-    out.insert(out.end(), next->begin(), next->end());
-  }
-}
+std::vector<FeedRecord> Drain(Watcher& w) { return testing::DrainRecords(w); }
 
 using Fixture = testing::FeedFixture;
 

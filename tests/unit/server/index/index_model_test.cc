@@ -248,6 +248,9 @@ Index Replay(const MutationList& log, const IndexOptions& options) {
       case MutationKind::kDeleteServerAddresses:
         FAIL("the Index emitted a registry mutation");
         break;
+      case MutationKind::kPredicted:
+        FAIL("the Index emitted a prediction");
+        break;
     }
   }
   Index index(options);

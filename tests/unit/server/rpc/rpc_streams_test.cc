@@ -205,8 +205,11 @@ TEST_SUITE("RpcStreams") {
     };
     CHECK(error(MessageType::kWatch, 1, "\x05") ==
           Status::InvalidArgument("action: 5 is neither 0 (start) nor 1 (cancel)"));
+    // After the filter, one byte is the options trailer (0 is refused), a second trails it.
     CHECK(error(MessageType::kWatch, 2, std::string(12, '\0')) ==
-          Status::InvalidArgument("payload: 2 trailing bytes"));
+          Status::InvalidArgument("options: 0 sets no option (leave the byte out)"));
+    CHECK(error(MessageType::kWatch, 4, std::string(10, '\0') + std::string("\x01\x00", 2)) ==
+          Status::InvalidArgument("payload: 1 trailing bytes"));
     CHECK(error(MessageType::kSnapshot, 3,
                 protocol::EncodeSnapshotRequest({ContextKey{"", "", "", 2, ""}})) ==
           Status::InvalidArgument("model_name: must be a non-empty string"));

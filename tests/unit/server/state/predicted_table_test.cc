@@ -2,7 +2,7 @@
 // entry cap bounds memory (dropped past it, counted), real events replace them, and the
 // prefix read stops at the first block not predicted. A StateMachine applying a
 // PredictCommand fills it; a Store of the holder empties it.
-#include "server/state/predicted_table.h"
+#include "common/internal/predicted_table.h"
 
 #include <doctest/doctest.h>
 

@@ -1,8 +1,8 @@
-#include "server/state/predicted_table.h"
+#include "common/internal/predicted_table.h"
 
 #include <algorithm>
 
-namespace kvatlas::server {
+namespace kvatlas {
 namespace {
 
 // Event marks are dropped once past the live window, at most once a second.
@@ -16,7 +16,8 @@ constexpr size_t kExpireBudget = 16'384;
 
 size_t PredictedTable::Record(const ContextKey& context, const HolderKey& holder,
                               std::span<const BlockKey> keys, Clock::time_point accepted_at,
-                              Clock::time_point expires_at, Clock::time_point now) {
+                              Clock::time_point expires_at, Clock::time_point now,
+                              std::vector<BlockKey>* recorded_keys) {
   if (keys.empty() || expires_at <= now) return 0;
   std::lock_guard lock(mu_);
   ExpireLocked(now);
@@ -45,6 +46,7 @@ size_t PredictedTable::Record(const ContextKey& context, const HolderKey& holder
     }
     expiries_.push_back({expires_at, id, key});
     recorded += 1;
+    if (recorded_keys != nullptr) recorded_keys->push_back(key);
   }
   stats_.recorded += recorded;
   if (blocks.empty()) EraseBucketLocked(id);
@@ -55,6 +57,11 @@ size_t PredictedTable::Record(const ContextKey& context, const HolderKey& holder
 void PredictedTable::NoteEvent(const HolderKey& holder, Clock::time_point now) {
   std::lock_guard lock(mu_);
   events_[holder] = now;
+  EraseHolderLocked(holder);
+}
+
+void PredictedTable::Forget(const HolderKey& holder) {
+  std::lock_guard lock(mu_);
   EraseHolderLocked(holder);
 }
 
@@ -195,4 +202,4 @@ PredictedStats PredictedTable::stats() const {
   return out;
 }
 
-}  // namespace kvatlas::server
+}  // namespace kvatlas

@@ -2,10 +2,11 @@
 // instance that publishes no KV events, held as "probably cached there" until a TTL ends.
 // Leased soft state like the router fleet's loads: every replica fills its table from the
 // PredictCommands it applies, in memory only — never in storage, snapshots or the replica
-// digest. Real events replace predictions: a Store, Remove or Clear naming a holder drops
-// its predicted blocks and keeps new ones off it while its stream is live (an event less
-// than kPredictionLiveWindow ago); a holder quiet for longer — its stream down, or never
-// up — takes predictions again, until its next event.
+// digest; a LocalIndex with predictions on fills one per context from the change feed's
+// `predicted` records (docs/feed.md §Predicted records). Real events replace predictions: a Store,
+// Remove or Clear naming a holder drops its predicted blocks and keeps new ones off it while its
+// stream is live (an event less than kPredictionLiveWindow ago); a holder quiet for longer — its
+// stream down, or never up — takes predictions again, until its next event.
 //
 // Memory is bounded twice: entries end with their TTL, and past `max_entries` (block,
 // holder) entries new predictions are dropped and counted. Expired entries leave through
@@ -29,7 +30,7 @@
 
 #include "kvatlas/common/types.h"
 
-namespace kvatlas::server {
+namespace kvatlas {
 
 // The TTL range of predictions (the predicted_ttl_ms option) and the default entry cap
 // (predicted_max_entries): 1M entries of ~85 bytes each (the expiry queue included).
@@ -68,11 +69,17 @@ class PredictedTable {
   // Records `keys` as predicted on `holder` in `context` from `accepted_at` until
   // `expires_at` (a key predicted again has its end moved). Nothing is recorded for a holder
   // whose stream is live at `accepted_at` (IsLive), nor when the prediction ended already.
-  // Returns the entries recorded.
+  // Returns the entries recorded (added, or renewed to end later); their keys are appended
+  // to `recorded` when it is set (the applied effect the change feed publishes).
   size_t Record(const ContextKey& context, const HolderKey& holder, std::span<const BlockKey> keys,
-                Clock::time_point accepted_at, Clock::time_point expires_at, Clock::time_point now);
-  // A real event (store, remove, clear) of `holder` was applied at `now`: its predictions go.
+                Clock::time_point accepted_at, Clock::time_point expires_at, Clock::time_point now,
+                std::vector<BlockKey>* recorded = nullptr);
+  // A real event (store, remove, clear) of `holder` was applied at `now`: its predictions go,
+  // and new ones are refused while its stream is live (IsLive).
   void NoteEvent(const HolderKey& holder, Clock::time_point now);
+  // Drops `holder`'s predictions without marking its stream live: a replica applying the
+  // records of a server that already applied the live rule (LocalIndex).
+  void Forget(const HolderKey& holder);
   // Forgets everything (a server restoring a snapshot).
   void Clear();
 
@@ -145,4 +152,4 @@ class PredictedTable {
   PredictedStats stats_;
 };
 
-}  // namespace kvatlas::server
+}  // namespace kvatlas
