@@ -483,7 +483,7 @@ func (li *LocalIndex) apply(r *localReplica, records []FeedRecord, reached uint6
 				}
 				r.table.add(k, op.packed, loc)
 			}
-		} else {
+		} else if rec.Op != OpPredicted { // a prediction is no copy
 			for _, k := range rec.Keys {
 				r.table.remove(k, op.packed)
 			}
