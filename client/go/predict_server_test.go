@@ -103,7 +103,7 @@ func TestLocalIndexPredictionsAgainstServer(t *testing.T) {
 		return len(got) == 2
 	})
 	x := got["x"]
-	// The server's recorder deduplicates a round's keys: the same keys, in its order.
+	// The server's recorder sorts and deduplicates a round's keys: the same keys, sorted.
 	sameKeys := len(x.Keys) == len(keys)
 	for _, k := range keys {
 		found := false
