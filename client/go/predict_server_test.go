@@ -44,6 +44,23 @@ func TestLocalIndexPredictionsAgainstServer(t *testing.T) {
 	c := dialT(t, Options{Endpoints: []string{s.rpc}})
 	ctx := testCtx(t)
 	requirePredict(t, c)
+	// The options byte the Go client never sends, as the server refuses it (docs/protocol.md
+	// §kWatch): 0, unknown bits, bytes after it.
+	plainStart := encodeWatchStart(nil, &FeedFilter{}, false)
+	for _, bad := range []struct {
+		options []byte
+		want    string
+	}{
+		{[]byte{0}, "options: 0 sets no option (leave the byte out)"},
+		{[]byte{3}, "options: unknown option bits 2 (known: 1 = predicted)"},
+		{[]byte{1, 0}, "payload: 1 trailing bytes"},
+	} {
+		_, err := c.read(ctx, typeWatch, append(append([]byte(nil), plainStart...), bad.options...))
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeInvalidArgument || e.Message != bad.want {
+			t.Errorf("watch with options % x: %v, want invalid_argument %q", bad.options, err, bad.want)
+		}
+	}
 	prompt := seqTokens(4*8, 7000)
 	keys := keysOf(prompt)
 	ing, err := c.Ingest(ctx, []Event{event(EventStored, "a", 0, TierGPU, keys[:2])})
@@ -192,5 +209,28 @@ func TestLocalIndexPredictionsAgainstServer(t *testing.T) {
 	}
 	if st := li.Status()[0]; st.PredictedDropped != 0 {
 		t.Errorf("status: %+v", st)
+	}
+}
+
+// What only the server can refuse: a server that records no predictions, and a name past
+// its limit.
+func TestRecordPredictionServerErrors(t *testing.T) {
+	s := startServer(t, "--predicted-max-entries", "0")
+	c := dialT(t, Options{Endpoints: []string{s.rpc}})
+	ctx := testCtx(t)
+	_, err := c.RecordPrediction(ctx, testContext, Holder{BackendID: "x"}, []uint64{1})
+	if errors.Is(err, ErrInvalidArgument) {
+		t.Skipf("the server (KVATLAS_SERVER_BIN) predates kPredict (%v)", err)
+	}
+	if !errors.Is(err, ErrFailedPrecondition) {
+		t.Errorf("predicted_max_entries 0: %v, want failed_precondition", err)
+	}
+	long := make([]byte, 4096)
+	for i := range long {
+		long[i] = 'x'
+	}
+	_, err = c.RecordPrediction(ctx, testContext, Holder{BackendID: string(long)}, []uint64{1})
+	if !errors.Is(err, ErrInvalidArgument) || !contains(err.Error(), "backend_id") {
+		t.Errorf("a backend id of 4096 bytes: %v, want invalid_argument naming backend_id", err)
 	}
 }
