@@ -24,6 +24,7 @@ const (
 	typeAuth       uint8 = 10
 	typeLoadReport uint8 = 11
 	typeLoadView   uint8 = 12
+	typePredict    uint8 = 13
 )
 
 const (

@@ -18,6 +18,10 @@ const (
 	OpCleared       FeedOp = 2
 	OpEvicted       FeedOp = 3
 	OpHolderExpired FeedOp = 4
+	// OpPredicted (approximate mode, docs/feed.md §Predicted records): the holder was sent
+	// these blocks and is guessed to hold them until ExpiresAtMs. Only to watches started
+	// with WatchOptions.Predicted.
+	OpPredicted FeedOp = 5
 )
 
 func (o FeedOp) String() string {
@@ -32,6 +36,8 @@ func (o FeedOp) String() string {
 		return "evicted"
 	case OpHolderExpired:
 		return "holder-expired"
+	case OpPredicted:
+		return "predicted"
 	}
 	return "op(?)"
 }
@@ -46,6 +52,9 @@ type FeedRecord struct {
 	Tier      Tier
 	Keys      []uint64
 	Locations []string // stored: empty, or one per key ("" for a key without)
+	// OpPredicted only (0 otherwise): when the prediction ends, ms since the Unix epoch on
+	// the publishing server's clock. A predicted record's Tier is TierGPU and means nothing.
+	ExpiresAtMs uint64
 }
 
 // FeedFilter narrows a watch; a nil field matches anything.
@@ -81,7 +90,12 @@ func putOptVarint(e *encoder, v *uint32) {
 	}
 }
 
-func encodeWatchStart(from *uint64, f *FeedFilter) []byte {
+// The start request's options trailer (docs/protocol.md §kWatch): a u8 of option bits,
+// written only when one is on, so that a watch without options is the bytes every server
+// reads.
+const watchOptionPredicted uint8 = 0x01
+
+func encodeWatchStart(from *uint64, f *FeedFilter, predicted bool) []byte {
 	e := &encoder{}
 	e.u8(0)
 	e.flag(from != nil)
@@ -98,6 +112,9 @@ func encodeWatchStart(from *uint64, f *FeedFilter) []byte {
 	e.flag(f.Tier != nil)
 	if f.Tier != nil {
 		e.u8(uint8(*f.Tier))
+	}
+	if predicted {
+		e.u8(watchOptionPredicted)
 	}
 	return e.b
 }
@@ -128,8 +145,8 @@ func decodeWatchBatch(p []byte) (watchBatch, error) {
 				r := &b.records[i]
 				r.Revision = d.u64("records.revision")
 				op := d.u8("records.op")
-				if op > uint8(OpHolderExpired) {
-					d.fail("records.op", fmt.Sprintf("%d is not an op (0-4)", op))
+				if op > uint8(OpPredicted) {
+					d.fail("records.op", fmt.Sprintf("%d is not an op (0-5)", op))
 				}
 				r.Op = FeedOp(op)
 				r.Context = readContext(d)
@@ -142,6 +159,12 @@ func decodeWatchBatch(p []byte) (watchBatch, error) {
 					}
 				}
 				r.Locations = readStrings(d, "records.locations")
+				if r.Op == OpPredicted && d.err == nil {
+					if len(r.Locations) != 0 {
+						d.fail("records.locations", "must be empty on a predicted record")
+					}
+					r.ExpiresAtMs = d.u64("records.expires_at_ms")
+				}
 			}
 		}
 	}
@@ -153,6 +176,11 @@ type WatchOptions struct {
 	// The records after this revision; nil = after the revision current when it starts.
 	From   *uint64
 	Filter FeedFilter
+	// Also receive predicted records (OpPredicted, docs/feed.md §Predicted records): the
+	// predictions the server applies after the watch starts. A server that predates them
+	// refuses the watch (ErrInvalidArgument, "payload: 1 trailing bytes"). A Tier filter
+	// matches no predicted record.
+	Predicted bool
 	// Block keys the stream may hold for Next; past it (Next is not called often enough)
 	// the stream ends with ErrWatchCut and the server's watch is cancelled. Default
 	// 1,000,000.
@@ -202,7 +230,7 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) (*WatchStream, er
 		w.maxQueued = 1_000_000
 	}
 	w.call = &pendingCall{onFrame: w.onFrame, onEnd: w.end}
-	if _, err := cn.send(ctx, typeWatch, encodeWatchStart(opts.From, &opts.Filter), w.call); err != nil {
+	if _, err := cn.send(ctx, typeWatch, encodeWatchStart(opts.From, &opts.Filter, opts.Predicted), w.call); err != nil {
 		return nil, err
 	}
 	select {

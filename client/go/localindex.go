@@ -28,6 +28,8 @@ type LocalIndex struct {
 	holdersMu sync.RWMutex // holders, holderIDs (shared by every context)
 	holders   []Holder
 	holderIDs map[Holder]uint32
+
+	now func() time.Time // the clock predictions end by (tests replace it)
 }
 
 // LocalIndexOptions configure a LocalIndex.
@@ -44,6 +46,17 @@ type LocalIndexOptions struct {
 	RetryBackoffMin, RetryBackoffMax time.Duration
 	// Called from the context's sync goroutine for each failed attempt (e.g. to log it).
 	OnError func(Context, error)
+	// Approximate mode (docs/routing.md §Approximate mode): also follow the feed's predicted
+	// records (WatchOptions.Predicted) and keep them per context, so that lookups fill
+	// LookupAnswer.Predicted and Route and MatchesFromLookup credit them as the server's
+	// route does. A replica sees the predictions applied after its watch starts (snapshots
+	// list none); each counts until its ExpiresAtMs on this process's clock, and a holder's
+	// stored, removed or cleared record drops its predictions in the context. Needs a server
+	// that publishes them (an older one refuses the watch: ErrInvalidArgument, retried).
+	Predictions bool
+	// Bound on the (block, holder) predictions kept per context; past it new ones are
+	// dropped (LocalContextStatus.PredictedDropped). Default 1,000,000.
+	MaxPredictedEntries int
 }
 
 // LocalIndexState is where a context's replica is in its sync loop.
@@ -85,6 +98,9 @@ type LocalContextStatus struct {
 	Snapshots   uint64 // snapshots loaded (the first and reloads after a compacted feed)
 	Resumes     uint64 // watches started again from Revision (cut, lost connection)
 	LastError   error  // the last failed attempt, nil once synced again
+	// With Predictions on: the (block, holder) predictions kept (ended ones not yet swept
+	// included), and those dropped past MaxPredictedEntries.
+	PredictedEntries, PredictedDropped uint64
 }
 
 type localReplica struct {
@@ -93,6 +109,9 @@ type localReplica struct {
 	// table is nil until the first snapshot.
 	table    *localTable
 	revision uint64
+	// The context's predictions (nil when off); kept across snapshot reloads (soft state
+	// that no snapshot lists).
+	predicted *predictedTable
 
 	statusMu sync.Mutex
 	status   LocalContextStatus
@@ -121,6 +140,9 @@ func NewLocalIndex(ctx context.Context, client *Client, opts LocalIndexOptions) 
 	if opts.RetryBackoffMax < opts.RetryBackoffMin {
 		opts.RetryBackoffMax = 2 * time.Second
 	}
+	if opts.MaxPredictedEntries <= 0 {
+		opts.MaxPredictedEntries = defaultMaxPredictedEntries
+	}
 	seed := DefaultHashSeed
 	if opts.HashSeed != nil {
 		seed = *opts.HashSeed
@@ -133,10 +155,13 @@ func NewLocalIndex(ctx context.Context, client *Client, opts LocalIndexOptions) 
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	li := &LocalIndex{client: client, opts: opts, hasher: NewBlockHasher(seed), cancel: cancel,
-		holderIDs: map[Holder]uint32{}}
+		holderIDs: map[Holder]uint32{}, now: time.Now}
 	for _, c := range opts.Contexts {
 		c = normalContext(c)
 		r := &localReplica{ctx: c, changed: make(chan struct{})}
+		if opts.Predictions {
+			r.predicted = newPredictedTable(opts.MaxPredictedEntries)
+		}
 		r.status.Context = c
 		li.replicas = append(li.replicas, r)
 		li.done.Add(1)
@@ -236,6 +261,13 @@ func (li *LocalIndex) lookupKeys(rep *localReplica, keys []uint64, instance stri
 		return nil, newError(CodeUnavailable, fmt.Sprintf("min_revision: %d not reached (the replica is at %d)", minRevision, rep.revision))
 	}
 	a := rep.table.lookup(keys, instance, locations, li.opts.MaxLookupBlocks, holders, rep.revision, rep.ctx)
+	if rep.predicted != nil {
+		// Over the keys the lookup walked, as the server's route predicts over its lookup's.
+		if uint64(len(keys)) > uint64(li.opts.MaxLookupBlocks) {
+			keys = keys[:li.opts.MaxLookupBlocks]
+		}
+		a.Predicted = rep.predicted.prefixes(keys, instance, li.now().UnixNano())
+	}
 	return &a, nil
 }
 
@@ -262,6 +294,9 @@ func (li *LocalIndex) Status() []LocalContextStatus {
 		out[i].Revision = r.revision
 		if r.table != nil {
 			out[i].Blocks, out[i].Copies, out[i].MemoryBytes = r.table.blockCount(), r.table.copies, r.table.memoryBytes()
+		}
+		if r.predicted != nil {
+			out[i].PredictedEntries, out[i].PredictedDropped = uint64(r.predicted.stats.entries), r.predicted.stats.dropped
 		}
 		r.mu.RUnlock()
 	}
@@ -373,7 +408,8 @@ func (li *LocalIndex) follow(ctx context.Context, r *localReplica) {
 			resume = &rev
 		}
 		from := *resume
-		w, err := li.client.Watch(ctx, WatchOptions{From: &from, Filter: ContextFilter(r.ctx)})
+		w, err := li.client.Watch(ctx, WatchOptions{From: &from, Filter: ContextFilter(r.ctx),
+			Predicted: li.opts.Predictions})
 		if err != nil {
 			if errors.Is(err, ErrInvalidArgument) {
 				future++
@@ -471,9 +507,13 @@ func (li *LocalIndex) apply(r *localReplica, records []FeedRecord, reached uint6
 	for i := range records {
 		ops[i] = prepared{packCopy(li.intern(records[i].Holder), records[i].Tier), &records[i]}
 	}
+	now := li.now().UnixNano()
 	r.mu.Lock()
 	for _, op := range ops {
 		rec := op.rec
+		if r.predicted != nil {
+			r.predicted.apply(rec, now)
+		}
 		if rec.Op == OpStored {
 			located := len(rec.Locations) == len(rec.Keys)
 			for i, k := range rec.Keys {
@@ -483,7 +523,7 @@ func (li *LocalIndex) apply(r *localReplica, records []FeedRecord, reached uint6
 				}
 				r.table.add(k, op.packed, loc)
 			}
-		} else {
+		} else if rec.Op != OpPredicted { // a prediction is no copy
 			for _, k := range rec.Keys {
 				r.table.remove(k, op.packed)
 			}

@@ -72,8 +72,10 @@ func ValidateRouteOptions(o RouteOptions) error {
 }
 
 // MatchesFromLookup is each candidate's prefix in a lookup answer over every instance:
-// its instance's (or, with DPRank, that rank's) GPU/CPU/DISK prefixes, and the longest
-// shared-backend prefix.
+// its instance's (or, with DPRank, that rank's) GPU/CPU/DISK prefixes, the longest
+// shared-backend prefix, and its predicted prefix (LookupAnswer.Predicted): that rank's,
+// or the best over the instance's ranks without DPRank — what the server's route reads
+// from its own predicted table.
 func MatchesFromLookup(a *LookupAnswer, candidates []Candidate) []PrefixMatch {
 	var shared uint32
 	for _, m := range a.Shared {
@@ -104,6 +106,15 @@ func MatchesFromLookup(a *LookupAnswer, candidates []Candidate) []PrefixMatch {
 			}
 		}
 		out[i].GPU, out[i].CPU, out[i].Disk = blocks.GPU, blocks.CPU, blocks.Disk
+	}
+	// Predictions are few (instances a router sent work to without events): a pass per
+	// prediction costs less than an index.
+	for _, p := range a.Predicted {
+		for i, c := range candidates {
+			if c.InstanceID == p.InstanceID && (c.DPRank == nil || *c.DPRank == p.DPRank) && p.Blocks > out[i].Predicted {
+				out[i].Predicted = p.Blocks
+			}
+		}
 	}
 	return out
 }

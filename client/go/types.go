@@ -137,6 +137,15 @@ type SharedMatch struct {
 	Locations []string
 }
 
+// PredictedPrefix is a prefix predicted on an instance's rank (approximate mode,
+// docs/routing.md §Approximate mode): the leading blocks of the query that a route or a
+// router's RecordPrediction sent there, not known from its events.
+type PredictedPrefix struct {
+	InstanceID string
+	DPRank     uint32
+	Blocks     uint32
+}
+
 // LookupAnswer is the answer of a lookup (the REST /v1/lookup answer).
 type LookupAnswer struct {
 	Revision      uint64
@@ -145,6 +154,10 @@ type LookupAnswer struct {
 	BlocksFound   uint32
 	Instances     []InstanceMatch // longest match first, then by id
 	Shared        []SharedMatch
+	// The query's predicted prefixes (blocks > 0), by instance then rank: filled by a
+	// LocalIndex with Predictions on; a server's lookup answers none (its routes read
+	// predictions themselves). MatchesFromLookup credits them.
+	Predicted []PredictedPrefix
 }
 
 // TierWeights weigh cached blocks per tier in the routing cost (each 0..1).
@@ -200,7 +213,8 @@ type Candidate struct {
 	// docs/routing.md §Approximate mode): when Client.Route picks it, the server records the
 	// request's blocks as predicted on it for a while, and later routes credit them
 	// (ScoredCandidate.PredictedBlocks). It travels in the request only; the candidates of
-	// an answer leave it false. LocalIndex and the local scorer do not predict.
+	// an answer leave it false. LocalIndex.Route records nothing: a router deciding in its
+	// own process records its pick with Client.RecordPrediction.
 	Predict bool
 }
 
@@ -215,9 +229,10 @@ type RouteRequest struct {
 
 // PrefixMatch is a candidate's cached prefix in blocks: GPU <= CPU <= Disk cumulative,
 // Shared from shared backends. Predicted is the candidate's predicted prefix (approximate
-// mode), set in Client.Route answers to requests with a Predict candidate; ScoreCandidates
-// credits it past Disk (weighed by RouteOptions.PredictedWeight), as the server does, and
-// LocalIndex, which records no predictions, leaves it 0.
+// mode), set in Client.Route answers to requests with the approximate trailer (a Predict
+// candidate or a PredictedWeight of its own) and by MatchesFromLookup from a LocalIndex
+// with Predictions on; ScoreCandidates credits it past Disk (weighed by
+// RouteOptions.PredictedWeight), as the server does.
 type PrefixMatch struct {
 	GPU, CPU, Disk, Shared uint32
 	Predicted              uint32
