@@ -25,7 +25,8 @@ Result<HttpReply> HandleQuery(const Services& services, const RouteRequest& requ
                            LookupPrefix(ServicesFor(services, lookup.context), lookup, &keys));
   // Blocks predicted by routes (docs/routing.md §Approximate mode), marked "PREDICTED";
   // of the one instance asked about, when the query names one.
-  std::vector<ConductorPrediction> predicted = PredictionsOf(services, lookup.context, keys);
+  std::vector<ConductorPrediction> predicted =
+      PredictionsOf(ServicesFor(services, lookup.context), lookup.context, keys);
   if (!lookup.instance_id.empty()) {
     std::erase_if(predicted, [&lookup](const ConductorPrediction& p) {
       return p.instance_id != lookup.instance_id;

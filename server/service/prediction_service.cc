@@ -48,8 +48,9 @@ void RecordPrediction(const Services& services, const ContextKey& context,
       context, HolderKey{picked.instance_id, picked.dp_rank.value_or(0)}, std::move(keys));
 }
 
-Result<size_t> RecordDecision(const Services& services, const ContextKey& context,
+Result<size_t> RecordDecision(const Services& all, const ContextKey& context,
                               const HolderKey& holder, std::vector<BlockKey> keys) {
+  const Services& services = ServicesFor(all, context);  // the context's group
   KVATLAS_RETURN_IF_ERROR(CheckContextLimits(context, "", {}, services.options.names));
   KVATLAS_RETURN_IF_ERROR(CheckLength("", "backend_id", holder.id,
                                       services.options.names.name_bytes, "max_name_bytes"));
