@@ -43,38 +43,41 @@ void GroupMirror::Follow(const ClusterStatus& primary, Tracked* tracked) {
   const ClusterStatus status = raft->GetStatus();
   if (status.state != "leader") return;
   const std::string group = "group " + std::to_string(tracked->follower.id);
+  // Membership first, by whichever server leads this group, from group 1's configuration
+  // as this server knows it (any member knows it): so the server leading group 1 is made a
+  // voter here before it is handed the leadership.
+  if (!primary.members.empty()) {
+    for (const ClusterMember& member : primary.members) {
+      if (member.role != "voter") continue;
+      const ClusterMember* present = FindMember(status, member.id);
+      if (present != nullptr && present->role == "voter") continue;
+      const std::string address =
+          RaftAddressOfGroup(RaftAddressEndpoint(member.raft_address), tracked->follower.id);
+      LogInfo(group + ": adding server " + std::to_string(member.id) + " at " + address +
+              " (a voter of group 1)");
+      tracked->busy->store(true);
+      raft->AddServer(
+          member.id, address,
+          Completion(tracked->busy, group + ": adding server " + std::to_string(member.id)));
+      return;
+    }
+    for (const ClusterMember& member : status.members) {
+      if (FindMember(primary, member.id) != nullptr) continue;
+      LogInfo(group + ": removing server " + std::to_string(member.id) + " (not in group 1)");
+      tracked->busy->store(true);
+      raft->RemoveServer(member.id, Completion(tracked->busy, group + ": removing server " +
+                                                                  std::to_string(member.id)));
+      return;
+    }
+  }
   if (primary.leader_id != 0 && primary.leader_id != status.id) {
     const ClusterMember* target = FindMember(status, primary.leader_id);
-    if (target == nullptr || target->role != "voter") return;  // added first, by its leader
+    if (target == nullptr || target->role != "voter") return;  // being added (above)
     LogInfo(group + ": handing leadership to server " + std::to_string(primary.leader_id) +
             ", which leads group 1");
     tracked->busy->store(true);
     raft->TransferLeadership(primary.leader_id,
                              Completion(tracked->busy, group + ": leadership transfer"));
-    return;
-  }
-  if (primary.state != "leader") return;
-  for (const ClusterMember& member : primary.members) {
-    if (member.role != "voter") continue;
-    const ClusterMember* present = FindMember(status, member.id);
-    if (present != nullptr && present->role == "voter") continue;
-    const std::string address =
-        RaftAddressOfGroup(RaftAddressEndpoint(member.raft_address), tracked->follower.id);
-    LogInfo(group + ": adding server " + std::to_string(member.id) + " at " + address +
-            " (a voter of group 1)");
-    tracked->busy->store(true);
-    raft->AddServer(
-        member.id, address,
-        Completion(tracked->busy, group + ": adding server " + std::to_string(member.id)));
-    return;
-  }
-  for (const ClusterMember& member : status.members) {
-    if (FindMember(primary, member.id) != nullptr) continue;
-    LogInfo(group + ": removing server " + std::to_string(member.id) + " (not in group 1)");
-    tracked->busy->store(true);
-    raft->RemoveServer(member.id, Completion(tracked->busy, group + ": removing server " +
-                                                                std::to_string(member.id)));
-    return;
   }
 }
 

@@ -1,15 +1,16 @@
 // GroupMirror: keeps a server's groups 2..G following group 1 (docs/scaling.md §Groups on
 // every server), so that the cluster's membership is managed once — on group 1, as for a
 // single-group cluster (`kvatlas cluster add/remove`) — and one server leads every group.
-// Every 100 ms, for each other group hosted here:
+// Every 100 ms, for each other group this server leads:
 //
-//   - Leadership: a server that leads the group while another server leads group 1 hands
-//     the group's leadership to that server (raft_transfer), once it is a voter of the
-//     group. Writes, forwarding and not-leader answers therefore name one leader.
-//   - Membership: the server leading both group 1 and the group makes the group's members
-//     those of group 1 — it adds every voter of group 1 the group lacks (at its raft
-//     address with the group's suffix, tcp_transport.h §Groups on one port) and removes
-//     every member group 1 no longer has, one change in flight per group.
+//   - Membership: it makes the group's members those of group 1 as this server knows
+//     them (every member knows group 1's configuration) — it adds every voter of group 1
+//     the group lacks (at its raft address with the group's suffix, tcp_transport.h
+//     §Groups on one port) and removes every member group 1 no longer has, one change in
+//     flight per group.
+//   - Leadership: once group 1's leader is a voter of the group, it hands the group's
+//     leadership to it (raft_transfer). Writes, forwarding and not-leader answers
+//     therefore name one leader.
 //
 // A server joining a running cluster starts its other groups with an empty configuration,
 // as it starts group 1; once the cluster adds it to group 1, the mirror adds it to the rest.

@@ -69,7 +69,7 @@ struct ZmqListenerConfig {
 };
 
 // The group a stream's batches go to: its state machine (stream positions, tallies) and
-// applier (docs/scaling.md §Home groups).
+// applier (docs/scaling.md §Groups on every server).
 struct ZmqTarget {
   StateMachine* machine = nullptr;
   Applier* applier = nullptr;

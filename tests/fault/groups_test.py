@@ -113,9 +113,14 @@ def case_joining_server_joins_every_group(binary):
         status, body = leader.request("POST", "/v1/cluster/members",
                                       {"id": 4, "raft_address": f"127.0.0.1:{port}"})
         assert status == 200, body
-        h.wait_until("every group has server 4 as a voter",
-                     lambda: led_by_one(leader, leader.id, [1, 2, 3, 4]))
+        # Group 1's leadership goes to the new server at once, maybe before the other groups
+        # have it as a voter: their leader adds it, then hands them over too.
+        h.wait_until("server 4 takes group 1's leadership", lambda: leader.request(
+            "POST", "/v1/cluster/transfer", {"id": 4})[0] == 200)
+        h.wait_until("every group has server 4 as a voter and leader",
+                     lambda: led_by_one(joiner, 4, [1, 2, 3, 4]))
         wait_all_held([joiner], written)
+        assert write(joiner, 99, 0), "a write through the new leader failed"
 
 
 def case_group_count_is_fixed(binary):

@@ -147,9 +147,9 @@ struct GroupShare {
     const ContextPlacement& placement, std::span<const BlockKey> keys);
 
 // The group of `groups` (1..groups) a context lives in while the directory places it
-// nowhere (docs/scaling.md §Home groups): 1 + XXH3-64 (seed 0) of the context's encoding in
-// the directory with its LoRA and salt left empty (str tenant, str model, "", varint
-// block_size, "") modulo `groups`; 1 for `groups` <= 1. A model's LoRA adapters and salts
+// nowhere (docs/scaling.md §Groups on every server): 1 + XXH3-64 (seed 0) of the context's
+// encoding in the directory with its LoRA and salt left empty (str tenant, str model, "",
+// varint block_size, "") modulo `groups`; 1 for `groups` <= 1. A model's LoRA adapters and salts
 // share its home, so one engine's event stream (one model; adapters and salts per event)
 // goes to one group. Stable: every server and client computes it alike.
 [[nodiscard]] KVATLAS_EXPORT GroupId HomeGroup(const ContextKey& context, uint32_t groups);
