@@ -160,7 +160,7 @@ class ZmqIngest::Loop {
   void CheckReportModes(Clock::time_point now) {
     if (now < next_report_mode_check_) return;
     next_report_mode_check_ = now + std::chrono::seconds(1);
-    auto check = [this](ZmqStream& stream) {
+    auto check = [](ZmqStream& stream) {
       const StreamTally t = stream.target.machine->TallyOf(stream.key);
       StreamCounters& c = stream.view->counters;
       c.stored_blocks.store(t.stored_blocks, std::memory_order_relaxed);
