@@ -48,6 +48,18 @@ std::string Advertised(const std::string& bound, const std::string& raft_address
   return HostPort{r->host, b->port}.ToString();
 }
 
+// Points `services` at `group`'s own parts: the fields of Services a group owns.
+void UseGroupParts(const Group& group, Services* services) {
+  services->group = group.id();
+  services->machine = group.machine();
+  services->applier = group.applier();
+  services->storage = group.storage();
+  services->log = group.raft();
+  services->feed = group.feed();
+  services->leases = group.leases();
+  services->predictions = group.predictions();
+}
+
 // How often a starting server logs its recovery's progress (RecoveryProgress).
 constexpr std::chrono::seconds kProgressLogInterval{2};
 
@@ -119,15 +131,9 @@ Status Server::Init() {
   KVATLAS_RETURN_IF_ERROR(StartAccessControl(std::move(preflight.tokens)));
 
   SetServicesFrom(config_, &services_);
-  services_.machine = group_->machine();
-  services_.applier = group_->applier();
-  services_.storage = group_->storage();
+  UseGroupParts(*group_, &services_);
   services_.metrics = &metrics_;
   services_.zmq = zmq_.get();
-  services_.log = group_->raft();
-  services_.feed = group_->feed();
-  services_.leases = group_->leases();
-  services_.predictions = group_->predictions();
   services_.auth = auth_.get();
   services_.audit = audit_.get();
   services_.peers = peer_auth_.get();
@@ -135,15 +141,8 @@ Status Server::Init() {
     auto groups = std::make_shared<std::vector<Services>>();
     for (const auto& group : groups_) {
       Services parts = services_;
-      parts.group = group->id();
+      UseGroupParts(*group, &parts);
       parts.cluster = group_->machine();
-      parts.machine = group->machine();
-      parts.applier = group->applier();
-      parts.storage = group->storage();
-      parts.log = group->raft();
-      parts.feed = group->feed();
-      parts.leases = group->leases();
-      parts.predictions = group->predictions();
       groups->push_back(std::move(parts));
     }
     services_.groups = std::move(groups);

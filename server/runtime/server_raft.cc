@@ -38,14 +38,12 @@ Status Server::StartRaft(const Preflight& preflight) {
       }));
   // The other groups' connections reach them through group 1's listener; the registry is
   // group 1's alone.
+  std::vector<GroupMirror::Follower> followers;
   for (size_t i = 1; i < groups_.size(); ++i) {
     KVATLAS_RETURN_IF_ERROR(groups_[i]->StartReplication(peer_auth_.get(), -1, [] {}));
+    followers.push_back({groups_[i]->id(), groups_[i]->raft()});
   }
-  if (groups_.size() > 1) {
-    std::vector<GroupMirror::Follower> followers;
-    for (size_t i = 1; i < groups_.size(); ++i) {
-      followers.push_back({groups_[i]->id(), groups_[i]->raft()});
-    }
+  if (!followers.empty()) {
     group_mirror_ = std::make_unique<GroupMirror>(group_->raft(), std::move(followers));
   }
   return Status::Ok();
