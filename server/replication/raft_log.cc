@@ -297,18 +297,19 @@ class RaftLog::Loop {
       raft_id leader = 0;
       const char* address = nullptr;
       raft_leader(&r->loop->raft_, &leader, &address);
+      Done finished = std::move(r->done);
+      r->loop->RetireTransfer(r);
       if (r->target == 0 ? leader != r->loop->raft_.id : leader == r->target) {
-        r->done(Status::Ok());
+        finished(Status::Ok());
       } else {
-        r->done(Status::Unavailable("leadership did not move" +
-                                    (r->target ? " to server " + std::to_string(r->target) : "") +
-                                    " (leader now: " + std::to_string(leader) + ")"));
+        finished(Status::Unavailable("leadership did not move" +
+                                     (r->target ? " to server " + std::to_string(r->target) : "") +
+                                     " (leader now: " + std::to_string(leader) + ")"));
       }
-      delete r;
     });
     if (rv != 0) {
       Done failed = std::move(request->done);
-      delete request;
+      RetireTransfer(request);
       failed(Status::FailedPrecondition("leadership transfer refused: " + RefusalOf(rv, id, "")));
     }
   }
@@ -339,6 +340,13 @@ class RaftLog::Loop {
     uint64_t target;
     Done done;
   };
+  // libraft 0.15 sends a transfer's TimeoutNow through the raft_io_send in raft_transfer,
+  // and may still queue it for an unreachable target after the transfer ended
+  // (canonical/raft#396): freed then, a later eviction from that queue calls through freed
+  // memory. So a transfer's memory lives until raft is closed (transfers are rare).
+  void RetireTransfer(TransferRequest* request) {
+    retired_transfers_.push_back(std::unique_ptr<TransferRequest>(request));
+  }
 
   // Ok when this server may act as leader now: not stopping, and leading.
   Status CheckLeading() {
@@ -426,21 +434,9 @@ class RaftLog::Loop {
     raft_set_snapshot_threshold(&raft_, compacting_early_ ? 1 : o.snapshot_threshold);
     raft_set_snapshot_trailing(&raft_, compacting_early_ ? 0 : o.snapshot_trailing);
     raft_set_pre_vote(&raft_, true);
-    if (!o.bootstrap.empty()) {
-      struct raft_configuration conf;
-      raft_configuration_init(&conf);
-      for (const auto& [id, address] : o.bootstrap) {
-        rv = raft_configuration_add(&conf, id, address.c_str(), RAFT_VOTER);
-        if (rv != 0) break;
-      }
-      if (rv == 0) rv = raft_bootstrap(&raft_, &conf);
-      raft_configuration_close(&conf);
-      // Not pristine: the log already holds a configuration (a restart). Fine.
-      if (rv != 0 && rv != RAFT_CANTBOOTSTRAP) {
-        Status s = Status::IOError("raft_bootstrap: " + RaftError(rv));
-        StartClose();
-        return s;
-      }
+    if (Status s = Bootstrap(&raft_, o.bootstrap); !s.ok()) {
+      StartClose();
+      return s;
     }
     if ((rv = raft_start(&raft_)) != 0) {
       // libraft leaves its message empty when the listen fails (e.g. the port is taken).
@@ -650,6 +646,7 @@ class RaftLog::Loop {
   uint64_t last_refresh_ns_ = 0;
   uint64_t last_leader_ = 0;  // the last known leader, for leadership_changes_
   MemberContacts contacts_;
+  std::vector<std::unique_ptr<TransferRequest>> retired_transfers_;  // RetireTransfer
   // raft_uv's start and raft's receive callback, which StartIo and RecvIo wrap.
   int (*uv_start_)(struct raft_io*, unsigned, raft_io_tick_cb, raft_io_recv_cb) = nullptr;
   raft_io_recv_cb raft_recv_ = nullptr;

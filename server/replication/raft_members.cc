@@ -9,6 +9,22 @@ namespace kvatlas::server {
 
 std::string RaftError(int rv) { return std::string(raft_strerror(rv)); }
 
+Status Bootstrap(struct raft* raft, const std::vector<std::pair<uint64_t, std::string>>& voters) {
+  if (voters.empty()) return Status::Ok();
+  struct raft_configuration conf;
+  raft_configuration_init(&conf);
+  int rv = 0;
+  for (const auto& [id, address] : voters) {
+    rv = raft_configuration_add(&conf, id, address.c_str(), RAFT_VOTER);
+    if (rv != 0) break;
+  }
+  if (rv == 0) rv = raft_bootstrap(raft, &conf);
+  raft_configuration_close(&conf);
+  if (rv != 0 && rv != RAFT_CANTBOOTSTRAP)
+    return Status::IOError("raft_bootstrap: " + RaftError(rv));
+  return Status::Ok();
+}
+
 std::string RefusalOf(int rv, uint64_t id, std::string_view address) {
   const std::string server = "server " + std::to_string(id);
   switch (rv) {

@@ -8,10 +8,20 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "server/state/replicated_log.h"
 
+struct raft;  // libraft's
+
 namespace kvatlas::server {
+
+// Bootstraps `raft` (initialised, not started) with `voters` {id, address} as its first
+// configuration; nothing when `voters` is empty or the log already holds a configuration
+// (a restart). kIOError naming libraft's reason otherwise.
+[[nodiscard]] Status Bootstrap(struct raft* raft,
+                               const std::vector<std::pair<uint64_t, std::string>>& voters);
 
 // libraft's message for a return code.
 std::string RaftError(int rv);
