@@ -1,12 +1,14 @@
 // The raft cluster over REST (docs/replication.md): GET /v1/cluster, GET /v1/groups (its
 // raft groups, docs/scaling.md), and membership changes on the leader: POST
 // /v1/cluster/members, DELETE /v1/cluster/members/{id}, POST /v1/cluster/transfer, POST
-// /v1/cluster/announce (a member's addresses), and POST /v1/cluster/predict (a follower's
-// predictions, forwarded_predictions.h). A change is answered once raft has committed it. On
-// a follower these fail with kNotLeader and are forwarded to the leader (forwarding.h),
-// except the internal calls (announce, predict), which are answered 421.
+// /v1/cluster/announce (a member's addresses), POST /v1/cluster/predict (a follower's
+// predictions, forwarded_predictions.h) and POST /v1/cluster/apply (a write part for a group
+// led here, group_forwarder.h). A change is answered once raft has committed it. On a
+// follower these fail with kNotLeader and are forwarded to the leader (forwarding.h), except
+// the internal calls (announce, predict, apply), which are answered 421.
 
 #include <charconv>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -16,8 +18,10 @@
 #include "kvatlas/common/limits.h"
 #include "server/api/forwarded_predictions.h"
 #include "server/api/routes.h"
+#include "server/model/command_codec.h"
 #include "server/service/cluster_service.h"
 #include "server/service/group_service.h"
+#include "server/service/ingest_service.h"
 
 namespace kvatlas::server {
 namespace {
@@ -100,19 +104,56 @@ Result<HttpReply> HandleAnnounce(const Services& services, const RouteRequest& r
   return JsonReply(answer.dump());
 }
 
+// The verified sender of internal call `what` (a cluster member), or why it is refused.
+Result<uint64_t> InternalSender(const Services& services, const RouteRequest& request,
+                                std::string_view what) {
+  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
+  const std::optional<uint64_t> sender =
+      request.peer ? std::optional<uint64_t>(request.peer->sender) : std::nullopt;
+  KVATLAS_RETURN_IF_ERROR(RequireInternalCall(services, sender, request.http.remote_addr, what));
+  return *sender;
+}
+
 // POST /v1/cluster/predict {"predictions": [...]}: a follower's round of approximate-mode
 // predictions (forwarded_predictions.h), submitted here without waiting. An internal call:
 // signed by a member, never forwarded.
 Result<HttpReply> HandlePredict(const Services& services, const RouteRequest& request) {
-  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
-  const std::optional<uint64_t> sender =
-      request.peer ? std::optional<uint64_t>(request.peer->sender) : std::nullopt;
-  KVATLAS_RETURN_IF_ERROR(
-      RequireInternalCall(services, sender, request.http.remote_addr, "POST /v1/cluster/predict"));
+  KVATLAS_ASSIGN_OR_RETURN(uint64_t sender,
+                           InternalSender(services, request, "POST /v1/cluster/predict"));
   KVATLAS_ASSIGN_OR_RETURN(CommandBatch batch, DecodeForwardedPredictions(request.http.body));
   const size_t predictions = batch.commands.size();
-  KVATLAS_RETURN_IF_ERROR(SubmitForwardedPredictions(services, *sender, std::move(batch)));
+  KVATLAS_RETURN_IF_ERROR(SubmitForwardedPredictions(services, sender, std::move(batch)));
   return JsonReply(nlohmann::json({{"status", "ok"}, {"predictions", predictions}}).dump());
+}
+
+// POST /v1/cluster/apply?group=G, body: a CommandBatch (EncodeCommandBatch): a write part
+// of group G from a server that does not lead G (group_forwarder.h), submitted here and
+// answered {"status", "group", "revision"} once applied. An internal call: signed by a
+// member, never forwarded (not_leader, 421, when this server does not lead G).
+Result<HttpReply> HandleApply(const Services& services, const RouteRequest& request) {
+  KVATLAS_RETURN_IF_ERROR(InternalSender(services, request, "POST /v1/cluster/apply").status());
+  const std::string text = request.http.Param("group");
+  const size_t groups = services.groups == nullptr ? 1 : services.groups->size();
+  uint64_t id = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || id == 0 ||
+      id > groups) {
+    return Status::InvalidArgument("query.group: must be a group this server hosts, 1 to " +
+                                   std::to_string(groups));
+  }
+  const Services& group = services.groups == nullptr ? services : (*services.groups)[id - 1];
+  if (!group.log->is_leader()) {
+    return Status(StatusCode::kNotLeader, "this server does not lead group " + std::to_string(id));
+  }
+  Result<CommandBatch> batch = DecodeCommandBatch(request.http.body);
+  if (!batch.has_value()) return Status::InvalidArgument("body: " + batch.error().message());
+  std::future<Result<Revision>> applied = group.applier->Submit(std::move(*batch));
+  if (applied.wait_for(services.options.apply_timeout) != std::future_status::ready) {
+    return ApplyDeadlineExceeded(services);
+  }
+  KVATLAS_ASSIGN_OR_RETURN(Revision revision, applied.get());
+  return JsonReply(
+      nlohmann::json({{"status", "ok"}, {"group", id}, {"revision", revision}}).dump());
 }
 
 Result<HttpReply> HandleTransfer(const Services& services, const RouteRequest& request) {
@@ -147,6 +188,9 @@ void AddClusterRoutes(const Services* services, Router* router) {
   router->Add(
       {"POST", "/v1/cluster/predict", RouteAccess::kInternal,
        [services](const RouteRequest& request) { return HandlePredict(*services, request); }});
+  router->Add({"POST", "/v1/cluster/apply", RouteAccess::kInternal,
+               [services](const RouteRequest& request) { return HandleApply(*services, request); },
+               "application/octet-stream"});
 }
 
 }  // namespace kvatlas::server

@@ -115,6 +115,10 @@ HttpReply RunRoute(const Router& router, const Route& route, const HttpRequest& 
     if (Status s = CheckJsonContentType(request, route.strict_json()); !s.ok()) {
       return ErrorReply(s);
     }
+  } else if (!route.body_type.empty() && MediaType(request) != route.body_type) {
+    return ErrorReply(Status(StatusCode::kUnsupportedMediaType,
+                             "Content-Type must be " + route.body_type + ", got \"" +
+                                 request.Header("Content-Type") + "\""));
   }
   HttpReply reply =
       RunHandler(router, route, request, path_param, peer, principal ? &*principal : nullptr);

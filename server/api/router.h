@@ -70,11 +70,15 @@ struct Route {
   std::string pattern;  // "/v1/stats", or "/v1/blocks/{key}" (one trailing parameter)
   RouteAccess access = RouteAccess::kRead;
   RouteHandler handler;
+  // Empty: the body is JSON (below). Otherwise the one media type its body must declare: a
+  // binary body of an internal call (POST /v1/cluster/apply, application/octet-stream, which
+  // a browser cannot send cross-origin without a preflight).
+  std::string body_type = {};
 
-  // A POST route's body is JSON. On kWrite, kAdmin and kInternal routes the server accepts
-  // only a JSON Content-Type (browser-borne requests, docs/security.md); on kRead routes
-  // also none and curl's default (x-www-form-urlencoded).
-  bool json_body() const { return method == "POST"; }
+  // A POST route's body is JSON unless body_type says otherwise. On kWrite, kAdmin and kInternal
+  // routes the server accepts only a JSON Content-Type (browser-borne requests, docs/security.md);
+  // on kRead routes also none and curl's default (x-www-form-urlencoded).
+  bool json_body() const { return method == "POST" && body_type.empty(); }
   bool strict_json() const {
     return json_body() && access != RouteAccess::kRead && access != RouteAccess::kOpen;
   }

@@ -121,7 +121,7 @@ class RaftLog final : public ReplicatedLog {
   // File name, in RaftOptions::dir, of the "rebuild the state from the log" marker.
   static constexpr const char* kRebuildMarker = "REBUILD_STATE";
   // Whether this server led the cluster at the last status refresh (every 50 ms).
-  bool is_leader() const { return leader_.load(std::memory_order_acquire); }
+  bool is_leader() const override { return leader_.load(std::memory_order_acquire); }
 
   [[nodiscard]] Status Propose(std::string* entry,
                                std::function<void(Result<uint64_t>)> done) override;

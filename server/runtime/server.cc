@@ -138,6 +138,8 @@ Status Server::Init() {
   services_.audit = audit_.get();
   services_.peers = peer_auth_.get();
   if (groups_.size() > 1) {
+    group_forwarder_ = std::make_unique<HttpGroupForwarder>();
+    services_.group_forwarder = group_forwarder_.get();
     auto groups = std::make_shared<std::vector<Services>>();
     for (const auto& group : groups_) {
       Services parts = services_;
@@ -146,6 +148,7 @@ Status Server::Init() {
       groups->push_back(std::move(parts));
     }
     services_.groups = std::move(groups);
+    group_services_.store(services_.groups.get(), std::memory_order_release);
   }
 
   RpcServerOptions rpc_options = RpcServerOptionsFrom(config_, rpc_listen);
@@ -315,8 +318,19 @@ Status Server::StartZmqIngest() {
   ZmqIngestOptions options = ZmqIngestOptionsFrom(config_);
   if (groups_.size() > 1) {
     options.target_of = [this](const ContextKey& context) {
-      Group* group = groups_[HomeGroup(context, static_cast<uint32_t>(groups_.size())) - 1].get();
-      return ZmqTarget{group->machine(), group->applier()};
+      const size_t index = HomeGroup(context, static_cast<uint32_t>(groups_.size())) - 1;
+      Group* group = groups_[index].get();
+      ZmqTarget target{group->machine(), group->applier(), nullptr};
+      // A stream's batches go to its group's leader wherever it is (forwarded while this
+      // server does not lead that group).
+      target.try_submit = [this, group, index](CommandBatch* batch, Applier::Callback done) {
+        const std::vector<Services>* copies = group_services_.load(std::memory_order_acquire);
+        if (copies == nullptr || group->raft()->is_leader()) {
+          return group->applier()->TrySubmitAsync(batch, std::move(done));
+        }
+        return group_forwarder_->TryForward((*copies)[index], batch, std::move(done));
+      };
+      return target;
     };
   }
   RaftLog* raft = group_->raft();
@@ -362,6 +376,9 @@ Status Server::Shutdown() {
   if (http_) http_->Stop();
   // The ingest thread may be waiting for room in the applier's queue: stop it first.
   if (zmq_) zmq_->Stop();
+  // Parts still held for another group's leader are answered unavailable; calls in flight
+  // end within their timeouts.
+  if (group_forwarder_) group_forwarder_->Stop();
   // The applier stops taking batches; what it proposed completes (or fails) when raft
   // stops, on raft's thread, while the applier object still exists.
   for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) (*it)->StopReplication();

@@ -16,6 +16,7 @@
 
 #include "common/internal/tls.h"
 #include "kvatlas/common/result.h"
+#include "server/api/group_forwarder.h"
 #include "server/api/http_server.h"
 #include "server/api/routes.h"
 #include "server/rpc/rpc_server.h"
@@ -133,6 +134,11 @@ class Server {
   std::unique_ptr<Authenticator> auth_;  // outlives the servers that use it
   std::unique_ptr<AuditLog> audit_;
   Services services_;
+  // Hands write parts to the leaders of groups this server does not lead (several groups
+  // only): after services_, whose group copies its queued parts use.
+  std::unique_ptr<HttpGroupForwarder> group_forwarder_;
+  // services_.groups once made, for the ZMQ ingest's thread (which starts before it).
+  std::atomic<const std::vector<Services>*> group_services_{nullptr};
   std::unique_ptr<RpcServer> rpc_;
   std::unique_ptr<HttpServer> http_;
   std::string listen_address_;

@@ -49,7 +49,7 @@ LeaderAddresses FindLeader(const Services& services) {
   if (services.log == nullptr) return leader;
   leader.id = services.log->GetStatus().leader_id;
   if (leader.id == 0) return leader;
-  if (std::optional<ServerAddresses> known = services.machine->AddressesOf(leader.id)) {
+  if (std::optional<ServerAddresses> known = ClusterState(services).AddressesOf(leader.id)) {
     if (!known->http_address.empty()) leader.http_address = known->http_address;
     if (!known->rpc_address.empty()) leader.rpc_address = known->rpc_address;
   }

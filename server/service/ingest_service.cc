@@ -69,12 +69,27 @@ std::vector<std::pair<const Services*, CommandBatch>> SplitByGroup(const Service
   return parts;
 }
 
+void SubmitPart(const Services& group, CommandBatch part, Applier::Callback done) {
+  if (group.group_forwarder != nullptr && group.log != nullptr && !group.log->is_leader()) {
+    if (Status refused = group.group_forwarder->TryForward(group, &part, done); !refused.ok()) {
+      done(std::move(refused));
+    }
+    return;
+  }
+  group.applier->SubmitAsync(std::move(part), std::move(done));
+}
+
 Result<Revision> SubmitAndWait(const Services& services, CommandBatch batch) {
   std::vector<std::pair<const Services*, CommandBatch>> parts =
       SplitByGroup(services, std::move(batch));
   services.metrics->ApplyStarted();
   std::vector<std::future<Result<Revision>>> pending;
-  for (auto& [group, part] : parts) pending.push_back(group->applier->Submit(std::move(part)));
+  for (auto& [group, part] : parts) {
+    auto promise = std::make_shared<std::promise<Result<Revision>>>();
+    pending.push_back(promise->get_future());
+    SubmitPart(*group, std::move(part),
+               [promise](Result<Revision> applied) { promise->set_value(std::move(applied)); });
+  }
   const auto deadline = std::chrono::steady_clock::now() + services.options.apply_timeout;
   Result<Revision> last = Revision{0};
   bool ready = true;
@@ -98,12 +113,11 @@ void SubmitAsync(const Services& services, CommandBatch batch,
   Metrics* metrics = services.metrics;
   metrics->ApplyStarted();
   if (parts.size() == 1) {
-    parts.front().first->applier->SubmitAsync(
-        std::move(parts.front().second),
-        [metrics, done = std::move(done)](Result<Revision> applied) {
-          metrics->ApplyFinished();
-          done(std::move(applied));
-        });
+    SubmitPart(*parts.front().first, std::move(parts.front().second),
+               [metrics, done = std::move(done)](Result<Revision> applied) {
+                 metrics->ApplyFinished();
+                 done(std::move(applied));
+               });
     return;
   }
   // Several groups: answered once every part is, with the first failure or the last
@@ -119,20 +133,20 @@ void SubmitAsync(const Services& services, CommandBatch batch,
   join->done = std::move(done);
   for (size_t i = 0; i < parts.size(); ++i) {
     const bool last_part = i + 1 == parts.size();
-    parts[i].first->applier->SubmitAsync(
-        std::move(parts[i].second), [metrics, join, last_part](Result<Revision> applied) {
-          bool finished = false;
-          {
-            std::lock_guard lock(join->mu);
-            if (!applied.has_value() ? join->result.has_value() : last_part) {
-              join->result = std::move(applied);
-            }
-            finished = --join->left == 0;
-          }
-          if (!finished) return;
-          metrics->ApplyFinished();
-          join->done(std::move(join->result));
-        });
+    SubmitPart(*parts[i].first, std::move(parts[i].second),
+               [metrics, join, last_part](Result<Revision> applied) {
+                 bool finished = false;
+                 {
+                   std::lock_guard lock(join->mu);
+                   if (!applied.has_value() ? join->result.has_value() : last_part) {
+                     join->result = std::move(applied);
+                   }
+                   finished = --join->left == 0;
+                 }
+                 if (!finished) return;
+                 metrics->ApplyFinished();
+                 join->done(std::move(join->result));
+               });
   }
 }
 

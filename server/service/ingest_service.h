@@ -44,6 +44,12 @@ struct PreparedIngest {
 [[nodiscard]] std::vector<std::pair<const Services*, CommandBatch>> SplitByGroup(
     const Services& services, CommandBatch batch);
 
+// Submits one part of a batch (SplitByGroup) to its group without waiting: to `group`'s
+// applier, or — when `group` has a forwarder and this server does not lead the group —
+// forwarded to the group's leader (group_forwarder.h). `done` runs once, on the applier's
+// or a forwarder's thread, or at once on this thread when the part is refused.
+void SubmitPart(const Services& group, CommandBatch part, Applier::Callback done);
+
 // Submits `batch` without waiting: `done` runs on the applier thread once it is applied,
 // or at once on this thread when it is refused (Applier::SubmitAsync). `done` must be quick.
 void SubmitAsync(const Services& services, CommandBatch batch,

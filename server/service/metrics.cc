@@ -313,6 +313,11 @@ void Metrics::RecordTokenReload(bool ok, size_t tokens) {
   if (ok) auth_tokens_ = tokens;
 }
 
+void Metrics::RecordGroupForward(uint32_t group, bool ok) {
+  std::lock_guard lock(mu_);
+  ++group_forwards_[{group, ok}];
+}
+
 void Metrics::SetAuthTokens(size_t tokens) {
   std::lock_guard lock(mu_);
   auth_tokens_ = tokens;
@@ -366,6 +371,17 @@ std::string Metrics::Render(const StateGauges& gauges) const {
       Sample(&out, "kvatlas_admin_actions_total",
              Label("action", key.first) + "," + Label("outcome", key.second),
              static_cast<double>(count));
+    }
+    if (!group_forwards_.empty()) {
+      Family(&out, "kvatlas_group_forwarded_batches_total", "counter",
+             "Write parts forwarded to the leader of a raft group this server does not lead, "
+             "by group and outcome (applied there: ok).");
+      for (const auto& [key, count] : group_forwards_) {
+        Sample(&out, "kvatlas_group_forwarded_batches_total",
+               Label("group", std::to_string(key.first)) + "," +
+                   Label("outcome", key.second ? "ok" : "failed"),
+               static_cast<double>(count));
+      }
     }
     LabelledCounter(&out, "kvatlas_auth_token_reloads_total",
                     "Token set reloads (SIGHUP), by outcome; a failed reload keeps the old set.",

@@ -103,6 +103,9 @@ class Metrics {
   void RecordAdminAction(std::string_view action, std::string_view outcome);
   // A token reload (SIGHUP); on success `tokens` becomes the kvatlas_auth_tokens gauge.
   void RecordTokenReload(bool ok, size_t tokens);
+  // A write part forwarded to the leader of group `group` (group_forwarder.h): applied
+  // there ("ok") or not ("failed").
+  void RecordGroupForward(uint32_t group, bool ok);
   void SetAuthTokens(size_t tokens);
 
   [[nodiscard]] std::string Render(const StateGauges& gauges) const;
@@ -115,6 +118,7 @@ class Metrics {
   std::map<std::string, uint64_t, std::less<>> auth_failures_;             // reason → count
   std::map<std::pair<std::string, std::string>, uint64_t> admin_actions_;  // (action, outcome)
   std::map<std::string, uint64_t, std::less<>> token_reloads_;             // outcome → count
+  std::map<std::pair<uint32_t, bool>, uint64_t> group_forwards_;           // (group, ok)
   size_t auth_tokens_ = 0;
   std::atomic<uint64_t> in_flight_{0};
   // RPC answers by [message type][status code]; larger numbers count in the last slot.

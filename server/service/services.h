@@ -23,6 +23,7 @@
 #include "server/peer/peer_auth.h"
 #include "server/service/audit.h"
 #include "server/service/auth.h"
+#include "server/service/group_forwarder.h"
 #include "server/service/metrics.h"
 #include "server/state/applier.h"
 #include "server/state/lease_tracker.h"
@@ -102,6 +103,10 @@ struct Services {
   // §Groups on every server), made before the listeners start (so without their
   // addresses: answers about the cluster use this struct); null on a single-group server.
   std::shared_ptr<const std::vector<Services>> groups;
+  // Where a write part goes when this server does not lead its group (group_forwarder.h),
+  // shared by every copy; null = submitted to the group's applier whoever leads (a single
+  // group: a follower's writes are answered not_leader and proxied whole, forwarding.h).
+  GroupForwarder* group_forwarder = nullptr;
   // The data dir (disk space metrics) and the free space under which writes are refused;
   // empty for an in-memory server (tests).
   std::string data_dir;

@@ -126,6 +126,8 @@ class ReplicatedLog {
 
   [[nodiscard]] virtual ClusterStatus GetStatus() const = 0;
   [[nodiscard]] virtual LogMetrics GetMetrics() const { return {}; }
+  // Whether this server leads now (cheap where the log keeps it apart from its status).
+  [[nodiscard]] virtual bool is_leader() const { return GetStatus().state == "leader"; }
 
   // Membership, leader only (kNotLeader otherwise); `done` reports the outcome.
   using Done = std::function<void(Status)>;

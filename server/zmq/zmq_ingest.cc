@@ -603,7 +603,8 @@ class ZmqIngest::Loop {
       if (const size_t dropped = stream.target.applier->DropNewContextStores(&batch); dropped > 0) {
         view->counters.refused_new_context_stores.fetch_add(dropped, std::memory_order_relaxed);
       }
-      Status s = stream.target.applier->TrySubmitAsync(&batch, done);
+      Status s = stream.target.try_submit ? stream.target.try_submit(&batch, done)
+                                          : stream.target.applier->TrySubmitAsync(&batch, done);
       if (s.ok()) return;
       if (AfterRefusal(s.code(), owner_->stopping_.load(std::memory_order_acquire)) ==
           SubmitRetry::kGiveUp) {

@@ -73,6 +73,11 @@ struct ZmqListenerConfig {
 struct ZmqTarget {
   StateMachine* machine = nullptr;
   Applier* applier = nullptr;
+  // How a batch is handed over, with Applier::TrySubmitAsync's contract (refused: the batch
+  // left as it was, to retry); null = applier->TrySubmitAsync. A server sets it to forward
+  // to the group's leader where it does not lead the group (docs/scaling.md §Writes reach
+  // every group's leader).
+  std::function<Status(CommandBatch*, Applier::Callback)> try_submit;
 };
 
 struct ZmqIngestOptions {
@@ -144,7 +149,8 @@ class ZmqIngest {
 
   // The group a context's stream goes to (options_.target_of, else this ingest's own).
   ZmqTarget TargetOf(const ContextKey& context) const {
-    return options_.target_of ? options_.target_of(context) : ZmqTarget{machine_, applier_};
+    return options_.target_of ? options_.target_of(context)
+                              : ZmqTarget{machine_, applier_, nullptr};
   }
 
   StateMachine* machine_;

@@ -4,7 +4,8 @@
 usage: groups_test.py KVATLAS_SERVER_BINARY [CASE...]
 
 Three servers run `--groups 3`. Writes of many models (each model's contexts live in its
-home group) go through a follower and are read back on every server; /v1/groups shows the
+home group) go through a follower, which hands each group's part to that group's leader
+(an internal call, refused unsigned), and are read back on every server; /v1/groups shows the
 contexts spread over the groups, each group with the same voters and the same leader as
 group 1. Killing the leader moves every group's leadership to group 1's new leader; writes
 go on and the old leader catches up when it comes back. A server added to group 1 is added
@@ -16,6 +17,8 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_fault_test as h  # noqa: E402 - the shared harness
@@ -57,6 +60,32 @@ def led_by_one(node, leader_id, voters):
         for g in groups)
 
 
+def forwarded(node):
+    """{group: write parts node forwarded to that group's leader and saw applied}."""
+    with urllib.request.urlopen(node.base + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("kvatlas_group_forwarded_batches_total{") and 'outcome="ok"' in line:
+            group = int(line.split('group="')[1].split('"')[0])
+            counts[group] = int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def apply_refused(node):
+    """POST /v1/cluster/apply is an internal call: unsigned, or not a batch, it is refused."""
+    for content_type, expected in (("application/octet-stream", 401), ("application/json", 415)):
+        req = urllib.request.Request(node.base + "/v1/cluster/apply?group=2", data=b"\x01\x02",
+                                     method="POST", headers={"Content-Type": content_type})
+        try:
+            urllib.request.urlopen(req, timeout=5)
+            return False
+        except urllib.error.HTTPError as e:
+            if e.code != expected:
+                return False
+    return True
+
+
 def wait_all_held(nodes, written):
     for node in nodes:
         h.wait_until(f"server {node.id} holds every acknowledged write",
@@ -73,6 +102,10 @@ def case_spread_and_failover(binary):
         for m, i in written:
             assert write(follower, m, i), f"write of m{m} through server {follower.id} failed"
         wait_all_held(cluster.nodes, written)
+        # The follower handed each group's part to that group's leader.
+        parts = forwarded(follower)
+        assert len(parts) >= 2 and sum(parts.values()) >= MODELS, parts
+        assert apply_refused(follower)
         groups = groups_of(leader)
         holding = [g["id"] for g in groups if g["contexts"] > 0]
         assert len(holding) >= 2, f"every context landed in one group: {groups}"

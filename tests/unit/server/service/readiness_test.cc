@@ -8,27 +8,13 @@
 
 #include "server/service/ingest_service.h"
 #include "tests/support/in_memory_services.h"
+#include "tests/support/status_only_log.h"
 
 namespace kvatlas::server {
 namespace {
 
 using testing::InMemoryServices;
-
-// A replicated log that only reports a status: readiness never proposes.
-class StatusOnlyLog : public ReplicatedLog {
- public:
-  Status Propose(std::string*, std::function<void(Result<uint64_t>)>) override {
-    return Status::Unavailable("not used");
-  }
-  ClusterStatus GetStatus() const override { return status; }
-  LogMetrics GetMetrics() const override { return metrics; }
-  void AddServer(uint64_t, std::string, Done done) override { done(Status::Unavailable("")); }
-  void RemoveServer(uint64_t, Done done) override { done(Status::Unavailable("")); }
-  void TransferLeadership(uint64_t, Done done) override { done(Status::Unavailable("")); }
-
-  ClusterStatus status;
-  LogMetrics metrics;
-};
+using testing::StatusOnlyLog;
 
 bool Mentions(const Status& status, const std::string& text) {
   return status.message().find(text) != std::string::npos;
