@@ -153,6 +153,24 @@ std::string FormatBackup(const json& answer) {
   return out;
 }
 
+// One line for a single group; a line per group for a server hosting several.
+std::string FormatDigest(const json& answer) {
+  const auto part = [](const json& p) {
+    return " at applied index " + Text(p, "applied_index") + ": state digest " +
+           Text(p, "state_digest") + "\n";
+  };
+  const auto groups = answer.find("groups");
+  if (groups == answer.end() || !groups->is_array() || groups->size() < 2) {
+    return "server " + Text(answer, "server_id") + part(answer);
+  }
+  std::string out = "server " + Text(answer, "server_id") + ": " + std::to_string(groups->size()) +
+                    " raft groups\n";
+  for (const json& g : *groups) {
+    if (g.is_object()) out += "  group " + Text(g, "group") + part(g);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string FormatClusterAnswer(const std::string& sub, const std::string& document) {
@@ -173,8 +191,7 @@ std::string FormatClusterAnswer(const std::string& sub, const std::string& docum
   } else if (sub == "backup") {
     out = FormatBackup(answer);
   } else if (sub == "digest") {
-    out = "server " + Text(answer, "server_id") + " at applied index " +
-          Text(answer, "applied_index") + ": state digest " + Text(answer, "state_digest") + "\n";
+    out = FormatDigest(answer);
   } else if (answer.contains("leader_id")) {  // transfer
     const std::string leader = LeaderText(answer);
     out = leader == "unknown" ? "leadership transferred: the new leader is not known yet "

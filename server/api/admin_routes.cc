@@ -4,6 +4,7 @@
 // server asked, so ask the leader for every acknowledged write).
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "server/api/routes.h"
 #include "server/service/backup_service.h"
@@ -53,11 +54,21 @@ Result<HttpReply> HandleBackup(const Services& services, const RouteRequest& req
 }
 
 Result<HttpReply> HandleDigest(const Services& services) {
-  KVATLAS_ASSIGN_OR_RETURN(StateDigest digest, DigestState(services));
+  KVATLAS_ASSIGN_OR_RETURN(std::vector<StateDigest> digests, DigestState(services));
+  // The top-level figures are group 1's; `groups` every group's.
+  nlohmann::json groups = nlohmann::json::array();
+  for (size_t i = 0; i < digests.size(); ++i) {
+    groups.push_back({{"group", i + 1},
+                      {"applied_index", digests[i].applied_index},
+                      {"records", digests[i].records},
+                      {"state_digest", digests[i].digest}});
+  }
+  const StateDigest& digest = digests.front();
   const nlohmann::json out = {{"server_id", services.server_id},
                               {"applied_index", digest.applied_index},
                               {"records", digest.records},
-                              {"state_digest", digest.digest}};
+                              {"state_digest", digest.digest},
+                              {"groups", std::move(groups)}};
   return JsonReply(out.dump());
 }
 

@@ -25,6 +25,24 @@ class RunningFlag {
   std::atomic<bool>* flag_;
 };
 
+// Every group's storage, group g's at g-1 (docs/scaling.md §Groups on every server);
+// kFailedPrecondition when one keeps none (an in-memory server) naming `what` it is for.
+Result<std::vector<const Storage*>> GroupStorages(const Services& services,
+                                                  const std::string& what) {
+  std::vector<const Storage*> storages;
+  if (services.groups == nullptr) {
+    storages.push_back(services.storage);
+  } else {
+    for (const Services& group : *services.groups) storages.push_back(group.storage);
+  }
+  for (const Storage* storage : storages) {
+    if (storage == nullptr) {
+      return Status::FailedPrecondition("this server keeps no storage to " + what);
+    }
+  }
+  return storages;
+}
+
 uint64_t MicrosSince(std::chrono::steady_clock::time_point start) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                    std::chrono::steady_clock::now() - start)
@@ -77,18 +95,8 @@ Result<std::string> ResolveBackupTarget(const std::string& root, std::string_vie
 Result<BackupTaken> TakeBackup(const Services& services, std::string_view to) {
   const auto start = std::chrono::steady_clock::now();
   KVATLAS_ASSIGN_OR_RETURN(std::string target, ResolveBackupTarget(services.backup_dir, to));
-  // Group g's storage at g-1 (docs/scaling.md §Groups on every server).
-  std::vector<const Storage*> storages;
-  if (services.groups == nullptr) {
-    storages.push_back(services.storage);
-  } else {
-    for (const Services& group : *services.groups) storages.push_back(group.storage);
-  }
-  for (const Storage* storage : storages) {
-    if (storage == nullptr) {
-      return Status::FailedPrecondition("this server keeps no storage to back up");
-    }
-  }
+  KVATLAS_ASSIGN_OR_RETURN(std::vector<const Storage*> storages,
+                           GroupStorages(services, "back up"));
   if (services.backup_running->exchange(true, std::memory_order_acq_rel)) {
     return Status::ResourceExhausted("another backup is running on this server; retry later");
   }
@@ -114,13 +122,15 @@ Result<BackupTaken> TakeBackup(const Services& services, std::string_view to) {
   return taken;
 }
 
-Result<StateDigest> DigestState(const Services& services) {
-  if (services.storage == nullptr) {
-    return Status::FailedPrecondition("this server keeps no storage to digest");
+Result<std::vector<StateDigest>> DigestState(const Services& services) {
+  KVATLAS_ASSIGN_OR_RETURN(std::vector<const Storage*> storages, GroupStorages(services, "digest"));
+  std::vector<StateDigest> digests;
+  for (const Storage* storage : storages) {
+    KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, storage->CaptureAll());
+    KVATLAS_ASSIGN_OR_RETURN(StateDigest digest, DigestOf(*capture));
+    digests.push_back(std::move(digest));
   }
-  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture,
-                           services.storage->CaptureAll());
-  return DigestOf(*capture);
+  return digests;
 }
 
 }  // namespace kvatlas::server

@@ -45,8 +45,8 @@ struct BackupTaken {
 // request arrived: every group's image is pinned before any is written.
 [[nodiscard]] Result<BackupTaken> TakeBackup(const Services& services, std::string_view to);
 
-// The state digest (backup.h) of this server's state now, with its applied index (group
-// 1's on a server hosting several groups).
-[[nodiscard]] Result<StateDigest> DigestState(const Services& services);
+// The state digest (backup.h) of this server's state now, with its applied index: every
+// group's, group g's at g-1 (one on a single-group server).
+[[nodiscard]] Result<std::vector<StateDigest>> DigestState(const Services& services);
 
 }  // namespace kvatlas::server

@@ -23,7 +23,9 @@ groups          a server running `--groups 3` with contexts of many models in ev
                 `--groups 1` the restored directory is refused naming both counts; a damaged or
                 missing group-2 part fails verify-backup and restore naming group 2.
 groups_cluster  the online backup of a 3-server `--groups 3` cluster's leader restored into a
-                new 3-server cluster: every member reads every context back, in every group.
+                new 3-server cluster: every member reads every context back, in every group;
+                once every group's RESTORED marker is gone (no write needed), a fourth
+                server with an empty data directory joins and holds every restored context.
 
 Prints the figures it measured (backup time and size, the longest write latency during the
 backup). Bounded in time; every process and directory it creates is removed at the end.
@@ -144,6 +146,23 @@ def backup_under_ingest(leader, backup_root, name):
     return answer, before
 
 
+def join_fourth(binary, root, name, nodes, leader, extra=()):
+    """Adds a server 4 with an empty data directory to the restored cluster `nodes`."""
+    port = h.free_ports(1)[0]
+    empty = os.path.join(root, name, "n4")
+    os.makedirs(empty)
+    joiner = h.Node(binary, 4, nodes[0].peers, empty, raft_listen=f"127.0.0.1:{port}",
+                    auth=nodes[0].auth)
+    joiner.extra = list(extra)
+    STARTED.append(joiner)
+    joiner.start()
+    nodes.append(joiner)
+    status, body = leader.request("POST", "/v1/cluster/members",
+                                  {"id": 4, "raft_address": f"127.0.0.1:{port}"})
+    assert status == 200, (status, body)
+    return joiner
+
+
 def check_restored(nodes, answer, before):
     for node in nodes:
         d = digest(node)
@@ -215,17 +234,7 @@ def case_online_cluster(binary, root):
         while any(os.path.exists(os.path.join(d, "RESTORED")) for d in dirs):
             assert time.time() < deadline, "the restored servers kept their RESTORED marker"
             time.sleep(0.05)
-        port = h.free_ports(1)[0]
-        empty = os.path.join(root, "dst", "n4")
-        os.makedirs(empty)
-        joiner = h.Node(binary, 4, nodes[0].peers, empty, raft_listen=f"127.0.0.1:{port}",
-                        auth=nodes[0].auth)
-        STARTED.append(joiner)
-        joiner.start()
-        nodes.append(joiner)
-        status, body = leader.request("POST", "/v1/cluster/members",
-                                      {"id": 4, "raft_address": f"127.0.0.1:{port}"})
-        assert status == 200, (status, body)
+        joiner = join_fourth(binary, root, "dst", nodes, leader)
         status, body = write(leader, 10**6 + 1)
         assert status == 200, (status, body)
         joined = {digest(node, body["revision"])["state_digest"] for node in nodes}
@@ -439,9 +448,24 @@ def groups_figures(node):
     return [(x["id"], x["contexts"], x["entries"]) for x in g.groups_of(node)]
 
 
-def restore_and_check(binary, root, name, backup, n, written, figures):
+def group_dir(d, group):
+    return d if group == 1 else os.path.join(d, "groups", str(group))
+
+
+def group_digests(node):
+    status, body = node.request("GET", "/v1/admin/digest")
+    assert status == 200 and body["state_digest"] == body["groups"][0]["state_digest"], body
+    return [x["state_digest"] for x in body["groups"]]
+
+
+def restore_and_check(binary, root, name, backup, n, written, figures, join=False):
     """Restores `backup` into n new data directories, starts a new n-server cluster with
-    --groups 3 on them and checks every member reads every write back, in every group."""
+    --groups 3 on them and checks every member has every group's backed-up state digest and
+    reads every write back, in every group; each group's RESTORED marker goes once its
+    snapshot holds the restored state, and the cluster takes new writes in every group.
+    With `join`, a fourth server with an empty data directory is added before any write:
+    every group sends it the snapshot of its restored state, not a log that lacks it."""
+    parts = [manifest_of(group_dir(backup, x))["state_digest"] for x in range(1, g.GROUPS + 1)]
     dirs = [os.path.join(root, f"{name}-r{i}") for i in range(n)]
     for d in dirs:
         code, out, err = run(binary, "restore", "--from", backup, "--data-dir", d)
@@ -451,10 +475,35 @@ def restore_and_check(binary, root, name, backup, n, written, figures):
                            extra=["--groups", str(g.GROUPS)])
     try:
         for node in nodes:
+            assert group_digests(node) == parts, (node.id, group_digests(node), parts)
             h.wait_until(f"restored server {node.id} holds every write", lambda node=node: all(
                 g.holds(node, m, i) for m, i in written))
             h.wait_until(f"restored server {node.id}'s groups hold the source's",
                          lambda node=node: groups_figures(node) == figures)
+        # Each group's RESTORED marker goes once a raft snapshot holds its restored state,
+        # without waiting for a write to the group (its leader applies an empty batch).
+        markers = [os.path.join(group_dir(d, x), "RESTORED") for d in dirs
+                   for x in range(1, g.GROUPS + 1)]
+        try:
+            h.wait_until("every group's RESTORED marker is gone",
+                         lambda: not any(os.path.exists(m) for m in markers))
+        except AssertionError:
+            raise AssertionError("RESTORED markers left: " + ", ".join(
+                m for m in markers if os.path.exists(m)) + "\n" + nodes[0].log_tail())
+        leader = leader_of(nodes)
+        if join:
+            joiner = join_fourth(binary, root, name + "-dst", nodes, leader,
+                                 extra=["--groups", str(g.GROUPS)])
+            h.wait_until("server 4 holds every restored context", lambda: all(
+                g.holds(joiner, m, i) for m, i in written))
+            h.wait_until("server 4's groups hold the source's",
+                         lambda: groups_figures(joiner) == figures)
+        more = [(m, 1) for m in range(g.MODELS)]
+        for m, i in more:
+            assert g.write(leader, m, i), f"write of m{m} to the restored cluster failed"
+        for node in nodes:
+            h.wait_until(f"restored server {node.id} holds the new writes", lambda node=node: all(
+                g.holds(node, m, i) for m, i in written + more))
     finally:
         for node in nodes:
             stop(node)
@@ -483,6 +532,7 @@ def online_groups_backup(leader, backups, name):
     status, answer = leader.request("POST", "/v1/admin/backup", {"to": name})
     assert status == 200, (status, answer)
     parts = answer["groups"]
+    assert [p["state_digest"] for p in parts] == group_digests(leader), answer
     assert [p["group"] for p in parts] == [1, 2, 3], answer
     assert answer["records"] == sum(p["records"] for p in parts), answer
     assert answer["bytes"] == sum(p["bytes"] for p in parts), answer
@@ -508,6 +558,9 @@ def case_groups(binary, root):
         code, out, err = h.run_cli(cli, "cluster", "backup", "cli", "--http", http)
         assert code == 0 and "3 raft groups" in out and "group 3: applied index" in out, \
             (code, out, err)
+        code, out, err = h.run_cli(cli, "cluster", "digest", "--http", http)
+        assert code == 0 and "3 raft groups" in out and answer["groups"][2]["state_digest"] \
+            in out, (code, out, err)
         code, out, err = run(binary, "backup", "--data-dir", leader.data_dir, "--to",
                              os.path.join(root, "running"))
         assert code == 1 and "in use" in err, (code, out, err)
@@ -564,7 +617,7 @@ def case_groups_cluster(binary, root):
     finally:
         for node in nodes:
             stop(node)
-    restore_and_check(binary, root, "dst", answer["path"], 3, written, figures)
+    restore_and_check(binary, root, "dst", answer["path"], 3, written, figures, join=True)
 
 
 CASES = {

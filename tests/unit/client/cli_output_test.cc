@@ -143,6 +143,20 @@ TEST_SUITE("CliOutput") {
           std::string::npos);
   }
 
+  TEST_CASE("CliOutput: cluster digest: one line, or a line per raft group") {
+    json doc = {{"server_id", 2}, {"applied_index", 7}, {"records", 3}, {"state_digest", "ab"}};
+    CHECK(FormatClusterAnswer("digest", doc.dump()) ==
+          "server 2 at applied index 7: state digest ab\n");
+    doc["groups"] = json::array();
+    for (int g = 1; g <= 2; ++g) {
+      doc["groups"].push_back(
+          {{"group", g}, {"applied_index", 6 + g}, {"state_digest", "d" + std::to_string(g)}});
+    }
+    CHECK(FormatClusterAnswer("digest", doc.dump()) ==
+          "server 2: 2 raft groups\n  group 1 at applied index 7: state digest d1\n  group 2 at "
+          "applied index 8: state digest d2\n");
+  }
+
   TEST_CASE("CliOutput: cluster transfer says who leads now") {
     CHECK(FormatClusterAnswer("transfer", R"({"status": "ok", "leader_id": 3})") ==
           "leadership transferred: server 3 leads now\n");

@@ -71,9 +71,10 @@ TEST_SUITE("backup_service") {
     CHECK(TakeBackup(services, "b").status().code() == StatusCode::kAlreadyExists);
     CHECK(!services.backup_running->load());
     CHECK(VerifyBackup(taken->path, nullptr).has_value());
-    Result<StateDigest> digest = DigestState(services);
+    Result<std::vector<StateDigest>> digest = DigestState(services);
     REQUIRE(digest.has_value());
-    CHECK(digest->digest == taken->manifest.state_digest);
+    REQUIRE(digest->size() == 1);
+    CHECK(digest->front().digest == taken->manifest.state_digest);
   }
 
   TEST_CASE("TakeBackup: a server hosting several groups backs up every group") {
@@ -102,6 +103,10 @@ TEST_SUITE("backup_service") {
     Result<std::vector<BackupManifest>> verified = VerifyWholeBackup(taken->path);
     REQUIRE_MESSAGE(verified.has_value(), verified.status().ToString());
     CHECK(verified->size() == 3);
+    Result<std::vector<StateDigest>> digests = DigestState(services);
+    REQUIRE(digests.has_value());
+    REQUIRE(digests->size() == 3);
+    for (size_t i = 0; i < 3; ++i) CHECK((*digests)[i].digest == taken->groups[i].state_digest);
   }
 }
 
