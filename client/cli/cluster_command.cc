@@ -133,6 +133,44 @@ std::string FormatGroups(const json& doc) {
   return out + FormatTable(rows);
 }
 
+// One line for a single group's backup; a line per group for a server hosting several.
+std::string FormatBackup(const json& answer) {
+  const std::string head =
+      "server " + Text(answer, "server_id") + " backed up to " + Text(answer, "path") + ": ";
+  const auto part = [](const json& p) {
+    return "applied index " + Text(p, "applied_index") + ", " + Text(p, "records") + " records, " +
+           Text(p, "bytes") + " bytes, state digest " + Text(p, "state_digest") + "\n";
+  };
+  const auto groups = answer.find("groups");
+  if (groups == answer.end() || !groups->is_array() || groups->size() < 2) {
+    return head + part(answer);
+  }
+  std::string out = head + std::to_string(groups->size()) + " raft groups, " +
+                    Text(answer, "records") + " records, " + Text(answer, "bytes") + " bytes\n";
+  for (const json& g : *groups) {
+    if (g.is_object()) out += "  group " + Text(g, "group") + ": " + part(g);
+  }
+  return out;
+}
+
+// One line for a single group; a line per group for a server hosting several.
+std::string FormatDigest(const json& answer) {
+  const auto part = [](const json& p) {
+    return " at applied index " + Text(p, "applied_index") + ": state digest " +
+           Text(p, "state_digest") + "\n";
+  };
+  const auto groups = answer.find("groups");
+  if (groups == answer.end() || !groups->is_array() || groups->size() < 2) {
+    return "server " + Text(answer, "server_id") + part(answer);
+  }
+  std::string out = "server " + Text(answer, "server_id") + ": " + std::to_string(groups->size()) +
+                    " raft groups\n";
+  for (const json& g : *groups) {
+    if (g.is_object()) out += "  group " + Text(g, "group") + part(g);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string FormatClusterAnswer(const std::string& sub, const std::string& document) {
@@ -151,13 +189,9 @@ std::string FormatClusterAnswer(const std::string& sub, const std::string& docum
   } else if (sub == "remove") {
     out = "removed server " + Text(answer, "removed") + "\n";
   } else if (sub == "backup") {
-    out = "server " + Text(answer, "server_id") + " backed up to " + Text(answer, "path") +
-          ": applied index " + Text(answer, "applied_index") + ", " + Text(answer, "records") +
-          " records, " + Text(answer, "bytes") + " bytes, state digest " +
-          Text(answer, "state_digest") + "\n";
+    out = FormatBackup(answer);
   } else if (sub == "digest") {
-    out = "server " + Text(answer, "server_id") + " at applied index " +
-          Text(answer, "applied_index") + ": state digest " + Text(answer, "state_digest") + "\n";
+    out = FormatDigest(answer);
   } else if (answer.contains("leader_id")) {  // transfer
     const std::string leader = LeaderText(answer);
     out = leader == "unknown" ? "leadership transferred: the new leader is not known yet "

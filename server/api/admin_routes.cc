@@ -4,6 +4,7 @@
 // server asked, so ask the leader for every acknowledged write).
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "server/api/routes.h"
 #include "server/service/backup_service.h"
@@ -21,25 +22,53 @@ Result<HttpReply> HandleBackup(const Services& services, const RouteRequest& req
     return Status::InvalidArgument("body.to: must be a string naming a directory");
   }
   KVATLAS_ASSIGN_OR_RETURN(BackupTaken taken, TakeBackup(services, to->get<std::string>()));
+  // applied_index and state_digest are group 1's; records and bytes the whole backup's;
+  // `groups` every group's part (one on a single-group server).
   const BackupManifest& m = taken.manifest;
+  const auto bytes_of = [](const BackupManifest& part) -> uint64_t {
+    return part.files.empty() ? 0 : part.files[0].bytes;
+  };
+  nlohmann::json groups = nlohmann::json::array();
+  uint64_t records = 0;
+  uint64_t bytes = 0;
+  for (const BackupManifest& part : taken.groups) {
+    records += part.records;
+    bytes += bytes_of(part);
+    groups.push_back({{"group", part.source.group},
+                      {"applied_index", part.applied_index},
+                      {"records", part.records},
+                      {"bytes", bytes_of(part)},
+                      {"state_digest", part.state_digest}});
+  }
   const nlohmann::json out = {{"status", "ok"},
                               {"path", taken.path},
                               {"server_id", m.source.server_id},
                               {"applied_index", m.applied_index},
-                              {"records", m.records},
-                              {"bytes", m.files.empty() ? 0 : m.files[0].bytes},
+                              {"records", records},
+                              {"bytes", bytes},
                               {"state_digest", m.state_digest},
                               {"capture_micros", taken.capture_micros},
-                              {"total_micros", taken.total_micros}};
+                              {"total_micros", taken.total_micros},
+                              {"groups", std::move(groups)}};
   return JsonReply(out.dump());
 }
 
 Result<HttpReply> HandleDigest(const Services& services) {
-  KVATLAS_ASSIGN_OR_RETURN(StateDigest digest, DigestState(services));
+  KVATLAS_ASSIGN_OR_RETURN(std::vector<StateDigest> digests, DigestState(services));
+  // The top-level figures are group 1's; `groups` every group's.
+  nlohmann::json groups = nlohmann::json::array();
+  for (size_t i = 0; i < digests.size(); ++i) {
+    groups.push_back({{"group", i + 1},
+                      {"applied_index", digests[i].applied_index},
+                      {"records", digests[i].records},
+                      {"state_digest", digests[i].digest}});
+  }
+  const StateDigest& digest = digests.front();
   const nlohmann::json out = {{"server_id", services.server_id},
                               {"applied_index", digest.applied_index},
                               {"records", digest.records},
-                              {"state_digest", digest.digest}};
+                              {"state_digest", digest.digest},
+                              {"groups", std::move(groups)}};
   return JsonReply(out.dump());
 }
 

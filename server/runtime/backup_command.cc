@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "server/replication/raft_log.h"
 #include "server/runtime/usage.h"
@@ -27,7 +28,8 @@ std::string HelpOf(const std::string& command) {
     return "Usage: kvatlas-server backup --data-dir DIR --to BACKUP_DIR\n"
            "\n"
            "Backs up the data directory of a stopped server into BACKUP_DIR (new or empty):\n"
-           "its state at its applied index, with checksums and a state digest.\n"
+           "its state at its applied index, with checksums and a state digest; every raft\n"
+           "group's (DIR/groups/G) on a server hosting several.\n"
            "\n"
            "  --data-dir DIR                the stopped server's data directory\n"
            "  --to BACKUP_DIR               where the backup goes (new or empty)\n" +
@@ -36,8 +38,9 @@ std::string HelpOf(const std::string& command) {
   if (command == "restore") {
     return "Usage: kvatlas-server restore --from BACKUP_DIR --data-dir NEW_DIR\n"
            "\n"
-           "Makes a new server's data directory from a backup (checked first): start the\n"
-           "new server, or each member of a new cluster on its own copy, on it.\n"
+           "Makes a new server's data directory from a backup (checked first), every raft\n"
+           "group's: start the new server, or each member of a new cluster on its own copy,\n"
+           "on it (with the backup's --groups).\n"
            "\n"
            "  --from BACKUP_DIR             the backup\n"
            "  --data-dir NEW_DIR            the data directory to make (new or empty)\n" +
@@ -45,7 +48,8 @@ std::string HelpOf(const std::string& command) {
   }
   return "Usage: kvatlas-server verify-backup --from BACKUP_DIR\n"
          "\n"
-         "Checks a backup's file checksums and state digest; prints what it holds.\n"
+         "Checks a backup's file checksums and state digest, every raft group's; prints\n"
+         "what it holds.\n"
          "\n"
          "  --from BACKUP_DIR             the backup\n" +
          tail;
@@ -90,31 +94,63 @@ void PrintManifest(const BackupManifest& m) {
             << "\n";
 }
 
-// Backs up a stopped server: its database opens only when no server holds it.
-Result<BackupManifest> BackUpStopped(const std::string& data_dir, const std::string& to) {
-  const fs::path db = fs::path(data_dir) / "db";
-  std::error_code ec;
-  if (!fs::exists(db / "CURRENT", ec)) {
-    return Status::NotFound("no kvatlas database in " + db.string());
+// One line for a single group's backup (as ever); a line per group for several.
+void PrintManifests(const std::vector<BackupManifest>& parts) {
+  if (parts.size() == 1) {
+    PrintManifest(parts[0]);
+    return;
   }
-  if (fs::exists(fs::path(data_dir) / "raft" / RaftLog::kRebuildMarker, ec)) {
-    return Status::FailedPrecondition(
-        "the server stopped after its raft log failed and rebuilds its state at its next "
-        "start: start it once (and stop it) before backing it up");
+  std::cout << parts.size() << " raft groups\n";
+  for (const BackupManifest& part : parts) {
+    std::cout << "  group " << part.source.group << ": ";
+    PrintManifest(part);
   }
-  StorageOptions options;
-  options.path = db.string();
-  options.sync_writes = false;
-  options.block_cache_bytes = 0;
-  Result<std::unique_ptr<Storage>> storage = Storage::Open(options);
-  if (!storage) {
-    return Status(storage.error().code(), storage.error().message() +
-                                              " (stop the server first, or back it up online "
-                                              "with kvatlas cluster backup)");
+}
+
+// Backs up a stopped server, every group it hosts: a database opens only when no server
+// holds it.
+Result<std::vector<BackupManifest>> BackUpStopped(const std::string& data_dir,
+                                                  const std::string& to) {
+  const uint32_t groups = GroupsInDataDir(data_dir);
+  if (groups == 0) {
+    return Status::NotFound("no kvatlas database in " + (fs::path(data_dir) / "db").string());
+  }
+  std::vector<std::unique_ptr<Storage>> storages;
+  for (GroupId g = 1; g <= groups; ++g) {
+    const std::string group_dir = GroupPartDir(data_dir, g);
+    const std::string group = groups == 1 ? "" : "group " + std::to_string(g) + ": ";
+    const fs::path db = fs::path(group_dir) / "db";
+    std::error_code ec;
+    if (!fs::exists(db / "CURRENT", ec)) {
+      return Status::NotFound(group + "no kvatlas database in " + db.string());
+    }
+    if (fs::exists(fs::path(group_dir) / "raft" / RaftLog::kRebuildMarker, ec)) {
+      return Status::FailedPrecondition(
+          group +
+          "the server stopped after its raft log failed and rebuilds its state at its next "
+          "start: start it once (and stop it) before backing it up");
+    }
+    StorageOptions options;
+    options.path = db.string();
+    options.sync_writes = false;
+    options.block_cache_bytes = 0;
+    Result<std::unique_ptr<Storage>> storage = Storage::Open(options);
+    if (!storage) {
+      return Status(storage.error().code(), group + storage.error().message() +
+                                                " (stop the server first, or back it up "
+                                                "online with kvatlas cluster backup)");
+    }
+    storages.push_back(std::move(*storage));
   }
   KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(to, "backup directory"));
-  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, (*storage)->CaptureAll());
-  return WriteBackup(*capture, to, {"", 0, /*online=*/false});
+  std::vector<std::unique_ptr<Storage::Capture>> captures;
+  std::vector<const Storage::Capture*> images;
+  for (const auto& storage : storages) {
+    KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, storage->CaptureAll());
+    images.push_back(capture.get());
+    captures.push_back(std::move(capture));
+  }
+  return WriteWholeBackup(images, to, {"", 0, /*online=*/false});
 }
 
 }  // namespace
@@ -133,10 +169,11 @@ int RunBackupCommand(std::span<const std::string> args) {
   if (command == "backup") {
     const auto flags = ParseFlags(command, rest, {"--data-dir", "--to"});
     if (!flags) return 2;
-    Result<BackupManifest> m = BackUpStopped(flags->at("--data-dir"), flags->at("--to"));
-    if (!m) return Failed(command, m.status());
+    Result<std::vector<BackupManifest>> parts =
+        BackUpStopped(flags->at("--data-dir"), flags->at("--to"));
+    if (!parts) return Failed(command, parts.status());
     std::cout << "backed up " << flags->at("--data-dir") << " to " << flags->at("--to") << ": ";
-    PrintManifest(*m);
+    PrintManifests(*parts);
     return 0;
   }
   if (command == "restore") {
@@ -145,20 +182,22 @@ int RunBackupCommand(std::span<const std::string> args) {
     Result<RestoreResult> r = RestoreBackup(flags->at("--from"), flags->at("--data-dir"));
     if (!r) return Failed(command, r.status());
     std::cout << "restored " << flags->at("--from") << " into " << r->db_path << ": ";
-    PrintManifest(r->manifest);
+    PrintManifests(r->groups);
     std::cout << "dropped the addresses of " << r->dropped_members
               << " old member(s); revision 0. Start the new server(s) on this data directory "
                  "(each member of a new cluster on its own restored copy, all with --peers) "
                  "with --hash-seed "
-              << r->manifest.hash_seed << ".\n";
+              << r->manifest.hash_seed;
+    if (r->groups.size() > 1) std::cout << " and --groups " << r->groups.size();
+    std::cout << ".\n";
     return 0;
   }
   const auto flags = ParseFlags(command, rest, {"--from"});
   if (!flags) return 2;
-  Result<BackupManifest> m = VerifyBackup(flags->at("--from"), nullptr);
-  if (!m) return Failed(command, m.status());
+  Result<std::vector<BackupManifest>> parts = VerifyWholeBackup(flags->at("--from"));
+  if (!parts) return Failed(command, parts.status());
   std::cout << "backup " << flags->at("--from") << " is whole: ";
-  PrintManifest(*m);
+  PrintManifests(*parts);
   return 0;
 }
 

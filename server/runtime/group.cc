@@ -216,9 +216,28 @@ void Group::StartPolicies() {
         options_.snapshot_stop_bytes, kSnapshotResumeFraction, applier_.get(), raft_.get());
     snapshot_guard_->Start();
   }
+  StartRestoreNudge();
+}
+
+void Group::StartRestoreNudge() {
+  const fs::path restored = fs::path(options_.dir) / kRestoredMarker;
+  std::error_code ec;
+  if (!fs::exists(restored, ec)) return;
+  restore_nudge_ = std::make_unique<PeriodicTask>(
+      std::chrono::milliseconds(0), [this, restored]() -> PeriodicTask::Next {
+        std::error_code exists_error;
+        if (!fs::exists(restored, exists_error)) return std::nullopt;  // snapshotted
+        if (raft_->is_leader()) {
+          // Applied (or refused) within the wait, or the next round asks again.
+          applier_->Submit(CommandBatch{}).wait_for(options_.policy_apply_wait);
+        }
+        return std::chrono::milliseconds(100);
+      });
+  restore_nudge_->Start();
 }
 
 void Group::RequestStopPolicies() {
+  if (restore_nudge_) restore_nudge_->RequestStop();
   if (snapshot_guard_) snapshot_guard_->RequestStop();
   if (predictions_) predictions_->RequestStop();
   if (auditor_) auditor_->RequestStop();
@@ -227,6 +246,7 @@ void Group::RequestStopPolicies() {
 
 void Group::StopPolicies() {
   RequestStopPolicies();
+  if (restore_nudge_) restore_nudge_->Stop();
   if (snapshot_guard_) snapshot_guard_->Stop();
   if (predictions_) predictions_->Stop();
   if (auditor_) auditor_->Stop();

@@ -8,7 +8,8 @@
 //   StartReplication  this server's raft member (for a single server: until it leads and
 //                     has replayed its log), then the applier and the lease tracker
 //   StartPolicies     the lease keeper (when leases are on), the replica auditor, the
-//                     prediction recorder and the snapshot guard
+//                     prediction recorder, the snapshot guard and, in a restored
+//                     directory, the restore nudge
 //   StopPolicies, StopReplication, Flush: the reverse, at shutdown
 //
 // A server holds one group today; its directory is the data directory.
@@ -23,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "common/internal/periodic_task.h"
 #include "kvatlas/common/placement.h"
 #include "kvatlas/common/result.h"
 #include "server/feed/change_feed.h"
@@ -123,6 +125,11 @@ class Group {
   Status AwaitSingleServer(std::chrono::milliseconds patience);
   // A joining server: logs whether it waits to be added or is a member already.
   void LogMembership();
+  // A restored group snapshots its state at its first applied entry (RaftOptions::
+  // compact_early), and until then a member added would be sent a log that lacks it. A
+  // group no write reaches (one of several groups) would wait for that entry indefinitely:
+  // while the RESTORED file is there, the leader applies an empty batch every 100 ms.
+  void StartRestoreNudge();
 
   GroupOptions options_;
   RecoveryProgress* progress_;
@@ -139,6 +146,9 @@ class Group {
   std::unique_ptr<AuditProposer> auditor_;           // replica audits (on the leader)
   std::unique_ptr<PredictionRecorder> predictions_;  // approximate mode's predictions
   std::unique_ptr<SnapshotGuard> snapshot_guard_;    // only with snapshot_stop_bytes
+  // In a restored directory until its RESTORED file is gone: on the leader, an empty batch
+  // (StartRestoreNudge).
+  std::unique_ptr<PeriodicTask> restore_nudge_;
 };
 
 }  // namespace kvatlas::server

@@ -229,13 +229,9 @@ Status Server::OpenState(const Preflight& preflight) {
 
 Status Server::CheckGroupCount() const {
   // Group g >= 2 lives in DATA_DIR/groups/g; group 1 in the data directory itself, which
-  // holds its database once the server ran.
-  const fs::path data_dir(config_.data_dir);
-  std::error_code ec;
-  if (!fs::exists(data_dir / "db", ec)) return Status::Ok();  // a new data directory
-  uint64_t found = 1;
-  while (fs::exists(data_dir / "groups" / std::to_string(found + 1) / "db", ec)) ++found;
-  if (found == config_.groups) return Status::Ok();
+  // holds its database once the server ran (or was restored from a backup).
+  const uint32_t found = GroupsInDataDir(config_.data_dir);
+  if (found == 0 || found == config_.groups) return Status::Ok();  // 0: a new data directory
   return Status::FailedPrecondition(
       "the data directory " + config_.data_dir + " holds " + std::to_string(found) +
       " raft group(s), but groups is " + std::to_string(config_.groups) +

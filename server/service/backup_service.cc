@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <system_error>
+#include <vector>
 
 namespace kvatlas::server {
 namespace fs = std::filesystem;
@@ -23,6 +24,24 @@ class RunningFlag {
  private:
   std::atomic<bool>* flag_;
 };
+
+// Every group's storage, group g's at g-1 (docs/scaling.md §Groups on every server);
+// kFailedPrecondition when one keeps none (an in-memory server) naming `what` it is for.
+Result<std::vector<const Storage*>> GroupStorages(const Services& services,
+                                                  const std::string& what) {
+  std::vector<const Storage*> storages;
+  if (services.groups == nullptr) {
+    storages.push_back(services.storage);
+  } else {
+    for (const Services& group : *services.groups) storages.push_back(group.storage);
+  }
+  for (const Storage* storage : storages) {
+    if (storage == nullptr) {
+      return Status::FailedPrecondition("this server keeps no storage to " + what);
+    }
+  }
+  return storages;
+}
 
 uint64_t MicrosSince(std::chrono::steady_clock::time_point start) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
@@ -74,51 +93,44 @@ Result<std::string> ResolveBackupTarget(const std::string& root, std::string_vie
 }
 
 Result<BackupTaken> TakeBackup(const Services& services, std::string_view to) {
-  if (services.groups != nullptr) {
-    // A backup is one group's database: taking group 1's alone would look whole and not be.
-    return Status::FailedPrecondition(
-        "this server hosts " + std::to_string(services.groups->size()) +
-        " raft groups; online backups cover one group and are not taken here yet "
-        "(docs/scaling.md)");
-  }
   const auto start = std::chrono::steady_clock::now();
   KVATLAS_ASSIGN_OR_RETURN(std::string target, ResolveBackupTarget(services.backup_dir, to));
-  if (services.storage == nullptr) {
-    return Status::FailedPrecondition("this server keeps no storage to back up");
-  }
+  KVATLAS_ASSIGN_OR_RETURN(std::vector<const Storage*> storages,
+                           GroupStorages(services, "back up"));
   if (services.backup_running->exchange(true, std::memory_order_acq_rel)) {
     return Status::ResourceExhausted("another backup is running on this server; retry later");
   }
   RunningFlag running(services.backup_running.get());
   KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(target, "body.to: backup directory"));
   // Every acknowledged write was applied, and so written, before it was acknowledged: the
-  // image pinned now holds all of them.
-  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture,
-                           services.storage->CaptureAll());
+  // images pinned now hold all of them.
+  std::vector<std::unique_ptr<Storage::Capture>> captures;
+  std::vector<const Storage::Capture*> images;
+  for (const Storage* storage : storages) {
+    KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, storage->CaptureAll());
+    images.push_back(capture.get());
+    captures.push_back(std::move(capture));
+  }
   BackupTaken taken;
   taken.capture_micros = MicrosSince(start);
   taken.path = target;
-  Result<BackupManifest> manifest =
-      WriteBackup(*capture, target, {services.cluster_id, services.server_id, /*online=*/true});
-  if (!manifest) {
-    // Leave no half-written files behind (there is no manifest: nothing would restore).
-    std::error_code ec;
-    fs::remove(fs::path(target) / kBackupStateFile, ec);
-    fs::remove(fs::path(target) / (std::string(kBackupManifestFile) + ".tmp"), ec);
-    return manifest.status();
-  }
-  taken.manifest = std::move(*manifest);
+  KVATLAS_ASSIGN_OR_RETURN(
+      taken.groups,
+      WriteWholeBackup(images, target, {services.cluster_id, services.server_id, /*online=*/true}));
+  taken.manifest = taken.groups.front();
   taken.total_micros = MicrosSince(start);
   return taken;
 }
 
-Result<StateDigest> DigestState(const Services& services) {
-  if (services.storage == nullptr) {
-    return Status::FailedPrecondition("this server keeps no storage to digest");
+Result<std::vector<StateDigest>> DigestState(const Services& services) {
+  KVATLAS_ASSIGN_OR_RETURN(std::vector<const Storage*> storages, GroupStorages(services, "digest"));
+  std::vector<StateDigest> digests;
+  for (const Storage* storage : storages) {
+    KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, storage->CaptureAll());
+    KVATLAS_ASSIGN_OR_RETURN(StateDigest digest, DigestOf(*capture));
+    digests.push_back(std::move(digest));
   }
-  KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture,
-                           services.storage->CaptureAll());
-  return DigestOf(*capture);
+  return digests;
 }
 
 }  // namespace kvatlas::server

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvatlas/common/result.h"
 #include "server/service/services.h"
@@ -27,7 +28,8 @@ inline constexpr size_t kMaxBackupPathBytes = 1024;
 [[nodiscard]] Result<std::string> ResolveBackupTarget(const std::string& root, std::string_view to);
 
 struct BackupTaken {
-  BackupManifest manifest;
+  BackupManifest manifest;             // group 1's part
+  std::vector<BackupManifest> groups;  // every group's part, group g's at g-1
   std::string path;
   // From the request to the pinned snapshot (all the backup asks of the live database
   // before its scan), and the whole backup.
@@ -36,12 +38,15 @@ struct BackupTaken {
 };
 
 // Writes a backup of this server's state at its current applied index into the directory
-// `to` names (ResolveBackupTarget). One at a time: kResourceExhausted while another runs.
-// kAlreadyExists when the target is not empty. The backup holds every write this server
-// had applied (every write it acknowledged) when the request arrived.
+// `to` names (ResolveBackupTarget): on a server hosting several raft groups, every group's
+// part (WriteWholeBackup), each at that group's applied index. One at a time:
+// kResourceExhausted while another runs. kAlreadyExists when the target is not empty. The
+// backup holds every write this server had applied (every write it acknowledged) when the
+// request arrived: every group's image is pinned before any is written.
 [[nodiscard]] Result<BackupTaken> TakeBackup(const Services& services, std::string_view to);
 
-// The state digest (backup.h) of this server's state now, with its applied index.
-[[nodiscard]] Result<StateDigest> DigestState(const Services& services);
+// The state digest (backup.h) of this server's state now, with its applied index: every
+// group's, group g's at g-1 (one on a single-group server).
+[[nodiscard]] Result<std::vector<StateDigest>> DigestState(const Services& services);
 
 }  // namespace kvatlas::server

@@ -213,7 +213,9 @@ std::string ManifestToJson(const BackupManifest& m) {
                               {"source",
                                {{"cluster_id", m.source.cluster_id},
                                 {"server_id", m.source.server_id},
-                                {"online", m.source.online}}},
+                                {"online", m.source.online},
+                                {"group", m.source.group},
+                                {"groups", m.source.groups}}},
                               {"applied_index", m.applied_index},
                               {"storage_format_version", m.storage_format_version},
                               {"hash_seed", m.hash_seed},
@@ -265,6 +267,17 @@ Result<BackupManifest> ParseManifest(std::string_view text) {
     return bad("\"online\" is missing or not a boolean");
   }
   m.source.online = online->get<bool>();
+  // A manifest from before several groups holds one group's whole state: group 1 of 1.
+  if (source->contains("groups") || source->contains("group")) {
+    KVATLAS_ASSIGN_OR_RETURN(uint64_t groups, number(*source, "groups"));
+    KVATLAS_ASSIGN_OR_RETURN(uint64_t group, number(*source, "group"));
+    if (groups < 1 || groups > kMaxGroupId || group < 1 || group > groups) {
+      return bad("\"group\" " + std::to_string(group) + " of \"groups\" " + std::to_string(groups) +
+                 " is not a group of 1.." + std::to_string(kMaxGroupId) + " groups");
+    }
+    m.source.group = static_cast<GroupId>(group);
+    m.source.groups = static_cast<uint32_t>(groups);
+  }
   KVATLAS_ASSIGN_OR_RETURN(m.applied_index, number(j, "applied_index"));
   KVATLAS_ASSIGN_OR_RETURN(uint64_t storage_version, number(j, "storage_format_version"));
   m.storage_format_version = static_cast<uint32_t>(storage_version);
@@ -392,8 +405,11 @@ Result<BackupManifest> VerifyBackup(const std::string& dir, std::string* state) 
     return Corrupt(dir,
                    std::string("the manifest must list exactly one file, ") + kBackupStateFile);
   }
+  // The top of a backup of several groups holds the other groups' parts in groups/.
+  const bool holds_groups = manifest.source.group == 1 && manifest.source.groups > 1;
   for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
+    if (holds_groups && name == kBackupGroupsDir) continue;  // VerifyWholeBackup checks it
     if (name != kBackupManifestFile && name != kBackupStateFile) {
       return Corrupt(dir, "unexpected file " + name);
     }
@@ -431,13 +447,115 @@ Result<BackupManifest> VerifyBackup(const std::string& dir, std::string* state) 
   return manifest;
 }
 
-Result<RestoreResult> RestoreBackup(const std::string& from, const std::string& data_dir) {
+std::string GroupPartDir(const std::string& dir, GroupId group) {
+  if (group == 1) return dir;
+  return (fs::path(dir) / kBackupGroupsDir / std::to_string(group)).string();
+}
+
+uint32_t GroupsInDataDir(const std::string& data_dir) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(data_dir) / "db", ec)) return 0;
+  uint32_t found = 1;
+  while (found < kMaxGroupId &&
+         fs::exists(fs::path(GroupPartDir(data_dir, found + 1)) / "db", ec)) {
+    ++found;
+  }
+  return found;
+}
+
+Result<std::vector<BackupManifest>> WriteWholeBackup(
+    std::span<const Storage::Capture* const> captures, const std::string& dir,
+    BackupSource source) {
+  const auto groups = static_cast<uint32_t>(captures.size());
+  if (groups < 1 || groups > kMaxGroupId) {
+    return Status::InvalidArgument("a backup holds 1.." + std::to_string(kMaxGroupId) +
+                                   " groups, not " + std::to_string(groups));
+  }
+  std::vector<BackupManifest> parts(groups);
+  source.groups = groups;
+  // Group 1's part last: its manifest, written last, makes `dir` a whole backup.
+  for (GroupId g = groups; g >= 1; --g) {
+    source.group = g;
+    const std::string part_dir = GroupPartDir(dir, g);
+    // `dir` is empty but for groups/ written just before.
+    Status prepared = g == 1 ? Status::Ok() : PrepareEmptyDirectory(part_dir, "backup directory");
+    Result<BackupManifest> part = prepared.ok() ? WriteBackup(*captures[g - 1], part_dir, source)
+                                                : Result<BackupManifest>(prepared);
+    if (!part) {
+      // Leave no half-written files behind: `dir` was empty, and without group 1's
+      // manifest nothing in it would restore.
+      std::error_code ec;
+      fs::remove_all(fs::path(dir) / kBackupGroupsDir, ec);
+      fs::remove(fs::path(dir) / kBackupStateFile, ec);
+      fs::remove(fs::path(dir) / (std::string(kBackupManifestFile) + ".tmp"), ec);
+      if (groups == 1) return part.status();
+      return Status(part.error().code(),
+                    "group " + std::to_string(g) + ": " + part.error().message());
+    }
+    parts[g - 1] = std::move(*part);
+  }
+  if (groups > 1) KVATLAS_RETURN_IF_ERROR(FsyncPath((fs::path(dir) / kBackupGroupsDir).string()));
+  return parts;
+}
+
+Result<std::vector<BackupManifest>> VerifyWholeBackup(const std::string& dir) {
+  KVATLAS_ASSIGN_OR_RETURN(BackupManifest first, VerifyBackup(dir, nullptr));
+  if (first.source.group != 1) {
+    return Corrupt(dir, "holds group " + std::to_string(first.source.group) + "'s part of a " +
+                            std::to_string(first.source.groups) +
+                            "-group backup, not a whole backup (give the directory above " +
+                            kBackupGroupsDir + "/)");
+  }
+  const uint32_t groups = first.source.groups;
+  std::vector<BackupManifest> parts;
+  parts.push_back(std::move(first));
+  if (groups == 1) return parts;
+  const fs::path groups_dir = fs::path(dir) / kBackupGroupsDir;
+  std::error_code ec;
+  const fs::file_status status = fs::symlink_status(groups_dir, ec);
+  if (fs::is_symlink(status) || !fs::is_directory(status)) {
+    return Corrupt(dir, "a backup of " + std::to_string(groups) + " groups, but " +
+                            kBackupGroupsDir + "/ is missing or not a directory");
+  }
+  for (const fs::directory_entry& entry : fs::directory_iterator(groups_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    bool known = false;
+    for (GroupId g = 2; g <= groups && !known; ++g) known = name == std::to_string(g);
+    if (!known) {
+      return Corrupt(dir, std::string("unexpected file ") + kBackupGroupsDir + "/" + name +
+                              " (the backup holds groups 1.." + std::to_string(groups) + ")");
+    }
+  }
+  if (ec) return Status::IOError("cannot list " + groups_dir.string() + ": " + ec.message());
+  for (GroupId g = 2; g <= groups; ++g) {
+    const std::string group = "group " + std::to_string(g) + ": ";
+    Result<BackupManifest> part = VerifyBackup(GroupPartDir(dir, g), nullptr);
+    if (!part) return Status(part.error().code(), group + part.error().message());
+    if (part->source.group != g || part->source.groups != groups) {
+      return Status::Corruption(group + "backup " + GroupPartDir(dir, g) + " holds group " +
+                                std::to_string(part->source.group) + " of " +
+                                std::to_string(part->source.groups) + "'s part");
+    }
+    if (part->hash_seed != parts[0].hash_seed) {
+      return Status::Corruption(group + "backup " + GroupPartDir(dir, g) + ": hash seed " +
+                                std::to_string(part->hash_seed) + " differs from group 1's " +
+                                std::to_string(parts[0].hash_seed));
+    }
+    parts.push_back(std::move(*part));
+  }
+  return parts;
+}
+
+namespace {
+
+// Restores one group's part `from` into `group_dir` (absent or empty): RestoreBackup.
+Result<RestoreResult> RestorePart(const std::string& from, const std::string& group_dir) {
   std::string state;
   KVATLAS_ASSIGN_OR_RETURN(BackupManifest manifest, VerifyBackup(from, &state));
-  KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(data_dir, "data directory"));
+  KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(group_dir, "data directory"));
   RestoreResult result;
   result.manifest = std::move(manifest);
-  result.db_path = (fs::path(data_dir) / "db").string();
+  result.db_path = (fs::path(group_dir) / "db").string();
   StorageOptions options;
   options.path = result.db_path;
   options.sync_writes = true;
@@ -465,12 +583,40 @@ Result<RestoreResult> RestoreBackup(const std::string& from, const std::string& 
                               restored.digest + ", the backup " + result.manifest.state_digest);
   }
   HashedFileWriter marker;
-  KVATLAS_RETURN_IF_ERROR(marker.Open((fs::path(data_dir) / kRestoredMarker).string()));
+  KVATLAS_RETURN_IF_ERROR(marker.Open((fs::path(group_dir) / kRestoredMarker).string()));
   KVATLAS_RETURN_IF_ERROR(
       marker.Append("restored from " + from + " (state digest " + restored.digest +
                     "); removed by the server once its first raft snapshot holds the state\n"));
   KVATLAS_RETURN_IF_ERROR(marker.Finish(kRestoredMarker).status());
-  KVATLAS_RETURN_IF_ERROR(FsyncPath(data_dir));
+  KVATLAS_RETURN_IF_ERROR(FsyncPath(group_dir));
+  return result;
+}
+
+}  // namespace
+
+Result<RestoreResult> RestoreBackup(const std::string& from, const std::string& data_dir) {
+  // Every part is checked before anything is created.
+  KVATLAS_ASSIGN_OR_RETURN(std::vector<BackupManifest> parts, VerifyWholeBackup(from));
+  KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(data_dir, "data directory"));
+  RestoreResult result;
+  for (GroupId g = 1; g <= parts.size(); ++g) {
+    Result<RestoreResult> part = RestorePart(GroupPartDir(from, g), GroupPartDir(data_dir, g));
+    if (!part) {
+      if (g == 1) return part.status();
+      return Status(part.error().code(),
+                    "group " + std::to_string(g) + ": " + part.error().message());
+    }
+    if (g == 1) {
+      result.manifest = part->manifest;
+      result.db_path = part->db_path;
+    }
+    result.dropped_members += part->dropped_members;
+    result.groups.push_back(std::move(part->manifest));
+  }
+  if (parts.size() > 1) {
+    KVATLAS_RETURN_IF_ERROR(FsyncPath((fs::path(data_dir) / kBackupGroupsDir).string()));
+    KVATLAS_RETURN_IF_ERROR(FsyncPath(data_dir));
+  }
   return result;
 }
 

@@ -5,6 +5,10 @@
 //   backup.json  its manifest: format version, source, applied index, the state digest,
 //                and every file with its size and SHA-256. Written last: a directory
 //                without it is an unfinished backup and restores nothing.
+// That is one raft group's part. A backup of a server hosting G > 1 groups (docs/scaling.md
+// §Groups on every server) holds group 1's part at its top level and group g's in
+// groups/g (the data directory's layout); every part's manifest records its group and G,
+// and group 1's is written last.
 // Every RocksDB write batch carries its applied_index, so any RocksDB snapshot is the state
 // after exactly one applied revision: a backup needs nothing from the raft loop or the
 // applying thread, and never stops them.
@@ -18,10 +22,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvatlas/common/placement.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
@@ -32,6 +38,8 @@ namespace kvatlas::server {
 inline constexpr uint32_t kBackupFormatVersion = 1;
 inline constexpr char kBackupManifestFile[] = "backup.json";
 inline constexpr char kBackupStateFile[] = "state.kvsn";
+// Where groups 2..G of a backup (and of a data directory) live: groups/g.
+inline constexpr char kBackupGroupsDir[] = "groups";
 // A manifest larger than this is refused unread.
 inline constexpr uint64_t kMaxBackupManifestBytes = 1 << 20;
 
@@ -41,7 +49,18 @@ struct BackupSource {
   std::string cluster_id;  // the source's configured cluster_id; empty when none
   uint64_t server_id = 0;
   bool online = false;  // taken from a running server (POST /v1/admin/backup)
+  // The raft group this part holds, of how many the server hosted (1 of 1: a single group).
+  GroupId group = 1;
+  uint32_t groups = 1;
 };
+
+// Group `group`'s directory in a backup or a data directory `dir`: `dir` itself for group
+// 1, `dir`/groups/`group` otherwise.
+[[nodiscard]] std::string GroupPartDir(const std::string& dir, GroupId group);
+
+// The raft groups a server's data directory holds: 0 when it holds no database (a new
+// one), else 1 and one more for each of groups/2, groups/3, ... holding a database.
+[[nodiscard]] uint32_t GroupsInDataDir(const std::string& data_dir);
 
 struct BackupFile {
   std::string name;
@@ -81,27 +100,42 @@ struct StateDigest {
                                                  const std::string& dir,
                                                  const BackupSource& source);
 
-// Reads the manifest and checks every file it lists (present, regular, its size and
-// SHA-256), that the directory holds nothing else, and that the state file decodes and has
-// the recorded applied index, record count and state digest. kCorruption (or kNotFound
-// for a missing manifest) naming the first problem. On success `state` (if not null) holds
-// the state file's bytes.
+// Writes a whole backup into `dir`, an existing empty directory: `captures[g-1]` is group
+// g's state; groups 2..G first (in groups/g), group 1's part last. Every part records
+// `source` with its group and G. On failure removes what it wrote. Returns every part's
+// manifest, group g's at g-1.
+[[nodiscard]] Result<std::vector<BackupManifest>> WriteWholeBackup(
+    std::span<const Storage::Capture* const> captures, const std::string& dir, BackupSource source);
+
+// Checks one group's part: reads the manifest and checks every file it lists (present,
+// regular, its size and SHA-256), that the directory holds nothing else (but groups/ at
+// the top of a backup of several groups), and that the state file decodes and has the
+// recorded applied index, record count and state digest. kCorruption (or kNotFound for a
+// missing manifest) naming the first problem. On success `state` (if not null) holds the
+// state file's bytes.
 [[nodiscard]] Result<BackupManifest> VerifyBackup(const std::string& dir, std::string* state);
 
+// Checks a whole backup: group 1's part (VerifyBackup) and, when it records G > 1 groups,
+// that groups/ holds exactly 2..G, each group g's part recording group g of G with group
+// 1's hash seed. A problem with group g >= 2's part names the group ("group 2: ...").
+// Every group's manifest, group g's at g-1.
+[[nodiscard]] Result<std::vector<BackupManifest>> VerifyWholeBackup(const std::string& dir);
+
 struct RestoreResult {
-  BackupManifest manifest;
-  std::string db_path;
-  uint64_t dropped_members = 0;  // `A` records removed
+  BackupManifest manifest;             // group 1's
+  std::string db_path;                 // group 1's
+  uint64_t dropped_members = 0;        // `A` records removed
+  std::vector<BackupManifest> groups;  // every group's, group g's at g-1
 };
 
 // Makes `data_dir` (absent, or an empty directory) the data directory of a new server
-// whose initial state is the backup's: verifies the backup, writes its records into
-// `data_dir`/db, removes the old members' addresses and sets the applied index to 0 (the
-// new cluster's raft log starts at 1 and is applied on top), checks the restored
-// database's digest against the manifest, writes kRestoredMarker, and fsyncs. Nothing else
-// is created: the raft
-// log, and with it the cluster's membership, comes from the server's first start
-// (--id, --peers). kAlreadyExists for a non-empty `data_dir`.
+// whose initial state is the backup's: verifies the whole backup (VerifyWholeBackup) and
+// then, for every group g, writes its part's records into GroupPartDir(`data_dir`, g)/db,
+// removes the old members' addresses and sets the applied index to 0 (the new cluster's
+// raft log starts at 1 and is applied on top), checks the restored database's digest
+// against the part's manifest, writes kRestoredMarker there, and fsyncs. Nothing else is
+// created: the raft log, and with it the cluster's membership, comes from the server's
+// first start (--id, --peers, --groups G). kAlreadyExists for a non-empty `data_dir`.
 [[nodiscard]] Result<RestoreResult> RestoreBackup(const std::string& from,
                                                   const std::string& data_dir);
 

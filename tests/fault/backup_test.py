@@ -16,6 +16,16 @@ hostile         tokens on: no token 401, a write token 403; paths outside backup
                 symbolic links, non-empty targets refused with 4xx JSON; online backups off
                 without backup_dir (412); a damaged or edited backup and a non-empty target
                 data directory are refused by verify-backup and restore.
+groups          a server running `--groups 3` with contexts of many models in every group is
+                backed up online (every group's part, per-group figures in the answer and the
+                CLI) and offline once stopped; each backup restores into a new server that
+                starts with `--groups 3` and reads every context back; started with
+                `--groups 1` the restored directory is refused naming both counts; a damaged or
+                missing group-2 part fails verify-backup and restore naming group 2.
+groups_cluster  the online backup of a 3-server `--groups 3` cluster's leader restored into a
+                new 3-server cluster: every member reads every context back, in every group;
+                once every group's RESTORED marker is gone (no write needed), a fourth
+                server with an empty data directory joins and holds every restored context.
 
 Prints the figures it measured (backup time and size, the longest write latency during the
 backup). Bounded in time; every process and directory it creates is removed at the end.
@@ -34,6 +44,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_fault_test as h  # noqa: E402 - the shared harness
+import groups_test as g  # noqa: E402 - writes of many models, spread over the groups
 from shutdown_test import Writers, holds, write  # noqa: E402 - writers with latencies
 
 STARTED = []  # every node started, killed at the end of its case whatever happened
@@ -135,6 +146,23 @@ def backup_under_ingest(leader, backup_root, name):
     return answer, before
 
 
+def join_fourth(binary, root, name, nodes, leader, extra=()):
+    """Adds a server 4 with an empty data directory to the restored cluster `nodes`."""
+    port = h.free_ports(1)[0]
+    empty = os.path.join(root, name, "n4")
+    os.makedirs(empty)
+    joiner = h.Node(binary, 4, nodes[0].peers, empty, raft_listen=f"127.0.0.1:{port}",
+                    auth=nodes[0].auth)
+    joiner.extra = list(extra)
+    STARTED.append(joiner)
+    joiner.start()
+    nodes.append(joiner)
+    status, body = leader.request("POST", "/v1/cluster/members",
+                                  {"id": 4, "raft_address": f"127.0.0.1:{port}"})
+    assert status == 200, (status, body)
+    return joiner
+
+
 def check_restored(nodes, answer, before):
     for node in nodes:
         d = digest(node)
@@ -206,17 +234,7 @@ def case_online_cluster(binary, root):
         while any(os.path.exists(os.path.join(d, "RESTORED")) for d in dirs):
             assert time.time() < deadline, "the restored servers kept their RESTORED marker"
             time.sleep(0.05)
-        port = h.free_ports(1)[0]
-        empty = os.path.join(root, "dst", "n4")
-        os.makedirs(empty)
-        joiner = h.Node(binary, 4, nodes[0].peers, empty, raft_listen=f"127.0.0.1:{port}",
-                        auth=nodes[0].auth)
-        STARTED.append(joiner)
-        joiner.start()
-        nodes.append(joiner)
-        status, body = leader.request("POST", "/v1/cluster/members",
-                                      {"id": 4, "raft_address": f"127.0.0.1:{port}"})
-        assert status == 200, (status, body)
+        joiner = join_fourth(binary, root, "dst", nodes, leader)
         status, body = write(leader, 10**6 + 1)
         assert status == 200, (status, body)
         joined = {digest(node, body["revision"])["state_digest"] for node in nodes}
@@ -425,11 +443,190 @@ def case_hostile(binary, root):
     assert code == 2, (code, out, err)
 
 
+def groups_figures(node):
+    """(id, contexts, entries) of every group on `node`."""
+    return [(x["id"], x["contexts"], x["entries"]) for x in g.groups_of(node)]
+
+
+def group_dir(d, group):
+    return d if group == 1 else os.path.join(d, "groups", str(group))
+
+
+def group_digests(node):
+    status, body = node.request("GET", "/v1/admin/digest")
+    assert status == 200 and body["state_digest"] == body["groups"][0]["state_digest"], body
+    return [x["state_digest"] for x in body["groups"]]
+
+
+def restore_and_check(binary, root, name, backup, n, written, figures, join=False):
+    """Restores `backup` into n new data directories, starts a new n-server cluster with
+    --groups 3 on them and checks every member has every group's backed-up state digest and
+    reads every write back, in every group; each group's RESTORED marker goes once its
+    snapshot holds the restored state, and the cluster takes new writes in every group.
+    With `join`, a fourth server with an empty data directory is added before any write:
+    every group sends it the snapshot of its restored state, not a log that lacks it."""
+    parts = [manifest_of(group_dir(backup, x))["state_digest"] for x in range(1, g.GROUPS + 1)]
+    dirs = [os.path.join(root, f"{name}-r{i}") for i in range(n)]
+    for d in dirs:
+        code, out, err = run(binary, "restore", "--from", backup, "--data-dir", d)
+        assert code == 0 and "3 raft groups" in out and "--groups 3" in out, (code, out, err)
+        assert all(os.path.exists(os.path.join(d, "groups", x, "db")) for x in ("2", "3")), d
+    nodes, _ = new_cluster(binary, root, name + "-dst", n, data_dirs=dirs,
+                           extra=["--groups", str(g.GROUPS)])
+    try:
+        for node in nodes:
+            assert group_digests(node) == parts, (node.id, group_digests(node), parts)
+            h.wait_until(f"restored server {node.id} holds every write", lambda node=node: all(
+                g.holds(node, m, i) for m, i in written))
+            h.wait_until(f"restored server {node.id}'s groups hold the source's",
+                         lambda node=node: groups_figures(node) == figures)
+        # Each group's RESTORED marker goes once a raft snapshot holds its restored state,
+        # without waiting for a write to the group (its leader applies an empty batch).
+        markers = [os.path.join(group_dir(d, x), "RESTORED") for d in dirs
+                   for x in range(1, g.GROUPS + 1)]
+        try:
+            h.wait_until("every group's RESTORED marker is gone",
+                         lambda: not any(os.path.exists(m) for m in markers))
+        except AssertionError:
+            raise AssertionError("RESTORED markers left: " + ", ".join(
+                m for m in markers if os.path.exists(m)) + "\n" + nodes[0].log_tail())
+        leader = leader_of(nodes)
+        if join:
+            joiner = join_fourth(binary, root, name + "-dst", nodes, leader,
+                                 extra=["--groups", str(g.GROUPS)])
+            h.wait_until("server 4 holds every restored context", lambda: all(
+                g.holds(joiner, m, i) for m, i in written))
+            h.wait_until("server 4's groups hold the source's",
+                         lambda: groups_figures(joiner) == figures)
+        more = [(m, 1) for m in range(g.MODELS)]
+        for m, i in more:
+            assert g.write(leader, m, i), f"write of m{m} to the restored cluster failed"
+        for node in nodes:
+            h.wait_until(f"restored server {node.id} holds the new writes", lambda node=node: all(
+                g.holds(node, m, i) for m, i in written + more))
+    finally:
+        for node in nodes:
+            stop(node)
+
+
+def written_groups_source(binary, root, n):
+    """A new n-server --groups 3 cluster (with a backup_dir) holding contexts of many models
+    in every group: (nodes, leader, backup root, writes, per-group figures)."""
+    backups = os.path.join(root, "backups")
+    os.makedirs(backups)
+    nodes, leader = new_cluster(binary, root, "src", n,
+                                extra=["--backup-dir", backups, "--groups", str(g.GROUPS)])
+    written = [(m, 0) for m in range(g.MODELS)]
+    for m, i in written:
+        assert g.write(leader, m, i), f"write of m{m} failed"
+    for node in nodes:
+        h.wait_until(f"server {node.id} holds every write",
+                     lambda node=node: all(g.holds(node, m, i) for m, i in written))
+    figures = groups_figures(leader)
+    assert len(figures) == g.GROUPS and all(c > 0 for _, c, _ in figures), \
+        f"not every group holds contexts: {figures}"
+    return nodes, leader, backups, written, figures
+
+
+def online_groups_backup(leader, backups, name):
+    status, answer = leader.request("POST", "/v1/admin/backup", {"to": name})
+    assert status == 200, (status, answer)
+    parts = answer["groups"]
+    assert [p["state_digest"] for p in parts] == group_digests(leader), answer
+    assert [p["group"] for p in parts] == [1, 2, 3], answer
+    assert answer["records"] == sum(p["records"] for p in parts), answer
+    assert answer["bytes"] == sum(p["bytes"] for p in parts), answer
+    assert answer["applied_index"] == parts[0]["applied_index"] and \
+        answer["state_digest"] == parts[0]["state_digest"], answer
+    top = manifest_of(answer["path"])
+    assert top["source"]["groups"] == 3 and top["source"]["group"] == 1, top
+    for p in parts[1:]:
+        m = manifest_of(os.path.join(answer["path"], "groups", str(p["group"])))
+        assert m["source"]["group"] == p["group"] and m["applied_index"] == \
+            p["applied_index"] and m["state_digest"] == p["state_digest"], (m, p)
+    print("  online backup of 3 groups: " + ", ".join(
+        f"group {p['group']} at {p['applied_index']}: {p['records']} records, {p['bytes']} bytes"
+        for p in parts))
+    return answer
+
+
+def case_groups(binary, root):
+    nodes, leader, backups, written, figures = written_groups_source(binary, root, 1)
+    try:
+        answer = online_groups_backup(leader, backups, "online")
+        cli, http = h.cli_binary(binary), leader.base[len("http://"):]
+        code, out, err = h.run_cli(cli, "cluster", "backup", "cli", "--http", http)
+        assert code == 0 and "3 raft groups" in out and "group 3: applied index" in out, \
+            (code, out, err)
+        code, out, err = h.run_cli(cli, "cluster", "digest", "--http", http)
+        assert code == 0 and "3 raft groups" in out and answer["groups"][2]["state_digest"] \
+            in out, (code, out, err)
+        code, out, err = run(binary, "backup", "--data-dir", leader.data_dir, "--to",
+                             os.path.join(root, "running"))
+        assert code == 1 and "in use" in err, (code, out, err)
+    finally:
+        stop(leader)
+    offline = os.path.join(root, "offline")
+    code, out, err = run(binary, "backup", "--data-dir", leader.data_dir, "--to", offline)
+    assert code == 0 and "3 raft groups" in out, (code, out, err)
+    assert manifest_of(os.path.join(offline, "groups", "3"))["source"]["group"] == 3
+    for backup in (answer["path"], offline):
+        code, out, err = run(binary, "verify-backup", "--from", backup)
+        assert code == 0 and "3 raft groups" in out and "group 2:" in out, (code, out, err)
+    restore_and_check(binary, root, "online", answer["path"], 1, written, figures)
+    restore_and_check(binary, root, "offline", offline, 1, written, figures)
+
+    # Started with another group count, a restored 3-group directory is refused.
+    other = os.path.join(root, "other")
+    code, out, err = run(binary, "restore", "--from", offline, "--data-dir", other)
+    assert code == 0, (out, err)
+    node = h.Node(binary, 1, leader.peers, other)
+    node.extra = ["--groups", "1"]
+    done = subprocess.run(node.command(), capture_output=True, text=True, timeout=h.DEADLINE_S)
+    assert done.returncode != 0 and "holds 3 raft group(s), but groups is 1" in done.stderr, \
+        done.stderr[-2000:]
+
+    # A damaged or missing group-2 part: verify-backup and restore fail naming group 2.
+    def damaged(name, damage):
+        copy = os.path.join(root, name)
+        shutil.copytree(offline, copy)
+        damage(copy)
+        code, out, err = run(binary, "verify-backup", "--from", copy)
+        assert code == 1 and "group 2: " in err, (name, code, out, err)
+        target = os.path.join(root, name + "-restored")
+        code, out, err = run(binary, "restore", "--from", copy, "--data-dir", target)
+        assert code == 1 and "group 2: " in err and not os.path.exists(target), \
+            (name, code, out, err)
+
+    def flip_group_2(copy):
+        path = os.path.join(copy, "groups", "2", "state.kvsn")
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            b = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([b[0] ^ 0x40]))
+
+    damaged("flipped-2", flip_group_2)
+    damaged("missing-2", lambda c: shutil.rmtree(os.path.join(c, "groups", "2")))
+
+
+def case_groups_cluster(binary, root):
+    nodes, leader, backups, written, figures = written_groups_source(binary, root, 3)
+    try:
+        answer = online_groups_backup(leader, backups, "online")
+    finally:
+        for node in nodes:
+            stop(node)
+    restore_and_check(binary, root, "dst", answer["path"], 3, written, figures, join=True)
+
+
 CASES = {
     "online_single": case_online_single,
     "online_cluster": case_online_cluster,
     "offline": case_offline,
     "hostile": case_hostile,
+    "groups": case_groups,
+    "groups_cluster": case_groups_cluster,
 }
 
 

@@ -120,6 +120,43 @@ TEST_SUITE("CliOutput") {
     CHECK(Words(LineStarting(out2, "3 ")).at(8) == "3m10s");
   }
 
+  TEST_CASE("CliOutput: cluster backup: one line, or a line per raft group") {
+    const json one = {{"status", "ok"},       {"path", "/b/n1"},        {"server_id", 1},
+                      {"applied_index", 12},  {"records", 30},          {"bytes", 900},
+                      {"state_digest", "ab"}, {"groups", json::array()}};
+    CHECK(FormatClusterAnswer("backup", one.dump()) ==
+          "server 1 backed up to /b/n1: applied index 12, 30 records, 900 bytes, state digest "
+          "ab\n");
+    json three = one;
+    three["records"] = 60;
+    three["bytes"] = 1800;
+    for (int g = 1; g <= 3; ++g) {
+      three["groups"].push_back({{"group", g},
+                                 {"applied_index", 10 + g},
+                                 {"records", 20},
+                                 {"bytes", 600},
+                                 {"state_digest", "d" + std::to_string(g)}});
+    }
+    const std::string out = FormatClusterAnswer("backup", three.dump());
+    CHECK(out.starts_with("server 1 backed up to /b/n1: 3 raft groups, 60 records, 1800 bytes\n"));
+    CHECK(out.find("  group 2: applied index 12, 20 records, 600 bytes, state digest d2\n") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("CliOutput: cluster digest: one line, or a line per raft group") {
+    json doc = {{"server_id", 2}, {"applied_index", 7}, {"records", 3}, {"state_digest", "ab"}};
+    CHECK(FormatClusterAnswer("digest", doc.dump()) ==
+          "server 2 at applied index 7: state digest ab\n");
+    doc["groups"] = json::array();
+    for (int g = 1; g <= 2; ++g) {
+      doc["groups"].push_back(
+          {{"group", g}, {"applied_index", 6 + g}, {"state_digest", "d" + std::to_string(g)}});
+    }
+    CHECK(FormatClusterAnswer("digest", doc.dump()) ==
+          "server 2: 2 raft groups\n  group 1 at applied index 7: state digest d1\n  group 2 at "
+          "applied index 8: state digest d2\n");
+  }
+
   TEST_CASE("CliOutput: cluster transfer says who leads now") {
     CHECK(FormatClusterAnswer("transfer", R"({"status": "ok", "leader_id": 3})") ==
           "leadership transferred: server 3 leads now\n");

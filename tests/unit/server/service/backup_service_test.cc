@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tests/support/temp_dir.h"
 
@@ -70,9 +71,42 @@ TEST_SUITE("backup_service") {
     CHECK(TakeBackup(services, "b").status().code() == StatusCode::kAlreadyExists);
     CHECK(!services.backup_running->load());
     CHECK(VerifyBackup(taken->path, nullptr).has_value());
-    Result<StateDigest> digest = DigestState(services);
+    Result<std::vector<StateDigest>> digest = DigestState(services);
     REQUIRE(digest.has_value());
-    CHECK(digest->digest == taken->manifest.state_digest);
+    REQUIRE(digest->size() == 1);
+    CHECK(digest->front().digest == taken->manifest.state_digest);
+  }
+
+  TEST_CASE("TakeBackup: a server hosting several groups backs up every group") {
+    testing::TempDir dir;
+    std::vector<std::unique_ptr<Storage>> storages;
+    auto groups = std::make_shared<std::vector<Services>>();
+    for (int g = 1; g <= 3; ++g) {
+      StorageOptions options;
+      options.path = dir.str() + "/db" + std::to_string(g);
+      Result<std::unique_ptr<Storage>> storage = Storage::Open(options);
+      REQUIRE(storage.has_value());
+      storages.push_back(std::move(*storage));
+      Services group;
+      group.storage = storages.back().get();
+      group.group = static_cast<GroupId>(g);
+      groups->push_back(group);
+    }
+    Services services = (*groups)[0];
+    services.backup_dir = dir.str() + "/backups";
+    services.groups = groups;
+    Result<BackupTaken> taken = TakeBackup(services, "b");
+    REQUIRE_MESSAGE(taken.has_value(), taken.status().ToString());
+    REQUIRE(taken->groups.size() == 3);
+    CHECK(taken->groups[2].source.group == 3);
+    CHECK(!services.backup_running->load());
+    Result<std::vector<BackupManifest>> verified = VerifyWholeBackup(taken->path);
+    REQUIRE_MESSAGE(verified.has_value(), verified.status().ToString());
+    CHECK(verified->size() == 3);
+    Result<std::vector<StateDigest>> digests = DigestState(services);
+    REQUIRE(digests.has_value());
+    REQUIRE(digests->size() == 3);
+    for (size_t i = 0; i < 3; ++i) CHECK((*digests)[i].digest == taken->groups[i].state_digest);
   }
 }
 

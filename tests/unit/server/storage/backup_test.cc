@@ -185,6 +185,90 @@ TEST_SUITE("backup") {
             "hash_seed");
   }
 
+  TEST_CASE("Backup: several groups: every part written, verified and restored") {
+    TempDir source1, source2, source3, scratch;
+    auto one = Filled(source1);
+    auto two = OpenOk(SmallOptions(source2));
+    REQUIRE(two->CheckHashSeed(1337).ok());
+    Mutation entry = PutEntry(1, 0x77, 2, Tier::kCpu, "");
+    entry.stamp = 3;
+    REQUIRE(two->Write(4, std::vector<Mutation>{entry}).ok());
+    auto three = OpenOk(SmallOptions(source3));
+    REQUIRE(three->CheckHashSeed(1337).ok());
+    std::vector<std::unique_ptr<Storage::Capture>> captures;
+    std::vector<const Storage::Capture*> images;
+    for (const Storage* storage : {one.get(), two.get(), three.get()}) {
+      auto capture = storage->CaptureAll();
+      REQUIRE(capture.has_value());
+      images.push_back(capture->get());
+      captures.push_back(std::move(*capture));
+    }
+    const std::string to = scratch.str() + "/b";
+    REQUIRE(PrepareEmptyDirectory(to, "backup").ok());
+    Result<std::vector<BackupManifest>> written = WriteWholeBackup(images, to, {"prod", 3, true});
+    REQUIRE_MESSAGE(written.has_value(), written.status().ToString());
+    REQUIRE(written->size() == 3);
+    CHECK((*written)[1].applied_index == 4);
+    CHECK((*written)[1].source.group == 2);
+    CHECK((*written)[2].source.groups == 3);
+    CHECK(fs::exists(fs::path(to) / "groups" / "3" / kBackupManifestFile));
+    Result<std::vector<BackupManifest>> verified = VerifyWholeBackup(to);
+    REQUIRE_MESSAGE(verified.has_value(), verified.status().ToString());
+    CHECK((*verified)[1].state_digest == DigestOk(*two).digest);
+    // A group's part alone is not a whole backup.
+    CHECK(!VerifyWholeBackup(to + "/groups/2").has_value());
+
+    const std::string data_dir = scratch.str() + "/new";
+    Result<RestoreResult> restored = RestoreBackup(to, data_dir);
+    REQUIRE_MESSAGE(restored.has_value(), restored.status().ToString());
+    REQUIRE(restored->groups.size() == 3);
+    CHECK(GroupsInDataDir(data_dir) == 3);
+    CHECK(fs::exists(fs::path(data_dir) / "groups" / "2" / kRestoredMarker));
+    StorageOptions options = SmallOptions(scratch);
+    options.path = data_dir + "/groups/2/db";
+    CHECK(DigestOk(*OpenOk(options)).digest == (*written)[1].state_digest);
+
+    // Damage names the group, and restore creates nothing.
+    int copies = 0;
+    const auto refused = [&](auto damage, std::string_view words) {
+      const fs::path copy = scratch.path() / ("copy" + std::to_string(++copies));
+      fs::copy(to, copy, fs::copy_options::recursive);
+      damage(copy);
+      Result<std::vector<BackupManifest>> checked = VerifyWholeBackup(copy.string());
+      REQUIRE(!checked.has_value());
+      CHECK_MESSAGE(checked.status().message().find(words) != std::string::npos,
+                    checked.status().message());
+      const fs::path target = scratch.path() / ("restored" + std::to_string(copies));
+      CHECK(!RestoreBackup(copy.string(), target.string()).has_value());
+      CHECK(!fs::exists(target));
+    };
+    refused(
+        [](const fs::path& copy) {
+          const fs::path state = copy / "groups" / "2" / kBackupStateFile;
+          std::string bytes = ReadFile(state);
+          bytes[bytes.size() / 2] ^= 0x20;
+          WriteFile(state, bytes);
+        },
+        "group 2: ");
+    refused([](const fs::path& copy) { fs::remove_all(copy / "groups" / "3"); }, "group 3: ");
+    refused([](const fs::path& copy) { fs::remove_all(copy / "groups"); }, "groups/ is missing");
+    refused([](const fs::path& copy) { fs::create_directory(copy / "groups" / "4"); },
+            "unexpected file groups/4");
+    refused(
+        [](const fs::path& copy) {
+          fs::rename(copy / "groups" / "2", copy / "groups" / "x");
+          fs::rename(copy / "groups" / "3", copy / "groups" / "2");
+          fs::rename(copy / "groups" / "x", copy / "groups" / "3");
+        },
+        "holds group 3 of 3");
+    // A single group's backup reading groups/ is refused as before.
+    const std::string single = scratch.str() + "/single";
+    BackupOk(*one, single);
+    fs::create_directory(fs::path(single) / "groups");
+    CHECK(VerifyWholeBackup(single).status().message().find("unexpected file groups") !=
+          std::string::npos);
+  }
+
   TEST_CASE("Backup: targets must be absent or empty directories") {
     TempDir dir;
     CHECK(PrepareEmptyDirectory(dir.str() + "/a/b", "t").ok());
