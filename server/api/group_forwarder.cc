@@ -63,26 +63,28 @@ Attempt SendOnce(const Services& group, const LeaderAddresses& leader, const std
       {{"Content-Type", "application/octet-stream"}, {kPeerAuthHeader, signature.header}},
       body};
   bool nothing_sent = false;
-  const Result<PeerHttpAnswer> answer =
-      SendPeerHttp(group.peer_http, *to, post, {std::min(left, kConnectTimeout), left},
-                   &nothing_sent);
+  const Result<PeerHttpAnswer> answer = SendPeerHttp(
+      group.peer_http, *to, post, {std::min(left, kConnectTimeout), left}, &nothing_sent);
   if (!answer.has_value()) {
     if (nothing_sent) return {std::nullopt, name + " could not be reached"};
-    return {Status::Unavailable("forwarding to " + name + " failed (the part may have been "
-                                "applied): " + answer.error().message()),
+    return {Status::Unavailable("forwarding to " + name +
+                                " failed (the part may have been "
+                                "applied): " +
+                                answer.error().message()),
             ""};
   }
   if (answer->status == 421) return {std::nullopt, name + " no longer leads it"};
   if (answer->status != 200) return {LeaderError(name, *answer), ""};
   // Only the group's leader that raft names acknowledges a part.
   if (const Status authentic =
-          group.peers->VerifyReply(HeaderOf(*answer, kPeerReplyHeader), leader.id,
-                                   signature.nonce, answer->status, answer->body, to->ToString());
+          group.peers->VerifyReply(HeaderOf(*answer, kPeerReplyHeader), leader.id, signature.nonce,
+                                   answer->status, answer->body, to->ToString());
       !authentic.ok()) {
     return {Status::Unavailable("forwarding to " + name + ": " + authentic.message()), ""};
   }
   const nlohmann::json reply = nlohmann::json::parse(answer->body, nullptr, false);
-  if (!reply.is_object() || !reply.contains("revision") || !reply["revision"].is_number_unsigned()) {
+  if (!reply.is_object() || !reply.contains("revision") ||
+      !reply["revision"].is_number_unsigned()) {
     return {Status::Unavailable(name + " answered without a revision: " + answer->body), ""};
   }
   return {Result<Revision>(reply["revision"].get<Revision>()), ""};
@@ -146,9 +148,9 @@ Status HttpGroupForwarder::TryForward(const Services& group, CommandBatch* batch
     std::lock_guard lock(mu_);
     if (stopping_) return Status::Unavailable("the server is stopping");
     if (queue_.size() >= options_.max_queue) {
-      return Status::ResourceExhausted(
-          "the queue of writes to other groups' leaders is full (" +
-          std::to_string(options_.max_queue) + " batches); retry later");
+      return Status::ResourceExhausted("the queue of writes to other groups' leaders is full (" +
+                                       std::to_string(options_.max_queue) +
+                                       " batches); retry later");
     }
     queue_.push_back(Part{&group, std::move(*batch), std::move(done)});
   }
@@ -185,7 +187,8 @@ void HttpGroupForwarder::Run() {
     }
     const GroupId id = part.group->group;
     Result<Revision> applied = DeliverToGroupLeader(*part.group, std::move(part.batch), abandon_);
-    if (part.group->metrics != nullptr) part.group->metrics->RecordGroupForward(id, applied.has_value());
+    if (part.group->metrics != nullptr)
+      part.group->metrics->RecordGroupForward(id, applied.has_value());
     part.done(std::move(applied));
   }
 }

@@ -43,8 +43,7 @@ struct Group {
   StatusOnlyLog log;
 };
 
-Result<Revision> Forward(HttpGroupForwarder* forwarder, const Services& group,
-                         CommandBatch batch) {
+Result<Revision> Forward(HttpGroupForwarder* forwarder, const Services& group, CommandBatch batch) {
   std::promise<Result<Revision>> done;
   std::future<Result<Revision>> result = done.get_future();
   const Status queued = forwarder->TryForward(
@@ -117,10 +116,11 @@ TEST_SUITE("Api.GroupForwarder") {
     std::promise<Result<Revision>> done;
     std::future<Result<Revision>> result = done.get_future();
     CommandBatch batch = OneStore(7);
-    REQUIRE(forwarder
-                .TryForward(group.s.services, &batch,
-                            [&done](Result<Revision> applied) { done.set_value(std::move(applied)); })
-                .ok());
+    REQUIRE(
+        forwarder
+            .TryForward(group.s.services, &batch,
+                        [&done](Result<Revision> applied) { done.set_value(std::move(applied)); })
+            .ok());
     const auto start = std::chrono::steady_clock::now();
     forwarder.Stop();
     const Result<Revision> stopped = result.get();
