@@ -16,6 +16,7 @@
 #include "server/runtime/access_config.h"
 #include "server/runtime/options_from_config.h"
 #include "server/runtime/prediction_forwarder.h"
+#include "server/service/ingest_service.h"
 #include "server/storage/backup.h"
 
 namespace kvatlas::server {
@@ -321,10 +322,8 @@ Status Server::StartZmqIngest() {
       // server does not lead that group).
       target.try_submit = [this, group, index](CommandBatch* batch, Applier::Callback done) {
         const std::vector<Services>* copies = group_services_.load(std::memory_order_acquire);
-        if (copies == nullptr || group->raft()->is_leader()) {
-          return group->applier()->TrySubmitAsync(batch, std::move(done));
-        }
-        return group_forwarder_->TryForward((*copies)[index], batch, std::move(done));
+        if (copies == nullptr) return group->applier()->TrySubmitAsync(batch, std::move(done));
+        return TrySubmitPart((*copies)[index], batch, std::move(done));
       };
       return target;
     };

@@ -69,14 +69,15 @@ std::vector<std::pair<const Services*, CommandBatch>> SplitByGroup(const Service
   return parts;
 }
 
-void SubmitPart(const Services& group, CommandBatch part, Applier::Callback done) {
+Status TrySubmitPart(const Services& group, CommandBatch* part, Applier::Callback done) {
   if (group.group_forwarder != nullptr && group.log != nullptr && !group.log->is_leader()) {
-    if (Status refused = group.group_forwarder->TryForward(group, &part, done); !refused.ok()) {
-      done(std::move(refused));
-    }
-    return;
+    return group.group_forwarder->TryForward(group, part, std::move(done));
   }
-  group.applier->SubmitAsync(std::move(part), std::move(done));
+  return group.applier->TrySubmitAsync(part, std::move(done));
+}
+
+void SubmitPart(const Services& group, CommandBatch part, Applier::Callback done) {
+  if (Status refused = TrySubmitPart(group, &part, done); !refused.ok()) done(std::move(refused));
 }
 
 Result<Revision> SubmitAndWait(const Services& services, CommandBatch batch) {

@@ -46,8 +46,12 @@ struct PreparedIngest {
 
 // Submits one part of a batch (SplitByGroup) to its group without waiting: to `group`'s
 // applier, or — when `group` has a forwarder and this server does not lead the group —
-// forwarded to the group's leader (group_forwarder.h). `done` runs once, on the applier's
-// or a forwarder's thread, or at once on this thread when the part is refused.
+// forwarded to the group's leader (group_forwarder.h). With Applier::TrySubmitAsync's
+// contract: refused, `*part` is left as it was (to retry) and `done` is not called;
+// accepted, `done` runs once, on the applier's or a forwarder's thread.
+[[nodiscard]] Status TrySubmitPart(const Services& group, CommandBatch* part,
+                                   Applier::Callback done);
+// As TrySubmitPart, but a refusal is reported to `done`, at once on this thread.
 void SubmitPart(const Services& group, CommandBatch part, Applier::Callback done);
 
 // Submits `batch` without waiting: `done` runs on the applier thread once it is applied,
