@@ -8,7 +8,6 @@
 // the internal calls (announce, predict, apply), which are answered 421.
 
 #include <charconv>
-#include <future>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -147,11 +146,9 @@ Result<HttpReply> HandleApply(const Services& services, const RouteRequest& requ
   }
   Result<CommandBatch> batch = DecodeCommandBatch(request.http.body);
   if (!batch.has_value()) return Status::InvalidArgument("body: " + batch.error().message());
-  std::future<Result<Revision>> applied = group.applier->Submit(std::move(*batch));
-  if (applied.wait_for(services.options.apply_timeout) != std::future_status::ready) {
-    return ApplyDeadlineExceeded(services);
-  }
-  KVATLAS_ASSIGN_OR_RETURN(Revision revision, applied.get());
+  KVATLAS_ASSIGN_OR_RETURN(Revision revision, ApplyHereAndWait(group, std::move(*batch),
+                                                               std::chrono::steady_clock::now() +
+                                                                   services.options.apply_timeout));
   return JsonReply(
       nlohmann::json({{"status", "ok"}, {"group", id}, {"revision", revision}}).dump());
 }

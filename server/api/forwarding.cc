@@ -17,13 +17,6 @@
 namespace kvatlas::server {
 namespace {
 
-// How often a held request looks for the leader again.
-constexpr std::chrono::milliseconds kHoldPoll{5};
-// How long a forward waits for the leader's connection to open. Nothing is sent before it
-// opens, so a timeout is retried like a refusal: a leader cut off by a partition must not
-// use up the whole hold on one attempt while a new leader is being elected.
-constexpr std::chrono::milliseconds kForwardConnectTimeout{500};
-
 nlohmann::json OrNull(const std::optional<std::string>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
@@ -41,12 +34,6 @@ HttpReply NotForwardedReply(const Status& status, const LeaderAddresses& leader)
                          {"leader_rpc_address", OrNull(leader.rpc_address)}};
   reply.body = body.dump();
   return reply;
-}
-
-// The first value of an answer's header `name`, "" when it has none.
-std::string HeaderOf(const PeerHttpAnswer& answer, std::string_view name) {
-  const auto it = answer.headers.find(name);
-  return it == answer.headers.end() ? std::string() : it->second;
 }
 
 HttpReply NotLeaderReply(const LeaderAddresses& leader, std::string message) {
@@ -94,15 +81,15 @@ std::optional<HttpReply> Forward(const Services& services, const RouteRequest& r
   if (!answer.has_value()) {
     reply = ErrorReply(Status::Unavailable(failed + answer.error().message()));
   } else if (const Status authentic = services.peers->VerifyReply(
-                 HeaderOf(*answer, kPeerReplyHeader), leader.id, signature.nonce, answer->status,
-                 answer->body, to.ToString());
+                 AnswerHeader(*answer, kPeerReplyHeader), leader.id, signature.nonce,
+                 answer->status, answer->body, to.ToString());
              !authentic.ok()) {
     // Whoever answered is not the leader of this cluster: nothing is acknowledged.
     reply = ErrorReply(Status::Unavailable(failed + authentic.message()));
   } else {
     reply.status = answer->status;
     reply.body = answer->body;
-    const std::string content_type = HeaderOf(*answer, "Content-Type");
+    const std::string content_type = AnswerHeader(*answer, "Content-Type");
     reply.content_type = content_type.empty() ? std::string("application/json") : content_type;
   }
   reply.headers.emplace_back(kForwardedFromHeader, std::to_string(services.server_id));
@@ -134,7 +121,7 @@ HttpReply AnswerNotLeader(const Services& services, const RouteRequest& request,
   }
   // Hold the request until the leader and its HTTP address are known (an election, or a
   // new leader's announcement, is under way), or its connection opens (a dead leader is
-  // still believed to lead until the election timeout): polled every kHoldPoll.
+  // still believed to lead until the election timeout): polled every kForwardHoldPoll.
   const auto deadline = std::chrono::steady_clock::now() + services.options.apply_timeout;
   std::string last_error;
   for (;;) {
@@ -165,14 +152,14 @@ HttpReply AnswerNotLeader(const Services& services, const RouteRequest& request,
       last_error = "the leader is server " + std::to_string(leader.id) +
                    ", whose HTTP address is not known yet";
     }
-    if (std::chrono::steady_clock::now() + kHoldPoll >= deadline) {
+    if (std::chrono::steady_clock::now() + kForwardHoldPoll >= deadline) {
       return NotForwardedReply(
           Status::Unavailable(
               "not the leader, and no leader could be forwarded to within apply_timeout_ms (" +
               std::to_string(services.options.apply_timeout.count()) + " ms): " + last_error),
           FindLeaderForRedirect(services));
     }
-    std::this_thread::sleep_for(kHoldPoll);
+    std::this_thread::sleep_for(kForwardHoldPoll);
   }
 }
 
@@ -193,7 +180,7 @@ Status PostInternalCall(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t le
     return Status::Unavailable("POST " + url + ": " + answer.error().message());
   if (answer->status == 200) {
     return auth
-        ->VerifyReply(HeaderOf(*answer, kPeerReplyHeader), leader_id, signature.nonce,
+        ->VerifyReply(AnswerHeader(*answer, kPeerReplyHeader), leader_id, signature.nonce,
                       answer->status, answer->body, leader_http)
         .WithContext("POST " + url);
   }

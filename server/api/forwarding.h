@@ -30,6 +30,14 @@
 
 namespace kvatlas::server {
 
+// How often a request held for want of a leader (or a part held for its group's leader,
+// group_forwarder.h) looks for the leader again.
+inline constexpr std::chrono::milliseconds kForwardHoldPoll{5};
+// How long a forward waits for the leader's connection to open. Nothing is sent before it
+// opens, so a timeout is retried like a refusal: a leader cut off by a partition must not
+// use up the whole hold on one attempt while a new leader is being elected.
+inline constexpr std::chrono::milliseconds kForwardConnectTimeout{500};
+
 // Set on a request a follower forwards (value: the follower's id). A request that carries
 // it is answered 421 not_leader instead of being forwarded again.
 inline constexpr char kForwardedHeader[] = "X-Kvatlas-Forwarded";

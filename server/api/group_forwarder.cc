@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -15,23 +14,14 @@
 #include "server/model/command_codec.h"
 #include "server/peer/peer_auth.h"
 #include "server/service/cluster_service.h"
+#include "server/service/ingest_service.h"
 
 namespace kvatlas::server {
 namespace {
 
-constexpr std::chrono::milliseconds kHoldPoll{5};
-// As a proxied request's (forwarding.cc): nothing is sent before the connection opens, so
-// a leader cut off by a partition does not use up the whole hold on one attempt.
-constexpr std::chrono::milliseconds kConnectTimeout{500};
-
-std::string HeaderOf(const PeerHttpAnswer& answer, std::string_view name) {
-  const auto it = answer.headers.find(name);
-  return it == answer.headers.end() ? std::string() : it->second;
-}
-
 // What one attempt came to: applied (a revision), a final error, or "try again".
 struct Attempt {
-  std::optional<Result<Revision>> outcome;  // nullopt: retry after kHoldPoll
+  std::optional<Result<Revision>> outcome;  // nullopt: retry after kForwardHoldPoll
   std::string why;                          // the reason to retry, for the final error
 };
 
@@ -64,7 +54,7 @@ Attempt SendOnce(const Services& group, const LeaderAddresses& leader, const std
       body};
   bool nothing_sent = false;
   const Result<PeerHttpAnswer> answer = SendPeerHttp(
-      group.peer_http, *to, post, {std::min(left, kConnectTimeout), left}, &nothing_sent);
+      group.peer_http, *to, post, {std::min(left, kForwardConnectTimeout), left}, &nothing_sent);
   if (!answer.has_value()) {
     if (nothing_sent) return {std::nullopt, name + " could not be reached"};
     return {Status::Unavailable("forwarding to " + name +
@@ -77,8 +67,8 @@ Attempt SendOnce(const Services& group, const LeaderAddresses& leader, const std
   if (answer->status != 200) return {LeaderError(name, *answer), ""};
   // Only the group's leader that raft names acknowledges a part.
   if (const Status authentic =
-          group.peers->VerifyReply(HeaderOf(*answer, kPeerReplyHeader), leader.id, signature.nonce,
-                                   answer->status, answer->body, to->ToString());
+          group.peers->VerifyReply(AnswerHeader(*answer, kPeerReplyHeader), leader.id,
+                                   signature.nonce, answer->status, answer->body, to->ToString());
       !authentic.ok()) {
     return {Status::Unavailable("forwarding to " + name + ": " + authentic.message()), ""};
   }
@@ -104,30 +94,25 @@ Result<Revision> DeliverToGroupLeader(const Services& group, CommandBatch batch,
     }
     if (group.log->is_leader()) {
       // Elected while the part waited: it is this server's to apply.
-      std::future<Result<Revision>> applied = group.applier->Submit(std::move(batch));
-      if (applied.wait_until(deadline) != std::future_status::ready) {
-        return Status(StatusCode::kDeadlineExceeded,
-                      "the batch was not applied within apply_timeout_ms; it may still be");
-      }
-      return applied.get();
+      return ApplyHereAndWait(group, std::move(batch), deadline);
     }
     const LeaderAddresses leader = FindLeader(group);
     if (leader.id != 0 && leader.id != group.server_id && leader.http_address) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-      Attempt attempt = SendOnce(group, leader, body, std::max(left, kHoldPoll));
+      Attempt attempt = SendOnce(group, leader, body, std::max(left, kForwardHoldPoll));
       if (attempt.outcome) return std::move(*attempt.outcome);
       last_reason = std::move(attempt.why);
     } else if (leader.id != 0 && leader.id != group.server_id) {
       last_reason = "its leader, server " + std::to_string(leader.id) +
                     ", has not announced its HTTP address yet";
     }
-    if (std::chrono::steady_clock::now() + kHoldPoll >= deadline) {
+    if (std::chrono::steady_clock::now() + kForwardHoldPoll >= deadline) {
       return Status::Unavailable("group " + std::to_string(group.group) +
                                  ": no leader could be forwarded to within apply_timeout_ms (" +
                                  std::to_string(group.options.apply_timeout.count()) +
                                  " ms): " + last_reason);
     }
-    std::this_thread::sleep_for(kHoldPoll);
+    std::this_thread::sleep_for(kForwardHoldPoll);
   }
 }
 

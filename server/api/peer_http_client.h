@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,12 @@ struct PeerHttpAnswer {
   HttpHeaders headers;
   std::string body;
 };
+
+// The first value of an answer's header `name`, "" when it has none.
+[[nodiscard]] inline std::string AnswerHeader(const PeerHttpAnswer& answer, std::string_view name) {
+  const auto it = answer.headers.find(name);
+  return it == answer.headers.end() ? std::string() : it->second;
+}
 
 // The largest answer body accepted; a larger one fails the call (kUnavailable).
 inline constexpr size_t kMaxPeerAnswerBytes = size_t{256} << 20;

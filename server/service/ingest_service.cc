@@ -151,6 +151,15 @@ void SubmitAsync(const Services& services, CommandBatch batch,
   }
 }
 
+Result<Revision> ApplyHereAndWait(const Services& group, CommandBatch batch,
+                                  std::chrono::steady_clock::time_point deadline) {
+  std::future<Result<Revision>> applied = group.applier->Submit(std::move(batch));
+  if (applied.wait_until(deadline) != std::future_status::ready) {
+    return ApplyDeadlineExceeded(group);
+  }
+  return applied.get();
+}
+
 Status ApplyDeadlineExceeded(const Services& services) {
   return Status(StatusCode::kDeadlineExceeded,
                 "the batch was not applied within " +

@@ -4,6 +4,7 @@
 // applier-queue gauge. Safe from any thread.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <span>
@@ -58,6 +59,12 @@ void SubmitPart(const Services& group, CommandBatch part, Applier::Callback done
 // or at once on this thread when it is refused (Applier::SubmitAsync). `done` must be quick.
 void SubmitAsync(const Services& services, CommandBatch batch,
                  std::function<void(Result<Revision>)> done);
+
+// Submits `batch` to `group`'s own applier — never split, never forwarded: for a part this
+// server was sent as its group's leader, or found itself leading — and waits until
+// `deadline` for its revision (ApplyDeadlineExceeded past it).
+[[nodiscard]] Result<Revision> ApplyHereAndWait(const Services& group, CommandBatch batch,
+                                                std::chrono::steady_clock::time_point deadline);
 
 // kDeadlineExceeded for a write batch not applied within options.apply_timeout (it may
 // still be applied later).
