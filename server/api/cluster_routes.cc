@@ -62,14 +62,20 @@ Result<HttpReply> HandleAdd(const Services& services, const RouteRequest& reques
                  {{"added", id}, {"raft_address", raft_address}});
 }
 
-Result<HttpReply> HandleRemove(const Services& services, const RouteRequest& request) {
-  uint64_t id = 0;
-  const std::string_view text = request.path_param;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || id == 0) {
-    return Status::InvalidArgument("path: the server id must be a positive integer");
+// `text` as a positive decimal integer, wholly; nullopt otherwise.
+std::optional<uint64_t> PositiveInteger(std::string_view text) {
+  uint64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value == 0) {
+    return std::nullopt;
   }
-  return Changed(RemoveMember(services, id), {{"removed", id}});
+  return value;
+}
+
+Result<HttpReply> HandleRemove(const Services& services, const RouteRequest& request) {
+  const std::optional<uint64_t> id = PositiveInteger(request.path_param);
+  if (!id) return Status::InvalidArgument("path: the server id must be a positive integer");
+  return Changed(RemoveMember(services, *id), {{"removed", *id}});
 }
 
 // POST /v1/cluster/announce {"id", "http_address", "rpc_address"}: records a member's
@@ -131,15 +137,13 @@ Result<HttpReply> HandlePredict(const Services& services, const RouteRequest& re
 // member, never forwarded (not_leader, 421, when this server does not lead G).
 Result<HttpReply> HandleApply(const Services& services, const RouteRequest& request) {
   KVATLAS_RETURN_IF_ERROR(InternalSender(services, request, "POST /v1/cluster/apply").status());
-  const std::string text = request.http.Param("group");
   const size_t groups = services.groups == nullptr ? 1 : services.groups->size();
-  uint64_t id = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || id == 0 ||
-      id > groups) {
+  const std::optional<uint64_t> parsed = PositiveInteger(request.http.Param("group"));
+  if (!parsed || *parsed > groups) {
     return Status::InvalidArgument("query.group: must be a group this server hosts, 1 to " +
                                    std::to_string(groups));
   }
+  const uint64_t id = *parsed;
   const Services& group = services.groups == nullptr ? services : (*services.groups)[id - 1];
   if (!group.log->is_leader()) {
     return Status(StatusCode::kNotLeader, "this server does not lead group " + std::to_string(id));
