@@ -113,11 +113,12 @@ std::string FormatStatus(const json& s) {
   return out;
 }
 
-// One line per group: id, leader, members, contexts, entries, last snapshot, applied index.
+// One line per group: id, leader, preferred leader, members, contexts, entries, last
+// snapshot, applied index.
 std::string FormatGroups(const json& doc) {
   std::string out = "directory epoch " + Text(doc, "epoch") + "\n";
-  static const char* const kHeader[] = {"GROUP",   "LEADER",   "MEMBERS", "CONTEXTS",
-                                        "ENTRIES", "SNAPSHOT", "APPLIED", "ACCEPTING"};
+  static const char* const kHeader[] = {"GROUP",   "LEADER",   "PREFERRED", "MEMBERS",  "CONTEXTS",
+                                        "ENTRIES", "SNAPSHOT", "APPLIED",   "ACCEPTING"};
   std::vector<std::vector<std::string>> rows = {{std::begin(kHeader), std::end(kHeader)}};
   const json groups = doc.value("groups", json::array());
   for (const json& g : groups.is_array() ? groups : json::array()) {
@@ -126,9 +127,9 @@ std::string FormatGroups(const json& doc) {
     for (const json& m : list.is_array() ? list : json::array()) {
       members += (members.empty() ? "" : ",") + Text(m, "id");
     }
-    rows.push_back({Text(g, "id"), LeaderText(g), members.empty() ? "-" : members,
-                    Text(g, "contexts"), Text(g, "entries"), Text(g, "snapshot_bytes"),
-                    Text(g, "applied_index"), Text(g, "accepting")});
+    rows.push_back({Text(g, "id"), LeaderText(g), Text(g, "preferred_leader"),
+                    members.empty() ? "-" : members, Text(g, "contexts"), Text(g, "entries"),
+                    Text(g, "snapshot_bytes"), Text(g, "applied_index"), Text(g, "accepting")});
   }
   return out + FormatTable(rows);
 }

@@ -1,18 +1,22 @@
 #!/usr/bin/python3
-"""The cost of a write sent to a follower (docs/scaling.md §Writes reach every group's
-leader): one group, where the follower proxies the whole request to the leader
-(docs/replication.md §Writes on followers), against G groups, where it forwards each
-part to its group's leader (POST /v1/cluster/apply).
+"""The cost of a write part applied by another server than the one that took it
+(docs/scaling.md §Writes reach every group's leader): with one group, a write sent to a
+follower, which proxies the whole request to the leader (docs/replication.md §Writes on
+followers); with G groups, whose leaders are spread over the servers, a write whose group
+the server that took it does not lead, which it forwards to that group's leader (POST
+/v1/cluster/apply).
 
 usage: forward_bench.py KVATLAS_SERVER_BINARY [--groups 1,3] [--writes N] [--models M]
 
-For each G in --groups, in one run: three servers on loopback (`--groups G`, every group
-led by one server, as they are); one client on one kept-alive connection sends N
-(default 2,000) writes of one stored event of one block, each to a model drawn from M
-(default 24, so the parts land in every group), first to the leader, then to a follower,
-one at a time, and times each answer. Prints per G and target the p50 and p99 and the
-follower's ÷ the leader's in the same cluster, then the follower's forwarded parts by
-group (kvatlas_group_forwarded_batches_total). Data under $TMPDIR, removed at exit.
+For each G in --groups, in one run: three servers on loopback (`--groups G`, the groups'
+leaders spread as they are); one client on one kept-alive connection sends N (default
+2,000) writes of one stored event of one block, each to a model drawn from M (default 24,
+so the parts land in every group), one at a time, and times each answer: with one group
+first to the leader, then to a follower; with several, to one server, each write sorted by
+whether that server leads the model's home group (`local`) or not (`forwarded`). Prints
+per G and kind the p50 and p99 and their ratio to the same run's local writes, then the
+parts forwarded by group (kvatlas_group_forwarded_batches_total). Data under $TMPDIR,
+removed at exit.
 """
 
 import argparse
@@ -32,19 +36,23 @@ BS = 16
 FLAGS = ["--log-level", "warning", "--audit-interval-ms", "0"]
 
 
-def led_by(node, leader_id, groups):
+def leaders(node, groups):
+    """{group id: leader id} once `node` lists `groups` groups, each with a leader."""
     status, body = node.request("GET", "/v1/groups")
-    return status == 200 and len(body["groups"]) == groups and all(
-        g["leader_id"] == leader_id for g in body["groups"])
+    if status != 200 or len(body["groups"]) != groups:
+        return None
+    led = {g["id"]: g["leader_id"] for g in body["groups"]}
+    return led if all(led.values()) else None
 
 
 def timed_writes(node, writes, models, rng):
-    """Latencies (s) of `writes` sequential single-block writes on one connection."""
+    """(model, latency in s) of `writes` sequential single-block writes on one connection."""
     host, port = node.base[len("http://"):].rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     latencies = []
     for i in range(writes):
-        event = {"event_type": "stored", "model_name": f"m{rng.randrange(models)}",
+        model = f"m{rng.randrange(models)}"
+        event = {"event_type": "stored", "model_name": model,
                  "block_size": BS, "backend_id": "w",
                  "token_ids": [rng.getrandbits(31) for _ in range(BS)]}
         body = json.dumps({"events": [event]})
@@ -52,11 +60,11 @@ def timed_writes(node, writes, models, rng):
         conn.request("POST", "/v1/events", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
         answer = resp.read()
-        latencies.append(time.perf_counter() - t0)
+        latencies.append((model, time.perf_counter() - t0))
         if resp.status != 200:
             raise AssertionError(f"write {i} to server {node.id}: {resp.status} {answer!r}")
     conn.close()
-    return sorted(latencies)
+    return latencies
 
 
 def percentile(sorted_values, q):
@@ -75,18 +83,31 @@ def forwarded(node):
 
 
 def run_one(binary, groups, args):
+    """{kind: (p50, p99)} and the parts forwarded, for one cluster of `groups` groups."""
     rng = random.Random(7)
     with h.running_cluster(binary, 3, FLAGS + ["--groups", str(groups)]) as cluster:
         leader = cluster.leader()
-        h.wait_until("every group led by group 1's leader",
-                     lambda: all(led_by(n, leader.id, groups) for n in cluster.nodes))
+        # Spread: with as many groups as servers or more, every server leads one.
+        h.wait_until("the groups' leaders spread", lambda: all(
+            (led := leaders(n, groups)) and len(set(led.values())) == min(groups, 3)
+            for n in cluster.nodes))
         follower = next(n for n in cluster.nodes if n.id != leader.id)
         timed_writes(leader, 200, args.models, rng)  # warm-up: contexts exist, caches warm
-        rows = {}
-        for name, node in (("leader", leader), ("follower", follower)):
-            lat = timed_writes(node, args.writes, args.models, rng)
-            rows[name] = (percentile(lat, 0.5), percentile(lat, 0.99))
-        return rows, forwarded(follower)
+        latencies = {}
+        if groups == 1:
+            for kind, node in (("local", leader), ("forwarded", follower)):
+                latencies[kind] = [t for _, t in timed_writes(node, args.writes, args.models, rng)]
+            taker = follower
+        else:
+            led = leaders(leader, groups)
+            for model, t in timed_writes(leader, args.writes, args.models, rng):
+                home = h.home_group(model, BS, groups)
+                latencies.setdefault("local" if led[home] == leader.id else "forwarded",
+                                     []).append(t)
+            taker = leader
+        rows = {kind: (percentile(sorted(lat), 0.5), percentile(sorted(lat), 0.99), len(lat))
+                for kind, lat in sorted(latencies.items(), key=lambda kv: kv[0] != "local")}
+        return rows, forwarded(taker)
 
 
 def main():
@@ -98,16 +119,16 @@ def main():
     args = parser.parse_args()
     print(f"{args.writes} sequential single-block REST writes per target, one connection, "
           f"{args.models} models; 3 servers on loopback")
-    print(f"{'groups':>6} {'target':>9} {'p50 ms':>8} {'p99 ms':>8} {'p50 ÷ leader':>13} "
-          f"{'p99 ÷ leader':>13}")
+    print(f"{'groups':>6} {'kind':>9} {'writes':>6} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'p50 ÷ local':>12} {'p99 ÷ local':>12}")
     for groups in [int(g) for g in args.groups.split(",")]:
         rows, parts = run_one(args.binary, groups, args)
-        base = rows["leader"]
-        for name, (p50, p99) in rows.items():
-            print(f"{groups:>6} {name:>9} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} "
-                  f"{p50 / base[0]:13.2f} {p99 / base[1]:13.2f}")
+        base = rows["local"]
+        for kind, (p50, p99, count) in rows.items():
+            print(f"{groups:>6} {kind:>9} {count:>6} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} "
+                  f"{p50 / base[0]:12.2f} {p99 / base[1]:12.2f}")
         if parts:
-            print(f"{'':>6} forwarded by the follower: {parts}")
+            print(f"{'':>6} forwarded: {parts}")
 
 
 if __name__ == "__main__":

@@ -10,12 +10,12 @@
 namespace kvatlas::server {
 
 DiskWatcher::DiskWatcher(std::string data_dir, uint64_t min_free_bytes,
-                         std::vector<Applier*> appliers, RaftLog* raft)
+                         std::vector<Applier*> appliers, std::vector<RaftLog*> rafts)
     : data_dir_(std::move(data_dir)),
       low_(min_free_bytes),
       recovered_(min_free_bytes + min_free_bytes / 10),
       appliers_(std::move(appliers)),
-      raft_(raft),
+      rafts_(std::move(rafts)),
       task_(kPeriod, [this] { return Round(); }) {}
 
 PeriodicTask::Next DiskWatcher::Round() {
@@ -35,13 +35,16 @@ PeriodicTask::Next DiskWatcher::Round() {
             " bytes free); accepting writes");
     for (Applier* applier : appliers_) applier->SetWritesRefused("");
   }
-  // A leader that cannot write must not lead: hand over to any up-to-date voter (retried
-  // every round while space is low, since there may be none at first).
-  const ClusterStatus status = raft_->GetStatus();
-  const auto voters = std::count_if(status.members.begin(), status.members.end(),
-                                    [](const ClusterMember& m) { return m.role == "voter"; });
-  if (refusing_ && raft_->is_leader() && voters > 1) {
-    raft_->TransferLeadership(0, [](Status s) {
+  // A leader that cannot write must not lead: hand each group it leads to any up-to-date
+  // voter (retried every round while space is low, since there may be none at first).
+  if (!refusing_) return kPeriod;
+  for (RaftLog* raft : rafts_) {
+    if (!raft->is_leader()) continue;
+    const ClusterStatus status = raft->GetStatus();
+    const auto voters = std::count_if(status.members.begin(), status.members.end(),
+                                      [](const ClusterMember& m) { return m.role == "voter"; });
+    if (voters <= 1) continue;
+    raft->TransferLeadership(0, [](Status s) {
       if (!s.ok()) LogWarning("disk space low, leadership transfer: " + s.ToString());
     });
   }

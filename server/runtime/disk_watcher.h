@@ -1,9 +1,10 @@
 // DiskWatcher: the policy that keeps a server from filling its disk (libraft 0.15 crashes
 // when it does). Every 250 ms it reads the free space of the data directory's filesystem;
-// below `min_free_bytes` it refuses writes (Applier::SetWritesRefused) and, while this
-// server leads a cluster of more than one voter, hands leadership to any up-to-date voter
-// (every round, since there may be none at first); once 10% more than `min_free_bytes` is
-// free it accepts writes again (the margin keeps it from flapping at the boundary).
+// below `min_free_bytes` it refuses writes (Applier::SetWritesRefused) and hands the
+// leadership of every group this server leads with more than one voter to any up-to-date
+// voter (every round, since there may be none at first); once 10% more than
+// `min_free_bytes` is free it accepts writes again (the margin keeps it from flapping at
+// the boundary).
 //
 // Thread-safety: construct, Start and Stop from one thread; rounds run on the task's.
 #pragma once
@@ -20,10 +21,10 @@ namespace kvatlas::server {
 
 class DiskWatcher {
  public:
-  // `appliers` (every group's on this server: they share the disk) and `raft` (group 1's,
-  // whose leadership the others follow) must outlive the watcher (or its Stop).
+  // `appliers` and `rafts` (every group's on this server: they share the disk) must
+  // outlive the watcher (or its Stop).
   DiskWatcher(std::string data_dir, uint64_t min_free_bytes, std::vector<Applier*> appliers,
-              RaftLog* raft);
+              std::vector<RaftLog*> rafts);
 
   void Start() { task_.Start(); }
   void RequestStop() { task_.RequestStop(); }  // ends the loop without waiting for it
@@ -37,7 +38,7 @@ class DiskWatcher {
   const uint64_t low_;
   const uint64_t recovered_;
   std::vector<Applier*> appliers_;
-  RaftLog* raft_;
+  std::vector<RaftLog*> rafts_;
   bool refusing_ = false;  // the task's thread only
   PeriodicTask task_;      // last: stopped before the members its rounds use go
 };

@@ -28,7 +28,11 @@ ReplicatedLog::Done Completion(std::shared_ptr<std::atomic<bool>> busy, std::str
 
 GroupMirror::GroupMirror(RaftLog* primary, std::vector<Follower> followers)
     : primary_(primary), task_(kPeriod, [this] { return Round(); }) {
-  for (Follower& f : followers) followers_.push_back(Tracked{f});
+  for (Follower& f : followers) {
+    Tracked tracked;
+    tracked.follower = f;
+    followers_.push_back(std::move(tracked));
+  }
 }
 
 PeriodicTask::Next GroupMirror::Round() {
@@ -70,15 +74,32 @@ void GroupMirror::Follow(const ClusterStatus& primary, Tracked* tracked) {
       return;
     }
   }
-  if (primary.leader_id != 0 && primary.leader_id != status.id) {
-    const ClusterMember* target = FindMember(status, primary.leader_id);
-    if (target == nullptr || target->role != "voter") return;  // being added (above)
-    LogInfo(group + ": handing leadership to server " + std::to_string(primary.leader_id) +
-            ", which leads group 1");
-    tracked->busy->store(true);
-    raft->TransferLeadership(primary.leader_id,
-                             Completion(tracked->busy, group + ": leadership transfer"));
+  HandOver(primary, status, tracked);
+}
+
+void GroupMirror::HandOver(const ClusterStatus& primary, const ClusterStatus& status,
+                           Tracked* tracked) {
+  const uint64_t preferred = PreferredLeader(primary, tracked->follower.id);
+  if (preferred == 0 || preferred == status.id) return;
+  const ClusterMember* target = FindMember(status, preferred);
+  if (target == nullptr || target->role != "voter") return;  // being added (Follow)
+  // Only to a server that can take it now: a transfer to an unreachable or lagging voter
+  // would stall the group's writes for an election timeout and then fail.
+  if (!target->reachable.value_or(false) || !target->match_index ||
+      *target->match_index + kCatchUpSlack < status.last_index) {
+    return;
   }
+  const auto now = std::chrono::steady_clock::now();
+  if (tracked->handed_to == preferred && now - tracked->handed_at < kRetryAfter) return;
+  const std::string group = "group " + std::to_string(tracked->follower.id);
+  LogInfo(group + ": handing leadership to server " + std::to_string(preferred) +
+          ", its preferred leader (group 1's leader is server " +
+          std::to_string(primary.leader_id) + ")");
+  tracked->handed_to = preferred;
+  tracked->handed_at = now;
+  tracked->busy->store(true);
+  tracked->follower.raft->TransferLeadership(
+      preferred, Completion(tracked->busy, group + ": leadership transfer"));
 }
 
 }  // namespace kvatlas::server

@@ -1,16 +1,19 @@
 // GroupMirror: keeps a server's groups 2..G following group 1 (docs/scaling.md §Groups on
 // every server), so that the cluster's membership is managed once — on group 1, as for a
-// single-group cluster (`kvatlas cluster add/remove`) — and one server leads every group.
-// Every 100 ms, for each other group this server leads:
+// single-group cluster (`kvatlas cluster add/remove`) — and spreads the groups' leaders
+// over the servers. Every 100 ms, for each other group this server leads:
 //
 //   - Membership: it makes the group's members those of group 1 as this server knows
 //     them (every member knows group 1's configuration) — it adds every voter of group 1
 //     the group lacks (at its raft address with the group's suffix, tcp_transport.h
 //     §Groups on one port) and removes every member group 1 no longer has, one change in
 //     flight per group.
-//   - Leadership: once group 1's leader is a voter of the group, it hands the group's
-//     leadership to it (raft_transfer). Writes, forwarding and not-leader answers
-//     therefore name one leader.
+//   - Leadership: it hands the group's leadership to the group's preferred leader
+//     (PreferredLeader, group_service.h: group 1's voters in a ring that starts at group 1's
+//     leader, so the groups' leaders are spread evenly and follow a transfer of group 1), once that
+//     server is a voter of the group, reachable and caught up (its match index within kCatchUpSlack
+//     of the log). A server the mirror handed a group to and that gave it back (a server low on
+//     disk hands over whatever it leads) is not handed that group again for kRetryAfter.
 //
 // A server joining a running cluster starts its other groups with an empty configuration,
 // as it starts group 1; once the cluster adds it to group 1, the mirror adds it to the rest.
@@ -27,6 +30,7 @@
 #include "common/internal/periodic_task.h"
 #include "kvatlas/common/placement.h"
 #include "server/replication/raft_log.h"
+#include "server/service/group_service.h"
 
 namespace kvatlas::server {
 
@@ -44,6 +48,11 @@ class GroupMirror {
   void Stop() { task_.Stop(); }
 
   static constexpr std::chrono::milliseconds kPeriod{100};
+  // A voter whose match index is this close to the leader's last index is caught up enough
+  // to take the leadership (libraft sends it what it lacks before handing over).
+  static constexpr uint64_t kCatchUpSlack = 128;
+  // How long a group is not handed again to the server it was last handed to.
+  static constexpr std::chrono::seconds kRetryAfter{10};
 
  private:
   struct Tracked {
@@ -51,10 +60,15 @@ class GroupMirror {
     // A membership change or leadership transfer is in flight (set here, cleared on the
     // group's raft thread when it completes).
     std::shared_ptr<std::atomic<bool>> busy = std::make_shared<std::atomic<bool>>(false);
+    // The server this group was last handed to, and when (the task's thread only).
+    uint64_t handed_to = 0;
+    std::chrono::steady_clock::time_point handed_at;
   };
 
   PeriodicTask::Next Round();
   void Follow(const ClusterStatus& primary, Tracked* tracked);
+  // The leadership step of Follow, once the group's membership is group 1's.
+  void HandOver(const ClusterStatus& primary, const ClusterStatus& status, Tracked* tracked);
 
   RaftLog* primary_;
   std::vector<Tracked> followers_;

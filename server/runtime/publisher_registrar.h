@@ -1,7 +1,8 @@
 // PublisherRegistrar: registers the config file's publishers as POST /register would,
-// unless the state already holds exactly that registration (a restart must not rewrite
-// it). Only the leader can write, and a cluster may not have one yet: it tries every
-// 100 ms until every one is registered, then its thread ends. They count against the
+// unless every group's state already holds exactly that registration (a restart must not
+// rewrite it; a registration is every group's, ingest_service.h SplitByGroup). Only group
+// 1's leader registers, and a cluster may not have one yet: it tries every 100 ms until
+// every one is registered, then its thread ends. They count against the
 // registration limits like POST /register's; a set past them is logged and never
 // registered.
 //
@@ -14,16 +15,15 @@
 #include "server/model/registration.h"
 #include "server/replication/raft_log.h"
 #include "server/service/registration_service.h"
-#include "server/state/applier.h"
-#include "server/state/state_machine.h"
+#include "server/service/services.h"
 
 namespace kvatlas::server {
 
 class PublisherRegistrar {
  public:
-  // `machine`, `applier` and `raft` must outlive the registrar (or its Stop).
+  // `services` (complete: its groups' too) must outlive the registrar (or its Stop).
   PublisherRegistrar(std::vector<Registration> publishers, RegistrationLimits limits,
-                     StateMachine* machine, Applier* applier, RaftLog* raft);
+                     const Services* services);
 
   void Start() { task_.Start(); }
   // Idempotent. Waits for a registration in progress to be applied (or to fail).
@@ -36,9 +36,7 @@ class PublisherRegistrar {
   static constexpr std::chrono::milliseconds kRetry{100};
   const std::vector<Registration> publishers_;
   const RegistrationLimits limits_;
-  StateMachine* machine_;
-  Applier* applier_;
-  RaftLog* raft_;
+  const Services* services_;
   PeriodicTask task_;  // last: stopped before the members its rounds use go
 };
 

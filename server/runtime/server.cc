@@ -182,16 +182,21 @@ Status Server::Init() {
   KVATLAS_RETURN_IF_ERROR(
       WriteFileAtomically(fs::path(config_.data_dir) / "http.addr", listen_address_ + "\n"));
   wrote_address_ = true;
+  if (!config_.publishers.empty()) {
+    registrar_ = std::make_unique<PublisherRegistrar>(config_.publishers,
+                                                      RegistrationLimitsOf(config_), &services_);
+    registrar_->Start();
+  }
   announcer_ = std::make_unique<Announcer>(
       config_.id, ServerAddresses{services_.http_address, services_.rpc_address},
       group_->awaiting_membership(), PolicyApplyWait(config_), services_.peer_http,
       Announcer::Deps{group_->machine(), group_->applier(), group_->raft(), peer_auth_.get()});
   announcer_->Start();
-  // Approximate mode: a follower's predictions go to the leader (before the recorder starts).
-  // Every group's recorder forwards to group 1's leader, which leads every group.
+  // Approximate mode: a follower's predictions go to the leader (before the recorder starts):
+  // each group's to that group's leader, whose address group 1's state records.
   for (auto& group : groups_) {
     group->predictions()->SetForward(MakePredictionForward(
-        config_.id, group_->raft(), group_->machine(), peer_auth_.get(), services_.peer_http));
+        config_.id, group->raft(), group_->machine(), peer_auth_.get(), services_.peer_http));
   }
   for (auto& group : groups_) group->StartPolicies();
   if (group_mirror_) group_mirror_->Start();
@@ -317,7 +322,8 @@ Status Server::StartZmqIngest() {
     options.target_of = [this](const ContextKey& context) {
       const size_t index = HomeGroup(context, static_cast<uint32_t>(groups_.size())) - 1;
       Group* group = groups_[index].get();
-      ZmqTarget target{group->machine(), group->applier(), nullptr};
+      ZmqTarget target{group->machine(), group->applier(), nullptr,
+                       static_cast<GroupId>(index + 1)};
       // A stream's batches go to its group's leader wherever it is (forwarded while this
       // server does not lead that group).
       target.try_submit = [this, group, index](CommandBatch* batch, Applier::Callback done) {
@@ -328,22 +334,26 @@ Status Server::StartZmqIngest() {
       return target;
     };
   }
-  RaftLog* raft = group_->raft();
-  options.is_leader = [raft] { return raft->is_leader(); };
+  // Each stream is followed by the leader of its group (groups are at most 64).
+  options.led_groups = [this] {
+    uint64_t led = 0;
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      if (groups_[i]->raft()->is_leader()) led |= uint64_t{1} << i;
+    }
+    return led;
+  };
   zmq_ = std::make_unique<ZmqIngest>(group_->machine(), group_->applier(), std::move(options));
   KVATLAS_RETURN_IF_ERROR(zmq_->Start());
   zmq_notify_.store(zmq_.get(), std::memory_order_release);
   zmq_->NotifyRegistryChanged();
-  if (!config_.publishers.empty()) {
-    registrar_ =
-        std::make_unique<PublisherRegistrar>(config_.publishers, RegistrationLimitsOf(config_),
-                                             group_->machine(), group_->applier(), group_->raft());
-    registrar_->Start();
-  }
   std::vector<Applier*> appliers;
-  for (const auto& group : groups_) appliers.push_back(group->applier());
+  std::vector<RaftLog*> rafts;
+  for (const auto& group : groups_) {
+    appliers.push_back(group->applier());
+    rafts.push_back(group->raft());
+  }
   disk_watcher_ = std::make_unique<DiskWatcher>(config_.data_dir, config_.min_free_disk_bytes,
-                                                std::move(appliers), group_->raft());
+                                                std::move(appliers), std::move(rafts));
   disk_watcher_->Start();
   return Status::Ok();
 }

@@ -99,7 +99,7 @@ class Server {
   // Takes the tokens (read by the preflight), decides whether access control is on and
   // logs what it means.
   Status StartAccessControl(std::vector<TokenEntry> tokens);
-  // Creates the ZMQ ingest, registers the config file's publishers and starts following.
+  // Creates the ZMQ ingest and starts following, and starts the disk watcher.
   Status StartZmqIngest();
   // Starts the group's raft member (Group::StartReplication) on the preflight's raft
   // socket, with peer authentication from its cluster secret.
@@ -149,8 +149,8 @@ class Server {
   // The server's policy loops, each with its own thread (common/internal/periodic_task.h): started
   // in this order (the group's after them), stopped in reverse first thing in Shutdown. Null when
   // not started.
-  std::unique_ptr<PublisherRegistrar> registrar_;  // only with publishers in the config
   std::unique_ptr<DiskWatcher> disk_watcher_;
+  std::unique_ptr<PublisherRegistrar> registrar_;  // only with publishers in the config
   std::unique_ptr<Announcer> announcer_;
 };
 

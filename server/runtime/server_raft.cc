@@ -29,18 +29,17 @@ Status Server::StartPeerAuth(bool single, const std::string& secret) {
 Status Server::StartRaft(const Preflight& preflight) {
   KVATLAS_RETURN_IF_ERROR(StartPeerAuth(preflight.raft.single, preflight.cluster_secret));
   // Registry changes reach the ZMQ ingest once it exists; raft may apply entries (replay
-  // past the persisted state) as soon as it starts.
+  // past the persisted state) as soon as it starts. Every group's: a stream is followed once
+  // its group holds its registration too (zmq_ingest.h).
+  auto registry_changed = [this] {
+    if (ZmqIngest* zmq = zmq_notify_.load(std::memory_order_acquire)) zmq->NotifyRegistryChanged();
+  };
   KVATLAS_RETURN_IF_ERROR(
-      group_->StartReplication(peer_auth_.get(), preflight.raft_socket.fd(), [this] {
-        if (ZmqIngest* zmq = zmq_notify_.load(std::memory_order_acquire)) {
-          zmq->NotifyRegistryChanged();
-        }
-      }));
-  // The other groups' connections reach them through group 1's listener; the registry is
-  // group 1's alone.
+      group_->StartReplication(peer_auth_.get(), preflight.raft_socket.fd(), registry_changed));
+  // The other groups' connections reach them through group 1's listener.
   std::vector<GroupMirror::Follower> followers;
   for (size_t i = 1; i < groups_.size(); ++i) {
-    KVATLAS_RETURN_IF_ERROR(groups_[i]->StartReplication(peer_auth_.get(), -1, [] {}));
+    KVATLAS_RETURN_IF_ERROR(groups_[i]->StartReplication(peer_auth_.get(), -1, registry_changed));
     followers.push_back({groups_[i]->id(), groups_[i]->raft()});
   }
   if (!followers.empty()) {

@@ -1,5 +1,6 @@
 #include "server/service/group_service.h"
 
+#include <algorithm>
 #include <tuple>
 #include <utility>
 
@@ -25,14 +26,29 @@ GroupView ViewGroup(const Services& services) {
 
 }  // namespace
 
+uint64_t PreferredLeader(const ClusterStatus& primary, GroupId group) {
+  std::vector<uint64_t> voters;
+  for (const ClusterMember& m : primary.members) {
+    if (m.role == "voter") voters.push_back(m.id);
+  }
+  std::sort(voters.begin(), voters.end());
+  const auto leader = std::find(voters.begin(), voters.end(), primary.leader_id);
+  if (primary.leader_id == 0 || leader == voters.end() || group == kNoGroup) return 0;
+  const size_t start = static_cast<size_t>(leader - voters.begin());
+  return voters[(start + group - 1) % voters.size()];
+}
+
 Result<GroupsView> ViewGroups(const Services& services) {
   KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
   GroupsView view;
   if (services.groups == nullptr) {
     view.groups.push_back(ViewGroup(services));
-    return view;
+  } else {
+    for (const Services& group : *services.groups) view.groups.push_back(ViewGroup(group));
   }
-  for (const Services& group : *services.groups) view.groups.push_back(ViewGroup(group));
+  for (GroupView& group : view.groups) {
+    group.preferred_leader = PreferredLeader(view.groups.front().status, group.id);
+  }
   return view;
 }
 
@@ -46,6 +62,7 @@ nlohmann::json GroupsViewJson(const GroupsView& view) {
     groups.push_back({{"id", g.id},
                       {"members", std::move(members)},
                       {"leader_id", g.status.leader_id},
+                      {"preferred_leader", g.preferred_leader},
                       {"this_server", g.status.state},
                       {"contexts", g.contexts},
                       {"entries", g.entries},

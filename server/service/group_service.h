@@ -28,12 +28,22 @@ struct GroupView {
   // Whether the group takes new contexts on this server, and why not (its snapshot guard,
   // docs/scaling.md §Policy).
   std::string refusing_new_contexts;
+  // PreferredLeader of the group from group 1's status on this server (0: unknown).
+  uint64_t preferred_leader = 0;
 };
 
 struct GroupsView {
   Epoch epoch = 0;
   std::vector<GroupView> groups;
 };
+
+// The server that should lead group `group` (docs/scaling.md §Groups on every server,
+// leaders spread), from group 1's status as one server knows it: group 1's voters in
+// ascending id, as a ring starting at group 1's leader; the (group - 1)-th of it (mod the
+// voters). So with S voters and G groups, every server leads G/S groups (one more for
+// some), group 1's leader included, and a transfer of group 1 moves the others with it.
+// 0 while group 1's leader is unknown or not a voter.
+[[nodiscard]] uint64_t PreferredLeader(const ClusterStatus& primary, GroupId group);
 
 // kUnavailable when this server runs without replication.
 [[nodiscard]] Result<GroupsView> ViewGroups(const Services& services);

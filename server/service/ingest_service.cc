@@ -50,7 +50,9 @@ std::vector<std::pair<const Services*, CommandBatch>> SplitByGroup(const Service
     } else if (auto* predict = std::get_if<PredictCommand>(&command)) {
       to(predict->context).commands.push_back(std::move(command));
     } else if (std::holds_alternative<ClearCommand>(command) ||
-               std::holds_alternative<ExpireHolderCommand>(command)) {
+               std::holds_alternative<ExpireHolderCommand>(command) ||
+               std::holds_alternative<RegisterCommand>(command) ||
+               std::holds_alternative<UnregisterCommand>(command)) {
       for (CommandBatch& part : by_group) part.commands.push_back(command);
     } else {
       by_group[0].commands.push_back(std::move(command));

@@ -38,8 +38,11 @@ struct PreparedIngest {
 // group numbers its own revisions).
 [[nodiscard]] Result<Revision> SubmitAndWait(const Services& services, CommandBatch batch);
 // The parts of `batch` by group: store, remove and a context's clear go to the context's
-// group; a clear of a holder in every context and a holder's expiry to every group; the
-// registry's commands (registrations, addresses, audits, loads) to group 1. Each part keeps
+// group; a clear of a holder in every context, a holder's expiry and a publisher's
+// registration and unregistration to every group (each group applies a stream's batches
+// only while it is registered there, exempts registered holders from expiry and forgets an
+// unregistered stream's position); the rest of the registry's commands (addresses,
+// audits, loads) to group 1. Each part keeps
 // the batch's stream position (each group skips a replay of what it applied). One part,
 // `services`'s own, on a single-group server.
 [[nodiscard]] std::vector<std::pair<const Services*, CommandBatch>> SplitByGroup(

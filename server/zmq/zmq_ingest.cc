@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -131,14 +132,9 @@ class ZmqIngest::Loop {
 
   void Run() {
     while (!owner_->stopping_.load(std::memory_order_acquire)) {
-      const bool leading = !owner_->options_.is_leader || owner_->options_.is_leader();
-      if (leading != leading_) {
-        leading_ = leading;
-        LogInfo(leading ? "zmq: this server leads: following publishers"
-                        : "zmq: this server does not lead: publishers are left to the leader");
-        if (!leading) DropAll();
-        owner_->registry_dirty_.store(true, std::memory_order_release);
-      }
+      const uint64_t led =
+          owner_->options_.led_groups ? owner_->options_.led_groups() : ~uint64_t{0};
+      if (led != led_) OnLeadershipChanged(led);
       if (owner_->registry_dirty_.exchange(false, std::memory_order_acq_rel)) SyncRegistrations();
       PollOnce();
       const Clock::time_point now = Clock::now();
@@ -188,23 +184,52 @@ class ZmqIngest::Loop {
 
   // --- registrations --------------------------------------------------------------------
 
-  // Closes every stream (this server stopped leading). Listener sockets stay bound, but
-  // their streams are forgotten and their messages ignored until it leads again.
-  void DropAll() {
-    streams_.clear();
-    for (auto& listener : listeners_) listener->streams.clear();
-    running_replays_ = 0;
+  // A stream is followed only by the leader of its group.
+  bool Leads(const ZmqTarget& target) const {
+    return target.group >= 1 && target.group <= 64 && ((led_ >> (target.group - 1)) & 1) != 0;
+  }
+
+  // This server began or stopped leading some groups: it closes the streams of the groups
+  // it no longer leads (a listener's socket stays bound, and their messages are ignored
+  // until it leads them again), and re-reads the registry to follow the publishers of
+  // the groups it now leads.
+  void OnLeadershipChanged(uint64_t led) {
+    if (led == 0) {
+      LogInfo("zmq: this server does not lead: publishers are left to the leader");
+    } else if (!owner_->options_.target_of) {
+      LogInfo("zmq: this server leads: following publishers");
+    } else {
+      LogInfo("zmq: this server leads " + std::to_string(std::popcount(led)) +
+              " group(s): following their publishers (the others' are left to their leaders)");
+    }
+    led_ = led;
+    auto drop = [this](auto* streams) {
+      for (auto it = streams->begin(); it != streams->end();) {
+        if (Leads(it->second->target)) {
+          ++it;
+          continue;
+        }
+        if (it->second->follower && it->second->follower->replay() == Follower::Replay::kRunning) {
+          --running_replays_;
+        }
+        it = streams->erase(it);
+      }
+    };
+    drop(&streams_);
+    for (auto& listener : listeners_) drop(&listener->streams);
     PublishViews();
+    owner_->registry_dirty_.store(true, std::memory_order_release);
   }
 
   void SyncRegistrations() {
-    if (!leading_) return;
+    if (led_ == 0) return;
     auto registrations =
         owner_->machine_->ReadRegistry([](const Registry& r, Revision) { return r.registrations; });
     bool changed = false;
     for (auto it = streams_.begin(); it != streams_.end();) {
       auto reg = registrations.find(it->first);
-      if (reg != registrations.end() && reg->second == it->second->registration) {
+      if (reg != registrations.end() && reg->second == it->second->registration &&
+          HeldByGroup(it->second->target, reg->second)) {
         ++it;
         continue;
       }
@@ -217,6 +242,8 @@ class ZmqIngest::Loop {
     for (auto& [key, registration] : registrations) {
       // An instance without events has no stream (docs/routing.md §Approximate mode).
       if (!registration.PublishesEvents() || streams_.contains(key)) continue;
+      const ZmqTarget target = owner_->TargetOf(ContextOf(registration));
+      if (!Leads(target) || !HeldByGroup(target, registration)) continue;
       streams_.emplace(key, MakeRegisteredStream(registration));
       changed = true;
     }
@@ -227,8 +254,7 @@ class ZmqIngest::Loop {
     auto stream = std::make_unique<ZmqStream>();
     stream->key = r.Key();
     stream->registration = r;
-    stream->identity.context =
-        ContextKey{r.tenant_id, r.model, r.lora_name, r.block_size, r.additional_salt};
+    stream->identity.context = ContextOf(r);
     stream->target = owner_->TargetOf(stream->identity.context);
     const std::optional<uint64_t> position = PersistedPosition(*stream);
     stream->identity.holder = r.Holder();
@@ -260,17 +286,32 @@ class ZmqIngest::Loop {
     return stream;
   }
 
-  ZmqStream& ListenerStream(ZmqListener& listener, std::string_view topic, uint32_t dp_rank) {
+  // Whether the stream's group holds `registration` too (a registration is every group's,
+  // each applying it in its own time): until it does, the group would drop the stream's
+  // batches as an unregistered stream's, so the stream is not followed yet.
+  bool HeldByGroup(const ZmqTarget& target, const Registration& registration) const {
+    if (target.machine == owner_->machine_) return true;  // read from it just now
+    return target.machine->ReadRegistry([&registration](const Registry& r, Revision) {
+      auto it = r.registrations.find(registration.Key());
+      return it != r.registrations.end() && it->second == registration;
+    });
+  }
+
+  static ContextKey ContextOf(const Registration& r) {
+    return ContextKey{r.tenant_id, r.model, r.lora_name, r.block_size, r.additional_salt};
+  }
+
+  // The stream of (topic, rank) on `listener`, made on its first message; null when its
+  // group is led by another server (its messages are that server's to ingest).
+  ZmqStream* ListenerStream(ZmqListener& listener, std::string_view topic, uint32_t dp_rank) {
     // SGLang appends "\0sgl-kv-epoch=<n>" to its topic in snapshot mode: the publisher is
     // the same across epochs (a new epoch restarts its sequence, which is a restart).
     topic = topic.substr(0, topic.find('\0'));
     std::string key = std::string(kListenerStreamPrefix) + listener.config.bind + "|" +
                       std::string(topic) + "|" + std::to_string(dp_rank);
     auto it = listener.streams.find(key);
-    if (it != listener.streams.end()) return *it->second;
+    if (it != listener.streams.end()) return it->second.get();
     const ZmqListenerConfig& c = listener.config;
-    auto stream = std::make_unique<ZmqStream>();
-    stream->key = key;
     // llm-d's topic "kv@<pod>@<model>" names the holder and the model.
     std::string holder(topic), model = c.model;
     const size_t first = topic.find('@');
@@ -280,12 +321,16 @@ class ZmqIngest::Loop {
       model = std::string(topic.substr(second + 1));
     }
     if (holder.empty()) holder = c.bind;
-    stream->identity.context =
-        ContextKey{c.tenant_id, model, c.lora_name, c.block_size, c.additional_salt};
+    const ContextKey context{c.tenant_id, model, c.lora_name, c.block_size, c.additional_salt};
+    ZmqTarget target = owner_->TargetOf(context);
+    if (!Leads(target)) return nullptr;
+    auto stream = std::make_unique<ZmqStream>();
+    stream->key = key;
+    stream->identity.context = context;
     stream->identity.holder = HolderKey{holder, dp_rank};
     stream->identity.engine = c.type;
     stream->identity.report_mode = c.report_mode;
-    stream->target = owner_->TargetOf(stream->identity.context);
+    stream->target = std::move(target);
     const std::optional<uint64_t> persisted = PersistedPosition(*stream);
     stream->view = std::make_shared<StreamView>();
     StreamView& v = *stream->view;
@@ -301,10 +346,10 @@ class ZmqIngest::Loop {
     v.topic = std::string(topic);
     stream->follower.emplace(key, persisted, FollowerOptions(stream->replay_endpoint), &v.counters);
     LogInfo("zmq: new stream " + key + " on listener " + c.bind);
-    ZmqStream& ref = *stream;
+    ZmqStream* made = stream.get();
     listener.streams.emplace(std::move(key), std::move(stream));
     PublishViews();
-    return ref;
+    return made;
   }
 
   void PublishViews() {
@@ -399,7 +444,7 @@ class ZmqIngest::Loop {
     std::vector<zmq::message_t> frames;
     for (size_t n = 0; n < owner_->options_.max_messages_per_round; ++n) {
       if (!Receive(*listener.sub, &frames)) return;
-      if (!leading_) continue;  // the leader ingests; a follower only keeps its socket drained
+      if (led_ == 0) continue;  // a leader ingests; a follower only keeps its socket drained
       std::optional<uint64_t> sequence;
       if (frames.size() == 3) sequence = ReadSequence(frames[1]);
       if (!sequence) {
@@ -412,8 +457,9 @@ class ZmqIngest::Loop {
       if (decoded.has_value() && decoded->dp_rank && *decoded->dp_rank > 0) {
         rank = static_cast<uint32_t>(std::min<int64_t>(*decoded->dp_rank, UINT32_MAX));
       }
-      ZmqStream& stream = ListenerStream(listener, frames[0].to_string_view(), rank);
-      OnLive(stream, *sequence, ZmqBatch{std::move(frames[2]), std::move(decoded)});
+      ZmqStream* stream = ListenerStream(listener, frames[0].to_string_view(), rank);
+      if (stream == nullptr) continue;  // another server leads its group
+      OnLive(*stream, *sequence, ZmqBatch{std::move(frames[2]), std::move(decoded)});
     }
   }
 
@@ -621,7 +667,7 @@ class ZmqIngest::Loop {
   std::map<std::string, std::unique_ptr<ZmqStream>, std::less<>> streams_;
   std::vector<std::unique_ptr<ZmqListener>> listeners_;
   size_t running_replays_ = 0;
-  bool leading_ = false;
+  uint64_t led_ = 0;  // the groups this server leads, as last read (bit g - 1: group g)
   Clock::time_point next_report_mode_check_;
   uint64_t listener_malformed_ = 0;
   std::vector<zmq::pollitem_t> items_;

@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvatlas/common/placement.h"
 #include "kvatlas/common/status.h"
 #include "server/ingest/engine_event_mapper.h"
 #include "server/model/registration.h"
@@ -78,13 +79,17 @@ struct ZmqTarget {
   // to the group's leader where it does not lead the group (docs/scaling.md §Writes reach
   // every group's leader).
   std::function<Status(CommandBatch*, Applier::Callback)> try_submit;
+  // Its raft group: the stream is followed while this server leads it (led_groups).
+  GroupId group = 1;
 };
 
 struct ZmqIngestOptions {
   std::vector<ZmqListenerConfig> listeners;
   // The group holding a stream's context (its home group: one engine's stream maps to one
   // group); null = the ingest's own machine and applier. The registrations it follows are
-  // always read from its own machine (group 1's).
+  // read from its own machine (group 1's), and a registered stream is followed once its
+  // group holds the same registration (a registration is every group's: until its group
+  // applied it, the group would drop the stream's batches as an unregistered stream's).
   std::function<ZmqTarget(const ContextKey&)> target_of;
   // Replays running at once; more gaps wait (their live batches buffered) for a slot.
   size_t max_concurrent_replays = 4;
@@ -111,10 +116,12 @@ struct ZmqIngestOptions {
   // the others.
   size_t max_messages_per_round = 256;
   MapperOptions mapper;
-  // Whether this server may write (leads the cluster). Only the leader follows publishers:
-  // the others drop their sockets, and a new leader resumes every stream from the
-  // replicated positions (replaying the gap from the engine). Null = always.
-  std::function<bool()> is_leader;
+  // The groups this server leads: bit g - 1 for group g (groups 1 to 64). A stream is
+  // followed only by the leader of its group (ZmqTarget::group): the other servers drop
+  // its socket (a listener's stays bound, its messages of that group ignored), and the
+  // group's next leader resumes the stream from the replicated position (replaying the gap
+  // from the engine). Null = every group.
+  std::function<uint64_t()> led_groups;
 };
 
 class ZmqIngest {

@@ -173,6 +173,20 @@ def running_cluster(binary, n=3, extra=()):
         cluster.cleanup()
 
 
+def home_group(model, block_size, groups, tenant="default"):
+    """HomeGroup (placement.h): 1 + XXH3-64 of the context key's bytes (tenant, model, no
+    LoRA, block size, no salt) mod the groups; every client computes it alike."""
+    import xxhash  # python3-xxhash: only the multi-group tests need it
+
+    def field(text):
+        data = text.encode()
+        assert len(data) < 128  # a one-byte varint length
+        return bytes([len(data)]) + data
+    assert block_size < 128
+    key = field(tenant) + field(model) + field("") + bytes([block_size]) + field("")
+    return 1 + xxhash.xxh3_64_intdigest(key) % groups
+
+
 def wait_until(what, predicate, bound_s=DEADLINE_S):
     """Polls `predicate` every 50 ms until it holds; AssertionError naming `what` after
     `bound_s`."""
@@ -506,6 +520,17 @@ def case_rebuild_from_log(binary):
         cluster.cleanup()
 
 
+def assert_stream_resumed(node, holder="e1", entries=4):
+    """`node` follows one stream, resumed at sequence 2 with no batch lost, and holds
+    `entries` of `holder`'s entries: no block applied twice."""
+    status, streams = node.request("GET", "/v1/streams")
+    stream = streams["streams"][0]
+    assert stream["last_seq"] == 2 and stream["lost_batches"] == 0, stream
+    status, holders = node.request("GET", "/v1/holders")
+    held = [h["entries"] for h in holders["holders"] if h["holder_id"] == holder]
+    assert held == [entries], holders
+
+
 def case_engine_stream_fails_over(binary):
     """Only the leader follows an engine; a new leader resumes from the replicated position."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
@@ -539,12 +564,7 @@ def case_engine_stream_fails_over(binary):
         while not all(gpu(n) == 4 * z.BS for n in survivors) and time.time() < deadline:
             time.sleep(0.05)
         assert all(gpu(n) == 4 * z.BS for n in survivors), [gpu(n) for n in survivors]
-        status, streams = new_leader.request("GET", "/v1/streams")
-        stream = streams["streams"][0]
-        assert stream["last_seq"] == 2 and stream["lost_batches"] == 0, stream
-        status, holders = new_leader.request("GET", "/v1/holders")
-        entries = [h["entries"] for h in holders["holders"] if h["holder_id"] == "e1"]
-        assert entries == [4], holders  # no block applied twice
+        assert_stream_resumed(new_leader)
     finally:
         fake.close()
         cluster.cleanup()

@@ -3,14 +3,18 @@
 
 usage: groups_test.py KVATLAS_SERVER_BINARY [CASE...]
 
-Three servers run `--groups 3`. Writes of many models (each model's contexts live in its
-home group) go through a follower, which hands each group's part to that group's leader
-(an internal call, refused unsigned), and are read back on every server; /v1/groups shows the
-contexts spread over the groups, each group with the same voters and the same leader as
-group 1. Killing the leader moves every group's leadership to group 1's new leader; writes
-go on and the old leader catches up when it comes back. A server added to group 1 is added
-to every group. A data directory refuses to start with another group count. Loopback
-only, bounded in time, cleaned up.
+Three servers run `--groups 3`. Every group has group 1's voters, and the groups' leaders
+are spread: group g is led by group 1's voters taken as a ring from group 1's leader, the
+(g - 1)-th (so each of the three servers leads one group). Writes of many models (each
+model's contexts live in its home group) go through a server that does not lead group 1,
+which hands each part of a group it does not lead to that group's leader (an internal call,
+refused unsigned), and are read back on every server; /v1/groups shows the contexts spread
+over the groups. Killing group 1's leader: each group is led by a survivor, by its
+preferred one where that is alive; writes go on, and the killed server, back and caught up,
+leads its groups again. An engine's ZMQ stream is followed by the leader of its model's
+home group only, and resumed by that group's next leader. A server added to group 1 is
+added to every group and takes its share of the leaderships. A data directory refuses to
+start with another group count. Loopback only, bounded in time, cleaned up.
 """
 
 import os
@@ -19,6 +23,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_fault_test as h  # noqa: E402 - the shared harness
@@ -51,13 +56,36 @@ def groups_of(node):
     return body["groups"] if status == 200 else []
 
 
-def led_by_one(node, leader_id, voters):
-    """Every group on `node` has `voters` as its voters and `leader_id` as its leader."""
+def voters_of(group):
+    return sorted(m["id"] for m in group["members"] if m["role"] == "voter")
+
+
+def preferred_leader(voters, first_leader, group_id):
+    """Group `group_id`'s preferred leader: `voters` as a ring from group 1's leader."""
+    return voters[(voters.index(first_leader) + group_id - 1) % len(voters)]
+
+
+def spread(node, voters, alive=None):
+    """Every group on `node` has `voters` as its voters and is led by its preferred leader,
+    or, where that server is not in `alive` (default: every voter), by one that is."""
+    alive = set(voters if alive is None else alive)
     groups = groups_of(node)
-    return len(groups) == GROUPS and all(
-        g["leader_id"] == leader_id and
-        sorted(m["id"] for m in g["members"] if m["role"] == "voter") == voters
-        for g in groups)
+    if len(groups) != GROUPS or any(voters_of(g) != voters for g in groups):
+        return False
+    first = groups[0]["leader_id"]
+    if first not in alive:
+        return False
+    for g in groups:
+        want = preferred_leader(voters, first, g["id"])
+        if g["preferred_leader"] != want:
+            return False
+        if g["leader_id"] != want and (want in alive or g["leader_id"] not in alive):
+            return False
+    return True
+
+
+def leader_of(node, group_id):
+    return next(g["leader_id"] for g in groups_of(node) if g["id"] == group_id)
 
 
 def forwarded(node):
@@ -95,21 +123,24 @@ def wait_all_held(nodes, written):
 def case_spread_and_failover(binary):
     with h.running_cluster(binary, extra=("--groups", str(GROUPS))) as cluster:
         leader = cluster.leader()
-        h.wait_until("every group follows group 1's leader",
-                     lambda: all(led_by_one(n, leader.id, [1, 2, 3]) for n in cluster.nodes))
+        h.wait_until("the groups' leaders are spread over the servers",
+                     lambda: all(spread(n, [1, 2, 3]) for n in cluster.nodes))
+        assert sorted(g["leader_id"] for g in groups_of(leader)) == [1, 2, 3]
         follower = next(n for n in cluster.nodes if n.id != leader.id)
         written = [(m, 0) for m in range(MODELS)]
         for m, i in written:
             assert write(follower, m, i), f"write of m{m} through server {follower.id} failed"
         wait_all_held(cluster.nodes, written)
-        # The follower handed each group's part to that group's leader.
-        parts = forwarded(follower)
-        assert len(parts) >= 2 and sum(parts.values()) >= MODELS, parts
-        assert apply_refused(follower)
         groups = groups_of(leader)
         holding = [g["id"] for g in groups if g["contexts"] > 0]
         assert len(holding) >= 2, f"every context landed in one group: {groups}"
         assert sum(g["contexts"] for g in groups) == MODELS, groups
+        # The server handed the parts of each group it does not lead to that group's leader,
+        # and applied its own group's itself.
+        parts = forwarded(follower)
+        others = {g["id"] for g in groups if g["id"] in holding and g["leader_id"] != follower.id}
+        assert set(parts) == others, (parts, groups)
+        assert apply_refused(follower)
         # Each server holds the same contexts in each group.
         for node in cluster.nodes:
             h.wait_until(f"server {node.id}'s groups hold what the leader's do", lambda node=node: [
@@ -118,15 +149,75 @@ def case_spread_and_failover(binary):
 
         leader.kill(signal.SIGKILL)
         survivors = [n for n in cluster.nodes if n.id != leader.id]
-        new_leader = cluster.leader(exclude=(leader.id,))
-        h.wait_until("every group follows group 1's new leader",
-                     lambda: all(led_by_one(n, new_leader.id, [1, 2, 3]) for n in survivors))
+        alive = [n.id for n in survivors]
+        cluster.leader(exclude=(leader.id,))
+        h.wait_until("every group is led by a survivor, its preferred one where alive",
+                     lambda: all(spread(n, [1, 2, 3], alive) for n in survivors))
         more = [(m, 1) for m in range(MODELS)]
         for m, i in more:
             assert write(survivors[-1], m, i), f"write of m{m} after the failover failed"
         wait_all_held(survivors, written + more)
         leader.start()
         wait_all_held([leader], written + more)
+        h.wait_until("the server back leads its groups again",
+                     lambda: all(spread(n, [1, 2, 3]) for n in cluster.nodes))
+
+
+def case_engine_stream_follows_its_group(binary):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "integration"))
+    import zmq_ingest_test as z  # the fake engine driver
+    with h.running_cluster(binary, extra=("--groups", str(GROUPS))) as cluster:
+        leader = cluster.leader()
+        h.wait_until("the groups' leaders are spread over the servers",
+                     lambda: all(spread(n, [1, 2, 3]) for n in cluster.nodes))
+        # A model whose home group is not group 1, so its leader is not group 1's.
+        model = next(f"e{i}" for i in range(100) if h.home_group(f"e{i}", z.BS, GROUPS) != 1)
+        home = h.home_group(model, z.BS, GROUPS)
+        fake = z.Fake()
+        try:
+            fake.register_on(leader, model=model)
+            fake.store(z.PROMPT[:2 * z.BS])
+
+            def gpu(node):
+                status, body = node.request("POST", "/query", {
+                    "model": model, "block_size": z.BS, "token_ids": z.PROMPT})
+                return body.get("default", {}).get("e1", {}).get("GPU") if status == 200 else None
+
+            h.wait_until("every server holds the engine's blocks",
+                         lambda: all(gpu(n) == 2 * z.BS for n in cluster.nodes))
+            assert [g["contexts"] for g in groups_of(leader) if g["id"] == home] == [1], \
+                f"{model} is not in group {home}: {groups_of(leader)}"
+            follower_id = leader_of(leader, home)
+            assert follower_id != leader.id
+            for node in cluster.nodes:
+                status, body = node.request("GET", "/v1/streams")
+                keys = [s["key"] for s in body["streams"]]
+                assert (len(keys) == 1) == (node.id == follower_id), (node.id, follower_id, keys)
+            # Its group's leader killed, the group's next leader resumes it from the
+            # replicated position and replays exactly the gap.
+            stream_leader = next(n for n in cluster.nodes if n.id == follower_id)
+            stream_leader.kill(signal.SIGKILL)
+            survivors = [n for n in cluster.nodes if n.alive()]
+            fake.store(z.PROMPT[:3 * z.BS], from_block=2)
+            h.wait_until(f"group {home} has a new leader",
+                         lambda: leader_of(survivors[0], home) in [n.id for n in survivors])
+            assert fake.cmd(op="wait_peer", count=1, timeout_ms=10000)["ok"]
+            fake.store(z.PROMPT[:4 * z.BS], from_block=3)
+            h.wait_until("the survivors hold every block",
+                         lambda: all(gpu(n) == 4 * z.BS for n in survivors))
+            new_leader = next(n for n in survivors if n.id == leader_of(survivors[0], home))
+            h.assert_stream_resumed(new_leader)
+            # Unregistered (group 1 has the registry), every group forgets the stream and
+            # drops the holder's entries, its home group included.
+            status, body = survivors[0].request("POST", "/unregister", {"instance_id": "e1"})
+            assert status == 200, body
+            h.wait_until("the survivors dropped the engine's blocks",
+                         lambda: all(not gpu(n) for n in survivors))
+            status, body = new_leader.request("GET", "/v1/streams")
+            assert body["streams"] == [], body
+        finally:
+            fake.close()
 
 
 def case_joining_server_joins_every_group(binary):
@@ -146,12 +237,12 @@ def case_joining_server_joins_every_group(binary):
         status, body = leader.request("POST", "/v1/cluster/members",
                                       {"id": 4, "raft_address": f"127.0.0.1:{port}"})
         assert status == 200, body
-        # Group 1's leadership goes to the new server at once, maybe before the other groups
-        # have it as a voter: their leader adds it, then hands them over too.
+        # Group 1's leadership goes to the new server, maybe before the other groups have it
+        # as a voter: their leader adds it, and they are led by the ring from server 4.
         h.wait_until("server 4 takes group 1's leadership", lambda: leader.request(
             "POST", "/v1/cluster/transfer", {"id": 4})[0] == 200)
-        h.wait_until("every group has server 4 as a voter and leader",
-                     lambda: led_by_one(joiner, 4, [1, 2, 3, 4]))
+        h.wait_until("every group has server 4 as a voter, and leaders follow the ring from it",
+                     lambda: spread(joiner, [1, 2, 3, 4]) and leader_of(joiner, 1) == 4)
         wait_all_held([joiner], written)
         assert write(joiner, 99, 0), "a write through the new leader failed"
 
@@ -172,6 +263,7 @@ def case_group_count_is_fixed(binary):
 
 CASES = {
     "spread_and_failover": case_spread_and_failover,
+    "engine_stream": case_engine_stream_follows_its_group,
     "joining_server": case_joining_server_joins_every_group,
     "group_count_fixed": case_group_count_is_fixed,
 }

@@ -243,8 +243,8 @@ TEST_SUITE("Integration.Cli") {
     const Run groups = RunProgram({kCli, "cluster", "groups", "--http", http});
     REQUIRE_MESSAGE(groups.exit_code == 0, groups.output);
     CHECK(groups.output.starts_with(
-        "directory epoch 0\nGROUP  LEADER  MEMBERS  CONTEXTS  ENTRIES  SNAPSHOT  APPLIED  "
-        "ACCEPTING\n1      1       1        1         3        "));
+        "directory epoch 0\nGROUP  LEADER  PREFERRED  MEMBERS  CONTEXTS  ENTRIES  SNAPSHOT  "
+        "APPLIED  ACCEPTING\n1      1       1          1        1         3        "));
     CHECK(groups.output.ends_with("  true\n"));
     const Run groups_json = RunProgram({kCli, "cluster", "groups", "--http", http, "--json"});
     REQUIRE(groups_json.exit_code == 0);
@@ -252,6 +252,7 @@ TEST_SUITE("Integration.Cli") {
     CHECK(group["id"] == 1);
     CHECK(group["members"] == json::array({{{"id", 1}, {"role", "voter"}}}));
     CHECK(group["this_server"] == "leader");
+    CHECK(group["preferred_leader"] == 1);
     CHECK(group["contexts"] == 1);
     CHECK(group["entries"] == 3);
     CHECK(group["revision"] == ingested["revision"]);

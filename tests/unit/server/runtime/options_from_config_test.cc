@@ -182,7 +182,7 @@ TEST_CASE("ZmqIngestOptionsFrom: listeners (zmq_listen last), replays, sockets, 
   CHECK(options.reconnect_interval_max == milliseconds(1'005));
   CHECK(options.max_registrations == 11);
   CHECK(options.mapper.max_blocks_per_event == 13);
-  CHECK_FALSE(options.is_leader);  // the Server's to set
+  CHECK_FALSE(options.led_groups);  // the Server's to set
 
   config.zmq_listen.clear();  // no bound listener of its own
   CHECK(ZmqIngestOptionsFrom(config).listeners.size() == 1);
