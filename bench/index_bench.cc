@@ -252,8 +252,9 @@ void Run(const Config& cfg, uint64_t target_entries) {
 }
 
 // The longest lookup stall during ingest. The applying thread takes the write lock per
-// command (one batch), as StateMachine::ApplyBatches does, while a reader thread looks up
-// random applied chains under the read lock. The tables grow inside the inserts, under the
+// command (one batch; StateMachine::ApplyBatches holds it for a whole log entry, which
+// --apply measures), while a reader thread looks up random applied chains under the read
+// lock. The tables grow inside the inserts, under the
 // write lock, a few slots per insert, into spares made ahead outside the lock. Reports the longest
 // write-lock hold (what any lookup may wait, and, under raft, what a growth adds to one apply on
 // every replica; wall clock and the applier's CPU time, which leaves out preemption) and the
