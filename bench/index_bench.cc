@@ -2,11 +2,15 @@
 // Prints figures; asserts nothing (targets are checked by reading them, see
 // scripts/bench/index). Usage: index_bench [--entries N]... [--holders H] [--chain L]
 //   [--shared-prefix S] [--prefix-holders K] [--lookups Q] [--tiers 1|2] [--stall] [--digest]
+//   [--apply [--group G] [--readers R] [--rounds N] [--rate E]]
 // --stall adds, per size, the longest write-lock hold and lookup stall during ingest, hash
 // tables growing (incrementally, flat_table.h) included.
 // --digest instead measures what keeping the replica digest (server/model/replica_digest.h)
 // costs: the same ingest with and without it, alternated, on the Index alone and through a
 // StateMachine writing RocksDB (as a server applies), in CPU time.
+// --apply instead measures the StateMachine's apply of log entries of G batches (RunApply)
+// with R reader threads looking up meanwhile, N rounds per size, paced to E block events/s
+// (0: as fast as it applies).
 #include <time.h>
 
 #include <algorithm>
@@ -41,6 +45,11 @@ struct Config {
   uint32_t tiers = 1;   // 2: every chain is also offloaded to CPU (two entries per block)
   bool stall = false;   // also RunStall
   bool digest = false;  // RunDigestCost only
+  bool apply = false;   // RunApply only
+  uint32_t group = 64;  // batches per log entry (RunApply)
+  uint32_t readers = 1;
+  uint32_t rounds = 5;
+  uint64_t rate = 0;  // block events/s the apply is paced to (RunApply); 0 = unpaced
 };
 
 uint64_t SplitMix(uint64_t x) {
@@ -243,8 +252,9 @@ void Run(const Config& cfg, uint64_t target_entries) {
 }
 
 // The longest lookup stall during ingest. The applying thread takes the write lock per
-// command (one batch), as StateMachine::ApplyBatches does, while a reader thread looks up
-// random applied chains under the read lock. The tables grow inside the inserts, under the
+// command (one batch; StateMachine::ApplyBatches holds it for a whole log entry, which
+// --apply measures), while a reader thread looks up random applied chains under the read
+// lock. The tables grow inside the inserts, under the
 // write lock, a few slots per insert, into spares made ahead outside the lock. Reports the longest
 // write-lock hold (what any lookup may wait, and, under raft, what a growth adds to one apply on
 // every replica; wall clock and the applier's CPU time, which leaves out preemption) and the
@@ -407,6 +417,94 @@ void RunDigestCost(const Config& cfg, uint64_t target_entries) {
   }
 }
 
+// The state machine's apply as `raft-apply` runs it: log entries of `cfg.group` batches (one
+// stored chain each) through StateMachine::ApplyAt, in memory (no RocksDB: the part a
+// change of the index's locking can move), while `cfg.readers` threads look up random
+// applied chains through StateMachine::Read; paced to `cfg.rate` block events/s (a server's
+// apply is bounded by raft and RocksDB: ~0.5M/s on 2 cores, README.md), or as fast as it
+// goes. Per round: the apply rate (wall clock and the applying thread's CPU), the
+// write-lock holds (StateMachine::counters) and the lookups' latency, lock wait included.
+// Compare two builds by running them alternately.
+void RunApply(const Config& cfg, uint64_t target_entries) {
+  const uint64_t chains = ChainCount(cfg, target_entries);
+  std::vector<CommandBatch> batches;
+  for (StoreCommand& command : BuildCommands(cfg, chains)) {
+    batches.emplace_back().commands.emplace_back(std::move(command));
+  }
+  const uint64_t block_events = chains * cfg.chain * cfg.tiers;
+  std::printf(
+      "\n== apply: %llu block events in %zu batches, %u batches per log entry, %u "
+      "reader(s) ==\n",
+      static_cast<unsigned long long>(block_events), batches.size(), cfg.group, cfg.readers);
+  const uint32_t group = std::max<uint32_t>(cfg.group, 1);
+  for (uint32_t round = 0; round < cfg.rounds; ++round) {
+    StateMachineOptions options;
+    options.index.max_entries_per_context = target_entries * 2;
+    StateMachine machine(options, nullptr);
+    if (!machine.Recover().ok()) std::exit(1);
+    std::atomic<bool> done{false};
+    std::vector<std::vector<double>> latencies(cfg.readers);
+    std::vector<std::thread> readers;
+    for (uint32_t r = 0; r < cfg.readers; ++r) {
+      readers.emplace_back([&, r] {
+        std::mt19937_64 rng(r + 1);
+        while (!done.load(std::memory_order_relaxed)) {
+          const auto a = Clock::now();
+          machine.Read([&](const Index& index, Revision revision) {
+            // Entries 1 … revision are applied: batches [0, revision · group).
+            const uint64_t have = std::min<uint64_t>(revision * group, batches.size()) / cfg.tiers;
+            const LookupResult found = index.Lookup(kContext, ChainKeys(cfg, rng() % (have + 1)));
+            (void)found;
+            return 0;
+          });
+          latencies[r].push_back(
+              std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+        }
+      });
+    }
+    std::vector<const CommandBatch*> entry;
+    Revision revision = 0;
+    const double cpu0 = ThreadCpuMicros();
+    const auto t0 = Clock::now();
+    for (size_t b = 0; b < batches.size(); b += group) {
+      entry.clear();
+      for (size_t i = b; i < std::min<size_t>(batches.size(), b + group); ++i) {
+        entry.push_back(&batches[i]);
+      }
+      if (!machine.ApplyAt(++revision, entry).ok()) std::exit(1);
+      if (cfg.rate > 0) {
+        const double due_s =
+            static_cast<double>((b + entry.size()) * cfg.chain) / static_cast<double>(cfg.rate);
+        std::this_thread::sleep_until(
+            t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(due_s)));
+      }
+    }
+    const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double cpu_s = (ThreadCpuMicros() - cpu0) / 1e6;
+    done.store(true);
+    for (std::thread& reader : readers) reader.join();
+    std::vector<double> all;
+    for (const std::vector<double>& v : latencies) all.insert(all.end(), v.begin(), v.end());
+    const ApplyCounters counters = machine.counters();
+    std::printf(
+        "round %u: %.2f M block events/s (wall), %.2f M/s of the applier's CPU; write lock: "
+        "%llu holds, longest %.2f ms, held %.0f%% of the time",
+        round, static_cast<double>(block_events) / wall_s / 1e6,
+        static_cast<double>(block_events) / cpu_s / 1e6,
+        static_cast<unsigned long long>(counters.write_lock_holds),
+        static_cast<double>(counters.write_lock_hold_max_ns) / 1e6,
+        100.0 * static_cast<double>(counters.write_lock_held_ns) / (wall_s * 1e9));
+    if (all.empty()) {
+      std::printf("\n");
+      continue;
+    }
+    const double longest = *std::max_element(all.begin(), all.end());
+    std::printf("; %zu lookups: p50 %.1f us, p99 %.1f us, p999 %.1f us, longest %.2f ms\n",
+                all.size(), Percentile(all, 0.50), Percentile(all, 0.99), Percentile(all, 0.999),
+                longest / 1e3);
+  }
+}
+
 }  // namespace
 }  // namespace kvatlas::server
 
@@ -439,10 +537,21 @@ int main(int argc, char** argv) {
       cfg.stall = true;
     else if (arg == "--digest")
       cfg.digest = true;
+    else if (arg == "--apply")
+      cfg.apply = true;
+    else if (arg == "--group")
+      cfg.group = static_cast<uint32_t>(next());
+    else if (arg == "--readers")
+      cfg.readers = static_cast<uint32_t>(next());
+    else if (arg == "--rounds")
+      cfg.rounds = static_cast<uint32_t>(next());
+    else if (arg == "--rate")
+      cfg.rate = next();
     else {
       std::fprintf(stderr,
                    "usage: %s [--entries N]... [--holders H] [--chain L] [--shared-prefix S] "
-                   "[--prefix-holders K] [--lookups Q] [--tiers 1|2] [--stall] [--digest]\n",
+                   "[--prefix-holders K] [--lookups Q] [--tiers 1|2] [--stall] [--digest] "
+                   "[--apply [--group G] [--readers R] [--rounds N] [--rate E]]\n",
                    argv[0]);
       return 2;
     }
@@ -452,6 +561,10 @@ int main(int argc, char** argv) {
   if (cfg.prefix_holders == 0) cfg.prefix_holders = 1;
   if (cfg.digest) {
     for (uint64_t n : cfg.entries) kvatlas::server::RunDigestCost(cfg, n);
+    return 0;
+  }
+  if (cfg.apply) {
+    for (uint64_t n : cfg.entries) kvatlas::server::RunApply(cfg, n);
     return 0;
   }
   kvatlas::server::CalibrateTail(10.0);

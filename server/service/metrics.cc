@@ -437,8 +437,8 @@ std::string Metrics::Render(const StateGauges& gauges) const {
                   std::map<std::string_view, uint64_t>{{"all", a.tally.removed_blocks},
                                                        {"unheld", a.tally.unheld_removes}});
   LabelledCounter(&out, "kvatlas_index_write_lock_holds_total",
-                  "Holds of the index's write lock by the applying thread (one per batch), all "
-                  "and those over 1 ms: lookups wait for them.",
+                  "Holds of the index's write lock by the applying thread (one per log entry), "
+                  "all and those over 1 ms: lookups wait for them.",
                   "duration",
                   std::map<std::string_view, uint64_t>{{"all", a.write_lock_holds},
                                                        {"over_1ms", a.write_lock_holds_over_1ms}});

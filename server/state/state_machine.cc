@@ -213,25 +213,28 @@ Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const>
   for (IndexSpare& spare : spares_.TakeReady()) index_.ProvideSpare(std::move(spare));
   Revision revision = applied_.load(std::memory_order_relaxed);
   bool registry_changed = false;
-  // One clock read per group: holder activity needs no finer time than that.
-  const auto now = std::chrono::steady_clock::now();
-  // The write lock is taken per batch, not per group: a group (one log entry) can hold
-  // hundreds of batches, and lookups must not wait for all of them. Readers therefore see
-  // whole batches; applied_revision() advances once the whole group is applied.
-  for (const CommandBatch* batch : batches) {
-    // A skipped batch still takes its revision: revisions are log positions.
-    revision = next();
-    // A hash table that fills grows incrementally inside the inserts (flat_table.h), so no
-    // batch holds the write lock for a whole table's rehash.
+  {
+    // One write lock for the whole group, and the revision published before it is released:
+    // a read sees all of a group or none of it, at the revision it reports, never a part of
+    // the next entry (whose batches share one revision under raft: no revision names a part
+    // of it). Lookups therefore wait up to one group's in-memory apply (docs/architecture.md
+    // §Threading model); the RocksDB write below is outside the lock.
     std::unique_lock lock(mu_);
-    const auto locked_at = std::chrono::steady_clock::now();
-    registry_changed |= ApplyBatch(*batch, revision, now);
-    CountWriteLockHold(std::chrono::steady_clock::now() - locked_at);
+    // One clock read per group: holder activity needs no finer time than that.
+    const auto now = std::chrono::steady_clock::now();
+    for (const CommandBatch* batch : batches) {
+      // A skipped batch still takes its revision: revisions are log positions.
+      revision = next();
+      // A hash table that fills grows incrementally inside the inserts (flat_table.h), so no
+      // batch holds the write lock for a whole table's rehash.
+      registry_changed |= ApplyBatch(*batch, revision, now);
+    }
+    // An empty entry (a group of nothing) still advances the revision to its index.
+    if (batches.empty()) revision = next();
+    applied_.store(revision, std::memory_order_release);
+    CountWriteLockHold(std::chrono::steady_clock::now() - now);
   }
-  // An empty entry (a group of nothing) still advances the revision to its index.
-  if (batches.empty()) revision = next();
   for (const SpareNeed& need : index_.SparesWanted()) spares_.Request(need);
-  applied_.store(revision, std::memory_order_release);
   uint64_t added = 0, removed = 0, evicted = 0;
   for (const Mutation& m : scratch_) {
     if (m.kind == MutationKind::kPutEntry && m.refcount == 1 && m.cause == MutationCause::kStored) {

@@ -5,9 +5,12 @@
 // Thread-safety: the writing side (Apply, ApplyEntry, Recover, CaptureState, Restore) from
 // one thread at a time, never concurrently (under raft: entries on the raft-apply thread,
 // captures and restores on the raft loop once raft-apply is idle); Read() from any thread.
-// Readers see whole applied batches only (a shared_mutex around the index, taken per batch
-// so that a large group never stalls lookups for long). The index's hash tables grow a few
-// slots per insert (flat_table.h), so no batch rehashes millions of slots at once either.
+// Readers see whole applied groups (log entries) only, at their revision: a shared_mutex
+// around the index, held by the writing side for a group's whole in-memory apply, which
+// publishes the revision before releasing it. So a read's revision is exact (docs/api.md
+// §Conventions), at the cost of lookups waiting up to one group's apply. The index's hash
+// tables grow a few slots per insert (flat_table.h), so no batch rehashes millions of slots
+// at once.
 #pragma once
 
 #include <atomic>
@@ -60,9 +63,9 @@ struct ApplyCounters {
   // guard or the registered-publisher exemption (docs/leases.md).
   uint64_t holders_expired = 0;
   uint64_t expiries_skipped = 0;
-  // The index's write lock, held by the applying thread once per batch: lookups wait for
-  // it. A long hold is mostly that thread being preempted while holding it (docs/
-  // architecture.md §Threading model).
+  // The index's write lock, held by the applying thread once per applied group (log
+  // entry): lookups wait for it. A long hold is a large group, or that thread being
+  // preempted while holding it (docs/architecture.md §Threading model).
   uint64_t write_lock_holds = 0;
   uint64_t write_lock_holds_over_1ms = 0;
   uint64_t write_lock_held_ns = 0;
@@ -131,8 +134,8 @@ class StateMachine final : public LogStateMachine {
   const BlockHasher& hasher() const { return hasher_; }
 
   // Runs f(const Index&, Revision) under the read lock and returns its result. The index
-  // holds every batch up to the revision, and possibly some whole batches of the group being
-  // applied (ApplyBatches locks per batch): the revision is a lower bound (docs/api.md).
+  // holds exactly the batches at or below the revision: every one of them, none after
+  // (ApplyBatches applies a group under one hold of the write lock).
   template <typename F>
   auto Read(F&& f) const {
     std::shared_lock lock(mu_);
@@ -217,9 +220,9 @@ class StateMachine final : public LogStateMachine {
   Storage* storage_;
   BlockHasher hasher_;
   mutable std::shared_mutex mu_;
-  // Applies `batches` under the write lock at revisions next(1), next(2), ... and writes
-  // them to storage; returns the last revision. Before each batch, grows the index tables
-  // the batch could fill under the read lock only (see the class comment).
+  // Applies `batches` at revisions next(1), next(2), ... under one hold of the write lock,
+  // publishes the last as applied_revision() before releasing it, then writes them to
+  // storage; returns the last revision.
   template <typename NextRevision>
   Result<Revision> ApplyBatches(std::span<const CommandBatch* const> batches, NextRevision next);
   // Applies one batch's commands (and its stream position) under the write lock, at

@@ -218,10 +218,10 @@ func post(t *testing.T, url string, body interface{}) (status int, engine string
 	return resp.StatusCode, resp.Header.Get("X-Kvatlas-Engine"), data
 }
 
-// waitCached waits until the server, then the router's replica, have engine holding tokens.
-// The replica is asked itself: a lookup's revision is a lower bound (docs/api.md
-// §Conventions: the answer may hold batches of the next revision), so reaching it does
-// not mean the replica has the blocks the server's answer showed.
+// waitCached waits until the server has engine holding tokens, then until the router's
+// replica reaches the revision of that lookup: it must then hold what the lookup showed
+// (docs/api.md §Conventions: a read's revision is exactly what it reflects, and the change
+// feed up to it holds the same).
 func waitCached(t *testing.T, c *kvatlas.Client, index *kvatlas.LocalIndex, tokens []uint32, engine string) {
 	t.Helper()
 	ctx := testCtx(t)
@@ -232,22 +232,20 @@ func waitCached(t *testing.T, c *kvatlas.Client, index *kvatlas.LocalIndex, toke
 			t.Fatal(err)
 		}
 		if a.Instances[0].Blocks.GPU == want {
-			break
+			if err := index.WaitForRevision(ctx, a.Revision); err != nil {
+				t.Fatal(err)
+			}
+			local, err := index.Lookup(kvatlas.LookupRequest{Context: ctxM, Tokens: tokens, Instance: engine})
+			if err != nil || local.Instances[0].Blocks.GPU != want {
+				t.Fatalf("the router's replica at the server lookup's revision %d does not show %s holding the prefix: %+v %v",
+					a.Revision, engine, local, err)
+			}
+			return
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("%s never held the prefix: %+v", engine, a.Instances)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	for {
-		local, err := index.Lookup(kvatlas.LookupRequest{Context: ctxM, Tokens: tokens, Instance: engine})
-		if err == nil && local.Instances[0].Blocks.GPU == want {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the router's replica never showed %s holding the prefix: %+v %v", engine, local, err)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
