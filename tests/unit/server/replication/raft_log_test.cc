@@ -348,7 +348,8 @@ TEST_CASE("RaftLog takes a snapshot once the log held in memory reaches snapshot
 // The byte budget grows with the state: 1/16 of the last snapshot when that is more than
 // snapshot_log_bytes. An 8 MiB snapshot against a 128 KiB budget: after the first snapshot,
 // the next waits for 512 KiB of 32 KiB entries (16; the trailing quarter of the budget
-// counts), where the floor alone brings one after 4.
+// counts), where the floor alone brings one after 4. Entries go on while a snapshot is
+// written (8 MiB here, slower on a loaded machine), so each count allows a few more.
 TEST_CASE("RaftLog's log byte budget grows to a sixteenth of the last snapshot") {
   TempDir dir;
   RecordingMachine machine;
@@ -368,7 +369,9 @@ TEST_CASE("RaftLog's log byte budget grows to a sixteenth of the last snapshot")
     }
     return proposed;
   };
-  CHECK(propose_until_snapshots(1) <= 8);
+  // 4 by the floor, up to 12 while the first snapshot is being written: still short of the
+  // 16 a budget grown too early would take.
+  CHECK(propose_until_snapshots(1) <= 12);
   CHECK((*log)->GetMetrics().last_snapshot_bytes >= size_t{8} << 20);
   // Between snapshots the log's memory is measured: each 32 KiB entry shows (the check ran
   // since the last proposal, which waited 60 ms), and it stays under the 512 KiB budget.
