@@ -86,10 +86,13 @@ struct ZmqStream {
   uint64_t replay_id = 0;
 };
 
+// Streams by key: a listener's, and the registered ones.
+using StreamMap = std::map<std::string, std::unique_ptr<ZmqStream>, std::less<>>;
+
 struct ZmqListener {
   ZmqListenerConfig config;
   std::unique_ptr<zmq::socket_t> sub;
-  std::map<std::string, std::unique_ptr<ZmqStream>, std::less<>> streams;
+  StreamMap streams;
 };
 
 class ZmqIngest::Loop {
@@ -189,6 +192,14 @@ class ZmqIngest::Loop {
     return target.group >= 1 && target.group <= 64 && ((led_ >> (target.group - 1)) & 1) != 0;
   }
 
+  // Drops a stream (its sockets close), giving back its replay slot if it held one.
+  StreamMap::iterator Forget(StreamMap* streams, StreamMap::iterator it) {
+    if (it->second->follower && it->second->follower->replay() == Follower::Replay::kRunning) {
+      --running_replays_;
+    }
+    return streams->erase(it);
+  }
+
   // This server began or stopped leading some groups: it closes the streams of the groups
   // it no longer leads (a listener's socket stays bound, and their messages are ignored
   // until it leads them again), and re-reads the registry to follow the publishers of
@@ -203,16 +214,9 @@ class ZmqIngest::Loop {
               " group(s): following their publishers (the others' are left to their leaders)");
     }
     led_ = led;
-    auto drop = [this](auto* streams) {
+    auto drop = [this](StreamMap* streams) {
       for (auto it = streams->begin(); it != streams->end();) {
-        if (Leads(it->second->target)) {
-          ++it;
-          continue;
-        }
-        if (it->second->follower && it->second->follower->replay() == Follower::Replay::kRunning) {
-          --running_replays_;
-        }
-        it = streams->erase(it);
+        it = Leads(it->second->target) ? std::next(it) : Forget(streams, it);
       }
     };
     drop(&streams_);
@@ -235,8 +239,7 @@ class ZmqIngest::Loop {
       }
       LogInfo("zmq: stopped following " + it->second->registration.endpoint + " (" + it->first +
               ")");
-      if (it->second->follower->replay() == Follower::Replay::kRunning) --running_replays_;
-      it = streams_.erase(it);
+      it = Forget(&streams_, it);
       changed = true;
     }
     for (auto& [key, registration] : registrations) {
@@ -664,7 +667,7 @@ class ZmqIngest::Loop {
   ZmqIngest* owner_;
   EngineEventMapper mapper_;
   zmq::context_t context_{1};
-  std::map<std::string, std::unique_ptr<ZmqStream>, std::less<>> streams_;
+  StreamMap streams_;
   std::vector<std::unique_ptr<ZmqListener>> listeners_;
   size_t running_replays_ = 0;
   uint64_t led_ = 0;  // the groups this server leads, as last read (bit g - 1: group g)
