@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "common/internal/log.h"
 #include "common/internal/thread_name.h"
@@ -83,18 +84,20 @@ void SignalWatcher::Received(int signal) {
     _exit(128 + signal);
   }
   progress_->RequestStop();
-  const RecoveryProgress::View phase = progress_->Read();
+  // Every phase running: a server with several groups recovers them side by side.
+  const std::vector<RecoveryProgress::View> running = progress_->ReadRunning();
+  const std::string phases = RecoveryProgress::Names(running);
   if (started_.load(std::memory_order_acquire)) {
     LogInfo("received " + NameOf(signal) + ", shutting down");
-  } else if (phase.uninterruptible) {
-    LogInfo("received " + NameOf(signal) + " while starting (" + phase.phase +
+  } else if (RecoveryProgress::AllUninterruptible(running)) {
+    LogInfo("received " + NameOf(signal) + " while starting (" + phases +
             ", which cannot be cut short): exiting now; nothing is lost, the next start "
             "does it again");
     std::fflush(stdout);
     std::fflush(stderr);
     _exit(0);
   } else {
-    LogInfo("received " + NameOf(signal) + " while starting: stopping (" + phase.phase +
+    LogInfo("received " + NameOf(signal) + " while starting: stopping (" + phases +
             "); send it again to exit at once");
   }
   cv_.notify_all();

@@ -3,7 +3,9 @@
 // must be blocked in every thread first: BlockServerSignals, before any thread starts).
 //
 // - The first SIGINT or SIGTERM asks the server to stop: RecoveryProgress::RequestStop (a
-//   start still recovering stops at its next check) and Wait() returns kStop.
+//   start still recovering stops at its next check, every group's if it recovers several)
+//   and Wait() returns kStop. When every phase running cannot be cut short
+//   (RecoveryProgress::AllUninterruptible: libraft loading its log), it exits at once (0).
 // - A second one exits the process at once (_exit with 128 + the signal's number, as a
 //   shell reports a process the signal killed): for an operator who will not wait for a
 //   stop to finish. Nothing is corrupted (the raft log and RocksDB are crash-safe; the
