@@ -70,8 +70,10 @@ Status Group::Open() {
   machine_->SetRecoveryProgress(progress_);
   KVATLAS_RETURN_IF_ERROR(machine_->Recover());
   const RecoveryProgress::View loaded = progress_->Read();
-  LogInfo("recovered at revision " + std::to_string(machine_->applied_revision()) + ": " +
-          std::to_string(loaded.records) + " entries loaded in " +
+  const std::string& label = progress_->label();
+  LogInfo((label.empty() ? "" : label + ": ") + "recovered at revision " +
+          std::to_string(machine_->applied_revision()) + ": " + std::to_string(loaded.records) +
+          " entries loaded in " +
           std::to_string(static_cast<uint64_t>(loaded.phase_seconds * 1000)) + " ms");
   return progress_->CheckStop("recovering the state");
 }

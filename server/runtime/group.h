@@ -12,7 +12,9 @@
 //                     directory, the restore nudge
 //   StopPolicies, StopReplication, Flush: the reverse, at shutdown
 //
-// A server holds one group today; its directory is the data directory.
+// A server holds one group or several (--groups): group 1's directory is the data
+// directory, group g's DATA_DIR/groups/g. A server opens and starts its groups side by
+// side (Server::OpenState), each reporting to its own `progress` then.
 //
 // Thread-safety: the phases from the owning thread, in order (each stop idempotent); the
 // accessors from any thread once their part exists; failed() from any thread.
@@ -109,6 +111,8 @@ class Group {
   // A joining server that is in no configuration yet (set by StartReplication).
   bool awaiting_membership() const { return awaiting_membership_; }
   GroupId id() const { return options_.group; }
+  // What its start reports to (the constructor's `progress`).
+  RecoveryProgress* progress() const { return progress_; }
   // This server's raft address in the group, as configured.
   const std::string& raft_address() const { return options_.raft.address; }
 

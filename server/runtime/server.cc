@@ -8,12 +8,14 @@
 #include <fstream>
 #include <optional>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "common/internal/log.h"
 #include "server/api/http_access.h"
 #include "server/replication/tcp_transport.h"
 #include "server/runtime/access_config.h"
+#include "server/runtime/concurrent_tasks.h"
 #include "server/runtime/options_from_config.h"
 #include "server/runtime/prediction_forwarder.h"
 #include "server/service/ingest_service.h"
@@ -63,6 +65,20 @@ void UseGroupParts(const Group& group, Services* services) {
 
 // How often a starting server logs its recovery's progress (RecoveryProgress).
 constexpr std::chrono::seconds kProgressLogInterval{2};
+
+// How many of a server's groups open (and start raft) at once. As many as the machine has
+// cores: a group's open is mostly CPU (decoding RocksDB entries into the index; libraft
+// decoding its snapshot), so more threads than cores gain nothing and only add to the
+// memory held at once. At least 2, so that one group's disk reads overlap another's
+// decoding even on one core. Memory: a group loading its raft snapshot holds it whole
+// (libraft reads it, and the state machine restores from it when it is newer), so at most
+// `threads` of the G snapshots are held at once: with groups of similar size, about
+// threads/G of the whole state, no more than the one snapshot a single-group server of the
+// same entries holds. The indexes themselves are the same size either way.
+size_t StartThreads(size_t groups) {
+  const size_t cores = std::thread::hardware_concurrency();  // 0 when unknown
+  return std::min(groups, std::max<size_t>(2, cores));
+}
 
 }  // namespace
 
@@ -226,11 +242,33 @@ Status Server::OpenState(const Preflight& preflight) {
     options.raft.port_share = raft_port_share_.get();
     fs::create_directories(options.dir, ec);
     if (ec) return Status::IOError("cannot create " + options.dir + ": " + ec.message());
-    groups_.push_back(std::make_unique<Group>(std::move(options), progress_, trimmer_.get()));
-    KVATLAS_RETURN_IF_ERROR(groups_.back()->Open());
+    // Several groups start side by side, each reporting its own phase; a single group
+    // reports to the server's progress itself.
+    RecoveryProgress* progress =
+        config_.groups > 1 ? progress_->AddPart("group " + std::to_string(id)) : progress_;
+    groups_.push_back(std::make_unique<Group>(std::move(options), progress, trimmer_.get()));
   }
   group_ = groups_.front().get();
-  return Status::Ok();
+  return ForEachGroup("opening " + std::to_string(groups_.size()) + " groups",
+                      [](Group& group) { return group.Open(); });
+}
+
+Status Server::ForEachGroup(const std::string& what, const std::function<Status(Group&)>& step) {
+  if (groups_.size() == 1) return step(*groups_.front());
+  // Shown only while no group runs a phase of its own (between them).
+  progress_->BeginPhase(what);
+  return RunConcurrently(
+      groups_.size(), StartThreads(groups_.size()), "group-start",
+      [&](size_t index) {
+        Group& group = *groups_[index];
+        Status done = step(group);
+        group.progress()->EndPhase();
+        if (done.ok()) return done;
+        return Status(done.code(), group.progress()->label() + ": " + done.message());
+      },
+      [&] {
+        for (const auto& group : groups_) group->progress()->RequestStop();
+      });
 }
 
 Status Server::CheckGroupCount() const {

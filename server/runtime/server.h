@@ -1,8 +1,8 @@
 // Server: one kvatlas server process composed from its parts (docs/architecture.md): check
 // the configuration, read its files and bind the listen addresses (preflight.h), then open
-// its replicated state (a Group, group.h: Storage at DATA_DIR/db, the state machine rebuilt
-// from it, raft and the Applier), and serve the binary protocol and REST. Both serve only
-// after recovery, so every answer reflects the recovered state.
+// its replicated state (a Group per raft group, group.h: Storage at DATA_DIR/db, the state
+// machine rebuilt from it, raft and the Applier; several side by side), and serve the binary
+// protocol and REST. Both serve only after recovery, so every answer reflects the recovered state.
 //
 // Thread-safety: Start/Shutdown from the owning (main) thread; failed() from any thread.
 #pragma once
@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,11 +47,13 @@ class Server {
   // `progress` (null = an internal one) says what the recovery is doing (logged every few
   // seconds meanwhile) and can stop it: once it asks, Start returns kCancelled promptly (at
   // the next check of the phase running; libraft's loading of its log cannot be cut
-  // short); the data directory stays fit to recover from at the next start.
+  // short); the data directory stays fit to recover from at the next start. Several groups
+  // open side by side, each reporting to a part of `progress` ("group G", AddPart).
   //
   // A failed start removes the data directory if it created it. Errors: the preflight's,
   // kIOError/kCorruption from storage (e.g. the directory is used by another server),
-  // kFailedPrecondition on a hash seed mismatch, kCancelled (above).
+  // kFailedPrecondition on a hash seed mismatch, kCancelled (above); with several groups,
+  // the first failing group's, its message prefixed with "group G: ".
   [[nodiscard]] static Result<std::unique_ptr<Server>> Start(const Config& config,
                                                              RecoveryProgress* progress = nullptr);
 
@@ -91,8 +94,18 @@ class Server {
   explicit Server(Config config, RecoveryProgress* progress);
   Status Init();
   // Creates the data directory (noting in created_data_dir_ the directory it created, if
-  // any), and opens the group in it (Group::Open: storage, the recovered state).
+  // any), and opens the groups in it (Group::Open: storage, the recovered state), side by
+  // side (ForEachGroup).
   Status OpenState(const Preflight& preflight);
+  // Runs `step` (a phase of Group's start) for every group. One group: on this thread, as
+  // a server always did. Several: side by side on a bounded number of threads
+  // (RunConcurrently), each group reporting to its own part of the progress (named "group
+  // G"), whose phase ends with the step; `what` is the server's own phase meanwhile. The
+  // first group to fail stops the others (at their next check) and its error is returned,
+  // prefixed with "group G: ", once every step has ended. What the steps made is cleaned
+  // up by the groups' destruction, as after a serial start.
+  [[nodiscard]] Status ForEachGroup(const std::string& what,
+                                    const std::function<Status(Group&)>& step);
   // kFailedPrecondition when an existing data directory holds another number of groups
   // than `groups`.
   [[nodiscard]] Status CheckGroupCount() const;

@@ -1,5 +1,5 @@
 // Server: this server's part of the raft cluster (peer authentication, and the start of
-// the group's raft member, group.h). server.h.
+// the groups' raft members, group.h, side by side when there are several). server.h.
 #include "common/internal/log.h"
 #include "server/runtime/server.h"
 
@@ -34,12 +34,15 @@ Status Server::StartRaft(const Preflight& preflight) {
   auto registry_changed = [this] {
     if (ZmqIngest* zmq = zmq_notify_.load(std::memory_order_acquire)) zmq->NotifyRegistryChanged();
   };
-  KVATLAS_RETURN_IF_ERROR(
-      group_->StartReplication(peer_auth_.get(), preflight.raft_socket.fd(), registry_changed));
-  // The other groups' connections reach them through group 1's listener.
+  // The other groups' connections reach them through group 1's listener (whichever starts
+  // first: a connection for a group not registered yet is closed, and its peer dials again).
+  KVATLAS_RETURN_IF_ERROR(ForEachGroup(
+      "starting raft in " + std::to_string(groups_.size()) + " groups", [&](Group& group) {
+        const int listen_fd = &group == group_ ? preflight.raft_socket.fd() : -1;
+        return group.StartReplication(peer_auth_.get(), listen_fd, registry_changed);
+      }));
   std::vector<GroupMirror::Follower> followers;
   for (size_t i = 1; i < groups_.size(); ++i) {
-    KVATLAS_RETURN_IF_ERROR(groups_[i]->StartReplication(peer_auth_.get(), -1, registry_changed));
     followers.push_back({groups_[i]->id(), groups_[i]->raft()});
   }
   if (!followers.empty()) {
