@@ -143,14 +143,10 @@ Result<std::vector<BackupManifest>> BackUpStopped(const std::string& data_dir,
     storages.push_back(std::move(*storage));
   }
   KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(to, "backup directory"));
-  std::vector<std::unique_ptr<Storage::Capture>> captures;
-  std::vector<const Storage::Capture*> images;
-  for (const auto& storage : storages) {
-    KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, storage->CaptureAll());
-    images.push_back(capture.get());
-    captures.push_back(std::move(capture));
-  }
-  return WriteWholeBackup(images, to, {"", 0, /*online=*/false});
+  std::vector<const Storage*> opened;
+  for (const auto& storage : storages) opened.push_back(storage.get());
+  KVATLAS_ASSIGN_OR_RETURN(const Captures captures, CaptureEach(opened));
+  return WriteWholeBackup(captures.images, to, {"", 0, /*online=*/false});
 }
 
 }  // namespace

@@ -104,19 +104,13 @@ Result<BackupTaken> TakeBackup(const Services& services, std::string_view to) {
   KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(target, "body.to: backup directory"));
   // Every acknowledged write was applied, and so written, before it was acknowledged: the
   // images pinned now hold all of them.
-  std::vector<std::unique_ptr<Storage::Capture>> captures;
-  std::vector<const Storage::Capture*> images;
-  for (const Storage* storage : storages) {
-    KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, storage->CaptureAll());
-    images.push_back(capture.get());
-    captures.push_back(std::move(capture));
-  }
+  KVATLAS_ASSIGN_OR_RETURN(const Captures captures, CaptureEach(storages));
   BackupTaken taken;
   taken.capture_micros = MicrosSince(start);
   taken.path = target;
   KVATLAS_ASSIGN_OR_RETURN(
-      taken.groups,
-      WriteWholeBackup(images, target, {services.cluster_id, services.server_id, /*online=*/true}));
+      taken.groups, WriteWholeBackup(captures.images, target,
+                                     {services.cluster_id, services.server_id, /*online=*/true}));
   taken.manifest = taken.groups.front();
   taken.total_micros = MicrosSince(start);
   return taken;

@@ -463,6 +463,16 @@ uint32_t GroupsInDataDir(const std::string& data_dir) {
   return found;
 }
 
+Result<Captures> CaptureEach(std::span<const Storage* const> storages) {
+  Captures captures;
+  for (const Storage* storage : storages) {
+    KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> capture, storage->CaptureAll());
+    captures.images.push_back(capture.get());
+    captures.owned.push_back(std::move(capture));
+  }
+  return captures;
+}
+
 Result<std::vector<BackupManifest>> WriteWholeBackup(
     std::span<const Storage::Capture* const> captures, const std::string& dir,
     BackupSource source) {

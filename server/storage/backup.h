@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -99,6 +100,17 @@ struct StateDigest {
 [[nodiscard]] Result<BackupManifest> WriteBackup(const Storage::Capture& capture,
                                                  const std::string& dir,
                                                  const BackupSource& source);
+
+// Pinned images of several storages (Storage::CaptureAll), in their order: `owned` keeps
+// them alive, `images` points at them (what WriteWholeBackup takes). Movable: the images
+// stay where they are.
+struct Captures {
+  std::vector<std::unique_ptr<Storage::Capture>> owned;
+  std::vector<const Storage::Capture*> images;
+};
+// Captures each of `storages` (group g's at g-1), as close together as calls in a row
+// are. The first capture error, with nothing kept.
+[[nodiscard]] Result<Captures> CaptureEach(std::span<const Storage* const> storages);
 
 // Writes a whole backup into `dir`, an existing empty directory: `captures[g-1]` is group
 // g's state; groups 2..G first (in groups/g), group 1's part last. Every part records
