@@ -16,8 +16,10 @@
 // directory, group g's DATA_DIR/groups/g. A server opens and starts its groups side by
 // side (Server::OpenState), each reporting to its own `progress` then.
 //
-// Thread-safety: the phases from the owning thread, in order (each stop idempotent); the
-// accessors from any thread once their part exists; failed() from any thread.
+// Thread-safety: the phases in order, one at a time, each from any thread (a server runs
+// Open and StartReplication on a group-start thread and joins it before the next phase;
+// each stop idempotent); the accessors from any thread once their part exists; failed()
+// from any thread. Groups are independent: different groups' phases may run at once.
 #pragma once
 
 #include <chrono>
