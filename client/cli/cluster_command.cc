@@ -87,6 +87,7 @@ std::string FormatStatus(const json& s) {
                                         "RPC", "APPLIED", "LAG",   "CONTACT"};
   std::vector<std::vector<std::string>> rows = {{std::begin(kHeader), std::end(kHeader)}};
   std::vector<std::string> unreachable;
+  std::string draining;
   bool leader_only_unknown = false;
   const json members = s.value("members", json::array());
   for (const json& m : members.is_array() ? members : json::array()) {
@@ -97,8 +98,12 @@ std::string FormatStatus(const json& s) {
       unreachable.push_back(Text(m, "id"));
     }
     if (Text(m, "lag_entries") == "-") leader_only_unknown = true;
+    if (m.value("draining", json()) == json(true)) {
+      draining += (draining.empty() ? "" : ", ") + Text(m, "id");
+    }
   }
   out += FormatTable(rows);
+  if (!draining.empty()) out += "draining (leads no group once handed over): " + draining + "\n";
   if (!unreachable.empty()) {
     std::string ids;
     for (const std::string& id : unreachable) ids += (ids.empty() ? "" : ", ") + id;
@@ -189,6 +194,12 @@ std::string FormatClusterAnswer(const std::string& sub, const std::string& docum
           ") as a voter\n";
   } else if (sub == "remove") {
     out = "removed server " + Text(answer, "removed") + "\n";
+  } else if (sub == "drain" || sub == "undrain") {
+    out = "server " + Text(answer, "id") +
+          (answer.value("draining", json()) == json(true)
+               ? " drains: its groups go to other servers (kvatlas cluster groups shows their "
+                 "leaders)\n"
+               : " no longer drains: it takes its share of the groups' leaderships again\n");
   } else if (sub == "backup") {
     out = FormatBackup(answer);
   } else if (sub == "digest") {
@@ -211,7 +222,7 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout) {
   if (args.positional.empty()) {
     return UsageError("cluster",
                       "cluster: give a subcommand: status, groups, ready, add, remove, transfer, "
-                      "backup, digest");
+                      "drain, undrain, backup, digest");
   }
   const std::string& sub = args.positional[0];
   const std::string path_of_sub = "cluster " + sub;
@@ -247,6 +258,11 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout) {
     }
     if (id) body["id"] = *id;
     path = "/v1/cluster/transfer";
+  } else if (sub == "drain" || sub == "undrain") {
+    const std::optional<uint64_t> id = operands == 1 ? ParseId(args.positional[1]) : std::nullopt;
+    if (!id) return UsageError(path_of_sub, "cluster " + sub + " ID: give one positive server id");
+    path = "/v1/cluster/drain";
+    body = {{"id", *id}, {"draining", sub == "drain"}};
   } else if (sub == "backup") {
     if (operands != 1 || args.positional[1].empty()) {
       return UsageError(path_of_sub,
@@ -255,9 +271,10 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout) {
     path = "/v1/admin/backup";
     body = {{"to", args.positional[1]}};
   } else {
-    return UsageError("cluster",
-                      "cluster: unknown subcommand \"" + sub +
-                          "\" (status, groups, ready, add, remove, transfer, backup, digest)");
+    return UsageError(
+        "cluster", "cluster: unknown subcommand \"" + sub +
+                       "\" (status, groups, ready, add, remove, transfer, drain, undrain, backup, "
+                       "digest)");
   }
 
   Result<std::string> address = RestAddress(args);

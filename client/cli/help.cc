@@ -127,8 +127,9 @@ std::vector<CommandHelp> MakeCommands() {
   commands.push_back(
       {"cluster",
        "<status | groups | ready | add ID RAFT_ADDRESS | remove ID |\n"
-       "       transfer [ID] | backup DIR | digest> [--http HOST:PORT] [--json]",
-       "the raft cluster: status, groups, ready, add, remove, transfer, backup, digest",
+       "       transfer [ID] | drain ID | undrain ID | backup DIR | digest>\n"
+       "       [--http HOST:PORT] [--json]",
+       "the raft cluster: status, groups, add, remove, transfer, drain, backup, ...",
        "The raft cluster over the REST admin API (not the binary protocol). Any server will\n"
        "do for the changes: followers forward them to the leader. Run\n"
        "'kvatlas cluster SUBCOMMAND --help' for one subcommand.\n"
@@ -140,6 +141,8 @@ std::vector<CommandHelp> MakeCommands() {
        "  add ID RAFT_ADDRESS add a server as a voter\n"
        "  remove ID           remove a server\n"
        "  transfer [ID]       hand leadership to server ID (or any up-to-date voter)\n"
+       "  drain ID            move every group's leadership off server ID\n"
+       "  undrain ID          let server ID lead its share of the groups again\n"
        "  backup DIR          write a backup of the server asked under its backup_dir\n"
        "  digest              the server's state digest",
        {std::begin(kClusterFlags), std::end(kClusterFlags)},
@@ -158,10 +161,9 @@ std::vector<CommandHelp> MakeCommands() {
       "cluster groups", "[--http HOST:PORT] [--json]",
       "the raft groups: leader, members, contexts, entries, snapshot",
       "The cluster's raft groups (GET /v1/groups; docs/scaling.md), as the answering server\n"
-      "knows them: the placement directory's epoch, and per group its id, LEADER, MEMBERS,\n"
-      "CONTEXTS, ENTRIES, the last raft SNAPSHOT's bytes taken on this server (0 before the\n"
-      "first), APPLIED index and whether it takes new contexts. A cluster runs one group\n"
-      "today: group 1, epoch 0.",
+      "knows them: the placement directory's epoch, and per group its id, LEADER, the\n"
+      "PREFERRED leader, MEMBERS, CONTEXTS, ENTRIES, the last raft SNAPSHOT's bytes taken on\n"
+      "this server (0 before the first), APPLIED index and whether it takes new contexts.",
       {"kvatlas cluster groups", "kvatlas cluster groups --json"}));
   commands.push_back(Cluster(
       "cluster ready", "[--http HOST:PORT] [--json]",
@@ -183,6 +185,20 @@ std::vector<CommandHelp> MakeCommands() {
               "Hands leadership to server ID, or without one to any up-to-date voter, and prints\n"
               "which server leads now.",
               {"kvatlas cluster transfer", "kvatlas cluster transfer 2"}));
+  commands.push_back(Cluster(
+      "cluster drain", "ID [--http HOST:PORT] [--json]",
+      "move every group's leadership off server ID",
+      "Marks server ID draining in the replicated state: it is no group's preferred leader,\n"
+      "so the groups it leads are handed to other servers within a few hundred milliseconds\n"
+      "while it keeps serving as a follower (kvatlas cluster groups shows the leaders). The\n"
+      "drain ends with 'kvatlas cluster undrain ID' or when the server starts again. A\n"
+      "server asked to stop drains itself first (shutdown_drain_ms).",
+      {"kvatlas cluster drain 2"}));
+  commands.push_back(Cluster("cluster undrain", "ID [--http HOST:PORT] [--json]",
+                             "let server ID lead its share of the groups again",
+                             "Ends server ID's drain: the groups whose preferred leader it is\n"
+                             "are handed back to it once it has caught up.",
+                             {"kvatlas cluster undrain 2"}));
   commands.push_back(
       Cluster("cluster backup", "DIR [--http HOST:PORT] [--json]",
               "write a backup of the server asked under its backup_dir",

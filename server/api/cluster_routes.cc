@@ -1,11 +1,12 @@
 // The raft cluster over REST (docs/replication.md): GET /v1/cluster, GET /v1/groups (its
 // raft groups, docs/scaling.md), and membership changes on the leader: POST
 // /v1/cluster/members, DELETE /v1/cluster/members/{id}, POST /v1/cluster/transfer, POST
-// /v1/cluster/announce (a member's addresses), POST /v1/cluster/predict (a follower's
+// /v1/cluster/drain, POST /v1/cluster/announce (a member's addresses), POST
+// /v1/cluster/drain-self (a member stopping), POST /v1/cluster/predict (a follower's
 // predictions, forwarded_predictions.h) and POST /v1/cluster/apply (a write part for a group
 // led here, group_forwarder.h). A change is answered once raft has committed it. On a
 // follower these fail with kNotLeader and are forwarded to the leader (forwarding.h), except
-// the internal calls (announce, predict, apply), which are answered 421.
+// the internal calls (announce, drain-self, predict, apply), which are answered 421.
 
 #include <charconv>
 #include <nlohmann/json.hpp>
@@ -168,6 +169,41 @@ Result<HttpReply> HandleTransfer(const Services& services, const RouteRequest& r
       nlohmann::json({{"status", "ok"}, {"transfer_to", id}, {"leader_id", leader}}).dump());
 }
 
+// The answer of a drain's change.
+Result<HttpReply> Drained(Result<Revision> recorded, uint64_t id, bool draining) {
+  KVATLAS_RETURN_IF_ERROR(recorded.status());
+  return JsonReply(
+      nlohmann::json(
+          {{"status", "ok"}, {"id", id}, {"draining", draining}, {"revision", *recorded}})
+          .dump());
+}
+
+// body.draining: a boolean, true when absent.
+Result<bool> DrainingField(const nlohmann::json& body) {
+  const nlohmann::json value = body.value("draining", nlohmann::json(true));
+  if (!value.is_boolean()) return Status::InvalidArgument("body.draining: must be a boolean");
+  return value.get<bool>();
+}
+
+// POST /v1/cluster/drain {"id", "draining" (default true)}: an operator's drain of a member
+// (docs/operations.md §Draining a server), or its end.
+Result<HttpReply> HandleDrain(const Services& services, const RouteRequest& request) {
+  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
+  KVATLAS_ASSIGN_OR_RETURN(uint64_t id, ServerId(body.value("id", nlohmann::json()), "id", false));
+  KVATLAS_ASSIGN_OR_RETURN(bool draining, DrainingField(body));
+  return Drained(SetDraining(services, id, draining), id, draining);
+}
+
+// POST /v1/cluster/drain-self {"draining"}: a member drains itself as it stops (server.cc).
+// An internal call: signed by that member, never forwarded.
+Result<HttpReply> HandleDrainSelf(const Services& services, const RouteRequest& request) {
+  KVATLAS_ASSIGN_OR_RETURN(uint64_t sender,
+                           InternalSender(services, request, "POST /v1/cluster/drain-self"));
+  KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
+  KVATLAS_ASSIGN_OR_RETURN(bool draining, DrainingField(body));
+  return Drained(SetDraining(services, sender, draining), sender, draining);
+}
+
 }  // namespace
 
 void AddClusterRoutes(const Services* services, Router* router) {
@@ -189,6 +225,12 @@ void AddClusterRoutes(const Services* services, Router* router) {
   router->Add(
       {"POST", "/v1/cluster/predict", RouteAccess::kInternal,
        [services](const RouteRequest& request) { return HandlePredict(*services, request); }});
+  router->Add(
+      {"POST", "/v1/cluster/drain", RouteAccess::kAdmin,
+       [services](const RouteRequest& request) { return HandleDrain(*services, request); }});
+  router->Add(
+      {"POST", "/v1/cluster/drain-self", RouteAccess::kInternal,
+       [services](const RouteRequest& request) { return HandleDrainSelf(*services, request); }});
   router->Add({"POST", "/v1/cluster/apply", RouteAccess::kInternal,
                [services](const RouteRequest& request) { return HandleApply(*services, request); },
                "application/octet-stream"});

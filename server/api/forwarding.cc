@@ -198,6 +198,14 @@ Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader
                           {timeout, timeout});
 }
 
+Status PostDrainSelf(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
+                     const std::string& leader_http, bool draining,
+                     std::chrono::milliseconds timeout) {
+  const std::string body = nlohmann::json{{"draining", draining}}.dump();
+  return PostInternalCall(peer, auth, leader_id, leader_http, "/v1/cluster/drain-self", body,
+                          {timeout, timeout});
+}
+
 Result<PeerCall> VerifyPeerCall(const Services& services, const HttpRequest& request) {
   return services.peers->VerifyRequest(
       request.Header(kPeerAuthHeader), request.method,

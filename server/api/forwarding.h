@@ -78,6 +78,12 @@ inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
                                   const std::string& http_address, const std::string& rpc_address,
                                   std::chrono::milliseconds timeout);
 
+// POST /v1/cluster/drain-self {"draining"} to the leader, signed: this server drains (or no
+// longer) as it stops (docs/operations.md §Draining a server).
+[[nodiscard]] Status PostDrainSelf(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
+                                   const std::string& leader_http, bool draining,
+                                   std::chrono::milliseconds timeout);
+
 // Router::PeerCalls over `services.peers`: a signed request from a current member is verified
 // (PeerAuth::VerifyRequest), and the answer to it signed.
 [[nodiscard]] Result<PeerCall> VerifyPeerCall(const Services& services, const HttpRequest& request);

@@ -83,6 +83,7 @@ CommandTally Index::Apply(const Command& command, uint64_t seed, MutationList* o
                  [](const AuditCommand&) {},
                  [](const LoadReportCommand&) {},
                  [](const PredictCommand&) {},
+                 [](const DrainCommand&) {},
              },
              command);
   return tally;

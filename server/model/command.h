@@ -180,13 +180,27 @@ struct PredictCommand {
   friend bool operator==(const PredictCommand&, const PredictCommand&) = default;
 };
 
-// Store/Remove/Clear/ExpireHolder change the Index; Register/Unregister/Announce/ForgetServer
-// change the Registry; Audit changes nothing; LoadReport changes the FleetLoadTable; Predict
+// Marks a cluster member as draining, or no longer (docs/operations.md §Draining a server):
+// a draining server is nobody's preferred leader, so every group's leadership moves off it
+// (server/service/group_service.h PreferredLeader) while it keeps serving as a follower.
+// Sets the flag of the member's recorded addresses (ServerAddresses::draining); a server
+// with no recorded addresses changes nothing. An AnnounceCommand, which a server sends
+// once as it starts, replaces the record and so ends its drain.
+struct DrainCommand {
+  uint64_t server_id = 0;
+  bool draining = false;
+
+  friend bool operator==(const DrainCommand&, const DrainCommand&) = default;
+};
+
+// Store/Remove/Clear/ExpireHolder change the Index; Register/Unregister/Announce/ForgetServer/
+// Drain change the Registry; Audit changes nothing; LoadReport changes the FleetLoadTable; Predict
 // changes the PredictedTable. The order of the alternatives is the command-batch wire tag
 // minus one (docs/storage.md).
-using Command = std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand,
-                             UnregisterCommand, AnnounceCommand, ForgetServerCommand,
-                             ExpireHolderCommand, AuditCommand, LoadReportCommand, PredictCommand>;
+using Command =
+    std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand, UnregisterCommand,
+                 AnnounceCommand, ForgetServerCommand, ExpireHolderCommand, AuditCommand,
+                 LoadReportCommand, PredictCommand, DrainCommand>;
 
 // What one log entry carries: commands applied atomically, in order, at one revision.
 struct CommandBatch {

@@ -29,6 +29,7 @@ enum class CommandTag : uint8_t {
   kAudit = 9,         // version 6; with its digest scheme, version 7
   kLoadReport = 10,   // version 8
   kPredict = 11,      // version 9
+  kDrain = 12,        // version 10
 };
 static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreCommand> &&
               std::is_same_v<std::variant_alternative_t<1, Command>, RemoveCommand> &&
@@ -40,7 +41,8 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreComman
               std::is_same_v<std::variant_alternative_t<7, Command>, ExpireHolderCommand> &&
               std::is_same_v<std::variant_alternative_t<8, Command>, AuditCommand> &&
               std::is_same_v<std::variant_alternative_t<9, Command>, LoadReportCommand> &&
-              std::is_same_v<std::variant_alternative_t<10, Command>, PredictCommand>);
+              std::is_same_v<std::variant_alternative_t<10, Command>, PredictCommand> &&
+              std::is_same_v<std::variant_alternative_t<11, Command>, DrainCommand>);
 
 // A StoreCommand's mode byte: its KeyMode, with kReportBit set when the store is a report
 // (StoreCommand::report). One byte for both, so that a batch of copies keeps the bytes it
@@ -209,6 +211,9 @@ void VisitFields(Io& io, C& c) {
     io(c.ttl_ms);          // varint32
     io(c.accepted_at_ms);  // fixed64
     io(c.hashes);          // varint n, n × fixed64
+  } else if constexpr (std::is_same_v<T, DrainCommand>) {
+    io(c.server_id);  // fixed64
+    io(c.draining);   // flag
   } else {
     static_assert(std::is_same_v<T, StreamPosition>);
     io(c.stream);
@@ -233,6 +238,7 @@ uint8_t VersionOf(const Command& command) {
   const auto* store = std::get_if<StoreCommand>(&command);
   const auto* registration = std::get_if<RegisterCommand>(&command);
   const auto* audit = std::get_if<AuditCommand>(&command);
+  if (tag >= CommandTag::kDrain) return 10;
   if (tag >= CommandTag::kPredict) return 9;
   if (tag >= CommandTag::kLoadReport) return 8;
   if (audit) return audit->digest_scheme == 1 ? 6 : 7;
@@ -332,6 +338,10 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
       case CommandTag::kPredict:
         if (version < 9) in.Fail();
         if (in.ok()) ReadInto<PredictCommand>(&batch, &in, version);
+        break;
+      case CommandTag::kDrain:
+        if (version < 10) in.Fail();
+        if (in.ok()) ReadInto<DrainCommand>(&batch, &in, version);
         break;
       default:
         in.Fail();

@@ -114,10 +114,16 @@ struct StreamPosition {
 };
 
 // Where a cluster member serves clients (AnnounceCommand): "HOST:PORT" of its REST API and
-// of its binary protocol.
+// of its binary protocol; and whether it is draining (DrainCommand): leads no group.
 struct ServerAddresses {
   std::string http_address;
   std::string rpc_address;
+  bool draining = false;
+
+  // The addresses alone, whatever the drain.
+  bool SameAddresses(const ServerAddresses& other) const {
+    return http_address == other.http_address && rpc_address == other.rpc_address;
+  }
 
   friend bool operator==(const ServerAddresses&, const ServerAddresses&) = default;
 };

@@ -96,6 +96,7 @@ uint64_t ServerAddressesElement(uint64_t server_id, const ServerAddresses& addre
   PutFixed64(&bytes, server_id);
   PutLengthPrefixed(&bytes, addresses.http_address);
   PutLengthPrefixed(&bytes, addresses.rpc_address);
+  if (addresses.draining) bytes.push_back(1);  // as before drains for a server not draining
   return Hash(bytes);
 }
 

@@ -27,8 +27,15 @@ PeriodicTask::Next Announcer::Round() {
     LogInfo("raft: added to the cluster (a configuration of " +
             std::to_string(status.members.size()) + " servers)");
   }
+  // Announced once as this server starts, which also ends a drain recorded before it
+  // stopped (AnnounceCommand replaces the record); after that only when the addresses
+  // recorded differ, so a drain asked for while it runs stays.
+  const std::optional<ServerAddresses> recorded = deps_.machine->AddressesOf(id_);
+  if (recorded == mine_) confirmed_ = true;
+  const bool current =
+      recorded && (confirmed_ ? recorded->SameAddresses(mine_) : *recorded == mine_);
   // In a one-server cluster nobody needs the addresses: no log entry for them.
-  if (status.members.size() < 2 || deps_.machine->AddressesOf(id_) == mine_) {
+  if (status.members.size() < 2 || current) {
     delay_ = kPoll;
     return delay_;
   }
@@ -59,6 +66,7 @@ PeriodicTask::Next Announcer::Round() {
     LogInfo("announced this server's addresses (http " + mine_.http_address + ", rpc " +
             mine_.rpc_address + ")");
     last_error_.clear();
+    confirmed_ = true;  // a drain recorded from now on is not this start's to end
     delay_ = kPoll;
   } else {
     // Expected around a change of leader (a proposal lost, a leader that stopped): log

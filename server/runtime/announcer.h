@@ -3,7 +3,9 @@
 // state does not hold them (and the cluster has more than one member), the leader submits
 // an AnnounceCommand for itself and a follower POSTs them to the leader's
 // /v1/cluster/announce (forwarding.h); polled every 250 ms, failures backing off up to
-// 5 s. A joining server not yet in a configuration also logs when it is added.
+// 5 s. The first announcement after a start also ends the server's drain, if one was
+// recorded (docs/operations.md §Draining a server); a drain asked for later stays. A
+// joining server not yet in a configuration also logs when it is added.
 //
 // Thread-safety: construct, Start and Stop from one thread; rounds run on the task's.
 #pragma once
@@ -51,6 +53,7 @@ class Announcer {
   const Deps deps_;
   // The task's thread only.
   bool awaiting_membership_;
+  bool confirmed_ = false;  // the state has recorded mine_, not draining, since the start
   std::chrono::milliseconds delay_ = kPoll;
   std::string last_error_;
   PeriodicTask task_;  // last: stopped before the members its rounds use go

@@ -149,6 +149,8 @@ const Field kFields[] = {
      "a raft connection's peer handshake must complete within this (else closed)"},
     {"raft_election_timeout_ms", &Config::raft_election_timeout_ms, 50, 60'000,
      "raft election timeout (randomised up to 2x)"},
+    {"shutdown_drain_ms", &Config::shutdown_drain_ms, 0, 600'000,
+     "a stopping server hands the groups it leads to others for at most this long; 0 = off"},
     {"raft_heartbeat_timeout_ms", &Config::raft_heartbeat_timeout_ms, 10, 10'000,
      "raft leader heartbeat interval"},
     {"raft_snapshot_threshold", &Config::raft_snapshot_threshold, 16, 1'000'000,

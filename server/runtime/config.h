@@ -166,6 +166,10 @@ struct Config {
   // A raft connection's peer handshake must complete within this, or it is closed.
   uint64_t raft_handshake_timeout_ms = 5'000;
   uint64_t raft_election_timeout_ms = 1'000;
+  // A server that leads groups and is asked to stop first hands them to other servers (it
+  // drains: docs/operations.md §Draining a server), for at most this long, so their writes
+  // wait for no election; 0 = stop at once.
+  uint64_t shutdown_drain_ms = 5'000;
   uint64_t raft_heartbeat_timeout_ms = 100;
   uint64_t raft_snapshot_threshold = 8'192;
   uint64_t raft_snapshot_trailing = 2'048;

@@ -24,10 +24,24 @@ ReplicatedLog::Done Completion(std::shared_ptr<std::atomic<bool>> busy, std::str
   };
 }
 
+// Whether `member` can take a group's leadership now: a reachable voter within kCatchUpSlack
+// of the log (a transfer to an unreachable or lagging voter would stall the group's writes
+// for an election timeout and then fail).
+bool CanLead(const ClusterMember* member, const ClusterStatus& status, uint64_t slack) {
+  return member != nullptr && member->role == "voter" && member->reachable.value_or(false) &&
+         member->match_index && *member->match_index + slack >= status.last_index;
+}
+
 }  // namespace
 
-GroupMirror::GroupMirror(RaftLog* primary, std::vector<Follower> followers)
-    : primary_(primary), task_(kPeriod, [this] { return Round(); }) {
+GroupMirror::GroupMirror(uint64_t self, RaftLog* primary,
+                         std::function<std::vector<uint64_t>()> draining,
+                         std::vector<Follower> followers)
+    : self_(self),
+      primary_(primary),
+      draining_(std::move(draining)),
+      task_(kPeriod, [this] { return Round(); }) {
+  primary_tracked_.follower = {GroupId{1}, primary};
   for (Follower& f : followers) {
     Tracked tracked;
     tracked.follower = f;
@@ -37,11 +51,17 @@ GroupMirror::GroupMirror(RaftLog* primary, std::vector<Follower> followers)
 
 PeriodicTask::Next GroupMirror::Round() {
   const ClusterStatus primary = primary_->GetStatus();
-  for (Tracked& tracked : followers_) Follow(primary, &tracked);
+  const std::vector<uint64_t> draining = draining_();
+  const bool self_drains = std::find(draining.begin(), draining.end(), self_) != draining.end();
+  if (self_drains && primary.state == "leader" && !primary_tracked_.busy->load()) {
+    HandOver(primary, draining, primary, &primary_tracked_);
+  }
+  for (Tracked& tracked : followers_) Follow(primary, draining, &tracked);
   return kPeriod;
 }
 
-void GroupMirror::Follow(const ClusterStatus& primary, Tracked* tracked) {
+void GroupMirror::Follow(const ClusterStatus& primary, std::span<const uint64_t> draining,
+                         Tracked* tracked) {
   if (tracked->busy->load()) return;
   RaftLog* raft = tracked->follower.raft;
   const ClusterStatus status = raft->GetStatus();
@@ -74,32 +94,43 @@ void GroupMirror::Follow(const ClusterStatus& primary, Tracked* tracked) {
       return;
     }
   }
-  HandOver(primary, status, tracked);
+  HandOver(primary, draining, status, tracked);
 }
 
-void GroupMirror::HandOver(const ClusterStatus& primary, const ClusterStatus& status,
-                           Tracked* tracked) {
-  const uint64_t preferred = PreferredLeader(primary, tracked->follower.id);
-  if (preferred == 0 || preferred == status.id) return;
-  const ClusterMember* target = FindMember(status, preferred);
-  if (target == nullptr || target->role != "voter") return;  // being added (Follow)
-  // Only to a server that can take it now: a transfer to an unreachable or lagging voter
-  // would stall the group's writes for an election timeout and then fail.
-  if (!target->reachable.value_or(false) || !target->match_index ||
-      *target->match_index + kCatchUpSlack < status.last_index) {
-    return;
+void GroupMirror::HandOver(const ClusterStatus& primary, std::span<const uint64_t> draining,
+                           const ClusterStatus& status, Tracked* tracked) {
+  const bool self_drains = std::find(draining.begin(), draining.end(), self_) != draining.end();
+  uint64_t target = PreferredLeader(primary, tracked->follower.id, draining);
+  if (target == status.id) return;
+  if (target == 0 || !CanLead(FindMember(status, target), status, kCatchUpSlack)) {
+    // A server that drains does not wait for its groups' preferred leaders: any voter that
+    // can take the group now and does not drain will do (the lowest id).
+    if (!self_drains) return;
+    target = 0;
+    for (const ClusterMember& m : status.members) {
+      if (m.id == status.id ||
+          std::find(draining.begin(), draining.end(), m.id) != draining.end() ||
+          !CanLead(&m, status, kCatchUpSlack)) {
+        continue;
+      }
+      if (target == 0 || m.id < target) target = m.id;
+    }
+    if (target == 0) return;
   }
   const auto now = std::chrono::steady_clock::now();
-  if (tracked->handed_to == preferred && now - tracked->handed_at < kRetryAfter) return;
+  if (!self_drains && tracked->handed_to == target && now - tracked->handed_at < kRetryAfter) {
+    return;
+  }
   const std::string group = "group " + std::to_string(tracked->follower.id);
-  LogInfo(group + ": handing leadership to server " + std::to_string(preferred) +
-          ", its preferred leader (group 1's leader is server " +
-          std::to_string(primary.leader_id) + ")");
-  tracked->handed_to = preferred;
+  LogInfo(group + ": handing leadership to server " + std::to_string(target) +
+          (self_drains ? std::string(" (this server drains)")
+                       : ", its preferred leader (group 1's leader is server " +
+                             std::to_string(primary.leader_id) + ")"));
+  tracked->handed_to = target;
   tracked->handed_at = now;
   tracked->busy->store(true);
   tracked->follower.raft->TransferLeadership(
-      preferred, Completion(tracked->busy, group + ": leadership transfer"));
+      target, Completion(tracked->busy, group + ": leadership transfer"));
 }
 
 }  // namespace kvatlas::server

@@ -15,16 +15,23 @@
 //     of the log). A server the mirror handed a group to and that gave it back (a server low on
 //     disk hands over whatever it leads) is not handed that group again for kRetryAfter.
 //
+// And while this server drains (DrainCommand: docs/operations.md §Draining a server) it
+// hands every group it leads, group 1 included, to the group's preferred leader, which is
+// then another server; or, when that one cannot take it now, to any other voter that can
+// and does not drain. So the mirror runs on every server of a cluster, with one group too.
+//
 // A server joining a running cluster starts its other groups with an empty configuration,
 // as it starts group 1; once the cluster adds it to group 1, the mirror adds it to the rest.
 //
 // Thread-safety: construct, Start and Stop from one thread; rounds run on the task's; the
-// membership callbacks on the groups' raft threads (an atomic flag each).
+// membership and transfer callbacks on the groups' raft threads (an atomic flag each).
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/internal/periodic_task.h"
@@ -41,7 +48,10 @@ class GroupMirror {
     RaftLog* raft = nullptr;
   };
   // `primary` is group 1's raft; every raft must outlive the mirror (or its Stop).
-  GroupMirror(RaftLog* primary, std::vector<Follower> followers);
+  // `draining` returns the servers that drain (group 1's StateMachine::DrainingServers),
+  // from the task's thread. `self` is this server's id.
+  GroupMirror(uint64_t self, RaftLog* primary, std::function<std::vector<uint64_t>()> draining,
+              std::vector<Follower> followers);
 
   void Start() { task_.Start(); }
   void RequestStop() { task_.RequestStop(); }
@@ -66,11 +76,16 @@ class GroupMirror {
   };
 
   PeriodicTask::Next Round();
-  void Follow(const ClusterStatus& primary, Tracked* tracked);
-  // The leadership step of Follow, once the group's membership is group 1's.
-  void HandOver(const ClusterStatus& primary, const ClusterStatus& status, Tracked* tracked);
+  void Follow(const ClusterStatus& primary, std::span<const uint64_t> draining, Tracked* tracked);
+  // The leadership step of Follow, once the group's membership is group 1's (for group 1
+  // itself: only while this server drains).
+  void HandOver(const ClusterStatus& primary, std::span<const uint64_t> draining,
+                const ClusterStatus& status, Tracked* tracked);
 
+  const uint64_t self_;
   RaftLog* primary_;
+  const std::function<std::vector<uint64_t>()> draining_;
+  Tracked primary_tracked_;  // group 1, handed over only while this server drains
   std::vector<Tracked> followers_;
   PeriodicTask task_;  // last: stopped before the members its rounds use go
 };

@@ -216,6 +216,7 @@ Status Server::Init() {
   }
   for (auto& group : groups_) group->StartPolicies();
   if (group_mirror_) group_mirror_->Start();
+  policies_started_ = true;
   return Status::Ok();
 }
 
@@ -403,11 +404,14 @@ Status Server::Shutdown() {
   // are answered), then the applier drains its queue, then what it wrote is made durable.
   // The RPC server is destroyed only after the applier stopped: ingest callbacks post into
   // its io_context.
+  // The groups led here go to other servers first, while everything still runs (the
+  // announcer stopped first: a server that has just started would end its drain).
+  if (announcer_) announcer_->Stop();
+  DrainLeadership();
   // Every policy loop is asked first, so that rounds waiting on the applier (up to 2 s
   // each) end together, then each is joined.
   for (auto& group : groups_) group->RequestStopPolicies();
   if (group_mirror_) group_mirror_->RequestStop();
-  if (announcer_) announcer_->RequestStop();
   if (disk_watcher_) disk_watcher_->RequestStop();
   if (registrar_) registrar_->RequestStop();
   for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) (*it)->StopPolicies();

@@ -117,6 +117,17 @@ class Server {
   // Starts the group's raft member (Group::StartReplication) on the preflight's raft
   // socket, with peer authentication from its cluster secret.
   Status StartRaft(const Preflight& preflight);
+  // Hands the groups this server leads to other servers before it stops (server_drain.cc,
+  // docs/operations.md §Draining a server): marks it draining in group 1 (DrainCommand, here
+  // or through the leader's POST /v1/cluster/drain-self) and waits until the mirror has
+  // handed every group over and none came back for 500 ms, up to shutdown_drain_ms.
+  // Skipped when it is 0, when this server leads no group or no other voter was heard from
+  // within half an election timeout; a failure is logged, and the stop goes on.
+  void DrainLeadership();
+  [[nodiscard]] size_t GroupsLedHere() const;
+  // Whether another voter of a group led here answers (the leader's view of its members).
+  [[nodiscard]] bool AnotherServerCanLead() const;
+  [[nodiscard]] Status MarkSelfDraining(std::chrono::steady_clock::time_point deadline);
   // The PeerAuth of raft and the internal calls, from the cluster secret (a random key for
   // a `single` server without one); logs how peers authenticate.
   [[nodiscard]] Status StartPeerAuth(bool single, const std::string& secret);
@@ -141,7 +152,7 @@ class Server {
   std::vector<std::unique_ptr<Group>> groups_;
   // Group 1: the registry, the servers' addresses and the leases live in it.
   Group* group_ = nullptr;
-  std::unique_ptr<GroupMirror> group_mirror_;  // with several groups only
+  std::unique_ptr<GroupMirror> group_mirror_;
   std::unique_ptr<ZmqIngest> zmq_;
   Metrics metrics_;
   std::unique_ptr<Authenticator> auth_;  // outlives the servers that use it
@@ -156,6 +167,7 @@ class Server {
   std::unique_ptr<HttpServer> http_;
   std::string listen_address_;
   std::string rpc_listen_address_;
+  bool policies_started_ = false;  // Init ran to its end: the mirror runs
   bool wrote_address_ = false;
   bool wrote_rpc_address_ = false;
   bool shut_down_ = false;

@@ -45,9 +45,10 @@ Status Server::StartRaft(const Preflight& preflight) {
   for (size_t i = 1; i < groups_.size(); ++i) {
     followers.push_back({groups_[i]->id(), groups_[i]->raft()});
   }
-  if (!followers.empty()) {
-    group_mirror_ = std::make_unique<GroupMirror>(group_->raft(), std::move(followers));
-  }
+  // On every server, one group too: a draining server hands its leaderships over with it.
+  group_mirror_ = std::make_unique<GroupMirror>(
+      config_.id, group_->raft(),
+      [machine = group_->machine()] { return machine->DrainingServers(); }, std::move(followers));
   return Status::Ok();
 }
 

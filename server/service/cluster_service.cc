@@ -72,7 +72,10 @@ Result<ClusterView> ViewCluster(const Services& services) {
   ClusterView view;
   view.status = services.log->GetStatus();
   view.addresses = services.machine->ServerAddressMap();
-  view.addresses[view.status.id] = ServerAddresses{services.http_address, services.rpc_address};
+  // Its own as it serves them; whether it drains, as recorded.
+  ServerAddresses& own = view.addresses[view.status.id];
+  own.http_address = services.http_address;
+  own.rpc_address = services.rpc_address;
   view.revision = services.machine->applied_revision();
   view.audit = services.machine->audit();
   return view;
@@ -108,17 +111,19 @@ nlohmann::json ClusterViewJson(const ClusterView& view) {
     } else if (m.reachable == false) {
       state = "unreachable";  // ...except, on the leader, that it does not answer
     }
-    members.push_back({{"id", m.id},
-                       {"raft_address", raft_address(m.raft_address)},
-                       {"http_address", address(m.id, &ServerAddresses::http_address)},
-                       {"rpc_address", address(m.id, &ServerAddresses::rpc_address)},
-                       {"role", m.role},
-                       {"state", std::move(state)},
-                       {"reachable", optional(m.reachable)},
-                       {"last_contact_ms", optional(m.last_contact_ms)},
-                       {"applied_index", self ? nlohmann::json(s.applied_index) : nullptr},
-                       {"match_index", optional(m.match_index)},
-                       {"lag_entries", optional(MemberLagEntries(s, m))}});
+    members.push_back(
+        {{"id", m.id},
+         {"raft_address", raft_address(m.raft_address)},
+         {"http_address", address(m.id, &ServerAddresses::http_address)},
+         {"rpc_address", address(m.id, &ServerAddresses::rpc_address)},
+         {"role", m.role},
+         {"state", std::move(state)},
+         {"reachable", optional(m.reachable)},
+         {"last_contact_ms", optional(m.last_contact_ms)},
+         {"applied_index", self ? nlohmann::json(s.applied_index) : nullptr},
+         {"match_index", optional(m.match_index)},
+         {"lag_entries", optional(MemberLagEntries(s, m))},
+         {"draining", view.addresses.contains(m.id) && view.addresses.at(m.id).draining}});
   }
   nlohmann::json out = {{"id", s.id},
                         {"state", s.state},
@@ -236,6 +241,28 @@ Result<Revision> AnnounceMember(const Services& services, uint64_t announcer,
   CommandBatch batch;
   batch.commands.emplace_back(
       AnnounceCommand{id, std::move(addresses.http_address), std::move(addresses.rpc_address)});
+  return SubmitAndWait(services, std::move(batch));
+}
+
+Result<Revision> SetDraining(const Services& services, uint64_t id, bool draining) {
+  KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
+  if (!IsMember(services, id)) {
+    return Status::NotFound("server " + std::to_string(id) + " is not a member of the cluster");
+  }
+  if (draining && services.log->GetStatus().members.size() < 2) {
+    return Status::FailedPrecondition(
+        "a cluster of one server has no other server to lead its groups");
+  }
+  const std::optional<ServerAddresses> recorded = services.machine->AddressesOf(id);
+  if (!recorded) {
+    return Status::FailedPrecondition(
+        "server " + std::to_string(id) +
+        " has not announced its addresses yet (a drain is recorded with them); retry once it "
+        "has");
+  }
+  if (recorded->draining == draining) return services.machine->applied_revision();
+  CommandBatch batch;
+  batch.commands.emplace_back(DrainCommand{id, draining});
   return SubmitAndWait(services, std::move(batch));
 }
 

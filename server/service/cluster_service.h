@@ -59,6 +59,14 @@ struct ClusterView {
 // within 2 s of the transfer (0 when it does not know yet).
 [[nodiscard]] Result<uint64_t> TransferLeadership(const Services& services, uint64_t id);
 
+// Marks member `id` as draining, or no longer (DrainCommand; docs/operations.md §Draining a
+// server): a draining server leads no group once the mirrors have handed them over. Returns
+// the revision that records it (the applied one when it already is). kNotFound when `id`
+// is not a member, kFailedPrecondition when it has not announced its addresses (the drain
+// is kept with them) or, to drain, when the cluster has one server; kNotLeader on a
+// follower.
+[[nodiscard]] Result<Revision> SetDraining(const Services& services, uint64_t id, bool draining);
+
 // Whether server `id` is in raft's current configuration (false without replication).
 [[nodiscard]] bool IsMember(const Services& services, uint64_t id);
 

@@ -26,16 +26,24 @@ GroupView ViewGroup(const Services& services) {
 
 }  // namespace
 
-uint64_t PreferredLeader(const ClusterStatus& primary, GroupId group) {
+uint64_t PreferredLeader(const ClusterStatus& primary, GroupId group,
+                         std::span<const uint64_t> draining) {
+  if (primary.leader_id == 0 || group == kNoGroup) return 0;
   std::vector<uint64_t> voters;
+  bool leader_votes = false;
   for (const ClusterMember& m : primary.members) {
-    if (m.role == "voter") voters.push_back(m.id);
+    if (m.role != "voter") continue;
+    leader_votes = leader_votes || m.id == primary.leader_id;
+    if (std::find(draining.begin(), draining.end(), m.id) == draining.end()) {
+      voters.push_back(m.id);
+    }
   }
+  if (!leader_votes || voters.empty()) return 0;
   std::sort(voters.begin(), voters.end());
-  const auto leader = std::find(voters.begin(), voters.end(), primary.leader_id);
-  if (primary.leader_id == 0 || leader == voters.end() || group == kNoGroup) return 0;
-  const size_t start = static_cast<size_t>(leader - voters.begin());
-  return voters[(start + group - 1) % voters.size()];
+  // The ring starts at group 1's leader, or past it when it drains.
+  const auto start = std::lower_bound(voters.begin(), voters.end(), primary.leader_id);
+  const size_t first = start == voters.end() ? 0 : static_cast<size_t>(start - voters.begin());
+  return voters[(first + group - 1) % voters.size()];
 }
 
 Result<GroupsView> ViewGroups(const Services& services) {
@@ -46,8 +54,9 @@ Result<GroupsView> ViewGroups(const Services& services) {
   } else {
     for (const Services& group : *services.groups) view.groups.push_back(ViewGroup(group));
   }
+  const std::vector<uint64_t> draining = services.machine->DrainingServers();
   for (GroupView& group : view.groups) {
-    group.preferred_leader = PreferredLeader(view.groups.front().status, group.id);
+    group.preferred_leader = PreferredLeader(view.groups.front().status, group.id, draining);
   }
   return view;
 }

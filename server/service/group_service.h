@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,12 +39,15 @@ struct GroupsView {
 };
 
 // The server that should lead group `group` (docs/scaling.md §Groups on every server,
-// leaders spread), from group 1's status as one server knows it: group 1's voters in
-// ascending id, as a ring starting at group 1's leader; the (group - 1)-th of it (mod the
-// voters). So with S voters and G groups, every server leads G/S groups (one more for
-// some), group 1's leader included, and a transfer of group 1 moves the others with it.
-// 0 while group 1's leader is unknown or not a voter.
-[[nodiscard]] uint64_t PreferredLeader(const ClusterStatus& primary, GroupId group);
+// leaders spread), from group 1's status as one server knows it: group 1's voters that are
+// not `draining` (DrainCommand; ascending ids), in ascending id, as a ring starting at
+// group 1's leader (past it, at the next id, when the leader drains); the (group - 1)-th
+// of it (mod the voters). So with S voters and G groups, every server leads G/S groups
+// (one more for some), group 1's leader included, a transfer of group 1 moves the others
+// with it, and a draining server is nobody's preferred leader, group 1's included. 0 while
+// group 1's leader is unknown or not a voter, or every voter drains.
+[[nodiscard]] uint64_t PreferredLeader(const ClusterStatus& primary, GroupId group,
+                                       std::span<const uint64_t> draining = {});
 
 // kUnavailable when this server runs without replication.
 [[nodiscard]] Result<GroupsView> ViewGroups(const Services& services);

@@ -323,6 +323,10 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
       ApplyForgetServer(*forget);
       continue;
     }
+    if (const auto* drain = std::get_if<DrainCommand>(&command)) {
+      ApplyDrain(*drain);
+      continue;
+    }
     if (const auto* audit = std::get_if<AuditCommand>(&command)) {
       ApplyAudit(*audit, revision);
       continue;
@@ -491,6 +495,19 @@ void StateMachine::ApplyForgetServer(const ForgetServerCommand& c) {
   scratch_.push_back(std::move(m));
 }
 
+void StateMachine::ApplyDrain(const DrainCommand& c) {
+  const auto it = registry_.servers.find(c.server_id);
+  if (it == registry_.servers.end() || it->second.draining == c.draining) return;
+  DigestRegistry(ServerAddressesElement(c.server_id, it->second), -1);
+  it->second.draining = c.draining;
+  DigestRegistry(ServerAddressesElement(c.server_id, it->second), +1);
+  Mutation m;
+  m.kind = MutationKind::kPutServerAddresses;
+  m.stamp = c.server_id;
+  m.server_addresses = std::make_shared<const ServerAddresses>(it->second);
+  scratch_.push_back(std::move(m));
+}
+
 void StateMachine::DigestRegistry(uint64_t element, int sign) {
   if (!options_.index.replica_digest) return;
   registry_digest_ += sign > 0 ? element : uint64_t{0} - element;
@@ -535,6 +552,15 @@ AuditStatus StateMachine::audit() const {
 std::map<uint64_t, ServerAddresses> StateMachine::ServerAddressMap() const {
   std::shared_lock lock(mu_);
   return registry_.servers;
+}
+
+std::vector<uint64_t> StateMachine::DrainingServers() const {
+  std::shared_lock lock(mu_);
+  std::vector<uint64_t> draining;
+  for (const auto& [id, addresses] : registry_.servers) {
+    if (addresses.draining) draining.push_back(id);
+  }
+  return draining;
 }
 
 std::optional<ServerAddresses> StateMachine::AddressesOf(uint64_t server_id) const {

@@ -24,6 +24,7 @@
 #include <span>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "common/internal/predicted_table.h"
 #include "kvatlas/common/block_hasher.h"
@@ -167,6 +168,8 @@ class StateMachine final : public LogStateMachine {
   std::map<uint64_t, ServerAddresses> ServerAddressMap() const;
   // One member's announced addresses; nullopt when it has announced none. Any thread.
   std::optional<ServerAddresses> AddressesOf(uint64_t server_id) const;
+  // The members marked draining (DrainCommand), ascending. Any thread.
+  std::vector<uint64_t> DrainingServers() const;
 
   // Called on the applying thread after every Apply that changed a registration (and not
   // at Recover). It must be quick and must not call back into the StateMachine: the ZMQ
@@ -244,6 +247,7 @@ class StateMachine final : public LogStateMachine {
   void ApplyUnregister(const UnregisterCommand& c);
   void ApplyAnnounce(const AnnounceCommand& c);
   void ApplyForgetServer(const ForgetServerCommand& c);
+  void ApplyDrain(const DrainCommand& c);
   void ApplyAudit(const AuditCommand& c, Revision revision);
   // Records `c` in predicted_ and, with an observer, adds what it recorded to scratch_ as a
   // kPredicted mutation (the feed's predicted record). mu_ held.

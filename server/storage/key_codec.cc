@@ -299,6 +299,8 @@ Result<uint64_t> DecodeStreamPositionValue(std::string_view key, std::string_vie
 void AppendServerAddressesValue(const ServerAddresses& addresses, std::string* out) {
   PutLengthPrefixed(out, addresses.http_address);
   PutLengthPrefixed(out, addresses.rpc_address);
+  // Only while draining: a record written before drains existed is a server not draining.
+  if (addresses.draining) out->push_back(1);
 }
 
 Result<ServerAddresses> DecodeServerAddressesValue(std::string_view key, std::string_view value) {
@@ -306,6 +308,10 @@ Result<ServerAddresses> DecodeServerAddressesValue(std::string_view key, std::st
     ServerAddresses a;
     a.http_address = std::string(in->LengthPrefixed());
     a.rpc_address = std::string(in->LengthPrefixed());
+    if (in->remaining() > 0) {
+      a.draining = true;
+      if (in->U8() != 1) in->Fail();  // one encoding per record
+    }
     return a;
   });
 }

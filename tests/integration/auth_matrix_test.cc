@@ -101,6 +101,7 @@ std::vector<RouteCase> RestRoutes(uint64_t self_id, const std::string& self_http
        0},
       {"DELETE", "/v1/cluster/members/9", nullptr, Access::kAdmin, 0},
       {"POST", "/v1/cluster/transfer", {{"id", leader}}, Access::kAdmin, 0},
+      {"POST", "/v1/cluster/drain", {{"id", 9}}, Access::kAdmin, 0},
       // Served by the server asked (never forwarded): 0, as no backup_dir is configured
       // here (412) and the digest is this server's.
       {"GET", "/v1/admin/digest", nullptr, Access::kAdmin, 0},
@@ -109,6 +110,7 @@ std::vector<RouteCase> RestRoutes(uint64_t self_id, const std::string& self_http
        "/v1/cluster/announce",
        {{"id", self_id}, {"http_address", self_http}, {"rpc_address", self_rpc}},
        Access::kInternal},
+      {"POST", "/v1/cluster/drain-self", {{"draining", false}}, Access::kInternal},
       {"POST",
        "/v1/cluster/predict",
        {{"predictions",

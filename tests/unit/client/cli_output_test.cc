@@ -157,6 +157,23 @@ TEST_SUITE("CliOutput") {
           "applied index 8: state digest d2\n");
   }
 
+  TEST_CASE("CliOutput: cluster drain and undrain, and the draining members in status") {
+    CHECK(FormatClusterAnswer("drain", R"({"status": "ok", "id": 2, "draining": true})")
+              .starts_with("server 2 drains: its groups go to other servers"));
+    CHECK(FormatClusterAnswer("undrain", R"({"status": "ok", "id": 2, "draining": false})")
+              .starts_with("server 2 no longer drains"));
+    json two = Member(2, "follower", 3, true, 120);
+    two["draining"] = true;
+    json three = Member(3, "follower", 3, true, 120);
+    three["draining"] = false;
+    const json doc = {{"id", 1}, {"state", "leader"}, {"members", {two, three}}};
+    const std::string out = FormatClusterAnswer("status", doc.dump());
+    CHECK(LineStarting(out, "draining") == "draining (leads no group once handed over): 2");
+    three["draining"] = nullptr;  // an older server: no such field
+    CHECK(FormatClusterAnswer("status", json({{"members", {three}}}).dump()).find("draining") ==
+          std::string::npos);
+  }
+
   TEST_CASE("CliOutput: cluster transfer says who leads now") {
     CHECK(FormatClusterAnswer("transfer", R"({"status": "ok", "leader_id": 3})") ==
           "leadership transferred: server 3 leads now\n");

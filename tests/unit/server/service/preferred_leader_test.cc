@@ -52,6 +52,28 @@ TEST_SUITE("preferred_leader") {
     CHECK(PreferredLeader(Primary({}, 0), 2) == 0);
     CHECK(PreferredLeader(Primary({1, 2, 3}, 1), kNoGroup) == 0);
   }
+
+  TEST_CASE("PreferredLeader: a draining server leads no group, group 1 included") {
+    const std::vector<uint64_t> draining{2};
+    // Server 2 leads group 1 and drains: the ring starts past it, at 3.
+    const ClusterStatus primary = Primary({1, 2, 3}, 2);
+    CHECK(PreferredLeader(primary, 1, draining) == 3);
+    CHECK(PreferredLeader(primary, 2, draining) == 1);
+    CHECK(PreferredLeader(primary, 3, draining) == 3);
+    std::map<uint64_t, int> led;
+    for (GroupId g = 1; g <= 12; ++g) ++led[PreferredLeader(primary, g, draining)];
+    CHECK(led == std::map<uint64_t, int>{{1, 6}, {3, 6}});
+    // Once group 1 has moved to 3, the ring is the same: nothing moves twice.
+    for (GroupId g = 1; g <= 12; ++g) {
+      CHECK(PreferredLeader(Primary({1, 2, 3}, 3), g, draining) ==
+            PreferredLeader(primary, g, draining));
+    }
+    // The ring wraps past the highest id; every voter draining leaves no preference.
+    CHECK(PreferredLeader(Primary({1, 2, 3}, 3), 1, std::vector<uint64_t>{3}) == 1);
+    CHECK(PreferredLeader(Primary({1, 2}, 1), 2, std::vector<uint64_t>{1, 2}) == 0);
+    // A server that drains but does not lead group 1 keeps group 1's leader where it is.
+    CHECK(PreferredLeader(Primary({1, 2, 3}, 1), 1, std::vector<uint64_t>{3}) == 1);
+  }
 }
 
 }  // namespace kvatlas::server

@@ -421,6 +421,29 @@ TEST_SUITE("command_codec") {
     }
   }
 
+  TEST_CASE("CommandCodec: a drain uses version 10") {
+    CommandBatch batch;
+    batch.commands.emplace_back(DrainCommand{0x0102, true});
+    batch.commands.emplace_back(DrainCommand{3, false});
+    const std::string expected = Bytes(
+        "\x0a\x02"                                  // version 10, two commands
+        "\x0c\x02\x01\x00\x00\x00\x00\x00\x00\x01"  // tag Drain, server 0x0102, draining
+        "\x0c\x03\x00\x00\x00\x00\x00\x00\x00\x00"  // server 3, not draining
+        "\x00");                                    // no position
+    CHECK(EncodeCommandBatch(batch) == expected);
+    CHECK(DecodeCommandBatch(expected).value() == batch);
+    // Older versions have no drains; a flag other than 0 or 1 is refused.
+    std::string old = expected;
+    old[0] = 9;
+    CHECK(DecodeCommandBatch(old).error().code() == StatusCode::kCorruption);
+    std::string bad_flag = expected;
+    bad_flag[11] = 2;
+    CHECK(DecodeCommandBatch(bad_flag).error().code() == StatusCode::kCorruption);
+    for (size_t n = 1; n < expected.size(); ++n) {
+      CHECK(!DecodeCommandBatch(expected.substr(0, n)).has_value());
+    }
+  }
+
   TEST_CASE("CommandCodec: a report store and a full-mode registration use version 5") {
     StoreCommand c;
     c.context = ContextKey{"t", "m", "", 16, ""};

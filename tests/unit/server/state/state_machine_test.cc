@@ -50,6 +50,18 @@ Result<Revision> ApplyOne(StateMachine& machine, const CommandBatch& batch) {
   return machine.Apply(one);
 }
 
+// The machine's state serialised as a raft snapshot, in chunks of `chunk_bytes` (records
+// straddle chunks when they are small).
+std::string SnapshotBytes(StateMachine& machine, size_t chunk_bytes) {
+  auto capture = machine.CaptureState();
+  REQUIRE(capture.has_value());
+  ChunkedBytes chunks(chunk_bytes);
+  REQUIRE((*capture)->SerializeInto(&chunks).ok());
+  std::string snapshot;
+  for (const ChunkedBytes::Chunk& chunk : chunks.chunks()) snapshot.append(chunk.data, chunk.size);
+  return snapshot;
+}
+
 // A RocksDB storage at `path`, without fsyncs.
 std::unique_ptr<Storage> OpenStorage(const std::string& path) {
   StorageOptions options;
@@ -169,13 +181,7 @@ TEST_SUITE("StateMachine") {
     StateMachine machine({}, storage.get());
     REQUIRE(machine.Recover().ok());
     REQUIRE(ApplyOne(machine, StreamStore("a", 1, std::nullopt)).has_value());
-    auto capture = machine.CaptureState();
-    REQUIRE(capture.has_value());
-    ChunkedBytes chunks(1 << 10);
-    REQUIRE((*capture)->SerializeInto(&chunks).ok());
-    std::string snapshot;
-    for (const ChunkedBytes::Chunk& chunk : chunks.chunks())
-      snapshot.append(chunk.data, chunk.size);
+    const std::string snapshot = SnapshotBytes(machine, 1 << 10);
     // Damaged past its header: raft hands the state machine its latest snapshot at every
     // start, and one at or below the state's revision is not read beyond the header.
     std::string damaged = snapshot;
@@ -255,13 +261,8 @@ TEST_SUITE("StateMachine") {
       CHECK(machine.ServerAddressMap() == expected);
       CHECK(machine.AddressesOf(2) == std::optional<ServerAddresses>(two));
       CHECK_FALSE(machine.AddressesOf(3).has_value());
-      auto capture = machine.CaptureState();
-      REQUIRE(capture.has_value());
       // Chunks of 7 bytes: records straddle chunks, and the header is patched across two.
-      ChunkedBytes chunks(7);
-      REQUIRE((*capture)->SerializeInto(&chunks).ok());
-      for (const ChunkedBytes::Chunk& chunk : chunks.chunks())
-        snapshot.append(chunk.data, chunk.size);
+      snapshot = SnapshotBytes(machine, 7);
     }
     {
       // Reopened: the records are loaded with the registry.
@@ -284,6 +285,56 @@ TEST_SUITE("StateMachine") {
     REQUIRE(ApplyOne(machine, stale).has_value());
     REQUIRE(machine.Restore(snapshot).ok());
     CHECK(machine.ServerAddressMap() == std::map<uint64_t, ServerAddresses>{{1, one}, {2, two}});
+  }
+
+  TEST_CASE("StateMachine: a drain marks a member's record, persisted and snapshotted") {
+    testing::TempDir dir;
+    const std::string path = (dir.path() / "a").string();
+    std::string snapshot;
+    {
+      std::unique_ptr<Storage> storage = OpenStorage(path);
+      StateMachine machine({}, storage.get());
+      REQUIRE(machine.Recover().ok());
+      CommandBatch batch;
+      batch.commands.emplace_back(AnnounceCommand{1, "h:1", "r:1"});
+      batch.commands.emplace_back(AnnounceCommand{2, "h:2", "r:2"});
+      batch.commands.emplace_back(AnnounceCommand{3, "h:3", "r:3"});
+      batch.commands.emplace_back(DrainCommand{2, true});
+      batch.commands.emplace_back(DrainCommand{3, true});
+      batch.commands.emplace_back(DrainCommand{9, true});  // no record: nothing
+      REQUIRE(ApplyOne(machine, batch).has_value());
+      CHECK(machine.DrainingServers() == std::vector<uint64_t>{2, 3});
+      CHECK(machine.AddressesOf(2) == std::optional<ServerAddresses>({"h:2", "r:2", true}));
+      CHECK_FALSE(machine.AddressesOf(9).has_value());
+      // The incremental digest counts the flag as a recomputation does.
+      CHECK(machine.ReplicaDigest() == machine.RecomputeReplicaDigest());
+      // Undrained; and a server's announcement (as it starts) ends its drain.
+      CommandBatch end;
+      end.commands.emplace_back(DrainCommand{3, false});
+      end.commands.emplace_back(DrainCommand{1, false});  // not draining: nothing
+      REQUIRE(ApplyOne(machine, end).has_value());
+      CHECK(machine.DrainingServers() == std::vector<uint64_t>{2});
+      CHECK(machine.ReplicaDigest() == machine.RecomputeReplicaDigest());
+      CommandBatch again;
+      again.commands.emplace_back(DrainCommand{1, true});
+      again.commands.emplace_back(AnnounceCommand{1, "h:1", "r:1"});
+      REQUIRE(ApplyOne(machine, again).has_value());
+      CHECK(machine.DrainingServers() == std::vector<uint64_t>{2});
+      snapshot = SnapshotBytes(machine, 64);
+    }
+    {
+      std::unique_ptr<Storage> storage = OpenStorage(path);
+      StateMachine machine({}, storage.get());
+      REQUIRE(machine.Recover().ok());
+      CHECK(machine.DrainingServers() == std::vector<uint64_t>{2});
+      CHECK(machine.ReplicaDigest() == machine.RecomputeReplicaDigest());
+    }
+    std::unique_ptr<Storage> storage = OpenStorage((dir.path() / "b").string());
+    StateMachine machine({}, storage.get());
+    REQUIRE(machine.Recover().ok());
+    REQUIRE(machine.Restore(snapshot).ok());
+    CHECK(machine.DrainingServers() == std::vector<uint64_t>{2});
+    CHECK(machine.AddressesOf(3) == std::optional<ServerAddresses>({"h:3", "r:3", false}));
   }
 
   TEST_CASE("StateMachine: each applied group is one write-lock hold, and its time counts") {

@@ -231,6 +231,15 @@ TEST_SUITE("key_codec") {
     CHECK(bad.error().message().find("A/server=258") != std::string::npos);
     CHECK(DecodeServerAddressesValue(key, Bytes("\x03h:1")).error().code() ==
           StatusCode::kCorruption);
+    // A draining server's record ends with 0x01 (a record without it: not draining).
+    std::string drained;
+    AppendServerAddressesValue(ServerAddresses{"h:1", "r:2", true}, &drained);
+    CHECK(drained == v + Bytes("\x01"));
+    CHECK(DecodeServerAddressesValue(key, drained).value() == ServerAddresses{"h:1", "r:2", true});
+    CHECK(DecodeServerAddressesValue(key, v + Bytes("\x00")).error().code() ==
+          StatusCode::kCorruption);
+    CHECK(DecodeServerAddressesValue(key, drained + Bytes("\x01")).error().code() ==
+          StatusCode::kCorruption);
   }
 
   TEST_CASE("KeyCodec: truncated or padded values are kCorruption naming the key") {
