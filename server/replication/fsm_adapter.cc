@@ -153,6 +153,9 @@ void FsmAdapter::NoteSnapshotOutcome() {
   // libraft calls finalize from the snapshot's completion, after it moved the log's
   // snapshot index to the one taken -- or did not, on a failed write (0.15 only traces
   // that: a 2 GiB snapshot, a full disk, an I/O error, a failed serialisation).
+  // A snapshot that raft_close cancelled (the server stops while it is being written) is
+  // not a failure: the next start takes another.
+  if (raft_->state == RAFT_UNAVAILABLE) return;
   const uint64_t index = raft_->snapshot.pending.index;
   if (raft_->log.snapshot.last_index >= index) {
     failed_snapshot_index_.store(0, std::memory_order_relaxed);

@@ -58,6 +58,7 @@ class RecordingMachine final : public LogStateMachine {
   std::chrono::milliseconds apply_delay{0};
   size_t snapshot_bytes = 0;
   std::atomic<bool> fail_serialize{false};  // snapshots cannot be serialised while set
+  std::atomic<int> serialize_delay_ms{0};   // each snapshot's serialisation takes this long
   std::atomic<uint64_t> last_applied{0};
   std::mutex mu;
   std::vector<uint64_t> captured_at;  // guarded by mu
@@ -72,21 +73,24 @@ class RecordingMachine final : public LogStateMachine {
     captured_at.push_back(last_applied);
     std::string bytes = std::to_string(last_applied);
     bytes.resize(std::max(bytes.size(), snapshot_bytes), ' ');
-    return std::unique_ptr<Capture>(new FixedCapture(std::move(bytes), &fail_serialize));
+    return std::unique_ptr<Capture>(
+        new FixedCapture(std::move(bytes), &fail_serialize, &serialize_delay_ms));
   }
   Status Restore(std::string_view /*snapshot*/) override { return Status::Ok(); }
 
  private:
   struct FixedCapture final : Capture {
-    FixedCapture(std::string text, const std::atomic<bool>* fail)
-        : bytes(std::move(text)), fail_serialize(fail) {}
+    FixedCapture(std::string text, const std::atomic<bool>* fail, const std::atomic<int>* delay)
+        : bytes(std::move(text)), fail_serialize(fail), serialize_delay_ms(delay) {}
     Status SerializeInto(ChunkedBytes* out) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(serialize_delay_ms->load()));
       if (fail_serialize->load()) return Status::IOError("serialisation failed (test)");
       out->Append(bytes);
       return Status::Ok();
     }
     std::string bytes;
     const std::atomic<bool>* fail_serialize;
+    const std::atomic<int>* serialize_delay_ms;
   };
 };
 
@@ -314,6 +318,34 @@ TEST_CASE("RaftLog counts a snapshot that was not written, until one is") {
   CHECK(recovered.snapshot_failures >= failed.snapshot_failures);
   CHECK(recovered.snapshots_taken > recovered.snapshot_failures);
   CHECK_MESSAGE(text.find("was not written") != std::string::npos, text);
+}
+
+// A stop while a snapshot is being serialised cancels it (libraft does not write it once
+// closing): not a failure, and nothing is logged as one.
+TEST_CASE("RaftLog does not count a snapshot that a stop cancelled") {
+  TempDir dir;
+  RecordingMachine machine;
+  machine.serialize_delay_ms = 500;
+  RaftOptions options = OneVoter(dir);
+  options.snapshot_threshold = 4;
+  options.snapshot_trailing = 2;
+  LogMetrics stopped;
+  bool snapshot_started = false;
+  const std::string text = CaptureStderr(dir.str() + "/stderr", [&] {
+    auto log = RaftLog::Start(options, &machine);
+    REQUIRE_MESSAGE(log.has_value(), log.status().ToString());
+    for (int i = 0; i < 200 && !snapshot_started; ++i) {
+      ProposeAndWait(log->get(), "fast");
+      std::lock_guard lock(machine.mu);
+      snapshot_started = !machine.captured_at.empty();
+    }
+    (*log)->Stop();  // within the 500 ms the serialisation takes
+    stopped = (*log)->GetMetrics();
+  });
+  REQUIRE(snapshot_started);
+  CHECK(stopped.snapshot_failures == 0);
+  CHECK(stopped.failed_snapshot_index == 0);
+  CHECK_MESSAGE(text.find("was not written") == std::string::npos, text);
 }
 
 // A bulk ingest applies few, large entries: far fewer than snapshot_threshold, so only the
