@@ -96,14 +96,15 @@ void Server::DrainLeadership() {
                "); stopping without handing its groups over");
     return;
   }
+  constexpr Clock::time_point kLeading = Clock::time_point::max();
   size_t left = GroupsLedHere();
-  std::optional<Clock::time_point> settled;  // since when it has led nothing
-  while (Clock::now() < deadline) {
+  Clock::time_point idle_since = kLeading;  // since when it has led nothing
+  for (auto now = Clock::now(); now < deadline; now = Clock::now()) {
     if (left > 0) {
-      settled.reset();
-    } else if (!settled) {
-      settled = Clock::now();
-    } else if (Clock::now() - *settled >= kDrainSettle) {
+      idle_since = kLeading;
+    } else if (idle_since == kLeading) {
+      idle_since = now;
+    } else if (now - idle_since >= kDrainSettle) {
       break;
     }
     std::this_thread::sleep_for(kDrainPoll);
