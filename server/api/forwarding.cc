@@ -143,9 +143,14 @@ HttpReply AnswerNotLeader(const Services& services, const RouteRequest& request,
         return NotLeaderReply(leader, "not the leader; the leader's announced HTTP address \"" +
                                           *leader.http_address + "\" is malformed");
       }
-      if (std::optional<HttpReply> reply = Forward(services, request, leader, *to)) return *reply;
+      std::optional<HttpReply> reply = Forward(services, request, leader, *to);
+      // 421: the server believed to lead no longer does (a leadership transfer, a drain)
+      // and refused the request before appending it, so it may be sent again once this
+      // server knows the new leader; any other answer is the client's.
+      if (reply && reply->status != HttpStatusOf(StatusCode::kNotLeader)) return *reply;
       last_error = "the leader, server " + std::to_string(leader.id) + " at " +
-                   *leader.http_address + ", could not be reached";
+                   *leader.http_address +
+                   (reply ? ", answered that it no longer leads" : ", could not be reached");
     } else if (leader.id == 0) {
       last_error = "no leader is known";
     } else {

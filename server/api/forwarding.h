@@ -47,9 +47,10 @@ inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
 // The answer to a request whose route failed with `not_leader` (a kNotLeader Status):
 // the leader's answer (status and body, plus kForwardedFromHeader) once it can be
 // forwarded. While no leader or no leader HTTP address is known, or the known leader's
-// connection cannot be opened within 500 ms (nothing sent), the request is held, FindLeader
-// polled every 5 ms, for up to options.apply_timeout; past it, 503 unavailable naming the
-// last reason.
+// connection cannot be opened within 500 ms (nothing sent), or the server believed to lead
+// answers 421 not_leader (it no longer leads and appended nothing: a leadership transfer),
+// the request is held, FindLeader polled every 5 ms, for up to options.apply_timeout; past
+// it, 503 unavailable naming the last reason.
 // When the leader known is this server (elected while the request was held, or a status
 // that predates losing leadership), the route runs again here via `run_again`: its answer,
 // or, failing with kNotLeader again, the hold goes on.

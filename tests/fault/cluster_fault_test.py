@@ -703,6 +703,39 @@ def case_replace_dead(binary):
         cluster.cleanup()
 
 
+def case_leader_stop_drains(binary):
+    """A leader asked to stop (SIGTERM) hands its leadership over first: writes sent through
+    a follower meanwhile all succeed (one the old leader refused as it handed over is
+    forwarded again to the new one), and none is lost."""
+    with running_cluster(binary) as cluster:
+        leader = cluster.leader()
+        via = next(n for n in cluster.nodes if n.id != leader.id)
+        wait_until("every member's addresses are known", lambda: all(
+            m.get("http_address") for m in via.request("GET", "/v1/cluster")[1]["members"]))
+        acked, failed, stop = [], [], threading.Event()
+
+        def writer():
+            i = 0
+            while not stop.is_set():
+                rev = write(via, i)
+                (acked if rev else failed).append((i, rev))
+                i += 1
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            time.sleep(1.0)
+            leader.kill(signal.SIGTERM)
+            time.sleep(1.5)
+        finally:
+            stop.set()
+            thread.join()
+        assert not failed, f"writes failed while the leader stopped: {failed}"
+        assert "every group is led by another server" in leader.log_tail(), leader.log_tail()
+        survivors = [n for n in cluster.nodes if n.id != leader.id]
+        check_acked(cluster, acked, survivors)
+
+
 CASES = {
     "replicate": case_replicate_and_follower_refuses,
     "addresses": case_addresses_cli_and_client,
@@ -713,6 +746,7 @@ CASES = {
     "membership": case_membership,
     "replace_dead": case_replace_dead,
     "disk_low": case_disk_low,
+    "leader_stop_drains": case_leader_stop_drains,
 }
 
 
