@@ -24,6 +24,10 @@ ReplicatedLog::Done Completion(std::shared_ptr<std::atomic<bool>> busy, std::str
   };
 }
 
+bool Contains(std::span<const uint64_t> ids, uint64_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
 // Whether `member` can take a group's leadership now: a reachable voter within kCatchUpSlack
 // of the log (a transfer to an unreachable or lagging voter would stall the group's writes
 // for an election timeout and then fail).
@@ -52,8 +56,7 @@ GroupMirror::GroupMirror(uint64_t self, RaftLog* primary,
 PeriodicTask::Next GroupMirror::Round() {
   const ClusterStatus primary = primary_->GetStatus();
   const std::vector<uint64_t> draining = draining_();
-  const bool self_drains = std::find(draining.begin(), draining.end(), self_) != draining.end();
-  if (self_drains && primary.state == "leader" && !primary_tracked_.busy->load()) {
+  if (Contains(draining, self_) && primary.state == "leader" && !primary_tracked_.busy->load()) {
     HandOver(primary, draining, primary, &primary_tracked_);
   }
   for (Tracked& tracked : followers_) Follow(primary, draining, &tracked);
@@ -99,7 +102,7 @@ void GroupMirror::Follow(const ClusterStatus& primary, std::span<const uint64_t>
 
 void GroupMirror::HandOver(const ClusterStatus& primary, std::span<const uint64_t> draining,
                            const ClusterStatus& status, Tracked* tracked) {
-  const bool self_drains = std::find(draining.begin(), draining.end(), self_) != draining.end();
+  const bool self_drains = Contains(draining, self_);
   uint64_t target = PreferredLeader(primary, tracked->follower.id, draining);
   if (target == status.id) return;
   if (target == 0 || !CanLead(FindMember(status, target), status, kCatchUpSlack)) {
@@ -108,9 +111,7 @@ void GroupMirror::HandOver(const ClusterStatus& primary, std::span<const uint64_
     if (!self_drains) return;
     target = 0;
     for (const ClusterMember& m : status.members) {
-      if (m.id == status.id ||
-          std::find(draining.begin(), draining.end(), m.id) != draining.end() ||
-          !CanLead(&m, status, kCatchUpSlack)) {
+      if (m.id == status.id || Contains(draining, m.id) || !CanLead(&m, status, kCatchUpSlack)) {
         continue;
       }
       if (target == 0 || m.id < target) target = m.id;
