@@ -8,7 +8,7 @@
 namespace kvatlas {
 
 Status ValidateGroupMembers(const std::vector<std::string>& members) {
-  if (members.empty()) return Status::InvalidArgument("a group needs at least one member");
+  // No members is allowed: a group every server hosts (placement.h).
   if (members.size() > kMaxGroupMembers) {
     return Status::InvalidArgument("a group has at most " + std::to_string(kMaxGroupMembers) +
                                    " members, not " + std::to_string(members.size()));

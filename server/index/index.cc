@@ -84,6 +84,9 @@ CommandTally Index::Apply(const Command& command, uint64_t seed, MutationList* o
                  [](const LoadReportCommand&) {},
                  [](const PredictCommand&) {},
                  [](const DrainCommand&) {},
+                 [](const PlaceContextCommand&) {},
+                 [](const SetGroupAcceptingCommand&) {},
+                 [](const DisownContextCommand&) {},
              },
              command);
   return tally;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvatlas/common/fleet_load.h"
+#include "kvatlas/common/placement.h"
 #include "kvatlas/common/types.h"
 #include "server/model/registration.h"
 #include "server/model/replica_digest.h"
@@ -193,14 +194,52 @@ struct DrainCommand {
   friend bool operator==(const DrainCommand&, const DrainCommand&) = default;
 };
 
+// Places a context that was never placed wholly on `group` in the placement directory
+// (PlacementDirectory::Assign; docs/scaling.md §The directory). Submitted to group 1 only,
+// whose state holds the directory. A group the directory does not list yet is added first
+// (every server hosts it: no members named). A context placed already, or a group that does
+// not take new contexts, changes nothing: the submitter reads the directory to learn where
+// the context lives.
+struct PlaceContextCommand {
+  ContextKey context;
+  GroupId group = kNoGroup;
+
+  friend bool operator==(const PlaceContextCommand&, const PlaceContextCommand&) = default;
+};
+
+// Whether the directory may place new contexts on `group` (the group's snapshot nears its
+// bound: docs/scaling.md §Policy). Group 1 only. A group the directory does not list yet is
+// added first; a value equal to the recorded one changes nothing (no new epoch).
+struct SetGroupAcceptingCommand {
+  GroupId group = kNoGroup;
+  bool accepting = true;
+
+  friend bool operator==(const SetGroupAcceptingCommand&,
+                         const SetGroupAcceptingCommand&) = default;
+};
+
+// Applied in a context's home group before the directory places it elsewhere: the group
+// records that the context is not its own (Registry::disowned, at this revision and with
+// `epoch`, the directory epoch the placement will have at least), and from then on refuses
+// — as a whole, recording no stream position — every batch that names it, so a server
+// routing with an older directory cannot write it here. Changes nothing when the group
+// holds the context (Index::HasContext: it stays here) or disowned it already.
+struct DisownContextCommand {
+  ContextKey context;
+  Epoch epoch = 0;
+
+  friend bool operator==(const DisownContextCommand&, const DisownContextCommand&) = default;
+};
+
 // Store/Remove/Clear/ExpireHolder change the Index; Register/Unregister/Announce/ForgetServer/
-// Drain change the Registry; Audit changes nothing; LoadReport changes the FleetLoadTable; Predict
+// Drain/PlaceContext/SetGroupAccepting/DisownContext change the Registry; Audit changes nothing; LoadReport changes the FleetLoadTable; Predict
 // changes the PredictedTable. The order of the alternatives is the command-batch wire tag
 // minus one (docs/storage.md).
 using Command =
     std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand, UnregisterCommand,
                  AnnounceCommand, ForgetServerCommand, ExpireHolderCommand, AuditCommand,
-                 LoadReportCommand, PredictCommand, DrainCommand>;
+                 LoadReportCommand, PredictCommand, DrainCommand, PlaceContextCommand,
+                 SetGroupAcceptingCommand, DisownContextCommand>;
 
 // What one log entry carries: commands applied atomically, in order, at one revision.
 struct CommandBatch {

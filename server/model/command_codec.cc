@@ -21,15 +21,18 @@ enum class CommandTag : uint8_t {
   kStore = 1,
   kRemove = 2,
   kClear = 3,
-  kRegister = 4,      // version 2
-  kUnregister = 5,    // version 2
-  kAnnounce = 6,      // version 3
-  kForgetServer = 7,  // version 3
-  kExpireHolder = 8,  // version 4
-  kAudit = 9,         // version 6; with its digest scheme, version 7
-  kLoadReport = 10,   // version 8
-  kPredict = 11,      // version 9
-  kDrain = 12,        // version 10
+  kRegister = 4,            // version 2
+  kUnregister = 5,          // version 2
+  kAnnounce = 6,            // version 3
+  kForgetServer = 7,        // version 3
+  kExpireHolder = 8,        // version 4
+  kAudit = 9,               // version 6; with its digest scheme, version 7
+  kLoadReport = 10,         // version 8
+  kPredict = 11,            // version 9
+  kDrain = 12,              // version 10
+  kPlaceContext = 13,       // version 11
+  kSetGroupAccepting = 14,  // version 11
+  kDisownContext = 15,      // version 11
 };
 static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreCommand> &&
               std::is_same_v<std::variant_alternative_t<1, Command>, RemoveCommand> &&
@@ -42,7 +45,11 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreComman
               std::is_same_v<std::variant_alternative_t<8, Command>, AuditCommand> &&
               std::is_same_v<std::variant_alternative_t<9, Command>, LoadReportCommand> &&
               std::is_same_v<std::variant_alternative_t<10, Command>, PredictCommand> &&
-              std::is_same_v<std::variant_alternative_t<11, Command>, DrainCommand>);
+              std::is_same_v<std::variant_alternative_t<11, Command>, DrainCommand> &&
+              std::is_same_v<std::variant_alternative_t<12, Command>, PlaceContextCommand> &&
+              std::is_same_v<std::variant_alternative_t<13, Command>, SetGroupAcceptingCommand> &&
+              std::is_same_v<std::variant_alternative_t<14, Command>, DisownContextCommand> &&
+              std::variant_size_v<Command> == 15);
 
 // A StoreCommand's mode byte: its KeyMode, with kReportBit set when the store is a report
 // (StoreCommand::report). One byte for both, so that a batch of copies keeps the bytes it
@@ -59,9 +66,31 @@ struct AuditScheme {
   C& audit;
 };
 
-// The smallest encoded command (a Clear of an empty holder id, without context or tier):
-// tag, holder id length, dp_rank, two absent flags. Bounds the command count of a batch.
-constexpr size_t kMinCommandBytes = 5;
+// A group id: a varint in 1..kMaxGroupId (0 names no group).
+template <typename G>
+struct GroupIdField {
+  G& group;
+};
+
+// A directory epoch: a varint (the uint64_t default is fixed64, for hashes).
+template <typename E>
+struct EpochField {
+  E& epoch;
+};
+
+template <typename G>
+GroupIdField<G> GroupIdOf(G& group) {
+  return {group};
+}
+template <typename E>
+EpochField<E> EpochOf(E& epoch) {
+  return {epoch};
+}
+
+// The smallest encoded command (a SetGroupAccepting of a group below 128: tag, group,
+// flag; before version 11, a Clear of an empty holder id without context or tier, 5 bytes).
+// Bounds the command count of a batch.
+constexpr size_t kMinCommandBytes = 3;
 
 // Writes fields in the wire form of their type (docs/storage.md §Command batches).
 class FieldWriter {
@@ -78,6 +107,8 @@ class FieldWriter {
   void operator()(AuditScheme<const AuditCommand> v) {
     if (version_ >= 7) PutVarint64(out_, v.audit.digest_scheme);
   }
+  void operator()(GroupIdField<const GroupId> v) { PutVarint64(out_, v.group); }
+  void operator()(EpochField<const Epoch> v) { PutVarint64(out_, v.epoch); }
   void operator()(KeyMode v) { out_->push_back(static_cast<char>(v)); }
   void operator()(uint64_t v) { PutFixed64(out_, v); }  // hashes: fixed width
   void operator()(uint32_t v) { PutVarint64(out_, v); }
@@ -125,6 +156,11 @@ class FieldReader {
     v.audit.digest_scheme = version_ >= 7 ? in_->Varint32() : 1;
     if (v.audit.digest_scheme == 0) in_->Fail();
   }
+  void operator()(GroupIdField<GroupId> v) {
+    v.group = in_->Varint32();
+    if (v.group == kNoGroup || v.group > kMaxGroupId) in_->Fail();
+  }
+  void operator()(EpochField<Epoch> v) { v.epoch = in_->Varint64(); }
   void operator()(uint64_t& v) { v = in_->Fixed64(); }
   void operator()(uint32_t& v) { v = in_->Varint32(); }
   void operator()(std::string& v) { v = in_->LengthPrefixed(); }
@@ -214,6 +250,15 @@ void VisitFields(Io& io, C& c) {
   } else if constexpr (std::is_same_v<T, DrainCommand>) {
     io(c.server_id);  // fixed64
     io(c.draining);   // flag
+  } else if constexpr (std::is_same_v<T, PlaceContextCommand>) {
+    io(c.context);
+    io(GroupIdOf(c.group));  // varint, 1..kMaxGroupId
+  } else if constexpr (std::is_same_v<T, SetGroupAcceptingCommand>) {
+    io(GroupIdOf(c.group));  // varint, 1..kMaxGroupId
+    io(c.accepting);         // flag
+  } else if constexpr (std::is_same_v<T, DisownContextCommand>) {
+    io(c.context);
+    io(EpochOf(c.epoch));  // varint
   } else {
     static_assert(std::is_same_v<T, StreamPosition>);
     io(c.stream);
@@ -238,6 +283,7 @@ uint8_t VersionOf(const Command& command) {
   const auto* store = std::get_if<StoreCommand>(&command);
   const auto* registration = std::get_if<RegisterCommand>(&command);
   const auto* audit = std::get_if<AuditCommand>(&command);
+  if (tag >= CommandTag::kPlaceContext) return 11;
   if (tag >= CommandTag::kDrain) return 10;
   if (tag >= CommandTag::kPredict) return 9;
   if (tag >= CommandTag::kLoadReport) return 8;
@@ -254,13 +300,15 @@ uint8_t VersionOf(const Command& command) {
 
 // Batches are written in the oldest version that can hold them, so that the encoding stays
 // canonical (one byte string per batch) and old logs and new ones agree byte for byte:
-// 8 with a load report, else 7 with an audit point of a digest scheme other than 1, else 6 with an
-// audit point, else 5 with a report store or a registration in a report mode other than
-// incremental, else 4 with an expiry, else 3 with server-address commands, else 2 with a position,
-// registry commands or kAlias stores, else 1. Versions 2 to 8 share the layout; 3, 4, 6 and 8 only
-// add tags, 5 only the report bit of a store's mode byte and the report-mode bits of a
-// registration's type byte, 7 only the digest scheme after an audit point's fields (every audit
-// point of a version-7 batch has it, scheme 1 included).
+// 11 with a placement command (PlaceContext, SetGroupAccepting, DisownContext), else 10 with a
+// drain, else 9 with a prediction, else 8 with a load report, else 7 with an audit point of a
+// digest scheme other than 1, else 6 with an audit point, else 5 with a report store or a
+// registration in a report mode other than incremental, else 4 with an expiry, else 3 with
+// server-address commands, else 2 with a position, registry commands or kAlias stores, else 1.
+// Versions 2 to 11 share the layout; 3, 4, 6 and 8 to 11 only add tags, 5 only the report bit of a
+// store's mode byte and the report-mode bits of a registration's type byte, 7 only the digest
+// scheme after an audit point's fields (every audit point of a version-7 batch has it, scheme 1
+// included).
 uint8_t NeededVersion(const CommandBatch& batch) {
   uint8_t version = batch.position ? 2 : 1;
   for (const Command& command : batch.commands) version = std::max(version, VersionOf(command));
@@ -342,6 +390,18 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
       case CommandTag::kDrain:
         if (version < 10) in.Fail();
         if (in.ok()) ReadInto<DrainCommand>(&batch, &in, version);
+        break;
+      case CommandTag::kPlaceContext:
+        if (version < 11) in.Fail();
+        if (in.ok()) ReadInto<PlaceContextCommand>(&batch, &in, version);
+        break;
+      case CommandTag::kSetGroupAccepting:
+        if (version < 11) in.Fail();
+        if (in.ok()) ReadInto<SetGroupAcceptingCommand>(&batch, &in, version);
+        break;
+      case CommandTag::kDisownContext:
+        if (version < 11) in.Fail();
+        if (in.ok()) ReadInto<DisownContextCommand>(&batch, &in, version);
         break;
       default:
         in.Fail();

@@ -31,6 +31,10 @@ enum class MutationKind : uint8_t {
   // Not stored (soft state): what an applied PredictCommand recorded in the PredictedTable,
   // for the change feed's predicted records (docs/feed.md). `predicted` holds it.
   kPredicted = 13,
+  // Registry records of the placement (PlaceContextCommand, SetGroupAcceptingCommand,
+  // DisownContextCommand; docs/storage.md §Layout).
+  kPutDirectory = 14,  // location = the whole directory's EncodePlacementDirectory bytes
+  kPutDisowned = 15,   // context_key = the disowned context, stamp = revision, key = epoch
 };
 
 // Why a record went away (or came), for metrics and the change feed.
@@ -55,8 +59,8 @@ struct Mutation {
   uint32_t refcount = 0;
   uint64_t engine_hash = 0;
   std::string location;
-  // kPutContext / kPutHolder only (null otherwise): the records are rare, and keeping five
-  // strings out of every Mutation halves the size of the list one apply group writes.
+  // kPutContext / kPutHolder / kPutDisowned only (null otherwise): the records are rare, and
+  // keeping five strings out of every Mutation halves the size of the list one apply group writes.
   std::shared_ptr<const ContextKey> context_key;
   std::shared_ptr<const HolderKey> holder_key;
   std::shared_ptr<const Registration> registration;         // kPutRegistration only

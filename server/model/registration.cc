@@ -1,5 +1,6 @@
 #include "server/model/registration.h"
 
+#include "common/internal/key_bytes.h"
 #include "common/internal/names.h"
 
 namespace kvatlas::server {
@@ -38,6 +39,20 @@ std::string ReportModeProblem(EngineType type, ReportMode mode) {
   if (mode == ReportMode::kIncremental || type == EngineType::kVllm) return "";
   return "\"" + std::string(ReportModeName(mode)) + "\" is a vLLM mode; " +
          std::string(EngineTypeName(type)) + " publishers have one meaning (docs/engine-events.md)";
+}
+
+std::string PlacedStreamKey(std::string_view stream, const ContextKey& context) {
+  // The context's canonical encoding (length-prefixed strings and a varint, as in a `C`
+  // record): self-delimiting, so a stream key without a separator and a context make one
+  // key and only one. Any bytes may follow the separator; storage keeps the key as is.
+  std::string key(stream);
+  key.push_back(kPlacedStreamSeparator);
+  PutContextKey(&key, context);
+  return key;
+}
+
+std::string_view BaseStreamKey(std::string_view key) {
+  return key.substr(0, key.find(kPlacedStreamSeparator));
 }
 
 }  // namespace kvatlas::server

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "kvatlas/common/events.h"
+#include "kvatlas/common/placement.h"
 #include "kvatlas/common/types.h"
 
 namespace kvatlas::server {
@@ -113,6 +114,16 @@ struct StreamPosition {
   friend bool operator==(const StreamPosition&, const StreamPosition&) = default;
 };
 
+// The position key of a batch part holding a context placed off its home group by the
+// directory (docs/scaling.md §Placed contexts): the stream's key, a 0x1f separator and the
+// context, so that its group records the context's position apart from the stream's other
+// contexts there — a part routed again after a `wrong_group` refusal is then not skipped
+// as a position that group applied already. Injective in (stream, context).
+[[nodiscard]] std::string PlacedStreamKey(std::string_view stream, const ContextKey& context);
+// The stream a position key belongs to: `key` itself, or the stream of a PlacedStreamKey.
+[[nodiscard]] std::string_view BaseStreamKey(std::string_view key);
+inline constexpr char kPlacedStreamSeparator = '\x1f';
+
 // Where a cluster member serves clients (AnnounceCommand): "HOST:PORT" of its REST API and
 // of its binary protocol; and whether it is draining (DrainCommand): leads no group.
 struct ServerAddresses {
@@ -136,10 +147,24 @@ inline StreamPosition WriterStreamPosition(const WriterPosition& writer) {
 
 // The registry part of the state: registrations by key, last applied sequence by stream,
 // and the announced addresses of cluster members by raft server id.
+// A context its home group disowned (DisownContextCommand): at which revision of that
+// group, and the directory epoch named then.
+struct DisownedContext {
+  Revision revision = 0;
+  Epoch epoch = 0;
+
+  friend bool operator==(const DisownedContext&, const DisownedContext&) = default;
+};
+
 struct Registry {
   std::map<std::string, Registration, std::less<>> registrations;
   std::map<std::string, uint64_t, std::less<>> positions;
   std::map<uint64_t, ServerAddresses> servers;
+  // Group 1's only: where contexts placed off their home group live (PlaceContextCommand,
+  // SetGroupAcceptingCommand). Empty (epoch 0) in every other group.
+  PlacementDirectory directory;
+  // The contexts this group refuses (DisownContextCommand).
+  std::map<ContextKey, DisownedContext, ContextKeyLess> disowned;
 
   friend bool operator==(const Registry&, const Registry&) = default;
 };

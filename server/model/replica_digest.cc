@@ -100,6 +100,22 @@ uint64_t ServerAddressesElement(uint64_t server_id, const ServerAddresses& addre
   return Hash(bytes);
 }
 
+uint64_t DirectoryElement(const PlacementDirectory& directory) {
+  // Every change advances the epoch: epoch 0 is the empty directory, which adds nothing.
+  if (directory.epoch() == 0) return 0;
+  std::string bytes(1, 'P');
+  bytes += EncodePlacementDirectory(directory);
+  return Hash(bytes);
+}
+
+uint64_t DisownedElement(const ContextKey& context, const DisownedContext& disowned) {
+  std::string bytes(1, 'D');
+  PutContextKey(&bytes, context);
+  PutFixed64(&bytes, disowned.revision);
+  PutFixed64(&bytes, disowned.epoch);
+  return Hash(bytes);
+}
+
 uint64_t RegistryDigest(const Registry& registry) {
   uint64_t digest = 0;
   for (const auto& [key, registration] : registry.registrations) {
@@ -110,6 +126,10 @@ uint64_t RegistryDigest(const Registry& registry) {
   }
   for (const auto& [id, addresses] : registry.servers) {
     digest += ServerAddressesElement(id, addresses);
+  }
+  digest += DirectoryElement(registry.directory);
+  for (const auto& [context, disowned] : registry.disowned) {
+    digest += DisownedElement(context, disowned);
   }
   return digest;
 }

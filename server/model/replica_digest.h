@@ -21,7 +21,11 @@
 //   holder   'H', holder_key
 //   registration  'R', str key, registration
 //   stream position  'S', str stream key, le64 sequence
-//   server addresses 'A', le64 server id, str http address, str rpc address
+//   server addresses 'A', le64 server id, str http address, str rpc address (then 01 while
+//                    draining)
+//   directory  'P', the directory's EncodePlacementDirectory bytes; none (0) while the
+//              directory is empty at epoch 0, as in every group but the directory group
+//   disowned context  'D', context_key, le64 revision, le64 epoch
 // An entry's element, computed on every stored, removed or recounted copy, is instead a
 // multiply-fold over its fields as six 64-bit words (EntryElement): XXH3 of the 50 bytes the
 // same fields made (scheme 1) cost ~20 ns, most of the digest's share of the apply.
@@ -38,7 +42,9 @@
 // A build whose elements differ computes other digests for the same state: the scheme
 // number says which elements a digest is made of, audits carry the leader's
 // (AuditCommand::digest_scheme), and a replica compares only digests of its own scheme.
-// Change kReplicaDigestScheme whenever any element changes.
+// Change kReplicaDigestScheme whenever any element changes. Adding the directory and disowned
+// elements did not: a state without them has the digest it had before, and a build that
+// knows no placement commands cannot apply a state that has them (command batch version 11).
 // Pure functions: safe from any thread.
 #pragma once
 
@@ -81,6 +87,9 @@ struct EntryDigestFields {
 [[nodiscard]] uint64_t RegistrationElement(std::string_view key, const Registration& registration);
 [[nodiscard]] uint64_t StreamPositionElement(std::string_view stream, uint64_t sequence);
 [[nodiscard]] uint64_t ServerAddressesElement(uint64_t server_id, const ServerAddresses& addresses);
+// 0 for an empty directory (epoch 0).
+[[nodiscard]] uint64_t DirectoryElement(const PlacementDirectory& directory);
+[[nodiscard]] uint64_t DisownedElement(const ContextKey& context, const DisownedContext& disowned);
 
 // The registry's part of the digest, recomputed from scratch: O(its records).
 [[nodiscard]] uint64_t RegistryDigest(const Registry& registry);

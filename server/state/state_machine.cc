@@ -31,6 +31,7 @@ enum CounterSlot : int {
   kWriteLockHoldsOver1ms,
   kWriteLockHeldNanos,
   kWriteLockHoldMaxNanos,
+  kWrongGroupBatches,
   kCounterSlots,
 };
 
@@ -134,6 +135,7 @@ Status StateMachine::Recover() {
   KVATLAS_RETURN_IF_ERROR(LoadIndex());
   KVATLAS_RETURN_IF_ERROR(storage_->LoadRegistry(&registry_));
   registry_digest_ = options_.index.replica_digest ? RegistryDigest(registry_) : 0;
+  PublishDirectory();
   applied_.store(applied, std::memory_order_release);
   activity_.clear();
   activity_since_ = applied;
@@ -194,6 +196,7 @@ Status StateMachine::Restore(std::string_view snapshot) {
     KVATLAS_RETURN_IF_ERROR(LoadIndex());
     KVATLAS_RETURN_IF_ERROR(storage_->LoadRegistry(&registry_));
     registry_digest_ = options_.index.replica_digest ? RegistryDigest(registry_) : 0;
+    PublishDirectory();
     applied_.store(index, std::memory_order_release);
     // What happened up to the snapshot is not known event by event.
     activity_.clear();
@@ -262,26 +265,35 @@ Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const>
 
 bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
                               std::chrono::steady_clock::time_point now) {
+  // A batch naming a context this group disowned is refused whole, before its position is
+  // looked at: it applies nothing and records no position, so that the same part, routed
+  // again to the context's new group, is applied there (docs/scaling.md §Placed contexts).
+  if (!registry_.disowned.empty() && NamesDisownedContext(batch)) {
+    counters_[kWrongGroupBatches].fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  // The stream a position belongs to: the key itself, or the stream of a placed context's
+  // key (PlacedStreamKey), whose registration and tally are the stream's. Duplicates are
+  // checked, and positions recorded, by the whole key.
+  const std::string_view base =
+      batch.position ? BaseStreamKey(batch.position->stream) : std::string_view();
   if (batch.position) {
     const StreamPosition& p = *batch.position;
-    auto it = registry_.positions.find(p.stream);
     if (p.restart) {
-      if (it != registry_.positions.end()) {
-        DigestRegistry(StreamPositionElement(it->first, it->second), -1);
-        registry_.positions.erase(it);
-        Mutation m;
-        m.kind = MutationKind::kDeleteStreamPosition;
-        m.location = p.stream;
-        scratch_.push_back(std::move(m));
-      }
-    } else if (it != registry_.positions.end() && p.sequence <= it->second) {
+      // The publisher's sequence starts again: a stream's restart forgets its placed
+      // contexts' positions here too (a placed key's restart, its own only).
+      ErasePositionsOf(p.stream);
+    } else if (auto it = registry_.positions.find(p.stream);
+               it != registry_.positions.end() && p.sequence <= it->second) {
       counters_[kDuplicateBatches].fetch_add(1, std::memory_order_relaxed);
       return false;
     }
     // A batch that was in flight when its publisher was unregistered must not bring the
     // holder's entries back.
-    if (!IsListenerStream(p.stream) && !IsWriterStream(p.stream) &&
-        !registry_.registrations.contains(p.stream)) {
+    // (A stream key that holds a 0x1f itself, from before placed streams, is still found.)
+    if (!IsListenerStream(base) && !IsWriterStream(base) &&
+        !registry_.registrations.contains(base) &&
+        (base.size() == p.stream.size() || !registry_.registrations.contains(p.stream))) {
       counters_[kOrphanBatches].fetch_add(1, std::memory_order_relaxed);
       return false;
     }
@@ -327,6 +339,18 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
       ApplyDrain(*drain);
       continue;
     }
+    if (const auto* place = std::get_if<PlaceContextCommand>(&command)) {
+      ApplyPlaceContext(*place);
+      continue;
+    }
+    if (const auto* accepting = std::get_if<SetGroupAcceptingCommand>(&command)) {
+      ApplySetGroupAccepting(*accepting);
+      continue;
+    }
+    if (const auto* disown = std::get_if<DisownContextCommand>(&command)) {
+      ApplyDisownContext(*disown, revision);
+      continue;
+    }
     if (const auto* audit = std::get_if<AuditCommand>(&command)) {
       ApplyAudit(*audit, revision);
       continue;
@@ -362,8 +386,7 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
                                                                       : kClearedCommands;
     counters_[slot].fetch_add(1, std::memory_order_relaxed);
   }
-  AddTally(batch.position ? std::string_view(batch.position->stream) : std::string_view(),
-           tally.Finish());
+  AddTally(base, tally.Finish());
   if (batch.position && !batch.position->restart) {
     const auto [it, added] = registry_.positions.try_emplace(batch.position->stream, 0);
     if (!added) DigestRegistry(StreamPositionElement(it->first, it->second), -1);
@@ -457,14 +480,10 @@ void StateMachine::ApplyUnregister(const UnregisterCommand& c) {
   Mutation m;
   m.kind = MutationKind::kDeleteRegistration;
   m.location = key;
-  scratch_.push_back(m);
+  scratch_.push_back(std::move(m));
   tallies_.erase(key);
-  if (const auto position = registry_.positions.find(key); position != registry_.positions.end()) {
-    DigestRegistry(StreamPositionElement(key, position->second), -1);
-    registry_.positions.erase(position);
-    m.kind = MutationKind::kDeleteStreamPosition;
-    scratch_.push_back(std::move(m));
-  }
+  // The stream's position, and those of its placed contexts' parts.
+  ErasePositionsOf(key);
   index_.Apply(ClearCommand{HolderKey{c.instance_id, c.dp_rank}, std::nullopt, std::nullopt},
                options_.hash_seed, &scratch_);
   counters_[kClearedCommands].fetch_add(1, std::memory_order_relaxed);
@@ -593,6 +612,7 @@ ApplyCounters StateMachine::counters() const {
   c.entries_evicted = counters_[kEntriesEvicted].load(std::memory_order_relaxed);
   c.duplicate_batches = counters_[kDuplicateBatches].load(std::memory_order_relaxed);
   c.orphan_batches = counters_[kOrphanBatches].load(std::memory_order_relaxed);
+  c.wrong_group_batches = counters_[kWrongGroupBatches].load(std::memory_order_relaxed);
   c.holders_expired = counters_[kHoldersExpired].load(std::memory_order_relaxed);
   c.expiries_skipped = counters_[kExpiriesSkipped].load(std::memory_order_relaxed);
   c.write_lock_holds = counters_[kWriteLockHolds].load(std::memory_order_relaxed);

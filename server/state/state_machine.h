@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <span>
@@ -60,6 +61,9 @@ struct ApplyCounters {
   uint64_t duplicate_batches = 0;
   // Stream batches skipped because their stream's registration is gone.
   uint64_t orphan_batches = 0;
+  // Batches refused as a whole because they name a context this group disowned
+  // (DisownContextCommand): applied nothing, recorded no stream position.
+  uint64_t wrong_group_batches = 0;
   // ExpireHolderCommands that dropped a holder's entries, and those skipped by the race
   // guard or the registered-publisher exemption (docs/leases.md).
   uint64_t holders_expired = 0;
@@ -171,6 +175,13 @@ class StateMachine final : public LogStateMachine {
   // The members marked draining (DrainCommand), ascending. Any thread.
   std::vector<uint64_t> DrainingServers() const;
 
+  // The placement directory (Registry::directory; group 1's, empty elsewhere) as last
+  // applied: an immutable copy replaced on every change, so routing reads it without the
+  // state's lock. Any thread.
+  std::shared_ptr<const PlacementDirectory> directory() const;
+  // Whether this group disowned `context` (DisownContextCommand), and when. Any thread.
+  std::optional<DisownedContext> Disowned(const ContextKey& context) const;
+
   // Called on the applying thread after every Apply that changed a registration (and not
   // at Recover). It must be quick and must not call back into the StateMachine: the ZMQ
   // ingest uses it to wake up and re-read the registry. Set before the first Apply.
@@ -248,6 +259,22 @@ class StateMachine final : public LogStateMachine {
   void ApplyAnnounce(const AnnounceCommand& c);
   void ApplyForgetServer(const ForgetServerCommand& c);
   void ApplyDrain(const DrainCommand& c);
+  // The directory's and disowned contexts' commands (state_machine_placement.cc). mu_ held.
+  void ApplyPlaceContext(const PlaceContextCommand& c);
+  void ApplySetGroupAccepting(const SetGroupAcceptingCommand& c);
+  void ApplyDisownContext(const DisownContextCommand& c, Revision revision);
+  // Whether `batch` names a context of registry_.disowned (a store, remove, context clear
+  // or prediction): then it is refused as a whole. mu_ held.
+  bool NamesDisownedContext(const CommandBatch& batch) const;
+  // Replaces the directory's element of the digest (`before`: the directory before a change),
+  // adds its record to scratch_ and publishes a copy for directory(). mu_ held.
+  void DirectoryChanged(const PlacementDirectory& before);
+  // Publishes a copy of registry_.directory for directory(). mu_ held (or no reader yet).
+  void PublishDirectory();
+  // Erases the position of stream `key` and of every placed stream of it
+  // (PlacedStreamKey(key, ...); none for a placed key itself: the context's encoding is
+  // self-delimiting), with their digest elements and delete mutations. mu_ held.
+  void ErasePositionsOf(std::string_view key);
   void ApplyAudit(const AuditCommand& c, Revision revision);
   // Records `c` in predicted_ and, with an observer, adds what it recorded to scratch_ as a
   // kPredicted mutation (the feed's predicted record). mu_ held.
@@ -273,7 +300,7 @@ class StateMachine final : public LogStateMachine {
   // revisions, which is what ApplyExpiries' race guard reads.
   HolderActivityMap activity_;
   Revision activity_since_ = 0;
-  std::atomic<uint64_t> counters_[14] = {};
+  std::atomic<uint64_t> counters_[15] = {};
   // By stream key (guarded by mu_); the total is in total_tally_ (guarded by mu_ too).
   std::unordered_map<std::string, StreamTally> tallies_;
   StreamTally total_tally_;
@@ -286,6 +313,11 @@ class StateMachine final : public LogStateMachine {
   // Leased, in memory only, like fleet_load_: predictions end with their TTL.
   PredictedTable predicted_;
   std::atomic<bool> diverged_{false};
+  // What directory() returns: a copy of registry_.directory made at every change (and at
+  // Recover/Restore), never null. Its own mutex, so that routing never waits for an apply.
+  mutable std::mutex directory_mu_;
+  std::shared_ptr<const PlacementDirectory> published_directory_ =
+      std::make_shared<const PlacementDirectory>();
 };
 
 }  // namespace kvatlas::server

@@ -106,6 +106,25 @@ void AppendServerAddressesKey(uint64_t server_id, std::string* out) {
   PutBigEndian64(out, server_id);
 }
 
+void AppendDirectoryKey(std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kDirectory));
+}
+
+void AppendDisownedKey(const ContextKey& context, std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kDisowned));
+  PutContextKey(out, context);
+}
+
+Result<ContextKey> DecodeDisownedRecordKey(std::string_view key) {
+  if (key.empty() || key[0] != static_cast<char>(RecordType::kDisowned)) {
+    return Status::Corruption("malformed record key " + DescribeKey(key));
+  }
+  ByteReader in(key.substr(1));
+  ContextKey context = ReadContextKey(&in);
+  if (!in.Done()) return Status::Corruption("malformed record key " + DescribeKey(key));
+  return context;
+}
+
 Result<uint64_t> DecodeServerAddressesRecordKey(std::string_view key) {
   KVATLAS_ASSIGN_OR_RETURN(ByteReader in,
                            OpenKey(key, RecordType::kServerAddresses, kServerAddressesKeyBytes));
@@ -175,6 +194,14 @@ std::string DescribeKey(std::string_view key) {
     case RecordType::kRegistration:
     case RecordType::kStreamPosition:
       return out + "/" + std::string(key.substr(1));
+    case RecordType::kDirectory:
+      if (key.size() != 1) break;
+      return out + "/directory";
+    case RecordType::kDisowned: {
+      ContextKey context = ReadContextKey(&in);
+      if (!in.Done()) break;
+      return out + "/" + context.ToString();
+    }
     case RecordType::kServerAddresses:
       if (key.size() != kServerAddressesKeyBytes) break;
       return out + "/server=" + std::to_string(in.BigEndian64());
@@ -313,6 +340,26 @@ Result<ServerAddresses> DecodeServerAddressesValue(std::string_view key, std::st
       if (in->U8() != 1) in->Fail();  // one encoding per record
     }
     return a;
+  });
+}
+
+Result<PlacementDirectory> DecodeDirectoryValue(std::string_view key, std::string_view value) {
+  Result<PlacementDirectory> dir = DecodePlacementDirectory(value);
+  if (!dir.has_value()) return dir.status().WithContext("record " + DescribeKey(key));
+  return dir;
+}
+
+void AppendDisownedValue(const DisownedContext& disowned, std::string* out) {
+  PutFixed64(out, disowned.revision);
+  PutFixed64(out, disowned.epoch);
+}
+
+Result<DisownedContext> DecodeDisownedValue(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "disowned context", [](ByteReader* in) {
+    DisownedContext d;
+    d.revision = in->Fixed64();
+    d.epoch = in->Fixed64();
+    return d;
   });
 }
 

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "common/internal/bytes.h"
+#include "kvatlas/common/placement.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
@@ -37,6 +38,8 @@ enum class RecordType : char {
   kRegistration = 'R',
   kStreamPosition = 'S',
   kServerAddresses = 'A',
+  kDirectory = 'P',  // the placement directory: one record, the key is this byte alone
+  kDisowned = 'D',   // a disowned context (DisownContextCommand)
 };
 
 // Meta record names (the rest of an `M` key).
@@ -72,6 +75,10 @@ void AppendRegistrationKey(std::string_view registration_key, std::string* out);
 void AppendStreamPositionKey(std::string_view stream, std::string* out);
 // `A` + be64 raft server id.
 void AppendServerAddressesKey(uint64_t server_id, std::string* out);
+// `P` alone: the one placement directory record.
+void AppendDirectoryKey(std::string* out);
+// `D` + context_key (value_codec.h PutContextKey).
+void AppendDisownedKey(const ContextKey& context, std::string* out);
 
 struct BlockRecordKey {
   uint32_t context = 0;
@@ -104,6 +111,8 @@ struct Version3EntryKey {
 // The name after the type byte of an `R` or `S` key; kCorruption when empty.
 [[nodiscard]] Result<std::string_view> DecodeNamedRecordKey(std::string_view key, RecordType type);
 [[nodiscard]] Result<uint64_t> DecodeServerAddressesRecordKey(std::string_view key);
+// The context of a `D` key; kCorruption for another type, a malformed context or trailing bytes.
+[[nodiscard]] Result<ContextKey> DecodeDisownedRecordKey(std::string_view key);
 
 // A readable rendering of any record key, for error messages: "T/stamp=9/ctx=3/holder=7/
 // tier=CPU", "M/applied_index", or the type followed by hex bytes when malformed.
@@ -167,6 +176,14 @@ void AppendStreamPositionValue(uint64_t sequence, std::string* out);
 void AppendServerAddressesValue(const ServerAddresses& addresses, std::string* out);
 [[nodiscard]] Result<ServerAddresses> DecodeServerAddressesValue(std::string_view key,
                                                                  std::string_view value);
+// The directory record's value: EncodePlacementDirectory's bytes (kvatlas/common/placement.h);
+// the decoder's kCorruption names the key.
+[[nodiscard]] Result<PlacementDirectory> DecodeDirectoryValue(std::string_view key,
+                                                              std::string_view value);
+// A disowned context's value: le64 revision, le64 epoch.
+void AppendDisownedValue(const DisownedContext& disowned, std::string* out);
+[[nodiscard]] Result<DisownedContext> DecodeDisownedValue(std::string_view key,
+                                                          std::string_view value);
 // Meta values are fixed32 (format_version) or fixed64 (hash_seed, applied_index).
 [[nodiscard]] Result<uint32_t> DecodeMetaFixed32(std::string_view key, std::string_view value);
 [[nodiscard]] Result<uint64_t> DecodeMetaFixed64(std::string_view key, std::string_view value);

@@ -39,9 +39,11 @@ Status RocksDbStorage::Write(Revision applied_index, std::span<const Mutation> m
     if ((m.kind == MutationKind::kPutContext && !m.context_key) ||
         (m.kind == MutationKind::kPutHolder && !m.holder_key) ||
         (m.kind == MutationKind::kPutRegistration && !m.registration) ||
-        (m.kind == MutationKind::kPutServerAddresses && !m.server_addresses)) {
+        (m.kind == MutationKind::kPutServerAddresses && !m.server_addresses) ||
+        (m.kind == MutationKind::kPutDisowned && !m.context_key)) {
       return Status::Internal(
-          "context, holder, registration or server addresses mutation without its value");
+          "context, holder, registration, server addresses or disowned context mutation "
+          "without its value");
     }
     rocksdb::Status s;
     switch (m.kind) {
@@ -97,6 +99,15 @@ Status RocksDbStorage::Write(Revision applied_index, std::span<const Mutation> m
       case MutationKind::kDeleteServerAddresses:
         AppendServerAddressesKey(m.stamp, &key);
         s = batch.Delete(ToSlice(key));
+        break;
+      case MutationKind::kPutDirectory:
+        AppendDirectoryKey(&key);
+        s = batch.Put(ToSlice(key), ToSlice(m.location));
+        break;
+      case MutationKind::kPutDisowned:
+        AppendDisownedKey(*m.context_key, &key);
+        AppendDisownedValue(DisownedContext{m.stamp, m.key}, &value);
+        s = batch.Put(ToSlice(key), ToSlice(value));
         break;
       default:
         return Status::Internal("unknown mutation kind " +
@@ -154,8 +165,21 @@ Status RocksDbStorage::LoadRegistry(Registry* registry) const {
     registry->servers.emplace(id, std::move(addresses));
     return Status::Ok();
   };
+  auto load_directory = [registry](std::string_view k, std::string_view v) -> Status {
+    if (k.size() != 1) return Status::Corruption("malformed record key " + DescribeKey(k));
+    KVATLAS_ASSIGN_OR_RETURN(registry->directory, DecodeDirectoryValue(k, v));
+    return Status::Ok();
+  };
+  auto load_disowned = [registry](std::string_view k, std::string_view v) -> Status {
+    KVATLAS_ASSIGN_OR_RETURN(ContextKey context, DecodeDisownedRecordKey(k));
+    KVATLAS_ASSIGN_OR_RETURN(DisownedContext disowned, DecodeDisownedValue(k, v));
+    registry->disowned.emplace(std::move(context), disowned);
+    return Status::Ok();
+  };
   KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kRegistration, load_registration));
   KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kStreamPosition, load_position));
+  KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kDirectory, load_directory));
+  KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kDisowned, load_disowned));
   return Scan(RecordType::kServerAddresses, load_server);
 }
 

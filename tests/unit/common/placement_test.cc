@@ -37,7 +37,9 @@ TEST_CASE("every change advances the epoch by one; a refused change leaves all a
   CHECK(dir.AddGroup({2, {"x"}, true}).code() == StatusCode::kAlreadyExists);
   CHECK(dir.AddGroup({0, {"x"}, true}).code() == StatusCode::kInvalidArgument);
   CHECK(dir.AddGroup({kMaxGroupId + 1, {"x"}, true}).code() == StatusCode::kInvalidArgument);
-  CHECK(dir.AddGroup({4, {}, true}).code() == StatusCode::kInvalidArgument);
+  std::vector<std::string> sixteen;
+  for (int i = 0; i < 16; ++i) sixteen.push_back("m" + std::to_string(i));
+  CHECK(dir.AddGroup({4, sixteen, true}).code() == StatusCode::kInvalidArgument);
   CHECK(dir.AddGroup({4, {"x", "x"}, true}).code() == StatusCode::kInvalidArgument);
   CHECK(dir.AddGroup({4, {""}, true}).code() == StatusCode::kInvalidArgument);
   CHECK(dir.SetMembers(9, {"x"}).code() == StatusCode::kNotFound);
@@ -46,6 +48,24 @@ TEST_CASE("every change advances the epoch by one; a refused change leaves all a
   CHECK(dir.MoveRange(kA, 5, 1).code() == StatusCode::kNotFound);         // no range starts at 5
   CHECK(dir.MoveRange(kA, 0, 2).code() == StatusCode::kInvalidArgument);  // already there
   CHECK(dir == before);
+}
+
+TEST_CASE("a group with no members is one every server hosts") {
+  PlacementDirectory dir;
+  REQUIRE(dir.AddGroup({2, {}, true}).ok());
+  CHECK(dir.epoch() == 1);
+  CHECK(dir.FindGroup(2)->members.empty());
+  REQUIRE(dir.Assign(kA, 2).ok());
+  REQUIRE(dir.AddGroup({3, {"a", "b"}, false}).ok());
+  REQUIRE(dir.SetMembers(3, {}).ok());
+  CHECK(dir.FindGroup(3)->members.empty());
+  CHECK(dir.SetMembers(2, {"a", ""}).code() == StatusCode::kInvalidArgument);
+  CHECK(ValidateGroupMembers({}).ok());
+  // Encoded with a member count of 0, and decoded back.
+  const std::string bytes = EncodePlacementDirectory(dir);
+  Result<PlacementDirectory> back = DecodePlacementDirectory(bytes);
+  REQUIRE(back.has_value());
+  CHECK(*back == dir);
 }
 
 TEST_CASE("a group that takes no new contexts keeps its own and gets no new ones") {

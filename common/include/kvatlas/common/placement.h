@@ -34,7 +34,10 @@ inline constexpr size_t kMaxGroupMembers = 15;
 inline constexpr size_t kMaxRangesPerContext = 1'024;
 
 // One data group: its replicas (server ids, e.g. "10.0.0.5:7000") and whether the directory
-// may assign new contexts to it (a group near its snapshot bound stops taking them).
+// may assign new contexts to it (a group near its snapshot bound stops taking them). No
+// members (an empty list, encoded as a member count of 0) names a group that every server of
+// the cluster hosts (docs/scaling.md §Groups on every server): the directory group adds a
+// group it is told of that way (PlaceContextCommand, SetGroupAcceptingCommand).
 struct GroupDescriptor {
   GroupId id = kNoGroup;
   std::vector<std::string> members;
@@ -43,7 +46,8 @@ struct GroupDescriptor {
   friend bool operator==(const GroupDescriptor&, const GroupDescriptor&) = default;
 };
 
-// kInvalidArgument for no members, more than kMaxGroupMembers, an empty or repeated member.
+// kInvalidArgument for more than kMaxGroupMembers, an empty or repeated member. No members
+// is valid: a group on every server (GroupDescriptor).
 [[nodiscard]] KVATLAS_EXPORT Status ValidateGroupMembers(const std::vector<std::string>& members);
 
 // A range of a context's block-key space: from `start` (inclusive) to the next range's start
@@ -92,8 +96,9 @@ class KVATLAS_EXPORT PlacementDirectory {
   // Each change below validates, applies and advances the epoch by one, or fails and
   // changes nothing.
   //
-  // A new group. kInvalidArgument for an id out of 1..kMaxGroupId, no members or more than
-  // kMaxGroupMembers, an empty or repeated member; kAlreadyExists for a known id.
+  // A new group. kInvalidArgument for an id out of 1..kMaxGroupId, more than
+  // kMaxGroupMembers, an empty or repeated member (no members: a group on every server);
+  // kAlreadyExists for a known id.
   [[nodiscard]] Status AddGroup(GroupDescriptor group);
   // Replaces a group's members (a replica added, removed or replaced). Errors as AddGroup;
   // kNotFound for an unknown group.

@@ -55,6 +55,7 @@ class [[nodiscard]] Status {
   static Status PermissionDenied(std::string msg) {
     return {StatusCode::kPermissionDenied, std::move(msg)};
   }
+  static Status WrongGroup(std::string msg) { return {StatusCode::kWrongGroup, std::move(msg)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

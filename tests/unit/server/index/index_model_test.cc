@@ -246,6 +246,8 @@ Index Replay(const MutationList& log, const IndexOptions& options) {
       case MutationKind::kDeleteStreamPosition:
       case MutationKind::kPutServerAddresses:
       case MutationKind::kDeleteServerAddresses:
+      case MutationKind::kPutDirectory:
+      case MutationKind::kPutDisowned:
         FAIL("the Index emitted a registry mutation");
         break;
       case MutationKind::kPredicted:

@@ -109,7 +109,18 @@ CommandBatch RandomBatch(Rng& rng, size_t max_commands) {
     batch.position = StreamPosition{RandomString(rng, 12), RandomInt(rng), rng() % 2 == 0};
   }
   for (size_t i = 0; i < n; ++i) {
-    switch (rng() % 9) {
+    switch (rng() % 12) {
+      case 9:
+        batch.commands.emplace_back(
+            PlaceContextCommand{RandomContext(rng), static_cast<GroupId>(1 + rng() % kMaxGroupId)});
+        break;
+      case 10:
+        batch.commands.emplace_back(SetGroupAcceptingCommand{
+            static_cast<GroupId>(1 + rng() % kMaxGroupId), rng() % 2 == 0});
+        break;
+      case 11:
+        batch.commands.emplace_back(DisownContextCommand{RandomContext(rng), RandomInt(rng)});
+        break;
       case 8:
         batch.commands.emplace_back(
             AuditCommand{RandomInt(rng), RandomInt(rng), static_cast<uint32_t>(1 + rng() % 3)});
@@ -442,6 +453,62 @@ TEST_SUITE("command_codec") {
     for (size_t n = 1; n < expected.size(); ++n) {
       CHECK(!DecodeCommandBatch(expected.substr(0, n)).has_value());
     }
+  }
+
+  TEST_CASE("CommandCodec: the placement commands use version 11") {
+    const ContextKey context{"t", "m", "", 16, ""};
+    CommandBatch batch;
+    batch.commands.emplace_back(PlaceContextCommand{context, 300});
+    batch.commands.emplace_back(SetGroupAcceptingCommand{kMaxGroupId, false});
+    batch.commands.emplace_back(DisownContextCommand{context, 0x81});
+    const std::string expected = Bytes(
+        "\x0b\x03"                            // version 11, three commands
+        "\x0d\x01t\x01m\x00\x10\x00\xac\x02"  // PlaceContext, context, group 300
+        "\x0e\xff\xff\x03\x00"                // SetGroupAccepting 65535, not accepting
+        "\x0f\x01t\x01m\x00\x10\x00\x81\x01"  // DisownContext, context, epoch 0x81
+        "\x00");                              // no position
+    CHECK(EncodeCommandBatch(batch) == expected);
+    CHECK(DecodeCommandBatch(expected).value() == batch);
+    // Version 10 and older have none of the three tags, whatever the content.
+    for (uint8_t version = 2; version <= 10; ++version) {
+      std::string old = expected;
+      old[0] = static_cast<char>(version);
+      CHECK(DecodeCommandBatch(old).error().code() == StatusCode::kCorruption);
+    }
+    for (const std::string& one :
+         {Bytes("\x0a\x01\x0d\x01t\x01m\x00\x10\x00\x01\x00"), Bytes("\x0a\x01\x0e\x01\x01\x00"),
+          Bytes("\x0a\x01\x0f\x01t\x01m\x00\x10\x00\x01\x00")}) {
+      CHECK(DecodeCommandBatch(one).error().code() == StatusCode::kCorruption);
+      std::string current = one;
+      current[0] = 11;
+      CHECK(DecodeCommandBatch(current).has_value());
+    }
+    // A group id of 0 or past kMaxGroupId is refused, in either command.
+    CHECK(DecodeCommandBatch(Bytes("\x0b\x01\x0e\x00\x01\x00")).error().code() ==
+          StatusCode::kCorruption);
+    CHECK(DecodeCommandBatch(Bytes("\x0b\x01\x0e\x80\x80\x04\x01\x00")).error().code() ==
+          StatusCode::kCorruption);  // 65536
+    CHECK(DecodeCommandBatch(Bytes("\x0b\x01\x0d\x01t\x01m\x00\x10\x00\x00\x00")).error().code() ==
+          StatusCode::kCorruption);
+    // A flag other than 0 or 1, a non-canonical epoch varint, truncations, trailing bytes.
+    CHECK(DecodeCommandBatch(Bytes("\x0b\x01\x0e\x01\x02\x00")).error().code() ==
+          StatusCode::kCorruption);
+    CHECK(DecodeCommandBatch(Bytes("\x0b\x01\x0f\x01t\x01m\x00\x10\x00\x81\x00\x00"))
+              .error()
+              .code() == StatusCode::kCorruption);
+    for (size_t n = 1; n < expected.size(); ++n) {
+      CHECK(!DecodeCommandBatch(expected.substr(0, n)).has_value());
+    }
+    CHECK(DecodeCommandBatch(expected + Bytes("\x00")).error().code() == StatusCode::kCorruption);
+    // The smallest command: a batch of many fits the count check.
+    CommandBatch small;
+    for (int i = 0; i < 100; ++i) small.commands.emplace_back(SetGroupAcceptingCommand{1, true});
+    CHECK(EncodeCommandBatch(small).size() == 1 + 1 + 300 + 1);
+    CHECK(DecodeCommandBatch(EncodeCommandBatch(small)).value() == small);
+    // A batch with a drain but no placement command stays version 10.
+    CommandBatch drain;
+    drain.commands.emplace_back(DrainCommand{1, true});
+    CHECK(EncodeCommandBatch(drain)[0] == 10);
   }
 
   TEST_CASE("CommandCodec: a report store and a full-mode registration use version 5") {

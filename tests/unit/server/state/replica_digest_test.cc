@@ -180,6 +180,64 @@ TEST_SUITE("ReplicaDigest") {
     }
   }
 
+  TEST_CASE("ReplicaDigest: placement elements, none for an empty directory") {
+    // A state without placement has the digest it had before placement existed (scheme 2).
+    CHECK(DirectoryElement(PlacementDirectory()) == 0);
+    Registry registry;
+    registry.positions.emplace("s", 1);
+    const uint64_t plain = RegistryDigest(registry);
+    CHECK(plain == StreamPositionElement("s", 1));
+    PlacementDirectory dir;
+    REQUIRE(dir.AddGroup({2, {}, true}).ok());
+    CHECK(DirectoryElement(dir) != 0);
+    registry.directory = dir;
+    registry.disowned.emplace(Context(1), DisownedContext{3, 4});
+    CHECK(RegistryDigest(registry) ==
+          plain + DirectoryElement(dir) + DisownedElement(Context(1), DisownedContext{3, 4}));
+    CHECK(DisownedElement(Context(1), DisownedContext{3, 4}) !=
+          DisownedElement(Context(1), DisownedContext{3, 5}));
+    CHECK(DisownedElement(Context(1), DisownedContext{3, 4}) !=
+          DisownedElement(Context(1), DisownedContext{4, 4}));
+
+    // Kept incrementally through placements, refusals and placed positions.
+    Rng rng(11);
+    StateMachine machine(SmallIndex(), nullptr);
+    (void)testing::ApplyOne(machine, [] {
+      CommandBatch b;
+      b.commands.emplace_back(RegisterCommand{testing::PublisherRegistration("h1")});
+      return b;
+    }());
+    for (int step = 0; step < 300; ++step) {
+      CAPTURE(step);
+      CommandBatch batch;
+      const int context = static_cast<int>(rng() % 6);
+      switch (rng() % 5) {
+        case 0:
+          batch.commands.emplace_back(
+              PlaceContextCommand{Context(context), static_cast<GroupId>(1 + rng() % 3)});
+          break;
+        case 1:
+          batch.commands.emplace_back(
+              SetGroupAcceptingCommand{static_cast<GroupId>(1 + rng() % 3), rng() % 2 == 0});
+          break;
+        case 2:
+          batch.commands.emplace_back(DisownContextCommand{Context(context), rng() % 4});
+          break;
+        default:
+          batch = testing::StoreBatch(Context(context), HolderKey{"h1", 0}, {rng() % 8});
+          batch.position = StreamPosition{
+              PlacedStreamKey(testing::PublisherRegistration("h1").Key(), Context(context)),
+              rng() % 20, false};
+      }
+      (void)testing::ApplyOne(machine, batch);
+      REQUIRE(machine.ReplicaDigest() == machine.RecomputeReplicaDigest());
+    }
+    CommandBatch unregister;
+    unregister.commands.emplace_back(UnregisterCommand{"h1", "default", 0});
+    (void)testing::ApplyOne(machine, unregister);
+    CHECK(machine.ReplicaDigest() == machine.RecomputeReplicaDigest());
+  }
+
   TEST_CASE("ReplicaDigest: equal states give equal digests, whatever the order they came in") {
     // Holders and contexts interned in another order get other ids, and blocks other
     // stamps: the digest names them by key.

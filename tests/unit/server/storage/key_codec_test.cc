@@ -242,6 +242,49 @@ TEST_SUITE("key_codec") {
           StatusCode::kCorruption);
   }
 
+  TEST_CASE("KeyCodec: the directory and disowned context records have the documented bytes") {
+    std::string dir_key;
+    AppendDirectoryKey(&dir_key);
+    CHECK(dir_key == "P");
+    CHECK(DescribeKey(dir_key) == "P/directory");
+    PlacementDirectory dir;
+    REQUIRE(dir.AddGroup({2, {}, true}).ok());
+    REQUIRE(dir.Assign(ContextKey{"t", "m", "", 16, ""}, 2).ok());
+    CHECK(DecodeDirectoryValue(dir_key, EncodePlacementDirectory(dir)).value() == dir);
+    Result<PlacementDirectory> bad_dir =
+        DecodeDirectoryValue(dir_key, EncodePlacementDirectory(dir) + "x");
+    REQUIRE_FALSE(bad_dir.has_value());
+    CHECK(bad_dir.error().code() == StatusCode::kCorruption);
+    CHECK(bad_dir.error().message().find("P/directory") != std::string::npos);
+
+    const ContextKey context{"t", "m", "", 16, ""};
+    std::string key;
+    AppendDisownedKey(context, &key);
+    CHECK(key == Bytes("D\x01t\x01m\x00\x10\x00"));
+    CHECK(DecodeDisownedRecordKey(key).value() == context);
+    CHECK(DescribeKey(key) == "D/" + context.ToString());
+    CHECK(DecodeDisownedRecordKey(key + "x").error().code() == StatusCode::kCorruption);
+    CHECK(DecodeDisownedRecordKey(key.substr(0, key.size() - 1)).error().code() ==
+          StatusCode::kCorruption);
+    CHECK(DecodeDisownedRecordKey("P" + key.substr(1)).error().code() == StatusCode::kCorruption);
+    std::string v;
+    AppendDisownedValue(DisownedContext{0x0102, 7}, &v);
+    CHECK(v == Bytes("\x02\x01\x00\x00\x00\x00\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00"));
+    CHECK(DecodeDisownedValue(key, v).value() == DisownedContext{0x0102, 7});
+    CHECK(DecodeDisownedValue(key, v + "x").error().code() == StatusCode::kCorruption);
+    CHECK(DecodeDisownedValue(key, v.substr(0, 15)).error().code() == StatusCode::kCorruption);
+  }
+
+  TEST_CASE("KeyCodec: a placed stream's position key keeps any byte") {
+    // 'S' + the stream key as it is: the 0x1f separator and the context's bytes (NULs
+    // included) come back whole.
+    const std::string placed = PlacedStreamKey("a|default|0", ContextKey{"t\x1f", "m", "", 0, ""});
+    std::string key;
+    AppendStreamPositionKey(placed, &key);
+    CHECK(key == "S" + placed);
+    CHECK(DecodeNamedRecordKey(key, RecordType::kStreamPosition).value() == placed);
+  }
+
   TEST_CASE("KeyCodec: truncated or padded values are kCorruption naming the key") {
     std::string key = EntryKeyBytes(0x1234, 9, 5, Tier::kDisk);
     std::string v;

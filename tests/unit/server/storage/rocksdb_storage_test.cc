@@ -128,6 +128,44 @@ TEST_SUITE("rocksdb_storage") {
     CheckError(storage->LoadRegistry(&again), StatusCode::kCorruption, "A/server=5");
   }
 
+  TEST_CASE("RocksDbStorage: the directory and disowned contexts round-trip as P and D records") {
+    TempDir dir;
+    const StorageOptions options = SmallOptions(dir);
+    const ContextKey context{"t", "m", "", 16, ""};
+    PlacementDirectory directory;
+    REQUIRE(directory.AddGroup({2, {}, true}).ok());
+    REQUIRE(directory.Assign(context, 2).ok());
+    {
+      auto storage = OpenOk(options);
+      Mutation put_directory;
+      put_directory.kind = MutationKind::kPutDirectory;
+      put_directory.location = EncodePlacementDirectory(directory);
+      Mutation disowned;
+      disowned.kind = MutationKind::kPutDisowned;
+      disowned.context_key = std::make_shared<const ContextKey>(context);
+      disowned.stamp = 9;
+      disowned.key = 4;
+      REQUIRE(storage->Write(1, std::vector<Mutation>{put_directory, disowned}).ok());
+      Mutation missing;
+      missing.kind = MutationKind::kPutDisowned;
+      CHECK(storage->Write(2, std::vector<Mutation>{missing}).code() == StatusCode::kInternal);
+    }
+    CHECK(Dump(options.path)["P"] == EncodePlacementDirectory(directory));
+    auto storage = OpenOk(options);
+    Registry registry;
+    REQUIRE(storage->LoadRegistry(&registry).ok());
+    CHECK(registry.directory == directory);
+    CHECK(registry.disowned ==
+          std::map<ContextKey, DisownedContext, ContextKeyLess>{{context, DisownedContext{9, 4}}});
+    storage.reset();
+    RawPut(options.path, "P",
+           "\x01"
+           "broken");
+    storage = OpenOk(options);
+    Registry again;
+    CheckError(storage->LoadRegistry(&again), StatusCode::kCorruption, "P/directory");
+  }
+
   TEST_CASE("RocksDbStorage: memory usage counts the memtables, under a budget in the cache") {
     TempDir dir;
     for (const uint64_t budget : {uint64_t{0}, uint64_t{4} << 20}) {

@@ -1,0 +1,128 @@
+// The StateMachine's placement state (docs/scaling.md §The directory, §Placed contexts): the
+// placement directory group 1 keeps (PlaceContextCommand, SetGroupAcceptingCommand), the
+// contexts a group disowned (DisownContextCommand) and the batches it refuses for them, and
+// the positions of placed streams (PlacedStreamKey).
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "server/model/replica_digest.h"
+#include "server/state/state_machine.h"
+
+namespace kvatlas::server {
+
+namespace {
+
+// The context a command writes or predicts; null for a command naming none (a clear of a
+// whole holder, registry commands, ...).
+const ContextKey* ContextOf(const Command& command) {
+  if (const auto* store = std::get_if<StoreCommand>(&command)) return &store->context;
+  if (const auto* remove = std::get_if<RemoveCommand>(&command)) return &remove->context;
+  if (const auto* clear = std::get_if<ClearCommand>(&command)) {
+    return clear->context ? &*clear->context : nullptr;
+  }
+  if (const auto* predict = std::get_if<PredictCommand>(&command)) return &predict->context;
+  return nullptr;
+}
+
+}  // namespace
+
+bool StateMachine::NamesDisownedContext(const CommandBatch& batch) const {
+  for (const Command& command : batch.commands) {
+    const ContextKey* context = ContextOf(command);
+    if (context != nullptr && registry_.disowned.contains(*context)) return true;
+  }
+  return false;
+}
+
+void StateMachine::ApplyPlaceContext(const PlaceContextCommand& c) {
+  // Changed on a copy (the directory before, for the digest) and kept only when the
+  // placement succeeds: a refused placement (a context placed already, a group that takes
+  // no new contexts, an id out of range) adds no group either and keeps the epoch.
+  if (registry_.directory.Find(c.context) != nullptr) return;
+  const GroupDescriptor* group = registry_.directory.FindGroup(c.group);
+  if (group != nullptr && !group->accepting) return;
+  PlacementDirectory next = registry_.directory;
+  if (group == nullptr && !next.AddGroup({c.group, {}, true}).ok()) return;
+  if (!next.Assign(c.context, c.group).ok()) return;
+  std::swap(registry_.directory, next);
+  DirectoryChanged(next);
+}
+
+void StateMachine::ApplySetGroupAccepting(const SetGroupAcceptingCommand& c) {
+  const GroupDescriptor* group = registry_.directory.FindGroup(c.group);
+  if (group != nullptr && group->accepting == c.accepting) return;  // as recorded: no new epoch
+  PlacementDirectory next = registry_.directory;
+  const Status changed = group == nullptr ? next.AddGroup({c.group, {}, c.accepting})
+                                          : next.SetAccepting(c.group, c.accepting);
+  if (!changed.ok()) return;  // an id out of range
+  std::swap(registry_.directory, next);
+  DirectoryChanged(next);
+}
+
+void StateMachine::ApplyDisownContext(const DisownContextCommand& c, Revision revision) {
+  if (index_.HasContext(c.context) || registry_.disowned.contains(c.context)) return;
+  const DisownedContext disowned{revision, c.epoch};
+  DigestRegistry(DisownedElement(c.context, disowned), +1);
+  registry_.disowned.emplace(c.context, disowned);
+  Mutation m;
+  m.kind = MutationKind::kPutDisowned;
+  m.context_key = std::make_shared<const ContextKey>(c.context);
+  m.stamp = disowned.revision;
+  m.key = disowned.epoch;
+  scratch_.push_back(std::move(m));
+}
+
+void StateMachine::DirectoryChanged(const PlacementDirectory& before) {
+  if (options_.index.replica_digest) {
+    DigestRegistry(DirectoryElement(before), -1);
+    DigestRegistry(DirectoryElement(registry_.directory), +1);
+  }
+  Mutation m;
+  m.kind = MutationKind::kPutDirectory;
+  m.location = EncodePlacementDirectory(registry_.directory);
+  scratch_.push_back(std::move(m));
+  PublishDirectory();
+}
+
+void StateMachine::PublishDirectory() {
+  auto copy = std::make_shared<const PlacementDirectory>(registry_.directory);
+  std::lock_guard lock(directory_mu_);
+  published_directory_ = std::move(copy);
+}
+
+std::shared_ptr<const PlacementDirectory> StateMachine::directory() const {
+  std::lock_guard lock(directory_mu_);
+  return published_directory_;
+}
+
+std::optional<DisownedContext> StateMachine::Disowned(const ContextKey& context) const {
+  std::shared_lock lock(mu_);
+  const auto it = registry_.disowned.find(context);
+  if (it == registry_.disowned.end()) return std::nullopt;
+  return it->second;
+}
+
+void StateMachine::ErasePositionsOf(std::string_view key) {
+  const auto erase = [this](auto it) {
+    DigestRegistry(StreamPositionElement(it->first, it->second), -1);
+    Mutation m;
+    m.kind = MutationKind::kDeleteStreamPosition;
+    m.location = it->first;
+    scratch_.push_back(std::move(m));
+    return registry_.positions.erase(it);
+  };
+  if (const auto own = registry_.positions.find(key); own != registry_.positions.end()) {
+    erase(own);
+  }
+  // The placed streams' keys (key, 0x1f, context) are the ones from `key` + 0x1f on that
+  // start with it (keys with a smaller byte after `key` sort between: not from there).
+  std::string placed_prefix(key);
+  placed_prefix.push_back(kPlacedStreamSeparator);
+  auto it = registry_.positions.lower_bound(placed_prefix);
+  while (it != registry_.positions.end() && it->first.starts_with(placed_prefix)) it = erase(it);
+}
+
+}  // namespace kvatlas::server
