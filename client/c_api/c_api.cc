@@ -42,11 +42,13 @@ static_assert(static_cast<int>(StatusCode::kDeadlineExceeded) == KVATLAS_DEADLIN
 
 static_assert(static_cast<int>(StatusCode::kUnauthenticated) == KVATLAS_UNAUTHENTICATED);
 static_assert(static_cast<int>(StatusCode::kPermissionDenied) == KVATLAS_PERMISSION_DENIED);
+static_assert(static_cast<int>(StatusCode::kWrongGroup) == KVATLAS_WRONG_GROUP);
 
 // Codes past the C enum (REST-only ones) are reported as internal.
 kvatlas_code CodeOf(StatusCode code) {
   const auto n = static_cast<int>(code);
-  if (code == StatusCode::kUnauthenticated || code == StatusCode::kPermissionDenied) {
+  if (code == StatusCode::kUnauthenticated || code == StatusCode::kPermissionDenied ||
+      code == StatusCode::kWrongGroup) {
     return static_cast<kvatlas_code>(n);
   }
   return n <= KVATLAS_PAYLOAD_TOO_LARGE ? static_cast<kvatlas_code>(n) : KVATLAS_INTERNAL;

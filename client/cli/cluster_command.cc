@@ -122,8 +122,8 @@ std::string FormatStatus(const json& s) {
 // snapshot, applied index.
 std::string FormatGroups(const json& doc) {
   std::string out = "directory epoch " + Text(doc, "epoch") + "\n";
-  static const char* const kHeader[] = {"GROUP",   "LEADER",   "PREFERRED", "MEMBERS",  "CONTEXTS",
-                                        "ENTRIES", "SNAPSHOT", "APPLIED",   "ACCEPTING"};
+  static const char* const kHeader[] = {"GROUP",   "LEADER",   "PREFERRED", "MEMBERS",   "CONTEXTS",
+                                        "ENTRIES", "SNAPSHOT", "APPLIED",   "ACCEPTING", "PLACED"};
   std::vector<std::vector<std::string>> rows = {{std::begin(kHeader), std::end(kHeader)}};
   const json groups = doc.value("groups", json::array());
   for (const json& g : groups.is_array() ? groups : json::array()) {
@@ -134,8 +134,41 @@ std::string FormatGroups(const json& doc) {
     }
     rows.push_back({Text(g, "id"), LeaderText(g), Text(g, "preferred_leader"),
                     members.empty() ? "-" : members, Text(g, "contexts"), Text(g, "entries"),
-                    Text(g, "snapshot_bytes"), Text(g, "applied_index"), Text(g, "accepting")});
+                    Text(g, "snapshot_bytes"), Text(g, "applied_index"), Text(g, "accepting"),
+                    Text(g, "placed_contexts")});
   }
+  return out + FormatTable(rows);
+}
+
+// The placement directory: its epoch, the groups taking no new contexts, and one line per
+// context it places off its home group.
+std::string FormatDirectory(const json& doc) {
+  std::string out = "directory epoch " + Text(doc, "epoch");
+  std::string refusing;
+  const json groups = doc.value("groups", json::array());
+  for (const json& g : groups.is_array() ? groups : json::array()) {
+    if (g.value("accepting", json(true)) == json(false)) {
+      refusing += (refusing.empty() ? "" : ",") + Text(g, "id");
+    }
+  }
+  out += refusing.empty() ? "; every group takes new contexts\n"
+                          : "; groups taking no new contexts: " + refusing + "\n";
+  static const char* const kHeader[] = {"TENANT", "MODEL",      "LORA", "BLOCK_SIZE",
+                                        "SALT",   "HOME_GROUP", "GROUP"};
+  std::vector<std::vector<std::string>> rows = {{std::begin(kHeader), std::end(kHeader)}};
+  const json contexts = doc.value("contexts", json::array());
+  for (const json& c : contexts.is_array() ? contexts : json::array()) {
+    std::string placed;
+    const json ranges = c.value("ranges", json::array());
+    for (const json& r : ranges.is_array() ? ranges : json::array()) {
+      placed += (placed.empty() ? "" : ",") + Text(r, "group");
+    }
+    const auto or_dash = [](const std::string& text) { return text.empty() ? "-" : text; };
+    rows.push_back({Text(c, "tenant_id"), Text(c, "model_name"), or_dash(Text(c, "lora_name")),
+                    Text(c, "block_size"), or_dash(Text(c, "additional_salt")),
+                    Text(c, "home_group"), placed.empty() ? "-" : placed});
+  }
+  if (rows.size() == 1) return out + "no context is placed off its home group\n";
   return out + FormatTable(rows);
 }
 
@@ -187,6 +220,8 @@ std::string FormatClusterAnswer(const std::string& sub, const std::string& docum
     out = FormatStatus(answer);
   } else if (sub == "groups") {
     out = FormatGroups(answer);
+  } else if (sub == "directory") {
+    out = FormatDirectory(answer);
   } else if (sub == "ready") {
     out = "ready (revision " + Text(answer, "revision") + ")\n";
   } else if (sub == "add") {
@@ -221,8 +256,8 @@ std::string FormatClusterAnswer(const std::string& sub, const std::string& docum
 int RunCluster(const Args& args, std::chrono::milliseconds timeout) {
   if (args.positional.empty()) {
     return UsageError("cluster",
-                      "cluster: give a subcommand: status, groups, ready, add, remove, transfer, "
-                      "drain, undrain, backup, digest");
+                      "cluster: give a subcommand: status, groups, directory, ready, add, remove, "
+                      "transfer, drain, undrain, backup, digest");
   }
   const std::string& sub = args.positional[0];
   const std::string path_of_sub = "cluster " + sub;
@@ -230,14 +265,16 @@ int RunCluster(const Args& args, std::chrono::milliseconds timeout) {
   std::string method = "POST";
   std::string path;
   json body = json::object();
-  if (sub == "status" || sub == "ready" || sub == "digest" || sub == "groups") {
+  if (sub == "status" || sub == "ready" || sub == "digest" || sub == "groups" ||
+      sub == "directory") {
     if (int rc = ExpectNoOperands(sub, operands); rc != 0) return rc;
     method = "GET";
     // GET /readyz needs no token: container health checks run this without one.
-    path = sub == "status"   ? "/v1/cluster"
-           : sub == "ready"  ? "/readyz"
-           : sub == "groups" ? "/v1/groups"
-                             : "/v1/admin/digest";
+    path = sub == "status"      ? "/v1/cluster"
+           : sub == "ready"     ? "/readyz"
+           : sub == "groups"    ? "/v1/groups"
+           : sub == "directory" ? "/v1/directory"
+                                : "/v1/admin/digest";
   } else if (sub == "add") {
     const std::optional<uint64_t> id = operands == 2 ? ParseId(args.positional[1]) : std::nullopt;
     if (!id || !SplitHostPort(args.positional[2])) {

@@ -126,8 +126,8 @@ std::vector<CommandHelp> MakeCommands() {
         "kvatlas watch --json --count 2 --backend vllm-0 --medium GPU"}});
   commands.push_back(
       {"cluster",
-       "<status | groups | ready | add ID RAFT_ADDRESS | remove ID |\n"
-       "       transfer [ID] | drain ID | undrain ID | backup DIR | digest>\n"
+       "<status | groups | directory | ready | add ID RAFT_ADDRESS |\n"
+       "       remove ID | transfer [ID] | drain ID | undrain ID | backup DIR | digest>\n"
        "       [--http HOST:PORT] [--json]",
        "the raft cluster: status, groups, add, remove, transfer, drain, backup, ...",
        "The raft cluster over the REST admin API (not the binary protocol). Any server will\n"
@@ -137,6 +137,7 @@ std::vector<CommandHelp> MakeCommands() {
        "subcommands:\n"
        "  status              members, roles, states, lag and last contact\n"
        "  groups              the raft groups: leader, members, contexts, entries, snapshot\n"
+       "  directory           the contexts placed off their home groups, and the epoch\n"
        "  ready               whether this server takes writes now (a health check)\n"
        "  add ID RAFT_ADDRESS add a server as a voter\n"
        "  remove ID           remove a server\n"
@@ -163,8 +164,17 @@ std::vector<CommandHelp> MakeCommands() {
       "The cluster's raft groups (GET /v1/groups; docs/scaling.md), as the answering server\n"
       "knows them: the placement directory's epoch, and per group its id, LEADER, the\n"
       "PREFERRED leader, MEMBERS, CONTEXTS, ENTRIES, the last raft SNAPSHOT's bytes taken on\n"
-      "this server (0 before the first), APPLIED index and whether it takes new contexts.",
+      "this server (0 before the first), APPLIED index, whether it takes new contexts and\n"
+      "how many contexts the directory PLACED on it.",
       {"kvatlas cluster groups", "kvatlas cluster groups --json"}));
+  commands.push_back(Cluster(
+      "cluster directory", "[--http HOST:PORT] [--json]",
+      "the contexts placed off their home groups, and the epoch",
+      "The placement directory as the answering server has applied it (GET /v1/directory;\n"
+      "docs/scaling.md §Placed contexts): its epoch, the groups that take no new contexts,\n"
+      "and one row per context placed off its HOME_GROUP (a new context whose home group\n"
+      "took no new contexts) with the GROUP it lives in.",
+      {"kvatlas cluster directory", "kvatlas cluster directory --json"}));
   commands.push_back(Cluster(
       "cluster ready", "[--http HOST:PORT] [--json]",
       "whether this server takes writes now (a health check)",

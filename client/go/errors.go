@@ -38,6 +38,7 @@ const (
 	CodeCancelled            Code = 17
 	CodeUnauthenticated      Code = 18
 	CodePermissionDenied     Code = 19
+	CodeWrongGroup           Code = 20
 )
 
 // codeNames is the one table of codes: index = number, value = the protocol's name.
@@ -46,7 +47,7 @@ var codeNames = [...]string{
 	"not_leader", "unavailable", "deadline_exceeded", "resource_exhausted", "corruption",
 	"io_error", "internal", "payload_too_large", "unsupported_media_type",
 	"method_not_allowed", "compacted", "watch_cut", "cancelled", "unauthenticated",
-	"permission_denied",
+	"permission_denied", "wrong_group",
 }
 
 // Sentinels for errors.Is, one per code.
@@ -70,6 +71,7 @@ var (
 	ErrCancelled            error = CodeCancelled
 	ErrUnauthenticated      error = CodeUnauthenticated
 	ErrPermissionDenied     error = CodePermissionDenied
+	ErrWrongGroup           error = CodeWrongGroup
 )
 
 // String is the protocol's name of the code ("not_found"); "code(N)" for an unknown number.

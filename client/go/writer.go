@@ -20,9 +20,10 @@ type WriterOptions struct {
 // Writer ingests exactly once through a Client (docs/api.md §Idempotent writes), as the
 // C++ kvatlas::Writer does: it names itself, numbers its batches 1, 2, 3... and keeps one
 // batch in flight. When a batch's outcome is unknown (connection lost, deadline, server
-// busy, leader changing) it resends the same batch with the same sequence until the server
-// acknowledges it; the server applies each (id, sequence) at most once, so a batch is
-// applied exactly once however often it was sent.
+// busy, leader changing, a context just placed on another group) it resends the same
+// batch with the same sequence until the server acknowledges it; the server applies each
+// (id, sequence) at most once, so a batch is applied exactly once however often it was
+// sent.
 //
 // A batch not acknowledged within RetryFor stays pending: the next Write first resends it
 // (its outcome must be settled before a higher sequence may be sent, or a late first copy
@@ -112,7 +113,7 @@ func (w *Writer) Settle(ctx context.Context) error {
 // for now: resending the same (id, sequence) is both safe and needed.
 func outcomeUnknown(c Code) bool {
 	return c == CodeUnavailable || c == CodeDeadlineExceeded || c == CodeResourceExhausted ||
-		c == CodeNotLeader
+		c == CodeNotLeader || c == CodeWrongGroup
 }
 
 func (w *Writer) sendPendingLocked(ctx context.Context) (*IngestAnswer, error) {

@@ -15,6 +15,9 @@ bool OutcomeUnknownOrRetryable(StatusCode code) {
     case StatusCode::kDeadlineExceeded:
     case StatusCode::kResourceExhausted:
     case StatusCode::kNotLeader:
+    // A part of it refused by a group its context was just placed away from: the other
+    // parts may have been applied.
+    case StatusCode::kWrongGroup:
       return true;
     default:
       return false;

@@ -209,6 +209,9 @@ Result<HttpReply> HandleDrainSelf(const Services& services, const RouteRequest& 
 void AddClusterRoutes(const Services* services, Router* router) {
   router->Add({"GET", "/v1/groups", RouteAccess::kRead,
                [services](const RouteRequest&) { return HandleGroups(*services); }});
+  router->Add({"GET", "/v1/directory", RouteAccess::kRead, [services](const RouteRequest&) {
+                 return Result<HttpReply>(JsonReply(DirectoryJson(*services).dump()));
+               }});
   router->Add({"GET", "/v1/cluster", RouteAccess::kRead,
                [services](const RouteRequest&) { return HandleCluster(*services); }});
   router->Add({"POST", "/v1/cluster/members", RouteAccess::kAdmin,

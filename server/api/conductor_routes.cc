@@ -19,7 +19,7 @@ Result<HttpReply> HandleQuery(const Services& services, const RouteRequest& requ
                               Decoder decode) {
   KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, decode(request.http.body));
   lookup.include_locations = false;  // the Conductor answer has no place for them
-  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(ServicesFor(services, lookup.context), lookup));
+  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(services, lookup));
   std::vector<BlockKey> keys;
   KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer,
                            LookupPrefix(ServicesFor(services, lookup.context), lookup, &keys));

@@ -29,9 +29,9 @@ json TierCounts(const uint64_t (&by_tier)[kNumTiers]) {
 
 Result<HttpReply> HandleLookup(const Services& services, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, DecodeLookupRequest(request.http.body));
-  const Services& group = ServicesFor(services, lookup.context);
-  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(group, lookup));
-  KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer, LookupPrefix(group, lookup));
+  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(services, lookup));
+  KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer,
+                           LookupPrefix(ServicesFor(services, lookup.context), lookup));
   return JsonReply(EncodeLookupAnswer(answer));
 }
 

@@ -232,9 +232,9 @@ struct DisownContextCommand {
 };
 
 // Store/Remove/Clear/ExpireHolder change the Index; Register/Unregister/Announce/ForgetServer/
-// Drain/PlaceContext/SetGroupAccepting/DisownContext change the Registry; Audit changes nothing; LoadReport changes the FleetLoadTable; Predict
-// changes the PredictedTable. The order of the alternatives is the command-batch wire tag
-// minus one (docs/storage.md).
+// Drain/PlaceContext/SetGroupAccepting/DisownContext change the Registry; Audit changes nothing;
+// LoadReport changes the FleetLoadTable; Predict changes the PredictedTable. The order of the
+// alternatives is the command-batch wire tag minus one (docs/storage.md).
 using Command =
     std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand, UnregisterCommand,
                  AnnounceCommand, ForgetServerCommand, ExpireHolderCommand, AuditCommand,
@@ -250,5 +250,18 @@ struct CommandBatch {
 
   friend bool operator==(const CommandBatch&, const CommandBatch&) = default;
 };
+
+// The one context a command writes or predicts in (a store's, a removal's, a context's
+// clear, a prediction's); null for a command naming none (a holder's clear in every
+// context, the registry's commands). What placement routes and refuses by.
+inline const ContextKey* NamedContext(const Command& command) {
+  if (const auto* store = std::get_if<StoreCommand>(&command)) return &store->context;
+  if (const auto* remove = std::get_if<RemoveCommand>(&command)) return &remove->context;
+  if (const auto* clear = std::get_if<ClearCommand>(&command)) {
+    return clear->context ? &*clear->context : nullptr;
+  }
+  if (const auto* predict = std::get_if<PredictCommand>(&command)) return &predict->context;
+  return nullptr;
+}
 
 }  // namespace kvatlas::server

@@ -13,6 +13,7 @@
 #include "common/internal/log.h"
 #include "server/service/ingest_service.h"
 #include "server/service/lookup_service.h"
+#include "server/service/placement_service.h"
 
 namespace kvatlas::server {
 namespace {
@@ -476,11 +477,17 @@ struct RpcConnection::PendingWait {
   asio::steady_timer poll;  // a read waiting for its revision looks again
   bool barrier_done = false;
   bool answered = false;
+  // A read's group (ServicesFor its context), whose revisions it waits for; null before
+  // the first look. Its barrier and revisions start again when the directory moves it.
+  const Services* group = nullptr;
+  // When the read's group was first seen to have given the context away (GaveAway).
+  std::optional<std::chrono::steady_clock::time_point> gave_away_at;
 };
 
 void RpcConnection::SubmitPending(PendingRequest pending) {
   const bool read = pending.read.has_value();
   const bool barrier = read && pending.read->barrier;
+  // A read waits in its context's group: for a linearizable one, after a barrier there.
   CommandBatch batch = std::move(pending.batch);
   auto wait = std::make_shared<PendingWait>(std::move(pending), stream_.get_executor());
   auto self = shared_from_this();
@@ -490,9 +497,11 @@ void RpcConnection::SubmitPending(PendingRequest pending) {
     if (ec || wait->answered) return;
     const Services& current = self->handler_->services();
     if (wait->pending.read) {
-      self->FinishRead(*wait, wait->barrier_done || !wait->pending.read->barrier
-                                  ? RevisionNotApplied(current, wait->pending.read->wanted)
-                                  : ApplyDeadlineExceeded(current));
+      self->FinishRead(*wait,
+                       wait->barrier_done || !wait->pending.read->barrier
+                           ? RevisionNotApplied(wait->group != nullptr ? *wait->group : current,
+                                                wait->pending.read->wanted)
+                           : ApplyDeadlineExceeded(current));
       return;
     }
     wait->answered = true;
@@ -500,24 +509,19 @@ void RpcConnection::SubmitPending(PendingRequest pending) {
     self->Answered();
     self->Flush();
   });
-  if (read && !barrier) {
-    AwaitRevision(wait);
+  if (read) {
+    wait->group = &ServicesFor(services, wait->pending.read->route.lookup.context);
+    if (barrier) {
+      SubmitBarrier(wait);
+    } else {
+      AwaitRevision(wait);
+    }
     return;
   }
   // Runs on the applier thread (or here, at once, when refused): only post from it.
   SubmitAsync(services, std::move(batch), [self, wait](Result<Revision> applied) {
     asio::post(self->stream_.get_executor(), [self, wait, applied = std::move(applied)] {
       if (wait->answered) return;
-      if (wait->pending.read) {
-        if (!applied.has_value()) {
-          self->FinishRead(*wait, applied.error());
-          return;
-        }
-        wait->barrier_done = true;
-        wait->pending.read->wanted = std::max(wait->pending.read->wanted, *applied);
-        self->AwaitRevision(wait);
-        return;
-      }
       wait->answered = true;
       wait->deadline.cancel();
       self->handler_->AppendIngestAnswer(wait->pending, applied, &self->out_);
@@ -527,15 +531,56 @@ void RpcConnection::SubmitPending(PendingRequest pending) {
   });
 }
 
+void RpcConnection::SubmitBarrier(std::shared_ptr<PendingWait> wait) {
+  // A linearizable read's empty batch, through its group's leader (forwarded when this
+  // server does not lead the group). Runs on the applier thread (or here, at once, when
+  // refused): only post from it.
+  SubmitAsync(
+      *wait->group, CommandBatch{}, [self = shared_from_this(), wait](Result<Revision> applied) {
+        asio::post(self->stream_.get_executor(), [self, wait, applied = std::move(applied)] {
+          if (wait->answered) return;
+          if (!applied.has_value()) {
+            self->FinishRead(*wait, applied.error());
+            return;
+          }
+          wait->barrier_done = true;
+          wait->pending.read->wanted = std::max(wait->pending.read->wanted, *applied);
+          self->AwaitRevision(wait);
+        });
+      });
+}
+
 void RpcConnection::AwaitRevision(std::shared_ptr<PendingWait> wait) {
   if (wait->answered) return;
-  if (handler_->services().machine->applied_revision() >= wait->pending.read->wanted) {
-    wait->answered = true;
-    wait->deadline.cancel();
-    handler_->AppendReadAnswer(wait->pending, &out_);
-    Answered();
-    Flush();
-    return;
+  const Services& services = handler_->services();
+  PendingRead& read = *wait->pending.read;
+  const ContextKey& context = read.route.lookup.context;
+  if (const Services* now = &ServicesFor(services, context); now != wait->group) {
+    // The directory placed the context on another group meanwhile: wait there, from the
+    // request's own consistency again.
+    wait->group = now;
+    wait->gave_away_at.reset();
+    read.wanted = read.min_revision;
+    if (read.barrier) {
+      wait->barrier_done = false;
+      SubmitBarrier(wait);
+      return;
+    }
+  }
+  if (wait->group->machine->applied_revision() >= read.wanted) {
+    // A group that gave the context away: the directory's placement is on its way (or
+    // never comes: answered from here after kPlacementWait).
+    const auto now = std::chrono::steady_clock::now();
+    const bool gave_away = GaveAway(services, *wait->group, context);
+    if (gave_away && !wait->gave_away_at) wait->gave_away_at = now;
+    if (!gave_away || now - *wait->gave_away_at >= kPlacementWait) {
+      wait->answered = true;
+      wait->deadline.cancel();
+      handler_->AppendReadAnswer(wait->pending, &out_);
+      Answered();
+      Flush();
+      return;
+    }
   }
   // Applied revisions come from the applier thread with no notification to hook: look
   // again shortly (the strand is free meanwhile), until the deadline answers.

@@ -165,6 +165,8 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   struct PendingWait;
   void SubmitPending(PendingRequest pending);
   // Answers the read of `wait` once its revision is applied here, polling on the strand.
+  // A linearizable read's barrier in its group, then AwaitRevision.
+  void SubmitBarrier(std::shared_ptr<PendingWait> wait);
   void AwaitRevision(std::shared_ptr<PendingWait> wait);
   void FinishRead(PendingWait& wait, const Status& failed);
   // Appends frames of the streams that are ready, within the streams' output budget.

@@ -10,6 +10,7 @@
 #include "server/service/lease_service.h"
 #include "server/service/load_service.h"
 #include "server/service/lookup_service.h"
+#include "server/service/placement_service.h"
 #include "server/service/prediction_service.h"
 #include "server/service/replica_audit_service.h"
 #include "server/service/route_decision.h"
@@ -104,11 +105,15 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
       const LookupRequest& lookup = read.route.lookup;
       read.barrier = lookup.linearizable;
       read.wanted = lookup.min_revision.value_or(0);
+      read.min_revision = read.wanted;
+      // The context's group's revisions (docs/scaling.md §Groups on every server); a group
+      // that gave the context away waits for the directory (AwaitReadConsistency's rule).
+      const Services& group = ServicesFor(services, lookup.context);
+      const bool wait = read.barrier || read.wanted > group.machine->applied_revision() ||
+                        GaveAway(services, group, lookup.context);
       PendingRequest pending{
           header.request_id, {}, {}, std::move(read), std::chrono::steady_clock::time_point{}, {}};
-      if (pending.read->barrier || pending.read->wanted > services.machine->applied_revision()) {
-        return Handled(std::move(pending));
-      }
+      if (wait) return Handled(std::move(pending));
       AnswerRead(*pending.read, pending.request_id, out);
       return answered();
     }

@@ -28,9 +28,10 @@ namespace kvatlas::server {
 // barrier batch the Applier commits first.
 struct PendingRead {
   protocol::MessageType type = protocol::MessageType::kLookup;  // or kRoute
-  RoutingRequest route;  // a kLookup's request is route.lookup
-  bool barrier = false;  // linearizable: the (empty) batch goes through the Applier first
-  Revision wanted = 0;   // raised to the barrier's revision once it is applied
+  RoutingRequest route;       // a kLookup's request is route.lookup
+  bool barrier = false;       // linearizable: the (empty) batch goes through the Applier first
+  Revision wanted = 0;        // raised to the barrier's revision once it is applied
+  Revision min_revision = 0;  // the request's own: `wanted` again when the group changes
 };
 
 // A request that cannot be answered at once: an ingest whose batch must go to the Applier,

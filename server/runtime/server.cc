@@ -157,6 +157,8 @@ Status Server::Init() {
   if (groups_.size() > 1) {
     group_forwarder_ = std::make_unique<HttpGroupForwarder>();
     services_.group_forwarder = group_forwarder_.get();
+    rerouter_ = std::make_unique<RerouteWorker>();
+    services_.rerouter = rerouter_.get();
     auto groups = std::make_shared<std::vector<Services>>();
     for (const auto& group : groups_) {
       Services parts = services_;
@@ -216,6 +218,10 @@ Status Server::Init() {
   }
   for (auto& group : groups_) group->StartPolicies();
   if (group_mirror_) group_mirror_->Start();
+  if (services_.groups != nullptr) {
+    accepting_reporter_ = std::make_unique<AcceptingReporter>(&services_);
+    accepting_reporter_->Start();
+  }
   policies_started_ = true;
   return Status::Ok();
 }
@@ -361,14 +367,21 @@ Status Server::StartZmqIngest() {
     options.target_of = [this](const ContextKey& context) {
       const size_t index = HomeGroup(context, static_cast<uint32_t>(groups_.size())) - 1;
       Group* group = groups_[index].get();
-      ZmqTarget target{group->machine(), group->applier(), nullptr,
-                       static_cast<GroupId>(index + 1)};
+      ZmqTarget target{group->machine(), group->applier(), nullptr, static_cast<GroupId>(index + 1),
+                       nullptr};
       // A stream's batches go to its group's leader wherever it is (forwarded while this
       // server does not lead that group).
+      // Split where the directory places some of its contexts elsewhere (docs/scaling.md
+      // §Placed contexts).
       target.try_submit = [this, group, index](CommandBatch* batch, Applier::Callback done) {
         const std::vector<Services>* copies = group_services_.load(std::memory_order_acquire);
         if (copies == nullptr) return group->applier()->TrySubmitAsync(batch, std::move(done));
-        return TrySubmitPart((*copies)[index], batch, std::move(done));
+        return TrySubmitStreamBatch(services_, (*copies)[index], batch, std::move(done));
+      };
+      target.drop_new_context_stores = [this, group, index](CommandBatch* batch) {
+        const std::vector<Services>* copies = group_services_.load(std::memory_order_acquire);
+        if (copies == nullptr) return group->applier()->DropNewContextStores(batch);
+        return PlaceOrDropNewContextStores(services_, (*copies)[index], batch);
       };
       return target;
     };
@@ -412,10 +425,12 @@ Status Server::Shutdown() {
   // each) end together, then each is joined.
   for (auto& group : groups_) group->RequestStopPolicies();
   if (group_mirror_) group_mirror_->RequestStop();
+  if (accepting_reporter_) accepting_reporter_->RequestStop();
   if (disk_watcher_) disk_watcher_->RequestStop();
   if (registrar_) registrar_->RequestStop();
   for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) (*it)->StopPolicies();
   if (group_mirror_) group_mirror_->Stop();
+  if (accepting_reporter_) accepting_reporter_->Stop();
   if (announcer_) announcer_->Stop();
   if (disk_watcher_) disk_watcher_->Stop();
   if (registrar_) registrar_->Stop();
@@ -423,6 +438,8 @@ Status Server::Shutdown() {
   if (http_) http_->Stop();
   // The ingest thread may be waiting for room in the applier's queue: stop it first.
   if (zmq_) zmq_->Stop();
+  // Parts being routed again are submitted (or answered) before the appliers stop.
+  if (rerouter_) rerouter_->Stop();
   // Parts still held for another group's leader are answered unavailable; calls in flight
   // end within their timeouts.
   if (group_forwarder_) group_forwarder_->Stop();

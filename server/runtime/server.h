@@ -21,6 +21,7 @@
 #include "server/api/http_server.h"
 #include "server/api/routes.h"
 #include "server/rpc/rpc_server.h"
+#include "server/runtime/accepting_reporter.h"
 #include "server/runtime/announcer.h"
 #include "server/runtime/config.h"
 #include "server/runtime/disk_watcher.h"
@@ -161,6 +162,9 @@ class Server {
   // Hands write parts to the leaders of groups this server does not lead (several groups
   // only): after services_, whose group copies its queued parts use.
   std::unique_ptr<HttpGroupForwarder> group_forwarder_;
+  // Routes again the parts answered by callback that their group refused (several groups
+  // only); stopped after the listeners and the ZMQ ingest, before the appliers.
+  std::unique_ptr<RerouteWorker> rerouter_;
   // services_.groups once made, for the ZMQ ingest's thread (which starts before it).
   std::atomic<const std::vector<Services>*> group_services_{nullptr};
   std::unique_ptr<RpcServer> rpc_;
@@ -177,6 +181,8 @@ class Server {
   std::unique_ptr<DiskWatcher> disk_watcher_;
   std::unique_ptr<PublisherRegistrar> registrar_;  // only with publishers in the config
   std::unique_ptr<Announcer> announcer_;
+  // Several groups only: the directory's accepting flags follow the snapshot guards.
+  std::unique_ptr<AcceptingReporter> accepting_reporter_;
 };
 
 }  // namespace kvatlas::server

@@ -4,6 +4,7 @@
 #include <tuple>
 #include <utility>
 
+#include "kvatlas/common/json_codec.h"
 #include "server/service/cluster_service.h"
 
 namespace kvatlas::server {
@@ -55,8 +56,17 @@ Result<GroupsView> ViewGroups(const Services& services) {
     for (const Services& group : *services.groups) view.groups.push_back(ViewGroup(group));
   }
   const std::vector<uint64_t> draining = services.machine->DrainingServers();
+  const std::shared_ptr<const PlacementDirectory> directory = ClusterState(services).directory();
+  view.epoch = directory->epoch();
   for (GroupView& group : view.groups) {
     group.preferred_leader = PreferredLeader(view.groups.front().status, group.id, draining);
+    const GroupDescriptor* listed = directory->FindGroup(group.id);
+    group.directory_accepting = listed == nullptr || listed->accepting;
+  }
+  for (const auto& [context, placement] : directory->contexts()) {
+    for (const GroupId id : placement.Groups()) {
+      if (id >= 1 && id <= view.groups.size()) ++view.groups[id - 1].placed_contexts;
+    }
   }
   return view;
 }
@@ -79,12 +89,37 @@ nlohmann::json GroupsViewJson(const GroupsView& view) {
                       {"snapshot_failures", g.log.snapshot_failures},
                       {"applied_index", g.status.applied_index},
                       {"revision", g.revision},
-                      {"accepting", g.refusing_new_contexts.empty()},
+                      {"accepting", g.refusing_new_contexts.empty() && g.directory_accepting},
+                      {"placed_contexts", g.placed_contexts},
                       {"refusing_new_contexts", g.refusing_new_contexts.empty()
                                                     ? nlohmann::json(nullptr)
                                                     : nlohmann::json(g.refusing_new_contexts)}});
   }
   return {{"epoch", view.epoch}, {"groups", std::move(groups)}};
+}
+
+nlohmann::json DirectoryJson(const Services& services) {
+  const std::shared_ptr<const PlacementDirectory> directory = ClusterState(services).directory();
+  nlohmann::json groups = nlohmann::json::array();
+  for (const auto& [id, group] : directory->groups()) {
+    groups.push_back({{"id", id}, {"accepting", group.accepting}});
+  }
+  nlohmann::json contexts = nlohmann::json::array();
+  for (const auto& [context, placement] : directory->contexts()) {
+    nlohmann::json item = ContextKeyToJson(context);
+    nlohmann::json ranges = nlohmann::json::array();
+    for (const KeyRange& range : placement.ranges) {
+      ranges.push_back({{"start", range.start}, {"group", range.group}});
+    }
+    item["home_group"] = HomeGroup(
+        context, services.groups == nullptr ? 1 : static_cast<uint32_t>(services.groups->size()));
+    item["ranges"] = std::move(ranges);
+    contexts.push_back(std::move(item));
+  }
+  return {{"epoch", directory->epoch()},
+          {"revision", ClusterState(services).applied_revision()},
+          {"groups", std::move(groups)},
+          {"contexts", std::move(contexts)}};
 }
 
 std::string RenderGroupMetrics(const GroupsView& view) {
@@ -112,7 +147,9 @@ std::string RenderGroupMetrics(const GroupsView& view) {
       {"kvatlas_group_applied_index", "The group's raft log index applied on this server.",
        [](const GroupView& g) { return g.status.applied_index; }},
       {"kvatlas_group_accepting", "1 while the group takes new contexts.",
-       [](const GroupView& g) { return uint64_t{g.refusing_new_contexts.empty()}; }},
+       [](const GroupView& g) {
+         return uint64_t{g.refusing_new_contexts.empty() && g.directory_accepting};
+       }},
   };
   for (const Gauge& gauge : kGauges) {
     out += std::string("# HELP ") + gauge.name + " " + gauge.help + "\n# TYPE " + gauge.name +

@@ -1,7 +1,7 @@
 // The raft groups of the cluster as GET /v1/groups shows them (docs/api.md §Groups;
 // docs/scaling.md): per group its id, members, leader, contexts, entries, last snapshot and
-// applied index, with the placement directory's epoch. A cluster runs one group today
-// (group 1, directory epoch 0: no directory), which this server hosts. Safe from any thread.
+// applied index, with the placement directory's epoch; and the directory itself (GET
+// /v1/directory). Safe from any thread.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +31,10 @@ struct GroupView {
   std::string refusing_new_contexts;
   // PreferredLeader of the group from group 1's status on this server (0: unknown).
   uint64_t preferred_leader = 0;
+  // The placement directory's word (docs/scaling.md §Placed contexts): whether it places
+  // new contexts here, and how many contexts it places here (off their home groups).
+  bool directory_accepting = true;
+  uint64_t placed_contexts = 0;
 };
 
 struct GroupsView {
@@ -55,5 +59,10 @@ struct GroupsView {
 // The per-group gauges of GET /metrics (docs/api.md §Metrics), labelled group="ID", and
 // kvatlas_placement_epoch.
 [[nodiscard]] std::string RenderGroupMetrics(const GroupsView& view);
+
+// GET /v1/directory: the placement directory as this server has applied it (group 1's
+// state): its epoch, the groups it lists (accepting or not) and every context it places,
+// with its ranges. On a single-group server, epoch 0 and nothing listed.
+[[nodiscard]] nlohmann::json DirectoryJson(const Services& services);
 
 }  // namespace kvatlas::server

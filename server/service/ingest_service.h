@@ -43,10 +43,15 @@ struct PreparedIngest {
 // only while it is registered there, exempts registered holders from expiry and forgets an
 // unregistered stream's position); the rest of the registry's commands (addresses,
 // audits, loads) to group 1. Each part keeps
-// the batch's stream position (each group skips a replay of what it applied). One part,
-// `services`'s own, on a single-group server.
+// the batch's stream position (each group skips a replay of what it applied), but the
+// commands of a context the directory places (docs/scaling.md §Placed contexts) are a part
+// of their own with the position's PlacedStreamKey; a restart's position reaches every group
+// (an empty part where it has no commands). One part, `services`'s own, on a single-group
+// server. `refused_by`, when set, is the group that refused `batch` (a part of an earlier
+// split, routed again): the commands for every group and a restart go to it alone, since the
+// other groups had theirs.
 [[nodiscard]] std::vector<std::pair<const Services*, CommandBatch>> SplitByGroup(
-    const Services& services, CommandBatch batch);
+    const Services& services, CommandBatch batch, const Services* refused_by = nullptr);
 
 // Submits one part of a batch (SplitByGroup) to its group without waiting: to `group`'s
 // applier, or — when `group` has a forwarder and this server does not lead the group —
@@ -58,8 +63,39 @@ struct PreparedIngest {
 // As TrySubmitPart, but a refusal is reported to `done`, at once on this thread.
 void SubmitPart(const Services& group, CommandBatch part, Applier::Callback done);
 
+// `done` for a part of `services`'s write submitted to `group`, which routes the part again
+// when the group refuses it wrong_group (a placement this server had not applied yet): on
+// services.rerouter, placing its contexts (PlaceContextsOf) and submitting what SplitByGroup
+// makes of it, then calling `done` once with the first failure or the last revision, before
+// `deadline`. `done` itself when there is no rerouter, or neither is placement at work
+// (PlacementActive) nor has the group disowned anything as this server knows: then a
+// refusal is the write's answer. Needs a copy of the part (taken here) and `services` to
+// outlive the rerouter.
+[[nodiscard]] Applier::Callback RoutedAgainOnRefusal(
+    const Services& services, const Services& group, const CommandBatch& part,
+    Applier::Callback done, std::chrono::steady_clock::time_point deadline);
+
+// For an engine stream's batch on a multi-group server (the ZMQ ingest, which must go on
+// past what it cannot write): places the batch's new contexts while placement is at work
+// (PlaceNewContexts, waited for on this thread; a failure leaves them to the next step),
+// then removes the stores into contexts that their group does not hold while its applier
+// refuses new contexts (Applier::DropNewContextStores), and returns how many it removed.
+// `home` is the stream's group.
+[[nodiscard]] size_t PlaceOrDropNewContextStores(const Services& services, const Services& home,
+                                                 CommandBatch* batch);
+// TrySubmitPart for an engine stream's batch on a multi-group server: whole to `home` (a
+// stream is one model: its home group) while placement is not at work, else split
+// (SplitByGroup) and each part submitted, the first with TrySubmitPart's contract (refused:
+// `*batch` is left to retry), the later ones retried here while their group's queue is full
+// (`done` runs once per part).
+[[nodiscard]] Status TrySubmitStreamBatch(const Services& services, const Services& home,
+                                          CommandBatch* batch, Applier::Callback done);
+
 // Submits `batch` without waiting: `done` runs on the applier thread once it is applied,
 // or at once on this thread when it is refused (Applier::SubmitAsync). `done` must be quick.
+// A batch with a new context to place (NeedsPlacement) is placed and submitted on the
+// rerouter's thread; a part refused wrong_group is routed again there
+// (RoutedAgainOnRefusal).
 void SubmitAsync(const Services& services, CommandBatch batch,
                  std::function<void(Result<Revision>)> done);
 

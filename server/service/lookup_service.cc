@@ -11,6 +11,7 @@
 
 #include "common/internal/prefix_match.h"
 #include "server/service/ingest_service.h"
+#include "server/service/placement_service.h"
 #include "server/service/replica_audit_service.h"
 
 namespace kvatlas::server {
@@ -51,23 +52,42 @@ Result<LookupAnswer> LookupPrefix(const Services& services, const LookupRequest&
   return answer;
 }
 
-Status AwaitReadConsistency(const Services& services, const LookupRequest& request) {
+namespace {
+
+// AwaitReadConsistency in one group: `group`'s revisions, its leader.
+Status AwaitInGroup(const Services& group, const LookupRequest& request,
+                    std::chrono::steady_clock::time_point deadline) {
   std::optional<uint64_t> wanted = request.min_revision;
-  const StateMachine& machine = *services.machine;
+  const StateMachine& machine = *group.machine;
   if (request.linearizable) {
     // A linearizable read costs one log entry (libraft 0.15 has no ReadIndex): an empty
     // batch committed through the leader orders the read after every write acknowledged
     // before it. Followers answer not_leader.
-    KVATLAS_ASSIGN_OR_RETURN(Revision barrier, SubmitAndWait(services, CommandBatch{}));
+    KVATLAS_ASSIGN_OR_RETURN(Revision barrier, SubmitAndWait(group, CommandBatch{}));
     wanted = std::max<uint64_t>(wanted.value_or(0), barrier);
   }
   if (!wanted || machine.applied_revision() >= *wanted) return Status::Ok();
-  const auto deadline = std::chrono::steady_clock::now() + services.options.apply_timeout;
   while (machine.applied_revision() < *wanted) {
-    if (std::chrono::steady_clock::now() >= deadline) return RevisionNotApplied(services, *wanted);
+    if (std::chrono::steady_clock::now() >= deadline) return RevisionNotApplied(group, *wanted);
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status AwaitReadConsistency(const Services& services, const LookupRequest& request) {
+  const auto deadline = std::chrono::steady_clock::now() + services.options.apply_timeout;
+  while (true) {
+    const Services& group = ServicesFor(services, request.context);
+    KVATLAS_RETURN_IF_ERROR(AwaitInGroup(group, request, deadline));
+    // The group gave the context away (a placement this server has not applied yet): the
+    // read waits for the directory, then for the group it names.
+    if (!GaveAway(services, group, request.context) ||
+        !AwaitPlacement(services, request.context, deadline)) {
+      return Status::Ok();
+    }
+  }
 }
 
 Status RevisionNotApplied(const Services& services, Revision wanted) {

@@ -28,9 +28,13 @@ namespace kvatlas::server {
                                                 const LookupRequest& request,
                                                 std::vector<BlockKey>* keys);
 
-// Waits until the request's read consistency holds here: min_revision applied, or, for a
-// linearizable read, an empty entry committed through the leader and applied (kNotLeader
-// on followers). kDeadlineExceeded past options.apply_timeout.
+// Waits until the request's read consistency holds here, in the group of its context
+// (ServicesFor): min_revision applied, or, for a linearizable read, an empty entry committed
+// through the group's leader and applied (kNotLeader on followers). When that group turns
+// out to have given the context away (placement_service.h GaveAway: a placement this server
+// has not applied yet), it waits for the directory to place it and starts again in the group
+// it names, so that the read's ServicesFor is that group. kDeadlineExceeded past
+// options.apply_timeout. `services`: the server's (every group's), or one group's.
 [[nodiscard]] Status AwaitReadConsistency(const Services& services, const LookupRequest& request);
 // The kDeadlineExceeded of a read whose revision `wanted` was not applied here in time.
 [[nodiscard]] Status RevisionNotApplied(const Services& services, Revision wanted);

@@ -42,6 +42,17 @@ Status CheckRegistrationNames(const Registration& r, const NameLimits& limits) {
   KVATLAS_RETURN_IF_ERROR(CheckLength("", "lora_name", r.lora_name, limits.name_bytes, key));
   KVATLAS_RETURN_IF_ERROR(CheckLength("", "tenant_id", r.tenant_id, limits.name_bytes, key));
   KVATLAS_RETURN_IF_ERROR(CheckLength("", "instance_id", r.instance_id, limits.name_bytes, key));
+  // The registration key is the stream's: the separator of placed streams' keys
+  // (registration.h PlacedStreamKey) must not occur in it.
+  for (const auto& [field, value] :
+       {std::pair<std::string_view, const std::string&>{"instance_id", r.instance_id},
+        {"tenant_id", r.tenant_id}}) {
+    if (value.find(kPlacedStreamSeparator) != std::string::npos) {
+      return Status::InvalidArgument(std::string(field) +
+                                     ": must not contain the byte 0x1f (it separates a "
+                                     "stream's key from a placed context's)");
+    }
+  }
   return CheckLength("", "additionalsalt", r.additional_salt, limits.salt_bytes, "max_salt_bytes");
 }
 

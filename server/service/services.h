@@ -25,6 +25,7 @@
 #include "server/service/auth.h"
 #include "server/service/group_forwarder.h"
 #include "server/service/metrics.h"
+#include "server/service/reroute_worker.h"
 #include "server/state/applier.h"
 #include "server/state/lease_tracker.h"
 #include "server/state/prediction_recorder.h"
@@ -107,6 +108,10 @@ struct Services {
   // shared by every copy; null = submitted to the group's applier whoever leads (a single
   // group: a follower's writes are answered not_leader and proxied whole, forwarding.h).
   GroupForwarder* group_forwarder = nullptr;
+  // Where write parts answered by callback (the binary protocol's, the ZMQ ingest's) that
+  // their group refused wrong_group are routed again (reroute_worker.h); null = such a
+  // refusal is the write's answer (a single group: never).
+  RerouteWorker* rerouter = nullptr;
   // The data dir (disk space metrics) and the free space under which writes are refused;
   // empty for an in-memory server (tests).
   std::string data_dir;
@@ -133,13 +138,28 @@ struct Services {
   return services.cluster != nullptr ? *services.cluster : *services.machine;
 }
 
-// The parts of the group `context` lives in (its home group, HomeGroup; docs/scaling.md
-// §Groups on every server): `services` itself on a single-group server (and for a group's
-// own copy).
+// The group `context` lives in: where the placement directory (group 1's: StateMachine::
+// directory) places it, else its home group (HomeGroup; docs/scaling.md §Placed contexts).
+// 1 on a single-group server. A split context's first range (splits are not made yet).
+[[nodiscard]] inline GroupId GroupOf(const Services& services, const ContextKey& context) {
+  if (services.groups == nullptr) return 1;
+  const auto groups = static_cast<uint32_t>(services.groups->size());
+  const std::shared_ptr<const PlacementDirectory> directory = ClusterState(services).directory();
+  if (!directory->contexts().empty()) {
+    if (const ContextPlacement* placed = directory->Find(context);
+        placed != nullptr && placed->ranges.front().group <= groups) {
+      return placed->ranges.front().group;
+    }
+  }
+  return HomeGroup(context, groups);
+}
+
+// The parts of the group `context` lives in (GroupOf): `services` itself on a single-group
+// server (and for a group's own copy).
 [[nodiscard]] inline const Services& ServicesFor(const Services& services,
                                                  const ContextKey& context) {
   if (services.groups == nullptr) return services;
-  return (*services.groups)[HomeGroup(context, static_cast<uint32_t>(services.groups->size())) - 1];
+  return (*services.groups)[GroupOf(services, context) - 1];
 }
 
 }  // namespace kvatlas::server

@@ -181,6 +181,9 @@ class StateMachine final : public LogStateMachine {
   std::shared_ptr<const PlacementDirectory> directory() const;
   // Whether this group disowned `context` (DisownContextCommand), and when. Any thread.
   std::optional<DisownedContext> Disowned(const ContextKey& context) const;
+  // Whether this group disowned any context: the writes' path checks it before asking
+  // Disowned. Any thread, lock-free.
+  bool has_disowned() const { return has_disowned_.load(std::memory_order_acquire); }
 
   // Called on the applying thread after every Apply that changed a registration (and not
   // at Recover). It must be quick and must not call back into the StateMachine: the ZMQ
@@ -269,7 +272,8 @@ class StateMachine final : public LogStateMachine {
   // Replaces the directory's element of the digest (`before`: the directory before a change),
   // adds its record to scratch_ and publishes a copy for directory(). mu_ held.
   void DirectoryChanged(const PlacementDirectory& before);
-  // Publishes a copy of registry_.directory for directory(). mu_ held (or no reader yet).
+  // Publishes a copy of registry_.directory for directory(), and has_disowned(). mu_ held (or
+  // no reader yet).
   void PublishDirectory();
   // Erases the position of stream `key` and of every placed stream of it
   // (PlacedStreamKey(key, ...); none for a placed key itself: the context's encoding is
@@ -313,6 +317,8 @@ class StateMachine final : public LogStateMachine {
   // Leased, in memory only, like fleet_load_: predictions end with their TTL.
   PredictedTable predicted_;
   std::atomic<bool> diverged_{false};
+  // !registry_.disowned.empty(), published by the writing side.
+  std::atomic<bool> has_disowned_{false};
   // What directory() returns: a copy of registry_.directory made at every change (and at
   // Recover/Restore), never null. Its own mutex, so that routing never waits for an apply.
   mutable std::mutex directory_mu_;

@@ -13,25 +13,9 @@
 
 namespace kvatlas::server {
 
-namespace {
-
-// The context a command writes or predicts; null for a command naming none (a clear of a
-// whole holder, registry commands, ...).
-const ContextKey* ContextOf(const Command& command) {
-  if (const auto* store = std::get_if<StoreCommand>(&command)) return &store->context;
-  if (const auto* remove = std::get_if<RemoveCommand>(&command)) return &remove->context;
-  if (const auto* clear = std::get_if<ClearCommand>(&command)) {
-    return clear->context ? &*clear->context : nullptr;
-  }
-  if (const auto* predict = std::get_if<PredictCommand>(&command)) return &predict->context;
-  return nullptr;
-}
-
-}  // namespace
-
 bool StateMachine::NamesDisownedContext(const CommandBatch& batch) const {
   for (const Command& command : batch.commands) {
-    const ContextKey* context = ContextOf(command);
+    const ContextKey* context = NamedContext(command);
     if (context != nullptr && registry_.disowned.contains(*context)) return true;
   }
   return false;
@@ -67,6 +51,7 @@ void StateMachine::ApplyDisownContext(const DisownContextCommand& c, Revision re
   const DisownedContext disowned{revision, c.epoch};
   DigestRegistry(DisownedElement(c.context, disowned), +1);
   registry_.disowned.emplace(c.context, disowned);
+  has_disowned_.store(true, std::memory_order_release);
   Mutation m;
   m.kind = MutationKind::kPutDisowned;
   m.context_key = std::make_shared<const ContextKey>(c.context);
@@ -88,6 +73,8 @@ void StateMachine::DirectoryChanged(const PlacementDirectory& before) {
 }
 
 void StateMachine::PublishDirectory() {
+  // With the directory, whether any context is disowned (Recover and Restore load both).
+  has_disowned_.store(!registry_.disowned.empty(), std::memory_order_release);
   auto copy = std::make_shared<const PlacementDirectory>(registry_.directory);
   std::lock_guard lock(directory_mu_);
   published_directory_ = std::move(copy);

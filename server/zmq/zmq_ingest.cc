@@ -649,7 +649,10 @@ class ZmqIngest::Loop {
       // A stream goes on past stores into new contexts that its group does not take now (a
       // refusal would be retried for as long as the group refuses, stalling it); checked
       // on every attempt, since the group may begin refusing between two.
-      if (const size_t dropped = stream.target.applier->DropNewContextStores(&batch); dropped > 0) {
+      if (const size_t dropped = stream.target.drop_new_context_stores
+                                     ? stream.target.drop_new_context_stores(&batch)
+                                     : stream.target.applier->DropNewContextStores(&batch);
+          dropped > 0) {
         view->counters.refused_new_context_stores.fetch_add(dropped, std::memory_order_relaxed);
       }
       Status s = stream.target.try_submit ? stream.target.try_submit(&batch, done)

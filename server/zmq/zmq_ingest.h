@@ -81,6 +81,11 @@ struct ZmqTarget {
   std::function<Status(CommandBatch*, Applier::Callback)> try_submit;
   // Its raft group: the stream is followed while this server leads it (led_groups).
   GroupId group = 1;
+  // Removes from a batch the stores the stream cannot write now (contexts new to a group
+  // that takes none) and returns how many; null = applier->DropNewContextStores. A server
+  // of several groups sets it to place new contexts first (docs/scaling.md §Placed
+  // contexts).
+  std::function<size_t(CommandBatch*)> drop_new_context_stores = nullptr;
 };
 
 struct ZmqIngestOptions {
@@ -157,7 +162,7 @@ class ZmqIngest {
   // The group a context's stream goes to (options_.target_of, else this ingest's own).
   ZmqTarget TargetOf(const ContextKey& context) const {
     return options_.target_of ? options_.target_of(context)
-                              : ZmqTarget{machine_, applier_, nullptr};
+                              : ZmqTarget{machine_, applier_, nullptr, 1, nullptr};
   }
 
   StateMachine* machine_;

@@ -16,7 +16,9 @@ leads its share again once undrained; a server stopped with SIGTERM hands its gr
 before it exits, so the others need no election. An engine's ZMQ stream is followed by the leader of its model's
 home group only, and resumed by that group's next leader. A server added to group 1 is
 added to every group and takes its share of the leaderships. A data directory refuses to
-start with another group count. Loopback only, bounded in time, cleaned up.
+start with another group count. A group whose snapshot reached snapshot_stop_bytes takes no
+new contexts: a new context whose home it is is placed on another group by the directory.
+Loopback only, bounded in time, cleaned up.
 """
 
 import os
@@ -339,12 +341,97 @@ def case_group_count_is_fixed(binary):
         assert groups_of(node) and len(groups_of(node)) == GROUPS
 
 
+def directory_of(node):
+    status, body = node.request("GET", "/v1/directory")
+    assert status == 200, body
+    return body
+
+
+def placed_on(node, model):
+    """The group the directory on `node` places model `model`'s context on, or None."""
+    for context in directory_of(node)["contexts"]:
+        if context["model_name"] == model and context["block_size"] == BS:
+            return context["ranges"][0]["group"]
+    return None
+
+
+def directory_accepting(node, group_id):
+    listed = [g for g in directory_of(node)["groups"] if g["id"] == group_id]
+    return not listed or listed[0]["accepting"]
+
+
+def write_model(node, model, i):
+    event = {"event_type": "stored", "model_name": model, "block_size": BS, "backend_id": "w",
+             "token_ids": prompt(0, i)}
+    status, body = node.request("POST", "/v1/events", {"events": [event]})
+    return status == 200
+
+
+def holds_model(node, model, i):
+    status, body = node.request("POST", "/query", {"model": model, "block_size": BS,
+                                                   "token_ids": prompt(0, i)})
+    return status == 200 and body.get("default", {}).get("w", {}).get("GPU") == 2 * BS
+
+
+def case_placement(binary):
+    """A group whose snapshot reached snapshot_stop_bytes takes no new contexts: the placement
+    directory says so, and a new context whose home it is gets placed on another group,
+    written there and read through every server. The group keeps taking the contexts it
+    holds. The directory survives a restart."""
+    extra = ("--groups", str(GROUPS), "--snapshot-stop-bytes", "1",
+             "--raft-snapshot-threshold", "32")
+    models = [f"p{i}" for i in range(200)]
+    homed_2 = [m for m in models if h.home_group(m, BS, GROUPS) == 2]
+    held, fresh = homed_2[0], homed_2[1]
+    with h.running_cluster(binary, extra=extra) as cluster:
+        leader = cluster.leader()
+        node = next(n for n in cluster.nodes if n.id != leader.id)
+        h.wait_until("every group has a leader",
+                     lambda: all(g["leader_id"] for g in groups_of(node)) and groups_of(node))
+        # One write, one log entry, until group 2 snapshots and the directory records that it
+        # takes no new contexts.
+        i = 0
+        while directory_accepting(node, 2):
+            assert i < 600, "group 2 still takes new contexts after 600 writes"
+            assert write_model(node, held, i), f"write {i} of {held} failed"
+            i += 1
+            if i % 32 == 0:
+                time.sleep(0.2)
+        accepting = [g["id"] for g in groups_of(node) if g["accepting"]]
+        assert 2 not in accepting and accepting, groups_of(node)
+
+        assert write_model(node, fresh, 0), f"the new context {fresh} was not written"
+        target = placed_on(node, fresh)
+        assert target in accepting, (target, directory_of(node))
+        for n in cluster.nodes:
+            h.wait_until(f"server {n.id} places {fresh} on group {target} and holds it",
+                         lambda n=n: placed_on(n, fresh) == target and holds_model(n, fresh, 0))
+        groups = {g["id"]: g for g in groups_of(node)}
+        assert groups[target]["placed_contexts"] == 1, groups
+        h.wait_until("group 2 holds nothing of the placed context", lambda: all(
+            g["contexts"] == 1 for g in groups_of(node) if g["id"] == 2))
+        # Its held context still goes to group 2 (no placement), through every server.
+        for n in cluster.nodes:
+            assert write_model(n, held, 1000 + n.id), f"held write through {n.id} failed"
+            assert write_model(n, fresh, 1000 + n.id), f"placed write through {n.id} failed"
+        assert placed_on(node, held) is None
+        epoch = directory_of(node)["epoch"]
+        assert epoch >= 2, directory_of(node)
+
+        node.kill(signal.SIGTERM)
+        node.start()
+        h.wait_until("the restarted server has the directory and the placed context", lambda: (
+            directory_of(node)["epoch"] >= epoch and placed_on(node, fresh) == target
+            and all(holds_model(node, fresh, 1000 + n.id) for n in cluster.nodes)))
+
+
 CASES = {
     "spread_and_failover": case_spread_and_failover,
     "engine_stream": case_engine_stream_follows_its_group,
     "joining_server": case_joining_server_joins_every_group,
     "group_count_fixed": case_group_count_is_fixed,
     "drain": case_drain,
+    "placement": case_placement,
 }
 
 if __name__ == "__main__":

@@ -92,6 +92,7 @@ std::vector<RouteCase> RestRoutes(uint64_t self_id, const std::string& self_http
       {"GET", "/v1/streams", nullptr, Access::kRead},
       {"GET", "/v1/cluster", nullptr, Access::kRead},
       {"GET", "/v1/groups", nullptr, Access::kRead},
+      {"GET", "/v1/directory", nullptr, Access::kRead},
       {"POST", "/register", registration, Access::kAdmin},
       {"POST", "/unregister", {{"instance_id", "engine-9"}}, Access::kAdmin},
       {"POST",

@@ -244,8 +244,12 @@ TEST_SUITE("Integration.Cli") {
     REQUIRE_MESSAGE(groups.exit_code == 0, groups.output);
     CHECK(groups.output.starts_with(
         "directory epoch 0\nGROUP  LEADER  PREFERRED  MEMBERS  CONTEXTS  ENTRIES  SNAPSHOT  "
-        "APPLIED  ACCEPTING\n1      1       1          1        1         3        "));
-    CHECK(groups.output.ends_with("  true\n"));
+        "APPLIED  ACCEPTING  PLACED\n1      1       1          1        1         3        "));
+    CHECK(groups.output.ends_with("  true       0\n"));
+    const Run directory = RunProgram({kCli, "cluster", "directory", "--http", http});
+    REQUIRE_MESSAGE(directory.exit_code == 0, directory.output);
+    CHECK(directory.output.find("directory epoch 0; every group takes new contexts\nno context "
+                                "is placed off its home group\n") != std::string::npos);
     const Run groups_json = RunProgram({kCli, "cluster", "groups", "--http", http, "--json"});
     REQUIRE(groups_json.exit_code == 0);
     const json group = json::parse(groups_json.output)["groups"][0];

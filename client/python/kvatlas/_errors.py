@@ -7,7 +7,9 @@ class Error(Exception):
     Attributes:
         code: the stable wire name of the error code (docs/api.md §Errors), e.g.
             "unavailable", "invalid_argument", "deadline_exceeded", "not_found",
-            "unauthenticated", "permission_denied", "watch_cut", "compacted".
+            "unauthenticated", "permission_denied", "watch_cut", "compacted",
+            "wrong_group" (a raft group refused a write part of a context the placement
+            directory had just placed elsewhere; resend it, with the writer id if it had one).
         number: the code's stable number (common/.../status_codes.def).
         message: the human-readable reason, naming the field or the endpoint.
     """

@@ -157,6 +157,20 @@ TEST_SUITE("CliOutput") {
           "applied index 8: state digest d2\n");
   }
 
+  TEST_CASE("CliOutput: cluster directory lists the placed contexts and the refusing groups") {
+    const std::string doc = R"({"epoch": 4, "revision": 9,
+        "groups": [{"id": 1, "accepting": true}, {"id": 2, "accepting": false}],
+        "contexts": [{"tenant_id": "default", "model_name": "llama", "lora_name": "",
+                      "block_size": 16, "additional_salt": "", "home_group": 2,
+                      "ranges": [{"start": 0, "group": 3}]}]})";
+    const std::string out = FormatClusterAnswer("directory", doc);
+    CHECK(out.starts_with("directory epoch 4; groups taking no new contexts: 2\nTENANT"));
+    CHECK(out.find("default  llama  -     16          -     2           3\n") != std::string::npos);
+    CHECK(FormatClusterAnswer("directory", R"({"epoch": 0, "groups": [], "contexts": []})") ==
+          "directory epoch 0; every group takes new contexts\nno context is placed off its home "
+          "group\n");
+  }
+
   TEST_CASE("CliOutput: cluster drain and undrain, and the draining members in status") {
     CHECK(FormatClusterAnswer("drain", R"({"status": "ok", "id": 2, "draining": true})")
               .starts_with("server 2 drains: its groups go to other servers"));

@@ -34,8 +34,9 @@ typedef enum kvatlas_code {
   KVATLAS_IO_ERROR = 10,
   KVATLAS_INTERNAL = 11,
   KVATLAS_PAYLOAD_TOO_LARGE = 12,
-  KVATLAS_UNAUTHENTICATED = 18,  /* no token, or one the server refuses (or removed) */
-  KVATLAS_PERMISSION_DENIED = 19 /* the token's role does not allow the call */
+  KVATLAS_UNAUTHENTICATED = 18,   /* no token, or one the server refuses (or removed) */
+  KVATLAS_PERMISSION_DENIED = 19, /* the token's role does not allow the call */
+  KVATLAS_WRONG_GROUP = 20 /* a group refused a write of a context just placed elsewhere: resend */
 } kvatlas_code;
 
 typedef struct kvatlas_client kvatlas_client; /* opaque */

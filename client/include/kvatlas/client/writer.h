@@ -1,9 +1,10 @@
 // kvatlas::Writer: exactly-once ingestion through a Client (docs/api.md §Idempotent
 // writes). A Writer names itself (writer_id), numbers its batches 1, 2, 3... and keeps one
 // batch in flight; when a batch's outcome is unknown (connection lost, deadline, server
-// busy, leader changing) it resends the same batch with the same sequence until the server
-// acknowledges it. The server applies each (writer_id, sequence) at most once, so a batch
-// is applied exactly once however often it was sent.
+// busy, leader changing, a context just placed on another group) it resends the same
+// batch with the same sequence until the server acknowledges it. The server applies each
+// (writer_id, sequence) at most once, so a batch is applied exactly once however often it
+// was sent.
 //
 // A batch that could not be acknowledged within `retry_for` stays pending: the next
 // Write() first resends it (its outcome must be settled before a higher sequence may be

@@ -104,6 +104,16 @@ TEST_SUITE("NameLimits") {
     registered = RegisterPublisher(s.services, r);
     REQUIRE_FALSE(registered.has_value());
     CheckRefused(registered.error(), "additionalsalt: 17 bytes");
+    for (const bool tenant : {false, true}) {
+      r = testing::PublisherRegistration(tenant ? "e1"
+                                                : "e\x1f"
+                                                  "1");
+      if (tenant) r.tenant_id = "t\x1f";
+      registered = RegisterPublisher(s.services, r);
+      REQUIRE_FALSE(registered.has_value());
+      CheckRefused(registered.error(), tenant ? "tenant_id: must not contain the byte 0x1f"
+                                              : "instance_id: must not contain the byte 0x1f");
+    }
     CHECK(RegisterPublisher(s.services, testing::PublisherRegistration("e1")).has_value());
 
     LookupRequest lookup;

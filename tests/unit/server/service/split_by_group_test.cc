@@ -12,10 +12,13 @@ namespace {
 
 constexpr size_t kGroups = 3;
 
-// Services with kGroups group copies; SplitByGroup reads nothing else.
+// Services with kGroups group copies and group 1's state (an empty placement directory);
+// SplitByGroup reads nothing else.
 Services ThreeGroups() {
+  static StateMachine cluster(StateMachineOptions{}, nullptr);
   auto groups = std::make_shared<std::vector<Services>>(kGroups);
   Services services;
+  services.machine = &cluster;
   services.groups = groups;
   return services;
 }

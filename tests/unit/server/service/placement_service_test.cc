@@ -1,0 +1,256 @@
+// Placed contexts (placement_service.h, docs/scaling.md §Placed contexts) on in-memory
+// groups: a new context whose home group takes no new contexts is placed elsewhere by two
+// commits, a group refuses what it disowned, and a refused write is routed again.
+#include "server/service/placement_service.h"
+
+#include <doctest/doctest.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "server/service/ingest_service.h"
+#include "server/service/metrics.h"
+#include "server/state/applier.h"
+#include "server/state/state_machine.h"
+
+namespace kvatlas::server {
+namespace {
+
+constexpr uint32_t kGroups = 3;
+
+// kGroups in-memory groups (a state machine and an applier each, no raft), composed as a
+// server of several groups composes them (server.cc): group copies with their group id and
+// group 1's state as the cluster's.
+struct Groups {
+  Groups() {
+    auto copies = std::make_shared<std::vector<Services>>();
+    for (uint32_t g = 0; g < kGroups; ++g) {
+      machines[g] = std::make_unique<StateMachine>(StateMachineOptions{}, nullptr);
+      REQUIRE(machines[g]->Recover().ok());
+      appliers[g] = std::make_unique<Applier>(machines[g].get());
+    }
+    for (uint32_t g = 0; g < kGroups; ++g) {
+      Services part;
+      part.machine = machines[g].get();
+      part.applier = appliers[g].get();
+      part.metrics = &metrics;
+      part.group = g + 1;
+      part.cluster = machines[0].get();
+      copies->push_back(part);
+    }
+    services.machine = machines[0].get();
+    services.applier = appliers[0].get();
+    services.metrics = &metrics;
+    services.groups = copies;
+  }
+  ~Groups() {
+    for (auto& applier : appliers) applier->Stop();
+  }
+
+  const Services& group(GroupId id) const { return (*services.groups)[id - 1]; }
+  const PlacementDirectory& directory() const {
+    held_directory = machines[0]->directory();
+    return *held_directory;
+  }
+  // Applies `command` in group `id`.
+  void Commit(GroupId id, Command command) {
+    CommandBatch batch;
+    batch.commands.push_back(std::move(command));
+    REQUIRE(appliers[id - 1]->Submit(std::move(batch)).get().has_value());
+  }
+  uint64_t Entries(GroupId id) const {
+    return machines[id - 1]->Read(
+        [](const Index& index, Revision) { return index.Stats().entries; });
+  }
+  bool Holds(GroupId id, const ContextKey& context) const {
+    return machines[id - 1]->Read(
+        [&](const Index& index, Revision) { return index.HasContext(context); });
+  }
+
+  std::array<std::unique_ptr<StateMachine>, kGroups> machines;
+  std::array<std::unique_ptr<Applier>, kGroups> appliers;
+  Metrics metrics;
+  Services services;
+  mutable std::shared_ptr<const PlacementDirectory> held_directory;
+};
+
+// A context of model `prefix` + N whose home group is `home`.
+ContextKey ContextHomedIn(GroupId home, const std::string& prefix) {
+  for (int i = 0;; ++i) {
+    ContextKey context{"default", prefix + std::to_string(i), "", 16, ""};
+    if (HomeGroup(context, kGroups) == home) return context;
+  }
+}
+
+StoreCommand Store(const ContextKey& context, uint64_t key, const std::string& holder = "e1") {
+  StoreCommand store;
+  store.context = context;
+  store.holder = HolderKey{holder, 0};
+  store.hashes = {key};
+  return store;
+}
+
+CommandBatch BatchOf(std::vector<Command> commands) {
+  CommandBatch batch;
+  batch.commands = std::move(commands);
+  return batch;
+}
+
+// The refcount of `holder`'s copy of block `key` in `group`, 0 when it holds none.
+uint32_t Refcount(const Groups& g, GroupId group, BlockKey key) {
+  return g.machines[group - 1]->Read([&](const Index& index, Revision) {
+    uint32_t refcount = 0;
+    for (const BlockCopy& copy : index.Locate(key)) refcount += copy.refcount;
+    return refcount;
+  });
+}
+
+}  // namespace
+
+TEST_SUITE("placement_service") {
+  TEST_CASE(
+      "a new context whose home group takes no new contexts is placed on the accepting "
+      "group with the fewest entries") {
+    Groups g;
+    const ContextKey fresh = ContextHomedIn(2, "fresh");
+    const ContextKey other = ContextHomedIn(1, "other");
+    // Group 1 holds an entry, so group 3 (none) has the fewest.
+    REQUIRE(SubmitAndWait(g.services, BatchOf({Store(other, 1)})).has_value());
+    g.Commit(1, SetGroupAcceptingCommand{2, false});
+    const Epoch before = g.directory().epoch();
+    CHECK(PlacementActive(g.services));
+
+    REQUIRE(SubmitAndWait(g.services, BatchOf({Store(fresh, 7)})).has_value());
+    const ContextPlacement* placed = g.directory().Find(fresh);
+    REQUIRE(placed != nullptr);
+    CHECK(placed->ranges.front().group == 3);
+    CHECK(g.directory().epoch() > before);
+    CHECK(GroupOf(g.services, fresh) == 3);
+    CHECK(g.Holds(3, fresh));
+    CHECK_FALSE(g.Holds(2, fresh));
+    REQUIRE(g.machines[1]->Disowned(fresh).has_value());
+    CHECK(g.machines[1]->has_disowned());
+    CHECK_FALSE(g.machines[2]->has_disowned());
+
+    // Written again: to group 3, no new placement.
+    const Epoch placed_at = g.directory().epoch();
+    REQUIRE(SubmitAndWait(g.services, BatchOf({Store(fresh, 8)})).has_value());
+    CHECK(g.directory().epoch() == placed_at);
+    CHECK(g.Entries(3) == 2);
+  }
+
+  TEST_CASE("a part sent to the group that disowned its context is refused whole, wrong_group") {
+    Groups g;
+    const ContextKey fresh = ContextHomedIn(2, "fresh");
+    const ContextKey kept = ContextHomedIn(2, "kept");
+    REQUIRE(SubmitAndWait(g.services, BatchOf({Store(kept, 1)})).has_value());
+    g.Commit(1, SetGroupAcceptingCommand{2, false});
+    REQUIRE(SubmitAndWait(g.services, BatchOf({Store(fresh, 7)})).has_value());
+
+    // As a server routing with the directory before the placement would send it: to the
+    // home group, with a held context's store and a stream position.
+    CommandBatch stale = BatchOf({Store(kept, 2), Store(fresh, 8)});
+    stale.position = StreamPosition{"writer:w", 5, false};
+    std::promise<Result<Revision>> answered;
+    SubmitPart(g.group(2), std::move(stale),
+               [&answered](Result<Revision> r) { answered.set_value(std::move(r)); });
+    const Result<Revision> refused = answered.get_future().get();
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.status().code() == StatusCode::kWrongGroup);
+    CHECK(refused.status().message().find(fresh.ToString()) != std::string::npos);
+    // Nothing of it applied: not the held context's store, not the position.
+    CHECK(g.Entries(2) == 1);
+    CHECK_FALSE(g.Holds(2, fresh));
+    const bool position = g.machines[1]->ReadRegistry(
+        [](const Registry& r, Revision) { return r.positions.contains("writer:w"); });
+    CHECK_FALSE(position);
+  }
+
+  TEST_CASE("a write refused by a disown whose placement never finished is placed and applied") {
+    Groups g;
+    const ContextKey fresh = ContextHomedIn(2, "fresh");
+    // The home group disowned it (a placement that stopped after its first commit); the
+    // directory places it nowhere, and every group still accepts.
+    g.Commit(2, DisownContextCommand{fresh, 1});
+    REQUIRE(g.directory().Find(fresh) == nullptr);
+    CHECK_FALSE(PlacementActive(g.services));
+
+    CommandBatch batch = BatchOf({Store(fresh, 7)});
+    batch.position = StreamPosition{"writer:w", 1, false};
+    const Result<Revision> applied = SubmitAndWait(g.services, std::move(batch));
+    REQUIRE(applied.has_value());
+    const ContextPlacement* placed = g.directory().Find(fresh);
+    REQUIRE(placed != nullptr);
+    CHECK(placed->ranges.front().group != 2);
+    CHECK(g.Holds(placed->ranges.front().group, fresh));
+    CHECK(Refcount(g, placed->ranges.front().group, 7) == 1);
+  }
+
+  TEST_CASE("a held context stays in its home group though it takes no new contexts") {
+    Groups g;
+    const ContextKey held = ContextHomedIn(2, "held");
+    REQUIRE(SubmitAndWait(g.services, BatchOf({Store(held, 1)})).has_value());
+    g.Commit(1, SetGroupAcceptingCommand{2, false});
+    REQUIRE(SubmitAndWait(g.services, BatchOf({Store(held, 2)})).has_value());
+    CHECK(g.directory().Find(held) == nullptr);
+    CHECK_FALSE(g.machines[1]->Disowned(held).has_value());
+    CHECK(g.Entries(2) == 2);
+  }
+
+  TEST_CASE("with no other group taking new contexts a new context is refused, not disowned") {
+    Groups g;
+    const ContextKey fresh = ContextHomedIn(2, "fresh");
+    for (GroupId id = 1; id <= kGroups; ++id) g.Commit(1, SetGroupAcceptingCommand{id, false});
+    const Result<Revision> refused = SubmitAndWait(g.services, BatchOf({Store(fresh, 7)}));
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.status().code() == StatusCode::kResourceExhausted);
+    CHECK_FALSE(g.machines[1]->Disowned(fresh).has_value());
+    CHECK(g.directory().Find(fresh) == nullptr);
+  }
+
+  TEST_CASE("a writer's batch over a placed context and its group's own is applied once") {
+    Groups g;
+    const ContextKey fresh = ContextHomedIn(2, "fresh");
+    const ContextKey native = ContextHomedIn(3, "native");
+    g.Commit(1, SetGroupAcceptingCommand{2, false});
+    g.Commit(1, SetGroupAcceptingCommand{1, false});
+    REQUIRE(SubmitAndWait(g.services, BatchOf({Store(fresh, 7)})).has_value());
+    REQUIRE(GroupOf(g.services, fresh) == 3);
+
+    CommandBatch batch = BatchOf({Store(native, 100), Store(fresh, 101)});
+    batch.position = StreamPosition{"writer:w", 9, false};
+    // Group 3 gets two parts: its own context's under the writer's stream, the placed one's
+    // under PlacedStreamKey.
+    const auto parts = SplitByGroup(g.services, batch);
+    REQUIRE(parts.size() == 2);
+    for (const auto& [group, part] : parts) {
+      CHECK(group == &g.group(3));
+      REQUIRE(part.position.has_value());
+      const bool placed_part = std::get<StoreCommand>(part.commands.front()).context == fresh;
+      CHECK(part.position->stream ==
+            (placed_part ? PlacedStreamKey("writer:w", fresh) : std::string("writer:w")));
+      CHECK(part.position->sequence == 9);
+    }
+    REQUIRE(SubmitAndWait(g.services, batch).has_value());
+    REQUIRE(SubmitAndWait(g.services, batch).has_value());  // resent: skipped in both parts
+    CHECK(Refcount(g, 3, 100) == 1);
+    CHECK(Refcount(g, 3, 101) == 1);
+  }
+
+  TEST_CASE("a publisher's restart reaches every group") {
+    Groups g;
+    CommandBatch batch = BatchOf({Store(ContextHomedIn(2, "m"), 1)});
+    batch.position = StreamPosition{"writer:w", 0, true};
+    const auto parts = SplitByGroup(g.services, std::move(batch));
+    CHECK(parts.size() == kGroups);
+    for (const auto& [group, part] : parts) {
+      REQUIRE(part.position.has_value());
+      CHECK(part.position->restart);
+    }
+  }
+}
+
+}  // namespace kvatlas::server
