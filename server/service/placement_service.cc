@@ -106,7 +106,7 @@ Status EnsurePlaced(const Services& services, const ContextKey& context, Deadlin
   if (directory->Find(context) != nullptr) return Status::Ok();
   const GroupId home = HomeGroup(context, static_cast<uint32_t>(groups.size()));
   const Services& home_group = groups[home - 1];
-  if (!home_group.machine->Disowned(context)) {
+  if (!home_group.machine->has_disowned() || !home_group.machine->Disowned(context)) {
     if (GroupAccepting(*directory, home)) return Status::Ok();
     const bool held = home_group.machine->Read(
         [&](const Index& index, Revision) { return index.HasContext(context); });

@@ -19,7 +19,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <span>
@@ -320,10 +319,10 @@ class StateMachine final : public LogStateMachine {
   // !registry_.disowned.empty(), published by the writing side.
   std::atomic<bool> has_disowned_{false};
   // What directory() returns: a copy of registry_.directory made at every change (and at
-  // Recover/Restore), never null. Its own mutex, so that routing never waits for an apply.
-  mutable std::mutex directory_mu_;
-  std::shared_ptr<const PlacementDirectory> published_directory_ =
-      std::make_shared<const PlacementDirectory>();
+  // Recover/Restore), never null. Atomic, so that routing never waits for an apply or for
+  // another reader.
+  std::atomic<std::shared_ptr<const PlacementDirectory>> published_directory_{
+      std::make_shared<const PlacementDirectory>()};
 };
 
 }  // namespace kvatlas::server

@@ -3,7 +3,7 @@
 // contexts a group disowned (DisownContextCommand) and the batches it refuses for them, and
 // the positions of placed streams (PlacedStreamKey).
 #include <memory>
-#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -76,13 +76,11 @@ void StateMachine::PublishDirectory() {
   // With the directory, whether any context is disowned (Recover and Restore load both).
   has_disowned_.store(!registry_.disowned.empty(), std::memory_order_release);
   auto copy = std::make_shared<const PlacementDirectory>(registry_.directory);
-  std::lock_guard lock(directory_mu_);
-  published_directory_ = std::move(copy);
+  published_directory_.store(std::move(copy), std::memory_order_release);
 }
 
 std::shared_ptr<const PlacementDirectory> StateMachine::directory() const {
-  std::lock_guard lock(directory_mu_);
-  return published_directory_;
+  return published_directory_.load(std::memory_order_acquire);
 }
 
 std::optional<DisownedContext> StateMachine::Disowned(const ContextKey& context) const {
