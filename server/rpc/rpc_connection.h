@@ -164,9 +164,10 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   // strand, or with kDeadlineExceeded after apply_timeout.
   struct PendingWait;
   void SubmitPending(PendingRequest pending);
-  // Answers the read of `wait` once its revision is applied here, polling on the strand.
   // A linearizable read's barrier in its group, then AwaitRevision.
   void SubmitBarrier(std::shared_ptr<PendingWait> wait);
+  // Answers the read of `wait` once its revision is applied here in its context's group,
+  // polling on the strand.
   void AwaitRevision(std::shared_ptr<PendingWait> wait);
   void FinishRead(PendingWait& wait, const Status& failed);
   // Appends frames of the streams that are ready, within the streams' output budget.
