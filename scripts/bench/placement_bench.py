@@ -6,10 +6,10 @@ then writes and lookups of placed contexts against contexts in their home groups
 
 usage: placement_bench.py KVATLAS_SERVER_BINARY [--contexts N] [--lookups N]
 
-Three servers on loopback, `--groups 3`, every snapshot past `snapshot_stop_bytes` (1 byte)
-and a snapshot every 32 log entries: group 2 is written until it snapshots and the
-directory records that it takes no new contexts (groups 1 and 3, barely written, still take
-them). Then, from one client on one kept-alive connection to one server, one request at a
+Three servers on loopback, `--groups 3`, `snapshot_stop_bytes` 64 KiB and a snapshot every
+32 log entries: group 2 is written (64 blocks a write) until its snapshot passes the bound
+and the directory records that it takes no new contexts (groups 1 and 3, with a few hundred
+entries, stay under it). Then, from one client on one kept-alive connection to one server, one request at a
 time: N (default 200) first writes of new contexts homed in group 2 (`new, placed`)
 interleaved with N first writes of new contexts homed in group 1 or 3 (`new, home`); a
 second write into each (`placed`, `home`); and L (default 2,000) lookups of them,
@@ -32,7 +32,7 @@ import cluster_fault_test as h  # noqa: E402 - the test harness: Node, Cluster, 
 BS = 16
 GROUPS = 3
 FLAGS = ["--log-level", "warning", "--audit-interval-ms", "0", "--groups", str(GROUPS),
-         "--snapshot-stop-bytes", "1", "--raft-snapshot-threshold", "32"]
+         "--snapshot-stop-bytes", "65536", "--raft-snapshot-threshold", "32"]
 
 
 def tokens(i):
@@ -57,10 +57,16 @@ class Conn:
             raise AssertionError(f"{path}: {resp.status} {answer!r}")
         return elapsed, json.loads(answer)
 
-    def write(self, model, i):
+    def write(self, model, i, blocks=1):
         event = {"event_type": "stored", "model_name": model, "block_size": BS,
-                 "backend_id": "w", "token_ids": tokens(i)}
+                 "backend_id": "w",
+                 "token_ids": [t + 1_000_000 * b for b in range(blocks) for t in tokens(i)]}
         return self.timed("/v1/events", {"events": [event]})[0]
+
+    def lookup_found(self, model, i):
+        answer = self.timed("/query", {"model": model, "block_size": BS,
+                                       "token_ids": tokens(i)})[1]
+        return answer.get("default", {}).get("w", {}).get("GPU") == BS
 
     def lookup(self, model, i):
         elapsed, answer = self.timed("/query", {"model": model, "block_size": BS,
@@ -105,11 +111,11 @@ def main():
         filler = homed[2][0]
         i = 0
         while group_2_accepting(node):
-            conn.write(filler, i)
+            conn.write(filler, i, blocks=64)
             i += 1
             if i % 32 == 0:
                 time.sleep(0.2)
-            assert i < 2000, "group 2 still takes new contexts"
+            assert i < 4000, "group 2 still takes new contexts"
         print(f"group 2 takes no new contexts after {i} writes; directory epoch "
               f"{directory(node)['epoch']}")
         kinds = {"new, placed": [], "new, home": [], "placed": [], "home": [],
@@ -120,6 +126,9 @@ def main():
         for a, b in zip(placed, home):
             kinds["placed"].append(conn.write(a, 1))
             kinds["home"].append(conn.write(b, 1))
+        # A follower learns a group's last commits with the leader's next message.
+        h.wait_until("this server holds every write", lambda: all(
+            conn.lookup_found(m, 1) for m in placed + home))
         on = {c["model_name"]: c["ranges"][0]["group"] for c in directory(node)["contexts"]}
         assert all(on.get(m) in (1, 3) for m in placed), on
         for k in range(args.lookups):

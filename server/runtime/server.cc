@@ -364,6 +364,16 @@ void Server::ReloadTokens(const Config& fresh) {
 Status Server::StartZmqIngest() {
   ZmqIngestOptions options = ZmqIngestOptionsFrom(config_);
   if (groups_.size() > 1) {
+    // A context the directory placed on a group is written there even once that group
+    // stops taking new contexts (it was placed while the group took them).
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      groups_[i]->applier()->SetPlacedHere(
+          [cluster = group_->machine(), id = static_cast<GroupId>(i + 1)](const ContextKey& c) {
+            const std::shared_ptr<const PlacementDirectory> directory = cluster->directory();
+            const ContextPlacement* placed = directory->Find(c);
+            return placed != nullptr && placed->ranges.front().group == id;
+          });
+    }
     options.target_of = [this](const ContextKey& context) {
       const size_t index = HomeGroup(context, static_cast<uint32_t>(groups_.size())) - 1;
       Group* group = groups_[index].get();

@@ -97,7 +97,8 @@ std::string Applier::new_contexts_refused() const {
 std::optional<ContextKey> Applier::FirstNewContext(const CommandBatch& batch) const {
   return machine_->Read([&](const Index& index, Revision) -> std::optional<ContextKey> {
     for (const Command& command : batch.commands) {
-      if (const ContextKey* fresh = NewContextOf(index, command)) return *fresh;
+      const ContextKey* fresh = NewContextOf(index, command);
+      if (fresh != nullptr && !(placed_here_ && placed_here_(*fresh))) return *fresh;
     }
     return std::nullopt;
   });
@@ -107,7 +108,8 @@ size_t Applier::DropNewContextStores(CommandBatch* batch) {
   if (!refusing_new_contexts_.load(std::memory_order_acquire)) return 0;
   return machine_->Read([&](const Index& index, Revision) {
     return std::erase_if(batch->commands, [&](const Command& command) {
-      return NewContextOf(index, command) != nullptr;
+      const ContextKey* fresh = NewContextOf(index, command);
+      return fresh != nullptr && !(placed_here_ && placed_here_(*fresh));
     });
   });
 }

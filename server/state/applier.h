@@ -80,6 +80,13 @@ class Applier {
   void SetNewContextsRefused(std::string reason);
   // The reason new contexts are refused, or empty while they are taken.
   std::string new_contexts_refused() const;
+  // Contexts for which `placed_here` is true are never refused as new: the placement
+  // directory placed them on this group (docs/scaling.md §Placed contexts), which it did
+  // while the group took new contexts, so they are written here even once it stops. Set
+  // before the first Submit (a server of several groups); null = none.
+  void SetPlacedHere(std::function<bool(const ContextKey&)> placed_here) {
+    placed_here_ = std::move(placed_here);
+  }
   // While new contexts are refused, removes from `batch` the stores into contexts this
   // state has never held and returns how many it removed (0 otherwise): for a producer that
   // must go on with the rest of its stream (the ZMQ ingest), where a refusal would stall it.
@@ -114,6 +121,7 @@ class Applier {
   std::string new_contexts_refused_;  // guarded by mu_; empty = new contexts taken
   // Whether new_contexts_refused_ is set: the writes' path checks it without the lock.
   std::atomic<bool> refusing_new_contexts_{false};
+  std::function<bool(const ContextKey&)> placed_here_;  // set before the first Submit
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;

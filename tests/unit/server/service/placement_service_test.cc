@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <variant>
@@ -18,6 +19,8 @@
 
 namespace kvatlas::server {
 namespace {
+
+using namespace std::chrono_literals;
 
 constexpr uint32_t kGroups = 3;
 
@@ -40,6 +43,12 @@ struct Groups {
       part.group = g + 1;
       part.cluster = machines[0].get();
       copies->push_back(part);
+    }
+    for (uint32_t g = 0; g < kGroups; ++g) {
+      appliers[g]->SetPlacedHere([this, id = g + 1](const ContextKey& c) {
+        const ContextPlacement* placed = machines[0]->directory()->Find(c);
+        return placed != nullptr && placed->ranges.front().group == id;
+      });
     }
     services.machine = machines[0].get();
     services.applier = appliers[0].get();
@@ -140,6 +149,27 @@ TEST_SUITE("placement_service") {
     REQUIRE(SubmitAndWait(g.services, BatchOf({Store(fresh, 8)})).has_value());
     CHECK(g.directory().epoch() == placed_at);
     CHECK(g.Entries(3) == 2);
+  }
+
+  TEST_CASE(
+      "a placed context is written in its group though that group stopped taking new "
+      "contexts since") {
+    Groups g;
+    const ContextKey fresh = ContextHomedIn(2, "fresh");
+    g.Commit(1, SetGroupAcceptingCommand{2, false});
+    g.Commit(1, SetGroupAcceptingCommand{1, false});
+    // Placed (its first write not made yet), then group 3's guard refuses new contexts
+    // before its leader records that in the directory: the placed context goes on.
+    REQUIRE(EnsurePlaced(g.services, fresh, std::chrono::steady_clock::now() + 10s).ok());
+    REQUIRE(GroupOf(g.services, fresh) == 3);
+    CHECK(g.Entries(3) == 0);
+    g.appliers[2]->SetNewContextsRefused("its snapshot is large");
+    REQUIRE(SubmitAndWait(g.services, BatchOf({Store(fresh, 8)})).has_value());
+    CHECK(g.Entries(3) == 1);
+    const ContextKey other = ContextHomedIn(3, "other");
+    const Result<Revision> refused = SubmitAndWait(g.services, BatchOf({Store(other, 9)}));
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.status().code() == StatusCode::kResourceExhausted);
   }
 
   TEST_CASE("a part sent to the group that disowned its context is refused whole, wrong_group") {
