@@ -186,7 +186,8 @@ Status HttpServer::Start() {
     return Status::Unavailable("cannot listen on " + where + ": " + ec.message());
   }
   port_ = acceptor_->local_endpoint().port();
-  pool_ = std::make_unique<HttpWorkerPool>(options_.threads, options_.max_queued_requests);
+  pool_ =
+      std::make_unique<WorkerPool>(options_.threads, options_.max_queued_requests, "http-worker");
   work_.emplace(io_.get_executor());
   asio::co_spawn(io_, AsyncAccept(), [](std::exception_ptr e) {
     if (!e) return;

@@ -39,9 +39,9 @@
 
 #include "common/internal/connection_limiter.h"
 #include "common/internal/tls.h"
+#include "common/internal/worker_pool.h"
 #include "kvatlas/common/status.h"
 #include "server/api/http_connection.h"
-#include "server/api/http_worker_pool.h"
 #include "server/api/router.h"
 #include "server/service/metrics.h"
 
@@ -105,7 +105,7 @@ class HttpServer {
   Router router_;
   Metrics* metrics_;
   HttpConnectionContext context_;
-  std::unique_ptr<HttpWorkerPool> pool_;
+  std::unique_ptr<WorkerPool> pool_;
   std::thread thread_;
   uint16_t port_ = 0;
 

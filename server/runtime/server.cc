@@ -157,7 +157,7 @@ Status Server::Init() {
   if (groups_.size() > 1) {
     group_forwarder_ = std::make_unique<HttpGroupForwarder>();
     services_.group_forwarder = group_forwarder_.get();
-    rerouter_ = std::make_unique<RerouteWorker>();
+    rerouter_ = std::make_unique<WorkerPool>(1, kMaxRerouteQueued, "reroute");
     services_.rerouter = rerouter_.get();
     auto groups = std::make_shared<std::vector<Services>>();
     for (const auto& group : groups_) {

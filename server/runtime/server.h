@@ -164,7 +164,7 @@ class Server {
   std::unique_ptr<HttpGroupForwarder> group_forwarder_;
   // Routes again the parts answered by callback that their group refused (several groups
   // only); stopped after the listeners and the ZMQ ingest, before the appliers.
-  std::unique_ptr<RerouteWorker> rerouter_;
+  std::unique_ptr<WorkerPool> rerouter_;
   // services_.groups once made, for the ZMQ ingest's thread (which starts before it).
   std::atomic<const std::vector<Services>*> group_services_{nullptr};
   std::unique_ptr<RpcServer> rpc_;

@@ -305,7 +305,7 @@ void SubmitAsync(const Services& services, CommandBatch batch,
   if (services.rerouter == nullptr) return place(std::move(batch), std::move(done));
   auto held = std::make_shared<std::pair<CommandBatch, std::function<void(Result<Revision>)>>>(
       std::move(batch), std::move(done));
-  if (!services.rerouter->Post(
+  if (!services.rerouter->Submit(
           [place, held] { place(std::move(held->first), std::move(held->second)); })) {
     held->second(Status::Unavailable(
         "a write into a context to be placed on another group, and this server's queue of "
@@ -328,7 +328,7 @@ Applier::Callback RoutedAgainOnRefusal(const Services& services, const Services&
     if (applied.has_value() || applied.status().code() != StatusCode::kWrongGroup) {
       return (*answer)(std::move(applied));
     }
-    const bool posted = services.rerouter->Post([&services, &group, kept, answer, deadline] {
+    const bool posted = services.rerouter->Submit([&services, &group, kept, answer, deadline] {
       CommandBatch refused = std::move(*kept);
       if (refused.position) {
         refused.position->stream = std::string(BaseStreamKey(refused.position->stream));

@@ -161,11 +161,7 @@ bool NeedsPlacement(const Services& services, const CommandBatch& batch) {
 }
 
 Status PlaceNewContexts(const Services& services, const CommandBatch& batch, Deadline deadline) {
-  if (!PlacementActive(services)) return Status::Ok();
-  for (const ContextKey& context : ContextsOf(batch)) {
-    KVATLAS_RETURN_IF_ERROR(EnsurePlaced(services, context, deadline));
-  }
-  return Status::Ok();
+  return PlacementActive(services) ? PlaceContextsOf(services, batch, deadline) : Status::Ok();
 }
 
 Status PlaceContextsOf(const Services& services, const CommandBatch& batch, Deadline deadline) {

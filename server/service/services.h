@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/internal/worker_pool.h"
 #include "kvatlas/common/limits.h"
 #include "kvatlas/common/placement.h"
 #include "server/feed/change_feed.h"
@@ -25,7 +26,6 @@
 #include "server/service/auth.h"
 #include "server/service/group_forwarder.h"
 #include "server/service/metrics.h"
-#include "server/service/reroute_worker.h"
 #include "server/state/applier.h"
 #include "server/state/lease_tracker.h"
 #include "server/state/prediction_recorder.h"
@@ -75,6 +75,10 @@ struct PeerHttpOptions {
 };
 
 // Pointers are not owned and must outlive every adapter that uses them.
+// Write parts waiting to be routed again (Services::rerouter): past it such a write fails
+// unavailable (docs/limits.md).
+inline constexpr size_t kMaxRerouteQueued = 1'024;
+
 struct Services {
   StateMachine* machine = nullptr;
   Applier* applier = nullptr;
@@ -109,9 +113,10 @@ struct Services {
   // group: a follower's writes are answered not_leader and proxied whole, forwarding.h).
   GroupForwarder* group_forwarder = nullptr;
   // Where write parts answered by callback (the binary protocol's, the ZMQ ingest's) that
-  // their group refused wrong_group are routed again (reroute_worker.h); null = such a
+  // their group refused wrong_group are routed again (one `reroute` thread, at most
+  // kMaxRerouteQueued waiting; docs/scaling.md §Placed contexts); null = such a
   // refusal is the write's answer (a single group: never).
-  RerouteWorker* rerouter = nullptr;
+  WorkerPool* rerouter = nullptr;
   // The data dir (disk space metrics) and the free space under which writes are refused;
   // empty for an in-memory server (tests).
   std::string data_dir;

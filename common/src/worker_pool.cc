@@ -1,21 +1,21 @@
-#include "server/api/http_worker_pool.h"
+#include "common/internal/worker_pool.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "common/internal/thread_name.h"
 
-namespace kvatlas::server {
+namespace kvatlas {
 
-HttpWorkerPool::HttpWorkerPool(size_t threads, size_t max_queued)
-    : max_queued_(std::max<size_t>(max_queued, 1)) {
+WorkerPool::WorkerPool(size_t threads, size_t max_queued, std::string thread_name)
+    : max_queued_(std::max<size_t>(max_queued, 1)), thread_name_(std::move(thread_name)) {
   for (size_t i = 0; i < std::max<size_t>(threads, 1); ++i)
     threads_.emplace_back([this] { Run(); });
 }
 
-HttpWorkerPool::~HttpWorkerPool() { Stop(); }
+WorkerPool::~WorkerPool() { Stop(); }
 
-bool HttpWorkerPool::Submit(std::function<void()> job) {
+bool WorkerPool::Submit(std::function<void()> job) {
   {
     std::lock_guard lock(mu_);
     if (stopping_ || queue_.size() >= max_queued_) return false;
@@ -25,7 +25,7 @@ bool HttpWorkerPool::Submit(std::function<void()> job) {
   return true;
 }
 
-void HttpWorkerPool::Stop() {
+void WorkerPool::Stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -36,8 +36,8 @@ void HttpWorkerPool::Stop() {
   }
 }
 
-void HttpWorkerPool::Run() {
-  SetCurrentThreadName("http-worker");
+void WorkerPool::Run() {
+  SetCurrentThreadName(thread_name_);
   for (;;) {
     std::function<void()> job;
     {
@@ -51,4 +51,4 @@ void HttpWorkerPool::Run() {
   }
 }
 
-}  // namespace kvatlas::server
+}  // namespace kvatlas
