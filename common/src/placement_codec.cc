@@ -1,8 +1,13 @@
-// The placement directory's binary encoding (docs/scaling.md §Directory encoding).
+// The placement directory's binary encoding (docs/scaling.md §Directory encoding), and the
+// hashes every server and client places by: a context's home group, a group's members.
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/internal/bytes.h"
 #include "common/internal/key_bytes.h"
@@ -24,6 +29,29 @@ GroupId HomeGroup(const ContextKey& context, uint32_t groups) {
   std::string bytes;
   PutContextKey(&bytes, ContextKey{context.tenant, context.model, "", context.block_size, ""});
   return static_cast<GroupId>(1 + XXH3_64bits(bytes.data(), bytes.size()) % groups);
+}
+
+std::vector<uint64_t> ChooseMembers(GroupId group, std::span<const uint64_t> servers,
+                                    size_t replicas) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranked;  // (score, id)
+  ranked.reserve(servers.size());
+  for (const uint64_t id : servers) {
+    std::string bytes;
+    PutFixed32(&bytes, group);
+    PutFixed64(&bytes, id);
+    ranked.emplace_back(XXH3_64bits(bytes.data(), bytes.size()), id);
+  }
+  if (replicas > 0 && replicas < ranked.size()) {
+    // Highest score first; ties (never in practice) by id, so the choice stays total.
+    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(replicas),
+                      ranked.end(), std::greater<>());
+    ranked.resize(replicas);
+  }
+  std::vector<uint64_t> members;
+  members.reserve(ranked.size());
+  for (const auto& [score, id] : ranked) members.push_back(id);
+  std::sort(members.begin(), members.end());
+  return members;
 }
 
 std::string EncodePlacementDirectory(const PlacementDirectory& dir) {

@@ -87,6 +87,7 @@ CommandTally Index::Apply(const Command& command, uint64_t seed, MutationList* o
                  [](const PlaceContextCommand&) {},
                  [](const SetGroupAcceptingCommand&) {},
                  [](const DisownContextCommand&) {},
+                 [](const SetGroupMembersCommand&) {},
              },
              command);
   return tally;

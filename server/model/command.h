@@ -231,15 +231,29 @@ struct DisownContextCommand {
   friend bool operator==(const DisownContextCommand&, const DisownContextCommand&) = default;
 };
 
+// Records the servers that hold a group's replicas in the placement directory
+// (GroupDescriptor::members; docs/scaling.md §Replicas on some servers): `members`, server
+// ids ascending, 1..kMaxGroupMembers of them, are voters of the group's raft configuration
+// that its leader keeps. Group 1 only. A group the directory does not list yet is added
+// first (taking new contexts); members equal to the recorded ones change nothing (no new
+// epoch). Servers answer for a group from their own replica only while its record names
+// them, so the leader records a member it is about to remove first without it.
+struct SetGroupMembersCommand {
+  GroupId group = kNoGroup;
+  std::vector<uint64_t> members;
+
+  friend bool operator==(const SetGroupMembersCommand&, const SetGroupMembersCommand&) = default;
+};
+
 // Store/Remove/Clear/ExpireHolder change the Index; Register/Unregister/Announce/ForgetServer/
-// Drain/PlaceContext/SetGroupAccepting/DisownContext change the Registry; Audit changes nothing;
-// LoadReport changes the FleetLoadTable; Predict changes the PredictedTable. The order of the
-// alternatives is the command-batch wire tag minus one (docs/storage.md).
+// Drain/PlaceContext/SetGroupAccepting/DisownContext/SetGroupMembers change the Registry; Audit
+// changes nothing; LoadReport changes the FleetLoadTable; Predict changes the PredictedTable. The
+// order of the alternatives is the command-batch wire tag minus one (docs/storage.md).
 using Command =
     std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand, UnregisterCommand,
                  AnnounceCommand, ForgetServerCommand, ExpireHolderCommand, AuditCommand,
                  LoadReportCommand, PredictCommand, DrainCommand, PlaceContextCommand,
-                 SetGroupAcceptingCommand, DisownContextCommand>;
+                 SetGroupAcceptingCommand, DisownContextCommand, SetGroupMembersCommand>;
 
 // What one log entry carries: commands applied atomically, in order, at one revision.
 struct CommandBatch {

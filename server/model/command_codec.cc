@@ -33,6 +33,7 @@ enum class CommandTag : uint8_t {
   kPlaceContext = 13,       // version 11
   kSetGroupAccepting = 14,  // version 11
   kDisownContext = 15,      // version 11
+  kSetGroupMembers = 16,    // version 12
 };
 static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreCommand> &&
               std::is_same_v<std::variant_alternative_t<1, Command>, RemoveCommand> &&
@@ -49,7 +50,8 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreComman
               std::is_same_v<std::variant_alternative_t<12, Command>, PlaceContextCommand> &&
               std::is_same_v<std::variant_alternative_t<13, Command>, SetGroupAcceptingCommand> &&
               std::is_same_v<std::variant_alternative_t<14, Command>, DisownContextCommand> &&
-              std::variant_size_v<Command> == 15);
+              std::is_same_v<std::variant_alternative_t<15, Command>, SetGroupMembersCommand> &&
+              std::variant_size_v<Command> == 16);
 
 // A StoreCommand's mode byte: its KeyMode, with kReportBit set when the store is a report
 // (StoreCommand::report). One byte for both, so that a batch of copies keeps the bytes it
@@ -259,12 +261,22 @@ void VisitFields(Io& io, C& c) {
   } else if constexpr (std::is_same_v<T, DisownContextCommand>) {
     io(c.context);
     io(EpochOf(c.epoch));  // varint
+  } else if constexpr (std::is_same_v<T, SetGroupMembersCommand>) {
+    io(GroupIdOf(c.group));  // varint, 1..kMaxGroupId
+    io(c.members);           // varint n (1..kMaxGroupMembers), n × fixed64 ascending, none 0
   } else {
     static_assert(std::is_same_v<T, StreamPosition>);
     io(c.stream);
     io(c.sequence);  // fixed64
     io(c.restart);   // flag
   }
+}
+
+// A SetGroupMembersCommand's members: 1..kMaxGroupMembers server ids, ascending, none 0.
+bool ValidRecordedMembers(const std::vector<uint64_t>& members) {
+  if (members.empty() || members.size() > kMaxGroupMembers || members.front() == 0) return false;
+  return std::adjacent_find(members.begin(), members.end(),
+                            [](uint64_t a, uint64_t b) { return a >= b; }) == members.end();
 }
 
 constexpr CommandTag TagOf(const Command& command) {
@@ -283,6 +295,7 @@ uint8_t VersionOf(const Command& command) {
   const auto* store = std::get_if<StoreCommand>(&command);
   const auto* registration = std::get_if<RegisterCommand>(&command);
   const auto* audit = std::get_if<AuditCommand>(&command);
+  if (tag >= CommandTag::kSetGroupMembers) return 12;
   if (tag >= CommandTag::kPlaceContext) return 11;
   if (tag >= CommandTag::kDrain) return 10;
   if (tag >= CommandTag::kPredict) return 9;
@@ -300,12 +313,13 @@ uint8_t VersionOf(const Command& command) {
 
 // Batches are written in the oldest version that can hold them, so that the encoding stays
 // canonical (one byte string per batch) and old logs and new ones agree byte for byte:
-// 11 with a placement command (PlaceContext, SetGroupAccepting, DisownContext), else 10 with a
+// 12 with a group's members (SetGroupMembers), else 11 with a placement command (PlaceContext,
+// SetGroupAccepting, DisownContext), else 10 with a
 // drain, else 9 with a prediction, else 8 with a load report, else 7 with an audit point of a
 // digest scheme other than 1, else 6 with an audit point, else 5 with a report store or a
 // registration in a report mode other than incremental, else 4 with an expiry, else 3 with
 // server-address commands, else 2 with a position, registry commands or kAlias stores, else 1.
-// Versions 2 to 11 share the layout; 3, 4, 6 and 8 to 11 only add tags, 5 only the report bit of a
+// Versions 2 to 12 share the layout; 3, 4, 6 and 8 to 12 only add tags, 5 only the report bit of a
 // store's mode byte and the report-mode bits of a registration's type byte, 7 only the digest
 // scheme after an audit point's fields (every audit point of a version-7 batch has it, scheme 1
 // included).
@@ -402,6 +416,14 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
       case CommandTag::kDisownContext:
         if (version < 11) in.Fail();
         if (in.ok()) ReadInto<DisownContextCommand>(&batch, &in, version);
+        break;
+      case CommandTag::kSetGroupMembers:
+        if (version < 12) in.Fail();
+        if (in.ok()) ReadInto<SetGroupMembersCommand>(&batch, &in, version);
+        if (in.ok() && !ValidRecordedMembers(
+                           std::get<SetGroupMembersCommand>(batch.commands.back()).members)) {
+          in.Fail();
+        }
         break;
       default:
         in.Fail();

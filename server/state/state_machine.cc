@@ -351,6 +351,10 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
       ApplyDisownContext(*disown, revision);
       continue;
     }
+    if (const auto* members = std::get_if<SetGroupMembersCommand>(&command)) {
+      ApplySetGroupMembers(*members);
+      continue;
+    }
     if (const auto* audit = std::get_if<AuditCommand>(&command)) {
       ApplyAudit(*audit, revision);
       continue;

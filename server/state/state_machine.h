@@ -265,6 +265,7 @@ class StateMachine final : public LogStateMachine {
   void ApplyPlaceContext(const PlaceContextCommand& c);
   void ApplySetGroupAccepting(const SetGroupAcceptingCommand& c);
   void ApplyDisownContext(const DisownContextCommand& c, Revision revision);
+  void ApplySetGroupMembers(const SetGroupMembersCommand& c);
   // Whether `batch` names a context of registry_.disowned (a store, remove, context clear
   // or prediction): then it is refused as a whole. mu_ held.
   bool NamesDisownedContext(const CommandBatch& batch) const;

@@ -1,5 +1,6 @@
 // The StateMachine's placement state (docs/scaling.md §The directory, §Placed contexts): the
-// placement directory group 1 keeps (PlaceContextCommand, SetGroupAcceptingCommand), the
+// placement directory group 1 keeps (PlaceContextCommand, SetGroupAcceptingCommand,
+// SetGroupMembersCommand), the
 // contexts a group disowned (DisownContextCommand) and the batches it refuses for them, and
 // the positions of placed streams (PlacedStreamKey).
 #include <memory>
@@ -7,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "server/model/replica_digest.h"
 #include "server/state/state_machine.h"
@@ -42,6 +44,20 @@ void StateMachine::ApplySetGroupAccepting(const SetGroupAcceptingCommand& c) {
   const Status changed = group == nullptr ? next.AddGroup({c.group, {}, c.accepting})
                                           : next.SetAccepting(c.group, c.accepting);
   if (!changed.ok()) return;  // an id out of range
+  std::swap(registry_.directory, next);
+  DirectoryChanged(next);
+}
+
+void StateMachine::ApplySetGroupMembers(const SetGroupMembersCommand& c) {
+  std::vector<std::string> members;
+  members.reserve(c.members.size());
+  for (const uint64_t id : c.members) members.push_back(std::to_string(id));
+  const GroupDescriptor* group = registry_.directory.FindGroup(c.group);
+  if (group != nullptr && group->members == members) return;  // as recorded: no new epoch
+  PlacementDirectory next = registry_.directory;
+  const Status changed = group == nullptr ? next.AddGroup({c.group, std::move(members), true})
+                                          : next.SetMembers(c.group, std::move(members));
+  if (!changed.ok()) return;  // an id out of range, or members the decoder would refuse
   std::swap(registry_.directory, next);
   DirectoryChanged(next);
 }

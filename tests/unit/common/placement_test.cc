@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -209,6 +210,68 @@ TEST_CASE("a context's home group is a stable hash of its tenant, model and bloc
   for (size_t c : count) {
     CHECK(c > 900);
     CHECK(c < 1'100);
+  }
+}
+
+TEST_CASE("ChooseMembers picks each group's replicas by rendezvous hashing") {
+  const std::vector<uint64_t> six = {6, 2, 5, 1, 4, 3};
+  // 0 replicas, or as many as there are servers: all of them, ascending.
+  CHECK(ChooseMembers(7, six, 0) == std::vector<uint64_t>{1, 2, 3, 4, 5, 6});
+  CHECK(ChooseMembers(7, six, 9) == std::vector<uint64_t>{1, 2, 3, 4, 5, 6});
+  CHECK(ChooseMembers(7, {}, 3).empty());
+  // The pinned hash: the 3 of 6 with the highest XXH3 of (u32 group, u64 id) little-endian.
+  const auto score = [](GroupId group, uint64_t id) {
+    std::string bytes;
+    for (int i = 0; i < 4; ++i) bytes += static_cast<char>((group >> (8 * i)) & 0xff);
+    for (int i = 0; i < 8; ++i) bytes += static_cast<char>((id >> (8 * i)) & 0xff);
+    return XXH3_64bits(bytes.data(), bytes.size());
+  };
+  for (GroupId group = 1; group <= 40; ++group) {
+    const std::vector<uint64_t> chosen = ChooseMembers(group, six, 3);
+    REQUIRE(chosen.size() == 3);
+    CHECK(std::is_sorted(chosen.begin(), chosen.end()));
+    for (const uint64_t out : six) {
+      if (std::find(chosen.begin(), chosen.end(), out) != chosen.end()) continue;
+      for (const uint64_t in : chosen) CHECK(score(group, in) > score(group, out));
+    }
+    // The order the servers are listed in changes nothing.
+    const std::vector<uint64_t> reversed(six.rbegin(), six.rend());
+    CHECK(ChooseMembers(group, reversed, 3) == chosen);
+  }
+  // Adding a seventh server moves replicas only onto it, about 3/7 of them; removing one
+  // moves only the replicas it held.
+  const std::vector<uint64_t> seven = {1, 2, 3, 4, 5, 6, 7};
+  const std::vector<uint64_t> five = {1, 2, 3, 5, 6};
+  size_t onto_new = 0;
+  constexpr GroupId kGroups = 700;
+  for (GroupId group = 1; group <= kGroups; ++group) {
+    const std::vector<uint64_t> before = ChooseMembers(group, six, 3);
+    const std::vector<uint64_t> after = ChooseMembers(group, seven, 3);
+    size_t kept = 0;
+    for (const uint64_t id : after) {
+      if (std::find(before.begin(), before.end(), id) != before.end()) {
+        ++kept;
+      } else {
+        CHECK(id == 7);
+        ++onto_new;
+      }
+    }
+    CHECK(kept >= 2);
+    const std::vector<uint64_t> without_4 = ChooseMembers(group, five, 3);
+    for (const uint64_t id : before) {
+      if (id != 4) CHECK(std::find(without_4.begin(), without_4.end(), id) != without_4.end());
+    }
+  }
+  CHECK(onto_new > kGroups * 3 / 7 * 8 / 10);
+  CHECK(onto_new < kGroups * 3 / 7 * 12 / 10);
+  // Spread: over 600 groups each of 6 servers holds about half of them.
+  size_t held[6] = {};
+  for (GroupId group = 1; group <= 600; ++group) {
+    for (const uint64_t id : ChooseMembers(group, six, 3)) ++held[id - 1];
+  }
+  for (const size_t h : held) {
+    CHECK(h > 260);
+    CHECK(h < 340);
   }
 }
 

@@ -159,6 +159,17 @@ struct GroupShare {
 // goes to one group. Stable: every server and client computes it alike.
 [[nodiscard]] KVATLAS_EXPORT GroupId HomeGroup(const ContextKey& context, uint32_t groups);
 
+// The servers of `servers` (ids, any order, no repeats) that hold replicas of `group` when
+// each group has `replicas` of them (docs/scaling.md §Replicas on some servers): rendezvous
+// hashing — the `replicas` servers with the highest XXH3-64 (seed 0) of (u32 group, u64
+// server id), both little-endian — returned ascending. All of `servers` (ascending) when
+// `replicas` is 0 or at least their count. Adding a server moves about replicas/servers of
+// each group's replicas onto it and none between the others; removing one moves only the
+// replicas it held. Stable: every server computes it alike.
+[[nodiscard]] KVATLAS_EXPORT std::vector<uint64_t> ChooseMembers(GroupId group,
+                                                                 std::span<const uint64_t> servers,
+                                                                 size_t replicas);
+
 // The directory's binary encoding (docs/scaling.md §Directory encoding): what the directory
 // group's log carries and clients cache. Decode validates every invariant the methods
 // above keep (kCorruption naming the first broken one), so a decoded directory is one that

@@ -109,7 +109,17 @@ CommandBatch RandomBatch(Rng& rng, size_t max_commands) {
     batch.position = StreamPosition{RandomString(rng, 12), RandomInt(rng), rng() % 2 == 0};
   }
   for (size_t i = 0; i < n; ++i) {
-    switch (rng() % 12) {
+    switch (rng() % 13) {
+      case 12: {
+        std::vector<uint64_t> members;
+        for (uint64_t id = 1 + rng() % 3; members.size() < 1 + rng() % kMaxGroupMembers;
+             id += 1 + rng() % 1'000) {
+          members.push_back(id);
+        }
+        batch.commands.emplace_back(
+            SetGroupMembersCommand{static_cast<GroupId>(1 + rng() % kMaxGroupId), members});
+        break;
+      }
       case 9:
         batch.commands.emplace_back(
             PlaceContextCommand{RandomContext(rng), static_cast<GroupId>(1 + rng() % kMaxGroupId)});
@@ -450,6 +460,43 @@ TEST_SUITE("command_codec") {
     std::string bad_flag = expected;
     bad_flag[11] = 2;
     CHECK(DecodeCommandBatch(bad_flag).error().code() == StatusCode::kCorruption);
+    for (size_t n = 1; n < expected.size(); ++n) {
+      CHECK(!DecodeCommandBatch(expected.substr(0, n)).has_value());
+    }
+  }
+
+  TEST_CASE("CommandCodec: a group's members use version 12") {
+    CommandBatch batch;
+    batch.commands.emplace_back(SetGroupMembersCommand{3, {2, 0x0102}});
+    const std::string expected = Bytes(
+        "\x0c\x01"                          // version 12, one command
+        "\x10\x03\x02"                      // SetGroupMembers, group 3, two members
+        "\x02\x00\x00\x00\x00\x00\x00\x00"  // server 2
+        "\x02\x01\x00\x00\x00\x00\x00\x00"  // server 0x0102
+        "\x00");                            // no position
+    CHECK(EncodeCommandBatch(batch) == expected);
+    CHECK(DecodeCommandBatch(expected).value() == batch);
+    // Version 11 and older have no such tag.
+    for (uint8_t version = 2; version <= 11; ++version) {
+      std::string old = expected;
+      old[0] = static_cast<char>(version);
+      CHECK(DecodeCommandBatch(old).error().code() == StatusCode::kCorruption);
+    }
+    // Members out of order, repeated, 0, none or more than kMaxGroupMembers are refused.
+    const auto members_of = [](std::vector<uint64_t> members) {
+      CommandBatch one;
+      one.commands.emplace_back(SetGroupMembersCommand{3, std::move(members)});
+      return EncodeCommandBatch(one);
+    };
+    CHECK(DecodeCommandBatch(members_of({2, 1})).error().code() == StatusCode::kCorruption);
+    CHECK(DecodeCommandBatch(members_of({2, 2})).error().code() == StatusCode::kCorruption);
+    CHECK(DecodeCommandBatch(members_of({0, 2})).error().code() == StatusCode::kCorruption);
+    CHECK(DecodeCommandBatch(members_of({})).error().code() == StatusCode::kCorruption);
+    std::vector<uint64_t> many;
+    for (uint64_t id = 1; id <= kMaxGroupMembers; ++id) many.push_back(id);
+    CHECK(DecodeCommandBatch(members_of(many)).has_value());
+    many.push_back(kMaxGroupMembers + 1);
+    CHECK(DecodeCommandBatch(members_of(many)).error().code() == StatusCode::kCorruption);
     for (size_t n = 1; n < expected.size(); ++n) {
       CHECK(!DecodeCommandBatch(expected.substr(0, n)).has_value());
     }

@@ -183,6 +183,30 @@ TEST_SUITE("StateMachine placement") {
     CheckDigest(machine);
   }
 
+  TEST_CASE("SetGroupMembers records a group's members, adding an unknown group") {
+    StateMachine machine({}, nullptr);
+    REQUIRE(machine.Recover().ok());
+    REQUIRE(ApplyOne(machine, One(SetGroupMembersCommand{4, {1, 3, 5}})).has_value());
+    std::shared_ptr<const PlacementDirectory> dir = machine.directory();
+    CHECK(dir->epoch() == 1);
+    REQUIRE(dir->FindGroup(4) != nullptr);
+    CHECK(dir->FindGroup(4)->members == std::vector<std::string>{"1", "3", "5"});
+    CHECK(dir->FindGroup(4)->accepting);
+    // Equal members: not even republished.
+    REQUIRE(ApplyOne(machine, One(SetGroupMembersCommand{4, {1, 3, 5}})).has_value());
+    CHECK(machine.directory() == dir);
+    // A replaced member: one epoch; whether the group takes new contexts is kept.
+    REQUIRE(ApplyOne(machine, One(SetGroupAcceptingCommand{4, false})).has_value());
+    REQUIRE(ApplyOne(machine, One(SetGroupMembersCommand{4, {1, 3, 6}})).has_value());
+    CHECK(machine.directory()->epoch() == 3);
+    CHECK(machine.directory()->FindGroup(4)->members == std::vector<std::string>{"1", "3", "6"});
+    CHECK_FALSE(machine.directory()->FindGroup(4)->accepting);
+    // An id out of range changes nothing.
+    REQUIRE(ApplyOne(machine, One(SetGroupMembersCommand{kNoGroup, {1}})).has_value());
+    CHECK(machine.directory()->epoch() == 3);
+    CheckDigest(machine);
+  }
+
   TEST_CASE("a disowned context's batches are refused whole and record no position") {
     StateMachine machine({}, nullptr);
     REQUIRE(machine.Recover().ok());
