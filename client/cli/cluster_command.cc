@@ -127,9 +127,15 @@ std::string FormatGroups(const json& doc) {
   std::vector<std::vector<std::string>> rows = {{std::begin(kHeader), std::end(kHeader)}};
   const json groups = doc.value("groups", json::array());
   for (const json& g : groups.is_array() ? groups : json::array()) {
+    // The members the directory records (replicas on some servers), else raft's as the
+    // answering server knows them.
     std::string members;
+    const json recorded = g.value("replicas", json::array());
+    for (const json& id : recorded.is_array() ? recorded : json::array()) {
+      members += (members.empty() ? "" : ",") + id.dump();
+    }
     const json list = g.value("members", json::array());
-    for (const json& m : list.is_array() ? list : json::array()) {
+    for (const json& m : members.empty() && list.is_array() ? list : json::array()) {
       members += (members.empty() ? "" : ",") + Text(m, "id");
     }
     rows.push_back({Text(g, "id"), LeaderText(g), Text(g, "preferred_leader"),

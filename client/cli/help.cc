@@ -163,7 +163,8 @@ std::vector<CommandHelp> MakeCommands() {
       "the raft groups: leader, members, contexts, entries, snapshot",
       "The cluster's raft groups (GET /v1/groups; docs/scaling.md), as the answering server\n"
       "knows them: the placement directory's epoch, and per group its id, LEADER, the\n"
-      "PREFERRED leader, MEMBERS, CONTEXTS, ENTRIES, the last raft SNAPSHOT's bytes taken on\n"
+      "PREFERRED leader, MEMBERS (as the directory records them with replicas on some\n"
+      "servers), CONTEXTS, ENTRIES, the last raft SNAPSHOT's bytes taken on\n"
       "this server (0 before the first), APPLIED index, whether it takes new contexts and\n"
       "how many contexts the directory PLACED on it.",
       {"kvatlas cluster groups", "kvatlas cluster groups --json"}));

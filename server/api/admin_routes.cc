@@ -55,13 +55,17 @@ Result<HttpReply> HandleBackup(const Services& services, const RouteRequest& req
 
 Result<HttpReply> HandleDigest(const Services& services) {
   KVATLAS_ASSIGN_OR_RETURN(std::vector<StateDigest> digests, DigestState(services));
-  // The top-level figures are group 1's; `groups` every group's.
+  // The top-level figures are group 1's; `groups` every group's copy on this server, and
+  // whether it holds a replica of it (with replicas on some servers, a copy it does not hold
+  // is empty or left behind: not comparable with the members').
   nlohmann::json groups = nlohmann::json::array();
   for (size_t i = 0; i < digests.size(); ++i) {
-    groups.push_back({{"group", i + 1},
-                      {"applied_index", digests[i].applied_index},
-                      {"records", digests[i].records},
-                      {"state_digest", digests[i].digest}});
+    groups.push_back(
+        {{"group", i + 1},
+         {"applied_index", digests[i].applied_index},
+         {"records", digests[i].records},
+         {"state_digest", digests[i].digest},
+         {"hosted_here", services.groups == nullptr || HostsGroup((*services.groups)[i])}});
   }
   const StateDigest& digest = digests.front();
   const nlohmann::json out = {{"server_id", services.server_id},

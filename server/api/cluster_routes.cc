@@ -16,12 +16,15 @@
 
 #include "common/internal/host_port.h"
 #include "kvatlas/common/limits.h"
+#include "kvatlas/common/protocol.h"
 #include "server/api/forwarded_predictions.h"
 #include "server/api/routes.h"
 #include "server/model/command_codec.h"
 #include "server/service/cluster_service.h"
 #include "server/service/group_service.h"
 #include "server/service/ingest_service.h"
+#include "server/service/lookup_service.h"
+#include "server/service/route_decision.h"
 
 namespace kvatlas::server {
 namespace {
@@ -158,6 +161,45 @@ Result<HttpReply> HandleApply(const Services& services, const RouteRequest& requ
       nlohmann::json({{"status", "ok"}, {"group", id}, {"revision", revision}}).dump());
 }
 
+// POST /v1/cluster/read?group=G&type=T, body: a binary-protocol request payload of type T
+// (kLookup or kRoute, docs/protocol.md): a read of a context of group G from a server that
+// holds no replica of G (group_forwarder.h, replicas on some servers), answered as the
+// binary protocol answers it here — its consistency (min_revision, linearizable) included —
+// with the answer's payload (application/octet-stream), or an error. An internal call:
+// signed by a member, never forwarded (not_leader, 421, when this server holds no replica
+// of the context's group either).
+Result<HttpReply> HandleRead(const Services& services, const RouteRequest& request) {
+  KVATLAS_RETURN_IF_ERROR(InternalSender(services, request, "POST /v1/cluster/read").status());
+  const std::optional<uint64_t> type = PositiveInteger(request.http.Param("type"));
+  RoutingRequest route;  // a kLookup's request is route.lookup
+  const bool is_route = type == static_cast<uint64_t>(protocol::MessageType::kRoute);
+  if (type == static_cast<uint64_t>(protocol::MessageType::kLookup)) {
+    KVATLAS_ASSIGN_OR_RETURN(route.lookup, protocol::DecodeLookupRequestBinary(request.http.body));
+  } else if (is_route) {
+    KVATLAS_ASSIGN_OR_RETURN(route, protocol::DecodeRouteRequestBinary(request.http.body));
+  } else {
+    return Status::InvalidArgument("query.type: must be 2 (kLookup) or 6 (kRoute)");
+  }
+  const LookupRequest& lookup = route.lookup;
+  if (!HostsGroup(ServicesFor(services, lookup.context))) {
+    return Status(StatusCode::kNotLeader, "this server holds no replica of group " +
+                                              std::to_string(GroupOf(services, lookup.context)));
+  }
+  KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(services, lookup));
+  HttpReply reply;
+  reply.content_type = "application/octet-stream";
+  if (is_route) {
+    KVATLAS_ASSIGN_OR_RETURN(RoutingAnswer answer, DecideRoute(services, route));
+    reply.body =
+        protocol::EncodeRouteAnswerBinary(answer, protocol::RouteRequestUsesApproximate(route));
+  } else {
+    KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer,
+                             LookupPrefix(ServicesFor(services, lookup.context), lookup));
+    reply.body = protocol::EncodeLookupAnswerBinary(answer);
+  }
+  return reply;
+}
+
 Result<HttpReply> HandleTransfer(const Services& services, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(nlohmann::json body, ParseJsonObjectBody(request));
   uint64_t id = 0;
@@ -236,6 +278,9 @@ void AddClusterRoutes(const Services* services, Router* router) {
        [services](const RouteRequest& request) { return HandleDrainSelf(*services, request); }});
   router->Add({"POST", "/v1/cluster/apply", RouteAccess::kInternal,
                [services](const RouteRequest& request) { return HandleApply(*services, request); },
+               "application/octet-stream"});
+  router->Add({"POST", "/v1/cluster/read", RouteAccess::kInternal,
+               [services](const RouteRequest& request) { return HandleRead(*services, request); },
                "application/octet-stream"});
 }
 

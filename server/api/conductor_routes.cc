@@ -3,9 +3,11 @@
 // written for the Conductor or Dynamo's standalone indexer works against kvatlas unchanged.
 // Predicted blocks (approximate mode) count in longest_matched and are marked PREDICTED.
 
+#include <optional>
 #include <vector>
 
 #include "kvatlas/common/json_codec.h"
+#include "server/api/forwarding.h"
 #include "server/api/routes.h"
 #include "server/service/lookup_service.h"
 #include "server/service/prediction_service.h"
@@ -19,6 +21,10 @@ Result<HttpReply> HandleQuery(const Services& services, const RouteRequest& requ
                               Decoder decode) {
   KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, decode(request.http.body));
   lookup.include_locations = false;  // the Conductor answer has no place for them
+  if (std::optional<HttpReply> elsewhere =
+          AnswerFromMember(services, request, ServicesFor(services, lookup.context))) {
+    return std::move(*elsewhere);
+  }
   KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(services, lookup));
   std::vector<BlockKey> keys;
   KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer,

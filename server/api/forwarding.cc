@@ -2,17 +2,20 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "common/internal/host_port.h"
 #include "common/internal/log.h"
 #include "server/api/peer_http_client.h"
 #include "server/service/cluster_service.h"
+#include "server/service/group_service.h"
 
 namespace kvatlas::server {
 namespace {
@@ -48,7 +51,8 @@ namespace {
 // relays its answer. nullopt when the connection could not be opened: nothing was sent,
 // so the caller may try again (the leader may have just died; a new one is being chosen).
 std::optional<HttpReply> Forward(const Services& services, const RouteRequest& request,
-                                 const LeaderAddresses& leader, const HostPort& to) {
+                                 const LeaderAddresses& leader, const HostPort& to,
+                                 const std::string& why) {
   PeerHttpRequest forward;
   forward.method = request.http.method;
   forward.target = request.http.target.empty() ? request.http.path : request.http.target;
@@ -74,9 +78,8 @@ std::optional<HttpReply> Forward(const Services& services, const RouteRequest& r
                     services.options.apply_timeout},
                    &nothing_sent);
   if (!answer.has_value() && nothing_sent) return std::nullopt;
-  const std::string failed = "not the leader; forwarding to the leader, server " +
-                             std::to_string(leader.id) + " at " + *leader.http_address +
-                             ", failed: ";
+  const std::string failed =
+      why + ", server " + std::to_string(leader.id) + " at " + *leader.http_address + ", failed: ";
   HttpReply reply;
   if (!answer.has_value()) {
     reply = ErrorReply(Status::Unavailable(failed + answer.error().message()));
@@ -84,7 +87,7 @@ std::optional<HttpReply> Forward(const Services& services, const RouteRequest& r
                  AnswerHeader(*answer, kPeerReplyHeader), leader.id, signature.nonce,
                  answer->status, answer->body, to.ToString());
              !authentic.ok()) {
-    // Whoever answered is not the leader of this cluster: nothing is acknowledged.
+    // Whoever answered is not the server meant: nothing is acknowledged.
     reply = ErrorReply(Status::Unavailable(failed + authentic.message()));
   } else {
     reply.status = answer->status;
@@ -143,7 +146,8 @@ HttpReply AnswerNotLeader(const Services& services, const RouteRequest& request,
         return NotLeaderReply(leader, "not the leader; the leader's announced HTTP address \"" +
                                           *leader.http_address + "\" is malformed");
       }
-      std::optional<HttpReply> reply = Forward(services, request, leader, *to);
+      std::optional<HttpReply> reply =
+          Forward(services, request, leader, *to, "not the leader; forwarding to the leader");
       // 421: the server believed to lead no longer does (a leadership transfer, a drain)
       // and refused the request before appending it, so it may be sent again once this
       // server knows the new leader; any other answer is the client's.
@@ -166,6 +170,50 @@ HttpReply AnswerNotLeader(const Services& services, const RouteRequest& request,
     }
     std::this_thread::sleep_for(kForwardHoldPoll);
   }
+}
+
+std::optional<HttpReply> AnswerFromMember(const Services& services, const RouteRequest& request,
+                                          const Services& group) {
+  if (HostsGroup(group)) return std::nullopt;
+  const std::vector<uint64_t> members =
+      RecordedMembers(*ClusterState(services).directory(), group.group);
+  const std::string not_here =
+      "this server holds no replica of group " + std::to_string(group.group);
+  // A member to name in a refusal (the client may ask it directly).
+  LeaderAddresses named;
+  for (const uint64_t id : members) {
+    if (std::optional<ServerAddresses> known = ClusterState(services).AddressesOf(id)) {
+      named = {id, known->http_address.empty() ? std::nullopt : std::optional(known->http_address),
+               known->rpc_address.empty() ? std::nullopt : std::optional(known->rpc_address)};
+      break;
+    }
+  }
+  if (request.http.HasHeader(kForwardedHeader) || request.peer != nullptr ||
+      services.peers == nullptr) {
+    // One hop only: the server that sent it here believed this one holds the group.
+    return NotLeaderReply(named, not_here +
+                                     " (the directory changed while the request was "
+                                     "forwarded); ask one of its members");
+  }
+  std::string last_error = members.empty() ? "no members of it are recorded yet" : "";
+  // Spread over the members: start at one picked by the request's body.
+  const size_t first =
+      members.empty() ? 0 : std::hash<std::string>{}(request.http.body) % members.size();
+  for (size_t i = 0; i < members.size(); ++i) {
+    const uint64_t id = members[(first + i) % members.size()];
+    const std::optional<ServerAddresses> known = ClusterState(services).AddressesOf(id);
+    if (id == services.server_id || !known || known->http_address.empty()) continue;
+    const Result<HostPort> to = ParseHostPort(known->http_address);
+    if (!to.has_value() || to->port == 0) continue;
+    std::optional<HttpReply> reply =
+        Forward(services, request, LeaderAddresses{id, known->http_address, std::nullopt}, *to,
+                not_here + "; forwarding to its member");
+    if (reply && reply->status != HttpStatusOf(StatusCode::kNotLeader)) return reply;
+    last_error = "its member, server " + std::to_string(id) +
+                 (reply ? ", answered that it does not hold it" : ", could not be reached");
+  }
+  return NotForwardedReply(
+      Status::Unavailable(not_here + ", and no member of it answered: " + last_error), named);
 }
 
 Status PostInternalCall(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kvatlas/common/status.h"
@@ -61,6 +62,18 @@ inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
 [[nodiscard]] HttpReply AnswerNotLeader(const Services& services, const RouteRequest& request,
                                         const Status& not_leader,
                                         const Router::RunAgain& run_again);
+
+// A request about one group (`group`: its copy in Services::groups) on a server that holds
+// no replica of it (HostsGroup false; docs/scaling.md §Replicas on some servers): the answer
+// of one of the group's recorded members, to which the request is sent on as a forwarded
+// request (one hop: kForwardedHeader, signed, the client's Authorization along; the answer
+// relayed only when signed by that member) — the members in turn, from one the request's
+// body picks, until one answers other than 421. nullopt when this server holds the group
+// (answer here). 503 unavailable when no member answers; 421 not_leader naming a member
+// for a request forwarded already or an internal call (never sent on).
+[[nodiscard]] std::optional<HttpReply> AnswerFromMember(const Services& services,
+                                                        const RouteRequest& request,
+                                                        const Services& group);
 
 // POSTs `body` (JSON) to http(s)://<leader_http><path> (`peer`: plaintext or TLS), signed by
 // `auth`. OK on a 200 signed by server `leader_id`; otherwise kUnavailable naming the URL

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "common/internal/host_port.h"
 #include "common/internal/thread_name.h"
@@ -14,18 +16,20 @@
 #include "server/model/command_codec.h"
 #include "server/peer/peer_auth.h"
 #include "server/service/cluster_service.h"
+#include "server/service/group_service.h"
 #include "server/service/ingest_service.h"
 
 namespace kvatlas::server {
 namespace {
 
-// What one attempt came to: applied (a revision), a final error, or "try again".
+// What one call came to: the answer's body (verified), a final error, or "try again".
+template <typename T>
 struct Attempt {
-  std::optional<Result<Revision>> outcome;  // nullopt: retry after kForwardHoldPoll
-  std::string why;                          // the reason to retry, for the final error
+  std::optional<Result<T>> outcome;  // nullopt: retry after kForwardHoldPoll
+  std::string why;                   // the reason to retry, for the final error
 };
 
-// The leader's error answer as a Status of its code ("code" and "message" of the body).
+// The server's error answer as a Status of its code ("code" and "message" of the body).
 Status LeaderError(const std::string& leader, const PeerHttpAnswer& answer) {
   const nlohmann::json body = nlohmann::json::parse(answer.body, nullptr, false);
   StatusCode code = StatusCode::kUnavailable;
@@ -37,15 +41,17 @@ Status LeaderError(const std::string& leader, const PeerHttpAnswer& answer) {
   return Status(code, leader + " answered " + std::to_string(answer.status) + ": " + message);
 }
 
-Attempt SendOnce(const Services& group, const LeaderAddresses& leader, const std::string& body,
-                 std::chrono::milliseconds left) {
-  const std::string name = "group " + std::to_string(group.group) + "'s leader, server " +
-                           std::to_string(leader.id) + " at " + *leader.http_address;
-  const Result<HostPort> to = ParseHostPort(*leader.http_address);
+// POSTs `body` to `target` on server `to` (signed); its 200 answer's body once verified as
+// that server's. `name` names it in errors; `writes`: a failure after sending may have
+// applied something (a write part), so it is final.
+Attempt<std::string> PostOnce(const Services& group, const LeaderAddresses& to_server,
+                              const std::string& name, const std::string& target,
+                              const std::string& body, std::chrono::milliseconds left,
+                              bool writes) {
+  const Result<HostPort> to = ParseHostPort(*to_server.http_address);
   if (!to.has_value() || to->port == 0) {
     return {Status::Unavailable(name + ": its announced HTTP address is malformed"), ""};
   }
-  const std::string target = "/v1/cluster/apply?group=" + std::to_string(group.group);
   const SignedPeerRequest signature = group.peers->SignRequest("POST", target, body);
   const PeerHttpRequest post{
       "POST",
@@ -56,28 +62,76 @@ Attempt SendOnce(const Services& group, const LeaderAddresses& leader, const std
   const Result<PeerHttpAnswer> answer = SendPeerHttp(
       group.peer_http, *to, post, {std::min(left, kForwardConnectTimeout), left}, &nothing_sent);
   if (!answer.has_value()) {
-    if (nothing_sent) return {std::nullopt, name + " could not be reached"};
+    if (nothing_sent || !writes) return {std::nullopt, name + " could not be reached"};
     return {Status::Unavailable("forwarding to " + name +
                                 " failed (the part may have been "
                                 "applied): " +
                                 answer.error().message()),
             ""};
   }
-  if (answer->status == 421) return {std::nullopt, name + " no longer leads it"};
+  if (answer->status == 421) return {std::nullopt, name + " does not serve it now"};
   if (answer->status != 200) return {LeaderError(name, *answer), ""};
-  // Only the group's leader that raft names acknowledges a part.
+  // Only the server meant (raft's leader, or a recorded member) acknowledges.
   if (const Status authentic =
-          group.peers->VerifyReply(AnswerHeader(*answer, kPeerReplyHeader), leader.id,
+          group.peers->VerifyReply(AnswerHeader(*answer, kPeerReplyHeader), to_server.id,
                                    signature.nonce, answer->status, answer->body, to->ToString());
       !authentic.ok()) {
     return {Status::Unavailable("forwarding to " + name + ": " + authentic.message()), ""};
   }
-  const nlohmann::json reply = nlohmann::json::parse(answer->body, nullptr, false);
+  return {Result<std::string>(answer->body), ""};
+}
+
+Attempt<Revision> SendOnce(const Services& group, const LeaderAddresses& leader,
+                           const std::string& body, std::chrono::milliseconds left) {
+  const std::string name = "group " + std::to_string(group.group) + "'s leader, server " +
+                           std::to_string(leader.id) + " at " + *leader.http_address;
+  Attempt<std::string> posted =
+      PostOnce(group, leader, name, "/v1/cluster/apply?group=" + std::to_string(group.group), body,
+               left, /*writes=*/true);
+  if (!posted.outcome) return {std::nullopt, std::move(posted.why)};
+  if (!posted.outcome->has_value()) return {Result<Revision>(posted.outcome->error()), ""};
+  const std::string& answer = posted.outcome->value();
+  const nlohmann::json reply = nlohmann::json::parse(answer, nullptr, false);
   if (!reply.is_object() || !reply.contains("revision") ||
       !reply["revision"].is_number_unsigned()) {
-    return {Status::Unavailable(name + " answered without a revision: " + answer->body), ""};
+    return {Status::Unavailable(name + " answered without a revision: " + answer), ""};
   }
   return {Result<Revision>(reply["revision"].get<Revision>()), ""};
+}
+
+// The recorded members of `group` other than this server, with their announced HTTP
+// addresses (those not announced yet are left out, `why` says so).
+std::vector<LeaderAddresses> MembersOf(const Services& group, std::string* why) {
+  std::vector<LeaderAddresses> members;
+  for (const uint64_t id : RecordedMembers(*ClusterState(group).directory(), group.group)) {
+    if (id == group.server_id) continue;
+    std::optional<ServerAddresses> known = ClusterState(group).AddressesOf(id);
+    if (!known || known->http_address.empty()) {
+      *why = "its member, server " + std::to_string(id) + ", has not announced its HTTP address";
+      continue;
+    }
+    members.push_back({id, known->http_address, std::nullopt});
+  }
+  if (members.empty() && why->empty()) {
+    *why = "this server holds no replica of the group and no members of it are recorded";
+  }
+  return members;
+}
+
+// One round over the group's recorded members (a server that does not host the group):
+// the answer of the first that applies the part or fails it for good; nullopt when none
+// did (`why` says why), to be tried again.
+std::optional<Result<Revision>> SendToMembers(const Services& group, const std::string& body,
+                                              std::chrono::steady_clock::time_point deadline,
+                                              std::string* why) {
+  for (const LeaderAddresses& member : MembersOf(group, why)) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    Attempt<Revision> attempt = SendOnce(group, member, body, std::max(left, kForwardHoldPoll));
+    if (attempt.outcome) return std::move(attempt.outcome);
+    *why = std::move(attempt.why);
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -96,10 +150,16 @@ Result<Revision> DeliverToGroupLeader(const Services& group, CommandBatch batch,
       // Elected while the part waited: it is this server's to apply.
       return ApplyHereAndWait(group, std::move(batch), deadline);
     }
-    const LeaderAddresses leader = FindLeader(group);
-    if (leader.id != 0 && leader.id != group.server_id && leader.http_address) {
+    if (!HostsGroup(group)) {
+      // Not a member (replicas on some servers): this server's raft knows no leader of the
+      // group. Its recorded members are asked in turn; the leader among them applies the
+      // part, the others answer not_leader (421) without applying it.
+      std::optional<Result<Revision>> outcome = SendToMembers(group, body, deadline, &last_reason);
+      if (outcome) return std::move(*outcome);
+    } else if (const LeaderAddresses leader = FindLeader(group);
+               leader.id != 0 && leader.id != group.server_id && leader.http_address) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-      Attempt attempt = SendOnce(group, leader, body, std::max(left, kForwardHoldPoll));
+      Attempt<Revision> attempt = SendOnce(group, leader, body, std::max(left, kForwardHoldPoll));
       if (attempt.outcome) return std::move(*attempt.outcome);
       last_reason = std::move(attempt.why);
     } else if (leader.id != 0 && leader.id != group.server_id) {
@@ -111,6 +171,37 @@ Result<Revision> DeliverToGroupLeader(const Services& group, CommandBatch batch,
                                  ": no leader could be forwarded to within apply_timeout_ms (" +
                                  std::to_string(group.options.apply_timeout.count()) +
                                  " ms): " + last_reason);
+    }
+    std::this_thread::sleep_for(kForwardHoldPoll);
+  }
+}
+
+Result<std::string> ReadFromGroupMember(const Services& group, uint8_t type,
+                                        const std::string& payload,
+                                        const std::atomic<bool>& abandon) {
+  const auto deadline = std::chrono::steady_clock::now() + group.options.apply_timeout;
+  const std::string target =
+      "/v1/cluster/read?group=" + std::to_string(group.group) + "&type=" + std::to_string(type);
+  std::string last_reason;
+  for (;;) {
+    if (abandon.load(std::memory_order_acquire)) {
+      return Status::Unavailable("the server is stopping");
+    }
+    for (const LeaderAddresses& member : MembersOf(group, &last_reason)) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      const std::string name = "group " + std::to_string(group.group) + "'s member, server " +
+                               std::to_string(member.id) + " at " + *member.http_address;
+      Attempt<std::string> attempt = PostOnce(group, member, name, target, payload,
+                                              std::max(left, kForwardHoldPoll), /*writes=*/false);
+      if (attempt.outcome) return std::move(*attempt.outcome);
+      last_reason = std::move(attempt.why);
+    }
+    if (std::chrono::steady_clock::now() + kForwardHoldPoll >= deadline) {
+      return Status::Unavailable(
+          "this server holds no replica of group " + std::to_string(group.group) +
+          ", and no member of it answered within apply_timeout_ms (" +
+          std::to_string(group.options.apply_timeout.count()) + " ms): " + last_reason);
     }
     std::this_thread::sleep_for(kForwardHoldPoll);
   }
@@ -129,15 +220,36 @@ HttpGroupForwarder::~HttpGroupForwarder() { Stop(); }
 
 Status HttpGroupForwarder::TryForward(const Services& group, CommandBatch* batch,
                                       Applier::Callback done) {
+  return Enqueue([&] {
+    Part part;
+    part.group = &group;
+    part.batch = std::move(*batch);
+    part.done = std::move(done);
+    return part;
+  });
+}
+
+Status HttpGroupForwarder::TryRead(const Services& group, uint8_t type, std::string payload,
+                                   ReadCallback done) {
+  return Enqueue([&] {
+    Part part;
+    part.group = &group;
+    part.read_type = type;
+    part.read_payload = std::move(payload);
+    part.read_done = std::move(done);
+    return part;
+  });
+}
+
+Status HttpGroupForwarder::Enqueue(const std::function<Part()>& make) {
   {
     std::lock_guard lock(mu_);
     if (stopping_) return Status::Unavailable("the server is stopping");
     if (queue_.size() >= options_.max_queue) {
-      return Status::ResourceExhausted("the queue of writes to other groups' leaders is full (" +
-                                       std::to_string(options_.max_queue) +
-                                       " batches); retry later");
+      return Status::ResourceExhausted("the queue of requests to other groups' servers is full (" +
+                                       std::to_string(options_.max_queue) + "); retry later");
     }
-    queue_.push_back(Part{&group, std::move(*batch), std::move(done)});
+    queue_.push_back(make());  // only now is the caller's batch or payload taken
   }
   cv_.notify_one();
   return Status::Ok();
@@ -153,7 +265,13 @@ void HttpGroupForwarder::Stop() {
   }
   abandon_.store(true, std::memory_order_release);
   cv_.notify_all();
-  for (Part& part : dropped) part.done(Status::Unavailable("the server is stopping"));
+  for (Part& part : dropped) {
+    if (part.read_done) {
+      part.read_done(Status::Unavailable("the server is stopping"));
+    } else {
+      part.done(Status::Unavailable("the server is stopping"));
+    }
+  }
   for (std::thread& thread : threads_) {
     if (thread.joinable()) thread.join();
   }
@@ -169,6 +287,10 @@ void HttpGroupForwarder::Run() {
       if (queue_.empty()) return;
       part = std::move(queue_.front());
       queue_.pop_front();
+    }
+    if (part.read_done) {
+      part.read_done(ReadFromGroupMember(*part.group, part.read_type, part.read_payload, abandon_));
+      continue;
     }
     const GroupId id = part.group->group;
     Result<Revision> applied = DeliverToGroupLeader(*part.group, std::move(part.batch), abandon_);

@@ -23,7 +23,9 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -46,17 +48,25 @@ class HttpGroupForwarder final : public GroupForwarder {
 
   [[nodiscard]] Status TryForward(const Services& group, CommandBatch* batch,
                                   Applier::Callback done) override;
+  [[nodiscard]] Status TryRead(const Services& group, uint8_t type, std::string payload,
+                               ReadCallback done) override;
 
   // Answers every part still queued kUnavailable, lets the calls in flight finish, and joins
   // the threads. Idempotent.
   void Stop();
 
  private:
+  // A write part (`done`), or a read (`read_done`).
   struct Part {
     const Services* group = nullptr;
     CommandBatch batch;
     Applier::Callback done;
+    uint8_t read_type = 0;
+    std::string read_payload;
+    ReadCallback read_done;
   };
+  // Queues make()'s part, calling it only when there is room.
+  [[nodiscard]] Status Enqueue(const std::function<Part()>& make);
   void Run();
 
   GroupForwarderOptions options_;
@@ -72,7 +82,16 @@ class HttpGroupForwarder final : public GroupForwarder {
 // Delivers `batch` to the leader of `group`'s raft group and waits for its revision (the
 // call HttpGroupForwarder's threads make; blocking, see the file comment). A hold gives up
 // (kUnavailable) once `*abandon` is set.
+//
+// On a server that holds no replica of the group (replicas on some servers), the part goes
+// to the group's recorded members in turn: the leader among them applies it, the others
+// answer 421 without applying it. A read (TryRead) goes to them the same way as
+// `POST /v1/cluster/read?group=G&type=T` (its body the request payload), answered by the
+// first that serves the group with the answer payload.
 [[nodiscard]] Result<Revision> DeliverToGroupLeader(const Services& group, CommandBatch batch,
                                                     const std::atomic<bool>& abandon);
+[[nodiscard]] Result<std::string> ReadFromGroupMember(const Services& group, uint8_t type,
+                                                      const std::string& payload,
+                                                      const std::atomic<bool>& abandon);
 
 }  // namespace kvatlas::server

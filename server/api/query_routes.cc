@@ -11,6 +11,8 @@
 
 #include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/limits.h"
+#include "server/api/forwarding.h"
+#include "server/api/member_listing.h"
 #include "server/api/routes.h"
 #include "server/service/lookup_service.h"
 #include "server/service/replica_audit_service.h"
@@ -29,6 +31,10 @@ json TierCounts(const uint64_t (&by_tier)[kNumTiers]) {
 
 Result<HttpReply> HandleLookup(const Services& services, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(LookupRequest lookup, DecodeLookupRequest(request.http.body));
+  if (std::optional<HttpReply> elsewhere =
+          AnswerFromMember(services, request, ServicesFor(services, lookup.context))) {
+    return std::move(*elsewhere);
+  }
   KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(services, lookup));
   KVATLAS_ASSIGN_OR_RETURN(LookupAnswer answer,
                            LookupPrefix(ServicesFor(services, lookup.context), lookup));
@@ -74,21 +80,31 @@ json LocationJson(const BlockLocation& copy) {
               {"location", copy.location}};
 }
 
+// With `?group=G` (one group's part, asked for by a server that holds no replica of G) or
+// a context, the handlers below answer for that one group from this server's replica, or —
+// not holding it — as AnswerFromMember does (PrepareListing).
 Result<HttpReply> HandleBlock(const Services& services, const RouteRequest& request) {
   const Result<uint64_t> key = ParseHashText(request.path_param);
   if (!key.has_value()) return key.error().WithContext("key");
   KVATLAS_ASSIGN_OR_RETURN(std::optional<ContextKey> context, ContextFromParams(request.http));
+  KVATLAS_ASSIGN_OR_RETURN(
+      ListingScope scope,
+      PrepareListing(services, request, context ? &ServicesFor(services, *context) : nullptr));
+  if (scope.elsewhere) return std::move(*scope.elsewhere);
   KVATLAS_RETURN_IF_ERROR(ServesReads(services));
-  const BlockCopies found = LocateBlock(services, *key, context ? &*context : nullptr);
+  const BlockCopies found = LocateBlock(services, *key, context ? &*context : nullptr, scope.only);
   json out = json::array();
   for (const BlockLocation& copy : found.copies) out.push_back(LocationJson(copy));
+  AppendListingParts(scope.parts, "copies", &out);
   return JsonReply(
       DumpJson({{"revision", found.revision}, {"key", *key}, {"copies", std::move(out)}}));
 }
 
-Result<HttpReply> HandleHolders(const Services& services) {
+Result<HttpReply> HandleHolders(const Services& services, const RouteRequest& request) {
+  KVATLAS_ASSIGN_OR_RETURN(ListingScope scope, PrepareListing(services, request, nullptr));
+  if (scope.elsewhere) return std::move(*scope.elsewhere);
   KVATLAS_RETURN_IF_ERROR(ServesReads(services));
-  const HolderListing listing = ListHolders(services);
+  const HolderListing listing = ListHolders(services, scope.only);
   const std::vector<HolderInfo>& holders = listing.holders;
   const std::optional<std::vector<double>>& idle = listing.idle_seconds;
   json out = json::array();
@@ -101,12 +117,15 @@ Result<HttpReply> HandleHolders(const Services& services) {
                    {"entries_by_tier", TierCounts(h.entries_by_tier)}});
     if (idle) out.back()["idle_seconds"] = (*idle)[i];
   }
+  MergeHolderParts(scope.parts, &out);
   return JsonReply(DumpJson({{"revision", listing.revision}, {"holders", std::move(out)}}));
 }
 
-Result<HttpReply> HandleContexts(const Services& services) {
+Result<HttpReply> HandleContexts(const Services& services, const RouteRequest& request) {
+  KVATLAS_ASSIGN_OR_RETURN(ListingScope scope, PrepareListing(services, request, nullptr));
+  if (scope.elsewhere) return std::move(*scope.elsewhere);
   KVATLAS_RETURN_IF_ERROR(ServesReads(services));
-  const ContextListing listing = ListContexts(services);
+  const ContextListing listing = ListContexts(services, scope.only);
   json out = json::array();
   for (const ContextInfo& c : listing.contexts) {
     json item = ContextKeyToJson(c.context);
@@ -116,6 +135,7 @@ Result<HttpReply> HandleContexts(const Services& services) {
     item["evicted_blocks"] = c.evicted_blocks;
     out.push_back(std::move(item));
   }
+  AppendListingParts(scope.parts, "contexts", &out);
   return JsonReply(DumpJson({{"revision", listing.revision}, {"contexts", std::move(out)}}));
 }
 
@@ -132,10 +152,12 @@ void AddQueryRoutes(const Services* services, Router* router) {
   router->Add(
       {"GET", "/v1/blocks/{key}", RouteAccess::kRead,
        [services](const RouteRequest& request) { return HandleBlock(*services, request); }});
-  router->Add({"GET", "/v1/holders", RouteAccess::kRead,
-               [services](const RouteRequest&) { return HandleHolders(*services); }});
-  router->Add({"GET", "/v1/contexts", RouteAccess::kRead,
-               [services](const RouteRequest&) { return HandleContexts(*services); }});
+  router->Add({"GET", "/v1/holders", RouteAccess::kRead, [services](const RouteRequest& request) {
+                 return HandleHolders(*services, request);
+               }});
+  router->Add({"GET", "/v1/contexts", RouteAccess::kRead, [services](const RouteRequest& request) {
+                 return HandleContexts(*services, request);
+               }});
   router->Add({"GET", "/v1/stats", RouteAccess::kRead,
                [services](const RouteRequest&) { return HandleStats(*services); }});
 }

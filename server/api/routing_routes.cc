@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "kvatlas/common/json_codec.h"
 #include "kvatlas/common/protocol.h"
 #include "kvatlas/common/routing.h"
+#include "server/api/forwarding.h"
 #include "server/api/routes.h"
 #include "server/service/lookup_service.h"
 #include "server/service/prediction_service.h"
@@ -25,6 +27,10 @@ using nlohmann::json;
 
 Result<HttpReply> HandleRoute(const Services& services, const RouteRequest& request) {
   KVATLAS_ASSIGN_OR_RETURN(RoutingRequest route, DecodeRouteRequest(request.http.body));
+  if (std::optional<HttpReply> elsewhere =
+          AnswerFromMember(services, request, ServicesFor(services, route.lookup.context))) {
+    return std::move(*elsewhere);
+  }
   KVATLAS_RETURN_IF_ERROR(AwaitReadConsistency(services, route.lookup));
   KVATLAS_ASSIGN_OR_RETURN(RoutingAnswer answer, DecideRoute(services, route));
   return JsonReply(EncodeRouteAnswer(answer));

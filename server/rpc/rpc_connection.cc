@@ -496,6 +496,12 @@ void RpcConnection::SubmitPending(PendingRequest pending) {
   wait->deadline.async_wait([self, wait](error_code ec) {
     if (ec || wait->answered) return;
     const Services& current = self->handler_->services();
+    if (wait->pending.read && wait->pending.read->remote) {
+      self->FinishRead(*wait, Status(StatusCode::kDeadlineExceeded,
+                                     "no member of the read's group answered within "
+                                     "apply_timeout_ms (this server holds no replica of it)"));
+      return;
+    }
     if (wait->pending.read) {
       self->FinishRead(*wait,
                        wait->barrier_done || !wait->pending.read->barrier
@@ -509,6 +515,10 @@ void RpcConnection::SubmitPending(PendingRequest pending) {
     self->Answered();
     self->Flush();
   });
+  if (read && wait->pending.read->remote) {
+    SubmitRemoteRead(wait);
+    return;
+  }
   if (read) {
     wait->group = &ServicesFor(services, wait->pending.read->route.lookup.context);
     if (barrier) {
@@ -529,6 +539,25 @@ void RpcConnection::SubmitPending(PendingRequest pending) {
       self->Flush();
     });
   });
+}
+
+void RpcConnection::SubmitRemoteRead(std::shared_ptr<PendingWait> wait) {
+  const Services& services = handler_->services();
+  PendingRead& read = *wait->pending.read;
+  // Answered on a forwarder thread: only post from it.
+  const Status queued = services.group_forwarder->TryRead(
+      ServicesFor(services, read.route.lookup.context), static_cast<uint8_t>(read.type),
+      std::move(read.payload), [self = shared_from_this(), wait](Result<std::string> answer) {
+        asio::post(self->stream_.get_executor(), [self, wait, answer = std::move(answer)] {
+          if (wait->answered) return;
+          wait->answered = true;
+          wait->deadline.cancel();
+          self->handler_->AppendRemoteReadAnswer(wait->pending, answer, &self->out_);
+          self->Answered();
+          self->Flush();
+        });
+      });
+  if (!queued.ok()) FinishRead(*wait, queued);
 }
 
 void RpcConnection::SubmitBarrier(std::shared_ptr<PendingWait> wait) {

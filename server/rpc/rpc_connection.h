@@ -166,6 +166,9 @@ class RpcConnection : public std::enable_shared_from_this<RpcConnection> {
   void SubmitPending(PendingRequest pending);
   // A linearizable read's barrier in its group, then AwaitRevision.
   void SubmitBarrier(std::shared_ptr<PendingWait> wait);
+  // A read of a group this server holds no replica of: to a member, through the group
+  // forwarder (PendingRead::remote).
+  void SubmitRemoteRead(std::shared_ptr<PendingWait> wait);
   // Answers the read of `wait` once its revision is applied here in its context's group,
   // polling on the strand.
   void AwaitRevision(std::shared_ptr<PendingWait> wait);

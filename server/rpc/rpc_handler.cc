@@ -1,6 +1,7 @@
 #include "server/rpc/rpc_handler.h"
 
 #include <exception>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,20 @@ Status RequireEmpty(const Frame& request, std::string_view what) {
   if (request.payload.empty()) return Status::Ok();
   return Status::InvalidArgument(std::string(what) + " request: the payload must be empty, got " +
                                  std::to_string(request.payload.size()) + " bytes");
+}
+
+// A block's copies are answered here only from replicas this server holds: those of the
+// context's group, or every group's (replicas on some servers: kWrongGroup otherwise; the
+// REST GET /v1/blocks/{key} asks the other groups' members).
+Status CheckLocatable(const Services& services, const protocol::LocateRequest& request) {
+  if (request.context) return CheckHostsGroup(ServicesFor(services, *request.context));
+  const std::vector<GroupId> unhosted = UnhostedGroups(services);
+  if (unhosted.empty()) return Status::Ok();
+  std::string named;
+  for (const GroupId id : unhosted) named += (named.empty() ? "" : ", ") + std::to_string(id);
+  return Status::WrongGroup("this server holds no replica of groups " + named +
+                            ": a block's copies in every context are listed by the REST "
+                            "API's GET /v1/blocks/{key}, which asks their members");
 }
 
 protocol::LocateAnswer Locate(const Services& services, const protocol::LocateRequest& request) {
@@ -109,6 +124,17 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
       // The context's group's revisions (docs/scaling.md §Groups on every server); a group
       // that gave the context away waits for the directory (AwaitReadConsistency's rule).
       const Services& group = ServicesFor(services, lookup.context);
+      if (services.group_forwarder != nullptr && !HostsGroup(group)) {
+        // Replicas on some servers: a member of the group answers it (consistency included).
+        read.remote = true;
+        read.payload = std::string(request.payload);
+        return Handled(PendingRequest{header.request_id,
+                                      {},
+                                      {},
+                                      std::move(read),
+                                      std::chrono::steady_clock::time_point{},
+                                      {}});
+      }
       const bool wait = read.barrier || read.wanted > group.machine->applied_revision() ||
                         GaveAway(services, group, lookup.context);
       PendingRequest pending{
@@ -121,6 +147,7 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
       KVATLAS_ASSIGN_OR_RETURN(protocol::LocateRequest locate,
                                protocol::DecodeLocateRequest(request.payload));
       KVATLAS_RETURN_IF_ERROR(ServesReads(services));
+      KVATLAS_RETURN_IF_ERROR(CheckLocatable(services, locate));
       AppendAnswer(header.type, header.request_id,
                    protocol::EncodeLocateAnswer(Locate(services, locate)), out);
       return answered();
@@ -238,6 +265,16 @@ void RpcHandler::AnswerRead(const PendingRead& read, uint64_t request_id, std::s
 
 void RpcHandler::AppendReadAnswer(const PendingRequest& pending, std::string* out) const {
   AnswerRead(*pending.read, pending.request_id, out);
+  ObserveLatency(pending.read->type, pending.received);
+}
+
+void RpcHandler::AppendRemoteReadAnswer(const PendingRequest& pending,
+                                        const Result<std::string>& answer, std::string* out) const {
+  if (!answer.has_value()) {
+    AppendError(pending.read->type, pending.request_id, answer.error(), out);
+  } else {
+    AppendAnswer(pending.read->type, pending.request_id, *answer, out);
+  }
   ObserveLatency(pending.read->type, pending.received);
 }
 

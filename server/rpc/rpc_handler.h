@@ -32,6 +32,10 @@ struct PendingRead {
   bool barrier = false;       // linearizable: the (empty) batch goes through the Applier first
   Revision wanted = 0;        // raised to the barrier's revision once it is applied
   Revision min_revision = 0;  // the request's own: `wanted` again when the group changes
+  // A read of a group this server holds no replica of (replicas on some servers): sent to a
+  // member as it came (`payload`, the request's), through Services::group_forwarder.
+  bool remote = false;
+  std::string payload;
 };
 
 // A request that cannot be answered at once: an ingest whose batch must go to the Applier,
@@ -102,6 +106,9 @@ class RpcHandler {
   // Appends the answer of a pending read (`pending.read`) once its revision is applied, or
   // its error (`failed`: the barrier's failure or the deadline).
   void AppendReadAnswer(const PendingRequest& pending, std::string* out) const;
+  // A remote read's answer: the member's answer payload, or its error.
+  void AppendRemoteReadAnswer(const PendingRequest& pending, const Result<std::string>& answer,
+                              std::string* out) const;
   void AppendReadFailure(const PendingRequest& pending, const Status& failed,
                          std::string* out) const;
 

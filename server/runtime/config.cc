@@ -15,6 +15,7 @@
 
 #include "common/internal/log.h"
 #include "kvatlas/common/json_codec.h"
+#include "kvatlas/common/placement.h"
 #include "kvatlas/common/protocol.h"
 #include "server/api/registration_json.h"
 #include "server/peer/peer_auth.h"
@@ -170,8 +171,9 @@ const Field kFields[] = {
      "take no new contexts once the last raft snapshot reaches this many bytes (again below "
      "3/4 of it); 0 = never refuse"},
     {"groups", &Config::groups, 1, kMaxGroups,
-     "raft groups the map is spread over, each hosted on every server; fixed when the cluster "
-     "is made"},
+     "raft groups the map is spread over; fixed when the cluster is made"},
+    {"replicas", &Config::replicas, 0, kMaxGroupMembers,
+     "servers holding each group's replicas (group 1: every server); 0 = every server"},
     {"holder_ttl_seconds", &Config::holder_ttl_seconds, 0, 7 * 24 * 3600,
      "expire holders silent (no event, no heartbeat) this long; 0 = leases off", "--holder-ttl"},
     {"audit_interval_ms", &Config::audit_interval_ms, 0, kMaxMillis,
@@ -534,6 +536,11 @@ Status CheckRaftBind(const Config& config,
 
 Status ValidateConfig(const Config& config) {
   if (config.data_dir.empty()) return Status::InvalidArgument("data_dir: must not be empty");
+  if (config.replicas > 0 && config.groups == 1) {
+    return Status::InvalidArgument(
+        "replicas: places the replicas of groups 2 and up, so it needs groups > 1 (got replicas " +
+        std::to_string(config.replicas) + " with one group)");
+  }
   KVATLAS_RETURN_IF_ERROR(ParseHostPort(config.http_listen).status().WithContext("http_listen"));
   KVATLAS_RETURN_IF_ERROR(ParseHostPort(config.rpc_listen).status().WithContext("rpc_listen"));
   if (!ParseLogLevel(config.log_level)) {

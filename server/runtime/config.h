@@ -197,6 +197,12 @@ struct Config {
   // start on a data directory made with another count. 1 = one group, as a cluster has
   // always been (its data directory's layout is unchanged).
   uint64_t groups = 1;
+  // Servers holding each group's replicas (docs/scaling.md §Replicas on some servers): group
+  // g ≥ 2 lives on the `replicas` voters of group 1 that rendezvous hashing picks for it
+  // (ChooseMembers), so a server holds about replicas/servers of the map; group 1 stays on
+  // every server. 0 = every group on every server. With groups > 1 only; the same on every
+  // server.
+  uint64_t replicas = 0;
   // Holder leases (docs/leases.md): a holder with no applied event and no heartbeat
   // (POST /v1/heartbeat) for this many seconds is expired by the leader, which drops its
   // entries. 0 = off. Holders of registered publishers are exempt. Flag: --holder-ttl too.

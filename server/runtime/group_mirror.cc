@@ -40,10 +40,12 @@ bool CanLead(const ClusterMember* member, const ClusterStatus& status, uint64_t 
 
 GroupMirror::GroupMirror(uint64_t self, RaftLog* primary,
                          std::function<std::vector<uint64_t>()> draining,
-                         std::vector<Follower> followers)
+                         std::vector<Follower> followers, size_t replicas, Records records)
     : self_(self),
       primary_(primary),
       draining_(std::move(draining)),
+      replicas_(replicas),
+      records_(std::move(records)),
       task_(kPeriod, [this] { return Round(); }) {
   primary_tracked_.follower = {GroupId{1}, primary};
   for (Follower& f : followers) {
@@ -56,6 +58,7 @@ GroupMirror::GroupMirror(uint64_t self, RaftLog* primary,
 PeriodicTask::Next GroupMirror::Round() {
   const ClusterStatus primary = primary_->GetStatus();
   const std::vector<uint64_t> draining = draining_();
+  preferred_ = PreferredLeaders(primary, 1 + followers_.size(), draining, replicas_);
   if (Contains(draining, self_) && primary.state == "leader" && !primary_tracked_.busy->load()) {
     HandOver(primary, draining, primary, &primary_tracked_);
   }
@@ -66,44 +69,76 @@ PeriodicTask::Next GroupMirror::Round() {
 void GroupMirror::Follow(const ClusterStatus& primary, std::span<const uint64_t> draining,
                          Tracked* tracked) {
   if (tracked->busy->load()) return;
-  RaftLog* raft = tracked->follower.raft;
-  const ClusterStatus status = raft->GetStatus();
+  const ClusterStatus status = tracked->follower.raft->GetStatus();
   if (status.state != "leader") return;
-  const std::string group = "group " + std::to_string(tracked->follower.id);
   // Membership first, by whichever server leads this group, from group 1's configuration
   // as this server knows it (any member knows it): so the server leading group 1 is made a
   // voter here before it is handed the leadership.
-  if (!primary.members.empty()) {
-    for (const ClusterMember& member : primary.members) {
-      if (member.role != "voter") continue;
-      const ClusterMember* present = FindMember(status, member.id);
-      if (present != nullptr && present->role == "voter") continue;
-      const std::string address =
-          RaftAddressOfGroup(RaftAddressEndpoint(member.raft_address), tracked->follower.id);
-      LogInfo(group + ": adding server " + std::to_string(member.id) + " at " + address +
-              " (a voter of group 1)");
-      tracked->busy->store(true);
-      raft->AddServer(
-          member.id, address,
-          Completion(tracked->busy, group + ": adding server " + std::to_string(member.id)));
-      return;
-    }
+  if (!primary.members.empty() && ChangeMembers(primary, status, tracked)) return;
+  HandOver(primary, draining, status, tracked);
+}
+
+bool GroupMirror::ChangeMembers(const ClusterStatus& primary, const ClusterStatus& status,
+                                Tracked* tracked) {
+  RaftLog* raft = tracked->follower.raft;
+  const GroupId id = tracked->follower.id;
+  const std::string group = "group " + std::to_string(id);
+  std::vector<uint64_t> voters_of_primary;
+  for (const ClusterMember& member : primary.members) {
+    if (member.role == "voter") voters_of_primary.push_back(member.id);
+  }
+  std::sort(voters_of_primary.begin(), voters_of_primary.end());
+  const std::vector<uint64_t> wanted =
+      replicas_ == 0 ? voters_of_primary : ChooseMembers(id, voters_of_primary, replicas_);
+  if (wanted.empty()) return false;
+  for (const ClusterMember& member : primary.members) {
+    if (!Contains(wanted, member.id)) continue;
+    const ClusterMember* present = FindMember(status, member.id);
+    if (present != nullptr && present->role == "voter") continue;
+    const std::string address = RaftAddressOfGroup(RaftAddressEndpoint(member.raft_address), id);
+    LogInfo(group + ": adding server " + std::to_string(member.id) + " at " + address +
+            (replicas_ == 0 ? " (a voter of group 1)" : " (chosen to hold a replica)"));
+    tracked->busy->store(true);
+    raft->AddServer(
+        member.id, address,
+        Completion(tracked->busy, group + ": adding server " + std::to_string(member.id)));
+    return true;
+  }
+  if (replicas_ > 0) {
+    // The record names the chosen voters only, so a member about to be removed is left out
+    // of it first; every chosen member is a voter by now.
+    std::vector<uint64_t> record;
     for (const ClusterMember& member : status.members) {
-      if (FindMember(primary, member.id) != nullptr) continue;
-      LogInfo(group + ": removing server " + std::to_string(member.id) + " (not in group 1)");
+      if (member.role == "voter" && Contains(wanted, member.id)) record.push_back(member.id);
+    }
+    std::sort(record.begin(), record.end());
+    if (!record.empty() && records_.recorded(id) != record) {
       tracked->busy->store(true);
-      raft->RemoveServer(member.id, Completion(tracked->busy, group + ": removing server " +
-                                                                  std::to_string(member.id)));
-      return;
+      records_.record(id, std::move(record),
+                      Completion(tracked->busy, group + ": recording its members"));
+      return true;
     }
   }
-  HandOver(primary, draining, status, tracked);
+  for (const ClusterMember& member : status.members) {
+    const bool keep =
+        replicas_ == 0 ? FindMember(primary, member.id) != nullptr : Contains(wanted, member.id);
+    // A leader not chosen hands the group over (HandOver) and is removed by the next one.
+    if (keep || member.id == status.id) continue;
+    LogInfo(group + ": removing server " + std::to_string(member.id) +
+            (replicas_ == 0 ? " (not in group 1)" : " (not chosen to hold a replica)"));
+    tracked->busy->store(true);
+    raft->RemoveServer(member.id, Completion(tracked->busy, group + ": removing server " +
+                                                                std::to_string(member.id)));
+    return true;
+  }
+  return false;
 }
 
 void GroupMirror::HandOver(const ClusterStatus& primary, std::span<const uint64_t> draining,
                            const ClusterStatus& status, Tracked* tracked) {
   const bool self_drains = Contains(draining, self_);
-  uint64_t target = PreferredLeader(primary, tracked->follower.id, draining);
+  const GroupId id = tracked->follower.id;
+  uint64_t target = id >= 1 && id <= preferred_.size() ? preferred_[id - 1] : 0;
   if (target == status.id) return;
   if (target == 0 || !CanLead(FindMember(status, target), status, kCatchUpSlack)) {
     // A server that drains does not wait for its groups' preferred leaders: any voter that

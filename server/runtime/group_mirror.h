@@ -7,10 +7,17 @@
 //     them (every member knows group 1's configuration) — it adds every voter of group 1
 //     the group lacks (at its raft address with the group's suffix, tcp_transport.h
 //     §Groups on one port) and removes every member group 1 no longer has, one change in
-//     flight per group.
+//     flight per group. With `replicas` (docs/scaling.md §Replicas on some servers) the
+//     members are the `replicas` voters of group 1 that ChooseMembers picks for the group:
+//     it adds those the group lacks, then records in the directory the group's voters
+//     that are chosen (SetGroupMembersCommand in group 1), and only once this server's
+//     directory records a member without it removes that member — so no server takes a
+//     replica for the group's once raft stops counting it. A leader not chosen hands the
+//     group to a chosen member first (its preferred leader), which then removes it.
 //   - Leadership: it hands the group's leadership to the group's preferred leader
-//     (PreferredLeader, group_service.h: group 1's voters in a ring that starts at group 1's
-//     leader, so the groups' leaders are spread evenly and follow a transfer of group 1), once that
+//     (PreferredLeaders, group_service.h: group 1's voters in a ring that starts at group 1's
+//     leader, so the groups' leaders are spread evenly and follow a transfer of group 1; with
+//     `replicas`, one of the group's members, spread the same way), once that
 //     server is a voter of the group, reachable and caught up (its match index within kCatchUpSlack
 //     of the log). A server the mirror handed a group to and that gave it back (a server low on
 //     disk hands over whatever it leads) is not handed that group again for kRetryAfter.
@@ -47,11 +54,20 @@ class GroupMirror {
     GroupId id = kNoGroup;
     RaftLog* raft = nullptr;
   };
+  // How a group's members are recorded in the directory (replicas > 0 only), from the task's
+  // thread: `recorded` returns the members this server's directory records for a group
+  // (RecordedMembers; empty: none); `record` submits SetGroupMembersCommand to group 1 and
+  // calls `done` once (on any thread) when it was applied or failed.
+  struct Records {
+    std::function<std::vector<uint64_t>(GroupId)> recorded;
+    std::function<void(GroupId, std::vector<uint64_t>, std::function<void(Status)> done)> record;
+  };
   // `primary` is group 1's raft; every raft must outlive the mirror (or its Stop).
   // `draining` returns the servers that drain (group 1's StateMachine::DrainingServers),
-  // from the task's thread. `self` is this server's id.
+  // from the task's thread. `self` is this server's id; `replicas` the servers per group
+  // (0: every server; then `records` is not used).
   GroupMirror(uint64_t self, RaftLog* primary, std::function<std::vector<uint64_t>()> draining,
-              std::vector<Follower> followers);
+              std::vector<Follower> followers, size_t replicas = 0, Records records = {});
 
   void Start() { task_.Start(); }
   void RequestStop() { task_.RequestStop(); }
@@ -77,6 +93,8 @@ class GroupMirror {
 
   PeriodicTask::Next Round();
   void Follow(const ClusterStatus& primary, std::span<const uint64_t> draining, Tracked* tracked);
+  // The membership step of Follow; true when it started a change (or a record).
+  bool ChangeMembers(const ClusterStatus& primary, const ClusterStatus& status, Tracked* tracked);
   // The leadership step of Follow, once the group's membership is group 1's (for group 1
   // itself: only while this server drains).
   void HandOver(const ClusterStatus& primary, std::span<const uint64_t> draining,
@@ -85,7 +103,10 @@ class GroupMirror {
   const uint64_t self_;
   RaftLog* primary_;
   const std::function<std::vector<uint64_t>()> draining_;
-  Tracked primary_tracked_;  // group 1, handed over only while this server drains
+  const size_t replicas_;
+  const Records records_;
+  Tracked primary_tracked_;          // group 1, handed over only while this server drains
+  std::vector<uint64_t> preferred_;  // this round's PreferredLeaders (the task's thread only)
   std::vector<Tracked> followers_;
   PeriodicTask task_;  // last: stopped before the members its rounds use go
 };

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <utility>
+#include <vector>
 
+#include "kvatlas/common/placement.h"
 #include "server/replication/peer_handshake.h"
 
 namespace kvatlas::server {
@@ -102,6 +104,19 @@ GroupOptions GroupOptionsFrom(const Config& config, const RaftPlacement& placeme
     options.raft.address = RaftAddressOfGroup(options.raft.address, group);
     for (auto& [id, address] : options.raft.bootstrap) address = RaftAddressOfGroup(address, group);
     options.raft.listen = false;  // group 1's transport listens for every group
+    if (config.replicas > 0 && !placement.single) {
+      // Bootstrapped on its chosen servers only; a server not chosen starts the group with
+      // no configuration, as a joining server does, and holds none of it.
+      std::vector<uint64_t> ids;
+      for (const auto& [id, address] : placement.peers) ids.push_back(id);
+      const std::vector<uint64_t> chosen = ChooseMembers(group, ids, config.replicas);
+      std::erase_if(options.raft.bootstrap, [&chosen](const auto& peer) {
+        return !std::binary_search(chosen.begin(), chosen.end(), peer.first);
+      });
+      options.placement.initial_voter =
+          placement.initial_voter && std::binary_search(chosen.begin(), chosen.end(), config.id);
+      if (!options.placement.initial_voter) options.raft.bootstrap.clear();
+    }
   }
   return options;
 }
@@ -164,6 +179,7 @@ void SetServicesFrom(const Config& config, Services* services) {
   services->backup_dir = config.backup_dir;
   services->cluster_id = config.cluster_id;
   services->min_free_disk_bytes = config.min_free_disk_bytes;
+  services->replicas = static_cast<size_t>(config.replicas);
 }
 
 RpcServerOptions RpcServerOptionsFrom(const Config& config, const HostPort& listen) {

@@ -1,7 +1,13 @@
 // Server: this server's part of the raft cluster (peer authentication, and the start of
 // the groups' raft members, group.h, side by side when there are several). server.h.
+#include <functional>
+#include <utility>
+#include <vector>
+
 #include "common/internal/log.h"
 #include "server/runtime/server.h"
+#include "server/service/group_service.h"
+#include "server/service/ingest_service.h"
 
 namespace kvatlas::server {
 
@@ -46,9 +52,29 @@ Status Server::StartRaft(const Preflight& preflight) {
     followers.push_back({groups_[i]->id(), groups_[i]->raft()});
   }
   // On every server, one group too: a draining server hands its leaderships over with it.
+  // With replicas on some servers, each group's leader records its members in group 1
+  // (through group 1's leader, like any write part: the group parts exist once the mirror
+  // starts, after the listeners).
+  GroupMirror::Records records;
+  records.recorded = [machine = group_->machine()](GroupId id) {
+    return RecordedMembers(*machine->directory(), id);
+  };
+  records.record = [this](GroupId id, std::vector<uint64_t> members,
+                          std::function<void(Status)> done) {
+    const std::vector<Services>* groups = group_services_.load(std::memory_order_acquire);
+    if (groups == nullptr) {
+      done(Status::Unavailable("the server is starting"));
+      return;
+    }
+    CommandBatch batch;
+    batch.commands.push_back(SetGroupMembersCommand{id, std::move(members)});
+    SubmitPart((*groups)[0], std::move(batch),
+               [done = std::move(done)](Result<Revision> applied) { done(applied.status()); });
+  };
   group_mirror_ = std::make_unique<GroupMirror>(
       config_.id, group_->raft(),
-      [machine = group_->machine()] { return machine->DrainingServers(); }, std::move(followers));
+      [machine = group_->machine()] { return machine->DrainingServers(); }, std::move(followers),
+      static_cast<size_t>(config_.replicas), std::move(records));
   return Status::Ok();
 }
 

@@ -4,8 +4,11 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <system_error>
 #include <vector>
+
+#include "server/service/lookup_service.h"
 
 namespace kvatlas::server {
 namespace fs = std::filesystem;
@@ -97,6 +100,16 @@ Result<BackupTaken> TakeBackup(const Services& services, std::string_view to) {
   KVATLAS_ASSIGN_OR_RETURN(std::string target, ResolveBackupTarget(services.backup_dir, to));
   KVATLAS_ASSIGN_OR_RETURN(std::vector<const Storage*> storages,
                            GroupStorages(services, "back up"));
+  // A backup holds every group's state as this server holds it: with replicas on some
+  // servers, a server lacking a group would write an empty or stale part of it.
+  if (const std::vector<GroupId> unhosted = UnhostedGroups(services); !unhosted.empty()) {
+    std::string named;
+    for (const GroupId id : unhosted) named += (named.empty() ? "" : ", ") + std::to_string(id);
+    return Status::FailedPrecondition(
+        "this server holds no replica of groups " + named +
+        " (replicas on some servers), so a backup of it would miss them; a backup that "
+        "gathers every group from its members is not built yet");
+  }
   if (services.backup_running->exchange(true, std::memory_order_acq_rel)) {
     return Status::ResourceExhausted("another backup is running on this server; retry later");
   }

@@ -7,6 +7,11 @@
 // (a signed internal call, server/api/group_forwarder.h) lives with the REST adapter.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "kvatlas/common/result.h"
 #include "kvatlas/common/status.h"
 #include "server/model/command.h"
 #include "server/state/applier.h"
@@ -26,6 +31,16 @@ class GroupForwarder {
   // is full: `*batch` is left as it was and `done` is not called.
   [[nodiscard]] virtual Status TryForward(const Services& group, CommandBatch* batch,
                                           Applier::Callback done) = 0;
+
+  // A binary-protocol read (a kLookup's or kRoute's request payload, `type` its message
+  // type) of `group` on a server that holds no replica of it (docs/scaling.md §Replicas on
+  // some servers): queued for one of the group's recorded members, which answers it as it
+  // would its own (its consistency included). Accepted: `done` is called once, on a
+  // forwarder thread, with the answer's payload, or the error. Refused with
+  // kResourceExhausted when the queue is full (`done` is not called).
+  using ReadCallback = std::function<void(Result<std::string>)>;
+  [[nodiscard]] virtual Status TryRead(const Services& group, uint8_t type, std::string payload,
+                                       ReadCallback done) = 0;
 };
 
 }  // namespace kvatlas::server

@@ -35,6 +35,10 @@ struct GroupView {
   // new contexts here, and how many contexts it places here (off their home groups).
   bool directory_accepting = true;
   uint64_t placed_contexts = 0;
+  // The servers the directory records as holding the group (RecordedMembers; empty: none
+  // recorded), and whether this server answers for it from its own replica (HostsGroup).
+  std::vector<uint64_t> recorded_members;
+  bool hosted = true;
 };
 
 struct GroupsView {
@@ -52,6 +56,17 @@ struct GroupsView {
 // group 1's leader is unknown or not a voter, or every voter drains.
 [[nodiscard]] uint64_t PreferredLeader(const ClusterStatus& primary, GroupId group,
                                        std::span<const uint64_t> draining = {});
+
+// The preferred leaders of groups 1 to `groups` (index g - 1): PreferredLeader's each, or
+// with `replicas` (docs/scaling.md §Replicas on some servers) fewer than group 1's voters,
+// each group g ≥ 2 led by one of its members (ChooseMembers of group 1's voters), not
+// draining, spread: groups 2, 3, … in turn each to the member leading the fewest so far
+// (group 1 counted for its leader), the earliest in the ring on ties, then moved while a
+// group's leader leads two more than another of its members. 0 for a group whose members
+// all drain, or while group 1's leader is unknown.
+[[nodiscard]] std::vector<uint64_t> PreferredLeaders(const ClusterStatus& primary, size_t groups,
+                                                     std::span<const uint64_t> draining,
+                                                     size_t replicas);
 
 // kUnavailable when this server runs without replication.
 [[nodiscard]] Result<GroupsView> ViewGroups(const Services& services);

@@ -99,17 +99,36 @@ Status RevisionNotApplied(const Services& services, Revision wanted) {
 
 namespace {
 
-// The groups a read of every context visits: this server's groups, or `services` alone.
-std::vector<const Services*> EveryGroup(const Services& services) {
-  std::vector<const Services*> all;
+// The groups a listing visits: `only`, or every group this server holds; `services` alone
+// on a single-group server.
+std::vector<const Services*> ListedGroups(const Services& services, std::optional<GroupId> only) {
   if (services.groups == nullptr) return {&services};
-  for (const Services& group : *services.groups) all.push_back(&group);
-  return all;
+  if (only) return {&(*services.groups)[*only - 1]};
+  std::vector<const Services*> hosted;
+  for (const Services& group : *services.groups) {
+    if (HostsGroup(group)) hosted.push_back(&group);
+  }
+  return hosted;
+}
+
+// Whether `group`'s revision is the one a listing answers.
+bool AnswersRevision(const Services& group, std::optional<GroupId> only) {
+  return only ? group.group == *only : group.group == 1;
 }
 
 }  // namespace
 
-BlockCopies LocateBlock(const Services& services, BlockKey key, const ContextKey* context) {
+std::vector<GroupId> UnhostedGroups(const Services& services) {
+  std::vector<GroupId> unhosted;
+  if (services.groups == nullptr) return unhosted;
+  for (const Services& group : *services.groups) {
+    if (!HostsGroup(group)) unhosted.push_back(group.group);
+  }
+  return unhosted;
+}
+
+BlockCopies LocateBlock(const Services& services, BlockKey key, const ContextKey* context,
+                        std::optional<GroupId> only) {
   if (context != nullptr) {
     return ServicesFor(services, *context).machine->Read([&](const Index& index, Revision at) {
       return BlockCopies{index.Locate(key, context), at};
@@ -118,25 +137,25 @@ BlockCopies LocateBlock(const Services& services, BlockKey key, const ContextKey
   // Every context: every group's copies; the revision is group 1's (each group numbers its
   // own).
   BlockCopies found;
-  for (const Services* group : EveryGroup(services)) {
+  for (const Services* group : ListedGroups(services, only)) {
     BlockCopies part = group->machine->Read([&](const Index& index, Revision at) {
       return BlockCopies{index.Locate(key, nullptr), at};
     });
-    if (group->group == 1) found.revision = part.revision;
+    if (AnswersRevision(*group, only)) found.revision = part.revision;
     for (BlockLocation& copy : part.copies) found.copies.push_back(std::move(copy));
   }
   return found;
 }
 
-HolderListing ListHolders(const Services& services) {
+HolderListing ListHolders(const Services& services, std::optional<GroupId> only) {
   // A holder's entries in every group, summed (ids are group 1's where it has one).
   HolderListing listing;
   std::unordered_map<HolderKey, size_t, HolderKeyHash> at;
-  for (const Services* group : EveryGroup(services)) {
+  for (const Services* group : ListedGroups(services, only)) {
     HolderListing part = group->machine->Read([](const Index& index, Revision revision) {
       return HolderListing{index.Holders(), std::nullopt, revision};
     });
-    if (group->group == 1) listing.revision = part.revision;
+    if (AnswersRevision(*group, only)) listing.revision = part.revision;
     for (HolderInfo& h : part.holders) {
       auto [it, added] = at.try_emplace(h.holder, listing.holders.size());
       if (added) {
@@ -157,14 +176,14 @@ HolderListing ListHolders(const Services& services) {
   return listing;
 }
 
-ContextListing ListContexts(const Services& services) {
+ContextListing ListContexts(const Services& services, std::optional<GroupId> only) {
   // Each context lives in one group; the revision is group 1's.
   ContextListing listing;
-  for (const Services* group : EveryGroup(services)) {
+  for (const Services* group : ListedGroups(services, only)) {
     ContextListing part = group->machine->Read([](const Index& index, Revision revision) {
       return ContextListing{index.Contexts(), revision};
     });
-    if (group->group == 1) listing.revision = part.revision;
+    if (AnswersRevision(*group, only)) listing.revision = part.revision;
     for (auto& context : part.contexts) listing.contexts.push_back(std::move(context));
   }
   return listing;

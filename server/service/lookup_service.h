@@ -39,13 +39,24 @@ namespace kvatlas::server {
 // The kDeadlineExceeded of a read whose revision `wanted` was not applied here in time.
 [[nodiscard]] Status RevisionNotApplied(const Services& services, Revision wanted);
 
-// Every copy of `key`, in `context` or (when null) in every context, and the revision.
+// The listings below read every group this server holds a replica of (HostsGroup), or with
+// `only` that one group (which it must hold); their revision is group 1's, or `only`'s. A
+// server that does not hold every group (replicas on some servers: docs/scaling.md) lists
+// the others' parts by asking their members (the REST adapter, query_routes.cc).
+//
+// The groups this server holds no replica of, ascending (none with every group on every
+// server).
+[[nodiscard]] std::vector<GroupId> UnhostedGroups(const Services& services);
+
+// Every copy of `key`, in `context` (its group, which this server must hold) or (when null)
+// in every context, and the revision.
 struct BlockCopies {
   std::vector<BlockLocation> copies;
   Revision revision = 0;
 };
 [[nodiscard]] BlockCopies LocateBlock(const Services& services, BlockKey key,
-                                      const ContextKey* context);
+                                      const ContextKey* context,
+                                      std::optional<GroupId> only = std::nullopt);
 
 // Every holder with its entry counts; with holder leases on, the leader adds each holder's
 // seconds since its last activity (idle_seconds[i] for holders[i]).
@@ -54,12 +65,14 @@ struct HolderListing {
   std::optional<std::vector<double>> idle_seconds;
   Revision revision = 0;
 };
-[[nodiscard]] HolderListing ListHolders(const Services& services);
+[[nodiscard]] HolderListing ListHolders(const Services& services,
+                                        std::optional<GroupId> only = std::nullopt);
 
 struct ContextListing {
   std::vector<ContextInfo> contexts;
   Revision revision = 0;
 };
-[[nodiscard]] ContextListing ListContexts(const Services& services);
+[[nodiscard]] ContextListing ListContexts(const Services& services,
+                                          std::optional<GroupId> only = std::nullopt);
 
 }  // namespace kvatlas::server

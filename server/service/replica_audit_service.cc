@@ -8,6 +8,7 @@
 namespace kvatlas::server {
 
 Status ServesReads(const Services& services) {
+  KVATLAS_RETURN_IF_ERROR(CheckHostsGroup(services));
   if (!services.machine->diverged()) return Status::Ok();
   return Status::Unavailable(DivergedMessage(services.machine->audit()));
 }

@@ -12,9 +12,11 @@
 
 namespace kvatlas::server {
 
-// OK unless the last replica audit found this server's state different from the leader's:
-// then kUnavailable (503) with DivergedMessage. Every read of the map (lookups, routes,
-// block locations, holder and context listings, context snapshots, watches) checks it first.
+// OK unless this server holds no replica of the group `services` is a copy of
+// (CheckHostsGroup: kWrongGroup), or the last replica audit found this server's state
+// different from the leader's: then kUnavailable (503) with DivergedMessage. Every read of
+// the map (lookups, routes, block locations, holder and context listings, context
+// snapshots, watches) checks it first.
 [[nodiscard]] Status ServesReads(const Services& services);
 
 // GET /v1/cluster's "audit" object: {status, index, digest, leader_digest, checked_by,

@@ -108,6 +108,9 @@ struct Services {
   // §Groups on every server), made before the listeners start (so without their
   // addresses: answers about the cluster use this struct); null on a single-group server.
   std::shared_ptr<const std::vector<Services>> groups;
+  // Servers holding each group's replicas (docs/scaling.md §Replicas on some servers; the
+  // `replicas` setting): 0 = every group on every server.
+  size_t replicas = 0;
   // Where a write part goes when this server does not lead its group (group_forwarder.h),
   // shared by every copy; null = submitted to the group's applier whoever leads (a single
   // group: a follower's writes are answered not_leader and proxied whole, forwarding.h).
@@ -158,6 +161,23 @@ struct Services {
   }
   return HomeGroup(context, groups);
 }
+
+// The servers the directory records as holding `group`'s replicas (SetGroupMembersCommand),
+// ascending; empty when it records none (every server holds the group, or its leader has not
+// recorded its members yet).
+[[nodiscard]] std::vector<uint64_t> RecordedMembers(const PlacementDirectory& directory,
+                                                    GroupId group);
+
+// Whether this server answers for `group` — a group's copy of the Services (Services::groups),
+// or a single-group server's — from its own replica (docs/scaling.md §Replicas on some
+// servers): always for group 1; else while the directory's record of the group names this
+// server, or, with no record yet, while every server holds every group (replicas 0) or this
+// server is a voter of the group's raft configuration. A server that does not asks a
+// member (RecordedMembers).
+[[nodiscard]] bool HostsGroup(const Services& group);
+// Ok where HostsGroup; else kWrongGroup naming the group's recorded members (or saying none
+// are recorded yet), for a read this server cannot answer from its own replica.
+[[nodiscard]] Status CheckHostsGroup(const Services& group);
 
 // The parts of the group `context` lives in (GroupOf): `services` itself on a single-group
 // server (and for a group's own copy).

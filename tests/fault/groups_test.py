@@ -105,10 +105,11 @@ def forwarded(node):
     return counts
 
 
-def apply_refused(node):
-    """POST /v1/cluster/apply is an internal call: unsigned, or not a batch, it is refused."""
+def internal_call_refused(node, path):
+    """An internal call (POST `path`, docs/api.md): unsigned, or not its binary body, it is
+    refused."""
     for content_type, expected in (("application/octet-stream", 401), ("application/json", 415)):
-        req = urllib.request.Request(node.base + "/v1/cluster/apply?group=2", data=b"\x01\x02",
+        req = urllib.request.Request(node.base + path, data=b"\x01\x02",
                                      method="POST", headers={"Content-Type": content_type})
         try:
             urllib.request.urlopen(req, timeout=5)
@@ -117,6 +118,11 @@ def apply_refused(node):
             if e.code != expected:
                 return False
     return True
+
+
+def apply_refused(node):
+    """POST /v1/cluster/apply is an internal call: unsigned, or not a batch, it is refused."""
+    return internal_call_refused(node, "/v1/cluster/apply?group=2")
 
 
 def wait_all_held(nodes, written):

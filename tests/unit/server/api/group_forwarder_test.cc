@@ -61,7 +61,7 @@ TEST_SUITE("Api.GroupForwarder") {
     const Status refused =
         forwarder.TryForward(group.s.services, &batch, [&](Result<Revision>) { called = true; });
     CHECK(refused.code() == StatusCode::kResourceExhausted);
-    CHECK(refused.message().find("queue of writes to other groups' leaders is full") !=
+    CHECK(refused.message().find("queue of requests to other groups' servers is full") !=
           std::string::npos);
     CHECK(batch.commands.size() == 1);  // the caller may retry it
     CHECK_FALSE(called);

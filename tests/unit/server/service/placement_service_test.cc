@@ -12,7 +12,9 @@
 #include <variant>
 #include <vector>
 
+#include "server/service/group_service.h"
 #include "server/service/ingest_service.h"
+#include "server/service/lookup_service.h"
 #include "server/service/metrics.h"
 #include "server/state/applier.h"
 #include "server/state/state_machine.h"
@@ -280,6 +282,43 @@ TEST_SUITE("placement_service") {
       REQUIRE(part.position.has_value());
       CHECK(part.position->restart);
     }
+  }
+
+  TEST_CASE("a server answers for a group while its record names it, and lists no other") {
+    Groups g;
+    const ContextKey in_2 = ContextHomedIn(2, "r");
+    g.Commit(2, Store(in_2, 7));
+    // No record: every server holds every group (replicas 0).
+    for (GroupId id = 1; id <= kGroups; ++id) CHECK(HostsGroup(g.group(id)));
+    CHECK(UnhostedGroups(g.services).empty());
+    CHECK(ListHolders(g.services).holders.size() == 1);
+    // Group 2 recorded on servers 1 and 3: server 1 holds it, server 2 does not.
+    g.Commit(1, SetGroupMembersCommand{2, {1, 3}});
+    CHECK(RecordedMembers(g.directory(), 2) == std::vector<uint64_t>{1, 3});
+    CHECK(RecordedMembers(g.directory(), 3).empty());
+    CHECK(HostsGroup(g.group(2)));
+    auto on_server_2 = std::make_shared<std::vector<Services>>(*g.services.groups);
+    for (Services& part : *on_server_2) part.server_id = 2;
+    Services server_2 = g.services;
+    server_2.server_id = 2;
+    server_2.groups = on_server_2;
+    CHECK(HostsGroup((*on_server_2)[0]));  // group 1: every server's
+    CHECK_FALSE(HostsGroup((*on_server_2)[1]));
+    CHECK(HostsGroup((*on_server_2)[2]));  // no record of group 3
+    const Status refused = CheckHostsGroup((*on_server_2)[1]);
+    CHECK(refused.code() == StatusCode::kWrongGroup);
+    CHECK(refused.message().find("its members are servers 1, 3") != std::string::npos);
+    CHECK(UnhostedGroups(server_2) == std::vector<GroupId>{2});
+    // Its listings leave group 2 out (the REST adapter asks a member for it), unless asked
+    // for group 2 alone.
+    CHECK(ListHolders(server_2).holders.empty());
+    CHECK(ListContexts(server_2).contexts.empty());
+    CHECK(ListHolders(server_2, GroupId{2}).holders.size() == 1);
+    CHECK(ListHolders(g.services).holders.size() == 1);
+    // With replicas set and no record yet, a server holds a group while raft counts it a
+    // voter there; a copy without raft (this fixture) is taken as held.
+    (*on_server_2)[2].replicas = 3;
+    CHECK(HostsGroup((*on_server_2)[2]));
   }
 }
 

@@ -1,6 +1,7 @@
 // Which server should lead each group of a multi-group server (PreferredLeader).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -73,6 +74,45 @@ TEST_SUITE("preferred_leader") {
     CHECK(PreferredLeader(Primary({1, 2}, 1), 2, std::vector<uint64_t>{1, 2}) == 0);
     // A server that drains but does not lead group 1 keeps group 1's leader where it is.
     CHECK(PreferredLeader(Primary({1, 2, 3}, 1), 1, std::vector<uint64_t>{3}) == 1);
+  }
+
+  TEST_CASE("PreferredLeaders: with replicas, each group is led by one of its members, spread") {
+    const std::vector<uint64_t> servers{1, 2, 3, 4, 5, 6};
+    const ClusterStatus primary = Primary(servers, 4);
+    const std::vector<uint64_t> leaders = PreferredLeaders(primary, 24, {}, 3);
+    REQUIRE(leaders.size() == 24);
+    CHECK(leaders[0] == 4);  // group 1: every server's, the ring's first
+    std::map<uint64_t, int> led;
+    for (GroupId g = 1; g <= 24; ++g) {
+      const uint64_t preferred = leaders[g - 1];
+      ++led[preferred];
+      if (g == 1) continue;
+      const std::vector<uint64_t> members = ChooseMembers(g, servers, 3);
+      CHECK(std::find(members.begin(), members.end(), preferred) != members.end());
+    }
+    // No member of a group leads two fewer groups than its leader.
+    for (GroupId g = 2; g <= 24; ++g) {
+      for (const uint64_t other : ChooseMembers(g, servers, 3)) {
+        CHECK(led[other] + 1 >= led[leaders[g - 1]]);
+      }
+    }
+    // 24 groups over 6 servers: 4 each here.
+    for (const uint64_t id : servers) CHECK(led[id] == 4);
+    // A draining member leads nothing; a group whose members all drain has no preference.
+    for (GroupId g = 2; g <= 24; ++g) {
+      const std::vector<uint64_t> members = ChooseMembers(g, servers, 3);
+      const std::vector<uint64_t> draining{members[0]};
+      const uint64_t preferred = PreferredLeaders(primary, 24, draining, 3)[g - 1];
+      CHECK(preferred != members[0]);
+      CHECK(std::find(members.begin(), members.end(), preferred) != members.end());
+      CHECK(PreferredLeaders(primary, 24, members, 3)[g - 1] == 0);
+    }
+    // replicas 0, or as many as the voters: the ring, as without.
+    for (const size_t replicas : {size_t{0}, size_t{6}}) {
+      const std::vector<uint64_t> ring = PreferredLeaders(primary, 8, {}, replicas);
+      for (GroupId g = 1; g <= 8; ++g) CHECK(ring[g - 1] == PreferredLeader(primary, g));
+    }
+    CHECK(PreferredLeaders(Primary(servers, 0), 4, {}, 3) == std::vector<uint64_t>(4, 0));
   }
 }
 

@@ -1,0 +1,204 @@
+#!/usr/bin/python3
+"""Groups with replicas on some servers (docs/scaling.md §Replicas on some servers).
+
+usage: replicas_test.py KVATLAS_SERVER_BINARY [CASE...]
+
+Five servers run `--groups 6 --replicas 3`. Group 1 stays on every server; each other
+group's voters are the three servers rendezvous hashing picks for it (ChooseMembers), its
+leader one of them, and group 1's directory records them. A server holds entries of the
+groups placed on it only; a lookup (REST, Conductor or binary protocol) through a server
+that holds no replica of the context's group is answered by a member, and a write through
+it reaches the group's leader; a snapshot there is refused wrong_group, naming the members. With one server
+killed every group keeps a majority, and writes and lookups through the others go on.
+A sixth server added to group 1 takes its share of the replicas: the groups chosen onto it
+add it, record the new members, then remove the server it replaces, and every write stays
+readable. Loopback only, bounded in time, cleaned up.
+"""
+
+import os
+import signal
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_fault_test as h  # noqa: E402 - the shared harness
+import groups_test as gt  # noqa: E402 - its prompts, writes and reads
+import kvatlas  # noqa: E402 - the Python package (pybind11), for binary-protocol reads
+
+GROUPS = 6
+REPLICAS = 3
+MODELS = 30
+BS = gt.BS
+
+
+def choose_members(group, servers, replicas):
+    """ChooseMembers (placement.h): the `replicas` servers with the highest XXH3-64 of
+    (u32 group, u64 id) little-endian, ascending."""
+    import xxhash  # python3-xxhash
+
+    def score(server):
+        return xxhash.xxh3_64_intdigest(struct.pack("<IQ", group, server))
+    return sorted(sorted(servers, key=score, reverse=True)[:replicas])
+
+
+prompt, write = gt.prompt, gt.write
+
+
+def holds(node, model, i):
+    """Both the Conductor query and the lookup through `node` find the prompt's 2 blocks."""
+    if not gt.holds(node, model, i):
+        return False
+    status, body = node.request("POST", "/v1/lookup", {"model_name": f"m{model}",
+                                                       "block_size": BS,
+                                                       "token_ids": prompt(model, i)})
+    return status == 200 and body.get("blocks_found") == 2
+
+
+def holds_binary(client, model, i, linearizable=False):
+    """A binary-protocol lookup through the client's server finds the prompt's 2 blocks."""
+    answer = client.lookup(kvatlas.Context(f"m{model}", BS), tokens=prompt(model, i),
+                           linearizable=linearizable)
+    return answer.blocks_found == 2
+
+
+def groups_of(node):
+    status, body = node.request("GET", "/v1/groups")
+    return {g["id"]: g for g in body["groups"]} if status == 200 else {}
+
+
+def placed_as_chosen(nodes, servers):
+    """Every live node records, for every group, the members ChooseMembers picks of
+    `servers` (group 1: none, it is on every server), and every group has a leader among
+    them, as its members see it."""
+    for node in nodes:
+        groups = groups_of(node)
+        if len(groups) != GROUPS or groups[1]["replicas"] != []:
+            return False
+        for gid in range(2, GROUPS + 1):
+            want = choose_members(gid, servers, REPLICAS)
+            g = groups[gid]
+            if g["replicas"] != want or g["hosted_here"] != (node.id in want):
+                return False
+            if node.id in want:
+                voters = sorted(m["id"] for m in g["members"] if m["role"] == "voter")
+                if voters != want or g["leader_id"] not in want:
+                    return False
+    return True
+
+
+def wait_all_held(nodes, written):
+    for node in nodes:
+        h.wait_until(f"server {node.id} answers every acknowledged write",
+                     lambda node=node: all(holds(node, m, i) for m, i in written))
+
+
+def model_in_group(gid):
+    return next(m for m in range(1000) if h.home_group(f"m{m}", BS, GROUPS) == gid)
+
+
+def check_entries_only_where_placed(nodes, servers, written):
+    """A server holds entries of the groups placed on it only, and as many as the other
+    members of each."""
+    per_group = {}
+    for node in nodes:
+        groups = groups_of(node)
+        for gid in range(2, GROUPS + 1):
+            if node.id in choose_members(gid, servers, REPLICAS):
+                per_group.setdefault(gid, set()).add(groups[gid]["entries"])
+            else:
+                assert groups[gid]["entries"] == 0, (node.id, gid, groups[gid])
+    expected_groups = {h.home_group(f"m{m}", BS, GROUPS) for m, _ in written} - {1}
+    for gid in expected_groups:
+        assert len(per_group[gid]) == 1 and per_group[gid] != {0}, (gid, per_group)
+
+
+def case_placed_and_served(binary):
+    servers = [1, 2, 3, 4, 5]
+    extra = ("--groups", str(GROUPS), "--replicas", str(REPLICAS))
+    with h.running_cluster(binary, n=5, extra=extra) as cluster:
+        h.wait_until("every group's replicas are on its chosen servers, and recorded",
+                     lambda: placed_as_chosen(cluster.nodes, servers))
+        for n in cluster.nodes:
+            led = [g["id"] for g in groups_of(n).values() if g["leader_id"] == n.id]
+            print(f"server {n.id} holds groups "
+                  f"{[g for g in range(2, GROUPS + 1) if n.id in choose_members(g, servers, 3)]}"
+                  f" and leads {led}")
+        # Writes through every server, members of the model's group or not.
+        written = []
+        for m in range(MODELS):
+            node = cluster.nodes[m % len(cluster.nodes)]
+            assert write(node, m, 0), f"write of m{m} through server {node.id} failed"
+            written.append((m, 0))
+        wait_all_held(cluster.nodes, written)
+        check_entries_only_where_placed(cluster.nodes, servers, written)
+        # Binary-protocol lookups through every server: a server that holds no replica of
+        # the group has a member answer them, a linearizable one included.
+        for node in cluster.nodes:
+            client = kvatlas.Client([h.addr_of(node, "rpc.addr")])
+            try:
+                for m, i in written:
+                    assert holds_binary(client, m, i, linearizable=(m % 3 == 0)), \
+                        f"binary lookup of m{m} through server {node.id}"
+            finally:
+                client.close()
+
+        assert gt.internal_call_refused(cluster.nodes[0], "/v1/cluster/read?group=2&type=2")
+        # A snapshot through a server that holds no replica of the group: wrong_group.
+        gid = next(g for g in range(2, GROUPS + 1) if 1 not in choose_members(g, servers, 3))
+        model = model_in_group(gid)
+        assert write(cluster.nodes[0], model, 1)
+        status, body = cluster.nodes[0].request(
+            "GET", f"/v1/snapshot?model_name=m{model}&block_size={BS}")
+        assert status == 409 and body["code"] == "wrong_group", (status, body)
+        assert "its members are servers" in body["message"], body
+
+        # One server killed: every group keeps two of its three members.
+        victim = cluster.nodes[1]
+        victim.kill(signal.SIGKILL)
+        alive = [n for n in cluster.nodes if n.id != victim.id]
+        cluster.leader()
+        more = []
+        for m in range(MODELS):
+            node = alive[m % len(alive)]
+            h.wait_until(f"write of m{m} through server {node.id} with server 2 down",
+                         lambda node=node, m=m: write(node, m, 1))
+            more.append((m, 1))
+        wait_all_held(alive, written + more)
+
+
+def case_added_server_takes_its_share(binary):
+    extra = ["--groups", str(GROUPS), "--replicas", str(REPLICAS)]
+    with h.running_cluster(binary, n=5, extra=extra) as cluster:
+        h.wait_until("every group's replicas are on its chosen servers",
+                     lambda: placed_as_chosen(cluster.nodes, [1, 2, 3, 4, 5]))
+        leader = cluster.leader()
+        written = [(m, 0) for m in range(MODELS)]
+        for m, i in written:
+            assert write(leader, m, i), f"write of m{m} failed"
+        port = h.free_ports(1)[0]
+        d = os.path.join(cluster.root, "n6")
+        os.makedirs(d)
+        joiner = h.Node(binary, 6, cluster.nodes[0].peers, d, raft_listen=f"127.0.0.1:{port}",
+                        auth=cluster.auth)
+        joiner.extra = list(extra)
+        joiner.start()
+        cluster.nodes.append(joiner)
+        status, body = leader.request("POST", "/v1/cluster/members",
+                                      {"id": 6, "raft_address": f"127.0.0.1:{port}"})
+        assert status == 200, body
+        servers = [1, 2, 3, 4, 5, 6]
+        moved = [g for g in range(2, GROUPS + 1) if 6 in choose_members(g, servers, REPLICAS)]
+        assert moved, "no group is chosen onto server 6: pick other sizes"
+        h.wait_until("the groups chosen onto server 6 have it, and the servers it replaces "
+                     "are removed", lambda: placed_as_chosen(cluster.nodes, servers))
+        wait_all_held(cluster.nodes, written)
+        assert write(joiner, 1, 7) and holds(leader, 1, 7), "a write through server 6 failed"
+
+
+CASES = {
+    "placed_and_served": case_placed_and_served,
+    "added_server": case_added_server_takes_its_share,
+}
+
+if __name__ == "__main__":
+    h.run_cases(CASES)
