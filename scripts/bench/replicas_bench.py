@@ -21,7 +21,7 @@ off while they fill. Printed:
     applied index is at least the group's leader's (polled every 20 ms);
   - replace: the same server is stopped, its data directory deleted and it is removed
     from the cluster; a server with a new id and an empty directory is added. Seconds from
-    its start until every group's replicas are on the servers ChooseMembers picks of the
+    its start until every group's replicas are on the servers PlaceReplicas picks of the
     new voters, recorded, and caught up with their leaders.
 Data under DIR (default $TMPDIR), removed at exit; every server started is killed.
 """
@@ -31,23 +31,14 @@ import http.client
 import json
 import os
 import shutil
-import struct
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import restart_bench as rb  # noqa: E402 - fill, readiness, stops, peak RSS
+import replica_placement as rt  # noqa: E402 - PlaceReplicas, as the servers compute it
 h = rb.h
-
-
-def choose_members(group, servers, replicas):
-    """ChooseMembers (placement.h), as tests/fault/replicas_test.py computes it."""
-    import xxhash
-
-    def score(server):
-        return xxhash.xxh3_64_intdigest(struct.pack("<IQ", group, server))
-    return sorted(sorted(servers, key=score, reverse=True)[:replicas])
 
 
 def views(nodes):
@@ -69,7 +60,7 @@ def placed(nodes, groups, replicas):
     if len(ids) != len([n for n in nodes if n.alive()]):
         return False
     for gid in range(2, groups + 1):
-        want = choose_members(gid, ids, replicas)
+        want = rt.place_replicas(groups, ids, replicas)[gid]
         leader_id = None
         for i in want:
             g = seen[i][gid]
@@ -205,7 +196,7 @@ def main():
         print("\nserver  groups held                 entries held   share of N   peak RSS")
         for n in cluster.nodes:
             mine = [gid for gid in range(2, G + 1)
-                    if n.id in choose_members(gid, sorted(held), R)]
+                    if n.id in rt.place_replicas(G, sorted(held), R)[gid]]
             print(f"{n.id:>6}  {','.join(map(str, [1] + mine)):<26}  {held[n.id]:>12,}"
                   f"   {held[n.id] / N:>10.3f}   {mib(peaks[n.id])}")
         print(f"expected share R/S = {R / S:.3f} (group 1 on every server holds "
@@ -219,8 +210,8 @@ def main():
         # Lookups through a server that holds the context's group against one that does not
         # (sent on to a member), interleaved in rounds.
         probe = next(gid for gid in range(2, G + 1)
-                     if 1 <= len(choose_members(gid, sorted(held), R)) < S)
-        members = choose_members(probe, sorted(held), R)
+                     if 1 <= len(rt.place_replicas(G, sorted(held), R)[gid]) < S)
+        members = rt.place_replicas(G, sorted(held), R)[probe]
         model = next(f"p{i}" for i in range(10_000)
                      if h.home_group(f"p{i}", rb.BS, G) == probe)
         hashes = [0x5EED0000 + k for k in range(16)]

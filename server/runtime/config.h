@@ -198,8 +198,8 @@ struct Config {
   // always been (its data directory's layout is unchanged).
   uint64_t groups = 1;
   // Servers holding each group's replicas (docs/scaling.md §Replicas on some servers): group
-  // g ≥ 2 lives on the `replicas` voters of group 1 that rendezvous hashing picks for it
-  // (ChooseMembers), so a server holds about replicas/servers of the map; group 1 stays on
+  // g ≥ 2 lives on `replicas` voters of group 1, picked by rendezvous hashing and balanced
+  // (PlaceReplicas), so a server holds about replicas/servers of the map; group 1 stays on
   // every server. 0 = every group on every server. With groups > 1 only; the same on every
   // server.
   uint64_t replicas = 0;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/internal/log.h"
+#include "server/placement/replica_placement.h"
 #include "server/replication/peer_handshake.h"
 
 namespace kvatlas::server {
@@ -59,6 +60,11 @@ PeriodicTask::Next GroupMirror::Round() {
   const ClusterStatus primary = primary_->GetStatus();
   const std::vector<uint64_t> draining = draining_();
   preferred_ = PreferredLeaders(primary, 1 + followers_.size(), draining, replicas_);
+  std::vector<uint64_t> voters;
+  for (const ClusterMember& member : primary.members) {
+    if (member.role == "voter") voters.push_back(member.id);
+  }
+  placement_ = PlaceReplicas(1 + followers_.size(), voters, replicas_);
   if (Contains(draining, self_) && primary.state == "leader" && !primary_tracked_.busy->load()) {
     HandOver(primary, draining, primary, &primary_tracked_);
   }
@@ -83,13 +89,8 @@ bool GroupMirror::ChangeMembers(const ClusterStatus& primary, const ClusterStatu
   RaftLog* raft = tracked->follower.raft;
   const GroupId id = tracked->follower.id;
   const std::string group = "group " + std::to_string(id);
-  std::vector<uint64_t> voters_of_primary;
-  for (const ClusterMember& member : primary.members) {
-    if (member.role == "voter") voters_of_primary.push_back(member.id);
-  }
-  std::sort(voters_of_primary.begin(), voters_of_primary.end());
-  const std::vector<uint64_t> wanted =
-      replicas_ == 0 ? voters_of_primary : ChooseMembers(id, voters_of_primary, replicas_);
+  if (id < 1 || id > placement_.size()) return false;
+  const std::vector<uint64_t>& wanted = placement_[id - 1];
   if (wanted.empty()) return false;
   for (const ClusterMember& member : primary.members) {
     if (!Contains(wanted, member.id)) continue;

@@ -8,7 +8,7 @@
 //     the group lacks (at its raft address with the group's suffix, tcp_transport.h
 //     §Groups on one port) and removes every member group 1 no longer has, one change in
 //     flight per group. With `replicas` (docs/scaling.md §Replicas on some servers) the
-//     members are the `replicas` voters of group 1 that ChooseMembers picks for the group:
+//     members are the `replicas` voters of group 1 that PlaceReplicas picks for the group:
 //     it adds those the group lacks, then records in the directory the group's voters
 //     that are chosen (SetGroupMembersCommand in group 1), and only once this server's
 //     directory records a member without it removes that member — so no server takes a
@@ -105,8 +105,11 @@ class GroupMirror {
   const std::function<std::vector<uint64_t>()> draining_;
   const size_t replicas_;
   const Records records_;
-  Tracked primary_tracked_;          // group 1, handed over only while this server drains
-  std::vector<uint64_t> preferred_;  // this round's PreferredLeaders (the task's thread only)
+  Tracked primary_tracked_;  // group 1, handed over only while this server drains
+  // This round's PreferredLeaders and PlaceReplicas of group 1's voters, by group id - 1
+  // (the task's thread only).
+  std::vector<uint64_t> preferred_;
+  std::vector<std::vector<uint64_t>> placement_;
   std::vector<Tracked> followers_;
   PeriodicTask task_;  // last: stopped before the members its rounds use go
 };

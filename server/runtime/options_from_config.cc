@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kvatlas/common/placement.h"
+#include "server/placement/replica_placement.h"
 #include "server/replication/peer_handshake.h"
 
 namespace kvatlas::server {
@@ -109,7 +110,8 @@ GroupOptions GroupOptionsFrom(const Config& config, const RaftPlacement& placeme
       // no configuration, as a joining server does, and holds none of it.
       std::vector<uint64_t> ids;
       for (const auto& [id, address] : placement.peers) ids.push_back(id);
-      const std::vector<uint64_t> chosen = ChooseMembers(group, ids, config.replicas);
+      const std::vector<uint64_t> chosen =
+          PlaceReplicas(config.groups, ids, config.replicas)[group - 1];
       std::erase_if(options.raft.bootstrap, [&chosen](const auto& peer) {
         return !std::binary_search(chosen.begin(), chosen.end(), peer.first);
       });

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvatlas/common/json_codec.h"
+#include "server/placement/replica_placement.h"
 #include "server/service/cluster_service.h"
 
 namespace kvatlas::server {
@@ -109,7 +110,7 @@ std::vector<uint64_t> PreferredLeaders(const ClusterStatus& primary, size_t grou
     leaders[g - 1] = PreferredLeader(primary, static_cast<GroupId>(g), draining);
   }
   if (replicas == 0 || replicas >= all.size() || groups < 2 || leaders[0] == 0) return leaders;
-  // Each group to one of its members (ChooseMembers), not draining: groups 2, 3, … in turn
+  // Each group to one of its members (PlaceReplicas), not draining: groups 2, 3, … in turn
   // to the member leading the fewest so far (group 1 counted for its leader), the earliest
   // in the ring from group 1's leader on ties; then, while a group's leader leads two more
   // than another of its members, to that member (each move lowers the sum of squared
@@ -124,7 +125,7 @@ std::vector<uint64_t> PreferredLeaders(const ClusterStatus& primary, size_t grou
     return (at(id) + all.size() - at(first)) % all.size();
   };
   std::map<uint64_t, size_t> led{{leaders[0], 1}};
-  std::vector<std::vector<uint64_t>> members(groups);
+  const std::vector<std::vector<uint64_t>> members = PlaceReplicas(groups, all, replicas);
   const auto best_of = [&](const std::vector<uint64_t>& candidates) {
     uint64_t pick = 0;
     for (const uint64_t id : candidates) {
@@ -136,7 +137,6 @@ std::vector<uint64_t> PreferredLeaders(const ClusterStatus& primary, size_t grou
     return pick;
   };
   for (size_t g = 2; g <= groups; ++g) {
-    members[g - 1] = ChooseMembers(static_cast<GroupId>(g), all, replicas);
     leaders[g - 1] = best_of(members[g - 1]);
     if (leaders[g - 1] != 0) ++led[leaders[g - 1]];
   }

@@ -59,7 +59,7 @@ struct GroupsView {
 
 // The preferred leaders of groups 1 to `groups` (index g - 1): PreferredLeader's each, or
 // with `replicas` (docs/scaling.md §Replicas on some servers) fewer than group 1's voters,
-// each group g ≥ 2 led by one of its members (ChooseMembers of group 1's voters), not
+// each group g ≥ 2 led by one of its members (PlaceReplicas of group 1's voters), not
 // draining, spread: groups 2, 3, … in turn each to the member leading the fewest so far
 // (group 1 counted for its leader), the earliest in the ring on ties, then moved while a
 // group's leader leads two more than another of its members. 0 for a group whose members

@@ -4,7 +4,7 @@
 usage: replicas_test.py KVATLAS_SERVER_BINARY [CASE...]
 
 Five servers run `--groups 6 --replicas 3`. Group 1 stays on every server; each other
-group's voters are the three servers rendezvous hashing picks for it (ChooseMembers), its
+group's voters are three servers picked by rendezvous hashing and balanced (PlaceReplicas), its
 leader one of them, and group 1's directory records them. A server holds entries of the
 groups placed on it only; a lookup (REST, Conductor or binary protocol) through a server
 that holds no replica of the context's group is answered by a member, and a write through
@@ -17,12 +17,12 @@ readable. Loopback only, bounded in time, cleaned up.
 
 import os
 import signal
-import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_fault_test as h  # noqa: E402 - the shared harness
 import groups_test as gt  # noqa: E402 - its prompts, writes and reads
+import replica_placement as rp  # noqa: E402 - PlaceReplicas, as the servers compute it
 import kvatlas  # noqa: E402 - the Python package (pybind11), for binary-protocol reads
 
 GROUPS = 6
@@ -32,13 +32,8 @@ BS = gt.BS
 
 
 def choose_members(group, servers, replicas):
-    """ChooseMembers (placement.h): the `replicas` servers with the highest XXH3-64 of
-    (u32 group, u64 id) little-endian, ascending."""
-    import xxhash  # python3-xxhash
-
-    def score(server):
-        return xxhash.xxh3_64_intdigest(struct.pack("<IQ", group, server))
-    return sorted(sorted(servers, key=score, reverse=True)[:replicas])
+    """The members PlaceReplicas gives group `group` of GROUPS."""
+    return rp.place_replicas(GROUPS, servers, replicas)[group]
 
 
 prompt, write = gt.prompt, gt.write
@@ -67,7 +62,7 @@ def groups_of(node):
 
 
 def placed_as_chosen(nodes, servers):
-    """Every live node records, for every group, the members ChooseMembers picks of
+    """Every live node records, for every group, the members PlaceReplicas picks of
     `servers` (group 1: none, it is on every server), and every group has a leader among
     them, as its members see it."""
     for node in nodes:
@@ -192,7 +187,11 @@ def case_added_server_takes_its_share(binary):
         h.wait_until("the groups chosen onto server 6 have it, and the servers it replaces "
                      "are removed", lambda: placed_as_chosen(cluster.nodes, servers))
         wait_all_held(cluster.nodes, written)
-        assert write(joiner, 1, 7) and holds(leader, 1, 7), "a write through server 6 failed"
+        event = {"event_type": "stored", "model_name": "m1", "block_size": BS,
+                 "backend_id": "w", "token_ids": prompt(1, 7)}
+        status, body = joiner.request("POST", "/v1/events", {"events": [event]})
+        assert status == 200, f"a write through server 6 failed: {status} {body}"
+        wait_all_held(cluster.nodes, [(1, 7)])
 
 
 CASES = {

@@ -5,6 +5,7 @@
 #include <map>
 #include <vector>
 
+#include "server/placement/replica_placement.h"
 #include "server/service/group_service.h"
 
 namespace kvatlas::server {
@@ -81,18 +82,19 @@ TEST_SUITE("preferred_leader") {
     const ClusterStatus primary = Primary(servers, 4);
     const std::vector<uint64_t> leaders = PreferredLeaders(primary, 24, {}, 3);
     REQUIRE(leaders.size() == 24);
+    const std::vector<std::vector<uint64_t>> placed = PlaceReplicas(24, servers, 3);
     CHECK(leaders[0] == 4);  // group 1: every server's, the ring's first
     std::map<uint64_t, int> led;
     for (GroupId g = 1; g <= 24; ++g) {
       const uint64_t preferred = leaders[g - 1];
       ++led[preferred];
       if (g == 1) continue;
-      const std::vector<uint64_t> members = ChooseMembers(g, servers, 3);
+      const std::vector<uint64_t>& members = placed[g - 1];
       CHECK(std::find(members.begin(), members.end(), preferred) != members.end());
     }
     // No member of a group leads two fewer groups than its leader.
     for (GroupId g = 2; g <= 24; ++g) {
-      for (const uint64_t other : ChooseMembers(g, servers, 3)) {
+      for (const uint64_t other : placed[g - 1]) {
         CHECK(led[other] + 1 >= led[leaders[g - 1]]);
       }
     }
@@ -100,7 +102,7 @@ TEST_SUITE("preferred_leader") {
     for (const uint64_t id : servers) CHECK(led[id] == 4);
     // A draining member leads nothing; a group whose members all drain has no preference.
     for (GroupId g = 2; g <= 24; ++g) {
-      const std::vector<uint64_t> members = ChooseMembers(g, servers, 3);
+      const std::vector<uint64_t>& members = placed[g - 1];
       const std::vector<uint64_t> draining{members[0]};
       const uint64_t preferred = PreferredLeaders(primary, 24, draining, 3)[g - 1];
       CHECK(preferred != members[0]);
