@@ -17,6 +17,7 @@ extern "C" {
 
 #include "common/internal/log.h"
 #include "common/internal/thread_name.h"
+#include "server/replication/append_below_snapshot.h"
 #include "server/replication/fsm_adapter.h"
 #include "server/replication/raft_heap.h"
 #include "server/replication/raft_log_held.h"
@@ -27,12 +28,6 @@ namespace kvatlas::server {
 namespace {
 
 constexpr uint64_t kStatusRefreshMs = 50;
-// RaftOptions::snapshot_log_bytes: the log may hold this fraction of the last snapshot.
-constexpr size_t kSnapshotLogFraction = 16;
-// The count trigger's deferral (CompactIfLogIsLarge), and what an entry costs libraft
-// beside its data (its struct raft_entry slot and the data's allocation).
-constexpr unsigned kCountDeferral = 16;
-constexpr size_t kEntryOverheadBytes = 64;
 
 }  // namespace
 
@@ -463,6 +458,9 @@ class RaftLog::Loop {
   static void RecvIo(struct raft_io* io, struct raft_message* message) {
     Loop* self = OfIo(io);
     self->contacts_.Heard(message->server_id, uv_now(&self->loop_));
+    if (RepairAppendBelowSnapshot(*static_cast<struct raft*>(io->data), message)) {
+      self->owner_->appends_repaired_.fetch_add(1, std::memory_order_relaxed);
+    }
     self->raft_recv_(io, message);
   }
   // raft_init points io->data at the raft, whose data is the Loop (closed_raft_'s too).
@@ -491,10 +489,8 @@ class RaftLog::Loop {
   }
 
   // RaftOptions::snapshot_log_bytes: libraft 0.15 has no "snapshot now" call, so past the
-  // budget the threshold drops to 1 (a snapshot at the next applied entry) and, once that
-  // snapshot is written, returns to snapshot_threshold. The budget grows with the state
-  // (kSnapshotLogFraction of the last snapshot): each snapshot writes the whole state, so
-  // snapshotting a large state every snapshot_log_bytes would rewrite it ever more often.
+  // budget (LogBudgetBytes) the threshold drops to 1 (a snapshot at the next applied entry)
+  // and, once that snapshot is written, returns to snapshot_threshold.
   void CompactIfLogIsLarge() {
     const RaftOptions& o = owner_->options_;
     if (o.snapshot_log_bytes == 0 || compacting_early_ || closing_) return;
@@ -507,22 +503,13 @@ class RaftLog::Loop {
       raft_set_snapshot_trailing(&raft_, o.snapshot_trailing);
       return;
     }
-    const size_t budget =
-        std::max<size_t>(o.snapshot_log_bytes, metrics.last_snapshot_bytes / kSnapshotLogFraction);
+    const size_t budget = LogBudgetBytes(o.snapshot_log_bytes, metrics.last_snapshot_bytes);
     const LogHeld held = MeasureLogHeld(raft_, o.snapshot_trailing, budget / 4);
     log_memory_entries_.store(held.entries, std::memory_order_relaxed);
-    log_memory_bytes_.store(held.bytes + held.entries * kEntryOverheadBytes,
-                            std::memory_order_relaxed);
+    log_memory_bytes_.store(HeldWithOverhead(held), std::memory_order_relaxed);
     if (held.bytes < budget) {
-      // The count trigger scales too: snapshot_threshold small entries would otherwise
-      // rewrite a large state for a log of a few hundred KB. Until the entries hold the
-      // same fraction of the last snapshot (with libraft's per-entry overhead), they bring
-      // one due only at kCountDeferral times the threshold, which bounds the replay at a
-      // restart and this pass.
-      const size_t held_with_overhead = held.bytes + held.entries * kEntryOverheadBytes;
-      const bool defer = held_with_overhead < metrics.last_snapshot_bytes / kSnapshotLogFraction;
       raft_set_snapshot_threshold(
-          &raft_, defer ? o.snapshot_threshold * kCountDeferral : o.snapshot_threshold);
+          &raft_, CountThreshold(held, metrics.last_snapshot_bytes, o.snapshot_threshold));
       return;
     }
     compacting_for_bytes_ = true;
@@ -769,6 +756,7 @@ ClusterStatus RaftLog::GetStatus() const {
 LogMetrics RaftLog::GetMetrics() const {
   LogMetrics m;
   m.leadership_changes = leadership_changes_.load(std::memory_order_relaxed);
+  m.appends_repaired = appends_repaired_.load(std::memory_order_relaxed);
   m.commit_latency = commit_latency_.Read();
   loop_->ReadSnapshotMetrics(&m);
   return m;

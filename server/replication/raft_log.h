@@ -148,6 +148,7 @@ class RaftLog final : public ReplicatedLog {
   std::atomic<bool> leader_{false};
   std::atomic<bool> unavailable_{false};
   std::atomic<uint64_t> leadership_changes_{0};
+  std::atomic<uint64_t> appends_repaired_{0};
   Histogram commit_latency_;  // Propose to applied, successful proposals only
 
   mutable std::mutex mu_;

@@ -5,7 +5,32 @@ extern "C" {
 #include <raft.h>
 }
 
+#include <algorithm>
+
 namespace kvatlas::server {
+namespace {
+
+// The log may hold this fraction of the last snapshot (LogBudgetBytes).
+constexpr size_t kSnapshotLogFraction = 16;
+// CountThreshold's deferral.
+constexpr unsigned kCountDeferral = 16;
+constexpr size_t kEntryOverheadBytes = 64;
+
+}  // namespace
+
+size_t HeldWithOverhead(const LogHeld& held) {
+  return held.bytes + held.entries * kEntryOverheadBytes;
+}
+
+size_t LogBudgetBytes(size_t snapshot_log_bytes, uint64_t last_snapshot_bytes) {
+  return std::max<size_t>(snapshot_log_bytes, last_snapshot_bytes / kSnapshotLogFraction);
+}
+
+unsigned CountThreshold(const LogHeld& held, uint64_t last_snapshot_bytes,
+                        unsigned snapshot_threshold) {
+  const bool defer = HeldWithOverhead(held) < last_snapshot_bytes / kSnapshotLogFraction;
+  return defer ? snapshot_threshold * kCountDeferral : snapshot_threshold;
+}
 
 LogHeld MeasureLogHeld(const struct raft& raft, unsigned max_trailing, size_t max_trailing_bytes) {
   const struct raft_log& log = raft.log;

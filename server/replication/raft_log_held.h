@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 extern "C" {
 struct raft;
@@ -19,5 +20,23 @@ struct LogHeld {
 // One pass over the entries in memory (at most 16 * snapshot_threshold + snapshot_trailing
 // with RaftLog's defaults, ~130k: well under a millisecond). Loop thread.
 LogHeld MeasureLogHeld(const struct raft& raft, unsigned max_trailing, size_t max_trailing_bytes);
+
+// The held entries' data plus what each costs libraft beside it (its struct raft_entry slot
+// and the data's allocation).
+size_t HeldWithOverhead(const LogHeld& held);
+
+// The bytes the log may hold before a snapshot is taken early: snapshot_log_bytes, or a
+// fraction of the last snapshot when more. The budget grows with the state because each
+// snapshot writes the whole state, so snapshotting a large state every snapshot_log_bytes
+// would rewrite it ever more often.
+size_t LogBudgetBytes(size_t snapshot_log_bytes, uint64_t last_snapshot_bytes);
+
+// libraft's entry-count trigger while the log is under its budget. It scales too: with
+// snapshot_threshold small entries it would otherwise rewrite a large state for a log of a
+// few hundred KB. Until the entries (with their overhead) hold the budget's fraction of
+// the last snapshot, a snapshot is due only at a multiple of snapshot_threshold, which
+// bounds the replay at a restart and the measuring pass.
+unsigned CountThreshold(const LogHeld& held, uint64_t last_snapshot_bytes,
+                        unsigned snapshot_threshold);
 
 }  // namespace kvatlas::server

@@ -224,6 +224,10 @@ void RenderLog(std::string* out, const LogMetrics& m) {
   const SingleMetric singles[] = {
       {"kvatlas_raft_leadership_changes_total", "counter",
        "Times this server saw the leader change (sampled every 50 ms).", d(m.leadership_changes)},
+      {"kvatlas_raft_appends_repaired_total", "counter",
+       "AppendEntries this follower received with their previous entry below its snapshot, "
+       "rewritten to start at the snapshot (the raft library would refuse them).",
+       d(m.appends_repaired)},
       {"kvatlas_raft_snapshots_total", "counter",
        "Raft snapshots taken since start (attempts: the failed ones too).", d(m.snapshots_taken)},
       {"kvatlas_raft_snapshot_failures_total", "counter",

@@ -91,6 +91,10 @@ struct LogMetrics {
   // Times this server saw the leader change to another known server (sampled with the
   // status, every 50 ms: a leader that came and went between two samples is not counted).
   uint64_t leadership_changes = 0;
+  // AppendEntries received with their previous entry below this follower's snapshot, and
+  // rewritten to start at it (append_below_snapshot.h): each is a probe or a resend libraft
+  // 0.15 would have refused, and walked its leader down to index 1 for.
+  uint64_t appends_repaired = 0;
   // Proposals made here, from Propose to applied here (leader only: followers forward).
   HistogramData commit_latency;
   // Snapshots taken (capture to written) and restored (at start, or sent by the leader).

@@ -18,6 +18,7 @@ extern "C" {
 #include <vector>
 
 #include "server/model/command_codec.h"
+#include "server/replication/append_below_snapshot.h"
 #include "server/replication/fsm_adapter.h"
 #include "server/state/state_machine.h"
 #include "tests/support/temp_dir.h"
@@ -62,9 +63,31 @@ struct ApplyRequest {
   struct raft_apply req;
 };
 
+// RaftLog's receive wrapper (append_below_snapshot.h) around a fixture server's raft_io:
+// raft_start hands io->start the receive callback, which is kept and wrapped.
+struct RepairHook {
+  int (*start)(struct raft_io*, unsigned, raft_io_tick_cb, raft_io_recv_cb) = nullptr;
+  raft_io_recv_cb recv = nullptr;
+  int repaired = 0;
+};
+std::map<struct raft_io*, RepairHook>& RepairHooks() {
+  static std::map<struct raft_io*, RepairHook> hooks;
+  return hooks;
+}
+void RepairingRecv(struct raft_io* io, struct raft_message* message) {
+  RepairHook& hook = RepairHooks().at(io);
+  if (RepairAppendBelowSnapshot(*static_cast<struct raft*>(io->data), message)) ++hook.repaired;
+  hook.recv(io, message);
+}
+int RepairingStart(struct raft_io* io, unsigned msecs, raft_io_tick_cb tick, raft_io_recv_cb recv) {
+  RepairHook& hook = RepairHooks().at(io);
+  hook.recv = recv;
+  return hook.start(io, msecs, tick, &RepairingRecv);
+}
+
 class Cluster {
  public:
-  explicit Cluster(unsigned snapshot_threshold) {
+  explicit Cluster(unsigned snapshot_threshold, bool repair_appends = false) {
     // 0.15's raft_fixture_initialize leaves fields that raft_fixture_grow reads.
     std::memset(&fixture_, 0, sizeof(fixture_));
     REQUIRE(raft_fixture_initialize(&fixture_) == 0);
@@ -93,10 +116,23 @@ class Cluster {
     REQUIRE(raft_fixture_configuration(&fixture_, kServers, &conf) == 0);
     REQUIRE(raft_fixture_bootstrap(&fixture_, &conf) == 0);
     raft_configuration_close(&conf);
+    for (unsigned i = 0; repair_appends && i < kServers; ++i) {
+      struct raft_io* io = &fixture_.servers[i].io;
+      RepairHooks()[io].start = io->start;
+      io->start = &RepairingStart;
+    }
     REQUIRE(raft_fixture_start(&fixture_) == 0);
   }
 
-  ~Cluster() { raft_fixture_close(&fixture_); }
+  ~Cluster() {
+    raft_fixture_close(&fixture_);
+    for (unsigned i = 0; i < kServers; ++i) RepairHooks().erase(&fixture_.servers[i].io);
+  }
+
+  int repaired(unsigned i) {
+    auto it = RepairHooks().find(&fixture_.servers[i].io);
+    return it == RepairHooks().end() ? 0 : it->second.repaired;
+  }
 
   raft_fixture* fixture() { return &fixture_; }
   Replica& replica(unsigned i) { return *replicas_[i]; }
@@ -259,6 +295,72 @@ void RunSchedule(uint64_t seed, unsigned steps, unsigned snapshot_threshold) {
   }
 }
 
+// A follower compacts its log past where its leader believes it stands: its
+// acknowledgements are dropped while it stores, applies and snapshots (trailing 0), and a
+// failed send then sends the leader back to probing from its last known match. A leader
+// that never snapshots ends a walk down to index 1 with its log from index 1; one that
+// does, with its snapshot.
+struct CompactedFollowerOutcome {
+  bool follower_unavailable = false;
+  bool caught_up = false;
+  bool same_state = false;
+  int repaired = 0;
+  int restores = 0;
+  unsigned snapshots_sent = 0;  // by the leader
+  raft_index follower_snapshot = 0;
+  raft_index leader_snapshot = 0;
+};
+
+CompactedFollowerOutcome RunCompactedFollower(bool leader_snapshots) {
+  Cluster cluster(1'000'000, /*repair_appends=*/true);
+  raft_fixture* f = cluster.fixture();
+  REQUIRE(raft_fixture_step_until_has_leader(f, 10'000));
+  const unsigned leader = raft_fixture_leader_index(f);
+  const unsigned follower = (leader + 1) % kServers;
+  struct raft* leader_raft = raft_fixture_get(f, leader);
+  struct raft* follower_raft = raft_fixture_get(f, follower);
+  if (leader_snapshots) {
+    // Its log keeps the entries back to before the follower's last known match, so the
+    // walk down starts inside it and ends below it.
+    raft_set_snapshot_threshold(leader_raft, 16);
+    raft_set_snapshot_trailing(leader_raft, 48);
+  }
+  std::mt19937_64 rng(7);
+  for (int n = 0; n < 10; ++n) cluster.ProposeRandom(rng, static_cast<int>(leader));
+  REQUIRE(raft_fixture_step_until_applied(f, kServers, raft_last_index(leader_raft), 10'000));
+
+  raft_set_snapshot_threshold(follower_raft, 8);
+  raft_set_snapshot_trailing(follower_raft, 0);
+  raft_fixture_saturate(f, follower, leader);  // its acknowledgements are lost
+  for (int n = 0; n < 40; ++n) {
+    cluster.ProposeRandom(rng, static_cast<int>(leader));
+    raft_fixture_step_n(f, 3);
+  }
+  REQUIRE(raft_fixture_step_until_applied(f, follower, raft_last_index(leader_raft), 10'000));
+  raft_fixture_disconnect(f, leader, follower);  // a failed send: probe from the match
+  raft_fixture_step_until_elapsed(f, 150);
+  raft_fixture_reconnect(f, leader, follower);
+  raft_fixture_desaturate(f, follower, leader);
+  REQUIRE(raft_state(leader_raft) == RAFT_LEADER);
+
+  CompactedFollowerOutcome out;
+  out.follower_snapshot = follower_raft->log.snapshot.last_index;
+  out.leader_snapshot = leader_raft->log.snapshot.last_index;
+  cluster.ProposeRandom(rng, static_cast<int>(leader));
+  out.caught_up = raft_fixture_step_until_applied(f, follower, raft_last_index(leader_raft), 5'000);
+  out.follower_unavailable = raft_state(follower_raft) == RAFT_UNAVAILABLE;
+  const auto digest = [&](unsigned i) {
+    return cluster.replica(i).machine->Read(
+        [](const Index& index, Revision) { return index.StateDigest(); });
+  };
+  out.same_state = digest(follower) == digest(leader);
+  out.repaired = cluster.repaired(follower);
+  out.restores = cluster.replica(follower).recorder->restores;
+  out.snapshots_sent = raft_fixture_n_send(f, leader, RAFT_IO_INSTALL_SNAPSHOT);
+  cluster.CheckAppliedAgree();
+  return out;
+}
+
 TEST_SUITE("raft_fixture") {
   TEST_CASE("raft fixture: the FSM sees each entry at raft_apply's index") {
     Cluster cluster(1024);
@@ -310,6 +412,35 @@ TEST_SUITE("raft_fixture") {
       CHECK(digest(lagging) == digest((lagging + 1) % kServers));
     }
     CHECK(restores > 0);  // the schedule did exercise InstallSnapshot + Restore
+  }
+
+  TEST_CASE("raft fixture: a follower compacted past its leader's probe catches up") {
+    // With RaftLog's receive repair, the probe below the snapshot is rewritten to start at
+    // it, and the follower catches up from its own log, with no snapshot sent. Without it
+    // (libraft 0.15 alone) the follower refuses the probe, the leader walks down to index 1
+    // and sends its log from there, and the follower shuts down with "No log entries found
+    // at index 1" (in the fixture, libraft then crashes the process).
+    const CompactedFollowerOutcome repaired = RunCompactedFollower(/*leader_snapshots=*/false);
+    REQUIRE(repaired.follower_snapshot > 0);
+    CHECK(repaired.leader_snapshot == 0);
+    CHECK_FALSE(repaired.follower_unavailable);
+    CHECK(repaired.caught_up);
+    CHECK(repaired.same_state);
+    CHECK(repaired.repaired > 0);
+    CHECK(repaired.restores == 0);
+  }
+
+  TEST_CASE("raft fixture: a follower compacted past its leader's probe is sent no snapshot") {
+    // The leader's snapshot ends the walk down: libraft 0.15 alone sends it, for nothing
+    // (the follower holds a newer one). Repaired, the first probe is accepted and only
+    // the entries after the follower's log are sent.
+    const CompactedFollowerOutcome repaired = RunCompactedFollower(/*leader_snapshots=*/true);
+    REQUIRE(repaired.follower_snapshot > 0);
+    REQUIRE(repaired.leader_snapshot > 0);
+    CHECK(repaired.caught_up);
+    CHECK(repaired.same_state);
+    CHECK(repaired.repaired > 0);
+    CHECK(repaired.snapshots_sent == 0);
   }
 }
 

@@ -121,6 +121,7 @@ TEST_SUITE("Metrics") {
     gauges.cluster = c;
     LogMetrics log;
     log.leadership_changes = 3;
+    log.appends_repaired = 2;
     Histogram commit;
     commit.Observe(0.003);
     log.commit_latency = commit.Read();
@@ -153,6 +154,7 @@ TEST_SUITE("Metrics") {
     CHECK(Contains(text, "kvatlas_raft_member_reachable{member=\"3\"} 1\n"));
     CHECK_FALSE(Contains(text, "kvatlas_raft_member_reachable{member=\"2\"}"));  // itself
     CHECK(Contains(text, "kvatlas_raft_leadership_changes_total 3\n"));
+    CHECK(Contains(text, "kvatlas_raft_appends_repaired_total 2\n"));
     CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_bucket{le=\"0.0025\"} 0\n"));
     CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_bucket{le=\"0.005\"} 1\n"));
     CHECK(Contains(text, "kvatlas_raft_commit_duration_seconds_count 1\n"));
