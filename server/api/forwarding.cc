@@ -50,10 +50,12 @@ namespace {
 // Sends `request` on to the leader at `to` (one hop, marked with kForwardedHeader) and
 // relays its answer. nullopt when the connection could not be opened: nothing was sent,
 // so the caller may try again (the leader may have just died; a new one is being chosen).
+// `read`: the request changes nothing there (PeerHttpRequest::idempotent).
 std::optional<HttpReply> Forward(const Services& services, const RouteRequest& request,
                                  const LeaderAddresses& leader, const HostPort& to,
-                                 const std::string& why) {
+                                 const std::string& why, bool read = false) {
   PeerHttpRequest forward;
+  forward.idempotent = read;
   forward.method = request.http.method;
   forward.target = request.http.target.empty() ? request.http.path : request.http.target;
   forward.body = request.http.body;
@@ -207,7 +209,7 @@ std::optional<HttpReply> AnswerFromMember(const Services& services, const RouteR
     if (!to.has_value() || to->port == 0) continue;
     std::optional<HttpReply> reply =
         Forward(services, request, LeaderAddresses{id, known->http_address, std::nullopt}, *to,
-                not_here + "; forwarding to its member");
+                not_here + "; forwarding to its member", /*read=*/true);
     if (reply && reply->status != HttpStatusOf(StatusCode::kNotLeader)) return reply;
     last_error = "its member, server " + std::to_string(id) +
                  (reply ? ", answered that it does not hold it" : ", could not be reached");

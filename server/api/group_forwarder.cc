@@ -57,7 +57,8 @@ Attempt<std::string> PostOnce(const Services& group, const LeaderAddresses& to_s
       "POST",
       target,
       {{"Content-Type", "application/octet-stream"}, {kPeerAuthHeader, signature.header}},
-      body};
+      body,
+      /*idempotent=*/!writes};
   bool nothing_sent = false;
   const Result<PeerHttpAnswer> answer = SendPeerHttp(
       group.peer_http, *to, post, {std::min(left, kForwardConnectTimeout), left}, &nothing_sent);

@@ -1,5 +1,6 @@
 #include "server/api/peer_http_client.h"
 
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -10,8 +11,13 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <chrono>
 #include <exception>
+#include <iterator>
+#include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "common/internal/tls.h"
 #include "common/internal/tls_stream.h"
@@ -25,6 +31,57 @@ namespace http = beast::http;
 using boost::system::error_code;
 using Stream = MaybeTlsStream<beast::tcp_stream>;
 
+// Connections kept open after a read (PeerHttpRequest::idempotent) for the next read to
+// the same member from the same thread. Each thread has its own, on its own io_context (a
+// stream belongs to the io_context it was made on), so nothing is shared or locked.
+class KeptConnections {
+ public:
+  asio::io_context& io() { return io_; }
+
+  // A connection to `key` idle for less than kPeerKeptIdle, newest first; null when none.
+  // Older ones are closed on the way.
+  std::unique_ptr<Stream> Take(const std::string& key) {
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(kept_, [now](const Kept& k) { return now - k.idle_since >= kPeerKeptIdle; });
+    for (auto it = kept_.rbegin(); it != kept_.rend(); ++it) {
+      if (it->key != key) continue;
+      std::unique_ptr<Stream> stream = std::move(it->stream);
+      kept_.erase(std::next(it).base());
+      return stream;
+    }
+    return nullptr;
+  }
+
+  // Keeps `stream`; past kPeerKeptPerThread the oldest kept connection is closed.
+  void Keep(std::string key, std::unique_ptr<Stream> stream) {
+    if (kept_.size() >= kPeerKeptPerThread) kept_.erase(kept_.begin());
+    kept_.push_back({std::move(key), std::move(stream), std::chrono::steady_clock::now()});
+  }
+
+ private:
+  struct Kept {
+    std::string key;
+    std::unique_ptr<Stream> stream;
+    std::chrono::steady_clock::time_point idle_since;
+  };
+  asio::io_context io_;     // outlives the streams below (destroyed after them)
+  std::vector<Kept> kept_;  // oldest first
+};
+
+KeptConnections& ThisThreadsConnections() {
+  thread_local KeptConnections connections;
+  return connections;
+}
+
+std::atomic<uint64_t> connections_opened{0};
+
+// How an exchange over an open connection ended.
+enum class Talked {
+  kAnswered,  // outcome holds the answer
+  kTimedOut,  // outcome holds the error: the member may be working on it
+  kFailed,    // outcome holds the error: the connection broke (a kept one may have been closed)
+};
+
 class Exchange {
  public:
   Exchange(const PeerHttpOptions* peer_options, const HostPort* address,
@@ -35,8 +92,8 @@ class Exchange {
   const HostPort* to;
   const PeerHttpRequest* request;
   PeerHttpTimeouts timeouts;
-  TlsContextPtr tls;  // null: plaintext
   bool nothing_sent = false;
+  bool keep_alive = false;  // the answer lets the connection carry another request
   std::optional<Result<PeerHttpAnswer>> outcome;
 
   Status Failed(const std::string& what) const {
@@ -44,10 +101,50 @@ class Exchange {
                                ": " + what);
   }
 
-  // The exchange, step by step: each step starts one Asio operation and runs the
-  // io_context until it completes (no coroutines: this file builds with the routes, which
-  // the HTTP-request fuzzer compiles with clang, without Asio's coroutine support).
-  void Run(asio::io_context& io) {
+  // One request on a new connection, closed after the answer.
+  void Once(asio::io_context& io) {
+    std::unique_ptr<Stream> stream = Connect(io);
+    if (stream == nullptr) return;
+    Talk(io, *stream, /*keep=*/false);
+    error_code ec;
+    stream->next_layer().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  }
+
+  // A read: on a kept connection to the member if there is one, else (or when the kept one
+  // turns out closed) on a new one, kept afterwards when the answer allows.
+  void Reusing(KeptConnections& kept) {
+    const std::string key = std::string(peer->tls ? "https://" : "http://") + to->ToString();
+    if (std::unique_ptr<Stream> stream = kept.Take(key)) {
+      const Talked talked = Talk(kept.io(), *stream, /*keep=*/true);
+      if (talked == Talked::kAnswered && keep_alive) kept.Keep(key, std::move(stream));
+      if (talked != Talked::kFailed) return;
+      outcome.reset();  // the member closed it meanwhile: a read is sent again
+    }
+    std::unique_ptr<Stream> stream = Connect(kept.io());
+    if (stream == nullptr) return;
+    if (Talk(kept.io(), *stream, /*keep=*/true) == Talked::kAnswered && keep_alive) {
+      kept.Keep(key, std::move(stream));
+    }
+  }
+
+ private:
+  // A new connection to `to` (TLS handshake done); null with outcome set when it failed
+  // (nothing_sent: it never opened).
+  // The steps each start one Asio operation and run the io_context until it completes (no
+  // coroutines: this file builds with the routes, which the HTTP-request fuzzer compiles
+  // with clang, without Asio's coroutine support).
+  std::unique_ptr<Stream> Connect(asio::io_context& io) {
+    TlsContextPtr tls;  // null: plaintext
+    if (peer->tls) {
+      // Read on each new connection: a reloaded certificate (SIGHUP) is used from then on.
+      Result<TlsContextPtr> context =
+          MakeClientTlsContext(TlsClientFiles{peer->ca_file, peer->cert_file, peer->key_file});
+      if (!context.has_value()) {
+        outcome = Failed(context.error().message());
+        return nullptr;
+      }
+      tls = std::move(context).value();
+    }
     asio::ip::tcp::resolver resolver(io);
     beast::tcp_stream tcp(io);
     tcp.expires_after(timeouts.connect);
@@ -62,7 +159,7 @@ class Exchange {
     if (ec) {
       nothing_sent = true;
       outcome = Failed("cannot resolve " + to->host + ": " + ec.message());
-      return;
+      return nullptr;
     }
     ec = Step(io, [&](auto done) { tcp.async_connect(endpoints, Drop(done)); });
     if (ec) {
@@ -71,45 +168,55 @@ class Exchange {
           Failed(ec == beast::error::timeout ? "connection not open within " +
                                                    std::to_string(timeouts.connect.count()) + " ms"
                                              : "connect: " + ec.message());
-      return;
+      return nullptr;
     }
-    Stream stream(std::move(tcp), tls);
-    stream.next_layer().expires_after(timeouts.exchange);
-    if (stream.is_tls()) {
-      if (const Status named = SetTlsPeerName(stream.native_handle(), to->host); !named.ok()) {
+    connections_opened.fetch_add(1, std::memory_order_relaxed);
+    auto stream = std::make_unique<Stream>(std::move(tcp), std::move(tls));
+    if (stream->is_tls()) {
+      stream->next_layer().expires_after(timeouts.exchange);
+      if (const Status named = SetTlsPeerName(stream->native_handle(), to->host); !named.ok()) {
         outcome = Failed(named.message());
-        return;
+        return nullptr;
       }
       ec = Step(io, [&](auto done) {
-        stream.tls().async_handshake(asio::ssl::stream_base::client, Drop(done));
+        stream->tls().async_handshake(asio::ssl::stream_base::client, Drop(done));
       });
       if (ec) {
-        outcome = Failed("TLS handshake: " + TlsFailureReason(ec, stream.native_handle()));
-        return;
+        outcome = Failed("TLS handshake: " + TlsFailureReason(ec, stream->native_handle()));
+        return nullptr;
       }
     }
+    return stream;
+  }
+
+  // Sends the request over `stream` and reads the whole answer into outcome. `keep`: ask
+  // the member to keep the connection open (else "Connection: close").
+  Talked Talk(asio::io_context& io, Stream& stream, bool keep) {
+    stream.next_layer().expires_after(timeouts.exchange);
     const http::verb verb = http::string_to_verb(request->method);
     http::request<http::string_body> out(verb, request->target, 11);
     out.set(http::field::host, to->ToString());
-    out.set(http::field::connection, "close");
+    if (!keep) out.set(http::field::connection, "close");
     for (const auto& [name, value] : request->headers) out.set(name, value);
     out.body() = request->body;
     out.prepare_payload();
-    ec = Step(io, [&](auto done) { http::async_write(stream, out, Drop(done)); });
+    error_code ec = Step(io, [&](auto done) { http::async_write(stream, out, Drop(done)); });
     if (ec) {
       outcome = Failed("sending the request: " + ec.message());
-      return;
+      return ec == beast::error::timeout ? Talked::kTimedOut : Talked::kFailed;
     }
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
     parser.body_limit(kMaxPeerAnswerBytes);
     ec = Step(io, [&](auto done) { http::async_read(stream, buffer, parser, Drop(done)); });
     if (ec) {
-      outcome =
-          Failed(ec == beast::error::timeout
-                     ? "no whole answer within " + std::to_string(timeouts.exchange.count()) + " ms"
-                     : "reading the answer: " + ec.message());
-      return;
+      if (ec == beast::error::timeout) {
+        outcome =
+            Failed("no whole answer within " + std::to_string(timeouts.exchange.count()) + " ms");
+        return Talked::kTimedOut;
+      }
+      outcome = Failed("reading the answer: " + ec.message());
+      return Talked::kFailed;
     }
     PeerHttpAnswer answer;
     answer.status = static_cast<int>(parser.get().result_int());
@@ -118,10 +225,10 @@ class Exchange {
     }
     answer.body = std::move(parser.get().body());
     outcome = std::move(answer);
-    stream.next_layer().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+    keep_alive = keep && parser.keep_alive() && buffer.size() == 0;
+    return Talked::kAnswered;
   }
 
- private:
   // Starts an operation with `start(done)` and runs `io` until it is over; its error.
   template <class Start>
   static error_code Step(asio::io_context& io, Start start) {
@@ -152,15 +259,13 @@ Result<PeerHttpAnswer> SendPeerHttp(const PeerHttpOptions& peer, const HostPort&
   if (http::string_to_verb(request.method) == http::verb::unknown) {
     return exchange.Failed("unknown method \"" + request.method + "\"");
   }
-  if (peer.tls) {
-    Result<TlsContextPtr> context =
-        MakeClientTlsContext(TlsClientFiles{peer.ca_file, peer.cert_file, peer.key_file});
-    if (!context.has_value()) return exchange.Failed(context.error().message());
-    exchange.tls = std::move(context).value();
-  }
-  asio::io_context io;
   try {
-    exchange.Run(io);
+    if (request.idempotent) {
+      exchange.Reusing(ThisThreadsConnections());
+    } else {
+      asio::io_context io;
+      exchange.Once(io);
+    }
   } catch (const std::exception& e) {  // Asio's and Beast's: allocation failures
     return exchange.Failed(std::string("unexpected error: ") + e.what());
   }
@@ -168,5 +273,7 @@ Result<PeerHttpAnswer> SendPeerHttp(const PeerHttpOptions& peer, const HostPort&
   if (!exchange.outcome) return exchange.Failed("no answer");
   return std::move(*exchange.outcome);
 }
+
+uint64_t PeerHttpConnectionsOpened() { return connections_opened.load(std::memory_order_relaxed); }
 
 }  // namespace kvatlas::server

@@ -2,18 +2,27 @@
 // forward to the leader, an address announcement: forwarding.h), over plaintext or TLS as
 // the cluster's members serve it, with Boost.Beast like the REST server itself.
 //
-// One connection per call, closed after the answer ("Connection: close"): calls are rare
-// (writes that reach a follower, announcements, at most 20 prediction rounds per second per
-// follower in approximate mode) and a held request may go to another leader on its next
-// attempt. Over TLS the certificate files are read on each call, so a
-// reloaded certificate (SIGHUP) is used from the next call on; the leader's certificate must
-// chain to `peer.ca_file` (else the system's trust store) and name the host dialled.
+// Writes and calls that change something go on a new connection each, closed after the
+// answer ("Connection: close"): they are rare (writes that reach a follower, announcements,
+// at most 20 prediction rounds per second per follower in approximate mode), a held
+// request may go to another leader on its next attempt, and one that failed after it was
+// sent is never sent again. Reads (PeerHttpRequest::idempotent: a lookup answered by a
+// member of a group this server does not hold) are frequent, and reuse the connections
+// earlier reads left open: each calling thread keeps up to kPeerKeptPerThread, for at most
+// kPeerKeptIdle each (under a member's 5 s idle timeout), and a read whose kept connection
+// the member had closed meanwhile is sent again on a new one.
 //
-// Blocking: runs its own io_context on the calling thread (an HTTP worker or a policy loop's
-// thread, e.g. the PredictionRecorder's; never the raft or applier threads). Thread-safe.
+// Over TLS the certificate files are read for each new connection, so a reloaded
+// certificate (SIGHUP) is used from then on; the member's certificate must chain to
+// `peer.ca_file` (else the system's trust store) and name the host dialled.
+//
+// Blocking: runs an io_context on the calling thread (an HTTP worker, a group-forward
+// thread or a policy loop's, e.g. the PredictionRecorder's; never the raft or applier
+// threads): one of its own per write, the thread's own for reads. Thread-safe.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -31,7 +40,14 @@ struct PeerHttpRequest {
   std::string target;  // sent as it is (it was signed as it is): no encoding
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  // Changes nothing on the member (a read): may go on a kept connection, and is sent again
+  // on a new one when the kept connection turns out closed.
+  bool idempotent = false;
 };
+
+// The connections a thread keeps open for reads, and for how long each may idle.
+inline constexpr size_t kPeerKeptPerThread = 16;
+inline constexpr std::chrono::milliseconds kPeerKeptIdle{2'000};
 
 struct PeerHttpAnswer {
   int status = 0;
@@ -61,5 +77,8 @@ struct PeerHttpTimeouts {
                                                   const PeerHttpRequest& request,
                                                   PeerHttpTimeouts timeouts,
                                                   bool* nothing_sent = nullptr);
+
+// Connections SendPeerHttp opened since the process started (every thread's).
+[[nodiscard]] uint64_t PeerHttpConnectionsOpened();
 
 }  // namespace kvatlas::server

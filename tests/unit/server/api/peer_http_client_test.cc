@@ -4,15 +4,20 @@
 #include "server/api/peer_http_client.h"
 
 #include <doctest/doctest.h>
+#include <sys/socket.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace kvatlas::server {
 namespace {
@@ -45,6 +50,84 @@ class OneShotListener {
 };
 
 constexpr PeerHttpTimeouts kTimeouts{milliseconds(5'000), milliseconds(10'000)};
+
+// Accepts connections on a free loopback port, each served on a thread of its own, and
+// answers each request on a connection with 200 and the connection's number, keeping the
+// connection open for the next request; `answers_per_connection` answered, it closes the
+// connection without saying so (as a member whose idle timeout passed does).
+class KeepAliveListener {
+ public:
+  explicit KeepAliveListener(int answers_per_connection)
+      : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    port_ = acceptor_.local_endpoint().port();
+    thread_ = std::thread([this, answers_per_connection] {
+      for (;;) {
+        auto socket = std::make_shared<tcp::socket>(io_);
+        boost::system::error_code ec;
+        acceptor_.accept(*socket, ec);
+        if (ec || stopping_) return;
+        std::lock_guard lock(mu_);
+        sockets_.push_back(socket);
+        serving_.emplace_back([this, socket, n = ++accepted_, answers_per_connection] {
+          Serve(*socket, n, answers_per_connection);
+        });
+      }
+    });
+  }
+  ~KeepAliveListener() {
+    stopping_ = true;
+    boost::system::error_code ec;
+    tcp::socket wake(io_);
+    wake.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_), ec);
+    thread_.join();
+    std::lock_guard lock(mu_);
+    // Connections the client keeps stay open: unblock their reads.
+    for (const auto& socket : sockets_) ::shutdown(socket->native_handle(), SHUT_RDWR);
+    for (std::thread& t : serving_) t.join();
+  }
+  HostPort address() const { return HostPort{"127.0.0.1", port_}; }
+  int accepted() const { return accepted_; }
+  bool close_asked() const { return close_asked_; }
+
+ private:
+  void Serve(tcp::socket& socket, int connection, int answers) {
+    boost::system::error_code ec;
+    asio::streambuf in;
+    for (int n = 0; n < answers; ++n) {
+      asio::read_until(socket, in, "\r\n\r\n", ec);
+      if (ec) return;
+      const std::string head(asio::buffers_begin(in.data()), asio::buffers_end(in.data()));
+      in.consume(head.find("\r\n\r\n") + 4);  // requests here carry no body
+      if (head.find("Connection: close") != std::string::npos) close_asked_ = true;
+      const std::string body = std::to_string(connection);
+      asio::write(socket,
+                  asio::buffer("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                               "\r\n\r\n" + body),
+                  ec);
+    }
+    socket.close(ec);
+  }
+
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  std::atomic<int> accepted_{0};
+  std::atomic<bool> close_asked_{false};
+  std::atomic<bool> stopping_{false};
+  std::mutex mu_;
+  std::vector<std::shared_ptr<tcp::socket>> sockets_;  // guarded by mu_
+  std::vector<std::thread> serving_;                   // guarded by mu_
+  std::thread thread_;
+};
+
+// A read of `to` (PeerHttpRequest::idempotent): its answer's body.
+std::string Read(const HostPort& to) {
+  PeerHttpRequest read{"GET", "/v1/lookup", {}, "", /*idempotent=*/true};
+  const Result<PeerHttpAnswer> answer = SendPeerHttp(PeerHttpOptions{}, to, read, kTimeouts);
+  REQUIRE(answer.has_value());
+  CHECK(answer->status == 200);
+  return answer->body;
+}
 
 TEST_CASE("SendPeerHttp: sends the target as given, with Host and headers; reads the answer") {
   std::promise<std::string> received;
@@ -122,6 +205,44 @@ TEST_CASE("SendPeerHttp: an answer that is not HTTP, or an unknown method, is an
       SendPeerHttp(PeerHttpOptions{}, HostPort{"127.0.0.1", 1}, {"FETCH", "/", {}, ""}, kTimeouts);
   REQUIRE_FALSE(bad_method.has_value());
   CHECK(bad_method.error().message().find("unknown method \"FETCH\"") != std::string::npos);
+}
+
+TEST_CASE("SendPeerHttp: reads reuse the connection the last read left open; writes do not") {
+  KeepAliveListener member(/*answers_per_connection=*/100);
+  const uint64_t opened = PeerHttpConnectionsOpened();
+  CHECK(Read(member.address()) == "1");
+  CHECK(Read(member.address()) == "1");
+  CHECK(Read(member.address()) == "1");
+  CHECK(PeerHttpConnectionsOpened() - opened == 1);
+  CHECK_FALSE(member.close_asked());
+  // A write goes on a connection of its own, closed after the answer.
+  const Result<PeerHttpAnswer> write = SendPeerHttp(
+      PeerHttpOptions{}, member.address(), {"POST", "/v1/cluster/apply", {}, ""}, kTimeouts);
+  REQUIRE(write.has_value());
+  CHECK(write->body == "2");
+  CHECK(member.close_asked());
+  CHECK(Read(member.address()) == "1");  // the read's connection is still kept
+  CHECK(member.accepted() == 2);
+  // Another thread keeps connections of its own.
+  std::thread([&] { CHECK(Read(member.address()) == "3"); }).join();
+}
+
+TEST_CASE("SendPeerHttp: a read whose kept connection the member closed is sent again") {
+  KeepAliveListener member(/*answers_per_connection=*/1);
+  CHECK(Read(member.address()) == "1");
+  // The member closed that connection after answering; the read finds out, and goes on a
+  // new connection, as it changes nothing.
+  CHECK(Read(member.address()) == "2");
+  CHECK(Read(member.address()) == "3");
+  CHECK(member.accepted() == 3);
+}
+
+TEST_CASE("SendPeerHttp: a connection idle for kPeerKeptIdle is not used again") {
+  KeepAliveListener member(/*answers_per_connection=*/100);
+  CHECK(Read(member.address()) == "1");
+  std::this_thread::sleep_for(kPeerKeptIdle + milliseconds(100));
+  CHECK(Read(member.address()) == "2");
+  CHECK(Read(member.address()) == "2");
 }
 
 }  // namespace
