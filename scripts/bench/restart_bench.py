@@ -104,25 +104,28 @@ def ready(node):
 def fill(node, entries, models, seed=11):
     """`entries` entries written to `node` by WRITERS threads on keep-alive connections:
     requests of EVENTS_PER_REQUEST stored events of BLOCKS_PER_EVENT random block hashes,
-    each event of the next model in turn."""
-    requests = []
-    rng = random.Random(seed)
-    done, event_no = 0, 0
-    while done < entries:
+    each event of the next model in turn. Each request is made as it is sent (from its own
+    seed), so that the bench holds one request per writer, not the whole fill."""
+    events_total = -(-entries // BLOCKS_PER_EVENT)
+    requests_total = -(-events_total // EVENTS_PER_REQUEST)
+
+    def request(k):
+        rng = random.Random(f"{seed}:{k}")
         events = []
-        while len(events) < EVENTS_PER_REQUEST and done < entries:
-            n = min(BLOCKS_PER_EVENT, entries - done)
-            events.append((event_no % models, rng.getrandbits(63),
+        for e in range(k * EVENTS_PER_REQUEST,
+                       min(events_total, (k + 1) * EVENTS_PER_REQUEST)):
+            n = min(BLOCKS_PER_EVENT, entries - e * BLOCKS_PER_EVENT)
+            events.append((e % models, rng.getrandbits(63),
                            [rng.getrandbits(63) for _ in range(n)]))
-            done += n
-            event_no += 1
-        requests.append(events)
+        return events
+
     host, port = node.base[len("http://"):].rsplit(":", 1)
     errors = []
 
     def writer(part):
         conn = http.client.HTTPConnection(host, int(port), timeout=120)
-        for events in part:
+        for k in part:
+            events = request(k)
             body = json.dumps({"events": [
                 {"event_type": "stored", "model_name": f"m{m}", "block_size": BS,
                  "backend_id": "h", "parent_hash": parent, "seq_hashes": hashes}
@@ -135,7 +138,7 @@ def fill(node, entries, models, seed=11):
                 return
         conn.close()
 
-    threads = [threading.Thread(target=writer, args=(requests[i::WRITERS],))
+    threads = [threading.Thread(target=writer, args=(range(i, requests_total, WRITERS),))
                for i in range(WRITERS)]
     for t in threads:
         t.start()
