@@ -22,7 +22,9 @@ off while they fill. Printed:
   - replace: the same server is stopped, its data directory deleted and it is removed
     from the cluster; a server with a new id and an empty directory is added. Seconds from
     its start until every group's replicas are on the servers PlaceReplicas picks of the
-    new voters, recorded, and caught up with their leaders.
+    new voters, recorded, and caught up with their leaders; then, until every server holds
+    no entries of a group not placed on it (its copies dropped, docs/scaling.md §Dropping a
+    copy), with each server's entries kept and resident memory (VmRSS) before and after.
 Data under DIR (default $TMPDIR), removed at exit; every server started is killed.
 """
 
@@ -87,6 +89,16 @@ def held_entries(nodes, groups):
             if g["hosted_here"]:
                 per_group[gid] = max(per_group.get(gid, 0), g["entries"])
     return held, per_group
+
+
+def kept_entries(node):
+    """The entries of every group's copy on `node`, held or not (GET /v1/groups)."""
+    return sum(g["entries"] for g in rb.groups_of(node, 10).values())
+
+
+def rss(node):
+    """`node`'s resident memory now (VmRSS), bytes."""
+    return rb.status_bytes(node, "VmRSS:")
 
 
 def caught_up_where_held(node, nodes, groups):
@@ -291,6 +303,22 @@ def main():
         print(f"server {new_id} added on an empty directory: its share placed and caught "
               f"up in {joined_s:.2f} s; it holds {held.get(new_id, 0):,} entries "
               f"({held.get(new_id, 0) / N:.3f} of N)")
+
+        # The servers it replaced drop the copies they no longer hold.
+        before = {n.id: (kept_entries(n), rss(n)) for n in cluster.nodes if n.alive()}
+        t0 = time.monotonic()
+        rb.wait_for("every copy not placed is dropped",
+                    lambda: all(kept_entries(n) == held_entries([n], G)[0].get(n.id)
+                                for n in cluster.nodes if n.alive()), bound_s=600)
+        dropped_s = time.monotonic() - t0
+        print(f"copies no longer placed dropped within {dropped_s:.2f} s of that:")
+        print("server  entries kept before -> after   RSS before -> after")
+        for n in cluster.nodes:
+            if not n.alive():
+                continue
+            kept, resident = before[n.id]
+            print(f"{n.id:>6}  {kept:>12,} -> {kept_entries(n):>12,}   "
+                  f"{mib(resident)} -> {mib(rss(n))}")
 
 
 if __name__ == "__main__":

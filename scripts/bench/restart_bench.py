@@ -169,15 +169,21 @@ def caught_up(node, leader, voter_id=None):
     return all(mine[g]["applied_index"] >= theirs[g]["applied_index"] for g in theirs)
 
 
-def peak_rss(node):
+def status_bytes(node, field):
+    """A kB field of `node`'s /proc/PID/status (e.g. "VmRSS:"), in bytes; 0 when it cannot be
+    read."""
     try:
         with open(f"/proc/{node.proc.pid}/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0
+
+
+def peak_rss(node):
+    return status_bytes(node, "VmHWM:")
 
 
 def start_all(nodes, flags):

@@ -3,10 +3,12 @@
 // /v1/cluster/members, DELETE /v1/cluster/members/{id}, POST /v1/cluster/transfer, POST
 // /v1/cluster/drain, POST /v1/cluster/announce (a member's addresses), POST
 // /v1/cluster/drain-self (a member stopping), POST /v1/cluster/predict (a follower's
-// predictions, forwarded_predictions.h) and POST /v1/cluster/apply (a write part for a group
-// led here, group_forwarder.h). A change is answered once raft has committed it. On a
-// follower these fail with kNotLeader and are forwarded to the leader (forwarding.h), except
-// the internal calls (announce, drain-self, predict, apply), which are answered 421.
+// predictions, forwarded_predictions.h), POST /v1/cluster/apply (a write part for a group
+// led here, group_forwarder.h), POST /v1/cluster/read (a read of a group held here) and POST
+// /v1/cluster/released (whether a server may drop its copy of a group led here). A change is
+// answered once raft has committed it. On a follower these fail with kNotLeader and are
+// forwarded to the leader (forwarding.h), except the internal calls (announce, drain-self,
+// predict, apply, read, released), which are answered 421.
 
 #include <charconv>
 #include <nlohmann/json.hpp>
@@ -139,19 +141,27 @@ Result<HttpReply> HandlePredict(const Services& services, const RouteRequest& re
 // of group G from a server that does not lead G (group_forwarder.h), submitted here and
 // answered {"status", "group", "revision"} once applied. An internal call: signed by a
 // member, never forwarded (not_leader, 421, when this server does not lead G).
-Result<HttpReply> HandleApply(const Services& services, const RouteRequest& request) {
-  KVATLAS_RETURN_IF_ERROR(InternalSender(services, request, "POST /v1/cluster/apply").status());
+// The group named by ?group=G, when this server leads it (kNotLeader otherwise).
+Result<const Services*> LedGroupOfQuery(const Services& services, const RouteRequest& request) {
   const size_t groups = services.groups == nullptr ? 1 : services.groups->size();
   const std::optional<uint64_t> parsed = PositiveInteger(request.http.Param("group"));
   if (!parsed || *parsed > groups) {
     return Status::InvalidArgument("query.group: must be a group this server hosts, 1 to " +
                                    std::to_string(groups));
   }
-  const uint64_t id = *parsed;
-  const Services& group = services.groups == nullptr ? services : (*services.groups)[id - 1];
-  if (!group.log->is_leader()) {
-    return Status(StatusCode::kNotLeader, "this server does not lead group " + std::to_string(id));
+  const Services* group = services.groups == nullptr ? &services : &(*services.groups)[*parsed - 1];
+  if (!group->log->is_leader()) {
+    return Status(StatusCode::kNotLeader,
+                  "this server does not lead group " + std::to_string(*parsed));
   }
+  return group;
+}
+
+Result<HttpReply> HandleApply(const Services& services, const RouteRequest& request) {
+  KVATLAS_RETURN_IF_ERROR(InternalSender(services, request, "POST /v1/cluster/apply").status());
+  KVATLAS_ASSIGN_OR_RETURN(const Services* led, LedGroupOfQuery(services, request));
+  const Services& group = *led;
+  const GroupId id = group.group;
   Result<CommandBatch> batch = DecodeCommandBatch(request.http.body);
   if (!batch.has_value()) return Status::InvalidArgument("body: " + batch.error().message());
   KVATLAS_ASSIGN_OR_RETURN(Revision revision, ApplyHereAndWait(group, std::move(*batch),
@@ -198,6 +208,28 @@ Result<HttpReply> HandleRead(const Services& services, const RouteRequest& reque
     reply.body = protocol::EncodeLookupAnswerBinary(answer);
   }
   return reply;
+}
+
+// POST /v1/cluster/released?group=G: whether the sender may drop its copy of group G
+// (docs/scaling.md §Dropping a copy), answered by G's leader as {"group", "released",
+// "members"}: released while G's configuration is committed and names no such server.
+// An internal call: signed by a member, never forwarded (421 where G is not led).
+Result<HttpReply> HandleReleased(const Services& services, const RouteRequest& request) {
+  KVATLAS_ASSIGN_OR_RETURN(uint64_t sender,
+                           InternalSender(services, request, "POST /v1/cluster/released"));
+  KVATLAS_ASSIGN_OR_RETURN(const Services* group, LedGroupOfQuery(services, request));
+  const ClusterStatus status = group->log->GetStatus();
+  nlohmann::json members = nlohmann::json::array();
+  bool named = false;
+  for (const ClusterMember& member : status.members) {
+    members.push_back(member.id);
+    named = named || member.id == sender;
+  }
+  const bool released = status.state == "leader" && status.configuration_committed && !named;
+  return JsonReply(
+      nlohmann::json(
+          {{"group", group->group}, {"released", released}, {"members", std::move(members)}})
+          .dump());
 }
 
 Result<HttpReply> HandleTransfer(const Services& services, const RouteRequest& request) {
@@ -279,6 +311,9 @@ void AddClusterRoutes(const Services* services, Router* router) {
   router->Add({"POST", "/v1/cluster/apply", RouteAccess::kInternal,
                [services](const RouteRequest& request) { return HandleApply(*services, request); },
                "application/octet-stream"});
+  router->Add(
+      {"POST", "/v1/cluster/released", RouteAccess::kInternal,
+       [services](const RouteRequest& request) { return HandleReleased(*services, request); }});
   router->Add({"POST", "/v1/cluster/read", RouteAccess::kInternal,
                [services](const RouteRequest& request) { return HandleRead(*services, request); },
                "application/octet-stream"});

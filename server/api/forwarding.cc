@@ -218,9 +218,10 @@ std::optional<HttpReply> AnswerFromMember(const Services& services, const RouteR
       Status::Unavailable(not_here + ", and no member of it answered: " + last_error), named);
 }
 
-Status PostInternalCall(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
-                        const std::string& leader_http, const std::string& path,
-                        const std::string& body, PeerHttpTimeouts timeouts) {
+Result<std::string> PostInternalCall(const PeerHttpOptions& peer, PeerAuth* auth,
+                                     uint64_t leader_id, const std::string& leader_http,
+                                     const std::string& path, const std::string& body,
+                                     PeerHttpTimeouts timeouts) {
   const Result<HostPort> to = ParseHostPort(leader_http);
   if (!to.has_value() || to->port == 0)
     return Status::InvalidArgument("malformed leader address " + leader_http);
@@ -234,10 +235,11 @@ Status PostInternalCall(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t le
   if (!answer.has_value())
     return Status::Unavailable("POST " + url + ": " + answer.error().message());
   if (answer->status == 200) {
-    return auth
-        ->VerifyReply(AnswerHeader(*answer, kPeerReplyHeader), leader_id, signature.nonce,
-                      answer->status, answer->body, leader_http)
-        .WithContext("POST " + url);
+    KVATLAS_RETURN_IF_ERROR(auth->VerifyReply(AnswerHeader(*answer, kPeerReplyHeader), leader_id,
+                                              signature.nonce, answer->status, answer->body,
+                                              leader_http)
+                                .WithContext("POST " + url));
+    return answer->body;
   }
   return Status(StatusCode::kUnavailable,
                 "POST " + url + ": " + std::to_string(answer->status) + " " + answer->body);
@@ -250,7 +252,8 @@ Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader
       nlohmann::json{{"id", id}, {"http_address", http_address}, {"rpc_address", rpc_address}}
           .dump();
   return PostInternalCall(peer, auth, leader_id, leader_http, "/v1/cluster/announce", body,
-                          {timeout, timeout});
+                          {timeout, timeout})
+      .status();
 }
 
 Status PostDrainSelf(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
@@ -258,7 +261,8 @@ Status PostDrainSelf(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leade
                      std::chrono::milliseconds timeout) {
   const std::string body = nlohmann::json{{"draining", draining}}.dump();
   return PostInternalCall(peer, auth, leader_id, leader_http, "/v1/cluster/drain-self", body,
-                          {timeout, timeout});
+                          {timeout, timeout})
+      .status();
 }
 
 Result<PeerCall> VerifyPeerCall(const Services& services, const HttpRequest& request) {

@@ -76,12 +76,14 @@ inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
                                                         const Services& group);
 
 // POSTs `body` (JSON) to http(s)://<leader_http><path> (`peer`: plaintext or TLS), signed by
-// `auth`. OK on a 200 signed by server `leader_id`; otherwise kUnavailable naming the URL
-// and the leader's status and error body (or why it was unreachable or not authentic).
-[[nodiscard]] Status PostInternalCall(const PeerHttpOptions& peer, PeerAuth* auth,
-                                      uint64_t leader_id, const std::string& leader_http,
-                                      const std::string& path, const std::string& body,
-                                      PeerHttpTimeouts timeouts);
+// `auth`. The answer's body on a 200 signed by server `leader_id`; otherwise kUnavailable
+// naming the URL and the leader's status and error body (or why it was unreachable or not
+// authentic).
+[[nodiscard]] Result<std::string> PostInternalCall(const PeerHttpOptions& peer, PeerAuth* auth,
+                                                   uint64_t leader_id,
+                                                   const std::string& leader_http,
+                                                   const std::string& path, const std::string& body,
+                                                   PeerHttpTimeouts timeouts);
 
 // POSTs {"id", "http_address", "rpc_address"} to http(s)://<leader_http>/v1/cluster/announce
 // (`peer`: plaintext or TLS), signed by `auth` (whose server id must be `id`). OK on a 200

@@ -193,7 +193,7 @@ class RaftLog::Loop {
     }
     if (kind == kAdd) {
       since_ms = uv_now(&loop_);
-      const struct raft_server* known = FindServer(id);
+      const struct raft_server* known = FindServer(raft_, id);
       if (known != nullptr && known->role != RAFT_VOTER && known->address != nullptr &&
           address == known->address) {
         kind = kPromote;
@@ -211,18 +211,18 @@ class RaftLog::Loop {
       // callback: it is queued.
       if (status == 0 && r->kind == kAdd) {
         self->owner_->Post(
-            [self, id = r->id, a = std::move(r->address), since = r->since_ms,
-             then = std::move(r->done)]() mutable {
-              self->ChangeMembership(kPromoteAdded, id, std::move(a), std::move(then), since);
+            [id = r->id, a = std::move(r->address), since = r->since_ms,
+             then = std::move(r->done)](Loop& loop) mutable {
+              loop.ChangeMembership(kPromoteAdded, id, std::move(a), std::move(then), since);
             },
             /*is_proposal=*/false);
         return;
       }
       if (status != 0 && r->kind == kPromoteAdded) {
         self->owner_->Post(
-            [self, add = FailedAdd{r->id, std::move(r->address), RaftError(status)},
-             since = r->since_ms, then = std::move(r->done)]() mutable {
-              self->FailPromotion(std::move(add), since, std::move(then));
+            [add = FailedAdd{r->id, std::move(r->address), RaftError(status)}, since = r->since_ms,
+             then = std::move(r->done)](Loop& loop) mutable {
+              loop.FailPromotion(std::move(add), since, std::move(then));
             },
             /*is_proposal=*/false);
         return;
@@ -269,13 +269,6 @@ class RaftLog::Loop {
       done(Status::Unavailable(removed.ok() ? NotAnsweredRemoved(add)
                                             : NotAnsweredLeftSpare(add, removed.message())));
     });
-  }
-
-  const struct raft_server* FindServer(uint64_t id) const {
-    for (unsigned i = 0; i < raft_.configuration.n; ++i) {
-      if (raft_.configuration.servers[i].id == id) return &raft_.configuration.servers[i];
-    }
-    return nullptr;
   }
 
   void Transfer(uint64_t id, Done done) {
@@ -366,8 +359,10 @@ class RaftLog::Loop {
     std::filesystem::create_directories(o.dir, ec);
     if (ec) return Status::IOError("cannot create raft directory " + o.dir + ": " + ec.message());
     int rv = 0;
-    uv_async_init(&loop_, &wake_,
-                  [](uv_async_t* handle) { static_cast<Loop*>(handle->data)->owner_->DrainOps(); });
+    uv_async_init(&loop_, &wake_, [](uv_async_t* handle) {
+      Loop* self = static_cast<Loop*>(handle->data);
+      self->owner_->DrainOps(*self);
+    });
     wake_.data = this;
     uv_timer_init(&loop_, &timer_);
     timer_.data = this;
@@ -386,7 +381,7 @@ class RaftLog::Loop {
     // A server with an empty configuration has not been added yet: any proven peer may be
     // the leader adding it.
     transport_options.is_member = [this](uint64_t id) {
-      return raft_.configuration.n == 0 || FindServer(id) != nullptr;
+      return raft_.configuration.n == 0 || FindServer(raft_, id) != nullptr;
     };
     if ((rv = TcpTransportInit(&transport_, &loop_, std::move(transport_options))) != 0) {
       return fail(Status::Internal("raft_uv_tcp_init: " + RaftError(rv)));
@@ -429,7 +424,9 @@ class RaftLog::Loop {
     raft_set_snapshot_threshold(&raft_, compacting_early_ ? 1 : o.snapshot_threshold);
     raft_set_snapshot_trailing(&raft_, compacting_early_ ? 0 : o.snapshot_trailing);
     raft_set_pre_vote(&raft_, true);
-    if (Status s = Bootstrap(&raft_, o.bootstrap); !s.ok()) {
+    // A dropped replica's directory is never bootstrapped: the group exists elsewhere.
+    const bool dropped = std::filesystem::exists(std::filesystem::path(o.dir) / kDroppedMarker, ec);
+    if (Status s = Bootstrap(&raft_, dropped ? decltype(o.bootstrap){} : o.bootstrap); !s.ok()) {
       StartClose();
       return s;
     }
@@ -568,24 +565,11 @@ class RaftLog::Loop {
     s.commit_index = raft_.commit_index;
     s.applied_index = fsm_.applied_index();
     s.last_index = raft_last_index(&raft_);
-    // libraft 0.15 keeps the leader's replication progress in raft.h's struct raft (no
-    // accessor): progress[i] belongs to configuration.servers[i].
-    const bool leading = raft_state(&raft_) == RAFT_LEADER;
-    for (unsigned i = 0; i < raft_.configuration.n; ++i) {
-      const struct raft_server& server = raft_.configuration.servers[i];
-      ClusterMember& member = s.members.emplace_back();
-      member.id = server.id;
-      member.raft_address = server.address ? server.address : "";
-      member.role = RoleName(server.role);
-      if (leading && raft_.leader_state.progress != nullptr) {
-        member.match_index = server.id == raft_.id
-                                 ? s.last_index
-                                 : uint64_t{raft_.leader_state.progress[i].match_index};
-        if (server.id != raft_.id) {
-          contacts_.Describe(&member, uv_now(&loop_), owner_->options_.election_timeout_ms);
-        }
-      }
-    }
+    s.configuration_committed =
+        raft_state(&raft_) == RAFT_LEADER && raft_.configuration_uncommitted_index == 0;
+    s.members = DescribeMembers(raft_, s.last_index, [this](ClusterMember* member) {
+      contacts_.Describe(member, uv_now(&loop_), owner_->options_.election_timeout_ms);
+    });
     std::lock_guard lock(owner_->mu_);
     owner_->status_ = std::move(s);
     return leader;
@@ -653,74 +637,102 @@ Result<std::unique_ptr<RaftLog>> RaftLog::Start(RaftOptions options, LogStateMac
   InstallRaftHeap();
   std::unique_ptr<RaftLog> log(new RaftLog(std::move(options), machine));
   log->loop_ = std::make_unique<Loop>(log.get());
+  KVATLAS_RETURN_IF_ERROR(log->Launch());
+  return log;
+}
+
+Status RaftLog::Launch() {
   std::promise<Status> started;
   std::future<Status> result = started.get_future();
-  Loop* loop = log->loop_.get();
-  log->thread_ = std::thread([loop, &started] {
+  Loop* loop = loop_.get();
+  thread_ = std::thread([loop, &started] {
     SetCurrentThreadName("raft-loop");
     loop->Main(&started);
   });
   Status s = result.get();
+  std::lock_guard lock(mu_);
   if (!s.ok()) {
-    log->thread_.join();
+    thread_.join();
     loop->fsm_.StopApplying();
-    {
-      std::lock_guard lock(log->mu_);
-      log->stopped_ = true;
-    }
-    return s;
   }
-  return log;
+  stopped_ = !s.ok();
+  return s;
+}
+
+Status RaftLog::Reopen(bool wipe) {
+  Stop();
+  if (failed()) return Status::FailedPrecondition("the raft log failed: it is not reopened");
+  if (wipe) {
+    options_.compact_early = false;  // a restored directory's first snapshot: moot now
+    KVATLAS_RETURN_IF_ERROR(RemoveDirectoryContents(options_.dir));
+    std::ofstream marker(std::filesystem::path(options_.dir) / kDroppedMarker);
+    if (!(marker << "this server's replica was dropped: it rejoins only when a leader adds it\n")) {
+      return Status::IOError("cannot write " + options_.dir + "/" + kDroppedMarker);
+    }
+  }
+  std::unique_ptr<Loop> fresh = std::make_unique<Loop>(this);
+  std::unique_ptr<Loop> old;
+  {
+    std::lock_guard lock(mu_);
+    old = std::move(loop_);
+    loop_ = std::move(fresh);
+    status_ = ClusterStatus{};
+  }
+  leader_.store(false, std::memory_order_release);
+  old.reset();
+  return Launch();
 }
 
 RaftLog::~RaftLog() { Stop(); }
 
 bool RaftLog::failed() const {
-  return unavailable_.load(std::memory_order_acquire) || (loop_ && loop_->fsm_.failed());
+  if (unavailable_.load(std::memory_order_acquire)) return true;
+  std::lock_guard lock(mu_);
+  return loop_ && loop_->fsm_.failed();
 }
 
 void RaftLog::Stop() {
+  Loop* loop = nullptr;
   {
     std::lock_guard lock(mu_);
+    loop = loop_.get();
     if (stopped_) {
       if (thread_.joinable()) thread_.join();
       return;
     }
     stopped_ = true;
-    Loop* loop = loop_.get();
-    ops_.push_back([loop] { loop->Close(); });
+    ops_.push_back([](Loop& l) { l.Close(); });
+    loop->Wake();
   }
-  loop_->Wake();
   if (thread_.joinable()) thread_.join();
-  loop_->fsm_.StopApplying();
+  loop->fsm_.StopApplying();
   // Proposals queued after the close never reach raft: fail them here.
-  std::deque<std::function<void()>> left;
+  std::deque<std::function<void(Loop&)>> left;
   {
     std::lock_guard lock(mu_);
     left.swap(ops_);
   }
-  for (auto& op : left) op();
+  for (auto& op : left) op(*loop);
 }
 
-bool RaftLog::Post(std::function<void()> op, bool is_proposal) {
-  {
-    std::lock_guard lock(mu_);
-    if (stopped_) return false;
-    ops_.push_back(std::move(op));
-    if (is_proposal) ++queued_proposals_;
-  }
+bool RaftLog::Post(std::function<void(Loop&)> op, bool is_proposal) {
+  // The wake is sent under the lock: Reopen replaces the Loop only once stopped.
+  std::lock_guard lock(mu_);
+  if (stopped_) return false;
+  ops_.push_back(std::move(op));
+  if (is_proposal) ++queued_proposals_;
   loop_->Wake();
   return true;
 }
 
-void RaftLog::DrainOps() {
-  std::deque<std::function<void()>> ops;
+void RaftLog::DrainOps(Loop& loop) {
+  std::deque<std::function<void(Loop&)>> ops;
   {
     std::lock_guard lock(mu_);
     ops.swap(ops_);
     queued_proposals_ = 0;
   }
-  for (auto& op : ops) op();
+  for (auto& op : ops) op(loop);
 }
 
 Status RaftLog::Propose(std::string* entry, std::function<void(Result<uint64_t>)> done) {
@@ -732,7 +744,6 @@ Status RaftLog::Propose(std::string* entry, std::function<void(Result<uint64_t>)
                                        std::to_string(options_.max_queue) + " proposals)");
     }
   }
-  Loop* loop = loop_.get();
   auto timed = [this, started = std::chrono::steady_clock::now(),
                 done = std::move(done)](Result<uint64_t> applied) {
     if (applied.has_value()) {
@@ -741,9 +752,9 @@ Status RaftLog::Propose(std::string* entry, std::function<void(Result<uint64_t>)
     }
     done(std::move(applied));
   };
-  const bool posted =
-      Post([loop, e = std::move(*entry), timed]() mutable { loop->Propose(std::move(e), timed); },
-           /*is_proposal=*/true);
+  const bool posted = Post(
+      [e = std::move(*entry), timed](Loop& loop) mutable { loop.Propose(std::move(e), timed); },
+      /*is_proposal=*/true);
   if (!posted) return Status::Unavailable("the replicated log is stopped");
   return Status::Ok();
 }
@@ -758,29 +769,27 @@ LogMetrics RaftLog::GetMetrics() const {
   m.leadership_changes = leadership_changes_.load(std::memory_order_relaxed);
   m.appends_repaired = appends_repaired_.load(std::memory_order_relaxed);
   m.commit_latency = commit_latency_.Read();
+  std::lock_guard lock(mu_);
   loop_->ReadSnapshotMetrics(&m);
   return m;
 }
 
 void RaftLog::AddServer(uint64_t id, std::string raft_address, Done done) {
-  Loop* loop = loop_.get();
-  auto op = [loop, id, a = std::move(raft_address), done]() mutable {
-    loop->ChangeMembership(Loop::kAdd, id, std::move(a), std::move(done));
+  auto op = [id, a = std::move(raft_address), done](Loop& loop) mutable {
+    loop.ChangeMembership(Loop::kAdd, id, std::move(a), std::move(done));
   };
   if (!Post(std::move(op), false)) done(Status::Unavailable("the replicated log is stopped"));
 }
 
 void RaftLog::RemoveServer(uint64_t id, Done done) {
-  Loop* loop = loop_.get();
-  auto op = [loop, id, done]() mutable {
-    loop->ChangeMembership(Loop::kRemove, id, "", std::move(done));
+  auto op = [id, done](Loop& loop) mutable {
+    loop.ChangeMembership(Loop::kRemove, id, "", std::move(done));
   };
   if (!Post(std::move(op), false)) done(Status::Unavailable("the replicated log is stopped"));
 }
 
 void RaftLog::TransferLeadership(uint64_t id, Done done) {
-  Loop* loop = loop_.get();
-  auto op = [loop, id, done]() mutable { loop->Transfer(id, std::move(done)); };
+  auto op = [id, done](Loop& loop) mutable { loop.Transfer(id, std::move(done)); };
   if (!Post(std::move(op), false)) done(Status::Unavailable("the replicated log is stopped"));
 }
 

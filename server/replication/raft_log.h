@@ -111,6 +111,17 @@ class RaftLog final : public ReplicatedLog {
   // Closes raft (pending proposals fail with kUnavailable) and joins the loop thread.
   void Stop();
 
+  // Stops raft as Stop does and starts it again on this object (every pointer to it stays
+  // valid), for a server that no longer holds a replica of the group (docs/scaling.md
+  // §Dropping a copy). With `wipe`, the directory's contents are deleted first and
+  // kDroppedMarker left in it, so raft starts as a server in no configuration — as a joining
+  // server does, never bootstrapping (now or at a later start) — and takes the group again
+  // only when a leader adds it; the state machine must be emptied meanwhile
+  // (StateMachine::DropReplica). Without it, raft resumes its log as it was. Proposals made
+  // meanwhile fail with kUnavailable; the snapshot metrics start again. Errors:
+  // kFailedPrecondition once failed(), kIOError for the directory, raft's start errors.
+  [[nodiscard]] Status Reopen(bool wipe);
+
   // True once the state machine failed to apply an entry, or raft turned unavailable (a
   // disk write of its log failed): the server must stop. In the second case the RaftLog
   // also leaves kRebuildMarker in its directory, because 0.15.0 may have applied entries
@@ -120,6 +131,9 @@ class RaftLog final : public ReplicatedLog {
 
   // File name, in RaftOptions::dir, of the "rebuild the state from the log" marker.
   static constexpr const char* kRebuildMarker = "REBUILD_STATE";
+  // File name, in RaftOptions::dir, of the "this replica was dropped: never bootstrap"
+  // marker (Reopen).
+  static constexpr const char* kDroppedMarker = "DROPPED";
   // Whether this server led the cluster at the last status refresh (every 50 ms).
   bool is_leader() const override { return leader_.load(std::memory_order_acquire); }
 
@@ -135,15 +149,18 @@ class RaftLog final : public ReplicatedLog {
   class Loop;
   explicit RaftLog(RaftOptions options, LogStateMachine* machine);
 
-  // Queues `op` for the loop thread. False when stopped (op is not run).
-  bool Post(std::function<void()> op, bool is_proposal);
+  // Starts the loop thread with a new Loop (Start, Reopen); returns raft's start outcome.
+  Status Launch();
+  // Queues `op` for the loop thread, which runs it with its Loop. False when stopped (op is
+  // not run).
+  bool Post(std::function<void(Loop&)> op, bool is_proposal);
   // Loop thread: runs the queued ops.
-  void DrainOps();
+  void DrainOps(Loop& loop);
 
   RaftOptions options_;
   std::unique_ptr<PeerAuth> own_peer_auth_;  // when options_.peer_auth was null
   LogStateMachine* machine_;
-  std::unique_ptr<Loop> loop_;
+  std::unique_ptr<Loop> loop_;  // replaced by Reopen (under mu_) while stopped
   std::thread thread_;
   std::atomic<bool> leader_{false};
   std::atomic<bool> unavailable_{false};
@@ -152,10 +169,10 @@ class RaftLog final : public ReplicatedLog {
   Histogram commit_latency_;  // Propose to applied, successful proposals only
 
   mutable std::mutex mu_;
-  std::deque<std::function<void()>> ops_;  // guarded by mu_
-  size_t queued_proposals_ = 0;            // guarded by mu_
-  bool stopped_ = false;                   // guarded by mu_
-  ClusterStatus status_;                   // guarded by mu_; refreshed by the loop
+  std::deque<std::function<void(Loop&)>> ops_;  // guarded by mu_
+  size_t queued_proposals_ = 0;                 // guarded by mu_
+  bool stopped_ = false;                        // guarded by mu_
+  ClusterStatus status_;                        // guarded by mu_; refreshed by the loop
 };
 
 }  // namespace kvatlas::server

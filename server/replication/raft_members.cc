@@ -5,9 +5,51 @@ extern "C" {
 #include <raft.h>
 }
 
+#include <filesystem>
+#include <system_error>
+
 namespace kvatlas::server {
 
 std::string RaftError(int rv) { return std::string(raft_strerror(rv)); }
+
+Status RemoveDirectoryContents(const std::string& dir) {
+  std::error_code ec;
+  for (const std::filesystem::directory_entry& entry :
+       std::filesystem::directory_iterator(dir, ec)) {
+    std::filesystem::remove_all(entry.path(), ec);
+    if (ec) return Status::IOError("cannot remove " + entry.path().string() + ": " + ec.message());
+  }
+  if (ec) return Status::IOError("cannot list " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+const struct raft_server* FindServer(const struct raft& raft, uint64_t id) {
+  for (unsigned i = 0; i < raft.configuration.n; ++i) {
+    if (raft.configuration.servers[i].id == id) return &raft.configuration.servers[i];
+  }
+  return nullptr;
+}
+
+std::vector<ClusterMember> DescribeMembers(
+    const struct raft& raft, uint64_t last_index,
+    const std::function<void(ClusterMember*)>& describe_contact) {
+  std::vector<ClusterMember> members;
+  // libraft 0.15 keeps the leader's replication progress in raft.h's struct raft (no
+  // accessor): progress[i] belongs to configuration.servers[i].
+  const bool leading = raft.state == RAFT_LEADER && raft.leader_state.progress != nullptr;
+  for (unsigned i = 0; i < raft.configuration.n; ++i) {
+    const struct raft_server& server = raft.configuration.servers[i];
+    ClusterMember& member = members.emplace_back();
+    member.id = server.id;
+    member.raft_address = server.address ? server.address : "";
+    member.role = RoleName(server.role);
+    if (!leading) continue;
+    member.match_index =
+        server.id == raft.id ? last_index : uint64_t{raft.leader_state.progress[i].match_index};
+    if (server.id != raft.id) describe_contact(&member);
+  }
+  return members;
+}
 
 Status Bootstrap(struct raft* raft, const std::vector<std::pair<uint64_t, std::string>>& voters) {
   if (voters.empty()) return Status::Ok();

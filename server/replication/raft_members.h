@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 #include "server/state/replicated_log.h"
 
 struct raft;  // libraft's
+struct raft_server;
 
 namespace kvatlas::server {
 
@@ -22,6 +24,20 @@ namespace kvatlas::server {
 // (a restart). kIOError naming libraft's reason otherwise.
 [[nodiscard]] Status Bootstrap(struct raft* raft,
                                const std::vector<std::pair<uint64_t, std::string>>& voters);
+
+// Deletes everything inside `dir` (not `dir` itself): a dropped replica's raft log,
+// metadata and snapshots (RaftLog::Reopen). kIOError naming what could not be deleted.
+[[nodiscard]] Status RemoveDirectoryContents(const std::string& dir);
+
+// The servers of `raft`'s configuration. On the leader each with its match index
+// (`last_index` for the leader itself) and, for the others, what `describe_contact` says of
+// when the leader last heard from it (MemberContacts::Describe).
+std::vector<ClusterMember> DescribeMembers(
+    const struct raft& raft, uint64_t last_index,
+    const std::function<void(ClusterMember*)>& describe_contact);
+
+// The server `id` of `raft`'s configuration; null when it has none.
+const struct raft_server* FindServer(const struct raft& raft, uint64_t id);
 
 // libraft's message for a return code.
 std::string RaftError(int rv);

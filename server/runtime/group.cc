@@ -260,6 +260,38 @@ void Group::StopReplication() {
   if (raft_) raft_->Stop();
 }
 
+Result<bool> Group::DropReplica(const std::function<Result<bool>()>& released) {
+  raft_->Stop();
+  // Asked with the member stopped: a leader adding this server back from now on finds it
+  // silent, and takes it again only once it has restarted (empty, when dropped).
+  const Result<bool> answer = released();
+  const bool drop = answer.has_value() && *answer;
+  const std::string group = "group " + std::to_string(options_.group);
+  if (drop) {
+    LogInfo(group + ": dropping this server's replica (" +
+            std::to_string(machine_->applied_revision()) +
+            " revisions applied): the group's leader has a committed configuration without "
+            "this server");
+    if (Status s = machine_->DropReplica(); !s.ok()) {
+      // Memory and storage may disagree now: the server stops (failed()); its restart
+      // recovers from storage and the raft log, which is still whole.
+      LogError(group + ": dropping the replica: " + s.ToString() + "; stopping");
+      drop_failed_.store(true, std::memory_order_release);
+      return s;
+    }
+  }
+  if (Status s = raft_->Reopen(/*wipe=*/drop); !s.ok()) {
+    LogError(group + ": restarting its raft member: " + s.ToString() + "; stopping");
+    drop_failed_.store(true, std::memory_order_release);
+    return s;
+  }
+  if (!drop && !answer.has_value()) {
+    LogWarning(group + ": not dropped (" + answer.error().ToString() + ")");
+  }
+  trimmer_->Request();
+  return drop;
+}
+
 Status Group::Flush() { return storage_ ? storage_->Flush() : Status::Ok(); }
 
 }  // namespace kvatlas::server

@@ -22,6 +22,7 @@
 // from any thread. Groups are independent: different groups' phases may run at once.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -104,12 +105,25 @@ class Group {
   // The applier stops taking batches; what it proposed completes (or fails) when raft
   // stops, on raft's thread, while the applier still exists.
   void StopReplication();
+  // Drops this server's replica of the group (docs/scaling.md §Dropping a copy): stops its
+  // raft member, then asks `released` whether the group's leader holds a committed
+  // configuration without this server. If so, empties the state machine and its storage
+  // and restarts raft on an emptied directory, as a server in no configuration (RaftLog::
+  // Reopen with wipe); otherwise (false or an error) restarts raft as it was. Returns
+  // whether it dropped; an error when the restart failed (the group then fails: failed()).
+  // One call at a time, after StartReplication; the policies keep running meanwhile (they
+  // act on a leader, and this server leads no group it is not a member of).
+  [[nodiscard]] Result<bool> DropReplica(const std::function<Result<bool>()>& released);
+
   // Makes what the state machine wrote durable (RocksDB flush); Ok when not open.
   [[nodiscard]] Status Flush();
 
-  // True once a storage write or the raft log failed: the process must exit (a restart
-  // rebuilds the index from disk, which is behind the memory index after the failure).
-  bool failed() const { return (applier_ && applier_->failed()) || (raft_ && raft_->failed()); }
+  // True once a storage write, the raft log or a replica's drop failed: the process must exit (a
+  // restart rebuilds the index from disk, which is behind the memory index after the failure).
+  bool failed() const {
+    return (applier_ && applier_->failed()) || (raft_ && raft_->failed()) ||
+           drop_failed_.load(std::memory_order_acquire);
+  }
   // A joining server that is in no configuration yet (set by StartReplication).
   bool awaiting_membership() const { return awaiting_membership_; }
   GroupId id() const { return options_.group; }
@@ -141,6 +155,7 @@ class Group {
   RecoveryProgress* progress_;
   MemoryTrimmer* trimmer_;
   bool awaiting_membership_ = false;
+  std::atomic<bool> drop_failed_{false};  // DropReplica failed half-way
   // Destroyed in the reverse of their start: the policies first, storage last.
   std::unique_ptr<Storage> storage_;
   std::unique_ptr<ChangeFeed> feed_;  // outlives the state machine (and the HTTP server)

@@ -23,7 +23,8 @@ PredictionRecorder::Forward MakePredictionForward(uint64_t self_id, RaftLog* raf
     }
     return PostInternalCall(peer_http, auth, leader, addresses->http_address, "/v1/cluster/predict",
                             EncodeForwardedPredictions(batch),
-                            {kPredictionForwardConnectTimeout, kPredictionForwardTimeout});
+                            {kPredictionForwardConnectTimeout, kPredictionForwardTimeout})
+        .status();
   };
 }
 

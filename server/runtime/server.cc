@@ -218,6 +218,7 @@ Status Server::Init() {
   }
   for (auto& group : groups_) group->StartPolicies();
   if (group_mirror_) group_mirror_->Start();
+  if (replica_dropper_) replica_dropper_->Start();
   if (services_.groups != nullptr) {
     accepting_reporter_ = std::make_unique<AcceptingReporter>(&services_);
     accepting_reporter_->Start();
@@ -435,11 +436,13 @@ Status Server::Shutdown() {
   // each) end together, then each is joined.
   for (auto& group : groups_) group->RequestStopPolicies();
   if (group_mirror_) group_mirror_->RequestStop();
+  if (replica_dropper_) replica_dropper_->RequestStop();
   if (accepting_reporter_) accepting_reporter_->RequestStop();
   if (disk_watcher_) disk_watcher_->RequestStop();
   if (registrar_) registrar_->RequestStop();
   for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) (*it)->StopPolicies();
   if (group_mirror_) group_mirror_->Stop();
+  if (replica_dropper_) replica_dropper_->Stop();
   if (accepting_reporter_) accepting_reporter_->Stop();
   if (announcer_) announcer_->Stop();
   if (disk_watcher_) disk_watcher_->Stop();

@@ -30,6 +30,7 @@
 #include "server/runtime/memory_trimmer.h"
 #include "server/runtime/preflight.h"
 #include "server/runtime/publisher_registrar.h"
+#include "server/runtime/replica_dropper.h"
 #include "server/service/metrics.h"
 #include "server/state/recovery_progress.h"
 #include "server/zmq/zmq_ingest.h"
@@ -132,6 +133,9 @@ class Server {
   // The PeerAuth of raft and the internal calls, from the cluster secret (a random key for
   // a `single` server without one); logs how peers authenticate.
   [[nodiscard]] Status StartPeerAuth(bool single, const std::string& secret);
+  // The ReplicaDropper (replicas on some servers), asking members over POST
+  // /v1/cluster/released.
+  void MakeReplicaDropper();
 
   Config config_;
   std::unique_ptr<RecoveryProgress> own_progress_;  // when Start was given none
@@ -183,6 +187,8 @@ class Server {
   std::unique_ptr<Announcer> announcer_;
   // Several groups only: the directory's accepting flags follow the snapshot guards.
   std::unique_ptr<AcceptingReporter> accepting_reporter_;
+  // With replicas on some servers: copies of groups no longer held here are dropped.
+  std::unique_ptr<ReplicaDropper> replica_dropper_;
 };
 
 }  // namespace kvatlas::server

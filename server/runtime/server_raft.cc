@@ -1,15 +1,25 @@
 // Server: this server's part of the raft cluster (peer authentication, and the start of
 // the groups' raft members, group.h, side by side when there are several). server.h.
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "common/internal/log.h"
+#include "server/api/forwarding.h"
 #include "server/runtime/server.h"
 #include "server/service/group_service.h"
 #include "server/service/ingest_service.h"
 
 namespace kvatlas::server {
+namespace {
+
+// How long a server waits for a member's answer on whether it may drop its copy of a group.
+constexpr std::chrono::milliseconds kReleaseAskTimeout{2'000};
+
+}  // namespace
 
 Status Server::StartPeerAuth(bool single, const std::string& secret) {
   if (!config_.cluster_secret_file.empty()) {
@@ -75,7 +85,39 @@ Status Server::StartRaft(const Preflight& preflight) {
       config_.id, group_->raft(),
       [machine = group_->machine()] { return machine->DrainingServers(); }, std::move(followers),
       static_cast<size_t>(config_.replicas), std::move(records));
+  if (config_.replicas > 0 && groups_.size() > 1) MakeReplicaDropper();
   return Status::Ok();
+}
+
+void Server::MakeReplicaDropper() {
+  ReplicaDropper::Options options;
+  options.self = config_.id;
+  options.replicas = static_cast<size_t>(config_.replicas);
+  options.primary = group_->raft();
+  options.recorded = [machine = group_->machine()](GroupId id) {
+    return RecordedMembers(*machine->directory(), id);
+  };
+  for (size_t i = 1; i < groups_.size(); ++i) options.groups.push_back(groups_[i].get());
+  options.ask = [this](GroupId group, uint64_t member) -> Result<bool> {
+    const std::optional<ServerAddresses> addresses = group_->machine()->AddressesOf(member);
+    if (!addresses || addresses->http_address.empty()) {
+      return Status::Unavailable("server " + std::to_string(member) +
+                                 " has not announced its HTTP address yet");
+    }
+    KVATLAS_ASSIGN_OR_RETURN(
+        std::string answer,
+        PostInternalCall(services_.peer_http, peer_auth_.get(), member, addresses->http_address,
+                         "/v1/cluster/released?group=" + std::to_string(group), "{}",
+                         {kReleaseAskTimeout, kReleaseAskTimeout}));
+    const nlohmann::json body = nlohmann::json::parse(answer, nullptr, false);
+    if (!body.is_object() || !body.contains("released") || !body["released"].is_boolean()) {
+      return Status::Unavailable("server " + std::to_string(member) +
+                                 " answered POST /v1/cluster/released without \"released\"");
+    }
+    return body["released"].get<bool>();
+  };
+  options.dropped = [this](GroupId group) { metrics_.RecordReplicaDropped(group); };
+  replica_dropper_ = std::make_unique<ReplicaDropper>(std::move(options));
 }
 
 }  // namespace kvatlas::server

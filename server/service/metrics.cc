@@ -322,6 +322,11 @@ void Metrics::RecordGroupForward(uint32_t group, bool ok) {
   ++group_forwards_[{group, ok}];
 }
 
+void Metrics::RecordReplicaDropped(uint32_t group) {
+  std::lock_guard lock(mu_);
+  ++replicas_dropped_[group];
+}
+
 void Metrics::SetAuthTokens(size_t tokens) {
   std::lock_guard lock(mu_);
   auth_tokens_ = tokens;
@@ -384,6 +389,15 @@ std::string Metrics::Render(const StateGauges& gauges) const {
         Sample(&out, "kvatlas_group_forwarded_batches_total",
                Label("group", std::to_string(key.first)) + "," +
                    Label("outcome", key.second ? "ok" : "failed"),
+               static_cast<double>(count));
+      }
+    }
+    if (!replicas_dropped_.empty()) {
+      Family(&out, "kvatlas_replicas_dropped_total", "counter",
+             "Copies of a raft group this server no longer holds that it dropped (its state, "
+             "storage and raft log emptied), by group.");
+      for (const auto& [group, count] : replicas_dropped_) {
+        Sample(&out, "kvatlas_replicas_dropped_total", Label("group", std::to_string(group)),
                static_cast<double>(count));
       }
     }

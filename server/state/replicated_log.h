@@ -76,6 +76,9 @@ struct ClusterStatus {
   uint64_t applied_index = 0;
   uint64_t last_index = 0;
   std::vector<ClusterMember> members;
+  // On the leader: whether `members` is a committed configuration (no membership change
+  // in flight); false on other servers.
+  bool configuration_committed = false;
 };
 
 // On the leader: the log entries `member` lacks (the leader's last index - its match

@@ -207,6 +207,25 @@ Status StateMachine::Restore(std::string_view snapshot) {
   return Status::Ok();
 }
 
+Status StateMachine::DropReplica() {
+  if (!storage_) return Status::FailedPrecondition("an in-memory state machine holds no replica");
+  KVATLAS_RETURN_IF_ERROR(storage_->Clear());
+  {
+    std::unique_lock lock(mu_);
+    index_ = Index(options_.index);
+    registry_ = Registry{};
+    registry_digest_ = options_.index.replica_digest ? RegistryDigest(registry_) : 0;
+    PublishDirectory();
+    applied_.store(0, std::memory_order_release);
+    activity_.clear();
+    activity_since_ = 0;
+    tallies_.clear();
+    if (observer_) observer_->OnReset(0, index_);
+  }
+  if (registry_listener_) registry_listener_();
+  return Status::Ok();
+}
+
 template <typename NextRevision>
 Result<Revision> StateMachine::ApplyBatches(std::span<const CommandBatch* const> batches,
                                             NextRevision next) {

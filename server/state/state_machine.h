@@ -129,6 +129,12 @@ class StateMachine final : public LogStateMachine {
   // the state is already at or past the snapshot's applied index. Writing side only.
   [[nodiscard]] Status Restore(std::string_view snapshot) override;
 
+  // Empties the state and its storage (Storage::Clear): applied revision 0, as a server
+  // that never held the group, for a replica this server no longer holds (docs/scaling.md
+  // §Dropping a copy). The observer is reset to the empty state (its watchers are cut).
+  // Writing side only, with nothing applying (its raft log stopped: RaftLog::Reopen).
+  [[nodiscard]] Status DropReplica();
+
   // True once a storage write failed: the memory state is ahead of disk, so the server
   // must stop taking writes (its restart rebuilds from disk and replays the log).
   bool failed() const { return failed_.load(std::memory_order_acquire); }

@@ -153,6 +153,31 @@ Status RocksDbStorage::ReplaceAll(std::string_view snapshot) {
   return Upgrade(version);
 }
 
+Status RocksDbStorage::Clear() {
+  rocksdb::WriteBatch batch;
+  const std::string begin(1, '\0'), end(1, '\xff');
+  for (rocksdb::ColumnFamilyHandle* family : families_) {
+    KVATLAS_RETURN_IF_ERROR(
+        FromRocks(batch.DeleteRange(family, ToSlice(begin), ToSlice(end)), "building clear batch"));
+  }
+  for (const std::string_view name : {kMetaFormatVersion, kMetaHashSeed}) {
+    KVATLAS_ASSIGN_OR_RETURN(std::optional<std::string> kept, GetMeta(name));
+    if (!kept.has_value()) continue;
+    KVATLAS_RETURN_IF_ERROR(FromRocks(batch.Put(meta_, ToSlice(MetaKey(name)), ToSlice(*kept)),
+                                      "building clear batch"));
+  }
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  KVATLAS_RETURN_IF_ERROR(FromRocks(db_->Write(sync, &batch), "clearing " + path_));
+  // The range deletions hide the records; a compaction drops their files.
+  for (rocksdb::ColumnFamilyHandle* family : families_) {
+    KVATLAS_RETURN_IF_ERROR(
+        FromRocks(db_->CompactRange(rocksdb::CompactRangeOptions(), family, nullptr, nullptr),
+                  "compacting " + path_ + " after clearing it"));
+  }
+  return Status::Ok();
+}
+
 }  // namespace kvatlas::server::rocksdb_storage
 
 namespace kvatlas::server {

@@ -6,7 +6,7 @@
 //   rocksdb_open.cc        Storage::Open, the format version and hash seed checks
 //   rocksdb_upgrade.cc     rewriting an older format version as the current one
 //   rocksdb_write_load.cc  Write, AppliedIndex, and loading an Index / Registry at boot
-//   rocksdb_snapshot.cc    capture, serialized snapshots, ReplaceAll
+//   rocksdb_snapshot.cc    capture, serialized snapshots, ReplaceAll, Clear
 // rocksdb::Status becomes a kvatlas Status in one place, FromRocks().
 #pragma once
 
@@ -87,6 +87,7 @@ class RocksDbStorage final : public Storage {
   // rocksdb_snapshot.cc.
   Result<std::unique_ptr<Capture>> CaptureAll() const override;
   Status ReplaceAll(std::string_view snapshot) override;
+  Status Clear() override;
 
   // rocksdb_storage.cc.
   Status Flush() override;

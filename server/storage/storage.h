@@ -120,6 +120,13 @@ class Storage {
   // whole snapshot before writing anything (kCorruption naming the problem).
   [[nodiscard]] virtual Status ReplaceAll(std::string_view snapshot) = 0;
 
+  // Deletes every record but the database's format version and hash seed, atomically and
+  // synced (one WriteBatch: after a crash the database holds the old records or none), and
+  // then compacts the database so that their disk space is freed: the database is then as
+  // a new one with the same seed (applied index 0). For a replica this server no longer
+  // holds (StateMachine::DropReplica).
+  [[nodiscard]] virtual Status Clear() = 0;
+
   // Makes all writes so far durable (WAL fsync). Called at shutdown.
   [[nodiscard]] virtual Status Flush() = 0;
 

@@ -11,13 +11,18 @@ that holds no replica of the context's group is answered by a member, and a writ
 it reaches the group's leader; a snapshot there is refused wrong_group, naming the members. With one server
 killed every group keeps a majority, and writes and lookups through the others go on.
 A sixth server added to group 1 takes its share of the replicas: the groups chosen onto it
-add it, record the new members, then remove the server it replaces, and every write stays
-readable. Loopback only, bounded in time, cleaned up.
+add it, record the new members, then remove the server it replaces, which then drops its
+copy (docs/scaling.md §Dropping a copy), and every write stays readable; removed again, its
+groups go back to the servers that dropped them, which take them whole again. Loopback
+only, bounded in time, cleaned up.
 """
 
+import json
 import os
 import signal
 import sys
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_fault_test as h  # noqa: E402 - the shared harness
@@ -107,6 +112,36 @@ def check_entries_only_where_placed(nodes, servers, written):
         assert len(per_group[gid]) == 1 and per_group[gid] != {0}, (gid, per_group)
 
 
+def copies_only_where_placed(nodes, servers):
+    """No node holds entries of a group not placed on it (its copy dropped)."""
+    for node in nodes:
+        groups = groups_of(node)
+        for gid in range(2, GROUPS + 1):
+            if node.id not in choose_members(gid, servers, REPLICAS) and groups[gid]["entries"]:
+                return False
+    return True
+
+
+def dropped(node):
+    """{group: copies node dropped} (kvatlas_replicas_dropped_total)."""
+    with urllib.request.urlopen(node.base + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return {int(line.split('group="')[1].split('"')[0]): int(float(line.rsplit(" ", 1)[1]))
+            for line in text.splitlines()
+            if line.startswith("kvatlas_replicas_dropped_total{")}
+
+
+def released_unsigned_refused(node):
+    """POST /v1/cluster/released is an internal call: unsigned, it is refused 401."""
+    req = urllib.request.Request(node.base + "/v1/cluster/released?group=2", data=b"{}",
+                                 method="POST", headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(req, timeout=5)
+        return False
+    except urllib.error.HTTPError as e:
+        return e.code == 401 and "code" in json.loads(e.read().decode())
+
+
 def case_placed_and_served(binary):
     servers = [1, 2, 3, 4, 5]
     extra = ("--groups", str(GROUPS), "--replicas", str(REPLICAS))
@@ -138,6 +173,7 @@ def case_placed_and_served(binary):
                 client.close()
 
         assert gt.internal_call_refused(cluster.nodes[0], "/v1/cluster/read?group=2&type=2")
+        assert released_unsigned_refused(cluster.nodes[0])
         # A snapshot through a server that holds no replica of the group: wrong_group.
         gid = next(g for g in range(2, GROUPS + 1) if 1 not in choose_members(g, servers, 3))
         model = model_in_group(gid)
@@ -191,7 +227,30 @@ def case_added_server_takes_its_share(binary):
                  "backend_id": "w", "token_ids": prompt(1, 7)}
         status, body = joiner.request("POST", "/v1/events", {"events": [event]})
         assert status == 200, f"a write through server 6 failed: {status} {body}"
-        wait_all_held(cluster.nodes, [(1, 7)])
+        written.append((1, 7))
+        wait_all_held(cluster.nodes, written)
+        # The servers server 6 replaced drop their copies of those groups.
+        h.wait_until("the replaced servers dropped their copies",
+                     lambda: copies_only_where_placed(cluster.nodes, servers))
+        check_entries_only_where_placed(cluster.nodes, servers, written)
+        for node in cluster.nodes:
+            want = {g: 1 for g in range(2, GROUPS + 1)
+                    if node.id in choose_members(g, [1, 2, 3, 4, 5], REPLICAS)
+                    and node.id not in choose_members(g, servers, REPLICAS)}
+            assert dropped(node) == want, (node.id, dropped(node), want)
+
+        # Server 6 removed again: its groups go back to the servers that dropped them,
+        # which take them whole again, and every write stays readable.
+        status, body = leader.request("DELETE", "/v1/cluster/members/6")
+        assert status == 200, body
+        joiner.kill()
+        cluster.nodes.remove(joiner)
+        h.wait_until("the groups are back on their first members",
+                     lambda: placed_as_chosen(cluster.nodes, [1, 2, 3, 4, 5]))
+        wait_all_held(cluster.nodes, written)
+        h.wait_until("every copy is where it is placed",
+                     lambda: copies_only_where_placed(cluster.nodes, [1, 2, 3, 4, 5]))
+        check_entries_only_where_placed(cluster.nodes, [1, 2, 3, 4, 5], written)
 
 
 CASES = {
