@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "server/api/backup_parts.h"
 #include "server/api/routes.h"
 #include "server/service/backup_service.h"
 
@@ -21,7 +22,12 @@ Result<HttpReply> HandleBackup(const Services& services, const RouteRequest& req
   if (to == body.end() || !to->is_string()) {
     return Status::InvalidArgument("body.to: must be a string naming a directory");
   }
-  KVATLAS_ASSIGN_OR_RETURN(BackupTaken taken, TakeBackup(services, to->get<std::string>()));
+  // A group this server does not hold (replicas on some servers) comes from a member.
+  const BackupPartWriter fetch = [&services](GroupId group, const std::string& part_dir,
+                                             const BackupSource& source) {
+    return FetchBackupPart(services, group, part_dir, source);
+  };
+  KVATLAS_ASSIGN_OR_RETURN(BackupTaken taken, TakeBackup(services, to->get<std::string>(), fetch));
   // applied_index and state_digest are group 1's; records and bytes the whole backup's;
   // `groups` every group's part (one on a single-group server).
   const BackupManifest& m = taken.manifest;
@@ -79,6 +85,7 @@ Result<HttpReply> HandleDigest(const Services& services) {
 }  // namespace
 
 void AddAdminRoutes(const Services* services, Router* router) {
+  AddBackupPartRoutes(services, router);
   router->Add(
       {"POST", "/v1/admin/backup", RouteAccess::kAdmin,
        [services](const RouteRequest& request) { return HandleBackup(*services, request); }});

@@ -280,6 +280,11 @@ Result<bool> Group::DropReplica(const std::function<Result<bool>()>& released) {
       return s;
     }
   }
+  if (drop) {
+    // A restored state dropped: no snapshot of it is owed any more.
+    std::error_code ec;
+    fs::remove(fs::path(options_.dir) / kRestoredMarker, ec);
+  }
   if (Status s = raft_->Reopen(/*wipe=*/drop); !s.ok()) {
     LogError(group + ": restarting its raft member: " + s.ToString() + "; stopping");
     drop_failed_.store(true, std::memory_order_release);

@@ -38,7 +38,10 @@ size_t ReplicaDropper::DropOne() {
     const std::vector<uint64_t> recorded = options_.recorded(id);
     if (recorded.empty() || Contains(recorded, options_.self)) continue;
     const ClusterStatus status = group->raft()->GetStatus();
-    if (status.members.empty() && status.last_index == 0) continue;  // no copy here
+    // No copy here: raft holds nothing, nor does the state (a restored one may, unplaced).
+    if (status.members.empty() && status.last_index == 0 && !group->machine()->HoldsAnything()) {
+      continue;
+    }
     const Result<bool> released = AskMembers(id, recorded);
     if (!released.has_value() || !*released) continue;
     const Result<bool> dropped = group->DropReplica([&] { return AskMembers(id, recorded); });

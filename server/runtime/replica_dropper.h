@@ -4,10 +4,11 @@
 // the RocksDB records and the raft log — though it never answers from it again (HostsGroup).
 //
 // Every kPeriod, it takes one group g ≥ 2 of which this server still has a copy (raft holds
-// a configuration or a log for it), that the directory records without this server and
-// that PlaceReplicas of group 1's voters (as this server knows them) does not choose for
-// it — a server being added to a group is chosen before it is recorded — and asks g's
-// recorded members in turn whether it is released (POST /v1/cluster/released: g's leader
+// a configuration or a log for it, or the state holds something: a restored data directory
+// holds every group, whichever servers the group is then placed on), that the directory records
+// without this server and that PlaceReplicas of group 1's voters (as this server knows them) does
+// not choose for it — a server being added to a group is chosen before it is recorded — and asks
+// g's recorded members in turn whether it is released (POST /v1/cluster/released: g's leader
 // answers whether its committed configuration names this server). Once released, the
 // group drops its copy (Group::DropReplica): it stops its raft member, asks again, and
 // only then empties the state and storage and starts raft again on an emptied directory,

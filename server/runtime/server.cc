@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/internal/log.h"
+#include "server/api/backup_parts.h"
 #include "server/api/http_access.h"
 #include "server/replication/tcp_transport.h"
 #include "server/runtime/access_config.h"
@@ -243,6 +244,7 @@ Status Server::OpenState(const Preflight& preflight) {
   }
 
   KVATLAS_RETURN_IF_ERROR(CheckGroupCount());
+  RemoveBackupParts(config_.data_dir);  // offered to a backup of the last run: nobody reads them
   trimmer_ = std::make_unique<MemoryTrimmer>();
   if (config_.groups > 1) raft_port_share_ = std::make_unique<RaftPortShare>();
   for (GroupId id = 1; id <= config_.groups; ++id) {

@@ -95,20 +95,21 @@ Result<std::string> ResolveBackupTarget(const std::string& root, std::string_vie
   return target.string();
 }
 
-Result<BackupTaken> TakeBackup(const Services& services, std::string_view to) {
+Result<BackupTaken> TakeBackup(const Services& services, std::string_view to,
+                               const BackupPartWriter& fetch) {
   const auto start = std::chrono::steady_clock::now();
   KVATLAS_ASSIGN_OR_RETURN(std::string target, ResolveBackupTarget(services.backup_dir, to));
   KVATLAS_ASSIGN_OR_RETURN(std::vector<const Storage*> storages,
                            GroupStorages(services, "back up"));
-  // A backup holds every group's state as this server holds it: with replicas on some
-  // servers, a server lacking a group would write an empty or stale part of it.
-  if (const std::vector<GroupId> unhosted = UnhostedGroups(services); !unhosted.empty()) {
-    std::string named;
-    for (const GroupId id : unhosted) named += (named.empty() ? "" : ", ") + std::to_string(id);
-    return Status::FailedPrecondition(
-        "this server holds no replica of groups " + named +
-        " (replicas on some servers), so a backup of it would miss them; a backup that "
-        "gathers every group from its members is not built yet");
+  // With replicas on some servers, a group this server does not hold would be an empty or
+  // stale part here: it is fetched from a member.
+  std::vector<bool> fetched(storages.size(), false);
+  for (const GroupId id : UnhostedGroups(services)) {
+    if (!fetch) {
+      return Status::FailedPrecondition("this server holds no replica of group " +
+                                        std::to_string(id) + " and cannot fetch it");
+    }
+    fetched[id - 1] = true;
   }
   if (services.backup_running->exchange(true, std::memory_order_acq_rel)) {
     return Status::ResourceExhausted("another backup is running on this server; retry later");
@@ -116,14 +117,29 @@ Result<BackupTaken> TakeBackup(const Services& services, std::string_view to) {
   RunningFlag running(services.backup_running.get());
   KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(target, "body.to: backup directory"));
   // Every acknowledged write was applied, and so written, before it was acknowledged: the
-  // images pinned now hold all of them.
-  KVATLAS_ASSIGN_OR_RETURN(const Captures captures, CaptureEach(storages));
+  // images pinned now hold all of them (a part fetched from a member is taken when it is
+  // asked for, later).
+  std::vector<const Storage*> held;
+  for (size_t g = 0; g < storages.size(); ++g) {
+    if (!fetched[g]) held.push_back(storages[g]);
+  }
+  KVATLAS_ASSIGN_OR_RETURN(const Captures captures, CaptureEach(held));
+  std::vector<const Storage::Capture*> image_of(storages.size(), nullptr);
+  for (size_t g = 0, next = 0; g < storages.size(); ++g) {
+    if (!fetched[g]) image_of[g] = captures.images[next++];
+  }
   BackupTaken taken;
   taken.capture_micros = MicrosSince(start);
   taken.path = target;
+  const BackupPartWriter write = [&](GroupId g, const std::string& part_dir,
+                                     const BackupSource& source) -> Result<BackupManifest> {
+    if (image_of[g - 1] == nullptr) return fetch(g, part_dir, source);
+    return WriteBackup(*image_of[g - 1], part_dir, source);
+  };
   KVATLAS_ASSIGN_OR_RETURN(
-      taken.groups, WriteWholeBackup(captures.images, target,
-                                     {services.cluster_id, services.server_id, /*online=*/true}));
+      taken.groups,
+      WriteWholeBackupWith(static_cast<uint32_t>(storages.size()), write, target,
+                           {services.cluster_id, services.server_id, /*online=*/true}));
   taken.manifest = taken.groups.front();
   taken.total_micros = MicrosSince(start);
   return taken;

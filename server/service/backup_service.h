@@ -39,11 +39,15 @@ struct BackupTaken {
 
 // Writes a backup of this server's state at its current applied index into the directory
 // `to` names (ResolveBackupTarget): on a server hosting several raft groups, every group's
-// part (WriteWholeBackup), each at that group's applied index. One at a time:
+// part (WriteWholeBackupWith), each at that group's applied index. One at a time:
 // kResourceExhausted while another runs. kAlreadyExists when the target is not empty. The
 // backup holds every write this server had applied (every write it acknowledged) when the
-// request arrived: every group's image is pinned before any is written.
-[[nodiscard]] Result<BackupTaken> TakeBackup(const Services& services, std::string_view to);
+// request arrived: every group's image it holds is pinned before any is written. With
+// replicas on some servers, the part of a group it does not hold (HostsGroup) is `fetch`ed
+// from one of its members, at that member's applied index when asked (docs/operations.md
+// §Backup and restore); without `fetch` such a backup is refused (kFailedPrecondition).
+[[nodiscard]] Result<BackupTaken> TakeBackup(const Services& services, std::string_view to,
+                                             const BackupPartWriter& fetch = nullptr);
 
 // The state digest (backup.h) of this server's state now, with its applied index: every
 // group's, group g's at g-1 (one on a single-group server).

@@ -207,6 +207,13 @@ Status StateMachine::Restore(std::string_view snapshot) {
   return Status::Ok();
 }
 
+bool StateMachine::HoldsAnything() const {
+  std::shared_lock lock(mu_);
+  const IndexStats stats = index_.Stats();
+  return stats.contexts > 0 || stats.holders > 0 || !registry_.registrations.empty() ||
+         !registry_.positions.empty() || !registry_.disowned.empty();
+}
+
 Status StateMachine::DropReplica() {
   if (!storage_) return Status::FailedPrecondition("an in-memory state machine holds no replica");
   KVATLAS_RETURN_IF_ERROR(storage_->Clear());

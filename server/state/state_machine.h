@@ -140,6 +140,10 @@ class StateMachine final : public LogStateMachine {
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 
   Revision applied_revision() const { return applied_.load(std::memory_order_acquire); }
+  // Whether the state holds anything: a context, a holder, a registration, a stream position
+  // or a disowned context (the directory and the members' addresses aside). Any thread
+  // (read lock); O(contexts + holders).
+  bool HoldsAnything() const;
   uint64_t hash_seed() const { return options_.hash_seed; }
   const BlockHasher& hasher() const { return hasher_; }
 

@@ -200,6 +200,21 @@ Status Corrupt(const std::string& dir, const std::string& what) {
   return Status::Corruption("backup " + dir + ": " + what);
 }
 
+// Writes `manifest` into `dir` last, through a rename (a directory holding one is a whole
+// part), and fsyncs the directory.
+Status WriteManifestLast(const std::string& dir, const BackupManifest& manifest) {
+  const fs::path root(dir);
+  HashedFileWriter manifest_writer;
+  const std::string temporary = (root / (std::string(kBackupManifestFile) + ".tmp")).string();
+  KVATLAS_RETURN_IF_ERROR(manifest_writer.Open(temporary));
+  KVATLAS_RETURN_IF_ERROR(manifest_writer.Append(ManifestToJson(manifest)));
+  KVATLAS_RETURN_IF_ERROR(manifest_writer.Finish(kBackupManifestFile).status());
+  if (::rename(temporary.c_str(), (root / kBackupManifestFile).c_str()) != 0) {
+    return Errno("cannot rename " + temporary);
+  }
+  return FsyncPath(dir);
+}
+
 }  // namespace
 
 std::string ManifestToJson(const BackupManifest& m) {
@@ -376,16 +391,36 @@ Result<BackupManifest> WriteBackup(const Storage::Capture& capture, const std::s
   manifest.records = digest.records;
   manifest.state_digest = digest.digest;
   manifest.files.push_back(std::move(file));
-  // The manifest last, through a rename: a directory holding one is a whole backup.
-  HashedFileWriter manifest_writer;
-  const std::string temporary = (root / (std::string(kBackupManifestFile) + ".tmp")).string();
-  KVATLAS_RETURN_IF_ERROR(manifest_writer.Open(temporary));
-  KVATLAS_RETURN_IF_ERROR(manifest_writer.Append(ManifestToJson(manifest)));
-  KVATLAS_RETURN_IF_ERROR(manifest_writer.Finish(kBackupManifestFile).status());
-  if (::rename(temporary.c_str(), (root / kBackupManifestFile).c_str()) != 0) {
-    return Errno("cannot rename " + temporary);
+  KVATLAS_RETURN_IF_ERROR(WriteManifestLast(dir, manifest));
+  return manifest;
+}
+
+Result<BackupManifest> WriteReceivedPart(
+    const std::string& dir, const BackupManifest& manifest,
+    const std::function<Result<std::string>(uint64_t offset)>& read_at) {
+  if (manifest.files.size() != 1 || manifest.files[0].name != kBackupStateFile) {
+    return Corrupt(dir,
+                   "the part's manifest lists files other than " + std::string(kBackupStateFile));
   }
-  KVATLAS_RETURN_IF_ERROR(FsyncPath(dir));
+  const BackupFile& listed = manifest.files[0];
+  HashedFileWriter writer;
+  KVATLAS_RETURN_IF_ERROR(writer.Open((fs::path(dir) / kBackupStateFile).string()));
+  for (uint64_t offset = 0; offset < listed.bytes;) {
+    KVATLAS_ASSIGN_OR_RETURN(std::string chunk, read_at(offset));
+    if (chunk.empty() || chunk.size() > listed.bytes - offset) {
+      return Corrupt(dir, std::string(kBackupStateFile) + ": the sender's file is not the " +
+                              std::to_string(listed.bytes) + " bytes its manifest lists (at byte " +
+                              std::to_string(offset) + ")");
+    }
+    KVATLAS_RETURN_IF_ERROR(writer.Append(chunk));
+    offset += chunk.size();
+  }
+  KVATLAS_ASSIGN_OR_RETURN(BackupFile file, writer.Finish(kBackupStateFile));
+  if (file.sha256 != listed.sha256) {
+    return Corrupt(dir, std::string(kBackupStateFile) +
+                            ": SHA-256 differs from the manifest's (damaged in transfer)");
+  }
+  KVATLAS_RETURN_IF_ERROR(WriteManifestLast(dir, manifest));
   return manifest;
 }
 
@@ -476,7 +511,18 @@ Result<Captures> CaptureEach(std::span<const Storage* const> storages) {
 Result<std::vector<BackupManifest>> WriteWholeBackup(
     std::span<const Storage::Capture* const> captures, const std::string& dir,
     BackupSource source) {
-  const auto groups = static_cast<uint32_t>(captures.size());
+  return WriteWholeBackupWith(
+      static_cast<uint32_t>(captures.size()),
+      [captures](GroupId g, const std::string& part_dir, const BackupSource& part_source) {
+        return WriteBackup(*captures[g - 1], part_dir, part_source);
+      },
+      dir, std::move(source));
+}
+
+Result<std::vector<BackupManifest>> WriteWholeBackupWith(uint32_t groups,
+                                                         const BackupPartWriter& write,
+                                                         const std::string& dir,
+                                                         BackupSource source) {
   if (groups < 1 || groups > kMaxGroupId) {
     return Status::InvalidArgument("a backup holds 1.." + std::to_string(kMaxGroupId) +
                                    " groups, not " + std::to_string(groups));
@@ -489,8 +535,8 @@ Result<std::vector<BackupManifest>> WriteWholeBackup(
     const std::string part_dir = GroupPartDir(dir, g);
     // `dir` is empty but for groups/ written just before.
     Status prepared = g == 1 ? Status::Ok() : PrepareEmptyDirectory(part_dir, "backup directory");
-    Result<BackupManifest> part = prepared.ok() ? WriteBackup(*captures[g - 1], part_dir, source)
-                                                : Result<BackupManifest>(prepared);
+    Result<BackupManifest> part =
+        prepared.ok() ? write(g, part_dir, source) : Result<BackupManifest>(prepared);
     if (!part) {
       // Leave no half-written files behind: `dir` was empty, and without group 1's
       // manifest nothing in it would restore.

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -101,6 +102,15 @@ struct StateDigest {
                                                  const std::string& dir,
                                                  const BackupSource& source);
 
+// Writes a part another server made (its `manifest`, and its state file read in chunks by
+// `read_at`, from the offset given until the manifest's size) into `dir`, an existing empty
+// directory: the state file, then — once its size and SHA-256 are the manifest's
+// (kCorruption otherwise) — the manifest, as WriteBackup does. Errors of `read_at` are
+// returned as they are.
+[[nodiscard]] Result<BackupManifest> WriteReceivedPart(
+    const std::string& dir, const BackupManifest& manifest,
+    const std::function<Result<std::string>(uint64_t offset)>& read_at);
+
 // Pinned images of several storages (Storage::CaptureAll), in their order: `owned` keeps
 // them alive, `images` points at them (what WriteWholeBackup takes). Movable: the images
 // stay where they are.
@@ -118,6 +128,15 @@ struct Captures {
 // manifest, group g's at g-1.
 [[nodiscard]] Result<std::vector<BackupManifest>> WriteWholeBackup(
     std::span<const Storage::Capture* const> captures, const std::string& dir, BackupSource source);
+
+// Writes group `group`'s part into `part_dir` (an existing empty directory), recording
+// `source`, and returns its manifest: WriteWholeBackupWith's source of each part.
+using BackupPartWriter = std::function<Result<BackupManifest>(
+    GroupId group, const std::string& part_dir, const BackupSource& source)>;
+// As WriteWholeBackup, for `groups` groups whose parts `write` makes (each from a capture
+// here, or fetched from another server).
+[[nodiscard]] Result<std::vector<BackupManifest>> WriteWholeBackupWith(
+    uint32_t groups, const BackupPartWriter& write, const std::string& dir, BackupSource source);
 
 // Checks one group's part: reads the manifest and checks every file it lists (present,
 // regular, its size and SHA-256), that the directory holds nothing else (but groups/ at

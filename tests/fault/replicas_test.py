@@ -13,18 +13,23 @@ killed every group keeps a majority, and writes and lookups through the others g
 A sixth server added to group 1 takes its share of the replicas: the groups chosen onto it
 add it, record the new members, then remove the server it replaces, which then drops its
 copy (docs/scaling.md §Dropping a copy), and every write stays readable; removed again, its
-groups go back to the servers that dropped them, which take them whole again. Loopback
-only, bounded in time, cleaned up.
+groups go back to the servers that dropped them, which take them whole again. An online
+backup through a server that holds some of the groups fetches the others' parts from their
+members; restored on five new servers, each group ends up on its chosen servers only.
+Loopback only, bounded in time, cleaned up.
 """
 
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import backup_test as bt  # noqa: E402 - restores and new clusters on given directories
 import cluster_fault_test as h  # noqa: E402 - the shared harness
 import groups_test as gt  # noqa: E402 - its prompts, writes and reads
 import replica_placement as rp  # noqa: E402 - PlaceReplicas, as the servers compute it
@@ -88,8 +93,21 @@ def placed_as_chosen(nodes, servers):
 
 def wait_all_held(nodes, written):
     for node in nodes:
-        h.wait_until(f"server {node.id} answers every acknowledged write",
-                     lambda node=node: all(holds(node, m, i) for m, i in written))
+        try:
+            h.wait_until(f"server {node.id} answers every acknowledged write",
+                         lambda node=node: all(holds(node, m, i) for m, i in written))
+        except AssertionError as e:
+            # Which write, in which group, and what the server answered for it.
+            missing = next(((m, i) for m, i in written if not holds(node, m, i)), None)
+            if missing is None:
+                raise AssertionError(f"{e} (every write held when asked again)") from None
+            m, i = missing
+            answers = [node.request("POST", path, body) for path, body in (
+                ("/query", {"model": f"m{m}", "block_size": BS, "token_ids": prompt(m, i)}),
+                ("/v1/lookup", {"model_name": f"m{m}", "block_size": BS,
+                                "token_ids": prompt(m, i)}))]
+            raise AssertionError(f"{e}: m{m} (group {h.home_group(f'm{m}', BS, GROUPS)}) "
+                                 f"answered {answers}") from None
 
 
 def model_in_group(gid):
@@ -253,9 +271,84 @@ def case_added_server_takes_its_share(binary):
         check_entries_only_where_placed(cluster.nodes, [1, 2, 3, 4, 5], written)
 
 
+def digests_of(node):
+    """{group: this server's state digest of its copy} (GET /v1/admin/digest)."""
+    status, body = node.request("GET", "/v1/admin/digest")
+    assert status == 200, (status, body)
+    return {i + 1: part["state_digest"] for i, part in enumerate(body["groups"])}
+
+
+def case_backup_restore(binary):
+    """An online backup through a server holding some groups fetches the others' parts from
+    their members; restored on five new servers with the same flags, each group ends up on
+    its chosen servers only (the others drop their restored copies), every write readable."""
+    root = tempfile.mkdtemp(prefix="kvatlas-replicas-backup-")
+    backups = os.path.join(root, "backups")
+    os.makedirs(backups)
+    extra = ["--groups", str(GROUPS), "--replicas", str(REPLICAS)]
+    servers = [1, 2, 3, 4, 5]
+    try:
+        with h.running_cluster(binary, n=5, extra=extra + ["--backup-dir", backups]) as cluster:
+            h.wait_until("every group's replicas are on its chosen servers",
+                         lambda: placed_as_chosen(cluster.nodes, servers))
+            leader = cluster.leader()
+            written = [(m, 0) for m in range(MODELS)]
+            for m, i in written:
+                assert write(leader, m, i), f"write of m{m} failed"
+            wait_all_held(cluster.nodes, written)
+            node = cluster.nodes[0]
+            fetched = [g for g in range(2, GROUPS + 1)
+                       if node.id not in choose_members(g, servers, REPLICAS)]
+            assert fetched, "server 1 holds every group: pick other sizes"
+            status, answer = node.request("POST", "/v1/admin/backup", {"to": "b"})
+            assert status == 200, (status, answer)
+            assert [p["group"] for p in answer["groups"]] == list(range(1, GROUPS + 1)), answer
+            for p in answer["groups"]:
+                gid = p["group"]
+                source = bt.manifest_of(bt.group_dir(answer["path"], gid))["source"]
+                if gid in fetched:
+                    member = next(n for n in cluster.nodes if n.id == source["server_id"])
+                    assert member.id in choose_members(gid, servers, REPLICAS), (gid, source)
+                    assert digests_of(member)[gid] == p["state_digest"], (gid, p)
+                else:
+                    assert source["server_id"] == node.id, (gid, source)
+            for n in cluster.nodes:
+                parts = os.path.join(n.data_dir, "backup-parts")
+                assert not os.path.isdir(parts) or not os.listdir(parts), (n.id, parts)
+            print(f"  backup through server 1: groups {fetched} fetched from their members")
+        code, out, err = bt.run(binary, "verify-backup", "--from", answer["path"])
+        assert code == 0, (code, out, err)
+        dirs = [os.path.join(root, f"r{i}") for i in servers]
+        for d in dirs:
+            code, out, err = bt.run(binary, "restore", "--from", answer["path"], "--data-dir", d)
+            assert code == 0, (code, out, err)
+        nodes, leader = bt.new_cluster(binary, root, "dst", 5, data_dirs=dirs, extra=extra)
+        try:
+            h.wait_until("the restored groups' replicas are on their chosen servers",
+                         lambda: placed_as_chosen(nodes, servers))
+            wait_all_held(nodes, written)
+            h.wait_until("the servers not chosen dropped their restored copies",
+                         lambda: copies_only_where_placed(nodes, servers))
+            check_entries_only_where_placed(nodes, servers, written)
+            more = [(m, 1) for m in range(MODELS)]
+            for m, i in more:
+                assert write(leader, m, i), f"write of m{m} to the restored cluster failed"
+            wait_all_held(nodes, written + more)
+        except BaseException:
+            for n in nodes:
+                print(f"--- server {n.id} log tail ---\n{n.log_tail()}", file=sys.stderr)
+            raise
+        finally:
+            for n in nodes:
+                bt.stop(n)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 CASES = {
     "placed_and_served": case_placed_and_served,
     "added_server": case_added_server_takes_its_share,
+    "backup_restore": case_backup_restore,
 }
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -267,6 +268,65 @@ TEST_SUITE("backup") {
     fs::create_directory(fs::path(single) / "groups");
     CHECK(VerifyWholeBackup(single).status().message().find("unexpected file groups") !=
           std::string::npos);
+  }
+
+  TEST_CASE("Backup: a part received in chunks is the part written, checked before its manifest") {
+    TempDir source, dir;
+    auto storage = Filled(source);
+    const std::string written = dir.str() + "/written";
+    const BackupManifest manifest = BackupOk(*storage, written);
+    const std::string state = ReadFile(fs::path(written) / kBackupStateFile);
+    REQUIRE(state.size() > 10'000);
+    // Reads 4,096 bytes from `offset`, through `damage` first.
+    const auto reader = [&](const std::function<void(std::string*, uint64_t)>& damage) {
+      return [&state, damage](uint64_t offset) -> Result<std::string> {
+        std::string chunk = state.substr(offset, 4096);
+        damage(&chunk, offset);
+        return chunk;
+      };
+    };
+    const std::string received = dir.str() + "/received";
+    REQUIRE(PrepareEmptyDirectory(received, "backup").ok());
+    Result<BackupManifest> part =
+        WriteReceivedPart(received, manifest, reader([](std::string*, uint64_t) {}));
+    REQUIRE_MESSAGE(part.has_value(), part.status().ToString());
+    Result<BackupManifest> verified = VerifyBackup(received, nullptr);
+    REQUIRE_MESSAGE(verified.has_value(), verified.status().ToString());
+    CHECK(verified->state_digest == manifest.state_digest);
+    CHECK(ReadFile(fs::path(received) / kBackupStateFile) == state);
+
+    // A byte flipped in transit, a sender's file that ends early or runs long, and a failed
+    // read: refused (the read's own error as it is), and no manifest written.
+    const std::vector<std::pair<std::string, std::function<void(std::string*, uint64_t)>>> faults =
+        {
+            {"damaged in transfer",
+             [](std::string* chunk, uint64_t offset) {
+               if (offset == 8192) (*chunk)[10] ^= 0x40;
+             }},
+            {"not the",
+             [](std::string* chunk, uint64_t offset) {
+               if (offset >= 8192) chunk->clear();
+             }},
+            {"not the", [](std::string* chunk, uint64_t) { chunk->push_back('x'); }},
+        };
+    int n = 0;
+    for (const auto& [expected, damage] : faults) {
+      const std::string to = dir.str() + "/fault-" + std::to_string(n++);
+      REQUIRE(PrepareEmptyDirectory(to, "backup").ok());
+      Result<BackupManifest> refused = WriteReceivedPart(to, manifest, reader(damage));
+      REQUIRE_FALSE(refused.has_value());
+      CHECK(refused.status().code() == StatusCode::kCorruption);
+      CHECK_MESSAGE(refused.status().message().find(expected) != std::string::npos,
+                    refused.status().message());
+      CHECK_FALSE(fs::exists(fs::path(to) / kBackupManifestFile));
+    }
+    const std::string failed = dir.str() + "/failed";
+    REQUIRE(PrepareEmptyDirectory(failed, "backup").ok());
+    Result<BackupManifest> unread = WriteReceivedPart(failed, manifest, [](uint64_t) {
+      return Result<std::string>(Status::Unavailable("the member went away (test)"));
+    });
+    CHECK(unread.status().code() == StatusCode::kUnavailable);
+    CHECK_FALSE(fs::exists(fs::path(failed) / kBackupManifestFile));
   }
 
   TEST_CASE("Backup: targets must be absent or empty directories") {
