@@ -16,6 +16,8 @@ off while they fill. Printed:
     64 KiB raft_snapshot_log_bytes budget (each replica snapshots its state once);
   - lookups of one context through a server holding its group and through one that does
     not (which sends them on to a member): p50 and p99 of each, and their ratio;
+  - an online backup through group 1's leader: its time and size, and the parts fetched
+    from members (the groups it does not hold);
   - restart: a server that leads no group 1 is stopped (SIGTERM) and started on its data
     directory: seconds until /readyz answers 200 and, for every group it holds, its
     applied index is at least the group's leader's (polled every 20 ms);
@@ -29,11 +31,13 @@ Data under DIR (default $TMPDIR), removed at exit; every server started is kille
 """
 
 import argparse
+import atexit
 import http.client
 import json
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 
@@ -89,6 +93,13 @@ def held_entries(nodes, groups):
             if g["hosted_here"]:
                 per_group[gid] = max(per_group.get(gid, 0), g["entries"])
     return held, per_group
+
+
+def part_writer(backup, group):
+    """The server that wrote group `group`'s part of `backup` (its manifest's source)."""
+    part = backup if group == 1 else os.path.join(backup, "groups", str(group))
+    with open(os.path.join(part, "backup.json")) as f:
+        return json.load(f)["source"]["server_id"]
 
 
 def kept_entries(node):
@@ -175,7 +186,9 @@ def main():
     if args.dir:
         os.environ["TMPDIR"] = args.dir
     S, G, R, N = args.servers, args.groups, args.replicas, args.entries
-    flags = rb.COMMON + ["--groups", str(G), "--replicas", str(R)]
+    backups = tempfile.mkdtemp(prefix="kvatlas-bench-backups-")
+    atexit.register(shutil.rmtree, backups, True)
+    flags = rb.COMMON + ["--groups", str(G), "--replicas", str(R), "--backup-dir", backups]
     print(f"{S} servers, --groups {G} --replicas {R}, {N:,} entries over {args.models} models; "
           f"load average {' '.join(open('/proc/loadavg').read().split()[:3])} "
           f"({os.cpu_count()} cores)", flush=True)
@@ -250,6 +263,22 @@ def main():
               f"  p99 {pct(sent_on, 0.99):.3f} ms"
               f"  (x{pct(sent_on, 0.5) / pct(at_member, 0.5):.2f} / "
               f"x{pct(sent_on, 0.99) / pct(at_member, 0.99):.2f})")
+
+        # An online backup through group 1's leader: the parts of the groups it does not
+        # hold are fetched from their members.
+        t0 = time.monotonic()
+        status, text = rb.post(leader, "/v1/admin/backup", json.dumps({"to": "bench"}),
+                               timeout=3600)
+        backup_s = time.monotonic() - t0
+        assert status == 200, (status, text)
+        answer = json.loads(text)
+        fetched = [p for p in answer["groups"]
+                   if part_writer(answer["path"], p["group"]) != leader.id]
+        fetched_bytes = sum(p["bytes"] for p in fetched)
+        print(f"\nonline backup through server {leader.id}: {answer['records']:,} records, "
+              f"{mib(answer['bytes'])} in {backup_s:.2f} s; {len(fetched)} of {G} groups' parts "
+              f"({mib(fetched_bytes)}) fetched from their members")
+        shutil.rmtree(answer["path"])
 
         # Restart of a server that does not lead group 1.
         server = next(n for n in cluster.nodes if n.id != leader.id)

@@ -158,16 +158,13 @@ Result<HttpReply> HandleRelease(const Services& services, const RouteRequest& re
 }
 
 // One member's part, written into `part_dir`.
-Result<BackupManifest> FetchFrom(const Services& services, uint64_t member, GroupId group,
-                                 const std::string& part_dir, const BackupSource& source) {
-  const std::optional<ServerAddresses> addresses = ClusterState(services).AddressesOf(member);
-  if (!addresses || addresses->http_address.empty()) {
-    return Status::Unavailable("server " + std::to_string(member) +
-                               " has not announced its HTTP address");
-  }
+Result<BackupManifest> FetchFrom(const Services& services, const LeaderAddresses& from,
+                                 GroupId group, const std::string& part_dir,
+                                 const BackupSource& source) {
+  const uint64_t member = from.id;
   const auto call = [&](const std::string& path, PeerHttpTimeouts timeouts) {
-    return PostInternalCall(services.peer_http, services.peers, member, addresses->http_address,
-                            path, "{}", timeouts);
+    return PostInternalCall(services.peer_http, services.peers, member, *from.http_address, path,
+                            "{}", timeouts);
   };
   KVATLAS_ASSIGN_OR_RETURN(
       std::string offered,
@@ -218,14 +215,14 @@ void AddBackupPartRoutes(const Services* services, Router* router) {
 
 Result<BackupManifest> FetchBackupPart(const Services& services, GroupId group,
                                        const std::string& part_dir, const BackupSource& source) {
-  Status last =
-      Status::Unavailable("the directory records no member of group " + std::to_string(group));
-  for (uint64_t member : RecordedMembers(*ClusterState(services).directory(), group)) {
-    if (member == services.server_id) continue;
+  std::string why;
+  const std::vector<LeaderAddresses> members = AnnouncedMembers(services, group, &why);
+  Status last = Status::Unavailable(why);
+  for (const LeaderAddresses& member : members) {
     Result<BackupManifest> part = FetchFrom(services, member, group, part_dir, source);
     if (part.has_value()) return part;
     last = Status(part.error().code(),
-                  "from server " + std::to_string(member) + ": " + part.error().message());
+                  "from server " + std::to_string(member.id) + ": " + part.error().message());
     LogWarning("backup part of group " + std::to_string(group) + ": " + last.ToString());
     // What a failed member left is removed before the next is asked.
     std::error_code ec;

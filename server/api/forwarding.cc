@@ -177,19 +177,12 @@ HttpReply AnswerNotLeader(const Services& services, const RouteRequest& request,
 std::optional<HttpReply> AnswerFromMember(const Services& services, const RouteRequest& request,
                                           const Services& group) {
   if (HostsGroup(group)) return std::nullopt;
-  const std::vector<uint64_t> members =
-      RecordedMembers(*ClusterState(services).directory(), group.group);
+  std::string last_error;
+  const std::vector<LeaderAddresses> members = AnnouncedMembers(services, group.group, &last_error);
   const std::string not_here =
       "this server holds no replica of group " + std::to_string(group.group);
   // A member to name in a refusal (the client may ask it directly).
-  LeaderAddresses named;
-  for (const uint64_t id : members) {
-    if (std::optional<ServerAddresses> known = ClusterState(services).AddressesOf(id)) {
-      named = {id, known->http_address.empty() ? std::nullopt : std::optional(known->http_address),
-               known->rpc_address.empty() ? std::nullopt : std::optional(known->rpc_address)};
-      break;
-    }
-  }
+  const LeaderAddresses named = members.empty() ? LeaderAddresses{} : members.front();
   if (request.http.HasHeader(kForwardedHeader) || request.peer != nullptr ||
       services.peers == nullptr) {
     // One hop only: the server that sent it here believed this one holds the group.
@@ -197,21 +190,18 @@ std::optional<HttpReply> AnswerFromMember(const Services& services, const RouteR
                                      " (the directory changed while the request was "
                                      "forwarded); ask one of its members");
   }
-  std::string last_error = members.empty() ? "no members of it are recorded yet" : "";
   // Spread over the members: start at one picked by the request's body.
   const size_t first =
       members.empty() ? 0 : std::hash<std::string>{}(request.http.body) % members.size();
   for (size_t i = 0; i < members.size(); ++i) {
-    const uint64_t id = members[(first + i) % members.size()];
-    const std::optional<ServerAddresses> known = ClusterState(services).AddressesOf(id);
-    if (id == services.server_id || !known || known->http_address.empty()) continue;
-    const Result<HostPort> to = ParseHostPort(known->http_address);
+    const LeaderAddresses& member = members[(first + i) % members.size()];
+    const Result<HostPort> to = ParseHostPort(*member.http_address);
     if (!to.has_value() || to->port == 0) continue;
     std::optional<HttpReply> reply =
-        Forward(services, request, LeaderAddresses{id, known->http_address, std::nullopt}, *to,
-                not_here + "; forwarding to its member", /*read=*/true);
+        Forward(services, request, LeaderAddresses{member.id, member.http_address, std::nullopt},
+                *to, not_here + "; forwarding to its member", /*read=*/true);
     if (reply && reply->status != HttpStatusOf(StatusCode::kNotLeader)) return reply;
-    last_error = "its member, server " + std::to_string(id) +
+    last_error = "its member, server " + std::to_string(member.id) +
                  (reply ? ", answered that it does not hold it" : ", could not be reached");
   }
   return NotForwardedReply(

@@ -100,32 +100,13 @@ Attempt<Revision> SendOnce(const Services& group, const LeaderAddresses& leader,
   return {Result<Revision>(reply["revision"].get<Revision>()), ""};
 }
 
-// The recorded members of `group` other than this server, with their announced HTTP
-// addresses (those not announced yet are left out, `why` says so).
-std::vector<LeaderAddresses> MembersOf(const Services& group, std::string* why) {
-  std::vector<LeaderAddresses> members;
-  for (const uint64_t id : RecordedMembers(*ClusterState(group).directory(), group.group)) {
-    if (id == group.server_id) continue;
-    std::optional<ServerAddresses> known = ClusterState(group).AddressesOf(id);
-    if (!known || known->http_address.empty()) {
-      *why = "its member, server " + std::to_string(id) + ", has not announced its HTTP address";
-      continue;
-    }
-    members.push_back({id, known->http_address, std::nullopt});
-  }
-  if (members.empty() && why->empty()) {
-    *why = "this server holds no replica of the group and no members of it are recorded";
-  }
-  return members;
-}
-
 // One round over the group's recorded members (a server that does not host the group):
 // the answer of the first that applies the part or fails it for good; nullopt when none
 // did (`why` says why), to be tried again.
 std::optional<Result<Revision>> SendToMembers(const Services& group, const std::string& body,
                                               std::chrono::steady_clock::time_point deadline,
                                               std::string* why) {
-  for (const LeaderAddresses& member : MembersOf(group, why)) {
+  for (const LeaderAddresses& member : AnnouncedMembers(group, group.group, why)) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     Attempt<Revision> attempt = SendOnce(group, member, body, std::max(left, kForwardHoldPoll));
@@ -188,7 +169,7 @@ Result<std::string> ReadFromGroupMember(const Services& group, uint8_t type,
     if (abandon.load(std::memory_order_acquire)) {
       return Status::Unavailable("the server is stopping");
     }
-    for (const LeaderAddresses& member : MembersOf(group, &last_reason)) {
+    for (const LeaderAddresses& member : AnnouncedMembers(group, group.group, &last_reason)) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       const std::string name = "group " + std::to_string(group.group) + "'s member, server " +

@@ -44,6 +44,29 @@ Status Change(const Services& services, Start start,
 
 }  // namespace
 
+std::vector<LeaderAddresses> AnnouncedMembers(const Services& services, GroupId group,
+                                              std::string* why) {
+  std::vector<LeaderAddresses> members;
+  const StateMachine& cluster = ClusterState(services);
+  for (const uint64_t id : RecordedMembers(*cluster.directory(), group)) {
+    if (id == services.server_id) continue;
+    const std::optional<ServerAddresses> known = cluster.AddressesOf(id);
+    if (!known || known->http_address.empty()) {
+      if (why != nullptr) {
+        *why = "its member, server " + std::to_string(id) + ", has not announced its HTTP address";
+      }
+      continue;
+    }
+    members.push_back(
+        {id, known->http_address,
+         known->rpc_address.empty() ? std::nullopt : std::optional(known->rpc_address)});
+  }
+  if (members.empty() && why != nullptr && why->empty()) {
+    *why = "no members of group " + std::to_string(group) + " are recorded";
+  }
+  return members;
+}
+
 LeaderAddresses FindLeader(const Services& services) {
   LeaderAddresses leader;
   if (services.log == nullptr) return leader;

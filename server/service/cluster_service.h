@@ -27,6 +27,12 @@ struct LeaderAddresses {
   std::optional<std::string> rpc_address;
 };
 [[nodiscard]] LeaderAddresses FindLeader(const Services& services);
+// The servers the directory records as holding `group`'s replicas (RecordedMembers), this
+// server left out, each with its announced addresses; a member that has not announced its
+// HTTP address is left out too, and `why` (when not null) says so — or, when none is
+// recorded, that none is.
+[[nodiscard]] std::vector<LeaderAddresses> AnnouncedMembers(const Services& services, GroupId group,
+                                                            std::string* why = nullptr);
 // The leader to name in a not-leader answer: FindLeader, but unknown (id 0) when that is this
 // server. A request refused with kNotLeader here knows better than the status, which names
 // this server for up to one refresh (50 ms) after it lost leadership (a resumed old leader).
