@@ -300,9 +300,21 @@ def case_backup_restore(binary):
             fetched = [g for g in range(2, GROUPS + 1)
                        if node.id not in choose_members(g, servers, REPLICAS)]
             assert fetched, "server 1 holds every group: pick other sizes"
+            # A fetched part of several 4 MiB pages: 120,000 entries in one such group.
+            bulk = model_in_group(fetched[0])
+            for e in range(120):
+                status, body = leader.request("POST", "/v1/events", {"events": [
+                    {"event_type": "stored", "model_name": f"m{bulk}", "block_size": BS,
+                     "backend_id": "bulk", "seq_hashes": [(e << 20) + k + 1
+                                                          for k in range(1000)]}]})
+                assert status == 200, body
+            h.wait_until("the bulk writes are applied on every member", lambda: all(
+                groups_of(n)[fetched[0]]["entries"] >= 120_000 for n in cluster.nodes
+                if n.id in choose_members(fetched[0], servers, REPLICAS)))
             status, answer = node.request("POST", "/v1/admin/backup", {"to": "b"})
             assert status == 200, (status, answer)
             assert [p["group"] for p in answer["groups"]] == list(range(1, GROUPS + 1)), answer
+            assert answer["groups"][fetched[0] - 1]["bytes"] > 4 << 20, answer
             for p in answer["groups"]:
                 gid = p["group"]
                 source = bt.manifest_of(bt.group_dir(answer["path"], gid))["source"]
