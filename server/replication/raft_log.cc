@@ -650,11 +650,11 @@ Status RaftLog::Launch() {
     loop->Main(&started);
   });
   Status s = result.get();
-  std::lock_guard lock(mu_);
   if (!s.ok()) {
     thread_.join();
     loop->fsm_.StopApplying();
   }
+  std::lock_guard lock(mu_);
   stopped_ = !s.ok();
   return s;
 }
