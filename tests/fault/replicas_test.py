@@ -249,7 +249,7 @@ def case_added_server_takes_its_share(binary):
         wait_all_held(cluster.nodes, written)
         # The servers server 6 replaced drop their copies of those groups.
         h.wait_until("the replaced servers dropped their copies",
-                     lambda: copies_only_where_placed(cluster.nodes, servers))
+                     lambda: copies_only_where_placed(cluster.nodes, servers), bound_s=120)
         check_entries_only_where_placed(cluster.nodes, servers, written)
         for node in cluster.nodes:
             want = {g: 1 for g in range(2, GROUPS + 1)
@@ -267,7 +267,7 @@ def case_added_server_takes_its_share(binary):
                      lambda: placed_as_chosen(cluster.nodes, [1, 2, 3, 4, 5]))
         wait_all_held(cluster.nodes, written)
         h.wait_until("every copy is where it is placed",
-                     lambda: copies_only_where_placed(cluster.nodes, [1, 2, 3, 4, 5]))
+                     lambda: copies_only_where_placed(cluster.nodes, [1, 2, 3, 4, 5]), bound_s=120)
         check_entries_only_where_placed(cluster.nodes, [1, 2, 3, 4, 5], written)
 
 
@@ -310,8 +310,13 @@ def case_backup_restore(binary):
                 assert status == 200, body
             h.wait_until("the bulk writes are applied on every member", lambda: all(
                 groups_of(n)[fetched[0]]["entries"] >= 120_000 for n in cluster.nodes
-                if n.id in choose_members(fetched[0], servers, REPLICAS)))
-            status, answer = node.request("POST", "/v1/admin/backup", {"to": "b"})
+                if n.id in choose_members(fetched[0], servers, REPLICAS)), bound_s=120)
+            # Past Node.request's 5 s: parts are written, fetched and fsynced first (ASan, CI).
+            req = urllib.request.Request(node.base + "/v1/admin/backup", method="POST",
+                                         data=json.dumps({"to": "b"}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=300) as resp:
+                status, answer = resp.status, json.loads(resp.read())
             assert status == 200, (status, answer)
             assert [p["group"] for p in answer["groups"]] == list(range(1, GROUPS + 1)), answer
             assert answer["groups"][fetched[0] - 1]["bytes"] > 4 << 20, answer
@@ -339,8 +344,9 @@ def case_backup_restore(binary):
             h.wait_until("the restored groups' replicas are on their chosen servers",
                          lambda: placed_as_chosen(nodes, servers))
             wait_all_held(nodes, written)
+            # One group a round (2 s) per server, each drop a raft stop and restart.
             h.wait_until("the servers not chosen dropped their restored copies",
-                         lambda: copies_only_where_placed(nodes, servers))
+                         lambda: copies_only_where_placed(nodes, servers), bound_s=120)
             check_entries_only_where_placed(nodes, servers, written)
             more = [(m, 1) for m in range(MODELS)]
             for m, i in more:
