@@ -279,8 +279,6 @@ Result<bool> Group::DropReplica(const std::function<Result<bool>()>& released) {
       drop_failed_.store(true, std::memory_order_release);
       return s;
     }
-  }
-  if (drop) {
     // A restored state dropped: no snapshot of it is owed any more.
     std::error_code ec;
     fs::remove(fs::path(options_.dir) / kRestoredMarker, ec);

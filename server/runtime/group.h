@@ -110,7 +110,8 @@ class Group {
   // configuration without this server. If so, empties the state machine and its storage
   // and restarts raft on an emptied directory, as a server in no configuration (RaftLog::
   // Reopen with wipe); otherwise (false or an error) restarts raft as it was. Returns
-  // whether it dropped; an error when the restart failed (the group then fails: failed()).
+  // whether it dropped; an error when emptying the state or restarting raft failed (the group
+  // then fails: failed()).
   // One call at a time, after StartReplication; the policies keep running meanwhile (they
   // act on a leader, and this server leads no group it is not a member of).
   [[nodiscard]] Result<bool> DropReplica(const std::function<Result<bool>()>& released);
