@@ -25,20 +25,37 @@ Result<T> DecodeAnswer(Result<protocol::Frame> frame, Decode decode, const char*
   return answer;
 }
 
-// Runs `call` with a `done` that fulfils a promise of Result<T> through `decode`.
+// A `done` that fulfils a promise of Result<T> through `decode`, and the promise's future.
+template <typename T, typename Decode>
+std::pair<Client::Impl::Done, std::future<Result<T>>> Answering(Decode decode, const char* what) {
+  auto promise = std::make_shared<std::promise<Result<T>>>();
+  std::future<Result<T>> future = promise->get_future();
+  return {[promise, decode, what](Result<protocol::Frame> frame) {
+            promise->set_value(DecodeAnswer<T>(std::move(frame), decode, what));
+          },
+          std::move(future)};
+}
+
 template <typename T, typename Decode>
 std::future<Result<T>> CallFor(Client::Impl& impl, MessageType type, std::string_view payload,
                                Client::Timeout timeout, Decode decode, const char* what,
                                bool to_leader = false) {
-  auto promise = std::make_shared<std::promise<Result<T>>>();
-  std::future<Result<T>> future = promise->get_future();
-  impl.Call(
-      type, payload, timeout,
-      [promise, decode, what](Result<protocol::Frame> frame) {
-        promise->set_value(DecodeAnswer<T>(std::move(frame), decode, what));
-      },
-      to_leader);
-  return future;
+  auto [done, future] = Answering<T>(decode, what);
+  impl.Call(type, payload, timeout, std::move(done), to_leader);
+  return std::move(future);
+}
+
+// A read of `context`, sent to a server that holds its group when the client routes by the
+// directory. A linearizable one goes through the client's own connections, which follow
+// not_leader answers to the leader.
+template <typename T, typename Decode>
+std::future<Result<T>> ReadFor(Client::Impl& impl, const ContextKey& context, MessageType type,
+                               std::string_view payload, Client::Timeout timeout, Decode decode,
+                               const char* what, bool linearizable = false) {
+  if (linearizable) return CallFor<T>(impl, type, payload, timeout, decode, what, true);
+  auto [done, future] = Answering<T>(decode, what);
+  impl.CallInGroup(context, type, payload, timeout, std::move(done));
+  return std::move(future);
 }
 
 template <typename T>
@@ -74,6 +91,9 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
                                    std::to_string(protocol::kMaxPayloadBytes) +
                                    " (the protocol's frame limit)");
   }
+  if (options.route_by_directory && options.directory_refresh.count() <= 0) {
+    return Status::InvalidArgument("ClientOptions.directory_refresh: must be positive");
+  }
   if (options.token.size() > protocol::kMaxTokenBytes) {
     return Status::InvalidArgument("ClientOptions.token: at most " +
                                    std::to_string(protocol::kMaxTokenBytes) + " bytes");
@@ -84,8 +104,10 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     endpoints.push_back(std::move(endpoint));
   }
   KVATLAS_ASSIGN_OR_RETURN(TlsContextPtr tls, Impl::MakeTlsContext(options.tls));
+  const bool route = options.route_by_directory;
   auto impl = std::make_unique<Impl>(std::move(options), std::move(endpoints), std::move(tls));
   impl->FollowLeaders();
+  if (route) impl->RouteByDirectory();
   KVATLAS_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
@@ -133,7 +155,7 @@ std::future<Result<LookupAnswer>> Client::LookupAsync(LookupRequest request, Tim
     return Ready<LookupAnswer>(Status::InvalidArgument(
         "lookup: the context needs a model name and a positive block_size"));
   }
-  return CallFor<LookupAnswer>(*impl_, MessageType::kLookup,
+  return ReadFor<LookupAnswer>(*impl_, request.context, MessageType::kLookup,
                                protocol::EncodeLookupRequestBinary(request), timeout,
                                protocol::DecodeLookupAnswerBinary, "lookup", request.linearizable);
 }
@@ -153,9 +175,10 @@ std::future<Result<RoutingAnswer>> Client::RouteAsync(RoutingRequest request, Ti
   if (Status valid = ValidateRoutingOptions(request.options); !valid.ok()) {
     return Ready<RoutingAnswer>(std::move(valid));
   }
-  return CallFor<RoutingAnswer>(
-      *impl_, MessageType::kRoute, protocol::EncodeRouteRequestBinary(request), timeout,
-      protocol::DecodeRouteAnswerBinary, "route", request.lookup.linearizable);
+  return ReadFor<RoutingAnswer>(*impl_, request.lookup.context, MessageType::kRoute,
+                                protocol::EncodeRouteRequestBinary(request), timeout,
+                                protocol::DecodeRouteAnswerBinary, "route",
+                                request.lookup.linearizable);
 }
 
 Result<RoutingAnswer> Client::Route(RoutingRequest request, Timeout timeout) {
@@ -163,8 +186,14 @@ Result<RoutingAnswer> Client::Route(RoutingRequest request, Timeout timeout) {
 }
 
 std::future<Result<LocateAnswer>> Client::LocateAsync(LocateRequest request, Timeout timeout) {
-  return CallFor<LocateAnswer>(*impl_, MessageType::kLocate, protocol::EncodeLocateRequest(request),
-                               timeout, protocol::DecodeLocateAnswer, "locate");
+  if (!request.context) {
+    return CallFor<LocateAnswer>(*impl_, MessageType::kLocate,
+                                 protocol::EncodeLocateRequest(request), timeout,
+                                 protocol::DecodeLocateAnswer, "locate");
+  }
+  return ReadFor<LocateAnswer>(*impl_, *request.context, MessageType::kLocate,
+                               protocol::EncodeLocateRequest(request), timeout,
+                               protocol::DecodeLocateAnswer, "locate");
 }
 
 Result<LocateAnswer> Client::Locate(LocateRequest request, Timeout timeout) {

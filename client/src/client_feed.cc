@@ -202,13 +202,16 @@ Result<std::unique_ptr<WatchStream>> Client::Watch(const WatchOptions& options, 
   }
   FeedFilter filter = options.filter;
   filter.predicted = filter.predicted || options.predicted;
-  const uint64_t id = impl_->NewRequestId();
-  auto state = std::make_shared<WatchStream::State>(impl_.get(), id, options.max_queued_keys);
+  // To a server of the group whose feed the watch follows, when routing by the directory.
+  const std::optional<ContextKey> group_context = filter.GroupContext();
+  Impl& impl = group_context ? impl_->ForContext(*group_context) : *impl_;
+  const uint64_t id = impl.NewRequestId();
+  auto state = std::make_shared<WatchStream::State>(&impl, id, options.max_queued_keys);
   std::future<Status> started = state->Started();
-  impl_->CallStream(id, MessageType::kWatch,
-                    protocol::EncodeWatchRequest({false, options.from, filter}), timeout,
-                    /*open_ended=*/true, protocol::EncodeWatchRequest({true, {}, {}}),
-                    [state](Result<protocol::Frame> frame) { state->OnFrame(std::move(frame)); });
+  impl.CallStream(id, MessageType::kWatch,
+                  protocol::EncodeWatchRequest({false, options.from, filter}), timeout,
+                  /*open_ended=*/true, protocol::EncodeWatchRequest({true, {}, {}}),
+                  [state](Result<protocol::Frame> frame) { state->OnFrame(std::move(frame)); });
   // Always made ready: by the first frame, an error answer, or the call's deadline.
   KVATLAS_RETURN_IF_ERROR(started.get());
   return std::unique_ptr<WatchStream>(new WatchStream(std::move(state)));
@@ -284,7 +287,8 @@ std::future<Result<Revision>> Client::StreamSnapshotAsync(ContextKey context,
   auto receiver = std::make_shared<SnapshotReceiver>();
   receiver->on_part = std::move(on_part);
   receiver->finish = [promise](Result<Revision> result) { promise->set_value(std::move(result)); };
-  StartSnapshot(impl_.get(), std::move(context), std::move(receiver), timeout);
+  Impl* impl = &impl_->ForContext(context);  // before `context` is moved from
+  StartSnapshot(impl, std::move(context), std::move(receiver), timeout);
   return future;
 }
 
@@ -304,7 +308,8 @@ std::future<Result<ContextSnapshot>> Client::SnapshotAsync(ContextKey context, T
     snapshot->revision = *revision;
     promise->set_value(std::move(*snapshot));
   };
-  StartSnapshot(impl_.get(), std::move(context), std::move(receiver), timeout);
+  Impl* impl = &impl_->ForContext(context);  // before `context` is moved from
+  StartSnapshot(impl, std::move(context), std::move(receiver), timeout);
   return future;
 }
 

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <future>
 
+#include "client/src/group_router.h"
 #include "client/src/leader_redirect.h"
 #include "common/internal/thread_name.h"
 
@@ -49,8 +50,28 @@ void Client::Impl::FollowLeaders() {
   redirector_ = std::make_unique<client::LeaderRedirector>(options_, this);
 }
 
+void Client::Impl::RouteByDirectory() {
+  router_ = std::make_unique<client::GroupRouter>(options_, this);
+  OnWrongGroup([router = router_.get()] { router->RefreshSoon(); });
+}
+
+Client::Impl& Client::Impl::ForContext(const ContextKey& context) {
+  return router_ ? router_->For(context) : *this;
+}
+
+void Client::Impl::CallInGroup(const ContextKey& context, protocol::MessageType type,
+                               std::string_view payload, Client::Timeout timeout, Done done) {
+  if (!router_) return Call(type, payload, timeout, std::move(done));
+  const auto wait = timeout.count() > 0
+                        ? std::chrono::duration_cast<Clock::duration>(timeout)
+                        : std::chrono::duration_cast<Clock::duration>(options_.default_deadline);
+  router_->Call(context, type, payload, Clock::now() + wait, std::move(done));
+}
+
 Client::Impl::~Impl() {
-  // Retries waiting for a leader connection complete first (with their not_leader error).
+  // The members' connections close first (their calls fail kUnavailable), then retries
+  // waiting for a leader connection complete (with their not_leader error).
+  if (router_) router_->Stop();
   if (redirector_) redirector_->Stop();
   if (thread_.joinable()) {
     asio::post(io_, [this] { Locked([this] { Shutdown(); }); });
@@ -102,6 +123,7 @@ Status Client::Impl::Start() {
       last = std::move(s);
     }
   }
+  if (any_open && router_) router_->Start();
   return any_open ? Status::Ok() : last;
 }
 
@@ -635,6 +657,7 @@ void Client::Impl::OnBytes(size_t c, uint64_t generation, const char* data, size
 
 void Client::Impl::Deliver(uint64_t id, protocol::Frame frame) {
   PendingCall& call = *calls_.at(id);
+  if (frame.header.status == StatusCode::kWrongGroup && on_wrong_group_) on_wrong_group_();
   const bool ok = frame.header.status == StatusCode::kOk;
   if (ok && (!frame.header.is_response() || frame.header.type != call.type)) {
     Complete(id, Status::Corruption("the server answered a request of type " +

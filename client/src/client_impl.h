@@ -47,8 +47,9 @@
 
 namespace kvatlas {
 namespace client {
+class GroupRouter;
 class LeaderRedirector;
-}
+}  // namespace client
 
 class KVATLAS_NO_EXPORT Client::Impl {
  public:
@@ -70,6 +71,20 @@ class KVATLAS_NO_EXPORT Client::Impl {
   // Call before Start. Impls that the redirector itself opens to leaders do not call it:
   // the redirector counts their hops.
   void FollowLeaders();
+
+  // Makes reads of a context go to a server that holds its group (group_router.h), once
+  // Start has fetched the directory. Call before Start.
+  void RouteByDirectory();
+  // Runs `hook` (on the I/O thread, never blocking) when a server answers a call
+  // wrong_group. Call before Start.
+  void OnWrongGroup(std::function<void()> hook) { on_wrong_group_ = std::move(hook); }
+  // The connection for a read of `context`: a member of its group when routing by the
+  // directory, else this one.
+  [[nodiscard]] Impl& ForContext(const ContextKey& context);
+  // A read of `context` sent by the directory, a wrong_group answer sent again once by the
+  // refreshed directory (GroupRouter::Call); Call() when not routing by the directory.
+  void CallInGroup(const ContextKey& context, protocol::MessageType type, std::string_view payload,
+                   Client::Timeout timeout, Done done);
 
   // Sends a request of `type` with `payload`; `done` runs exactly once, on the I/O thread
   // (or at once on the caller's thread when the call fails before it is registered: too
@@ -239,6 +254,9 @@ class KVATLAS_NO_EXPORT Client::Impl {
   bool shut_down_ = false;
   // Set by FollowLeaders; stopped first in ~Impl, destroyed after the I/O thread joined.
   std::unique_ptr<client::LeaderRedirector> redirector_;
+  // Set by RouteByDirectory; stopped in ~Impl before the redirector.
+  std::unique_ptr<client::GroupRouter> router_;
+  std::function<void()> on_wrong_group_;  // set before Start, then read-only
 };
 
 }  // namespace kvatlas

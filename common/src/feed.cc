@@ -39,4 +39,11 @@ FeedFilter FeedFilter::ForContext(const ContextKey& context) {
   return filter;
 }
 
+std::optional<ContextKey> FeedFilter::GroupContext() const {
+  if (!model || !block_size) return std::nullopt;
+  const bool exact = lora_name.has_value() && salt.has_value();
+  return ContextKey{tenant.value_or("default"), *model, exact ? *lora_name : "", *block_size,
+                    exact ? *salt : ""};
+}
+
 }  // namespace kvatlas

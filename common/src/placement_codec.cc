@@ -31,6 +31,18 @@ GroupId HomeGroup(const ContextKey& context, uint32_t groups) {
   return static_cast<GroupId>(1 + XXH3_64bits(bytes.data(), bytes.size()) % groups);
 }
 
+GroupId GroupOfContext(const PlacementDirectory& directory, const ContextKey& context,
+                       uint32_t groups) {
+  if (groups <= 1) return 1;
+  if (!directory.contexts().empty()) {
+    if (const ContextPlacement* placed = directory.Find(context);
+        placed != nullptr && placed->ranges.front().group <= groups) {
+      return placed->ranges.front().group;
+    }
+  }
+  return HomeGroup(context, groups);
+}
+
 std::vector<uint64_t> ChooseMembers(GroupId group, std::span<const uint64_t> servers,
                                     size_t replicas) {
   std::vector<std::pair<uint64_t, uint64_t>> ranked;  // (score, id)

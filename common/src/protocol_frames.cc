@@ -61,6 +61,8 @@ std::string_view MessageTypeName(MessageType type) {
       return "load_view";
     case MessageType::kPredict:
       return "predict";
+    case MessageType::kDirectory:
+      return "directory";
   }
   return "other";
 }

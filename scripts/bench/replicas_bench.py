@@ -15,7 +15,8 @@ off while they fill. Printed:
   - per group: its entries and the snapshot bytes after every server restarted with a
     64 KiB raft_snapshot_log_bytes budget (each replica snapshots its state once);
   - lookups of one context through a server holding its group and through one that does
-    not (which sends them on to a member): p50 and p99 of each, and their ratio;
+    not (which sends them on to a member): p50 and p99 of each, and their ratio; over the
+    binary protocol also by a client of the latter that routes by the directory;
   - an online backup through group 1's leader: its time and size, and the parts fetched
     from members (the groups it does not hold);
   - restart: a server that leads no group 1 is stopped (SIGTERM) and started on its data
@@ -44,6 +45,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import restart_bench as rb  # noqa: E402 - fill, readiness, stops, peak RSS
 import replica_placement as rt  # noqa: E402 - PlaceReplicas, as the servers compute it
+import kvatlas  # noqa: E402 - the Python package (PYTHONPATH: scripts/bench/scale sets it)
 h = rb.h
 
 
@@ -165,6 +167,19 @@ def lookup_latencies(node, model, hashes, count):
     return sorted(times)
 
 
+def binary_lookup_latencies(client, model, hashes, count):
+    """`count` binary-protocol lookups of `hashes` in `model` by `client`: their latencies
+    in ms, sorted (each must find every block)."""
+    context = kvatlas.Context(model, rb.BS)
+    times = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        answer = client.lookup(context, hashes=hashes)
+        times.append((time.perf_counter() - t0) * 1000)
+        assert answer.blocks_found == len(hashes), answer
+    return sorted(times)
+
+
 def pct(times, p):
     return times[min(len(times) - 1, int(len(times) * p))]
 
@@ -263,6 +278,31 @@ def main():
               f"  p99 {pct(sent_on, 0.99):.3f} ms"
               f"  (x{pct(sent_on, 0.5) / pct(at_member, 0.5):.2f} / "
               f"x{pct(sent_on, 0.99) / pct(at_member, 0.99):.2f})")
+
+        # The same over the binary protocol: a client of the member, one of the other
+        # server that does not route (the server sends each lookup on), and one of the
+        # other server that routes by the directory (docs/scaling.md §Clients that route
+        # by the directory), interleaved in rounds.
+        clients = {"member": kvatlas.Client([h.addr_of(near, "rpc.addr")],
+                                            route_by_directory=False),
+                   "sent on": kvatlas.Client([h.addr_of(far, "rpc.addr")],
+                                             route_by_directory=False),
+                   "routed": kvatlas.Client([h.addr_of(far, "rpc.addr")])}
+        binary = {name: [] for name in clients}
+        for _ in range(10):
+            for name, client in clients.items():
+                binary[name] += binary_lookup_latencies(client, model, hashes, 100)
+        for client in clients.values():
+            client.close()
+        base = sorted(binary["member"])
+        print("  binary protocol, 1,000 each, interleaved:")
+        for name, label in (("member", f"a client of server {near.id}, a member"),
+                            ("sent on", f"a client of server {far.id}, sent on"),
+                            ("routed", f"a client of server {far.id}, routing by the "
+                                       "directory")):
+            t = sorted(binary[name])
+            print(f"    {label}: p50 {pct(t, 0.5):.3f} ms  p99 {pct(t, 0.99):.3f} ms"
+                  f"  (x{pct(t, 0.5) / pct(base, 0.5):.2f} / x{pct(t, 0.99) / pct(base, 0.99):.2f})")
 
         # An online backup through group 1's leader: the parts of the groups it does not
         # hold are fetched from their members.

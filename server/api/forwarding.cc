@@ -200,10 +200,14 @@ std::optional<HttpReply> AnswerFromMember(const Services& services, const RouteR
     std::optional<HttpReply> reply =
         Forward(services, request, LeaderAddresses{member.id, member.http_address, std::nullopt},
                 *to, not_here + "; forwarding to its member", /*read=*/true);
-    if (reply && reply->status != HttpStatusOf(StatusCode::kNotLeader)) return reply;
+    if (reply && reply->status != HttpStatusOf(StatusCode::kNotLeader)) {
+      if (group.metrics != nullptr) group.metrics->RecordGroupRead(group.group, true);
+      return reply;
+    }
     last_error = "its member, server " + std::to_string(member.id) +
                  (reply ? ", answered that it does not hold it" : ", could not be reached");
   }
+  if (group.metrics != nullptr) group.metrics->RecordGroupRead(group.group, false);
   return NotForwardedReply(
       Status::Unavailable(not_here + ", and no member of it answered: " + last_error), named);
 }

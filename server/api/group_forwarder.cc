@@ -271,7 +271,12 @@ void HttpGroupForwarder::Run() {
       queue_.pop_front();
     }
     if (part.read_done) {
-      part.read_done(ReadFromGroupMember(*part.group, part.read_type, part.read_payload, abandon_));
+      Result<std::string> answer =
+          ReadFromGroupMember(*part.group, part.read_type, part.read_payload, abandon_);
+      if (part.group->metrics != nullptr) {
+        part.group->metrics->RecordGroupRead(part.group->group, answer.has_value());
+      }
+      part.read_done(std::move(answer));
       continue;
     }
     const GroupId id = part.group->group;

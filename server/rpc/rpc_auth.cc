@@ -35,6 +35,7 @@ std::optional<Role> RequiredRole(MessageType type) {
     case MessageType::kWatch:
     case MessageType::kSnapshot:
     case MessageType::kAuth:
+    case MessageType::kDirectory:
       return Role::kRead;
     case MessageType::kError:
       break;

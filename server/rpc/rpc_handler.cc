@@ -46,6 +46,20 @@ Status CheckLocatable(const Services& services, const protocol::LocateRequest& r
                             "API's GET /v1/blocks/{key}, which asks their members");
 }
 
+// The kDirectory answer: group 1's copy of the directory and every announced binary-protocol
+// address (servers that have not announced one are left out: a client sends their groups'
+// reads elsewhere).
+protocol::DirectoryAnswer Directory(const Services& services) {
+  protocol::DirectoryAnswer answer;
+  answer.groups = services.groups == nullptr ? 1 : static_cast<uint32_t>(services.groups->size());
+  const StateMachine& cluster = ClusterState(services);
+  answer.directory = *cluster.directory();
+  for (const auto& [id, addresses] : cluster.ServerAddressMap()) {
+    if (!addresses.rpc_address.empty()) answer.servers.push_back({id, addresses.rpc_address});
+  }
+  return answer;
+}
+
 protocol::LocateAnswer Locate(const Services& services, const protocol::LocateRequest& request) {
   BlockCopies found =
       LocateBlock(services, request.key, request.context ? &*request.context : nullptr);
@@ -143,6 +157,11 @@ Result<std::optional<PendingRequest>> RpcHandler::Dispatch(const Frame& request,
       AnswerRead(*pending.read, pending.request_id, out);
       return answered();
     }
+    case MessageType::kDirectory:
+      KVATLAS_RETURN_IF_ERROR(RequireEmpty(request, "directory"));
+      AppendAnswer(header.type, header.request_id,
+                   protocol::EncodeDirectoryAnswer(Directory(services)), out);
+      return answered();
     case MessageType::kLocate: {
       KVATLAS_ASSIGN_OR_RETURN(protocol::LocateRequest locate,
                                protocol::DecodeLocateRequest(request.payload));

@@ -10,18 +10,18 @@ namespace kvatlas::server {
 namespace {
 
 // The group whose feed a watch with `filter` follows: each group numbers its own
-// revisions, so on a server hosting several a watch follows one model's home group.
+// revisions, so on a server hosting several a watch follows one context's group
+// (FeedFilter::GroupContext: the context it names, else its model's).
 Result<const Services*> FeedGroup(const Services& services, const FeedFilter& filter) {
   if (services.groups == nullptr) return &services;
-  if (!filter.model || !filter.block_size) {
+  const std::optional<ContextKey> context = filter.GroupContext();
+  if (!context) {
     return Status::InvalidArgument(
         "filter: this server hosts several raft groups, each with its own revisions: a watch "
         "names model_name and block_size (and tenant_id, else \"default\"), which pick its "
         "group");
   }
-  const ContextKey home{filter.tenant.value_or("default"), *filter.model, "", *filter.block_size,
-                        ""};
-  return &ServicesFor(services, home);
+  return &ServicesFor(services, *context);
 }
 
 }  // namespace

@@ -67,15 +67,16 @@ bool HostsGroup(const Services& group) {
 
 Status CheckHostsGroup(const Services& group) {
   if (HostsGroup(group)) return Status::Ok();
-  const std::vector<uint64_t> members =
-      RecordedMembers(*ClusterState(group).directory(), group.group);
+  const std::shared_ptr<const PlacementDirectory> directory = ClusterState(group).directory();
+  const std::vector<uint64_t> members = RecordedMembers(*directory, group.group);
   std::string named;
   for (const uint64_t id : members) named += (named.empty() ? "" : ", ") + std::to_string(id);
   return Status::WrongGroup(
       "this server holds no replica of group " + std::to_string(group.group) +
       (members.empty() ? std::string(" (no members of it are recorded yet)")
                        : " (its members are servers " + named + ", GET /v1/groups)") +
-      ": ask one of its members; the REST API's lookups and routes ask them themselves");
+      ": ask one of its members (directory epoch " + std::to_string(directory->epoch()) +
+      "); the REST API's lookups and routes ask them themselves");
 }
 
 uint64_t PreferredLeader(const ClusterStatus& primary, GroupId group,

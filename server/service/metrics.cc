@@ -322,6 +322,11 @@ void Metrics::RecordGroupForward(uint32_t group, bool ok) {
   ++group_forwards_[{group, ok}];
 }
 
+void Metrics::RecordGroupRead(uint32_t group, bool ok) {
+  std::lock_guard lock(mu_);
+  ++group_reads_[{group, ok}];
+}
+
 void Metrics::RecordReplicaDropped(uint32_t group) {
   std::lock_guard lock(mu_);
   ++replicas_dropped_[group];
@@ -381,17 +386,25 @@ std::string Metrics::Render(const StateGauges& gauges) const {
              Label("action", key.first) + "," + Label("outcome", key.second),
              static_cast<double>(count));
     }
-    if (!group_forwards_.empty()) {
-      Family(&out, "kvatlas_group_forwarded_batches_total", "counter",
-             "Write parts forwarded to the leader of a raft group this server does not lead, "
-             "by group and outcome (applied there: ok).");
-      for (const auto& [key, count] : group_forwards_) {
-        Sample(&out, "kvatlas_group_forwarded_batches_total",
+    const auto by_group_and_outcome = [&out](std::string_view name, std::string_view help,
+                                             const auto& counts) {
+      if (counts.empty()) return;
+      Family(&out, name, "counter", help);
+      for (const auto& [key, count] : counts) {
+        Sample(&out, name,
                Label("group", std::to_string(key.first)) + "," +
                    Label("outcome", key.second ? "ok" : "failed"),
                static_cast<double>(count));
       }
-    }
+    };
+    by_group_and_outcome("kvatlas_group_forwarded_batches_total",
+                         "Write parts forwarded to the leader of a raft group this server does "
+                         "not lead, by group and outcome (applied there: ok).",
+                         group_forwards_);
+    by_group_and_outcome("kvatlas_group_forwarded_reads_total",
+                         "Reads of a raft group this server holds no replica of, sent on to a "
+                         "member, by group and outcome (answered there: ok).",
+                         group_reads_);
     if (!replicas_dropped_.empty()) {
       Family(&out, "kvatlas_replicas_dropped_total", "counter",
              "Copies of a raft group this server no longer holds that it dropped (its state, "

@@ -106,6 +106,9 @@ class Metrics {
   // A write part forwarded to the leader of group `group` (group_forwarder.h): applied
   // there ("ok") or not ("failed").
   void RecordGroupForward(uint32_t group, bool ok);
+  // A read of group `group` (a lookup, route or listing, over either protocol) that this
+  // server holds no replica of, sent on to a member: answered there ("ok") or not.
+  void RecordGroupRead(uint32_t group, bool ok);
   // This server dropped its copy of group `group`, which it no longer holds (replica_dropper.h).
   void RecordReplicaDropped(uint32_t group);
   void SetAuthTokens(size_t tokens);
@@ -121,6 +124,7 @@ class Metrics {
   std::map<std::pair<std::string, std::string>, uint64_t> admin_actions_;  // (action, outcome)
   std::map<std::string, uint64_t, std::less<>> token_reloads_;             // outcome → count
   std::map<std::pair<uint32_t, bool>, uint64_t> group_forwards_;           // (group, ok)
+  std::map<std::pair<uint32_t, bool>, uint64_t> group_reads_;              // (group, ok)
   std::map<uint32_t, uint64_t> replicas_dropped_;  // group → copies dropped
   size_t auth_tokens_ = 0;
   std::atomic<uint64_t> in_flight_{0};

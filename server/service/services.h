@@ -151,15 +151,8 @@ struct Services {
 // 1 on a single-group server. A split context's first range (splits are not made yet).
 [[nodiscard]] inline GroupId GroupOf(const Services& services, const ContextKey& context) {
   if (services.groups == nullptr) return 1;
-  const auto groups = static_cast<uint32_t>(services.groups->size());
-  const std::shared_ptr<const PlacementDirectory> directory = ClusterState(services).directory();
-  if (!directory->contexts().empty()) {
-    if (const ContextPlacement* placed = directory->Find(context);
-        placed != nullptr && placed->ranges.front().group <= groups) {
-      return placed->ranges.front().group;
-    }
-  }
-  return HomeGroup(context, groups);
+  return GroupOfContext(*ClusterState(services).directory(), context,
+                        static_cast<uint32_t>(services.groups->size()));
 }
 
 // The servers the directory records as holding `group`'s replicas (SetGroupMembersCommand),

@@ -8,7 +8,9 @@ group's voters are three servers picked by rendezvous hashing and balanced (Plac
 leader one of them, and group 1's directory records them. A server holds entries of the
 groups placed on it only; a lookup (REST, Conductor or binary protocol) through a server
 that holds no replica of the context's group is answered by a member, and a write through
-it reaches the group's leader; a snapshot there is refused wrong_group, naming the members. With one server
+it reaches the group's leader; a snapshot there is refused wrong_group, naming the members.
+A client that routes by the directory sends each context's reads (lookups, snapshots,
+watches, a LocalIndex's) to a member itself, so its server sends none on. With one server
 killed every group keeps a majority, and writes and lookups through the others go on.
 A sixth server added to group 1 takes its share of the replicas: the groups chosen onto it
 add it, record the new members, then remove the server it replaces, which then drops its
@@ -149,6 +151,56 @@ def dropped(node):
             if line.startswith("kvatlas_replicas_dropped_total{")}
 
 
+def forwarded_reads(node):
+    """Reads `node` sent on to another group's member (kvatlas_group_forwarded_reads_total)."""
+    with urllib.request.urlopen(node.base + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith("kvatlas_group_forwarded_reads_total{"))
+
+
+def check_routed_client(node, servers, written):
+    """A client connected to `node` only, routing by the directory, reads every group —
+    lookups, a snapshot, a watch and a LocalIndex of groups `node` holds no replica of —
+    from their members directly: `node` sends none of its reads on. One that does not
+    route pays the second hop, and is refused the snapshot."""
+    unheld = [g for g in range(2, GROUPS + 1) if node.id not in choose_members(g, servers, 3)]
+    assert unheld, f"server {node.id} holds every group"
+    rpc = h.addr_of(node, "rpc.addr")
+    before = forwarded_reads(node)
+    client = kvatlas.Client([rpc])
+    plain = kvatlas.Client([rpc], route_by_directory=False)
+    try:
+        for m, i in written:
+            assert holds_binary(client, m, i), f"routed lookup of m{m} through {node.id}"
+        assert forwarded_reads(node) == before, "a routed lookup was sent on by the server"
+        ours = [(m, i) for m, i in written if h.home_group(f"m{m}", BS, GROUPS) in unheld]
+        for m, i in ours:
+            assert holds_binary(plain, m, i), f"lookup of m{m} through {node.id}"
+        assert forwarded_reads(node) == before + len(ours), (forwarded_reads(node), before)
+
+        model = model_in_group(unheld[0])
+        context = kvatlas.Context(f"m{model}", BS)
+        snapshot = client.snapshot(context)
+        assert len(snapshot.copies) >= 2, snapshot
+        try:
+            plain.snapshot(context)
+            raise AssertionError("a snapshot through a server without the group was answered")
+        except kvatlas.Error as e:
+            assert e.code == "wrong_group", e
+        with client.watch_stream(filter=kvatlas.FeedFilter.for_context(context)) as stream:
+            assert write(node, model, 7)
+            h.wait_until(f"the routed watch of m{model} sees a write",
+                         lambda: any(stream.next(timeout=0.2)))
+        with kvatlas.LocalIndex([rpc], [context]) as index:
+            index.wait_synced(timeout=30)  # raises unless synced
+            found = index.lookup(context, tokens=prompt(model, 7))
+            assert found.blocks_found == 2, found
+    finally:
+        client.close()
+        plain.close()
+
+
 def released_unsigned_refused(node):
     """POST /v1/cluster/released is an internal call: unsigned, it is refused 401."""
     req = urllib.request.Request(node.base + "/v1/cluster/released?group=2", data=b"{}",
@@ -179,16 +231,19 @@ def case_placed_and_served(binary):
             written.append((m, 0))
         wait_all_held(cluster.nodes, written)
         check_entries_only_where_placed(cluster.nodes, servers, written)
-        # Binary-protocol lookups through every server: a server that holds no replica of
-        # the group has a member answer them, a linearizable one included.
+        # Binary-protocol lookups through every server by a client that does not route:
+        # a server that holds no replica of the group has a member answer them, a
+        # linearizable one included.
         for node in cluster.nodes:
-            client = kvatlas.Client([h.addr_of(node, "rpc.addr")])
+            client = kvatlas.Client([h.addr_of(node, "rpc.addr")], route_by_directory=False)
             try:
                 for m, i in written:
                     assert holds_binary(client, m, i, linearizable=(m % 3 == 0)), \
                         f"binary lookup of m{m} through server {node.id}"
             finally:
                 client.close()
+
+        check_routed_client(cluster.nodes[0], servers, written)
 
         assert gt.internal_call_refused(cluster.nodes[0], "/v1/cluster/read?group=2&type=2")
         assert released_unsigned_refused(cluster.nodes[0])

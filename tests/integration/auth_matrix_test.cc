@@ -270,6 +270,7 @@ std::vector<RpcCase> RpcCases() {
       {MessageType::kSnapshot, protocol::EncodeSnapshotRequest({context}), 1},
       {MessageType::kWatch, protocol::EncodeWatchRequest(watch), 1},
       {MessageType::kLoadView, "", 1},
+      {MessageType::kDirectory, "", 1},
       {MessageType::kIngest, IngestPayload(), 2},
       {MessageType::kHeartbeat, protocol::EncodeHeartbeatRequest({{HolderKey{"vllm-0", 0}}}), 2},
       {MessageType::kPredict,

@@ -232,6 +232,18 @@ TEST_SUITE("Integration.Rpc") {
 
     const Frame stats_with_payload = rpc.Call(MessageType::kStats, "x");
     CHECK(stats_with_payload.header.status == StatusCode::kInvalidArgument);
+    const Frame directory_with_payload = rpc.Call(MessageType::kDirectory, "x");
+    CHECK(directory_with_payload.header.status == StatusCode::kInvalidArgument);
+
+    // A single-group server's directory: one group, nothing placed (a client routes
+    // nothing by it).
+    const Frame directory = rpc.Call(MessageType::kDirectory, "");
+    REQUIRE(directory.header.status == StatusCode::kOk);
+    const Result<protocol::DirectoryAnswer> answer =
+        protocol::DecodeDirectoryAnswer(directory.payload);
+    REQUIRE(answer.has_value());
+    CHECK(answer->groups == 1);
+    CHECK(answer->directory.groups().empty());
 
     CHECK(rpc.Call(MessageType::kPing, "").header.status == StatusCode::kOk);
     CHECK(Get(f.client, "/v1/stats").body["revision"] == 0);

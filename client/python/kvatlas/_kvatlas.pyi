@@ -324,7 +324,8 @@ class Client:
     def __init__(self, endpoints: List[str], *, token: str = "",
                  tls: Optional[TlsOptions] = None, connect_timeout: float = 1.0,
                  deadline: float = 5.0, connections: int = 1, max_in_flight: int = 1024,
-                 max_request_bytes: Optional[int] = None) -> None: ...
+                 max_request_bytes: Optional[int] = None,
+                 route_by_directory: bool = True) -> None: ...
     def close(self) -> None: ...
     def lookup(self, context: Context, *, tokens: Optional[Ints] = None,
                hashes: Optional[Ints] = None, instance_id: str = "",

@@ -308,14 +308,18 @@ void DefineClientClass(py::module_& m) {
                        "waits. Errors raise kvatlas.Error with the server's code.")
       .def(py::init([](std::vector<std::string> endpoints, std::string token, const py::object& tls,
                        double connect_timeout, double deadline, size_t connections,
-                       size_t max_in_flight, std::optional<uint32_t> max_request_bytes) {
-             return std::make_unique<PyClient>(
+                       size_t max_in_flight, std::optional<uint32_t> max_request_bytes,
+                       bool route_by_directory) {
+             ClientOptions options =
                  MakeClientOptions(std::move(endpoints), std::move(token), tls, connect_timeout,
-                                   deadline, connections, max_in_flight, max_request_bytes));
+                                   deadline, connections, max_in_flight, max_request_bytes);
+             options.route_by_directory = route_by_directory;
+             return std::make_unique<PyClient>(std::move(options));
            }),
            py::arg("endpoints"), py::kw_only(), py::arg("token") = "", py::arg("tls") = py::none(),
            py::arg("connect_timeout") = 1.0, py::arg("deadline") = 5.0, py::arg("connections") = 1,
-           py::arg("max_in_flight") = 1024, py::arg("max_request_bytes") = py::none())
+           py::arg("max_in_flight") = 1024, py::arg("max_request_bytes") = py::none(),
+           py::arg("route_by_directory") = true)
       .def("close", &PyClient::Close, "Closes the connections; later calls raise unavailable.")
       .def(
           "lookup",

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "kvatlas/common/feed.h"
+
 namespace kvatlas {
 namespace {
 
@@ -273,6 +275,37 @@ TEST_CASE("ChooseMembers picks each group's replicas by rendezvous hashing") {
     CHECK(h > 260);
     CHECK(h < 340);
   }
+}
+
+TEST_CASE("a context's group is where the directory places it, else its home") {
+  const ContextKey base{"default", "llama", "", 16, ""};
+  const ContextKey adapter{"default", "llama", "adapter-1", 16, ""};
+  PlacementDirectory directory;
+  CHECK(GroupOfContext(directory, adapter, 1) == 1);
+  CHECK(GroupOfContext(directory, adapter, 8) == HomeGroup(adapter, 8));
+  const GroupId elsewhere = HomeGroup(adapter, 8) % 8 + 1;
+  REQUIRE(directory.AddGroup({elsewhere, {}, true}).ok());
+  REQUIRE(directory.Assign(adapter, elsewhere).ok());
+  CHECK(GroupOfContext(directory, adapter, 8) == elsewhere);
+  CHECK(GroupOfContext(directory, base, 8) == HomeGroup(base, 8));
+  // A placement on a group past the server's count (a directory from a larger cluster) is
+  // not followed; one group means group 1 whatever the directory says.
+  CHECK(GroupOfContext(directory, adapter, elsewhere - 1) == HomeGroup(adapter, elsewhere - 1));
+  CHECK(GroupOfContext(directory, adapter, 1) == 1);
+}
+
+TEST_CASE("a watch follows the group of the context its filter names, else its model's") {
+  CHECK_FALSE(FeedFilter{}.GroupContext().has_value());
+  FeedFilter model_only;
+  model_only.model = "llama";
+  CHECK_FALSE(model_only.GroupContext().has_value());  // no block size: spans groups
+  model_only.block_size = 16;
+  CHECK(model_only.GroupContext() == ContextKey{"default", "llama", "", 16, ""});
+  const ContextKey adapter{"acme", "llama", "adapter-1", 16, "user-9"};
+  CHECK(FeedFilter::ForContext(adapter).GroupContext() == adapter);
+  FeedFilter lora_only = FeedFilter::ForContext(adapter);
+  lora_only.salt.reset();  // every salt of the adapter: its model's group
+  CHECK(lora_only.GroupContext() == ContextKey{"acme", "llama", "", 16, ""});
 }
 
 }  // namespace

@@ -96,6 +96,16 @@ struct ClientOptions {
   // name mismatch) counts as a failed connect attempt, and its reason is in the error
   // (e.g. "TLS handshake with 10.0.0.1:7071 failed: certificate has expired").
   ClientTlsOptions tls;
+  // Reads of a context (lookups, routes, a context's locate, snapshot and watch) go to a
+  // server that holds the context's raft group (docs/scaling.md §Clients that route by the
+  // directory): the client fetches the directory at Connect, every directory_refresh, and
+  // when a server answers wrong_group, and keeps a connection to each member it routes to.
+  // Without it, a server that holds no replica of a group sends a lookup of it on to a
+  // member (a second round trip) and refuses a watch or snapshot of it. Nothing changes
+  // on a cluster whose every server holds every group. Linearizable reads and writes go
+  // through `endpoints` either way.
+  bool route_by_directory = true;
+  std::chrono::milliseconds directory_refresh{5000};
 };
 
 // A watch of the change feed (Client::Watch; docs/feed.md §Binary watch).

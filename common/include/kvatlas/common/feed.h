@@ -59,6 +59,12 @@ struct KVATLAS_EXPORT FeedFilter {
   bool Matches(const FeedRecord& record) const;
   // The filter of exactly one context's records.
   static FeedFilter ForContext(const ContextKey& context);
+  // The context whose group a watch with this filter follows on a cluster of several
+  // groups, each numbering its own revisions (docs/feed.md): the one context the filter
+  // names when it sets lora_name and salt, else the model's own (no LoRA, no salt: its
+  // adapters and salts share its home group); an unset tenant is "default". nullopt when
+  // model or block_size is unset: such a watch spans groups.
+  std::optional<ContextKey> GroupContext() const;
 };
 
 }  // namespace kvatlas

@@ -159,6 +159,13 @@ struct GroupShare {
 // goes to one group. Stable: every server and client computes it alike.
 [[nodiscard]] KVATLAS_EXPORT GroupId HomeGroup(const ContextKey& context, uint32_t groups);
 
+// The group of `groups` a context lives in: the group `directory` places it on (a split
+// context's first range: splits are not made yet) while that is one of the `groups`, else
+// its HomeGroup. Servers route every request by it, and clients that route by the directory
+// (docs/scaling.md §Clients that route by the directory) compute it alike.
+[[nodiscard]] KVATLAS_EXPORT GroupId GroupOfContext(const PlacementDirectory& directory,
+                                                    const ContextKey& context, uint32_t groups);
+
 // The servers of `servers` (ids, any order, no repeats) that hold replicas of `group` when
 // each group has `replicas` of them (docs/scaling.md §Replicas on some servers): rendezvous
 // hashing — the `replicas` servers with the highest XXH3-64 (seed 0) of (u32 group, u64

@@ -19,6 +19,7 @@
 #include "kvatlas/common/feed.h"
 #include "kvatlas/common/fleet_load.h"
 #include "kvatlas/common/lookup.h"
+#include "kvatlas/common/placement.h"
 #include "kvatlas/common/result.h"
 #include "kvatlas/common/role.h"
 #include "kvatlas/common/routing.h"
@@ -50,6 +51,7 @@ enum class MessageType : uint8_t {
   kLoadReport = 11,  // request: LoadReport → response: LoadReportAnswer (shared load)
   kLoadView = 12,    // request: empty → response: LoadViewAnswer (the live load reports)
   kPredict = 13,     // request: PredictRequest → response: PredictAnswer (a local decision)
+  kDirectory = 14,   // request: empty → response: DirectoryAnswer (routing by the directory)
 };
 
 // "ingest", "lookup", ..., "auth", "error" for kError; "other" for a number that is no
@@ -375,6 +377,27 @@ struct LoadViewAnswer {
 };
 [[nodiscard]] KVATLAS_EXPORT std::string EncodeLoadViewAnswer(const LoadViewAnswer& answer);
 [[nodiscard]] KVATLAS_EXPORT Result<LoadViewAnswer> DecodeLoadViewAnswer(std::string_view payload);
+
+// kDirectory (protocol_directory.cc; docs/protocol.md §kDirectory): what a client needs to
+// send each context's reads to a server that holds its group (docs/scaling.md §Clients that
+// route by the directory): the number of groups, the placement directory (group 1's copy on
+// the answering server) and the binary-protocol address each server has announced. A read:
+// any server answers from its own state. The request is empty.
+inline constexpr size_t kMaxDirectoryServers = 4'096;
+struct ServerRpcAddress {
+  uint64_t id = 0;
+  std::string rpc_address;  // "host:port"
+  friend bool operator==(const ServerRpcAddress&, const ServerRpcAddress&) = default;
+};
+struct DirectoryAnswer {
+  uint32_t groups = 1;  // 1..kMaxGroupId; 1: one group, every server holds everything
+  PlacementDirectory directory;
+  std::vector<ServerRpcAddress> servers;  // ascending by id, each id once
+  friend bool operator==(const DirectoryAnswer&, const DirectoryAnswer&) = default;
+};
+[[nodiscard]] KVATLAS_EXPORT std::string EncodeDirectoryAnswer(const DirectoryAnswer& answer);
+[[nodiscard]] KVATLAS_EXPORT Result<DirectoryAnswer> DecodeDirectoryAnswer(
+    std::string_view payload);
 
 // kAuth (protocol_auth.cc; docs/protocol.md §kAuth): presents an access token. On a server
 // with access control on it must be a connection's first frame; the answer names the

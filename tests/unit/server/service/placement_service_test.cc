@@ -12,12 +12,15 @@
 #include <variant>
 #include <vector>
 
+#include "server/feed/change_feed.h"
+#include "server/service/feed_service.h"
 #include "server/service/group_service.h"
 #include "server/service/ingest_service.h"
 #include "server/service/lookup_service.h"
 #include "server/service/metrics.h"
 #include "server/state/applier.h"
 #include "server/state/state_machine.h"
+#include "tests/support/feed_fixture.h"
 
 namespace kvatlas::server {
 namespace {
@@ -33,7 +36,9 @@ struct Groups {
   Groups() {
     auto copies = std::make_shared<std::vector<Services>>();
     for (uint32_t g = 0; g < kGroups; ++g) {
+      feeds[g] = std::make_unique<ChangeFeed>();
       machines[g] = std::make_unique<StateMachine>(StateMachineOptions{}, nullptr);
+      machines[g]->SetApplyObserver(feeds[g].get());
       REQUIRE(machines[g]->Recover().ok());
       appliers[g] = std::make_unique<Applier>(machines[g].get());
     }
@@ -41,6 +46,7 @@ struct Groups {
       Services part;
       part.machine = machines[g].get();
       part.applier = appliers[g].get();
+      part.feed = feeds[g].get();
       part.metrics = &metrics;
       part.group = g + 1;
       part.cluster = machines[0].get();
@@ -81,6 +87,7 @@ struct Groups {
         [&](const Index& index, Revision) { return index.HasContext(context); });
   }
 
+  std::array<std::unique_ptr<ChangeFeed>, kGroups> feeds;  // outlive the machines
   std::array<std::unique_ptr<StateMachine>, kGroups> machines;
   std::array<std::unique_ptr<Applier>, kGroups> appliers;
   Metrics metrics;
@@ -219,6 +226,31 @@ TEST_SUITE("placement_service") {
     CHECK(placed->ranges.front().group != 2);
     CHECK(g.Holds(placed->ranges.front().group, fresh));
     CHECK(Refcount(g, placed->ranges.front().group, 7) == 1);
+  }
+
+  TEST_CASE("a watch of a placed LoRA context follows the group it is placed on") {
+    Groups g;
+    const ContextKey base = ContextHomedIn(2, "model");
+    const ContextKey adapter{base.tenant, base.model, "adapter-1", base.block_size, ""};
+    REQUIRE(SubmitAndWait(g.services, BatchOf({Store(base, 1)})).has_value());
+    g.Commit(1, SetGroupAcceptingCommand{2, false});
+    REQUIRE(SubmitAndWait(g.services, BatchOf({Store(adapter, 2)})).has_value());
+    const GroupId placed = GroupOf(g.services, adapter);
+    REQUIRE(placed != 2);  // its model's home keeps the model, the adapter went elsewhere
+
+    Result<std::unique_ptr<Watcher>> adapter_watch =
+        Subscribe(g.services, std::nullopt, FeedFilter::ForContext(adapter));
+    Result<std::unique_ptr<Watcher>> base_watch =
+        Subscribe(g.services, std::nullopt, FeedFilter::ForContext(base));
+    REQUIRE(adapter_watch.has_value());
+    REQUIRE(base_watch.has_value());
+    REQUIRE(SubmitAndWait(g.services, BatchOf({Store(adapter, 3), Store(base, 4)})).has_value());
+    const std::vector<FeedRecord> adapter_records = testing::DrainRecords(**adapter_watch);
+    REQUIRE(adapter_records.size() == 1);
+    CHECK(adapter_records[0].keys == std::vector<BlockKey>{3});
+    const std::vector<FeedRecord> base_records = testing::DrainRecords(**base_watch);
+    REQUIRE(base_records.size() == 1);
+    CHECK(base_records[0].keys == std::vector<BlockKey>{4});
   }
 
   TEST_CASE("a held context stays in its home group though it takes no new contexts") {
