@@ -1,8 +1,9 @@
 // Package kvatlas is a pure-Go client of kvatlas's binary protocol (docs/protocol.md,
 // docs/go.md): lookups, routing decisions, ingests with exactly-once writers, statistics,
 // the cluster's status, context snapshots and watches of the change feed, over pipelined
-// connections to any member of a cluster, with not_leader answers followed to the leader;
-// and the block hashes of kvatlas (BlockHasher) and of vLLM (VllmBlockHasher).
+// connections to any member of a cluster, with not_leader answers followed to the leader
+// and each context's reads sent to a server that holds its raft group (routing by the
+// directory); and the block hashes of kvatlas (BlockHasher) and of vLLM (VllmBlockHasher).
 //
 // A Client is safe for concurrent use by any number of goroutines; their calls share the
 // connection (or Options.Connections, in turn), each under its own request id, at most
@@ -53,6 +54,15 @@ type Options struct {
 	// that a client hammering a dead cluster costs nothing. Defaults 20 ms and 1 s. A
 	// connection lost while open is retried at once by the next call.
 	ReconnectBackoffMin, ReconnectBackoffMax time.Duration
+	// Turns routing by the directory off. By default the client fetches the cluster's
+	// routing table (kDirectory: the groups, the servers each lives on, the servers'
+	// addresses) at Dial, every 5 s and after a wrong_group answer, and sends each context's
+	// reads (lookups, routes, a context's locate, snapshots, watches) to a server that holds
+	// the context's raft group, saving the second hop a server without it makes
+	// (docs/go.md §Routing by the directory). Linearizable reads and writes are never
+	// routed. A single-group cluster, one whose every server holds every group, and an
+	// older server (kDirectory unknown) route nothing.
+	DisableDirectoryRouting bool
 }
 
 // Client is a connection to a kvatlas cluster. See the package documentation.
@@ -69,6 +79,8 @@ type Client struct {
 	backoff      time.Duration
 	backoffUntil time.Time
 	backoffErr   *Error
+
+	router *router // nil with Options.DisableDirectoryRouting
 }
 
 // memberConns are the connections to one member, taken in turn.
@@ -94,7 +106,9 @@ const (
 )
 
 // Dial checks opts, connects to the first endpoint that accepts (presenting the token) and
-// pings it, within ctx. It fails with ErrInvalidArgument for bad options,
+// pings it, within ctx; then, unless Options.DisableDirectoryRouting, fetches the routing
+// table and connects to the members it names (no error when that fails: nothing is routed
+// until a later fetch succeeds). It fails with ErrInvalidArgument for bad options,
 // ErrUnauthenticated when the server refuses the token or needs one, ErrUnavailable
 // (naming each endpoint and why) when none accepts.
 func Dial(ctx context.Context, opts Options) (*Client, error) {
@@ -146,16 +160,23 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	}
 	opts.Endpoints = append([]string(nil), opts.Endpoints...)
 	c := &Client{opts: opts, conns: map[string]*memberConns{}}
+	if !opts.DisableDirectoryRouting {
+		c.router = newRouter(c) // before the first connection, which takes its hook
+	}
 	// A round trip, so that a server that needs a token (and got none), or that does not
 	// speak the protocol (a TLS server reached in plaintext), fails Dial, not the first call.
 	if err := c.Ping(ctx); err != nil {
 		c.Close()
 		return nil, err
 	}
+	if c.router != nil {
+		c.router.start(ctx)
+	}
 	return c, nil
 }
 
-// Close closes the connections; calls still waiting fail with ErrUnavailable.
+// Close closes the connections (calls still waiting fail with ErrUnavailable) and stops
+// the routing table's refreshes. Idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
@@ -168,6 +189,9 @@ func (c *Client) Close() error {
 				cn.fail(newError(CodeUnavailable, "the client was closed"))
 			}
 		}
+	}
+	if c.router != nil {
+		c.router.stop()
 	}
 	return nil
 }
@@ -224,7 +248,7 @@ func (c *Client) connTo(ctx context.Context, addr string) (*conn, error) {
 		return cn, nil
 	}
 	c.mu.Unlock()
-	cn, err := dialConn(ctx, addr, &c.opts)
+	cn, err := dialConn(ctx, addr, &c.opts, c.wrongGroupHook())
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -237,8 +261,61 @@ func (c *Client) connTo(ctx context.Context, addr string) (*conn, error) {
 		cn.fail(newError(CodeUnavailable, "the client was closed"))
 		return nil, cn.err
 	}
+	if cur := m.conns[slot]; cur != nil && cur.alive() { // the router opened it meanwhile
+		cn.fail(newError(CodeUnavailable, "a duplicate connection was closed"))
+		return cur, nil
+	}
 	m.conns[slot] = cn
 	return cn, nil
+}
+
+// openIdle opens one connection to addr unless one is open, for the router, which keeps
+// its members' connections ready so that no call dials a member that may not answer.
+// Without dialMu: a member that does not answer delays no caller's dial. The connection
+// takes a slot that is not open (connTo never replaces an open one).
+func (c *Client) openIdle(ctx context.Context, addr string) {
+	if c.hasOpen(addr) {
+		return
+	}
+	cn, err := dialConn(ctx, addr, &c.opts, c.wrongGroupHook())
+	if err != nil {
+		return // not routed to until a later refresh connects
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		m := c.conns[addr]
+		if m == nil {
+			m = &memberConns{conns: make([]*conn, c.opts.Connections)}
+			c.conns[addr] = m
+		}
+		if m.alive(-1) == nil {
+			for i, cur := range m.conns {
+				if cur == nil || !cur.alive() {
+					m.conns[i] = cn
+					return
+				}
+			}
+		}
+	}
+	cn.fail(newError(CodeUnavailable, "a duplicate connection was closed"))
+}
+
+// hasOpen says whether one of addr's connections is open.
+func (c *Client) hasOpen(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.conns[addr]
+	return m != nil && m.alive(-1) != nil
+}
+
+// wrongGroupHook is what a new connection calls on a wrong_group answer: a refresh of the
+// routing table, when the client routes.
+func (c *Client) wrongGroupHook() func() {
+	if c.router == nil {
+		return nil
+	}
+	return c.router.refreshSoon
 }
 
 // endpointConn returns the active endpoint's connection, or connects to the endpoints in
@@ -383,7 +460,7 @@ func (c *Client) Lookup(ctx context.Context, r LookupRequest) (*LookupAnswer, er
 	if r.Linearizable {
 		p, err = c.leaderCall(ctx, typeLookup, payload)
 	} else {
-		p, err = c.read(ctx, typeLookup, payload)
+		p, err = c.readIn(ctx, r.Context, typeLookup, payload)
 	}
 	return decoded(p, err, decodeLookupAnswer)
 }
@@ -397,7 +474,7 @@ func (c *Client) Route(ctx context.Context, r RouteRequest) (*RouteAnswer, error
 	if r.Lookup.Linearizable {
 		p, err = c.leaderCall(ctx, typeRoute, payload)
 	} else {
-		p, err = c.read(ctx, typeRoute, payload)
+		p, err = c.readIn(ctx, r.Lookup.Context, typeRoute, payload)
 	}
 	return decoded(p, err, decodeRouteAnswer)
 }
@@ -405,7 +482,13 @@ func (c *Client) Route(ctx context.Context, r RouteRequest) (*RouteAnswer, error
 // Locate lists every copy of one block key, in ctx's context when non-nil, else in every
 // context (GET /v1/blocks/{key}).
 func (c *Client) Locate(ctx context.Context, key uint64, in *Context) (*LocateAnswer, error) {
-	p, err := c.read(ctx, typeLocate, encodeLocate(key, in))
+	var p []byte
+	var err error
+	if in != nil {
+		p, err = c.readIn(ctx, *in, typeLocate, encodeLocate(key, in))
+	} else {
+		p, err = c.read(ctx, typeLocate, encodeLocate(key, nil))
+	}
 	return decoded(p, err, decodeLocateAnswer)
 }
 

@@ -25,6 +25,7 @@ const (
 	typeLoadReport uint8 = 11
 	typeLoadView   uint8 = 12
 	typePredict    uint8 = 13
+	typeDirectory  uint8 = 14
 )
 
 const (

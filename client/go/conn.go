@@ -80,12 +80,16 @@ type conn struct {
 	nextID  uint64
 	err     *Error // why the connection ended; set before done is closed
 	done    chan struct{}
+
+	// Called on the reader goroutine for every wrong_group answer (the server holds no
+	// replica of the group: the client's routing table is stale); must not block. nil = none.
+	onWrongGroup func()
 }
 
 // dialConn connects to addr (TLS when tlsConfig is non-nil) and presents token (if any)
 // as the connection's first frame, waiting for its answer so that a refused token fails
-// here, with the server's reason.
-func dialConn(ctx context.Context, addr string, o *Options) (*conn, error) {
+// here, with the server's reason. onWrongGroup (may be nil) becomes the conn's hook.
+func dialConn(ctx context.Context, addr string, o *Options, onWrongGroup func()) (*conn, error) {
 	d := net.Dialer{Timeout: o.ConnectTimeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -108,7 +112,7 @@ func dialConn(ctx context.Context, addr string, o *Options) (*conn, error) {
 		nc = tc
 	}
 	c := &conn{addr: addr, maxBytes: o.MaxRequestBytes, nc: nc, slots: make(chan struct{}, o.MaxInFlight),
-		pending: map[uint64]*pendingCall{}, done: make(chan struct{})}
+		pending: map[uint64]*pendingCall{}, done: make(chan struct{}), onWrongGroup: onWrongGroup}
 	br := bufio.NewReaderSize(nc, 64<<10)
 	if o.Token != "" {
 		if err := c.authenticate(ctx, br, o); err != nil {
@@ -203,6 +207,9 @@ func (c *conn) readLoop(br *bufio.Reader) {
 				c.fail(wrapError(CodeUnavailable, fmt.Sprintf("connection to %s lost: %v", c.addr, err), err))
 			}
 			return
+		}
+		if f.status == uint16(CodeWrongGroup) && c.onWrongGroup != nil {
+			c.onWrongGroup() // before the caller sees the answer, so a retry finds it asked
 		}
 		c.mu.Lock()
 		p, ok := c.pending[f.id]

@@ -215,12 +215,21 @@ type WatchStream struct {
 // applied after Watch returns is delivered). It fails with ErrCompacted (From is older
 // than the server's window: Snapshot, then watch from its revision; the error's
 // OldestRevision and CurrentRevision say the window), ErrInvalidArgument (a From in the
-// future), ErrResourceExhausted (too many watches), or the errors of every call. A watch
-// holds one in-flight slot of its connection until it ends.
+// future), ErrResourceExhausted (too many watches), ErrWrongGroup (the server holds no
+// replica of the filter's group: watch again, by the routing table that answer refreshes),
+// or the errors of every call. A watch holds one in-flight slot of its connection until it
+// ends. A filter that names a model and a block size is sent to a member of its context's
+// group (Options.DisableDirectoryRouting); others to the endpoints.
 func (c *Client) Watch(ctx context.Context, opts WatchOptions) (*WatchStream, error) {
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
-	cn, err := c.endpointConn(ctx)
+	var cn *conn
+	var err error
+	if of, ok := opts.Filter.groupContext(); ok {
+		cn, err = c.connFor(ctx, of)
+	} else {
+		cn, err = c.endpointConn(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -448,11 +457,14 @@ func decodeSnapshotPart(p []byte) (snapshotPart, error) {
 
 // Snapshot lists every copy of a context at one revision (GET /v1/snapshot), received in
 // parts; the deadline is that of the whole answer. List, then Watch from its Revision to
-// miss no change. ErrResourceExhausted when the server streams its maximum of snapshots.
+// miss no change. ErrResourceExhausted when the server streams its maximum of snapshots;
+// ErrWrongGroup when it holds no replica of the context's group (list again, by the
+// routing table that answer refreshes). Sent to a member of the context's group
+// (Options.DisableDirectoryRouting).
 func (c *Client) Snapshot(ctx context.Context, of Context) (*ContextSnapshot, error) {
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
-	cn, err := c.endpointConn(ctx)
+	cn, err := c.connFor(ctx, normalContext(of))
 	if err != nil {
 		return nil, err
 	}

@@ -485,8 +485,10 @@ func (li *LocalIndex) drain(ctx context.Context, r *localReplica, w *WatchStream
 			if !errors.Is(err, ErrDeadlineExceeded) {
 				return err
 			}
+			// On the watch's own connection (a member's when the client routes by the
+			// directory): another server answering says nothing of this one.
 			ping, cancel := context.WithTimeout(ctx, localLivenessCheck)
-			err = li.client.Ping(ping)
+			_, err = w.cn.call(ping, typePing, nil)
 			cancel()
 			if err != nil {
 				return err

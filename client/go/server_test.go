@@ -133,8 +133,9 @@ func freePorts(t *testing.T, n int) []int {
 	return ports
 }
 
-// startCluster starts n voters and waits until every member names the same leader.
-func startCluster(t *testing.T, n int) []*testServer {
+// startCluster starts n voters (each with the flags extra too) and waits until every
+// member names the same leader.
+func startCluster(t *testing.T, n int, extra ...string) []*testServer {
 	t.Helper()
 	ports := freePorts(t, n)
 	var peers []string
@@ -143,8 +144,9 @@ func startCluster(t *testing.T, n int) []*testServer {
 	}
 	var servers []*testServer
 	for i := range ports {
-		servers = append(servers, startServer(t, "--id", fmt.Sprint(i+1), "--peers",
-			strings.Join(peers, ","), "--raft-election-timeout-ms", "500"))
+		args := []string{"--id", fmt.Sprint(i + 1), "--peers", strings.Join(peers, ","),
+			"--raft-election-timeout-ms", "500"}
+		servers = append(servers, startServer(t, append(args, extra...)...))
 	}
 	deadline := time.Now().Add(startupBound)
 	for {
