@@ -1,6 +1,5 @@
 #include "server/api/backup_parts.h"
 
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -24,13 +23,6 @@ namespace {
 // to answer one page of it.
 constexpr PeerHttpTimeouts kOfferTimeouts{std::chrono::seconds(2), std::chrono::minutes(30)};
 constexpr PeerHttpTimeouts kPageTimeouts{std::chrono::seconds(2), std::chrono::minutes(2)};
-
-std::optional<uint64_t> Decimal(std::string_view text) {
-  uint64_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
-  return value;
-}
 
 Status RequireMemberCall(const Services& services, const RouteRequest& request,
                          std::string_view what) {
@@ -87,13 +79,8 @@ size_t SweepParts(const fs::path& root) {
 
 Result<HttpReply> HandleOffer(const Services& services, const RouteRequest& request) {
   KVATLAS_RETURN_IF_ERROR(RequireMemberCall(services, request, "POST /v1/cluster/backup-part"));
-  const size_t groups = services.groups == nullptr ? 1 : services.groups->size();
-  const std::optional<uint64_t> id = Decimal(request.http.Param("group"));
-  if (!id || *id < 1 || *id > groups) {
-    return Status::InvalidArgument("query.group: must be a group from 1 to " +
-                                   std::to_string(groups));
-  }
-  const Services& group = services.groups == nullptr ? services : (*services.groups)[*id - 1];
+  KVATLAS_ASSIGN_OR_RETURN(const Services* named, GroupOfQuery(services, request));
+  const Services& group = *named;
   KVATLAS_RETURN_IF_ERROR(CheckHostsGroup(group));
   if (group.storage == nullptr || services.data_dir.empty()) {
     return Status::FailedPrecondition("this server keeps no storage to back up");
@@ -110,10 +97,10 @@ Result<HttpReply> HandleOffer(const Services& services, const RouteRequest& requ
   const fs::path dir = root / part;
   KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(dir.string(), "backup part"));
   KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> image, group.storage->CaptureAll());
-  Result<BackupManifest> written =
-      WriteBackup(*image, dir.string(),
-                  {services.cluster_id, services.server_id, /*online=*/true,
-                   static_cast<GroupId>(*id), static_cast<uint32_t>(groups)});
+  Result<BackupManifest> written = WriteBackup(
+      *image, dir.string(),
+      {services.cluster_id, services.server_id, /*online=*/true, group.group,
+       static_cast<uint32_t>(services.groups == nullptr ? 1 : services.groups->size())});
   if (!written.has_value()) {
     fs::remove_all(dir, ec);
     return written.status();
@@ -125,7 +112,7 @@ Result<HttpReply> HandleRead(const Services& services, const RouteRequest& reque
   KVATLAS_RETURN_IF_ERROR(
       RequireMemberCall(services, request, "POST /v1/cluster/backup-part/read"));
   KVATLAS_ASSIGN_OR_RETURN(fs::path dir, NamedPart(services, request));
-  const std::optional<uint64_t> offset = Decimal(request.http.Param("offset"));
+  const std::optional<uint64_t> offset = ParseDecimal(request.http.Param("offset"));
   if (!offset) return Status::InvalidArgument("query.offset: must be a byte offset");
   std::error_code ec;
   fs::last_write_time(dir, fs::file_time_type::clock::now(), ec);  // in use: not idle

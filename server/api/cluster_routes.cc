@@ -70,12 +70,8 @@ Result<HttpReply> HandleAdd(const Services& services, const RouteRequest& reques
 
 // `text` as a positive decimal integer, wholly; nullopt otherwise.
 std::optional<uint64_t> PositiveInteger(std::string_view text) {
-  uint64_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value == 0) {
-    return std::nullopt;
-  }
-  return value;
+  const std::optional<uint64_t> value = ParseDecimal(text);
+  return value == 0 ? std::nullopt : value;
 }
 
 Result<HttpReply> HandleRemove(const Services& services, const RouteRequest& request) {
@@ -143,16 +139,10 @@ Result<HttpReply> HandlePredict(const Services& services, const RouteRequest& re
 // member, never forwarded (not_leader, 421, when this server does not lead G).
 // The group named by ?group=G, when this server leads it (kNotLeader otherwise).
 Result<const Services*> LedGroupOfQuery(const Services& services, const RouteRequest& request) {
-  const size_t groups = services.groups == nullptr ? 1 : services.groups->size();
-  const std::optional<uint64_t> parsed = PositiveInteger(request.http.Param("group"));
-  if (!parsed || *parsed > groups) {
-    return Status::InvalidArgument("query.group: must be a group this server hosts, 1 to " +
-                                   std::to_string(groups));
-  }
-  const Services* group = services.groups == nullptr ? &services : &(*services.groups)[*parsed - 1];
+  KVATLAS_ASSIGN_OR_RETURN(const Services* group, GroupOfQuery(services, request));
   if (!group->log->is_leader()) {
     return Status(StatusCode::kNotLeader,
-                  "this server does not lead group " + std::to_string(*parsed));
+                  "this server does not lead group " + std::to_string(group->group));
   }
   return group;
 }
@@ -279,6 +269,24 @@ Result<HttpReply> HandleDrainSelf(const Services& services, const RouteRequest& 
 }
 
 }  // namespace
+
+std::optional<uint64_t> ParseDecimal(std::string_view text) {
+  uint64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+Result<const Services*> GroupOfQuery(const Services& services, const RouteRequest& request) {
+  const size_t groups = services.groups == nullptr ? 1 : services.groups->size();
+  const std::string text = request.http.Param("group");
+  const std::optional<uint64_t> id = ParseDecimal(text);
+  if (!id || *id == 0 || *id > groups) {
+    return Status::InvalidArgument("query.group: must be a group of this cluster, 1 to " +
+                                   std::to_string(groups) + ", got \"" + text + "\"");
+  }
+  return services.groups == nullptr ? &services : &(*services.groups)[*id - 1];
+}
 
 void AddClusterRoutes(const Services* services, Router* router) {
   router->Add({"GET", "/v1/groups", RouteAccess::kRead,

@@ -1,11 +1,10 @@
 #include "server/api/member_listing.h"
 
-#include <charconv>
 #include <string>
-#include <system_error>
 #include <utility>
 
 #include "server/api/forwarding.h"
+#include "server/api/routes.h"
 #include "server/service/lookup_service.h"
 #include "server/service/replica_audit_service.h"
 
@@ -40,19 +39,9 @@ Result<ListingScope> PrepareListing(const Services& services, const RouteRequest
                                     const Services* context_group) {
   ListingScope scope;
   if (request.http.HasParam("group")) {
-    const size_t groups = services.groups == nullptr ? 1 : services.groups->size();
-    const std::string text = request.http.Param("group");
-    GroupId id = 0;
-    const char* const end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, id);
-    if (text.empty() || ec != std::errc() || ptr != end || id == 0 || id > groups) {
-      return Status::InvalidArgument("group: must be a group of this cluster, 1 to " +
-                                     std::to_string(groups) + ", got \"" + text + "\"");
-    }
-    scope.only = id;
-    if (context_group == nullptr && services.groups != nullptr) {
-      context_group = &(*services.groups)[id - 1];
-    }
+    KVATLAS_ASSIGN_OR_RETURN(const Services* named, GroupOfQuery(services, request));
+    scope.only = named->group;
+    if (context_group == nullptr && services.groups != nullptr) context_group = named;
   }
   if (context_group != nullptr) {
     scope.elsewhere = AnswerFromMember(services, request, *context_group);

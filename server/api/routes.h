@@ -6,7 +6,10 @@
 // the service layer (server/service/) and encodes the answer; nothing is decided here.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string_view>
 
 #include "kvatlas/common/result.h"
 #include "server/api/router.h"
@@ -34,5 +37,15 @@ void AddAdminRoutes(const Services* services, Router* router);    // admin_route
 // no duplicate keys); kInvalidArgument ("body: ...") when it is refused there or is not an
 // object. For the routes that read their fields directly.
 [[nodiscard]] Result<nlohmann::json> ParseJsonObjectBody(const RouteRequest& request);
+
+// `text` as a decimal integer, wholly (no sign, spaces or other characters); nullopt
+// otherwise, or past 2^64 - 1.
+[[nodiscard]] std::optional<uint64_t> ParseDecimal(std::string_view text);
+
+// The group the query's `group` parameter names, 1 to this server's group count: that
+// group's copy of the Services (the server's own on a single-group server). kInvalidArgument
+// naming the range and what was sent otherwise.
+[[nodiscard]] Result<const Services*> GroupOfQuery(const Services& services,
+                                                   const RouteRequest& request);
 
 }  // namespace kvatlas::server

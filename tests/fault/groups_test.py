@@ -152,6 +152,12 @@ def case_spread_and_failover(binary):
         others = {g["id"] for g in groups if g["id"] in holding and g["leader_id"] != follower.id}
         assert set(parts) == others, (parts, groups)
         assert apply_refused(follower)
+        # A listing of one group: a group number out of range, or not one, is refused.
+        status, body = follower.request("GET", "/v1/holders?group=2")
+        assert status == 200, (status, body)
+        for bad in ("0", str(GROUPS + 1), "x", "", "-1", "2%20"):
+            status, body = follower.request("GET", f"/v1/holders?group={bad}")
+            assert status == 400 and f"1 to {GROUPS}" in body["message"], (bad, status, body)
         # Each server holds the same contexts in each group.
         for node in cluster.nodes:
             h.wait_until(f"server {node.id}'s groups hold what the leader's do", lambda node=node: [
