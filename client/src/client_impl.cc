@@ -639,7 +639,16 @@ void Client::Impl::OnBytes(size_t c, uint64_t generation, const char* data, size
         Complete(id,
                  Status(StatusCode::kDeadlineExceeded, "deadline exceeded waiting for the answer"));
       } else {
+        // The server closes a connection once it refused a call for access control (no or
+        // a bad token: docs/protocol.md §Transport). Closing it here first makes a call
+        // made after this answer open a new connection, not fail on the closing one.
+        const bool refused = frame.header.status == StatusCode::kUnauthenticated;
         Deliver(id, std::move(frame));
+        if (refused) {
+          Close(c, Unavailable("the server refused a call for access control and closed the "
+                               "connection"));
+          return;
+        }
       }
     }
     if (http_peer) {

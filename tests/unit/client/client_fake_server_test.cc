@@ -254,6 +254,20 @@ TEST_SUITE("Client") {
     CHECK((*client)->Ping().ok());
   }
 
+  TEST_CASE("Client: a call refused unauthenticated closes its connection; the next opens one") {
+    // A server with access control closes the connection after such an answer; this one
+    // leaves it open, so only the client's own close makes the next call reconnect.
+    FakeServer server([](Frame request) {
+      return FakeServer::Action{{FakeServer::Answer(
+          request, protocol::EncodeErrorPayload(Status::Unauthenticated("a token is needed")),
+          StatusCode::kUnauthenticated)}};
+    });
+    auto client = MustConnect(server);
+    CHECK(client->Ping().code() == StatusCode::kUnauthenticated);
+    CHECK(client->Ping().code() == StatusCode::kUnauthenticated);
+    CHECK(server.connections_accepted() == 2);
+  }
+
   TEST_CASE("Client: destroying the client fails pending calls with kUnavailable") {
     FakeServer server([](Frame) { return FakeServer::Action{}; });  // never answers
     auto client = MustConnect(server);
