@@ -240,9 +240,13 @@ def case_engine_stream_follows_its_group(binary):
 def case_joining_server_joins_every_group(binary):
     with h.running_cluster(binary, extra=("--groups", str(GROUPS))) as cluster:
         leader = cluster.leader()
+        # Group 1's leader is known; the other groups may still be electing theirs (slower
+        # under ASan), and a write part for a group without a leader can time out.
+        h.wait_until("every group has a leader",
+                     lambda: groups_of(leader) and all(g["leader_id"] for g in groups_of(leader)))
         written = [(m, 0) for m in range(8)]
         for m, i in written:
-            assert write(leader, m, i)
+            assert write(leader, m, i), f"write of m{m} through server {leader.id} failed"
         port = h.free_ports(1)[0]
         d = os.path.join(cluster.root, "n4")
         os.makedirs(d)
