@@ -102,6 +102,20 @@ class KVATLAS_NO_EXPORT WatchStream::State {
     CancelServer();
   }
 
+  // Pings the server the watch reads from (its Impl), while the watch's call is registered.
+  std::future<Status> Ping(Client::Timeout timeout) {
+    auto promise = std::make_shared<std::promise<Status>>();
+    std::future<Status> answered = promise->get_future();
+    std::lock_guard lock(mu_);
+    if (transport_done_ || end_) {
+      promise->set_value(Status::Unavailable("the watch has ended"));
+      return answered;
+    }
+    impl_->Call(MessageType::kPing, {}, timeout,
+                [promise](Result<protocol::Frame> frame) { promise->set_value(frame.status()); });
+    return answered;
+  }
+
  private:
   // Queues a batch's records; those of revisions up to its `through` become available.
   // REQUIRES: mu_ held, started.
@@ -193,6 +207,10 @@ Result<std::vector<FeedRecord>> WatchStream::Next(std::chrono::milliseconds time
 }
 
 Revision WatchStream::ResumeFrom() const { return state_->ResumeFrom(); }
+
+Status WatchStream::Ping(std::chrono::milliseconds timeout) {
+  return state_->Ping(std::chrono::duration_cast<Client::Timeout>(timeout)).get();
+}
 
 void WatchStream::Cancel() { state_->Cancel(); }
 

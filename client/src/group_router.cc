@@ -82,13 +82,15 @@ void GroupRouter::Stop() {
   connections.clear();  // unlocked: closing completes their calls, whose hooks may call here
 }
 
-Client::Impl& GroupRouter::For(const ContextKey& context) {
-  std::shared_ptr<const Table> table;
-  {
-    std::lock_guard lock(mu_);
-    table = table_;
-  }
-  if (table == nullptr || table->members.empty()) return *origin_;
+std::shared_ptr<const GroupRouter::Table> GroupRouter::Current() const {
+  std::lock_guard lock(mu_);
+  return table_;
+}
+
+Client::Impl& GroupRouter::For(const ContextKey& context) { return Pick(Current().get(), context); }
+
+Client::Impl& GroupRouter::Pick(const Table* table, const ContextKey& context) {
+  if (!Routes(table)) return *origin_;
   const auto group = table->members.find(GroupOfContext(table->directory, context, table->groups));
   if (group == table->members.end()) return *origin_;
   const std::vector<Client::Impl*>& members = group->second;
@@ -103,8 +105,9 @@ Client::Impl& GroupRouter::For(const ContextKey& context) {
 void GroupRouter::Call(const ContextKey& context, protocol::MessageType type,
                        std::string_view payload, Clock::time_point deadline,
                        Client::Impl::Done done) {
-  Client::Impl& to = For(context);
-  if (&to == origin_ && !Routing()) {
+  const std::shared_ptr<const Table> table = Current();
+  Client::Impl& to = Pick(table.get(), context);
+  if (&to == origin_ && !Routes(table.get())) {
     // Nothing routes (one group, no members recorded, no table): the plain call, without
     // the copy of the payload a resend needs.
     origin_->Call(type, payload, TimeoutUntil(deadline), std::move(done));
@@ -129,10 +132,7 @@ void GroupRouter::Call(const ContextKey& context, protocol::MessageType type,
   to.Call(type, payload, TimeoutUntil(deadline), std::move(retry));
 }
 
-bool GroupRouter::Routing() const {
-  std::lock_guard lock(mu_);
-  return table_ != nullptr && !table_->members.empty();
-}
+bool GroupRouter::Routes(const Table* table) { return table != nullptr && !table->members.empty(); }
 
 void GroupRouter::RefreshSoon() {
   {

@@ -81,8 +81,12 @@ class GroupRouter {
     std::map<GroupId, std::vector<Client::Impl*>> members;  // groups with recorded members
   };
 
-  // Whether the table routes any group to its members.
-  bool Routing() const;
+  // The table calls are routed by now (null before the first fetch).
+  std::shared_ptr<const Table> Current() const;
+  // Whether `table` routes any group to its members.
+  static bool Routes(const Table* table);
+  // The connection for a read of `context` by `table`: a member of its group, or `origin`.
+  Client::Impl& Pick(const Table* table, const ContextKey& context);
   // Runs `task(true)` on the worker once a refresh asked after this call has ended, or
   // `task(false)` when the router stops first.
   void AfterRefresh(std::function<void(bool run)> task);

@@ -505,7 +505,7 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
       r.state = LocalIndexState::kSynced;
       r.synced = true;
       backoff = options_.retry_backoff_min;
-      const Status ended = Drain(*client, r, **stream);
+      const Status ended = Drain(r, **stream);
       MarkUnsynced(r);
       resume = (*stream)->ResumeFrom();
       if (ended.code() == StatusCode::kCompacted) {
@@ -521,7 +521,7 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
   }
 
   // Applies the stream's records until it ends (its terminal status) or we stop (ok).
-  Status Drain(Client& client, ContextReplica& r, WatchStream& stream) {
+  Status Drain(ContextReplica& r, WatchStream& stream) {
     auto heard = Clock::now();  // the server last showed it is there: records or a ping
     while (!Stopping()) {
       Result<std::vector<FeedRecord>> next = stream.Next(kPoll);
@@ -529,10 +529,11 @@ class KVATLAS_NO_EXPORT LocalIndex::Impl {
       const Revision reached = stream.ResumeFrom();
       if (next->empty() && reached == r.revision.load()) {
         // A quiet feed says nothing of the server: a connection can die without a word
-        // (a partition, a host lost). Ping it, so that the replica counts as synced only
-        // while the server answers, and moves to another one within ~kLivenessCheck.
+        // (a partition, a host lost). Ping the server the watch reads from (a member of the
+        // group when routing), so that the replica counts as synced only while that server
+        // answers, and moves to another one within ~kLivenessCheck.
         if (Clock::now() - heard < kLivenessCheck) continue;
-        if (Status alive = client.Ping(kLivenessCheck); !alive.ok()) {
+        if (Status alive = stream.Ping(kLivenessCheck); !alive.ok()) {
           stream.Cancel();
           return Status::Unavailable("the server did not answer a ping: " + alive.ToString());
         }

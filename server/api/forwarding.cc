@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -47,13 +48,10 @@ HttpReply NotLeaderReply(const LeaderAddresses& leader, std::string message) {
 
 namespace {
 
-// Sends `request` on to the leader at `to` (one hop, marked with kForwardedHeader) and
-// relays its answer. nullopt when the connection could not be opened: nothing was sent,
-// so the caller may try again (the leader may have just died; a new one is being chosen).
-// `read`: the request changes nothing there (PeerHttpRequest::idempotent).
-std::optional<HttpReply> Forward(const Services& services, const RouteRequest& request,
-                                 const LeaderAddresses& leader, const HostPort& to,
-                                 const std::string& why, bool read = false) {
+// `request` as sent on to another server (one hop: kForwardedHeader; the client's
+// credentials along; signed, `*signature` the signature's nonce to verify the answer by).
+PeerHttpRequest ForwardedRequest(const Services& services, const RouteRequest& request, bool read,
+                                 SignedPeerRequest* signature) {
   PeerHttpRequest forward;
   forward.idempotent = read;
   forward.method = request.http.method;
@@ -70,9 +68,20 @@ std::optional<HttpReply> Forward(const Services& services, const RouteRequest& r
     forward.headers.emplace_back("Authorization", request.http.Header("Authorization"));
   }
   forward.headers.emplace_back(kForwardedHeader, std::to_string(services.server_id));
-  const SignedPeerRequest signature =
-      services.peers->SignRequest(forward.method, forward.target, forward.body);
-  forward.headers.emplace_back(kPeerAuthHeader, signature.header);
+  *signature = services.peers->SignRequest(forward.method, forward.target, forward.body);
+  forward.headers.emplace_back(kPeerAuthHeader, signature->header);
+  return forward;
+}
+
+// Sends `request` on to the leader at `to` (one hop, marked with kForwardedHeader) and
+// relays its answer. nullopt when the connection could not be opened: nothing was sent,
+// so the caller may try again (the leader may have just died; a new one is being chosen).
+// `read`: the request changes nothing there (PeerHttpRequest::idempotent).
+std::optional<HttpReply> Forward(const Services& services, const RouteRequest& request,
+                                 const LeaderAddresses& leader, const HostPort& to,
+                                 const std::string& why, bool read = false) {
+  SignedPeerRequest signature;
+  const PeerHttpRequest forward = ForwardedRequest(services, request, read, &signature);
   bool nothing_sent = false;
   const Result<PeerHttpAnswer> answer =
       SendPeerHttp(services.peer_http, to, forward,
@@ -174,42 +183,211 @@ HttpReply AnswerNotLeader(const Services& services, const RouteRequest& request,
   }
 }
 
+namespace {
+
+// A request about a group this server holds no replica of, to be sent on to a member.
+struct SendOn {
+  std::vector<LeaderAddresses> members;  // in the order to try them
+  std::string not_here;                  // why it is sent on, for messages
+  LeaderAddresses named;                 // a member to name in a refusal
+  std::string last_error;                // why the last member tried did not answer
+  std::optional<HttpReply> refused;      // set: the request must not be sent on
+};
+
+// The members to try, starting at one `spread` picks (so requests spread over them); a
+// forwarded request or an internal call is refused instead (one hop only: the server that
+// sent it here believed this one holds the group).
+SendOn PlanSendOn(const Services& services, const RouteRequest& request, const Services& group,
+                  std::string_view spread) {
+  SendOn plan;
+  std::vector<LeaderAddresses> members = AnnouncedMembers(services, group.group, &plan.last_error);
+  plan.not_here = "this server holds no replica of group " + std::to_string(group.group);
+  plan.named = members.empty() ? LeaderAddresses{} : members.front();
+  if (request.http.HasHeader(kForwardedHeader) || request.peer != nullptr ||
+      services.peers == nullptr) {
+    plan.refused = NotLeaderReply(plan.named, plan.not_here +
+                                                  " (the directory changed while the request "
+                                                  "was forwarded); ask one of its members");
+    return plan;
+  }
+  const size_t first = members.empty() ? 0 : std::hash<std::string_view>{}(spread) % members.size();
+  for (size_t i = 0; i < members.size(); ++i) {
+    plan.members.push_back(members[(first + i) % members.size()]);
+  }
+  return plan;
+}
+
+// The answer when no member answered (counted).
+HttpReply NoMemberAnswered(const Services& group, const SendOn& plan) {
+  if (group.metrics != nullptr) group.metrics->RecordGroupRead(group.group, false);
+  return NotForwardedReply(
+      Status::Unavailable(plan.not_here + ", and no member of it answered: " + plan.last_error),
+      plan.named);
+}
+
+}  // namespace
+
 std::optional<HttpReply> AnswerFromMember(const Services& services, const RouteRequest& request,
                                           const Services& group) {
   if (HostsGroup(group)) return std::nullopt;
-  std::string last_error;
-  const std::vector<LeaderAddresses> members = AnnouncedMembers(services, group.group, &last_error);
-  const std::string not_here =
-      "this server holds no replica of group " + std::to_string(group.group);
-  // A member to name in a refusal (the client may ask it directly).
-  const LeaderAddresses named = members.empty() ? LeaderAddresses{} : members.front();
-  if (request.http.HasHeader(kForwardedHeader) || request.peer != nullptr ||
-      services.peers == nullptr) {
-    // One hop only: the server that sent it here believed this one holds the group.
-    return NotLeaderReply(named, not_here +
-                                     " (the directory changed while the request was "
-                                     "forwarded); ask one of its members");
-  }
-  // Spread over the members: start at one picked by the request's body.
-  const size_t first =
-      members.empty() ? 0 : std::hash<std::string>{}(request.http.body) % members.size();
-  for (size_t i = 0; i < members.size(); ++i) {
-    const LeaderAddresses& member = members[(first + i) % members.size()];
+  SendOn plan = PlanSendOn(services, request, group, request.http.body);
+  if (plan.refused) return std::move(*plan.refused);
+  for (const LeaderAddresses& member : plan.members) {
     const Result<HostPort> to = ParseHostPort(*member.http_address);
     if (!to.has_value() || to->port == 0) continue;
     std::optional<HttpReply> reply =
         Forward(services, request, LeaderAddresses{member.id, member.http_address, std::nullopt},
-                *to, not_here + "; forwarding to its member", /*read=*/true);
+                *to, plan.not_here + "; forwarding to its member", /*read=*/true);
     if (reply && reply->status != HttpStatusOf(StatusCode::kNotLeader)) {
       if (group.metrics != nullptr) group.metrics->RecordGroupRead(group.group, true);
       return reply;
     }
-    last_error = "its member, server " + std::to_string(member.id) +
-                 (reply ? ", answered that it does not hold it" : ", could not be reached");
+    plan.last_error = "its member, server " + std::to_string(member.id) +
+                      (reply ? ", answered that it does not hold it" : ", could not be reached");
   }
-  if (group.metrics != nullptr) group.metrics->RecordGroupRead(group.group, false);
-  return NotForwardedReply(
-      Status::Unavailable(not_here + ", and no member of it answered: " + last_error), named);
+  return NoMemberAnswered(group, plan);
+}
+
+namespace {
+
+// How long a relayed stream waits for the member's next bytes: a watch sends a keep-alive
+// every second, a snapshot a page as soon as it is read.
+constexpr std::chrono::milliseconds kRelayIdle{15'000};
+// The largest answer that is not a stream (an error) read from a member.
+constexpr size_t kMaxRelayedErrorBytes = size_t{1} << 20;
+
+// A stream relayed from a member, pumped on this server's HTTP worker.
+class RelayedStream {
+ public:
+  RelayedStream(std::unique_ptr<PeerHttpStream> from, bool sse, std::string member,
+                std::optional<uint64_t> resume_from, std::shared_ptr<void> slot)
+      : from_(std::move(from)),
+        sse_(sse),
+        member_(std::move(member)),
+        resume_from_(resume_from),
+        slot_(std::move(slot)) {}
+
+  bool Pump(const HttpReply::Write& write) {
+    Result<std::string> piece = from_->Next(kRelayIdle);
+    if (!piece.has_value()) {
+      // A snapshot's body ends unterminated (its JSON fails to parse, as when a local scan
+      // fails); a watch ends with an error event naming where to resume.
+      if (sse_) {
+        const nlohmann::json error = {
+            {"code", "unavailable"},
+            {"message", "the relay from " + member_ + " ended: " + piece.error().message()},
+            {"resume_from", resume_from_ ? nlohmann::json(*resume_from_) : nullptr}};
+        write("event: error\ndata: " + error.dump() + "\n\n");
+      }
+      return false;
+    }
+    if (sse_) NoteEventIds(*piece);
+    return write(*piece) && !from_->done();
+  }
+
+ private:
+  // Keeps the revision of the last `id:` line relayed (the watch's resume point).
+  void NoteEventIds(std::string_view piece) {
+    line_.append(piece);
+    size_t start = 0;
+    for (size_t end = line_.find('\n'); end != std::string::npos;
+         start = end + 1, end = line_.find('\n', start)) {
+      const std::string_view line = std::string_view(line_).substr(start, end - start);
+      uint64_t id = 0;
+      if (line.starts_with("id: ") &&
+          std::from_chars(line.data() + 4, line.data() + line.size(), id).ec == std::errc()) {
+        resume_from_ = id;
+      }
+    }
+    line_.erase(0, start);
+    if (line_.size() > 4'096) line_.clear();  // a data line; ids are short
+  }
+
+  std::unique_ptr<PeerHttpStream> from_;
+  const bool sse_;
+  const std::string member_;
+  std::optional<uint64_t> resume_from_;
+  std::string line_;            // the relayed bytes after the last newline
+  std::shared_ptr<void> slot_;  // released with the stream
+};
+
+}  // namespace
+
+HttpReply StreamFromMember(const Services& services, const RouteRequest& request,
+                           const Services& group, bool sse, std::optional<uint64_t> resume_from,
+                           std::shared_ptr<void> slot) {
+  SendOn plan = PlanSendOn(services, request, group, request.http.target);
+  if (plan.refused) return std::move(*plan.refused);
+  const auto failed = [&plan](const LeaderAddresses& member, const std::string& what) {
+    plan.last_error = "its member, server " + std::to_string(member.id) + " at " +
+                      *member.http_address + ", " + what;
+  };
+  for (const LeaderAddresses& member : plan.members) {
+    const Result<HostPort> to = ParseHostPort(*member.http_address);
+    if (!to.has_value() || to->port == 0) continue;
+    SignedPeerRequest signature;
+    const PeerHttpRequest forward = ForwardedRequest(services, request, true, &signature);
+    Result<std::unique_ptr<PeerHttpStream>> opened =
+        OpenPeerHttpStream(services.peer_http, *to, forward,
+                           {std::min(services.options.apply_timeout, kForwardConnectTimeout),
+                            services.options.apply_timeout});
+    if (!opened.has_value()) {
+      failed(member, "could not be reached: " + opened.error().message());
+      continue;
+    }
+    PeerHttpStream& from = **opened;
+    // A whole answer (an error, or a stream the member refused) is relayed as one, once its
+    // signature over the body checks; a stream's signature covers its status.
+    std::string body;
+    const auto encoding = from.headers().find("Transfer-Encoding");
+    const bool streamed = from.status() == 200 && encoding != from.headers().end() &&
+                          encoding->second.find("chunked") != std::string::npos;
+    while (!streamed && !from.done() && body.size() <= kMaxRelayedErrorBytes) {
+      Result<std::string> piece = from.Next(services.options.apply_timeout);
+      if (!piece.has_value()) break;
+      body += *piece;
+    }
+    if (!streamed && !from.done()) {
+      failed(member, "sent an answer that could not be read whole");
+      continue;
+    }
+    const auto header = from.headers().find(kPeerReplyHeader);
+    if (const Status authentic = services.peers->VerifyReply(
+            header == from.headers().end() ? std::string_view() : std::string_view(header->second),
+            member.id, signature.nonce, from.status(), body, to->ToString());
+        !authentic.ok()) {
+      failed(member, "answered without its signature: " + authentic.message());
+      continue;
+    }
+    if (from.status() == HttpStatusOf(StatusCode::kNotLeader)) {
+      failed(member, "answered that it does not hold it");
+      continue;
+    }
+    if (group.metrics != nullptr) group.metrics->RecordGroupRead(group.group, true);
+    HttpReply reply;
+    reply.status = from.status();
+    const auto type = from.headers().find("Content-Type");
+    reply.content_type =
+        type == from.headers().end() ? std::string("application/json") : type->second;
+    for (const char* name : {"Cache-Control", "X-Accel-Buffering"}) {
+      if (const auto it = from.headers().find(name); it != from.headers().end()) {
+        reply.headers.emplace_back(name, it->second);
+      }
+    }
+    reply.headers.emplace_back(kForwardedFromHeader, std::to_string(services.server_id));
+    reply.headers.emplace_back(kRelayedFromHeader, std::to_string(member.id));
+    if (!streamed) {
+      reply.body = std::move(body);
+      return reply;
+    }
+    auto relay = std::make_shared<RelayedStream>(
+        std::move(opened).value(), sse,
+        "server " + std::to_string(member.id) + " at " + *member.http_address, resume_from,
+        std::move(slot));
+    reply.stream = [relay](const HttpReply::Write& write) { return relay->Pump(write); };
+    return reply;
+  }
+  return NoMemberAnswered(group, plan);
 }
 
 Result<std::string> PostInternalCall(const PeerHttpOptions& peer, PeerAuth* auth,

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -44,6 +45,8 @@ inline constexpr std::chrono::milliseconds kForwardConnectTimeout{500};
 inline constexpr char kForwardedHeader[] = "X-Kvatlas-Forwarded";
 // Set on the answer a follower relays (value: the follower's id).
 inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
+// Set on a stream relayed from a group's member (StreamFromMember; value: the member's id).
+inline constexpr char kRelayedFromHeader[] = "X-Kvatlas-Relayed-From";
 
 // The answer to a request whose route failed with `not_leader` (a kNotLeader Status):
 // the leader's answer (status and body, plus kForwardedFromHeader) once it can be
@@ -74,6 +77,23 @@ inline constexpr char kForwardedFromHeader[] = "X-Kvatlas-Forwarded-From";
 [[nodiscard]] std::optional<HttpReply> AnswerFromMember(const Services& services,
                                                         const RouteRequest& request,
                                                         const Services& group);
+
+// A streamed request (GET /v1/watch: `sse`; GET /v1/snapshot) about one group on a server
+// that holds no replica of it: relayed from one of the group's recorded members as
+// AnswerFromMember sends a request on (one hop, signed, the client's Authorization along,
+// the members in turn), the member's answer passed on as it arrives on this server's
+// HTTP worker, which it holds until the stream ends. The member's signature covers the
+// status (and the whole body of an answer that is not a stream: an error, relayed as it
+// is). `slot` is released when the relay ends. When the member's connection breaks or
+// stays silent for 15 s (a watch sends a keep-alive every second) a watch ends with an
+// `error` event (code unavailable, resume_from: the last `id:` relayed, else
+// `resume_from`), a snapshot with its body unterminated. Only for a group this server does
+// not hold (HostsGroup false); 503 unavailable when no member answers; 421 not_leader naming a
+// member for a forwarded request or an internal call.
+[[nodiscard]] HttpReply StreamFromMember(const Services& services, const RouteRequest& request,
+                                         const Services& group, bool sse,
+                                         std::optional<uint64_t> resume_from,
+                                         std::shared_ptr<void> slot);
 
 // POSTs `body` (JSON) to http(s)://<leader_http><path> (`peer`: plaintext or TLS), signed by
 // `auth`. The answer's body on a 200 signed by server `leader_id`; otherwise kUnavailable

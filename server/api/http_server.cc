@@ -166,7 +166,8 @@ HttpReply HttpServer::Handle(const HttpRequest& request) const {
     Result<PeerCall> peer = peers.verify(request);
     if (!peer.has_value()) return ErrorReply(peer.error());
     HttpReply reply = RunRoute(router_, *match.route, request, match.path_param, &*peer);
-    if (!reply.stream) peers.sign(*peer, &reply);
+    // A streamed answer's signature covers its status (its body is empty here).
+    peers.sign(*peer, &reply);
     return reply;
   }
   if (match.allowed.empty()) return ErrorReply(Status::NotFound("no route for " + request.path));

@@ -7,6 +7,7 @@
 #include <boost/asio/ssl/stream_base.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -23,6 +24,18 @@
 #include "common/internal/tls_stream.h"
 
 namespace kvatlas::server {
+
+struct PeerHttpStream::Impl {
+  // Declared first, destroyed last: the stream below belongs to it.
+  boost::asio::io_context io;
+  std::unique_ptr<MaybeTlsStream<boost::beast::tcp_stream>> stream;
+  boost::beast::flat_buffer buffer;
+  boost::beast::http::response_parser<boost::beast::http::buffer_body> parser;
+  std::string where;  // "http(s)://host:port", for errors
+  int status = 0;
+  HttpHeaders headers;
+};
+
 namespace {
 
 namespace asio = boost::asio;
@@ -74,6 +87,28 @@ KeptConnections& ThisThreadsConnections() {
 }
 
 std::atomic<uint64_t> connections_opened{0};
+
+// Starts an operation with `start(done)` and runs `io` until it is over; its error.
+// (No coroutines: this file builds with the routes, which the HTTP-request fuzzer compiles
+// with clang, without Asio's coroutine support.)
+template <class Start>
+error_code Step(asio::io_context& io, Start start) {
+  error_code result;
+  bool finished = false;
+  start([&result, &finished](error_code ec) {
+    result = ec;
+    finished = true;
+  });
+  io.restart();
+  io.run();
+  return finished ? result : make_error_code(asio::error::operation_aborted);
+}
+
+// An Asio completion handler that passes on only the error (of (ec, bytes), (ec, endpoint)).
+template <class Done>
+auto Drop(Done done) {
+  return [done](error_code ec, auto&&...) { done(ec); };
+}
 
 // How an exchange over an open connection ended.
 enum class Talked {
@@ -127,12 +162,30 @@ class Exchange {
     }
   }
 
+  // A streamed answer: a new connection, the request sent (closed after the answer), and
+  // the answer's head read into `*into`. False with outcome set when any of it failed.
+  bool OpenStream(PeerHttpStream::Impl* into);
+
  private:
+  // Sends the request over `stream` (the exchange's deadline set); its error, with outcome
+  // set. `keep`: ask the member to keep the connection open (else "Connection: close").
+  error_code Send(asio::io_context& io, Stream& stream, bool keep) {
+    stream.next_layer().expires_after(timeouts.exchange);
+    const http::verb verb = http::string_to_verb(request->method);
+    http::request<http::string_body> out(verb, request->target, 11);
+    out.set(http::field::host, to->ToString());
+    if (!keep) out.set(http::field::connection, "close");
+    for (const auto& [name, value] : request->headers) out.set(name, value);
+    out.body() = request->body;
+    out.prepare_payload();
+    const error_code ec = Step(io, [&](auto done) { http::async_write(stream, out, Drop(done)); });
+    if (ec) outcome = Failed("sending the request: " + ec.message());
+    return ec;
+  }
+
   // A new connection to `to` (TLS handshake done); null with outcome set when it failed
   // (nothing_sent: it never opened).
-  // The steps each start one Asio operation and run the io_context until it completes (no
-  // coroutines: this file builds with the routes, which the HTTP-request fuzzer compiles
-  // with clang, without Asio's coroutine support).
+  // The steps each start one Asio operation and run the io_context until it completes.
   std::unique_ptr<Stream> Connect(asio::io_context& io) {
     TlsContextPtr tls;  // null: plaintext
     if (peer->tls) {
@@ -192,23 +245,14 @@ class Exchange {
   // Sends the request over `stream` and reads the whole answer into outcome. `keep`: ask
   // the member to keep the connection open (else "Connection: close").
   Talked Talk(asio::io_context& io, Stream& stream, bool keep) {
-    stream.next_layer().expires_after(timeouts.exchange);
-    const http::verb verb = http::string_to_verb(request->method);
-    http::request<http::string_body> out(verb, request->target, 11);
-    out.set(http::field::host, to->ToString());
-    if (!keep) out.set(http::field::connection, "close");
-    for (const auto& [name, value] : request->headers) out.set(name, value);
-    out.body() = request->body;
-    out.prepare_payload();
-    error_code ec = Step(io, [&](auto done) { http::async_write(stream, out, Drop(done)); });
-    if (ec) {
-      outcome = Failed("sending the request: " + ec.message());
+    if (const error_code ec = Send(io, stream, keep)) {
       return ec == beast::error::timeout ? Talked::kTimedOut : Talked::kFailed;
     }
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
     parser.body_limit(kMaxPeerAnswerBytes);
-    ec = Step(io, [&](auto done) { http::async_read(stream, buffer, parser, Drop(done)); });
+    const error_code ec =
+        Step(io, [&](auto done) { http::async_read(stream, buffer, parser, Drop(done)); });
     if (ec) {
       if (ec == beast::error::timeout) {
         outcome =
@@ -228,28 +272,96 @@ class Exchange {
     keep_alive = keep && parser.keep_alive() && buffer.size() == 0;
     return Talked::kAnswered;
   }
-
-  // Starts an operation with `start(done)` and runs `io` until it is over; its error.
-  template <class Start>
-  static error_code Step(asio::io_context& io, Start start) {
-    error_code result;
-    bool finished = false;
-    start([&result, &finished](error_code ec) {
-      result = ec;
-      finished = true;
-    });
-    io.restart();
-    io.run();
-    return finished ? result : make_error_code(asio::error::operation_aborted);
-  }
-  // An Asio completion handler that passes on only the error (of (ec, bytes), (ec, endpoint)).
-  template <class Done>
-  static auto Drop(Done done) {
-    return [done](error_code ec, auto&&...) { done(ec); };
-  }
 };
 
+bool Exchange::OpenStream(PeerHttpStream::Impl* into) {
+  into->where = std::string(peer->tls ? "https://" : "http://") + to->ToString();
+  into->stream = Connect(into->io);
+  if (into->stream == nullptr) return false;
+  if (Send(into->io, *into->stream, /*keep=*/false)) return false;
+  // The head only; the body is read piece by piece (PeerHttpStream::Next).
+  into->parser.body_limit(boost::none);
+  const error_code ec = Step(into->io, [&](auto done) {
+    http::async_read_header(*into->stream, into->buffer, into->parser, Drop(done));
+  });
+  if (ec) {
+    outcome = Failed(ec == beast::error::timeout
+                         ? "no answer within " + std::to_string(timeouts.exchange.count()) + " ms"
+                         : "reading the answer: " + ec.message());
+    return false;
+  }
+  into->status = static_cast<int>(into->parser.get().result_int());
+  for (const auto& field : into->parser.get()) {
+    into->headers.emplace(std::string(field.name_string()), std::string(field.value()));
+  }
+  return true;
+}
+
 }  // namespace
+
+PeerHttpStream::PeerHttpStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+PeerHttpStream::~PeerHttpStream() {
+  if (impl_->stream == nullptr) return;
+  error_code ec;
+  impl_->stream->next_layer().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+}
+
+int PeerHttpStream::status() const { return impl_->status; }
+
+const HttpHeaders& PeerHttpStream::headers() const { return impl_->headers; }
+
+bool PeerHttpStream::done() const { return impl_->parser.is_done(); }
+
+Result<std::string> PeerHttpStream::Next(std::chrono::milliseconds timeout) {
+  if (impl_->parser.is_done()) return std::string();
+  std::string piece(kPeerStreamPieceBytes, '\0');
+  auto& body = impl_->parser.get().body();
+  body.data = piece.data();
+  body.size = piece.size();
+  impl_->stream->next_layer().expires_after(timeout);
+  error_code ec;
+  try {
+    ec = Step(impl_->io, [&](auto done) {
+      http::async_read_some(*impl_->stream, impl_->buffer, impl_->parser, Drop(done));
+    });
+  } catch (const std::exception& e) {  // Asio's and Beast's: allocation failures
+    return Status::Unavailable(impl_->where + ": unexpected error: " + e.what());
+  }
+  // need_buffer: the piece is full, the rest comes with the next call.
+  if (ec && ec != http::error::need_buffer) {
+    return Status::Unavailable(
+        impl_->where + ": " +
+        (ec == beast::error::timeout
+             ? "nothing of the answer arrived within " + std::to_string(timeout.count()) + " ms"
+             : "reading the answer: " + ec.message()));
+  }
+  piece.resize(piece.size() - body.size);
+  return piece;
+}
+
+Result<std::unique_ptr<PeerHttpStream>> OpenPeerHttpStream(const PeerHttpOptions& peer,
+                                                           const HostPort& to,
+                                                           const PeerHttpRequest& request,
+                                                           PeerHttpTimeouts timeouts,
+                                                           bool* nothing_sent) {
+  if (nothing_sent != nullptr) *nothing_sent = false;
+  Exchange exchange{&peer, &to, &request, timeouts};
+  if (http::string_to_verb(request.method) == http::verb::unknown) {
+    return exchange.Failed("unknown method \"" + request.method + "\"");
+  }
+  std::unique_ptr<PeerHttpStream> opened(
+      new PeerHttpStream(std::make_unique<PeerHttpStream::Impl>()));
+  bool ok = false;
+  try {
+    ok = exchange.OpenStream(opened->impl_.get());
+  } catch (const std::exception& e) {  // Asio's and Beast's: allocation failures
+    return exchange.Failed(std::string("unexpected error: ") + e.what());
+  }
+  if (nothing_sent != nullptr) *nothing_sent = exchange.nothing_sent;
+  if (!ok) return exchange.outcome ? exchange.outcome->error() : exchange.Failed("no answer");
+  return opened;
+}
 
 Result<PeerHttpAnswer> SendPeerHttp(const PeerHttpOptions& peer, const HostPort& to,
                                     const PeerHttpRequest& request, PeerHttpTimeouts timeouts,

@@ -10,7 +10,8 @@
 // member of a group this server does not hold) are frequent, and reuse the connections
 // earlier reads left open: each calling thread keeps up to kPeerKeptPerThread, for at most
 // kPeerKeptIdle each (under a member's 5 s idle timeout), and a read whose kept connection
-// the member had closed meanwhile is sent again on a new one.
+// the member had closed meanwhile is sent again on a new one. A streamed answer
+// (OpenPeerHttpStream: a relayed watch or snapshot) has a connection of its own.
 //
 // Over TLS the certificate files are read for each new connection, so a reloaded
 // certificate (SIGHUP) is used from then on; the member's certificate must chain to
@@ -23,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -77,6 +79,44 @@ struct PeerHttpTimeouts {
                                                   const PeerHttpRequest& request,
                                                   PeerHttpTimeouts timeouts,
                                                   bool* nothing_sent = nullptr);
+
+// How many bytes of a streamed answer PeerHttpStream::Next returns at most.
+inline constexpr size_t kPeerStreamPieceBytes = 16u << 10;
+
+// An answer read as it arrives (GET /v1/watch or /v1/snapshot relayed from a member of a
+// group this server does not hold: forwarding.h), on a connection of its own, closed when
+// the stream is destroyed, with its own io_context. One thread at a time.
+class PeerHttpStream {
+ public:
+  struct Impl;
+  ~PeerHttpStream();
+  PeerHttpStream(const PeerHttpStream&) = delete;
+  PeerHttpStream& operator=(const PeerHttpStream&) = delete;
+
+  [[nodiscard]] int status() const;
+  [[nodiscard]] const HttpHeaders& headers() const;
+  // The body has been read to its end (its last chunk, or its Content-Length).
+  [[nodiscard]] bool done() const;
+  // The next bytes of the body (at most kPeerStreamPieceBytes), waiting at most `timeout`
+  // for them; "" once done(). kUnavailable, naming the member's address, when the
+  // connection broke or nothing arrived in time.
+  [[nodiscard]] Result<std::string> Next(std::chrono::milliseconds timeout);
+
+ private:
+  friend Result<std::unique_ptr<PeerHttpStream>> OpenPeerHttpStream(const PeerHttpOptions&,
+                                                                    const HostPort&,
+                                                                    const PeerHttpRequest&,
+                                                                    PeerHttpTimeouts, bool*);
+  explicit PeerHttpStream(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Sends `request` on a new connection and reads the answer's head within
+// timeouts.exchange; the body is then read with PeerHttpStream::Next. Errors and
+// `*nothing_sent` as SendPeerHttp's.
+[[nodiscard]] Result<std::unique_ptr<PeerHttpStream>> OpenPeerHttpStream(
+    const PeerHttpOptions& peer, const HostPort& to, const PeerHttpRequest& request,
+    PeerHttpTimeouts timeouts, bool* nothing_sent = nullptr);
 
 // Connections SendPeerHttp opened since the process started (every thread's).
 [[nodiscard]] uint64_t PeerHttpConnectionsOpened();

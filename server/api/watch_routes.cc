@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "server/api/feed_json.h"
+#include "server/api/forwarding.h"
 #include "server/api/routes.h"
 #include "server/feed/change_feed.h"
 #include "server/service/feed_service.h"
@@ -159,6 +160,14 @@ Result<HttpReply> HandleWatch(const Services& services,
                                      std::to_string(services.options.max_watch_streams) +
                                      "); use the binary protocol for more watchers");
   }
+  if (const std::optional<ContextKey> context = filter.GroupContext();
+      context && services.groups != nullptr) {
+    if (const Services& group = ServicesFor(services, *context); !HostsGroup(group)) {
+      // A group this server does not hold: its member's stream, relayed.
+      std::shared_ptr<void> slot(nullptr, [streams](void*) { streams->fetch_sub(1); });
+      return StreamFromMember(services, request, group, /*sse=*/true, from, std::move(slot));
+    }
+  }
   Result<std::unique_ptr<Watcher>> watcher = Subscribe(services, from, std::move(filter));
   if (!watcher.has_value()) {
     streams->fetch_sub(1);
@@ -215,6 +224,21 @@ Result<HttpReply> HandleSnapshot(const Services& services, const RouteRequest& r
   KVATLAS_ASSIGN_OR_RETURN(context.block_size, ParseU32("block_size", *block_size));
   if (context.block_size == 0) return Status::InvalidArgument("block_size: must be positive");
 
+  if (const Services& group = ServicesFor(services, context);
+      services.groups != nullptr && !HostsGroup(group)) {
+    // A group this server does not hold: its member's snapshot, relayed, in a slot of
+    // this server's max_snapshot_streams (it holds an HTTP worker meanwhile).
+    const auto& open = services.snapshot_streams;
+    if (open->fetch_add(1) >= services.options.max_snapshot_streams) {
+      open->fetch_sub(1);
+      return Status::ResourceExhausted(
+          "too many snapshot streams open on this server (the limit, max_snapshot_streams, "
+          "is " +
+          std::to_string(services.options.max_snapshot_streams) + "); retry when one has finished");
+    }
+    std::shared_ptr<void> slot(nullptr, [open](void*) { open->fetch_sub(1); });
+    return StreamFromMember(services, request, group, /*sse=*/false, std::nullopt, std::move(slot));
+  }
   // Streamed page by page (snapshot_stream.h): the first page is waited for here, so that
   // a refused or failed stream is an ordinary error answer; the rest is written as chunks.
   KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStream> stream,

@@ -8,7 +8,7 @@ group's voters are three servers picked by rendezvous hashing and balanced (Plac
 leader one of them, and group 1's directory records them. A server holds entries of the
 groups placed on it only; a lookup (REST, Conductor or binary protocol) through a server
 that holds no replica of the context's group is answered by a member, and a write through
-it reaches the group's leader; a snapshot there is refused wrong_group, naming the members.
+it reaches the group's leader; a REST snapshot or watch there is relayed from a member.
 A client that routes by the directory sends each context's reads (lookups, snapshots,
 watches, a LocalIndex's) to a member itself, so its server sends none on. With one server
 killed every group keeps a majority, and writes and lookups through the others go on.
@@ -201,6 +201,70 @@ def check_routed_client(node, servers, written):
         plain.close()
 
 
+def open_watch(node, model):
+    """GET /v1/watch of model m{model}'s context through `node`, from now: the response."""
+    return urllib.request.urlopen(
+        f"{node.base}/v1/watch?model_name=m{model}&block_size={BS}&from=now", timeout=10)
+
+
+def next_event(resp):
+    """The next SSE event of `resp` (keep-alives skipped): a dict of its fields."""
+    event = {}
+    for raw in resp:
+        line = raw.decode().rstrip("\n")
+        if line == "":
+            if event:
+                return event
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(": ")
+        event[name] = value
+    raise AssertionError(f"the stream ended; last event fields {event}")
+
+
+def check_relayed_streams(nodes, servers):
+    """REST streams through a server without the group are relayed from a member: a
+    snapshot equal to the member's, and an SSE watch that sees new writes; killing the
+    member it is relayed from ends the watch with an error event naming where to resume."""
+    node = nodes[0]
+    gid = next(g for g in range(2, GROUPS + 1) if node.id not in choose_members(g, servers, 3))
+    members = choose_members(gid, servers, 3)
+    model = model_in_group(gid)
+    assert write(node, model, 1)
+    before = forwarded_reads(node)
+    path = f"/v1/snapshot?model_name=m{model}&block_size={BS}"
+    status, body, headers = h.request_with_headers(node, "GET", path, None, {})
+    assert status == 200, (status, body)
+    assert headers.get("X-Kvatlas-Forwarded-From") == str(node.id), headers
+    assert int(headers.get("X-Kvatlas-Relayed-From")) in members, headers
+    member = next(n for n in nodes if n.id == members[0])
+    status, direct = member.request("GET", path)
+    assert status == 200, direct
+    key = lambda c: (c["backend_id"], c["key"])  # noqa: E731
+    assert sorted(body["copies"], key=key) == sorted(direct["copies"], key=key), (body, direct)
+    assert len(body["copies"]) >= 2, body
+    assert forwarded_reads(node) == before + 1, (forwarded_reads(node), before)
+
+    with open_watch(node, model) as resp:
+        assert resp.headers["Content-Type"].startswith("text/event-stream"), resp.headers
+        relayed_from = int(resp.headers["X-Kvatlas-Relayed-From"])
+        assert relayed_from in members, resp.headers
+        assert write(node, model, 9)
+        seen = next_event(resp)
+        assert f"m{model}" in seen.get("data", ""), seen
+        last_id = int(seen["id"])
+        # The member it is relayed from dies: the watch ends with an error event.
+        victim = next(n for n in nodes if n.id == relayed_from)
+        victim.kill(signal.SIGKILL)
+        error = next_event(resp)
+        assert error.get("event") == "error", error
+        detail = json.loads(error["data"])
+        assert detail["code"] == "unavailable" and detail["resume_from"] == last_id, detail
+    victim.start()
+    h.wait_until(f"server {victim.id} is back", lambda: victim.request("GET", "/healthz")[0] == 200)
+
+
 def released_unsigned_refused(node):
     """POST /v1/cluster/released is an internal call: unsigned, it is refused 401."""
     req = urllib.request.Request(node.base + "/v1/cluster/released?group=2", data=b"{}",
@@ -247,14 +311,7 @@ def case_placed_and_served(binary):
 
         assert gt.internal_call_refused(cluster.nodes[0], "/v1/cluster/read?group=2&type=2")
         assert released_unsigned_refused(cluster.nodes[0])
-        # A snapshot through a server that holds no replica of the group: wrong_group.
-        gid = next(g for g in range(2, GROUPS + 1) if 1 not in choose_members(g, servers, 3))
-        model = model_in_group(gid)
-        assert write(cluster.nodes[0], model, 1)
-        status, body = cluster.nodes[0].request(
-            "GET", f"/v1/snapshot?model_name=m{model}&block_size={BS}")
-        assert status == 409 and body["code"] == "wrong_group", (status, body)
-        assert "its members are servers" in body["message"], body
+        check_relayed_streams(cluster.nodes, servers)
 
         # One server killed: every group keeps two of its three members.
         victim = cluster.nodes[1]

@@ -35,6 +35,10 @@ ContextKey ContextOf(GroupId group) {
 // Answers a lookup with `tag` as its revision (so that a test can tell who answered), or
 // wrong_group while `refusing`; anything else with an empty answer.
 FakeServer::Action Answer(const Frame& request, Revision tag, bool refusing) {
+  if (request.header.type == MessageType::kWatch) {
+    // A watch that starts and stays open (a batch that is not final, nothing in it).
+    return {{FakeServer::Answer(request, protocol::EncodeWatchBatch({false, tag, {}}))}};
+  }
   if (request.header.type != MessageType::kLookup) return {{FakeServer::Answer(request, "")}};
   if (refusing) return {{FakeServer::Answer(request, "not here", StatusCode::kWrongGroup)}};
   LookupAnswer answer;
@@ -44,10 +48,13 @@ FakeServer::Action Answer(const Frame& request, Revision tag, bool refusing) {
 
 struct Peer {
   explicit Peer(Revision answered_as)
-      : tag(answered_as),
-        server([this](Frame request) { return Answer(request, this->tag, refusing); }) {}
+      : tag(answered_as), server([this](Frame request) {
+          if (request.header.type == MessageType::kPing) ++pings;
+          return Answer(request, this->tag, refusing);
+        }) {}
   const Revision tag;
   std::atomic<bool> refusing{false};
+  std::atomic<int> pings{0};
   FakeServer server;  // last: its thread starts once the fields above are set
 };
 
@@ -56,6 +63,7 @@ struct Peer {
 struct Origin {
   Origin(std::string second, std::string third)
       : server([this, second = std::move(second), third = std::move(third)](Frame request) {
+          if (request.header.type == MessageType::kPing) ++pings;
           if (request.header.type != MessageType::kDirectory) return Answer(request, 1, false);
           ++directory_calls;
           protocol::DirectoryAnswer answer;
@@ -67,6 +75,7 @@ struct Origin {
         }) {}
   std::atomic<uint64_t> member{2};
   std::atomic<int> directory_calls{0};
+  std::atomic<int> pings{0};
   FakeServer server;  // last
 };
 
@@ -106,6 +115,22 @@ TEST_SUITE("GroupRouter") {
     auto plain = ConnectTo(origin.server, /*route=*/false);
     CHECK(AnsweredBy(*plain, ContextOf(2)) == 1);
     CHECK(origin.directory_calls == 1);
+  }
+
+  TEST_CASE("a routed watch reads from the member, and its ping goes there too") {
+    Peer second(200), third(300);
+    Origin origin(second.server.endpoint(), third.server.endpoint());
+    auto client = ConnectTo(origin.server);
+    WatchOptions options;
+    options.filter = FeedFilter::ForContext(ContextOf(2));
+    Result<std::unique_ptr<WatchStream>> stream = client->Watch(options);
+    REQUIRE_MESSAGE(stream.has_value(), stream.status().ToString());
+    CHECK((*stream)->ResumeFrom() == 200);  // the member's start
+    CHECK((*stream)->Ping(std::chrono::milliseconds(2'000)).ok());
+    CHECK(second.pings == 1);
+    CHECK(origin.pings == 0);
+    (*stream)->Cancel();
+    CHECK((*stream)->Ping(std::chrono::milliseconds(2'000)).code() == StatusCode::kUnavailable);
   }
 
   TEST_CASE("a wrong_group answer fetches the directory again and resends to the new member") {

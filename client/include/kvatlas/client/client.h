@@ -157,6 +157,11 @@ class KVATLAS_EXPORT WatchStream {
   // Ends the stream (Next returns kCancelled; records not yet returned are dropped) and
   // cancels the server's watch. Idempotent.
   void Cancel();
+  // Pings the server the stream reads from (a member of its context's group when the
+  // client routes by the directory: not necessarily an endpoint), waiting up to `timeout`:
+  // OK, or why it did not answer (kUnavailable once the stream has ended). A quiet
+  // feed says nothing of the server; this does (LocalIndex uses it).
+  [[nodiscard]] Status Ping(std::chrono::milliseconds timeout);
 
   class State;
 

@@ -245,5 +245,104 @@ TEST_CASE("SendPeerHttp: a connection idle for kPeerKeptIdle is not used again")
   CHECK(Read(member.address()) == "2");
 }
 
+// Reads the request's head from `socket`; what was read.
+std::string ReadHead(tcp::socket& socket) {
+  boost::system::error_code ec;
+  asio::streambuf in;
+  asio::read_until(socket, in, "\r\n\r\n", ec);
+  return std::string(asio::buffers_begin(in.data()), asio::buffers_end(in.data()));
+}
+
+TEST_CASE("OpenPeerHttpStream: the head at once, then the chunks as they come, then the end") {
+  std::promise<void> first_read;
+  auto first_read_done = first_read.get_future();
+  OneShotListener member([&](tcp::socket& socket) {
+    const std::string head = ReadHead(socket);
+    CHECK(head.find("GET /v1/watch?from=now HTTP/1.1") == 0);
+    CHECK(head.find("Connection: close") != std::string::npos);
+    boost::system::error_code ec;
+    asio::write(socket,
+                asio::buffer(std::string("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                         "Transfer-Encoding: chunked\r\n\r\n6\r\nid: 7\n\r\n")),
+                ec);
+    first_read_done.wait();  // the second chunk only after the first was read
+    asio::write(socket, asio::buffer(std::string("2\r\nab\r\n0\r\n\r\n")), ec);
+  });
+  Result<std::unique_ptr<PeerHttpStream>> opened = OpenPeerHttpStream(
+      PeerHttpOptions{}, member.address(), {"GET", "/v1/watch?from=now", {}, ""}, kTimeouts);
+  REQUIRE(opened.has_value());
+  PeerHttpStream& stream = **opened;
+  CHECK(stream.status() == 200);
+  CHECK(stream.headers().find("content-type")->second == "text/event-stream");
+  std::string body;
+  while (body.size() < 6) {
+    Result<std::string> piece = stream.Next(milliseconds(5'000));
+    REQUIRE(piece.has_value());
+    body += *piece;
+  }
+  CHECK(body == "id: 7\n");
+  CHECK_FALSE(stream.done());
+  first_read.set_value();
+  while (!stream.done()) {
+    Result<std::string> piece = stream.Next(milliseconds(5'000));
+    REQUIRE(piece.has_value());
+    body += *piece;
+  }
+  CHECK(body == "id: 7\nab");
+  const Result<std::string> after = stream.Next(milliseconds(5'000));
+  REQUIRE(after.has_value());
+  CHECK(after->empty());
+}
+
+TEST_CASE("OpenPeerHttpStream: a silent member times a read out; a closed one fails it") {
+  std::promise<void> release;
+  auto released = release.get_future();
+  OneShotListener silent([&](tcp::socket& socket) {
+    ReadHead(socket);
+    boost::system::error_code ec;
+    asio::write(socket,
+                asio::buffer(std::string("HTTP/1.1 200 OK\r\nTransfer-Encoding: "
+                                         "chunked\r\n\r\n")),
+                ec);
+    released.wait();
+  });
+  Result<std::unique_ptr<PeerHttpStream>> opened = OpenPeerHttpStream(
+      PeerHttpOptions{}, silent.address(), {"GET", "/v1/watch", {}, ""}, kTimeouts);
+  REQUIRE(opened.has_value());
+  const Result<std::string> piece = (*opened)->Next(milliseconds(200));
+  REQUIRE_FALSE(piece.has_value());
+  CHECK(piece.error().message().find("nothing of the answer arrived within 200 ms") !=
+        std::string::npos);
+  release.set_value();
+
+  OneShotListener closing([](tcp::socket& socket) {
+    ReadHead(socket);
+    boost::system::error_code ec;
+    asio::write(socket,
+                asio::buffer(std::string(
+                    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")),
+                ec);
+    socket.close(ec);  // mid-stream, no last chunk
+  });
+  opened =
+      OpenPeerHttpStream(PeerHttpOptions{}, closing.address(), {"GET", "/", {}, ""}, kTimeouts);
+  REQUIRE(opened.has_value());
+  std::string body;
+  Result<std::string> next = (*opened)->Next(milliseconds(5'000));
+  while (next.has_value() && !(*opened)->done()) {
+    body += *next;
+    next = (*opened)->Next(milliseconds(5'000));
+  }
+  REQUIRE_FALSE(next.has_value());
+  CHECK(body == "abc");
+  CHECK(next.error().message().find("reading the answer") != std::string::npos);
+  // Nothing listening: not opened, and nothing sent.
+  bool nothing_sent = false;
+  const Result<std::unique_ptr<PeerHttpStream>> refused = OpenPeerHttpStream(
+      PeerHttpOptions{}, HostPort{"127.0.0.1", 1}, {"GET", "/", {}, ""}, kTimeouts, &nothing_sent);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(nothing_sent);
+}
+
 }  // namespace
 }  // namespace kvatlas::server
