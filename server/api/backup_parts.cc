@@ -13,6 +13,7 @@
 #include "common/internal/log.h"
 #include "server/api/forwarding.h"
 #include "server/api/routes.h"
+#include "server/service/backup_service.h"
 #include "server/service/cluster_service.h"
 
 namespace kvatlas::server {
@@ -97,10 +98,11 @@ Result<HttpReply> HandleOffer(const Services& services, const RouteRequest& requ
   const fs::path dir = root / part;
   KVATLAS_RETURN_IF_ERROR(PrepareEmptyDirectory(dir.string(), "backup part"));
   KVATLAS_ASSIGN_OR_RETURN(std::unique_ptr<Storage::Capture> image, group.storage->CaptureAll());
-  Result<BackupManifest> written = WriteBackup(
-      *image, dir.string(),
-      {services.cluster_id, services.server_id, /*online=*/true, group.group,
-       static_cast<uint32_t>(services.groups == nullptr ? 1 : services.groups->size())});
+  Result<BackupManifest> written =
+      WriteBackup(*image, dir.string(),
+                  {services.cluster_id, services.server_id, /*online=*/true, group.group,
+                   static_cast<uint32_t>(services.groups == nullptr ? 1 : services.groups->size()),
+                   BackupReplicas(services)});
   if (!written.has_value()) {
     fs::remove_all(dir, ec);
     return written.status();

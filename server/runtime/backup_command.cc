@@ -146,7 +146,11 @@ Result<std::vector<BackupManifest>> BackUpStopped(const std::string& data_dir,
   std::vector<const Storage*> opened;
   for (const auto& storage : storages) opened.push_back(storage.get());
   KVATLAS_ASSIGN_OR_RETURN(const Captures captures, CaptureEach(opened));
-  return WriteWholeBackup(captures.images, to, {"", 0, /*online=*/false});
+  BackupSource source{"", 0, /*online=*/false};
+  if (storages.size() > 1) {
+    KVATLAS_ASSIGN_OR_RETURN(source.replicas, ReadReplicasRecord(data_dir));
+  }
+  return WriteWholeBackup(captures.images, to, std::move(source));
 }
 
 }  // namespace
@@ -185,6 +189,10 @@ int RunBackupCommand(std::span<const std::string> args) {
                  "with --hash-seed "
               << r->manifest.hash_seed;
     if (r->groups.size() > 1) std::cout << " and --groups " << r->groups.size();
+    if (r->manifest.source.replicas) {
+      std::cout << " (the data directory records the backup's replicas, "
+                << *r->manifest.source.replicas << ")";
+    }
     std::cout << ".\n";
     return 0;
   }

@@ -173,7 +173,8 @@ const Field kFields[] = {
     {"groups", &Config::groups, 1, kMaxGroups,
      "raft groups the map is spread over; fixed when the cluster is made"},
     {"replicas", &Config::replicas, 0, kMaxGroupMembers,
-     "servers holding each group's replicas (group 1: every server); 0 = every server"},
+     "servers holding each group's replicas (group 1: every server); 0 = every server; "
+     "fixed when the data directory is made"},
     {"holder_ttl_seconds", &Config::holder_ttl_seconds, 0, 7 * 24 * 3600,
      "expire holders silent (no event, no heartbeat) this long; 0 = leases off", "--holder-ttl"},
     {"audit_interval_ms", &Config::audit_interval_ms, 0, kMaxMillis,
@@ -493,6 +494,7 @@ Result<Config> LoadConfigFile(const std::string& path, Config base) {
     }
     KVATLAS_RETURN_IF_ERROR(
         SetFromJson(*FindByKey(key), value, &base).WithContext("config file " + path));
+    base.given.insert(key);
   }
   return base;
 }
@@ -536,7 +538,7 @@ Status CheckRaftBind(const Config& config,
 
 Status ValidateConfig(const Config& config) {
   if (config.data_dir.empty()) return Status::InvalidArgument("data_dir: must not be empty");
-  if (config.replicas > 0 && config.groups == 1) {
+  if (config.replicas > 0 && config.groups == 1 && config.Given("replicas")) {
     return Status::InvalidArgument(
         "replicas: places the replicas of groups 2 and up, so it needs groups > 1 (got replicas " +
         std::to_string(config.replicas) + " with one group)");
@@ -747,7 +749,9 @@ Result<CommandLine> ParseCommandLine(std::span<const std::string> args) {
   }
   for (const auto& [flag, value] : flags) {
     if (flag == "--config") continue;
-    KVATLAS_RETURN_IF_ERROR(SetFromText(*FindByFlag(flag), value, &command.config));
+    const Field& field = *FindByFlag(flag);
+    KVATLAS_RETURN_IF_ERROR(SetFromText(field, value, &command.config));
+    command.config.given.insert(std::string(field.key));
   }
   KVATLAS_RETURN_IF_ERROR(ValidateConfig(command.config));
   return command;

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -200,9 +202,12 @@ struct Config {
   // Servers holding each group's replicas (docs/scaling.md §Replicas on some servers): group
   // g ≥ 2 lives on `replicas` voters of group 1, picked by rendezvous hashing and balanced
   // (PlaceReplicas), so a server holds about replicas/servers of the map; group 1 stays on
-  // every server. 0 = every group on every server. With groups > 1 only; the same on every
-  // server.
-  uint64_t replicas = 0;
+  // every server. 0 = every group on every server. With groups > 1 only (one group is on
+  // every server); the same on every server. Fixed when the data directory is made: it is
+  // recorded there (DATA_DIR/replicas), and a later start uses the record, refusing a
+  // `replicas` given that differs. A data directory of several groups made before the
+  // record existed runs 0 (as it was made) unless `replicas` is given.
+  uint64_t replicas = 3;
   // Holder leases (docs/leases.md): a holder with no applied event and no heartbeat
   // (POST /v1/heartbeat) for this many seconds is expired by the leader, which drops its
   // entries. 0 = off. Holders of registered publishers are exempt. Flag: --holder-ttl too.
@@ -264,6 +269,12 @@ struct Config {
   // "localhost", IP literals and the listen and advertised hosts: a request whose Host
   // header names another host is refused (DNS rebinding).
   std::string http_allowed_hosts;
+
+  // The keys of the settings the config file or a flag set (the others hold their
+  // defaults): a setting recorded in the data directory (`replicas`) refuses only a value
+  // that was given.
+  std::set<std::string, std::less<>> given;
+  [[nodiscard]] bool Given(std::string_view key) const { return given.contains(key); }
 };
 
 // Reads a JSON object of config keys over `base`. kInvalidArgument naming the file and

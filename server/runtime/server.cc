@@ -244,6 +244,7 @@ Status Server::OpenState(const Preflight& preflight) {
   }
 
   KVATLAS_RETURN_IF_ERROR(CheckGroupCount());
+  KVATLAS_RETURN_IF_ERROR(SettleReplicas());
   RemoveBackupParts(config_.data_dir);  // offered to a backup of the last run: nobody reads them
   trimmer_ = std::make_unique<MemoryTrimmer>();
   if (config_.groups > 1) raft_port_share_ = std::make_unique<RaftPortShare>();
@@ -290,6 +291,34 @@ Status Server::CheckGroupCount() const {
       "the data directory " + config_.data_dir + " holds " + std::to_string(found) +
       " raft group(s), but groups is " + std::to_string(config_.groups) +
       ": the number of groups is fixed when a cluster is made (docs/scaling.md)");
+}
+
+Status Server::SettleReplicas() {
+  if (config_.groups == 1) {
+    config_.replicas = 0;  // one group is on every server
+    return Status::Ok();
+  }
+  KVATLAS_ASSIGN_OR_RETURN(const std::optional<uint32_t> recorded,
+                           ReadReplicasRecord(config_.data_dir));
+  const bool given = config_.Given("replicas");
+  if (recorded) {
+    if (given && config_.replicas != *recorded) {
+      return Status::FailedPrecondition(
+          "replicas: the data directory " + config_.data_dir + " records " +
+          std::to_string(*recorded) + " (fixed when it was made), but replicas is " +
+          std::to_string(config_.replicas) + " (docs/scaling.md §Replicas on some servers)");
+    }
+    config_.replicas = *recorded;
+    return Status::Ok();
+  }
+  if (GroupsInDataDir(config_.data_dir) > 0 && !given) {
+    // Made before the record existed, when every group was on every server by default.
+    LogInfo(
+        "the data directory records no replication factor (made by an older version, or "
+        "restored from an older backup): every group stays on every server (replicas 0)");
+    config_.replicas = 0;
+  }
+  return WriteReplicasRecord(config_.data_dir, static_cast<uint32_t>(config_.replicas));
 }
 
 Status Server::StartAccessControl(std::vector<TokenEntry> tokens) {

@@ -111,6 +111,9 @@ class Server {
   // kFailedPrecondition when an existing data directory holds another number of groups
   // than `groups`.
   [[nodiscard]] Status CheckGroupCount() const;
+  // Sets config_.replicas to the data directory's recorded replication factor, recording it
+  // first in a directory that has none (config.h: Config::replicas).
+  [[nodiscard]] Status SettleReplicas();
   // Takes the tokens (read by the preflight), decides whether access control is on and
   // logs what it means.
   Status StartAccessControl(std::vector<TokenEntry> tokens);

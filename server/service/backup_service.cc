@@ -95,6 +95,11 @@ Result<std::string> ResolveBackupTarget(const std::string& root, std::string_vie
   return target.string();
 }
 
+std::optional<uint32_t> BackupReplicas(const Services& services) {
+  if (services.groups == nullptr) return std::nullopt;
+  return static_cast<uint32_t>(services.replicas);
+}
+
 Result<BackupTaken> TakeBackup(const Services& services, std::string_view to,
                                const BackupPartWriter& fetch) {
   const auto start = std::chrono::steady_clock::now();
@@ -137,9 +142,9 @@ Result<BackupTaken> TakeBackup(const Services& services, std::string_view to,
     return WriteBackup(*image_of[g - 1], part_dir, source);
   };
   KVATLAS_ASSIGN_OR_RETURN(
-      taken.groups,
-      WriteWholeBackupWith(static_cast<uint32_t>(storages.size()), write, target,
-                           {services.cluster_id, services.server_id, /*online=*/true}));
+      taken.groups, WriteWholeBackupWith(static_cast<uint32_t>(storages.size()), write, target,
+                                         {services.cluster_id, services.server_id, /*online=*/true,
+                                          1, 1, BackupReplicas(services)}));
   taken.manifest = taken.groups.front();
   taken.total_micros = MicrosSince(start);
   return taken;

@@ -37,6 +37,10 @@ struct BackupTaken {
   uint64_t total_micros = 0;
 };
 
+// The replication factor a backup taken here records (BackupSource::replicas): this
+// server's on a server of several groups, nullopt on one group.
+[[nodiscard]] std::optional<uint32_t> BackupReplicas(const Services& services);
+
 // Writes a backup of this server's state at its current applied index into the directory
 // `to` names (ResolveBackupTarget): on a server hosting several raft groups, every group's
 // part (WriteWholeBackupWith), each at that group's applied index. One at a time:

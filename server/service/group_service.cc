@@ -167,6 +167,7 @@ Result<GroupsView> ViewGroups(const Services& services) {
   const std::vector<uint64_t> draining = services.machine->DrainingServers();
   const std::shared_ptr<const PlacementDirectory> directory = ClusterState(services).directory();
   view.epoch = directory->epoch();
+  view.replication_factor = services.replicas;
   const std::vector<uint64_t> preferred =
       PreferredLeaders(view.groups.front().status, view.groups.size(), draining, services.replicas);
   for (GroupView& group : view.groups) {
@@ -210,7 +211,9 @@ nlohmann::json GroupsViewJson(const GroupsView& view) {
                                                     ? nlohmann::json(nullptr)
                                                     : nlohmann::json(g.refusing_new_contexts)}});
   }
-  return {{"epoch", view.epoch}, {"groups", std::move(groups)}};
+  return {{"epoch", view.epoch},
+          {"replication_factor", view.replication_factor},
+          {"groups", std::move(groups)}};
 }
 
 nlohmann::json DirectoryJson(const Services& services) {

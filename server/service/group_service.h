@@ -43,6 +43,8 @@ struct GroupView {
 
 struct GroupsView {
   Epoch epoch = 0;
+  // This server's replication factor (Services::replicas; 0: every group on every server).
+  size_t replication_factor = 0;
   std::vector<GroupView> groups;
 };
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -222,21 +223,22 @@ std::string ManifestToJson(const BackupManifest& m) {
   for (const BackupFile& f : m.files) {
     files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
   }
-  const nlohmann::json out = {{"format", kManifestFormat},
-                              {"format_version", m.format_version},
-                              {"created_at", m.created_at},
-                              {"source",
-                               {{"cluster_id", m.source.cluster_id},
-                                {"server_id", m.source.server_id},
-                                {"online", m.source.online},
-                                {"group", m.source.group},
-                                {"groups", m.source.groups}}},
-                              {"applied_index", m.applied_index},
-                              {"storage_format_version", m.storage_format_version},
-                              {"hash_seed", m.hash_seed},
-                              {"records", m.records},
-                              {"state_digest", m.state_digest},
-                              {"files", std::move(files)}};
+  nlohmann::json out = {{"format", kManifestFormat},
+                        {"format_version", m.format_version},
+                        {"created_at", m.created_at},
+                        {"source",
+                         {{"cluster_id", m.source.cluster_id},
+                          {"server_id", m.source.server_id},
+                          {"online", m.source.online},
+                          {"group", m.source.group},
+                          {"groups", m.source.groups}}},
+                        {"applied_index", m.applied_index},
+                        {"storage_format_version", m.storage_format_version},
+                        {"hash_seed", m.hash_seed},
+                        {"records", m.records},
+                        {"state_digest", m.state_digest},
+                        {"files", std::move(files)}};
+  if (m.source.replicas) out["source"]["replicas"] = *m.source.replicas;
   return out.dump(2) + "\n";
 }
 
@@ -292,6 +294,14 @@ Result<BackupManifest> ParseManifest(std::string_view text) {
     }
     m.source.group = static_cast<GroupId>(group);
     m.source.groups = static_cast<uint32_t>(groups);
+  }
+  if (source->contains("replicas")) {
+    KVATLAS_ASSIGN_OR_RETURN(uint64_t replicas, number(*source, "replicas"));
+    if (replicas > kMaxGroupMembers) {
+      return bad("\"replicas\" " + std::to_string(replicas) + " is more than " +
+                 std::to_string(kMaxGroupMembers));
+    }
+    m.source.replicas = static_cast<uint32_t>(replicas);
   }
   KVATLAS_ASSIGN_OR_RETURN(m.applied_index, number(j, "applied_index"));
   KVATLAS_ASSIGN_OR_RETURN(uint64_t storage_version, number(j, "storage_format_version"));
@@ -498,6 +508,35 @@ uint32_t GroupsInDataDir(const std::string& data_dir) {
   return found;
 }
 
+Result<std::optional<uint32_t>> ReadReplicasRecord(const std::string& data_dir) {
+  const std::string path = (fs::path(data_dir) / kReplicasRecordFile).string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::optional<uint32_t>();
+  KVATLAS_ASSIGN_OR_RETURN(const std::string text, ReadWholeFile(path, 16));
+  uint32_t replicas = 0;
+  const char* const end = text.data() + text.size();
+  const auto [ptr, error] = std::from_chars(text.data(), end, replicas);
+  if (error != std::errc() || ptr + 1 != end || *ptr != '\n' || replicas > kMaxGroupMembers) {
+    return Status::Corruption(path + ": not a replication factor (0.." +
+                              std::to_string(kMaxGroupMembers) + " and a newline)");
+  }
+  return std::optional<uint32_t>(replicas);
+}
+
+Status WriteReplicasRecord(const std::string& data_dir, uint32_t replicas) {
+  const fs::path root(data_dir);
+  const std::string path = (root / kReplicasRecordFile).string();
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out << replicas << '\n';
+    if (!out.flush()) return Status::IOError("cannot write " + temporary);
+  }
+  KVATLAS_RETURN_IF_ERROR(FsyncPath(temporary));
+  if (::rename(temporary.c_str(), path.c_str()) != 0) return Errno("cannot rename " + temporary);
+  return FsyncPath(data_dir);
+}
+
 Result<Captures> CaptureEach(std::span<const Storage* const> storages) {
   Captures captures;
   for (const Storage* storage : storages) {
@@ -671,6 +710,9 @@ Result<RestoreResult> RestoreBackup(const std::string& from, const std::string& 
   }
   if (parts.size() > 1) {
     KVATLAS_RETURN_IF_ERROR(FsyncPath((fs::path(data_dir) / kBackupGroupsDir).string()));
+    if (result.manifest.source.replicas) {
+      KVATLAS_RETURN_IF_ERROR(WriteReplicasRecord(data_dir, *result.manifest.source.replicas));
+    }
     KVATLAS_RETURN_IF_ERROR(FsyncPath(data_dir));
   }
   return result;

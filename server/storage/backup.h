@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,6 +55,10 @@ struct BackupSource {
   // The raft group this part holds, of how many the server hosted (1 of 1: a single group).
   GroupId group = 1;
   uint32_t groups = 1;
+  // The source's replication factor (Config::replicas, recorded in its data directory):
+  // a restore records it in the new data directory. nullopt: not known (a backup of one
+  // group, or from before it was recorded).
+  std::optional<uint32_t> replicas = std::nullopt;
 };
 
 // Group `group`'s directory in a backup or a data directory `dir`: `dir` itself for group
@@ -63,6 +68,17 @@ struct BackupSource {
 // The raft groups a server's data directory holds: 0 when it holds no database (a new
 // one), else 1 and one more for each of groups/2, groups/3, ... holding a database.
 [[nodiscard]] uint32_t GroupsInDataDir(const std::string& data_dir);
+
+// The file of a data directory of several groups that records its replication factor
+// (docs/storage.md §Data directory): the number in decimal and a newline.
+inline constexpr char kReplicasRecordFile[] = "replicas";
+
+// The replication factor recorded in `data_dir`; nullopt when it records none (a new
+// directory, one of a single group, or one made before the record existed). kCorruption
+// for a file that does not hold one.
+[[nodiscard]] Result<std::optional<uint32_t>> ReadReplicasRecord(const std::string& data_dir);
+// Records `replicas` in `data_dir` (a temporary file renamed over it, both fsynced).
+[[nodiscard]] Status WriteReplicasRecord(const std::string& data_dir, uint32_t replicas);
 
 struct BackupFile {
   std::string name;

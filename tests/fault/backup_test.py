@@ -39,7 +39,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -471,6 +470,8 @@ def restore_and_check(binary, root, name, backup, n, written, figures, join=Fals
         code, out, err = run(binary, "restore", "--from", backup, "--data-dir", d)
         assert code == 0 and "3 raft groups" in out and "--groups 3" in out, (code, out, err)
         assert all(os.path.exists(os.path.join(d, "groups", x, "db")) for x in ("2", "3")), d
+        with open(os.path.join(d, "replicas")) as f:  # the source's, from the manifest
+            assert f.read() == "0\n", d
     nodes, _ = new_cluster(binary, root, name + "-dst", n, data_dirs=dirs,
                            extra=["--groups", str(g.GROUPS)])
     try:
@@ -493,7 +494,7 @@ def restore_and_check(binary, root, name, backup, n, written, figures, join=Fals
         leader = leader_of(nodes)
         if join:
             joiner = join_fourth(binary, root, name + "-dst", nodes, leader,
-                                 extra=["--groups", str(g.GROUPS)])
+                                 extra=["--groups", str(g.GROUPS), "--replicas", "0"])
             h.wait_until("server 4 holds every restored context", lambda: all(
                 g.holds(joiner, m, i) for m, i in written))
             h.wait_until("server 4's groups hold the source's",
@@ -514,8 +515,11 @@ def written_groups_source(binary, root, n):
     in every group: (nodes, leader, backup root, writes, per-group figures)."""
     backups = os.path.join(root, "backups")
     os.makedirs(backups)
+    # Every group on every server (not the default 3 replicas), so that a fourth server
+    # joining the restored cluster holds every group.
     nodes, leader = new_cluster(binary, root, "src", n,
-                                extra=["--backup-dir", backups, "--groups", str(g.GROUPS)])
+                                extra=["--backup-dir", backups, "--groups", str(g.GROUPS),
+                                       "--replicas", "0"])
     written = [(m, 0) for m in range(g.MODELS)]
     for m, i in written:
         assert g.write(leader, m, i), f"write of m{m} failed"
@@ -540,6 +544,7 @@ def online_groups_backup(leader, backups, name):
         answer["state_digest"] == parts[0]["state_digest"], answer
     top = manifest_of(answer["path"])
     assert top["source"]["groups"] == 3 and top["source"]["group"] == 1, top
+    assert top["source"]["replicas"] == 0, top  # carried to the restores
     for p in parts[1:]:
         m = manifest_of(os.path.join(answer["path"], "groups", str(p["group"])))
         assert m["source"]["group"] == p["group"] and m["applied_index"] == \

@@ -3,7 +3,8 @@
 
 usage: groups_test.py KVATLAS_SERVER_BINARY [CASE...]
 
-Three servers run `--groups 3`. Every group has group 1's voters, and the groups' leaders
+Three servers run `--groups 3` (with the default 3 replicas, every group on every one of
+them). Every group has group 1's voters, and the groups' leaders
 are spread: group g is led by group 1's voters taken as a ring from group 1's leader, the
 (g - 1)-th (so each of the three servers leads one group). Writes of many models (each
 model's contexts live in its home group) go through a server that does not lead group 1,
@@ -14,9 +15,11 @@ preferred one where that is alive; writes go on, and the killed server, back and
 leads its groups again. A server drained by hand leads no group, keeps taking writes, and
 leads its share again once undrained; a server stopped with SIGTERM hands its groups over
 before it exits, so the others need no election. An engine's ZMQ stream is followed by the leader of its model's
-home group only, and resumed by that group's next leader. A server added to group 1 is
-added to every group and takes its share of the leaderships. A data directory refuses to
-start with another group count. A group whose snapshot reached snapshot_stop_bytes takes no
+home group only, and resumed by that group's next leader. A server added to group 1 of a
+cluster run with `--replicas 0` is added to every group and takes its share of the
+leaderships. A data directory refuses to start with another group count, or with another
+replication factor than it recorded at its first start; one without the record (made by
+an older build) runs `replicas` 0. A group whose snapshot reached snapshot_stop_bytes takes no
 new contexts: a new context whose home it is is placed on another group by the directory.
 Loopback only, bounded in time, cleaned up.
 """
@@ -238,12 +241,15 @@ def case_engine_stream_follows_its_group(binary):
 
 
 def case_joining_server_joins_every_group(binary):
-    with h.running_cluster(binary, extra=("--groups", str(GROUPS))) as cluster:
+    # Every group on every server however many there are: not the default of 3 replicas.
+    flags = ["--groups", str(GROUPS), "--replicas", "0"]
+    with h.running_cluster(binary, extra=flags) as cluster:
         leader = cluster.leader()
         # Group 1's leader is known; the other groups may still be electing theirs (slower
-        # under ASan), and a write part for a group without a leader can time out.
-        h.wait_until("every group has a leader",
-                     lambda: groups_of(leader) and all(g["leader_id"] for g in groups_of(leader)))
+        # under ASan) or handing them to their preferred leaders, and a write whose group's
+        # leadership moves while it commits is answered as failed (it may or may not apply).
+        h.wait_until("every group is led by its preferred leader",
+                     lambda: spread(leader, [1, 2, 3]))
         written = [(m, 0) for m in range(8)]
         for m, i in written:
             assert write(leader, m, i), f"write of m{m} through server {leader.id} failed"
@@ -252,7 +258,7 @@ def case_joining_server_joins_every_group(binary):
         os.makedirs(d)
         joiner = h.Node(binary, 4, cluster.nodes[0].peers, d, raft_listen=f"127.0.0.1:{port}",
                         auth=cluster.auth)
-        joiner.extra = ["--groups", str(GROUPS)]
+        joiner.extra = list(flags)
         joiner.start()
         cluster.nodes.append(joiner)
         status, body = leader.request("POST", "/v1/cluster/members",
@@ -355,6 +361,35 @@ def case_group_count_is_fixed(binary):
             assert wanted in run.stderr, run.stderr[-2000:]
         node.start()  # the right count still starts
         assert groups_of(node) and len(groups_of(node)) == GROUPS
+
+        # The replication factor is recorded in the data directory at its first start (the
+        # default, 3) and fixed: another one given is refused naming the record.
+        record = os.path.join(node.data_dir, "replicas")
+        with open(record) as f:
+            assert f.read() == "3\n"
+        assert replication_factor(node) == 3
+        node.kill(signal.SIGTERM)
+        run = subprocess.run([*node.command(), "--replicas", "2"], capture_output=True,
+                             text=True, timeout=h.DEADLINE_S)
+        assert run.returncode != 0, "--replicas 2 started on a directory recording 3"
+        assert f"{node.data_dir} records 3 (fixed when it was made), but replicas is 2" \
+            in run.stderr, run.stderr[-2000:]
+        # A directory made before the record (every group on every server by default)
+        # keeps running so, whatever the new default, and records it.
+        os.remove(record)
+        node.start()
+        assert replication_factor(node) == 0
+        with open(record) as f:
+            assert f.read() == "0\n"
+        node.kill(signal.SIGTERM)
+        node.start()
+        assert replication_factor(node) == 0
+
+
+def replication_factor(node):
+    status, body = node.request("GET", "/v1/groups")
+    assert status == 200, body
+    return body["replication_factor"]
 
 
 def directory_of(node):

@@ -103,6 +103,7 @@ TEST_SUITE("Integration.Config") {
     CHECK(printed["storage_sync"] == false);
     CHECK(printed["hash_seed"] == 1337);
     CHECK(printed["max_name_bytes"] == 256);
+    CHECK(printed["replicas"] == 3);
     const RunResult lowered = RunServerToExit({"--max-name-bytes=64", "--max-salt-bytes=100",
                                                "--max-location-bytes=200", "--print-config"},
                                               dir.path());
@@ -170,6 +171,11 @@ TEST_SUITE("Integration.Config") {
          "is a host name"},
         {{"--raft-handshake-timeout-ms", "10"},
          "raft_handshake_timeout_ms: 10 is out of range [100, 60000]"},
+        // One group is on every server: a replication factor given with it is a mistake
+        // (the default, 3, is not given).
+        {{"--replicas", "3"}, "replicas: places the replicas of groups 2 and up"},
+        {config(R"({"replicas": 2, "groups": 1})"), "replicas: places the replicas of groups"},
+        {{"--groups", "4", "--replicas", "16"}, "replicas: 16 is out of range [0, 15]"},
     };
     for (const auto& [args, expected] : cases) {
       const RunResult run = RunServerToExit(args, dir.path());

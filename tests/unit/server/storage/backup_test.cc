@@ -206,9 +206,11 @@ TEST_SUITE("backup") {
     }
     const std::string to = scratch.str() + "/b";
     REQUIRE(PrepareEmptyDirectory(to, "backup").ok());
-    Result<std::vector<BackupManifest>> written = WriteWholeBackup(images, to, {"prod", 3, true});
+    Result<std::vector<BackupManifest>> written =
+        WriteWholeBackup(images, to, {"prod", 3, true, 1, 1, /*replicas=*/2});
     REQUIRE_MESSAGE(written.has_value(), written.status().ToString());
     REQUIRE(written->size() == 3);
+    CHECK((*written)[2].source.replicas == 2u);
     CHECK((*written)[1].applied_index == 4);
     CHECK((*written)[1].source.group == 2);
     CHECK((*written)[2].source.groups == 3);
@@ -225,6 +227,10 @@ TEST_SUITE("backup") {
     REQUIRE(restored->groups.size() == 3);
     CHECK(GroupsInDataDir(data_dir) == 3);
     CHECK(fs::exists(fs::path(data_dir) / "groups" / "2" / kRestoredMarker));
+    CHECK(restored->manifest.source.replicas == 2u);
+    const Result<std::optional<uint32_t>> recorded = ReadReplicasRecord(data_dir);
+    REQUIRE(recorded.has_value());
+    CHECK(*recorded == 2u);  // the restore records the source's replication factor
     StorageOptions options = SmallOptions(scratch);
     options.path = data_dir + "/groups/2/db";
     CHECK(DigestOk(*OpenOk(options)).digest == (*written)[1].state_digest);
@@ -327,6 +333,37 @@ TEST_SUITE("backup") {
     });
     CHECK(unread.status().code() == StatusCode::kUnavailable);
     CHECK_FALSE(fs::exists(fs::path(failed) / kBackupManifestFile));
+  }
+
+  TEST_CASE("Backup: a data directory's replication factor record") {
+    TempDir dir;
+    Result<std::optional<uint32_t>> none = ReadReplicasRecord(dir.str());
+    REQUIRE(none.has_value());
+    CHECK(!none->has_value());  // a new directory, or one made before the record
+    REQUIRE(WriteReplicasRecord(dir.str(), 3).ok());
+    CHECK(ReadFile(dir.path() / kReplicasRecordFile) == "3\n");
+    CHECK(ReadReplicasRecord(dir.str()).value() == 3u);
+    REQUIRE(WriteReplicasRecord(dir.str(), 0).ok());  // replaced whole
+    CHECK(ReadReplicasRecord(dir.str()).value() == 0u);
+    CHECK(!fs::exists(dir.path() / "replicas.tmp"));
+    for (const char* bad : {"", "3", "3\n\n", "x\n", "16\n", "-1\n", " 3\n", "99999999999\n"}) {
+      WriteFile(dir.path() / kReplicasRecordFile, bad);
+      const Result<std::optional<uint32_t>> read = ReadReplicasRecord(dir.str());
+      REQUIRE_MESSAGE(!read.has_value(), bad);
+      CHECK(read.status().code() == StatusCode::kCorruption);
+      CHECK(read.status().message().find("not a replication factor") != std::string::npos);
+    }
+    // A manifest carries it only when known; a manifest without it reads as unknown.
+    BackupManifest manifest;
+    manifest.source.groups = 3;
+    CHECK(ManifestToJson(manifest).find("replicas") == std::string::npos);
+    manifest.source.replicas = 5;
+    const std::string text = ManifestToJson(manifest);
+    CHECK(ParseManifest(text).value().source.replicas == 5u);
+    std::string too_many = text;
+    const std::string five = "\"replicas\": 5";
+    too_many.replace(too_many.find(five), five.size(), "\"replicas\": 16");
+    CHECK(ParseManifest(too_many).status().message().find("\"replicas\" 16") != std::string::npos);
   }
 
   TEST_CASE("Backup: targets must be absent or empty directories") {
