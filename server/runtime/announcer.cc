@@ -63,8 +63,20 @@ PeriodicTask::Next Announcer::Round() {
     // address (server/service/readiness.h), become ready soon after the election.
     delay_ = kPoll;
   } else if (announced.ok()) {
-    LogInfo("announced this server's addresses (http " + mine_.http_address + ", rpc " +
-            mine_.rpc_address + ")");
+    const auto now = std::chrono::steady_clock::now();
+    if (++announced_ == 1) {
+      LogInfo("announced this server's addresses (http " + mine_.http_address + ", rpc " +
+              mine_.rpc_address + ")");
+      logged_ = now;
+    } else if (now - logged_ >= kRepeatLog) {
+      LogWarning("announced this server's addresses again (" + std::to_string(announced_) +
+                 " times since the start): the state applied here (revision " +
+                 std::to_string(deps_.machine->applied_revision()) + ", leader " +
+                 std::to_string(status.leader_id) + ", raft commit index " +
+                 std::to_string(status.commit_index) + ", applied index " +
+                 std::to_string(status.applied_index) + ") still does not hold them");
+      logged_ = now;
+    }
     last_error_.clear();
     confirmed_ = true;  // a drain recorded from now on is not this start's to end
     delay_ = kPoll;

@@ -46,6 +46,7 @@ class Announcer {
 
   static constexpr std::chrono::milliseconds kPoll{250};
   static constexpr std::chrono::milliseconds kMaxBackoff{5'000};
+  static constexpr std::chrono::seconds kRepeatLog{5};
   const uint64_t id_;
   const ServerAddresses mine_;
   const std::chrono::milliseconds apply_wait_;
@@ -56,6 +57,11 @@ class Announcer {
   bool confirmed_ = false;  // the state has recorded mine_, not draining, since the start
   std::chrono::milliseconds delay_ = kPoll;
   std::string last_error_;
+  // Announcements acknowledged since the start, and when one was last logged: an
+  // announcement the state still lacks a round later is logged at most every 5 s, with
+  // what the state has applied (a replica that does not apply group 1's log shows here).
+  uint64_t announced_ = 0;
+  std::chrono::steady_clock::time_point logged_{};
   PeriodicTask task_;  // last: stopped before the members its rounds use go
 };
 

@@ -9,7 +9,9 @@ run where present), names, ports, probes, the PodDisruptionBudget, volumes, and 
 run agrees with the server's flags — the image's entrypoint (deploy/container/entrypoint.sh)
 is run with each pod's environment as the manifest sets it, and the argv it would exec,
 with the ConfigMap's JSON as the config, is given to `kvatlas-server --print-config`,
-which must accept it. Skips (exit 77) where kubectl is not installed.
+which must accept it; the overlay of several groups (deploy/k8s-groups) likewise, its six
+pods all initial voters with 12 groups of 3 replicas. Skips (exit 77) where kubectl is not
+installed.
 """
 
 import json
@@ -23,16 +25,17 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K8S = os.path.join(ROOT, "deploy", "k8s")
+K8S_GROUPS = os.path.join(ROOT, "deploy", "k8s-groups")  # the overlay of several groups
 ENTRYPOINT = os.path.join(ROOT, "deploy", "container", "entrypoint.sh")
 NAMESPACE = "kv-test"
 
 
-def render():
+def render(path=K8S):
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         print("SKIP: kubectl is not installed (the manifests are rendered with kubectl kustomize)")
         sys.exit(77)
-    out = subprocess.run([kubectl, "kustomize", K8S], check=True, capture_output=True,
+    out = subprocess.run([kubectl, "kustomize", path], check=True, capture_output=True,
                          text=True, timeout=60).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
@@ -180,7 +183,43 @@ def main():
             assert effective["http_listen"] == config["http_listen"]
             assert effective["token_file"] == config["token_file"]
             print(f"{hostname}: id {effective['id']}, raft address {own}: accepted")
+    check_groups_overlay(server, config)
     print("PASS k8s_render_test")
+
+
+def check_groups_overlay(server, base_config):
+    """deploy/k8s-groups: the base at 6 servers, all initial voters, with 12 groups of 3
+    replicas; every pod's argv accepted by the server with those settings."""
+    docs = render(K8S_GROUPS)
+    sts = one(docs, "StatefulSet", "kvatlas")
+    spec = sts["spec"]
+    assert spec["replicas"] == 6, spec["replicas"]
+    (container,) = spec["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert env["KVATLAS_INITIAL_MEMBERS"] == "6", env
+    config_map = one(docs, "ConfigMap", prefix="kvatlas-config-")
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == config_map["metadata"]["name"]
+    config = json.loads(config_map["data"]["kvatlas.json"])
+    assert config["groups"] == 12 and config["replicas"] == 3, config
+    # Otherwise the base's config.
+    assert {k: v for k, v in config.items() if k not in ("groups", "replicas")} == base_config
+    with tempfile.TemporaryDirectory(prefix="kvatlas-k8s-groups-") as tmp:
+        config_path = os.path.join(tmp, "kvatlas.json")
+        with open(config_path, "w") as f:
+            f.write(config_map["data"]["kvatlas.json"])
+        domain = f"{spec['serviceName']}.{NAMESPACE}.svc.cluster.local"
+        voters = ",".join(f"{i + 1}@kvatlas-{i}.{domain}:{env['KVATLAS_RAFT_PORT']}"
+                          for i in range(6))
+        for ordinal in range(6):
+            argv = entrypoint_argv(env, f"kvatlas-{ordinal}", config_path)
+            assert flag(argv, "--peers") == voters and "--raft-listen" not in argv, argv
+            run = subprocess.run([server, *argv[1:], "--print-config"], capture_output=True,
+                                 text=True, timeout=30, cwd=tmp)
+            assert run.returncode == 0, (ordinal, run.stderr)
+            effective = json.loads(run.stdout)
+            assert effective["groups"] == 12 and effective["replicas"] == 3, effective
+    print("deploy/k8s-groups: 6 initial voters, 12 groups of 3 replicas: accepted")
 
 
 if __name__ == "__main__":
