@@ -41,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import restart_bench as rb  # noqa: E402 - fill, readiness, stops, peak RSS
@@ -180,6 +181,50 @@ def binary_lookup_latencies(client, model, hashes, count):
     return sorted(times)
 
 
+def watch_arrivals(node, model, arrivals, started):
+    """Follows GET /v1/watch of `model`'s context through `node` (from now), recording when
+    each record's backend_id first arrives (time.monotonic) until a record of "stop"."""
+    url = f"{node.base}/v1/watch?model_name={model}&block_size={rb.BS}&from=now"
+    with urllib.request.urlopen(url, timeout=60) as resp:
+        started.set()
+        for raw in resp:
+            line = raw.decode()
+            if not line.startswith("data: "):
+                continue
+            holder = json.loads(line[len("data: "):])["backend_id"]
+            arrivals.setdefault(holder, time.monotonic())
+            if holder == "stop":
+                return
+
+
+def watch_latencies(writer, near, far, model, count):
+    """Write acknowledged -> record seen by an SSE watch through `near` (a member) and
+    through `far` (relayed from a member), for `count` writes of new holders through
+    `writer`: two lists of ms."""
+    arrivals = {near.id: {}, far.id: {}}
+    watchers = []
+    for node in (near, far):
+        started = threading.Event()
+        t = threading.Thread(target=watch_arrivals,
+                             args=(node, model, arrivals[node.id], started), daemon=True)
+        t.start()
+        assert started.wait(30), f"the watch through server {node.id} did not start"
+        watchers.append(t)
+    acked = {}
+    for i in range(count + 1):
+        holder = "stop" if i == count else f"w{i}"
+        status, body = writer.request("POST", "/v1/events", {"events": [
+            {"event_type": "stored", "model_name": model, "block_size": rb.BS,
+             "backend_id": holder, "seq_hashes": [0x7A7C0000 + i]}]})
+        assert status == 200, body
+        acked[holder] = time.monotonic()
+        time.sleep(0.005)
+    for t in watchers:
+        t.join(60)
+    return [sorted(max(0.0, (arrivals[n.id][f"w{i}"] - acked[f"w{i}"]) * 1000)
+                   for i in range(count)) for n in (near, far)]
+
+
 def pct(times, p):
     return times[min(len(times) - 1, int(len(times) * p))]
 
@@ -303,6 +348,15 @@ def main():
             t = sorted(binary[name])
             print(f"    {label}: p50 {pct(t, 0.5):.3f} ms  p99 {pct(t, 0.99):.3f} ms"
                   f"  (x{pct(t, 0.5) / pct(base, 0.5):.2f} / x{pct(t, 0.99) / pct(base, 0.99):.2f})")
+
+        # A REST watch of the context through the member, and through the other server,
+        # which relays it from a member: write acknowledged -> record seen.
+        direct, relayed = watch_latencies(leader, near, far, model, 500)
+        print("  SSE watch, write acknowledged -> record seen, 500 writes, both watches at once:")
+        print(f"    through server {near.id}, a member: p50 {pct(direct, 0.5):.3f} ms"
+              f"  p99 {pct(direct, 0.99):.3f} ms")
+        print(f"    through server {far.id}, relayed from a member: p50 {pct(relayed, 0.5):.3f} ms"
+              f"  p99 {pct(relayed, 0.99):.3f} ms")
 
         # An online backup through group 1's leader: the parts of the groups it does not
         # hold are fetched from their members.
