@@ -228,15 +228,7 @@ Result<HttpReply> HandleSnapshot(const Services& services, const RouteRequest& r
       services.groups != nullptr && !HostsGroup(group)) {
     // A group this server does not hold: its member's snapshot, relayed, in a slot of
     // this server's max_snapshot_streams (it holds an HTTP worker meanwhile).
-    const auto& open = services.snapshot_streams;
-    if (open->fetch_add(1) >= services.options.max_snapshot_streams) {
-      open->fetch_sub(1);
-      return Status::ResourceExhausted(
-          "too many snapshot streams open on this server (the limit, max_snapshot_streams, "
-          "is " +
-          std::to_string(services.options.max_snapshot_streams) + "); retry when one has finished");
-    }
-    std::shared_ptr<void> slot(nullptr, [open](void*) { open->fetch_sub(1); });
+    KVATLAS_ASSIGN_OR_RETURN(std::shared_ptr<void> slot, TakeSnapshotStreamSlot(services));
     return StreamFromMember(services, request, group, /*sse=*/false, std::nullopt, std::move(slot));
   }
   // Streamed page by page (snapshot_stream.h): the first page is waited for here, so that

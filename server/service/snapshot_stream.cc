@@ -87,28 +87,34 @@ class SnapshotStream::Scanner final : public ContextScanVisitor {
 };
 
 SnapshotStream::SnapshotStream(const Services& services, ContextKey context,
-                               std::function<void()> notify)
-    : services_(services),
-      context_(std::move(context)),
+                               std::function<void()> notify, std::shared_ptr<void> slot)
+    : context_(std::move(context)),
       page_copies_(std::clamp<size_t>(services.options.snapshot_page_copies, 1,
                                       protocol::kMaxSnapshotPartCopies)),
-      notify_(std::move(notify)) {}
+      notify_(std::move(notify)),
+      slot_(std::move(slot)) {}
+
+Result<std::shared_ptr<void>> TakeSnapshotStreamSlot(const Services& services) {
+  const std::shared_ptr<std::atomic<size_t>>& open = services.snapshot_streams;
+  const size_t limit = services.options.max_snapshot_streams;
+  if (open->fetch_add(1) >= limit) {
+    open->fetch_sub(1);
+    return Status::ResourceExhausted(
+        "too many snapshot streams open on this server (the limit, "
+        "max_snapshot_streams, is " +
+        std::to_string(limit) + "); retry when one has finished");
+  }
+  return std::shared_ptr<void>(nullptr, [open](void*) { open->fetch_sub(1); });
+}
 
 Result<std::unique_ptr<SnapshotStream>> SnapshotStream::Open(const Services& all,
                                                              const ContextKey& context,
                                                              std::function<void()> notify) {
   const Services& services = ServicesFor(all, context);  // the context's group
   KVATLAS_RETURN_IF_ERROR(ServesReads(services));
-  const size_t limit = services.options.max_snapshot_streams;
-  if (services.snapshot_streams->fetch_add(1) >= limit) {
-    services.snapshot_streams->fetch_sub(1);
-    return Status::ResourceExhausted(
-        "too many snapshot streams open on this server (the limit, "
-        "max_snapshot_streams, is " +
-        std::to_string(limit) + "); retry when one has finished");
-  }
-  // From here the destructor frees the slot.
-  std::unique_ptr<SnapshotStream> stream(new SnapshotStream(services, context, std::move(notify)));
+  KVATLAS_ASSIGN_OR_RETURN(std::shared_ptr<void> slot, TakeSnapshotStreamSlot(services));
+  std::unique_ptr<SnapshotStream> stream(
+      new SnapshotStream(services, context, std::move(notify), std::move(slot)));
   if (services.storage == nullptr) {
     KVATLAS_ASSIGN_OR_RETURN(ContextSnapshot copy, SnapshotContext(services, context));
     stream->revision_ = copy.revision;
@@ -130,7 +136,6 @@ SnapshotStream::~SnapshotStream() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  services_.snapshot_streams->fetch_sub(1);
 }
 
 void SnapshotStream::Scan(std::unique_ptr<Storage::Capture> capture) {

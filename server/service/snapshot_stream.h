@@ -9,7 +9,8 @@
 // under the state's read lock instead, bounded by max_snapshot_copies.
 //
 // At most options.max_snapshot_streams streams are open per server (they share
-// Services::snapshot_streams): Open answers kResourceExhausted past it.
+// Services::snapshot_streams, TakeSnapshotStreamSlot): Open answers kResourceExhausted past
+// it.
 //
 // Thread-safety: one consumer thread at a time; `notify` is called from the scanning thread
 // (keep it short: it must not call back into the stream).
@@ -39,6 +40,11 @@ struct SnapshotPage {
   bool last = false;
 };
 
+// One of this server's max_snapshot_streams slots (a local snapshot stream's, or a relayed
+// one's: forwarding.h StreamFromMember), freed when the last copy of the handle goes;
+// kResourceExhausted when every slot is taken.
+[[nodiscard]] Result<std::shared_ptr<void>> TakeSnapshotStreamSlot(const Services& services);
+
 class SnapshotStream {
  public:
   // Byte bound of one page's rows (locations can be long), besides the copy count.
@@ -66,12 +72,12 @@ class SnapshotStream {
 
  private:
   class Scanner;
-  SnapshotStream(const Services& services, ContextKey context, std::function<void()> notify);
+  SnapshotStream(const Services& services, ContextKey context, std::function<void()> notify,
+                 std::shared_ptr<void> slot);
   void Scan(std::unique_ptr<Storage::Capture> capture);
   // Page slicing of an in-memory copy.
   SnapshotPage SliceCopy();
 
-  const Services& services_;
   const ContextKey context_;
   const size_t page_copies_;
   std::function<void()> notify_;
@@ -90,6 +96,8 @@ class SnapshotStream {
   size_t copy_next_ = 0;
 
   std::thread thread_;
+  // Released after the destructor's body has joined the scan.
+  std::shared_ptr<void> slot_;
 };
 
 }  // namespace kvatlas::server
