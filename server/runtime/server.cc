@@ -243,8 +243,8 @@ Status Server::OpenState(const Preflight& preflight) {
     return Status::IOError("cannot create data dir " + config_.data_dir + ": " + ec.message());
   }
 
-  KVATLAS_RETURN_IF_ERROR(CheckGroupCount());
-  KVATLAS_RETURN_IF_ERROR(SettleReplicas());
+  KVATLAS_ASSIGN_OR_RETURN(const uint32_t found, CheckGroupCount());
+  KVATLAS_RETURN_IF_ERROR(SettleReplicas(found));
   RemoveBackupParts(config_.data_dir);  // offered to a backup of the last run: nobody reads them
   trimmer_ = std::make_unique<MemoryTrimmer>();
   if (config_.groups > 1) raft_port_share_ = std::make_unique<RaftPortShare>();
@@ -282,18 +282,18 @@ Status Server::ForEachGroup(const std::string& what, const std::function<Status(
       });
 }
 
-Status Server::CheckGroupCount() const {
+Result<uint32_t> Server::CheckGroupCount() const {
   // Group g >= 2 lives in DATA_DIR/groups/g; group 1 in the data directory itself, which
   // holds its database once the server ran (or was restored from a backup).
   const uint32_t found = GroupsInDataDir(config_.data_dir);
-  if (found == 0 || found == config_.groups) return Status::Ok();  // 0: a new data directory
+  if (found == 0 || found == config_.groups) return found;  // 0: a new data directory
   return Status::FailedPrecondition(
       "the data directory " + config_.data_dir + " holds " + std::to_string(found) +
       " raft group(s), but groups is " + std::to_string(config_.groups) +
       ": the number of groups is fixed when a cluster is made (docs/scaling.md)");
 }
 
-Status Server::SettleReplicas() {
+Status Server::SettleReplicas(uint32_t found) {
   if (config_.groups == 1) {
     config_.replicas = 0;  // one group is on every server
     return Status::Ok();
@@ -311,7 +311,7 @@ Status Server::SettleReplicas() {
     config_.replicas = *recorded;
     return Status::Ok();
   }
-  if (GroupsInDataDir(config_.data_dir) > 0 && !given) {
+  if (found > 0 && !given) {
     // Made before the record existed, when every group was on every server by default.
     LogInfo(
         "the data directory records no replication factor (made by an older version, or "

@@ -110,10 +110,12 @@ class Server {
                                     const std::function<Status(Group&)>& step);
   // kFailedPrecondition when an existing data directory holds another number of groups
   // than `groups`.
-  [[nodiscard]] Status CheckGroupCount() const;
+  // The groups the data directory holds (0: a new one), when that is config_.groups.
+  [[nodiscard]] Result<uint32_t> CheckGroupCount() const;
   // Sets config_.replicas to the data directory's recorded replication factor, recording it
-  // first in a directory that has none (config.h: Config::replicas).
-  [[nodiscard]] Status SettleReplicas();
+  // first in a directory that has none (config.h: Config::replicas). `found`: the groups
+  // the directory held as the server started (CheckGroupCount).
+  [[nodiscard]] Status SettleReplicas(uint32_t found);
   // Takes the tokens (read by the preflight), decides whether access control is on and
   // logs what it means.
   Status StartAccessControl(std::vector<TokenEntry> tokens);
