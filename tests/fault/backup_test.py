@@ -520,6 +520,10 @@ def written_groups_source(binary, root, n):
     nodes, leader = new_cluster(binary, root, "src", n,
                                 extra=["--backup-dir", backups, "--groups", str(g.GROUPS),
                                        "--replicas", "0"])
+    # A write whose group's leadership moves while it commits (the groups are handed to
+    # their preferred leaders after the election) is answered as failed: write once settled.
+    h.wait_until("every group is led by its preferred leader",
+                 lambda: g.spread(leader, [node.id for node in nodes]))
     written = [(m, 0) for m in range(g.MODELS)]
     for m, i in written:
         assert g.write(leader, m, i), f"write of m{m} failed"
