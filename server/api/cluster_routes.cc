@@ -80,9 +80,11 @@ Result<HttpReply> HandleRemove(const Services& services, const RouteRequest& req
   return Changed(RemoveMember(services, *id), {{"removed", *id}});
 }
 
-// POST /v1/cluster/announce {"id", "http_address", "rpc_address"}: records a member's
-// addresses (servers call it on the leader for themselves; server.cc). An internal call:
-// signed by the member itself (forwarding.h), never forwarded.
+// POST /v1/cluster/announce {"id", "http_address", "rpc_address", "groups", "replicas"}:
+// records a member's addresses (servers call it on the leader for themselves; announcer.h),
+// refusing a member that runs another group count or replication factor (the last two
+// fields, which builds before them do not send). An internal call: signed by the member
+// itself (forwarding.h), never forwarded.
 Result<HttpReply> HandleAnnounce(const Services& services, const RouteRequest& request) {
   KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
   const std::optional<uint64_t> announcer =
@@ -101,13 +103,26 @@ Result<HttpReply> HandleAnnounce(const Services& services, const RouteRequest& r
     *out = value.get<std::string>();
     KVATLAS_RETURN_IF_ERROR(CheckLength("body.", field, *out, kMaxEndpointBytes));
   }
+  std::optional<ClusterShape> shape;
+  if (body.contains("groups") || body.contains("replicas")) {
+    shape.emplace();
+    for (auto [field, out] :
+         {std::pair{"groups", &shape->groups}, std::pair{"replicas", &shape->replicas}}) {
+      const nlohmann::json value = body.value(field, nlohmann::json());
+      if (!value.is_number_unsigned()) {
+        return Status::InvalidArgument(std::string("body.") + field +
+                                       ": must be an unsigned integer (with the other)");
+      }
+      *out = value.get<uint64_t>();
+    }
+  }
   nlohmann::json answer = {{"status", "ok"},
                            {"id", id},
                            {"http_address", addresses.http_address},
                            {"rpc_address", addresses.rpc_address}};
-  KVATLAS_ASSIGN_OR_RETURN(
-      answer["revision"],
-      AnnounceMember(services, *announcer, request.http.remote_addr, id, std::move(addresses)));
+  KVATLAS_ASSIGN_OR_RETURN(answer["revision"],
+                           AnnounceMember(services, *announcer, request.http.remote_addr, id,
+                                          std::move(addresses), shape));
   return JsonReply(answer.dump());
 }
 

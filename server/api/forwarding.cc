@@ -413,16 +413,32 @@ Result<std::string> PostInternalCall(const PeerHttpOptions& peer, PeerAuth* auth
                                 .WithContext("POST " + url));
     return answer->body;
   }
-  return Status(StatusCode::kUnavailable,
-                "POST " + url + ": " + std::to_string(answer->status) + " " + answer->body);
+  // A refusal keeps the member's code when the member signed it (a verified call's answer
+  // is signed whatever its status); anything else may be a stranger's, so only unavailable.
+  StatusCode code = StatusCode::kUnavailable;
+  const std::string signed_by = AnswerHeader(*answer, kPeerReplyHeader);
+  if (!signed_by.empty() && auth->VerifyReply(signed_by, leader_id, signature.nonce, answer->status,
+                                              answer->body, leader_http)
+                                .ok()) {
+    const nlohmann::json error = nlohmann::json::parse(answer->body, nullptr, false);
+    if (error.is_object() && error.contains("code") && error["code"].is_string()) {
+      code = StatusCodeFromWireName(error["code"].get<std::string>());
+    }
+  }
+  return Status(code, "POST " + url + ": " + std::to_string(answer->status) + " " + answer->body);
 }
 
 Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
                     const std::string& leader_http, uint64_t id, const std::string& http_address,
-                    const std::string& rpc_address, std::chrono::milliseconds timeout) {
-  const std::string body =
-      nlohmann::json{{"id", id}, {"http_address", http_address}, {"rpc_address", rpc_address}}
-          .dump();
+                    const std::string& rpc_address, const ClusterShape& shape,
+                    std::chrono::milliseconds timeout) {
+  const std::string body = nlohmann::json{
+      {"id", id},
+      {"http_address", http_address},
+      {"rpc_address", rpc_address},
+      {"groups", shape.groups},
+      {"replicas",
+       shape.replicas}}.dump();
   return PostInternalCall(peer, auth, leader_id, leader_http, "/v1/cluster/announce", body,
                           {timeout, timeout})
       .status();

@@ -29,6 +29,7 @@
 #include "server/api/router.h"
 #include "server/api/routes.h"
 #include "server/peer/peer_auth.h"
+#include "server/service/cluster_service.h"
 
 namespace kvatlas::server {
 
@@ -96,23 +97,24 @@ inline constexpr char kRelayedFromHeader[] = "X-Kvatlas-Relayed-From";
                                          std::shared_ptr<void> slot);
 
 // POSTs `body` (JSON) to http(s)://<leader_http><path> (`peer`: plaintext or TLS), signed by
-// `auth`. The answer's body on a 200 signed by server `leader_id`; otherwise kUnavailable
-// naming the URL and the leader's status and error body (or why it was unreachable or not
-// authentic).
+// `auth`. The answer's body on a 200 signed by server `leader_id`; otherwise an error naming
+// the URL and the leader's status and error body, with the leader's error code when its
+// answer is signed by it, else kUnavailable (also when unreachable or a 200 not authentic).
 [[nodiscard]] Result<std::string> PostInternalCall(const PeerHttpOptions& peer, PeerAuth* auth,
                                                    uint64_t leader_id,
                                                    const std::string& leader_http,
                                                    const std::string& path, const std::string& body,
                                                    PeerHttpTimeouts timeouts);
 
-// POSTs {"id", "http_address", "rpc_address"} to http(s)://<leader_http>/v1/cluster/announce
-// (`peer`: plaintext or TLS), signed by `auth` (whose server id must be `id`). OK on a 200
-// signed by server `leader_id`; otherwise the leader's error (or kUnavailable when
-// unreachable or when the answer is not authentic).
+// POSTs {"id", "http_address", "rpc_address", "groups", "replicas"} to
+// http(s)://<leader_http>/v1/cluster/announce (`peer`: plaintext or TLS), signed by `auth`
+// (whose server id must be `id`). OK on a 200 signed by server `leader_id`; otherwise the
+// leader's error (kFailedPrecondition: `shape` is not the leader's), or kUnavailable when
+// unreachable or when the answer is not authentic.
 [[nodiscard]] Status PostAnnounce(const PeerHttpOptions& peer, PeerAuth* auth, uint64_t leader_id,
                                   const std::string& leader_http, uint64_t id,
                                   const std::string& http_address, const std::string& rpc_address,
-                                  std::chrono::milliseconds timeout);
+                                  const ClusterShape& shape, std::chrono::milliseconds timeout);
 
 // POST /v1/cluster/drain-self {"draining"} to the leader, signed: this server drains (or no
 // longer) as it stops (docs/operations.md §Draining a server).

@@ -10,10 +10,12 @@
 
 namespace kvatlas::server {
 
-Announcer::Announcer(uint64_t id, ServerAddresses mine, bool awaiting_membership,
-                     std::chrono::milliseconds apply_wait, PeerHttpOptions peer_http, Deps deps)
+Announcer::Announcer(uint64_t id, ServerAddresses mine, ClusterShape shape,
+                     bool awaiting_membership, std::chrono::milliseconds apply_wait,
+                     PeerHttpOptions peer_http, Deps deps)
     : id_(id),
       mine_(std::move(mine)),
+      shape_(shape),
       apply_wait_(apply_wait),
       peer_http_(std::move(peer_http)),
       deps_(deps),
@@ -41,7 +43,12 @@ PeriodicTask::Next Announcer::Round() {
   }
   Status announced;
   bool waiting = false;  // for a leader, or for its address: local checks, no backoff
-  if (deps_.raft->is_leader()) {
+  const bool mismatched = deps_.mismatch != nullptr && !deps_.mismatch->Get().empty();
+  if (deps_.raft->is_leader() && mismatched) {
+    // Refused by a leader of the cluster's settings: not announced by this server's own
+    // authority either, while its mirror hands the leadership back (group_mirror.h).
+    waiting = true;
+  } else if (deps_.raft->is_leader()) {
     CommandBatch batch;
     batch.commands.emplace_back(AnnounceCommand{id_, mine_.http_address, mine_.rpc_address});
     std::future<Result<Revision>> applied = deps_.applier->Submit(std::move(batch));
@@ -55,7 +62,7 @@ PeriodicTask::Next Announcer::Round() {
     waiting = true;
   } else {
     announced = PostAnnounce(peer_http_, deps_.peer_auth, status.leader_id, leader->http_address,
-                             id_, mine_.http_address, mine_.rpc_address, apply_wait_);
+                             id_, mine_.http_address, mine_.rpc_address, shape_, apply_wait_);
   }
   if (waiting) {
     // Nothing was sent, so no backoff: a server that wins the election announces itself
@@ -78,8 +85,19 @@ PeriodicTask::Next Announcer::Round() {
       logged_ = now;
     }
     last_error_.clear();
+    // Taken by a leader (the cluster's may have changed to one that agrees).
+    if (mismatched) deps_.mismatch->Set("");
     confirmed_ = true;  // a drain recorded from now on is not this start's to end
     delay_ = kPoll;
+  } else if (announced.code() == StatusCode::kFailedPrecondition) {
+    // A misconfiguration, not a passing state: an error, and the reason readiness gives.
+    // Retried (backing off), as the cluster's leader may change to one that agrees.
+    if (announced.ToString() != last_error_) {
+      last_error_ = announced.ToString();
+      LogError("group 1's leader refused this server's announcement: " + announced.message());
+    }
+    if (deps_.mismatch != nullptr) deps_.mismatch->Set(announced.message());
+    delay_ = std::min<std::chrono::milliseconds>(delay_ * 2, kMaxBackoff);
   } else {
     // Expected around a change of leader (a proposal lost, a leader that stopped): log
     // changes only.

@@ -5,7 +5,10 @@
 // /v1/cluster/announce (forwarding.h); polled every 250 ms, failures backing off up to
 // 5 s. The first announcement after a start also ends the server's drain, if one was
 // recorded (docs/operations.md §Draining a server); a drain asked for later stays. A
-// joining server not yet in a configuration also logs when it is added.
+// joining server not yet in a configuration also logs when it is added. A leader that
+// refuses the announcement because it runs another group count or replication factor
+// (CheckClusterShape) is logged as an error and kept in Deps::mismatch, so the server says
+// it is not ready and why, until an announcement is taken.
 //
 // Thread-safety: construct, Start and Stop from one thread; rounds run on the task's.
 #pragma once
@@ -17,6 +20,7 @@
 #include "common/internal/periodic_task.h"
 #include "server/peer/peer_auth.h"
 #include "server/replication/raft_log.h"
+#include "server/service/cluster_service.h"
 #include "server/service/services.h"
 #include "server/state/applier.h"
 #include "server/state/state_machine.h"
@@ -30,11 +34,12 @@ class Announcer {
     Applier* applier = nullptr;
     RaftLog* raft = nullptr;
     PeerAuth* peer_auth = nullptr;
+    ShapeMismatch* mismatch = nullptr;
   };
-  // `mine`: the addresses to announce for server `id`. `awaiting_membership`: this server
-  // joins and is in no configuration yet (logged once it is). `apply_wait` bounds each
-  // attempt, and so how long Stop may wait for one in progress.
-  Announcer(uint64_t id, ServerAddresses mine, bool awaiting_membership,
+  // `mine`: the addresses to announce for server `id`, and `shape` what it runs.
+  // `awaiting_membership`: this server joins and is in no configuration yet (logged once it
+  // is). `apply_wait` bounds each attempt, and so how long Stop may wait for one in progress.
+  Announcer(uint64_t id, ServerAddresses mine, ClusterShape shape, bool awaiting_membership,
             std::chrono::milliseconds apply_wait, PeerHttpOptions peer_http, Deps deps);
 
   void Start() { task_.Start(); }
@@ -49,6 +54,7 @@ class Announcer {
   static constexpr std::chrono::seconds kRepeatLog{5};
   const uint64_t id_;
   const ServerAddresses mine_;
+  const ClusterShape shape_;
   const std::chrono::milliseconds apply_wait_;
   const PeerHttpOptions peer_http_;
   const Deps deps_;

@@ -41,12 +41,14 @@ bool CanLead(const ClusterMember* member, const ClusterStatus& status, uint64_t 
 
 GroupMirror::GroupMirror(uint64_t self, RaftLog* primary,
                          std::function<std::vector<uint64_t>()> draining,
-                         std::vector<Follower> followers, size_t replicas, Records records)
+                         std::vector<Follower> followers, size_t replicas, Records records,
+                         std::function<bool()> disagrees)
     : self_(self),
       primary_(primary),
       draining_(std::move(draining)),
       replicas_(replicas),
       records_(std::move(records)),
+      disagrees_(std::move(disagrees)),
       task_(kPeriod, [this] { return Round(); }) {
   primary_tracked_.follower = {GroupId{1}, primary};
   for (Follower& f : followers) {
@@ -58,7 +60,9 @@ GroupMirror::GroupMirror(uint64_t self, RaftLog* primary,
 
 PeriodicTask::Next GroupMirror::Round() {
   const ClusterStatus primary = primary_->GetStatus();
-  const std::vector<uint64_t> draining = draining_();
+  std::vector<uint64_t> draining = draining_();
+  disagreed_ = disagrees_ && disagrees_();
+  if (disagreed_ && !Contains(draining, self_)) draining.push_back(self_);
   preferred_ = PreferredLeaders(primary, 1 + followers_.size(), draining, replicas_);
   std::vector<uint64_t> voters;
   for (const ClusterMember& member : primary.members) {
@@ -80,7 +84,7 @@ void GroupMirror::Follow(const ClusterStatus& primary, std::span<const uint64_t>
   // Membership first, by whichever server leads this group, from group 1's configuration
   // as this server knows it (any member knows it): so the server leading group 1 is made a
   // voter here before it is handed the leadership.
-  if (!primary.members.empty() && ChangeMembers(primary, status, tracked)) return;
+  if (!disagreed_ && !primary.members.empty() && ChangeMembers(primary, status, tracked)) return;
   HandOver(primary, draining, status, tracked);
 }
 

@@ -27,6 +27,10 @@
 // then another server; or, when that one cannot take it now, to any other voter that can
 // and does not drain. So the mirror runs on every server of a cluster, with one group too.
 //
+// A server known to run another group count or replication factor than group 1's leader
+// (its announcement refused: Services::shape_mismatch) would place replicas by another rule:
+// its mirror changes no group's members and hands over what it leads, as a draining one.
+//
 // A server joining a running cluster starts its other groups with an empty configuration,
 // as it starts group 1; once the cluster adds it to group 1, the mirror adds it to the rest.
 //
@@ -65,9 +69,12 @@ class GroupMirror {
   // `primary` is group 1's raft; every raft must outlive the mirror (or its Stop).
   // `draining` returns the servers that drain (group 1's StateMachine::DrainingServers),
   // from the task's thread. `self` is this server's id; `replicas` the servers per group
-  // (0: every server; then `records` is not used).
+  // (0: every server; then `records` is not used). `disagrees` (from the task's thread;
+  // none: never) is true while this server is known to run another group count or
+  // replication factor than group 1's leader.
   GroupMirror(uint64_t self, RaftLog* primary, std::function<std::vector<uint64_t>()> draining,
-              std::vector<Follower> followers, size_t replicas = 0, Records records = {});
+              std::vector<Follower> followers, size_t replicas = 0, Records records = {},
+              std::function<bool()> disagrees = {});
 
   void Start() { task_.Start(); }
   void RequestStop() { task_.RequestStop(); }
@@ -105,11 +112,13 @@ class GroupMirror {
   const std::function<std::vector<uint64_t>()> draining_;
   const size_t replicas_;
   const Records records_;
+  const std::function<bool()> disagrees_;
   Tracked primary_tracked_;  // group 1, handed over only while this server drains
   // This round's PreferredLeaders and PlaceReplicas of group 1's voters, by group id - 1
   // (the task's thread only).
   std::vector<uint64_t> preferred_;
   std::vector<std::vector<uint64_t>> placement_;
+  bool disagreed_ = false;  // this round's `disagrees`
   std::vector<Tracked> followers_;
   PeriodicTask task_;  // last: stopped before the members its rounds use go
 };

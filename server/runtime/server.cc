@@ -208,8 +208,10 @@ Status Server::Init() {
   }
   announcer_ = std::make_unique<Announcer>(
       config_.id, ServerAddresses{services_.http_address, services_.rpc_address},
-      group_->awaiting_membership(), PolicyApplyWait(config_), services_.peer_http,
-      Announcer::Deps{group_->machine(), group_->applier(), group_->raft(), peer_auth_.get()});
+      ShapeOf(services_), group_->awaiting_membership(), PolicyApplyWait(config_),
+      services_.peer_http,
+      Announcer::Deps{group_->machine(), group_->applier(), group_->raft(), peer_auth_.get(),
+                      services_.shape_mismatch.get()});
   announcer_->Start();
   // Approximate mode: a follower's predictions go to the leader (before the recorder starts):
   // each group's to that group's leader, whose address group 1's state records.

@@ -84,7 +84,8 @@ Status Server::StartRaft(const Preflight& preflight) {
   group_mirror_ = std::make_unique<GroupMirror>(
       config_.id, group_->raft(),
       [machine = group_->machine()] { return machine->DrainingServers(); }, std::move(followers),
-      static_cast<size_t>(config_.replicas), std::move(records));
+      static_cast<size_t>(config_.replicas), std::move(records),
+      [mismatch = services_.shape_mismatch] { return !mismatch->Get().empty(); });
   if (config_.replicas > 0 && groups_.size() > 1) MakeReplicaDropper();
   return Status::Ok();
 }

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/internal/host_port.h"
+#include "common/internal/log.h"
 #include "server/service/ingest_service.h"
 #include "server/service/replica_audit_service.h"
 
@@ -243,8 +244,27 @@ Status SubmitForwardedPredictions(const Services& services, uint64_t sender, Com
   return Status::Ok();
 }
 
+ClusterShape ShapeOf(const Services& services) {
+  return {services.groups == nullptr ? 1 : services.groups->size(), services.replicas};
+}
+
+Status CheckClusterShape(const Services& services, uint64_t id, const ClusterShape& shape) {
+  const ClusterShape mine = ShapeOf(services);
+  if (shape == mine) return Status::Ok();
+  const auto text = [](const ClusterShape& s) {
+    return "--groups " + std::to_string(s.groups) + " --replicas " + std::to_string(s.replicas);
+  };
+  return Status::FailedPrecondition(
+      "server " + std::to_string(id) + " runs " + text(shape) + ", but group 1's leader (server " +
+      std::to_string(services.server_id) + ") runs " + text(mine) +
+      ": every server of a cluster must run the same (the leader places the groups' replicas "
+      "by its own); start server " +
+      std::to_string(id) + " again on an empty data directory with the cluster's settings");
+}
+
 Result<Revision> AnnounceMember(const Services& services, uint64_t announcer,
-                                std::string_view remote, uint64_t id, ServerAddresses addresses) {
+                                std::string_view remote, uint64_t id, ServerAddresses addresses,
+                                std::optional<ClusterShape> shape) {
   KVATLAS_RETURN_IF_ERROR(RequireCluster(services));
   if (announcer != id) {
     const std::string why = "server " + std::to_string(announcer) +
@@ -257,6 +277,12 @@ Result<Revision> AnnounceMember(const Services& services, uint64_t announcer,
   }
   if (!IsMember(services, id)) {
     return Status::NotFound("server " + std::to_string(id) + " is not a member of the cluster");
+  }
+  if (shape) {
+    if (Status s = CheckClusterShape(services, id, *shape); !s.ok()) {
+      LogWarning("refused server " + std::to_string(id) + "'s announcement: " + s.message());
+      return s;
+    }
   }
   if (services.machine->AddressesOf(id) == addresses) {
     return services.machine->applied_revision();

@@ -91,13 +91,30 @@ struct ClusterView {
 [[nodiscard]] Status SubmitForwardedPredictions(const Services& services, uint64_t sender,
                                                 CommandBatch batch);
 
+// The group count and replication factor a server runs. A cluster's servers must agree:
+// group 1's leader places every group's replicas by its own (docs/scaling.md §Replicas on
+// some servers), and every server routes by the same count.
+struct ClusterShape {
+  uint64_t groups = 1;
+  uint64_t replicas = 0;
+  friend bool operator==(const ClusterShape&, const ClusterShape&) = default;
+};
+[[nodiscard]] ClusterShape ShapeOf(const Services& services);
+// Ok when server `id`'s `shape` is this server's; else kFailedPrecondition naming both (the
+// only refusal of an announcement with that code, so the announcer tells it apart).
+[[nodiscard]] Status CheckClusterShape(const Services& services, uint64_t id,
+                                       const ClusterShape& shape);
+
 // Records member `id`'s client-facing addresses, as announced by `announcer` (servers
 // announce themselves to the leader at start). A member announces only its own:
 // kPermissionDenied (counted and logged, naming `remote`) when `announcer` is another
-// server. kNotFound when `id` is not a member. Addresses already recorded as these are
-// answered with the current revision, without a log entry.
+// server. kNotFound when `id` is not a member. kFailedPrecondition when `shape`, the
+// announcer's (absent from servers of builds before it was sent), is not this server's:
+// nothing is recorded, so the announcer is not forwarded to. Addresses already recorded as
+// these are answered with the current revision, without a log entry.
 [[nodiscard]] Result<Revision> AnnounceMember(const Services& services, uint64_t announcer,
                                               std::string_view remote, uint64_t id,
-                                              ServerAddresses addresses);
+                                              ServerAddresses addresses,
+                                              std::optional<ClusterShape> shape);
 
 }  // namespace kvatlas::server

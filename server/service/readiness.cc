@@ -18,6 +18,9 @@ Status Readiness(const Services& services) {
     return Status::Unavailable("writes are refused: " + refused);
   }
   if (services.log != nullptr) KVATLAS_RETURN_IF_ERROR(LeaderReachable(services));
+  if (std::string mismatch = services.shape_mismatch->Get(); !mismatch.empty()) {
+    return Status::Unavailable(mismatch);
+  }
   return CheckStreamsFollowed(services);
 }
 

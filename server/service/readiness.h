@@ -17,8 +17,10 @@ namespace kvatlas::server {
 // this server's state diverged from the leader's (replica_audit_service.h); writes are refused
 // (Applier::SetWritesRefused: the disk-space watermark); with replication, no leader is
 // known; the leader is another server whose HTTP address is not in the replicated state yet
-// (AnnounceCommand), so a write could not be forwarded to it; an engine stream cannot be
-// followed (registration_service.h CheckStreamsFollowed).
+// (AnnounceCommand), so a write could not be forwarded to it; group 1's leader refused this
+// server's announcement, running another group count or replication factor
+// (Services::shape_mismatch); an engine stream cannot be followed (registration_service.h
+// CheckStreamsFollowed).
 [[nodiscard]] Status Readiness(const Services& services);
 
 // What a ready server still reports (GET /readyz "warnings"): problems that do not stop it

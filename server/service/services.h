@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,25 @@ struct PeerHttpOptions {
 // unavailable (docs/limits.md).
 inline constexpr size_t kMaxRerouteQueued = 1'024;
 
+// Why this server's group count or replication factor differs from the one group 1's leader
+// runs, as that leader answered this server's announcement (CheckClusterShape); empty while
+// none is known. Readiness reports it. Thread-safe.
+class ShapeMismatch {
+ public:
+  void Set(std::string why) {
+    std::lock_guard lock(mu_);
+    why_ = std::move(why);
+  }
+  [[nodiscard]] std::string Get() const {
+    std::lock_guard lock(mu_);
+    return why_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string why_;
+};
+
 struct Services {
   StateMachine* machine = nullptr;
   Applier* applier = nullptr;
@@ -111,6 +131,9 @@ struct Services {
   // Servers holding each group's replicas (docs/scaling.md §Replicas on some servers; the
   // `replicas` setting): 0 = every group on every server.
   size_t replicas = 0;
+  // Set by the announcer when group 1's leader refuses this server's announcement because
+  // they run another group count or replication factor; shared by every copy.
+  std::shared_ptr<ShapeMismatch> shape_mismatch = std::make_shared<ShapeMismatch>();
   // Where a write part goes when this server does not lead its group (group_forwarder.h),
   // shared by every copy; null = submitted to the group's applier whoever leads (a single
   // group: a follower's writes are answered not_leader and proxied whole, forwarding.h).

@@ -17,13 +17,15 @@ leads its share again once undrained; a server stopped with SIGTERM hands its gr
 before it exits, so the others need no election. An engine's ZMQ stream is followed by the leader of its model's
 home group only, and resumed by that group's next leader. A server added to group 1 of a
 cluster run with `--replicas 0` is added to every group and takes its share of the
-leaderships. A data directory refuses to start with another group count, or with another
+leaderships; one run with another replication factor than the cluster's is refused as it
+announces itself, and says it is not ready, naming both. A data directory refuses to start with another group count, or with another
 replication factor than it recorded at its first start; one without the record (made by
 an older build) runs `replicas` 0. A group whose snapshot reached snapshot_stop_bytes takes no
 new contexts: a new context whose home it is is placed on another group by the directory.
 Loopback only, bounded in time, cleaned up.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -274,6 +276,53 @@ def case_joining_server_joins_every_group(binary):
         assert write(joiner, 99, 0), "a write through the new leader failed"
 
 
+def case_mismatched_joiner_refused(binary):
+    # The cluster runs the default 3 replicas; a server added with `--replicas 0` would
+    # place and drop replicas by another rule than group 1's leader.
+    with h.running_cluster(binary, extra=["--groups", str(GROUPS)]) as cluster:
+        leader = cluster.leader()
+        port = h.free_ports(1)[0]
+        d = os.path.join(cluster.root, "n4")
+        os.makedirs(d)
+        joiner = h.Node(binary, 4, cluster.nodes[0].peers, d, raft_listen=f"127.0.0.1:{port}",
+                        auth=cluster.auth)
+        joiner.extra = ["--groups", str(GROUPS), "--replicas", "0"]
+        joiner.start()
+        cluster.nodes.append(joiner)
+        status, body = leader.request("POST", "/v1/cluster/members",
+                                      {"id": 4, "raft_address": f"127.0.0.1:{port}"})
+        assert status == 200, body
+        mismatch = f"server 4 runs --groups {GROUPS} --replicas 0, but group 1's leader"
+
+        def refused():
+            status, body = joiner.request("GET", "/readyz")
+            return status == 503 and mismatch in json.dumps(body) and \
+                f"runs --groups {GROUPS} --replicas 3" in json.dumps(body)
+        h.wait_until("the joiner says it is not ready, naming both settings", refused)
+        # Nothing recorded: no server forwards to it or sends clients to it.
+        members = leader.request("GET", "/v1/cluster")[1]["members"]
+        assert not [m for m in members if m["id"] == 4 and m.get("http_address")], members
+        assert "refused server 4's announcement" in open(os.path.join(leader.data_dir, "server.log")).read()
+        assert "refused this server's announcement" in open(os.path.join(joiner.data_dir, "server.log")).read()
+        # The cluster goes on.
+        assert write(leader, 1, 0), "a write after the refusal failed"
+        # Handed group 1's leadership, it hands it back (as a draining server) and changes
+        # no group's members by its own rule (every group on every server): each group but
+        # group 1 (on every server) keeps 3 of the 4 voters, as the cluster's leaders place
+        # them.
+        h.wait_until("server 4 is a voter and takes group 1's leadership", lambda: leader.request(
+            "POST", "/v1/cluster/transfer", {"id": 4})[0] == 200)
+        h.wait_until("server 4 hands group 1 back", lambda: leader_of(leader, 1) not in (4, 0))
+        time.sleep(1)
+        groups = groups_of(leader)
+        assert leader_of(leader, 1) != 4, groups
+        assert all(len(voters_of(g)) == 3 for g in groups if g["id"] != 1), groups
+        # Nor did it record its addresses while it led group 1.
+        members = leader.request("GET", "/v1/cluster")[1]["members"]
+        assert not [m for m in members if m["id"] == 4 and m.get("http_address")], members
+        assert joiner.request("GET", "/readyz")[0] == 503
+
+
 def led_by(node, server_id):
     """The ids of the groups `node` sees led by `server_id`."""
     return [g["id"] for g in groups_of(node) if g["leader_id"] == server_id]
@@ -480,6 +529,7 @@ CASES = {
     "spread_and_failover": case_spread_and_failover,
     "engine_stream": case_engine_stream_follows_its_group,
     "joining_server": case_joining_server_joins_every_group,
+    "mismatched_joiner": case_mismatched_joiner_refused,
     "group_count_fixed": case_group_count_is_fixed,
     "drain": case_drain,
     "placement": case_placement,

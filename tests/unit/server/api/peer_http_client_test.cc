@@ -1,6 +1,7 @@
 // SendPeerHttp against a raw TCP listener of the test's own: what goes out (method, target
 // as given, Host, headers, body), what comes back (status, headers by name without case),
-// and which failures leave the request unsent (so that a held forward may try again).
+// and which failures leave the request unsent (so that a held forward may try again); and
+// PostInternalCall keeping a refusal's code only when the member signed it.
 #include "server/api/peer_http_client.h"
 
 #include <doctest/doctest.h>
@@ -18,6 +19,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "server/api/forwarding.h"
 
 namespace kvatlas::server {
 namespace {
@@ -342,6 +345,48 @@ TEST_CASE("OpenPeerHttpStream: a silent member times a read out; a closed one fa
       PeerHttpOptions{}, HostPort{"127.0.0.1", 1}, {"GET", "/", {}, ""}, kTimeouts, &nothing_sent);
   REQUIRE_FALSE(refused.has_value());
   CHECK(nothing_sent);
+}
+
+// Answers one internal call with `status` and `body`, signed as server 1 when `sign`.
+void AnswerInternalCall(tcp::socket& socket, PeerAuth& leader, int status, const std::string& body,
+                        bool sign) {
+  asio::streambuf in;
+  boost::system::error_code ec;
+  asio::read_until(socket, in, "\r\n\r\n{}", ec);
+  const std::string request(asio::buffers_begin(in.data()), asio::buffers_end(in.data()));
+  const std::string marker = std::string(kPeerAuthHeader) + ": ";
+  const size_t at = request.find(marker) + marker.size();
+  const std::string header = request.substr(at, request.find("\r\n", at) - at);
+  std::string signature;
+  if (sign) {
+    Result<PeerCall> call = leader.VerifyRequest(
+        header, "POST", "/v1/cluster/announce", "{}", [](uint64_t) { return true; }, "test");
+    REQUIRE(call.has_value());
+    signature =
+        std::string(kPeerReplyHeader) + ": " + leader.SignReply(*call, status, body) + "\r\n";
+  }
+  const std::string answer = "HTTP/1.1 " + std::to_string(status) + " Refused\r\n" + signature +
+                             "Content-Length: " + std::to_string(body.size()) +
+                             "\r\nConnection: close\r\n\r\n" + body;
+  asio::write(socket, asio::buffer(answer), ec);
+}
+
+TEST_CASE("PostInternalCall: a refusal keeps its code only when the member signed it") {
+  PeerAuth leader(1, "test", "0123456789abcdef0123456789abcdef");
+  PeerAuth member(4, "test", "0123456789abcdef0123456789abcdef");
+  const std::string refusal = R"({"code":"failed_precondition","message":"runs another shape"})";
+  for (const bool sign : {true, false}) {
+    CAPTURE(sign);
+    OneShotListener listener(
+        [&](tcp::socket& socket) { AnswerInternalCall(socket, leader, 412, refusal, sign); });
+    const Result<std::string> answer =
+        PostInternalCall(PeerHttpOptions{}, &member, 1, listener.address().ToString(),
+                         "/v1/cluster/announce", "{}", kTimeouts);
+    REQUIRE_FALSE(answer.has_value());
+    CHECK(answer.error().code() ==
+          (sign ? StatusCode::kFailedPrecondition : StatusCode::kUnavailable));
+    CHECK(answer.error().message().find("412 " + refusal) != std::string::npos);
+  }
 }
 
 }  // namespace

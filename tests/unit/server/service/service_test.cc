@@ -13,6 +13,7 @@
 #include "server/service/ingest_service.h"
 #include "server/service/lease_service.h"
 #include "server/service/lookup_service.h"
+#include "server/service/readiness.h"
 #include "server/service/registration_service.h"
 #include "server/service/route_decision.h"
 #include "server/service/stats_service.h"
@@ -253,7 +254,7 @@ TEST_SUITE("Services") {
     CHECK(AddMember(s.services, 2, "127.0.0.1:7100").code() == StatusCode::kUnavailable);
     CHECK(RemoveMember(s.services, 2).code() == StatusCode::kUnavailable);
     CHECK(TransferLeadership(s.services, 0).error().code() == StatusCode::kUnavailable);
-    CHECK(AnnounceMember(s.services, 1, "10.0.0.9", 1, {"127.0.0.1:1", "127.0.0.1:2"})
+    CHECK(AnnounceMember(s.services, 1, "10.0.0.9", 1, {"127.0.0.1:1", "127.0.0.1:2"}, std::nullopt)
               .error()
               .code() == StatusCode::kUnavailable);
     CHECK(FindLeader(s.services).id == 0);
@@ -271,12 +272,38 @@ TEST_SUITE("Services") {
     CHECK(RequireInternalCall(s.services, 2, "10.0.0.2", "POST /v1/cluster/announce").ok());
     // Without replication there is nothing to announce to (the 403 for another member's
     // addresses is in tests/fault/peer_auth_test.py, on a real cluster).
-    const Result<Revision> other = AnnounceMember(s.services, 2, "10.0.0.2", 1, {"a:1", "a:2"});
+    const Result<Revision> other =
+        AnnounceMember(s.services, 2, "10.0.0.2", 1, {"a:1", "a:2"}, std::nullopt);
     REQUIRE_FALSE(other.has_value());
     CHECK(other.error().code() == StatusCode::kUnavailable);  // no replication here
     const PeerCounters counters = peers.counters();
     CHECK(counters.refused[static_cast<size_t>(PeerChannel::kHttpIn)]
                           [static_cast<size_t>(PeerRefusal::kUnsigned)] == 1);
+  }
+
+  TEST_CASE("a server running another group count or replication factor is named, both shown") {
+    InMemoryServices s;
+    s.services.server_id = 1;
+    CHECK(ShapeOf(s.services) == ClusterShape{1, 0});
+    CHECK(CheckClusterShape(s.services, 4, {1, 0}).ok());
+    for (const ClusterShape other : {ClusterShape{12, 0}, ClusterShape{1, 3}}) {
+      const Status refused = CheckClusterShape(s.services, 4, other);
+      CHECK(refused.code() == StatusCode::kFailedPrecondition);
+      CHECK(refused.message().find("server 4 runs --groups " + std::to_string(other.groups) +
+                                   " --replicas " + std::to_string(other.replicas)) !=
+            std::string::npos);
+      CHECK(refused.message().find("(server 1) runs --groups 1 --replicas 0") != std::string::npos);
+    }
+    s.services.replicas = 3;
+    CHECK(CheckClusterShape(s.services, 4, {1, 3}).ok());
+    // The refusal, once the announcer keeps it, makes the server say it is not ready.
+    CHECK(Readiness(s.services).ok());
+    s.services.shape_mismatch->Set("server 4 runs --groups 1 --replicas 0, but ...");
+    const Status readiness = Readiness(s.services);
+    CHECK(readiness.code() == StatusCode::kUnavailable);
+    CHECK(readiness.message().find("server 4 runs") != std::string::npos);
+    s.services.shape_mismatch->Set("");
+    CHECK(Readiness(s.services).ok());
   }
 
   TEST_CASE("the stats document and the metrics text reflect the state") {
