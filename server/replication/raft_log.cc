@@ -424,6 +424,7 @@ class RaftLog::Loop {
     raft_set_snapshot_threshold(&raft_, compacting_early_ ? 1 : o.snapshot_threshold);
     raft_set_snapshot_trailing(&raft_, compacting_early_ ? 0 : o.snapshot_trailing);
     raft_set_pre_vote(&raft_, true);
+    raft_set_install_snapshot_timeout(&raft_, InstallSnapshotTimeoutMs(0));
     // A dropped replica's directory is never bootstrapped: the group exists elsewhere.
     const bool dropped = std::filesystem::exists(std::filesystem::path(o.dir) / kDroppedMarker, ec);
     if (Status s = Bootstrap(&raft_, dropped ? decltype(o.bootstrap){} : o.bootstrap); !s.ok()) {
@@ -515,10 +516,15 @@ class RaftLog::Loop {
     raft_set_snapshot_trailing(&raft_, held.trailing);
   }
 
+  // Scales the wait for a sent snapshot to the last one, which a leader would send
+  // (InstallSnapshotTimeoutMs; raft_set_* only stores it), and reports a snapshot taken or
+  // restored (snapshot_done).
   void ReportSnapshots() {
-    if (!owner_->options_.snapshot_done) return;
     LogMetrics metrics;
     fsm_.ReadSnapshotMetrics(&metrics);
+    raft_set_install_snapshot_timeout(&raft_,
+                                      InstallSnapshotTimeoutMs(metrics.last_snapshot_bytes));
+    if (!owner_->options_.snapshot_done) return;
     const uint64_t seen = metrics.snapshots_taken + metrics.snapshots_restored;
     if (seen == snapshots_seen_) return;
     snapshots_seen_ = seen;

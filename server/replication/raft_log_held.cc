@@ -52,4 +52,12 @@ LogHeld MeasureLogHeld(const struct raft& raft, unsigned max_trailing, size_t ma
   return held;
 }
 
+unsigned InstallSnapshotTimeoutMs(uint64_t last_snapshot_bytes) {
+  constexpr uint64_t kBaseMs = 3'000;
+  constexpr uint64_t kBytesPerSecond = 32ull << 20;
+  constexpr uint64_t kMaxMs = 3'600'000;  // libraft keeps it in an unsigned: an hour at most
+  return static_cast<unsigned>(
+      std::min(kMaxMs, kBaseMs + last_snapshot_bytes / (kBytesPerSecond / 1'000)));
+}
+
 }  // namespace kvatlas::server

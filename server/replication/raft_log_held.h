@@ -39,4 +39,12 @@ size_t LogBudgetBytes(size_t snapshot_log_bytes, uint64_t last_snapshot_bytes);
 unsigned CountThreshold(const LogHeld& held, uint64_t last_snapshot_bytes,
                         unsigned snapshot_threshold);
 
+// How long a leader waits for a follower to install the snapshot it sent before sending it
+// again (raft_set_install_snapshot_timeout; libraft's default is 30 s whatever the size). A
+// follower taking a snapshot of its own when one arrives drops it without an answer, and
+// libraft then retries only at this timeout: with a small snapshot a follower would wait
+// 30 s for nothing. So 3 s, plus 1 s per 32 MiB of the last snapshot, for sending and
+// installing a large one (1 GiB: 35 s).
+unsigned InstallSnapshotTimeoutMs(uint64_t last_snapshot_bytes);
+
 }  // namespace kvatlas::server

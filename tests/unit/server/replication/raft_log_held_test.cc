@@ -7,6 +7,14 @@
 namespace kvatlas::server {
 namespace {
 
+TEST_CASE("a sent snapshot is awaited 3 s, plus 1 s per 32 MiB of the last one") {
+  CHECK(InstallSnapshotTimeoutMs(0) == 3'000);
+  CHECK(InstallSnapshotTimeoutMs(1 << 20) == 3'031);
+  CHECK(InstallSnapshotTimeoutMs(32ull << 20) == 4'000);
+  CHECK(InstallSnapshotTimeoutMs(1ull << 30) == 35'000);
+  CHECK(InstallSnapshotTimeoutMs(UINT64_MAX) == 3'600'000);
+}
+
 TEST_CASE("log budget: snapshot_log_bytes, or 1/16 of the last snapshot when more") {
   constexpr size_t kMiB = size_t{1} << 20;
   CHECK(LogBudgetBytes(64 * kMiB, 0) == 64 * kMiB);
