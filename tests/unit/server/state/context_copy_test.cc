@@ -1,0 +1,213 @@
+// ContextCopier: a context's copies, listed by one group's index, re-created in another
+// group's by applying the batches the copier cuts — the same copies of the same blocks in
+// the same order (so the same eviction order), refcounts, engine-hash aliases and locations, over
+// random maps; a batch sent twice applied once; a holder's chain one command again.
+#include "server/model/context_copy.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "server/state/state_machine.h"
+#include "tests/support/state_machine_helpers.h"
+
+namespace kvatlas::server {
+namespace {
+
+const ContextKey kMoved{"acme", "llama", "", 16, ""};
+const ContextKey kStays{"acme", "llama", "lora-1", 16, ""};
+
+struct Listed {
+  BlockKey key;
+  BlockCopy copy;
+  friend bool operator==(const Listed&, const Listed&) = default;
+};
+
+// ForEachCopy's listing: blocks in creation order, a block's copies together.
+std::vector<Listed> ListCopies(const StateMachine& machine, const ContextKey& context) {
+  std::vector<Listed> out;
+  machine.Read([&](const Index& index, Revision) {
+    index.ForEachCopy(context, [&](BlockKey key, const BlockCopy& copy) {
+      out.push_back({key, copy});
+    });
+  });
+  return out;
+}
+
+// The listing with each block's copies sorted by holder and tier: the order of a block's
+// copies is the order they were made in, which a copy does not keep (nor need to: lookups
+// order holders by id, and ids are each index's own).
+std::vector<Listed> Copies(const StateMachine& machine, const ContextKey& context) {
+  std::vector<Listed> out = ListCopies(machine, context);
+  const auto by_holder = [](const Listed& a, const Listed& b) {
+    return std::tie(a.copy.holder.id, a.copy.holder.dp_rank, a.copy.tier) <
+           std::tie(b.copy.holder.id, b.copy.holder.dp_rank, b.copy.tier);
+  };
+  for (size_t begin = 0; begin < out.size();) {
+    size_t end = begin + 1;
+    while (end < out.size() && out[end].key == out[begin].key) ++end;
+    std::sort(out.begin() + static_cast<long>(begin), out.begin() + static_cast<long>(end),
+              by_holder);
+    begin = end;
+  }
+  return out;
+}
+
+// The batches that copy `context` from `from`, cut at `max_hashes`.
+std::vector<CommandBatch> CopyBatches(const StateMachine& from, const ContextKey& context,
+                                      size_t max_hashes) {
+  std::vector<CommandBatch> batches;
+  ContextCopier copier(context, "move-1", max_hashes, [&](CommandBatch batch) {
+    batches.push_back(std::move(batch));
+    return Status::Ok();
+  });
+  for (const Listed& listed : ListCopies(from, context)) {
+    REQUIRE(copier.Add(listed.key, listed.copy).ok());
+  }
+  REQUIRE(copier.Finish().ok());
+  CHECK(copier.batches() == batches.size());
+  return batches;
+}
+
+// Random writes into `context` of `machine`: chains from the root sharing prefixes, by
+// holders that name blocks by their keys or by engine hashes of their own, in every tier,
+// some stored twice, some removed (gaps in chains), shared-tier copies with locations.
+void Fill(StateMachine& machine, const ContextKey& context, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  const HolderKey holders[] = {{"e1", 0}, {"e1", 1}, {"e2", 0}, {"store", 0}};
+  std::vector<std::vector<uint64_t>> chains;
+  for (int n = 0; n < 60; ++n) {
+    std::vector<uint64_t> chain;
+    if (!chains.empty() && rng() % 2 == 0) {
+      const auto& base = chains[rng() % chains.size()];
+      chain.assign(base.begin(), base.begin() + static_cast<long>(rng() % base.size()));
+    }
+    const size_t more = 1 + rng() % 12;
+    for (size_t i = 0; i < more; ++i) chain.push_back(rng() | 1);
+    chains.push_back(chain);
+    const size_t h = rng() % 4;
+    StoreCommand store;
+    store.context = context;
+    store.holder = holders[h];
+    store.tier = h == 3 ? Tier::kShared : static_cast<Tier>(rng() % 3);
+    store.base_depth = 0;
+    store.hashes = chain;
+    if (h == 1) {  // a publisher with hashes of its own
+      for (uint64_t key : chain) store.engine_hashes.push_back(key ^ 0x5555);
+    }
+    if (h == 3) {
+      for (uint64_t key : chain) store.locations.push_back("s3://b/" + std::to_string(key));
+    }
+    CommandBatch batch;
+    batch.commands.emplace_back(store);
+    if (rng() % 4 == 0) batch.commands.emplace_back(store);  // stored twice: refcount 2
+    if (rng() % 3 == 0) {
+      RemoveCommand remove;
+      remove.context = context;
+      remove.holder = store.holder;
+      const size_t at = rng() % chain.size();
+      remove.hashes = {h == 1 ? chain[at] ^ 0x5555 : chain[at]};
+      batch.commands.emplace_back(std::move(remove));
+    }
+    testing::ApplyOne(machine, batch);
+  }
+}
+
+TEST_CASE("a context copied by its listing is the same context in the other group") {
+  for (const uint32_t seed : {1u, 2u, 3u, 4u, 5u}) {
+    for (const size_t max_hashes : {size_t{1}, size_t{7}, size_t{100'000}}) {
+      CAPTURE(seed);
+      CAPTURE(max_hashes);
+      StateMachine from({}, nullptr);
+      StateMachine to({}, nullptr);
+      Fill(from, kMoved, seed);
+      Fill(from, kStays, seed + 100);
+      Fill(to, kStays, seed + 200);  // the receiving group holds other contexts
+      const std::vector<Listed> copies = Copies(from, kMoved);
+      REQUIRE(copies.size() > 100);
+      const std::vector<Listed> stays = Copies(to, kStays);
+      for (const CommandBatch& batch : CopyBatches(from, kMoved, max_hashes)) {
+        testing::ApplyOne(to, batch);
+      }
+      // Same copies of the same blocks in the same order (creation order), with their
+      // refcounts, engine hashes, locations and depths.
+      CHECK(Copies(to, kMoved) == copies);
+      CHECK(Copies(to, kStays) == stays);
+      // The aliases came along: a removal naming a publisher's own hash finds the block.
+      RemoveCommand remove;
+      remove.context = kMoved;
+      remove.holder = {"e1", 1};
+      for (const Listed& listed : copies) {
+        if (listed.copy.holder == remove.holder) remove.hashes.push_back(listed.copy.engine_hash);
+      }
+      REQUIRE_FALSE(remove.hashes.empty());
+      CommandBatch removal;
+      removal.commands.emplace_back(remove);
+      testing::ApplyOne(from, removal);
+      testing::ApplyOne(to, removal);
+      CHECK(Copies(to, kMoved) == Copies(from, kMoved));
+    }
+  }
+}
+
+TEST_CASE("a copy's batch sent twice is applied once") {
+  StateMachine from({}, nullptr);
+  StateMachine to({}, nullptr);
+  Fill(from, kMoved, 9);
+  const std::vector<CommandBatch> batches = CopyBatches(from, kMoved, 16);
+  REQUIRE(batches.size() > 2);
+  for (size_t i = 0; i < batches.size(); ++i) {
+    REQUIRE(batches[i].position.has_value());
+    CHECK(batches[i].position->stream == "writer:move-1");
+    CHECK(batches[i].position->sequence == i + 1);
+    testing::ApplyOne(to, batches[i]);
+    if (i == 1) testing::ApplyOne(to, batches[0]);  // resent after the next
+  }
+  testing::ApplyOne(to, batches.back());
+  CHECK(to.counters().duplicate_batches == 2);
+  CHECK(Copies(to, kMoved) == Copies(from, kMoved));
+}
+
+TEST_CASE("a holder's chain is one command again; a second reference one more store") {
+  StateMachine from({}, nullptr);
+  std::vector<uint64_t> chain;
+  for (uint64_t k = 1; k <= 100; ++k) chain.push_back(k * 7919);
+  testing::ApplyOne(from, testing::StoreBatch(kMoved, {"e1", 0}, chain));
+  testing::ApplyOne(from, testing::StoreBatch(kMoved, {"e1", 0}, {chain[0]}));  // refcount 2
+  const std::vector<CommandBatch> batches = CopyBatches(from, kMoved, 100'000);
+  REQUIRE(batches.size() == 1);
+  REQUIRE(batches[0].commands.size() == 2);
+  const auto& store = std::get<StoreCommand>(batches[0].commands[0]);
+  CHECK(store.hashes == chain);
+  CHECK(store.base_depth == 0u);
+  CHECK(store.engine_hashes.empty());  // the publisher's hashes are the keys
+  CHECK(store.locations.empty());
+  const auto& again = std::get<StoreCommand>(batches[0].commands[1]);
+  CHECK(again.hashes == std::vector<uint64_t>{chain[0]});
+  CHECK(again.base_depth == 0u);
+}
+
+TEST_CASE("an error from the receiver stops the copy") {
+  StateMachine from({}, nullptr);
+  Fill(from, kMoved, 3);
+  int emitted = 0;
+  ContextCopier copier(kMoved, "move-1", 4, [&](CommandBatch) {
+    return ++emitted == 2 ? Status::Unavailable("group 3 has no leader") : Status::Ok();
+  });
+  Status failed;
+  for (const Listed& listed : ListCopies(from, kMoved)) {
+    failed = copier.Add(listed.key, listed.copy);
+    if (!failed.ok()) break;
+  }
+  CHECK(failed.code() == StatusCode::kUnavailable);
+  CHECK(emitted == 2);
+}
+
+}  // namespace
+}  // namespace kvatlas::server
