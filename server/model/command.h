@@ -79,6 +79,11 @@ struct ClearCommand {
   HolderKey holder;
   std::optional<ContextKey> context;
   std::optional<Tier> tier;
+  // A holder-wide command's fan-out id (a clear without context; an unregistration): the
+  // one nonzero id its sender gave every group's part of it (SplitByGroup), which each
+  // group records for the holder (StateMachine::HolderWideIds; docs/scaling.md §Moves).
+  // 0: none (a single group, or a clear in one context).
+  uint64_t fanout = 0;
 
   friend bool operator==(const ClearCommand&, const ClearCommand&) = default;
 };
@@ -97,6 +102,7 @@ struct UnregisterCommand {
   std::string instance_id;
   std::string tenant_id;
   uint32_t dp_rank = 0;
+  uint64_t fanout = 0;  // as ClearCommand::fanout
 
   friend bool operator==(const UnregisterCommand&, const UnregisterCommand&) = default;
 };

@@ -68,6 +68,12 @@ struct AuditScheme {
   C& audit;
 };
 
+// A holder-wide command's fan-out id: a fixed64 in version 13, absent (0) before.
+template <typename F>
+struct FanoutField {
+  F& fanout;
+};
+
 // A group id: a varint in 1..kMaxGroupId (0 names no group).
 template <typename G>
 struct GroupIdField {
@@ -80,6 +86,10 @@ struct EpochField {
   E& epoch;
 };
 
+template <typename F>
+FanoutField<F> FanoutOf(F& fanout) {
+  return {fanout};
+}
 template <typename G>
 GroupIdField<G> GroupIdOf(G& group) {
   return {group};
@@ -108,6 +118,9 @@ class FieldWriter {
   }
   void operator()(AuditScheme<const AuditCommand> v) {
     if (version_ >= 7) PutVarint64(out_, v.audit.digest_scheme);
+  }
+  void operator()(FanoutField<const uint64_t> v) {
+    if (version_ >= 13) PutFixed64(out_, v.fanout);
   }
   void operator()(GroupIdField<const GroupId> v) { PutVarint64(out_, v.group); }
   void operator()(EpochField<const Epoch> v) { PutVarint64(out_, v.epoch); }
@@ -158,6 +171,7 @@ class FieldReader {
     v.audit.digest_scheme = version_ >= 7 ? in_->Varint32() : 1;
     if (v.audit.digest_scheme == 0) in_->Fail();
   }
+  void operator()(FanoutField<uint64_t> v) { v.fanout = version_ >= 13 ? in_->Fixed64() : 0; }
   void operator()(GroupIdField<GroupId> v) {
     v.group = in_->Varint32();
     if (v.group == kNoGroup || v.group > kMaxGroupId) in_->Fail();
@@ -217,14 +231,16 @@ void VisitFields(Io& io, C& c) {
     io(c.hashes);
   } else if constexpr (std::is_same_v<T, ClearCommand>) {
     io(c.holder);
-    io(c.context);  // optional
-    io(c.tier);     // optional
+    io(c.context);           // optional
+    io(c.tier);              // optional
+    io(FanoutOf(c.fanout));  // fixed64 (version 13)
   } else if constexpr (std::is_same_v<T, RegisterCommand>) {
     io(c.registration);
   } else if constexpr (std::is_same_v<T, UnregisterCommand>) {
     io(c.instance_id);
     io(c.tenant_id);
-    io(c.dp_rank);  // varint32
+    io(c.dp_rank);           // varint32
+    io(FanoutOf(c.fanout));  // fixed64 (version 13)
   } else if constexpr (std::is_same_v<T, AnnounceCommand>) {
     io(c.server_id);  // fixed64
     io(c.http_address);
@@ -295,6 +311,9 @@ uint8_t VersionOf(const Command& command) {
   const auto* store = std::get_if<StoreCommand>(&command);
   const auto* registration = std::get_if<RegisterCommand>(&command);
   const auto* audit = std::get_if<AuditCommand>(&command);
+  const auto* clear = std::get_if<ClearCommand>(&command);
+  const auto* unregister = std::get_if<UnregisterCommand>(&command);
+  if ((clear && clear->fanout != 0) || (unregister && unregister->fanout != 0)) return 13;
   if (tag >= CommandTag::kSetGroupMembers) return 12;
   if (tag >= CommandTag::kPlaceContext) return 11;
   if (tag >= CommandTag::kDrain) return 10;
@@ -313,16 +332,16 @@ uint8_t VersionOf(const Command& command) {
 
 // Batches are written in the oldest version that can hold them, so that the encoding stays
 // canonical (one byte string per batch) and old logs and new ones agree byte for byte:
-// 12 with a group's members (SetGroupMembers), else 11 with a placement command (PlaceContext,
-// SetGroupAccepting, DisownContext), else 10 with a
-// drain, else 9 with a prediction, else 8 with a load report, else 7 with an audit point of a
-// digest scheme other than 1, else 6 with an audit point, else 5 with a report store or a
-// registration in a report mode other than incremental, else 4 with an expiry, else 3 with
-// server-address commands, else 2 with a position, registry commands or kAlias stores, else 1.
-// Versions 2 to 12 share the layout; 3, 4, 6 and 8 to 12 only add tags, 5 only the report bit of a
-// store's mode byte and the report-mode bits of a registration's type byte, 7 only the digest
-// scheme after an audit point's fields (every audit point of a version-7 batch has it, scheme 1
-// included).
+// 13 with a holder-wide command's fan-out id (every Clear and Unregister of the batch then
+// carries one, 0 included), else 12 with a group's members (SetGroupMembers), else 11 with a
+// placement command (PlaceContext, SetGroupAccepting, DisownContext), else 10 with a drain, else 9
+// with a prediction, else 8 with a load report, else 7 with an audit point of a digest scheme other
+// than 1, else 6 with an audit point, else 5 with a report store or a registration in a report mode
+// other than incremental, else 4 with an expiry, else 3 with server-address commands, else 2 with a
+// position, registry commands or kAlias stores, else 1. Versions 2 to 12 share the layout; 3, 4, 6
+// and 8 to 12 only add tags, 5 only the report bit of a store's mode byte and the report-mode bits
+// of a registration's type byte, 7 only the digest scheme after an audit point's fields (every
+// audit point of a version-7 batch has it, scheme 1 included).
 uint8_t NeededVersion(const CommandBatch& batch) {
   uint8_t version = batch.position ? 2 : 1;
   for (const Command& command : batch.commands) version = std::max(version, VersionOf(command));

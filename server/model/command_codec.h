@@ -15,12 +15,13 @@ namespace kvatlas::server {
 
 // The first byte of every encoded batch. A decoder accepts only the versions it knows;
 // a new version is added, never an old one changed (docs/storage.md §Versions).
-inline constexpr uint8_t kCommandBatchVersion = 12;
+inline constexpr uint8_t kCommandBatchVersion = 13;
 // Versions 1 (no registry commands, no stream position), 2 (no server addresses), 3 (no
 // holder expiry), 4 (no report stores, no report modes), 5 (no audit points), 6 (audit
 // points of digest scheme 1 only), 7 (no load reports), 8 (no predictions), 9 (no drains) and
-// 10 (no placement commands: PlaceContext, SetGroupAccepting, DisownContext) and 11 (no group
-// members: SetGroupMembers) are still decoded, and
+// 10 (no placement commands: PlaceContext, SetGroupAccepting, DisownContext), 11 (no group
+// members: SetGroupMembers) and 12 (no fan-out ids of holder-wide commands) are still
+// decoded, and
 // written for batches that need nothing newer (docs/storage.md §Command batches).
 inline constexpr uint8_t kOldestCommandBatchVersion = 1;
 

@@ -35,6 +35,9 @@ enum class MutationKind : uint8_t {
   // DisownContextCommand; docs/storage.md §Layout).
   kPutDirectory = 14,  // location = the whole directory's EncodePlacementDirectory bytes
   kPutDisowned = 15,   // context_key = the disowned context, stamp = revision, key = epoch
+  // holder_key = the holder, location = its holder-wide ids (Registry::holder_wide), each
+  // a fixed64, oldest first.
+  kPutHolderWide = 16,
 };
 
 // Why a record went away (or came), for metrics and the change feed.
@@ -59,7 +62,8 @@ struct Mutation {
   uint32_t refcount = 0;
   uint64_t engine_hash = 0;
   std::string location;
-  // kPutContext / kPutHolder / kPutDisowned only (null otherwise): the records are rare, and
+  // kPutContext / kPutHolder / kPutDisowned / kPutHolderWide only (null otherwise): the
+  // records are rare, and
   // keeping five strings out of every Mutation halves the size of the list one apply group writes.
   std::shared_ptr<const ContextKey> context_key;
   std::shared_ptr<const HolderKey> holder_key;

@@ -156,6 +156,16 @@ struct DisownedContext {
   friend bool operator==(const DisownedContext&, const DisownedContext&) = default;
 };
 
+// Orders holders by id, then rank (Registry::holder_wide).
+struct HolderKeyLess {
+  bool operator()(const HolderKey& a, const HolderKey& b) const {
+    return a.id != b.id ? a.id < b.id : a.dp_rank < b.dp_rank;
+  }
+};
+
+// Holder-wide commands' fan-out ids kept per holder (Registry::holder_wide).
+inline constexpr size_t kHolderWideKept = 64;
+
 struct Registry {
   std::map<std::string, Registration, std::less<>> registrations;
   std::map<std::string, uint64_t, std::less<>> positions;
@@ -165,6 +175,10 @@ struct Registry {
   PlacementDirectory directory;
   // The contexts this group refuses (DisownContextCommand).
   std::map<ContextKey, DisownedContext, ContextKeyLess> disowned;
+  // Per holder, the fan-out ids of the last kHolderWideKept holder-wide commands this group
+  // applied (ClearCommand::fanout, UnregisterCommand::fanout), oldest first: what a move
+  // compares between two groups (docs/scaling.md §Moves).
+  std::map<HolderKey, std::vector<uint64_t>, HolderKeyLess> holder_wide;
 
   friend bool operator==(const Registry&, const Registry&) = default;
 };

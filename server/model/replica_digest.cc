@@ -116,6 +116,13 @@ uint64_t DisownedElement(const ContextKey& context, const DisownedContext& disow
   return Hash(bytes);
 }
 
+uint64_t HolderWideElement(const HolderKey& holder, const std::vector<uint64_t>& ids) {
+  std::string bytes(1, 'W');
+  PutHolderKey(&bytes, holder);
+  PutHolderWideIds(&bytes, ids);
+  return Hash(bytes);
+}
+
 uint64_t RegistryDigest(const Registry& registry) {
   uint64_t digest = 0;
   for (const auto& [key, registration] : registry.registrations) {
@@ -130,6 +137,9 @@ uint64_t RegistryDigest(const Registry& registry) {
   digest += DirectoryElement(registry.directory);
   for (const auto& [context, disowned] : registry.disowned) {
     digest += DisownedElement(context, disowned);
+  }
+  for (const auto& [holder, ids] : registry.holder_wide) {
+    digest += HolderWideElement(holder, ids);
   }
   return digest;
 }

@@ -53,4 +53,20 @@ Registration ReadRegistration(ByteReader* in) {
   return r;
 }
 
+void PutHolderWideIds(std::string* out, const std::vector<uint64_t>& ids) {
+  PutVarint64(out, ids.size());
+  for (uint64_t id : ids) PutFixed64(out, id);
+}
+
+std::vector<uint64_t> ReadHolderWideIds(ByteReader* in) {
+  std::vector<uint64_t> ids;
+  const uint64_t n = in->Count(sizeof(uint64_t));
+  if (n == 0 || n > kHolderWideKept) in->Fail();
+  for (uint64_t i = 0; i < n && in->ok(); ++i) {
+    ids.push_back(in->Fixed64());
+    if (ids.back() == 0) in->Fail();
+  }
+  return ids;
+}
+
 }  // namespace kvatlas::server

@@ -6,7 +6,9 @@
 // Pure functions: safe from any thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/internal/bytes.h"
 #include "common/internal/key_bytes.h"
@@ -24,5 +26,9 @@ Tier ReadTier(ByteReader* in);
 // instance_id (length-prefixed), block_size, dp_rank (varints), additional_salt, topic.
 void PutRegistration(std::string* out, const Registration& registration);
 Registration ReadRegistration(ByteReader* in);
+// A holder's holder-wide ids (Registry::holder_wide): varint n (1..kHolderWideKept), n ×
+// fixed64 (none 0), oldest first. The reader fails the ByteReader on any other n or a 0.
+void PutHolderWideIds(std::string* out, const std::vector<uint64_t>& ids);
+std::vector<uint64_t> ReadHolderWideIds(ByteReader* in);
 
 }  // namespace kvatlas::server

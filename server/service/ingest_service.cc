@@ -3,6 +3,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -13,6 +14,16 @@
 namespace kvatlas::server {
 
 namespace {
+
+// A holder-wide command's fan-out id (ClearCommand::fanout): random, never 0. Unique
+// enough: a group keeps 64 per holder, and two of them equal by chance would make a move
+// take one holder-wide command for another once in 2^58.
+uint64_t NewFanoutId() {
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  uint64_t id = 0;
+  while (id == 0) id = random();
+  return id;
+}
 
 // The answers of `parts` parts of one write joined into one: `done` runs once all have
 // answered, with the first failure or else the last part's revision. join(last_part) is
@@ -98,6 +109,14 @@ std::vector<std::pair<const Services*, CommandBatch>> SplitByGroup(const Service
                std::holds_alternative<ExpireHolderCommand>(command) ||
                std::holds_alternative<RegisterCommand>(command) ||
                std::holds_alternative<UnregisterCommand>(command)) {
+      // One id for every group's part of a holder-wide removal (kept when a refused part
+      // is routed again), which each group records (docs/scaling.md §Moves).
+      if (auto* clear = std::get_if<ClearCommand>(&command); clear && clear->fanout == 0) {
+        clear->fanout = NewFanoutId();
+      } else if (auto* unreg = std::get_if<UnregisterCommand>(&command);
+                 unreg && unreg->fanout == 0) {
+        unreg->fanout = NewFanoutId();
+      }
       for (size_t g = 0; g < groups.size(); ++g) {
         if (refused_by == nullptr || refused_by == &groups[g])
           by_group[g].commands.push_back(command);

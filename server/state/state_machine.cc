@@ -211,7 +211,8 @@ bool StateMachine::HoldsAnything() const {
   std::shared_lock lock(mu_);
   const IndexStats stats = index_.Stats();
   return stats.contexts > 0 || stats.holders > 0 || !registry_.registrations.empty() ||
-         !registry_.positions.empty() || !registry_.disowned.empty();
+         !registry_.positions.empty() || !registry_.disowned.empty() ||
+         !registry_.holder_wide.empty();
 }
 
 Status StateMachine::DropReplica() {
@@ -348,6 +349,7 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
       continue;
     }
     if (const auto* unreg = std::get_if<UnregisterCommand>(&command)) {
+      NoteHolderWide(HolderKey{unreg->instance_id, unreg->dp_rank}, unreg->fanout);
       ApplyUnregister(*unreg);
       registry_changed = true;
       continue;
@@ -404,6 +406,9 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
         predicted_.NoteEvent(*holder, PredictedTable::Clock::now());
       }
       NoteActivity(*holder, &last_holder, revision, now);
+    }
+    if (const auto* clear = std::get_if<ClearCommand>(&command)) {
+      NoteHolderWide(clear->holder, clear->fanout);
     }
     const CommandTally found = index_.Apply(command, options_.hash_seed, &scratch_);
     if (const auto* remove = std::get_if<RemoveCommand>(&command)) {

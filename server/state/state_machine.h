@@ -193,6 +193,9 @@ class StateMachine final : public LogStateMachine {
   // Whether this group disowned any context: the writes' path checks it before asking
   // Disowned. Any thread, lock-free.
   bool has_disowned() const { return has_disowned_.load(std::memory_order_acquire); }
+  // The fan-out ids of the last kHolderWideKept holder-wide commands applied for `holder`
+  // (Registry::holder_wide), oldest first. Any thread.
+  std::vector<uint64_t> HolderWideIds(const HolderKey& holder) const;
 
   // Called on the applying thread after every Apply that changed a registration (and not
   // at Recover). It must be quick and must not call back into the StateMachine: the ZMQ
@@ -276,6 +279,9 @@ class StateMachine final : public LogStateMachine {
   void ApplySetGroupAccepting(const SetGroupAcceptingCommand& c);
   void ApplyDisownContext(const DisownContextCommand& c, Revision revision);
   void ApplySetGroupMembers(const SetGroupMembersCommand& c);
+  // Records a holder-wide command's fan-out id (0: none, nothing recorded) for `holder`,
+  // forgetting the oldest past kHolderWideKept. mu_ held.
+  void NoteHolderWide(const HolderKey& holder, uint64_t fanout);
   // Whether `batch` names a context of registry_.disowned (a store, remove, context clear
   // or prediction): then it is refused as a whole. mu_ held.
   bool NamesDisownedContext(const CommandBatch& batch) const;

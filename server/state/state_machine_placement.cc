@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/model/replica_digest.h"
+#include "server/model/value_codec.h"
 #include "server/state/state_machine.h"
 
 namespace kvatlas::server {
@@ -104,6 +105,26 @@ std::optional<DisownedContext> StateMachine::Disowned(const ContextKey& context)
   const auto it = registry_.disowned.find(context);
   if (it == registry_.disowned.end()) return std::nullopt;
   return it->second;
+}
+
+std::vector<uint64_t> StateMachine::HolderWideIds(const HolderKey& holder) const {
+  std::shared_lock lock(mu_);
+  const auto it = registry_.holder_wide.find(holder);
+  return it == registry_.holder_wide.end() ? std::vector<uint64_t>() : it->second;
+}
+
+void StateMachine::NoteHolderWide(const HolderKey& holder, uint64_t fanout) {
+  if (fanout == 0) return;
+  std::vector<uint64_t>& ids = registry_.holder_wide[holder];
+  if (!ids.empty()) DigestRegistry(HolderWideElement(holder, ids), -1);
+  if (ids.size() >= kHolderWideKept) ids.erase(ids.begin());
+  ids.push_back(fanout);
+  DigestRegistry(HolderWideElement(holder, ids), +1);
+  Mutation m;
+  m.kind = MutationKind::kPutHolderWide;
+  m.holder_key = std::make_shared<const HolderKey>(holder);
+  PutHolderWideIds(&m.location, ids);
+  scratch_.push_back(std::move(m));
 }
 
 void StateMachine::ErasePositionsOf(std::string_view key) {

@@ -115,6 +115,21 @@ void AppendDisownedKey(const ContextKey& context, std::string* out) {
   PutContextKey(out, context);
 }
 
+void AppendHolderWideKey(const HolderKey& holder, std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kHolderWide));
+  PutHolderKey(out, holder);
+}
+
+Result<HolderKey> DecodeHolderWideRecordKey(std::string_view key) {
+  if (key.empty() || key[0] != static_cast<char>(RecordType::kHolderWide)) {
+    return Status::Corruption("malformed record key " + DescribeKey(key));
+  }
+  ByteReader in(key.substr(1));
+  HolderKey holder = ReadHolderKey(&in);
+  if (!in.Done()) return Status::Corruption("malformed record key " + DescribeKey(key));
+  return holder;
+}
+
 Result<ContextKey> DecodeDisownedRecordKey(std::string_view key) {
   if (key.empty() || key[0] != static_cast<char>(RecordType::kDisowned)) {
     return Status::Corruption("malformed record key " + DescribeKey(key));
@@ -201,6 +216,11 @@ std::string DescribeKey(std::string_view key) {
       ContextKey context = ReadContextKey(&in);
       if (!in.Done()) break;
       return out + "/" + context.ToString();
+    }
+    case RecordType::kHolderWide: {
+      HolderKey holder = ReadHolderKey(&in);
+      if (!in.Done()) break;
+      return out + "/" + holder.ToString();
     }
     case RecordType::kServerAddresses:
       if (key.size() != kServerAddressesKeyBytes) break;
@@ -361,6 +381,10 @@ Result<DisownedContext> DecodeDisownedValue(std::string_view key, std::string_vi
     d.epoch = in->Fixed64();
     return d;
   });
+}
+
+Result<std::vector<uint64_t>> DecodeHolderWideValue(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "holder-wide ids", ReadHolderWideIds);
 }
 
 Result<uint32_t> DecodeMetaFixed32(std::string_view key, std::string_view value) {

@@ -38,8 +38,9 @@ enum class RecordType : char {
   kRegistration = 'R',
   kStreamPosition = 'S',
   kServerAddresses = 'A',
-  kDirectory = 'P',  // the placement directory: one record, the key is this byte alone
-  kDisowned = 'D',   // a disowned context (DisownContextCommand)
+  kDirectory = 'P',   // the placement directory: one record, the key is this byte alone
+  kDisowned = 'D',    // a disowned context (DisownContextCommand)
+  kHolderWide = 'W',  // a holder's holder-wide command ids (Registry::holder_wide)
 };
 
 // Meta record names (the rest of an `M` key).
@@ -79,6 +80,8 @@ void AppendServerAddressesKey(uint64_t server_id, std::string* out);
 void AppendDirectoryKey(std::string* out);
 // `D` + context_key (value_codec.h PutContextKey).
 void AppendDisownedKey(const ContextKey& context, std::string* out);
+// `W` + holder_key (value_codec.h PutHolderKey).
+void AppendHolderWideKey(const HolderKey& holder, std::string* out);
 
 struct BlockRecordKey {
   uint32_t context = 0;
@@ -113,6 +116,8 @@ struct Version3EntryKey {
 [[nodiscard]] Result<uint64_t> DecodeServerAddressesRecordKey(std::string_view key);
 // The context of a `D` key; kCorruption for another type, a malformed context or trailing bytes.
 [[nodiscard]] Result<ContextKey> DecodeDisownedRecordKey(std::string_view key);
+// The holder of a `W` key; kCorruption for another type, a malformed holder or trailing bytes.
+[[nodiscard]] Result<HolderKey> DecodeHolderWideRecordKey(std::string_view key);
 
 // A readable rendering of any record key, for error messages: "T/stamp=9/ctx=3/holder=7/
 // tier=CPU", "M/applied_index", or the type followed by hex bytes when malformed.
@@ -184,6 +189,10 @@ void AppendServerAddressesValue(const ServerAddresses& addresses, std::string* o
 void AppendDisownedValue(const DisownedContext& disowned, std::string* out);
 [[nodiscard]] Result<DisownedContext> DecodeDisownedValue(std::string_view key,
                                                           std::string_view value);
+// A holder's holder-wide ids (value_codec.h PutHolderWideIds: what a kPutHolderWide
+// mutation's `location` holds).
+[[nodiscard]] Result<std::vector<uint64_t>> DecodeHolderWideValue(std::string_view key,
+                                                                  std::string_view value);
 // Meta values are fixed32 (format_version) or fixed64 (hash_seed, applied_index).
 [[nodiscard]] Result<uint32_t> DecodeMetaFixed32(std::string_view key, std::string_view value);
 [[nodiscard]] Result<uint64_t> DecodeMetaFixed64(std::string_view key, std::string_view value);

@@ -40,7 +40,8 @@ Status RocksDbStorage::Write(Revision applied_index, std::span<const Mutation> m
         (m.kind == MutationKind::kPutHolder && !m.holder_key) ||
         (m.kind == MutationKind::kPutRegistration && !m.registration) ||
         (m.kind == MutationKind::kPutServerAddresses && !m.server_addresses) ||
-        (m.kind == MutationKind::kPutDisowned && !m.context_key)) {
+        (m.kind == MutationKind::kPutDisowned && !m.context_key) ||
+        (m.kind == MutationKind::kPutHolderWide && !m.holder_key)) {
       return Status::Internal(
           "context, holder, registration, server addresses or disowned context mutation "
           "without its value");
@@ -108,6 +109,10 @@ Status RocksDbStorage::Write(Revision applied_index, std::span<const Mutation> m
         AppendDisownedKey(*m.context_key, &key);
         AppendDisownedValue(DisownedContext{m.stamp, m.key}, &value);
         s = batch.Put(ToSlice(key), ToSlice(value));
+        break;
+      case MutationKind::kPutHolderWide:
+        AppendHolderWideKey(*m.holder_key, &key);
+        s = batch.Put(ToSlice(key), ToSlice(m.location));
         break;
       default:
         return Status::Internal("unknown mutation kind " +
@@ -179,7 +184,13 @@ Status RocksDbStorage::LoadRegistry(Registry* registry) const {
   KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kRegistration, load_registration));
   KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kStreamPosition, load_position));
   KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kDirectory, load_directory));
+  auto load_holder_wide = [registry](std::string_view k, std::string_view v) -> Status {
+    KVATLAS_ASSIGN_OR_RETURN(HolderKey holder, DecodeHolderWideRecordKey(k));
+    KVATLAS_ASSIGN_OR_RETURN(registry->holder_wide[holder], DecodeHolderWideValue(k, v));
+    return Status::Ok();
+  };
   KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kDisowned, load_disowned));
+  KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kHolderWide, load_holder_wide));
   return Scan(RecordType::kServerAddresses, load_server);
 }
 

@@ -248,6 +248,7 @@ Index Replay(const MutationList& log, const IndexOptions& options) {
       case MutationKind::kDeleteServerAddresses:
       case MutationKind::kPutDirectory:
       case MutationKind::kPutDisowned:
+      case MutationKind::kPutHolderWide:
         FAIL("the Index emitted a registry mutation");
         break;
       case MutationKind::kPredicted:

@@ -68,6 +68,45 @@ TEST_SUITE("split_by_group") {
     }
   }
 
+  TEST_CASE("SplitByGroup: a holder-wide removal has one id in every group's part") {
+    const Services services = ThreeGroups();
+    CommandBatch batch;
+    batch.commands.emplace_back(ClearCommand{HolderKey{"e1", 0}, std::nullopt, std::nullopt});
+    batch.commands.emplace_back(UnregisterCommand{"e2", "default", 0});
+    const ContextKey context{"default", "m", "", 16, ""};
+    batch.commands.emplace_back(ClearCommand{HolderKey{"e1", 0}, context, std::nullopt});
+    const auto parts = SplitByGroup(services, std::move(batch));
+    REQUIRE(parts.size() == kGroups);
+    const auto& first = parts[0].second.commands;
+    const uint64_t clear_id = std::get<ClearCommand>(first[0]).fanout;
+    const uint64_t unregister_id = std::get<UnregisterCommand>(first[1]).fanout;
+    CHECK(clear_id != 0);
+    CHECK(unregister_id != 0);
+    CHECK(clear_id != unregister_id);
+    for (const auto& [group, part] : parts) {
+      CHECK(std::get<ClearCommand>(part.commands[0]).fanout == clear_id);
+      CHECK(std::get<UnregisterCommand>(part.commands[1]).fanout == unregister_id);
+      // A clear in one context goes to its group only, with no id.
+      if (part.commands.size() == 3) CHECK(std::get<ClearCommand>(part.commands[2]).fanout == 0);
+    }
+    // A part a group refused, routed again, keeps its ids.
+    const Services* refused_by = parts[1].first;
+    CommandBatch again = parts[1].second;
+    const auto rerouted = SplitByGroup(services, std::move(again), refused_by);
+    for (const auto& [group, part] : rerouted) {
+      if (part.commands.empty()) continue;
+      if (const auto* clear = std::get_if<ClearCommand>(&part.commands[0]);
+          clear && !clear->context) {
+        CHECK(clear->fanout == clear_id);
+      }
+    }
+    // A batch of another write gets other ids.
+    CommandBatch next;
+    next.commands.emplace_back(ClearCommand{HolderKey{"e1", 0}, std::nullopt, std::nullopt});
+    CHECK(std::get<ClearCommand>(SplitByGroup(services, std::move(next))[0].second.commands[0])
+              .fanout != clear_id);
+  }
+
   TEST_CASE("SplitByGroup: one group keeps the batch whole") {
     Services services;
     CommandBatch batch;

@@ -82,6 +82,7 @@ ClearCommand RandomClear(Rng& rng) {
   c.holder = RandomHolder(rng);
   if (rng() % 2) c.context = RandomContext(rng);
   if (rng() % 2) c.tier = RandomTier(rng);
+  if (rng() % 2) c.fanout = RandomInt(rng);
   return c;
 }
 
@@ -497,6 +498,47 @@ TEST_SUITE("command_codec") {
     CHECK(DecodeCommandBatch(members_of(many)).has_value());
     many.push_back(kMaxGroupMembers + 1);
     CHECK(DecodeCommandBatch(members_of(many)).error().code() == StatusCode::kCorruption);
+    for (size_t n = 1; n < expected.size(); ++n) {
+      CHECK(!DecodeCommandBatch(expected.substr(0, n)).has_value());
+    }
+  }
+
+  TEST_CASE("CommandCodec: a holder-wide command's fan-out id uses version 13") {
+    CommandBatch batch;
+    ClearCommand clear{HolderKey{"h", 0}, std::nullopt, std::nullopt};
+    clear.fanout = 0x0102;
+    batch.commands.emplace_back(clear);
+    batch.commands.emplace_back(ClearCommand{HolderKey{"g", 0}, std::nullopt, std::nullopt});
+    UnregisterCommand unregister{"i", "t", 2};
+    unregister.fanout = 3;
+    batch.commands.emplace_back(unregister);
+    const std::string expected = Bytes(
+        "\x0d\x03"                          // version 13, three commands
+        "\x03\x01h\x00\x00\x00"             // Clear: holder h/0, no context, no tier
+        "\x02\x01\x00\x00\x00\x00\x00\x00"  //   its fan-out id 0x0102
+        "\x03\x01g\x00\x00\x00"             // Clear of holder g/0
+        "\x00\x00\x00\x00\x00\x00\x00\x00"  //   without an id: 0 in version 13
+        "\x05\x01i\x01t\x02"                // Unregister i, tenant t, rank 2
+        "\x03\x00\x00\x00\x00\x00\x00\x00"  //   its fan-out id 3
+        "\x00");                            // no position
+    CHECK(EncodeCommandBatch(batch) == expected);
+    CHECK(DecodeCommandBatch(expected).value() == batch);
+    // Without ids the batch is written as before (version 2: an unregistration).
+    CommandBatch without = batch;
+    std::get<ClearCommand>(without.commands[0]).fanout = 0;
+    std::get<UnregisterCommand>(without.commands[2]).fanout = 0;
+    const std::string old = EncodeCommandBatch(without);
+    CHECK(old[0] == 2);
+    CHECK(DecodeCommandBatch(old).value() == without);
+    // Version 13 with every id 0 is not canonical; an older version has no id field.
+    std::string zeros = expected;
+    for (size_t at : {size_t{8}, size_t{36}}) {
+      for (size_t i = 0; i < 8; ++i) zeros[at + i] = 0;
+    }
+    CHECK(DecodeCommandBatch(zeros).error().code() == StatusCode::kCorruption);
+    std::string older = expected;
+    older[0] = 12;
+    CHECK(DecodeCommandBatch(older).error().code() == StatusCode::kCorruption);
     for (size_t n = 1; n < expected.size(); ++n) {
       CHECK(!DecodeCommandBatch(expected.substr(0, n)).has_value());
     }

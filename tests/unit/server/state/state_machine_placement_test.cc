@@ -374,6 +374,51 @@ TEST_SUITE("StateMachine placement") {
     REQUIRE(machine.Restore(snapshot).ok());
     check(machine);
   }
+
+  TEST_CASE("holder-wide ids: the last 64 per holder, persisted, snapshotted, in the digest") {
+    testing::TempDir dir;
+    const HolderKey other{"b", 1};
+    std::string snapshot;
+    uint64_t digest = 0;
+    std::vector<uint64_t> expected;
+    {
+      std::unique_ptr<Storage> storage = OpenStorage((dir.path() / "a").string());
+      StateMachine machine({}, storage.get());
+      REQUIRE(machine.Recover().ok());
+      for (uint64_t id = 1; id <= kHolderWideKept + 2; ++id) {
+        ClearCommand clear{kHolder, std::nullopt, std::nullopt};
+        clear.fanout = id * 1'000;
+        REQUIRE(ApplyOne(machine, One(clear)).has_value());
+      }
+      for (uint64_t id = 3; id <= kHolderWideKept + 2; ++id) expected.push_back(id * 1'000);
+      CHECK(machine.HolderWideIds(kHolder) == expected);
+      // Without an id (one group; a clear in one context) nothing is recorded.
+      REQUIRE(ApplyOne(machine, One(ClearCommand{other, std::nullopt, std::nullopt})).has_value());
+      CHECK(machine.HolderWideIds(other).empty());
+      const uint64_t before = machine.ReplicaDigest();
+      UnregisterCommand unregister{"b", "default", 1};
+      unregister.fanout = 77;
+      REQUIRE(ApplyOne(machine, One(unregister)).has_value());
+      CHECK(machine.HolderWideIds(other) == std::vector<uint64_t>{77});
+      CHECK(machine.ReplicaDigest() != before);
+      CheckDigest(machine);
+      digest = machine.ReplicaDigest();
+      snapshot = SnapshotBytes(machine);
+    }
+    // Reopened, and restored from the snapshot into an empty data directory.
+    for (const bool restored : {false, true}) {
+      CAPTURE(restored);
+      std::unique_ptr<Storage> storage =
+          OpenStorage((dir.path() / (restored ? "b" : "a")).string());
+      StateMachine machine({}, storage.get());
+      REQUIRE(machine.Recover().ok());
+      if (restored) REQUIRE(machine.Restore(snapshot).ok());
+      CHECK(machine.HolderWideIds(kHolder) == expected);
+      CHECK(machine.HolderWideIds(other) == std::vector<uint64_t>{77});
+      CHECK(machine.ReplicaDigest() == digest);
+      CheckDigest(machine);
+    }
+  }
 }
 
 }  // namespace
