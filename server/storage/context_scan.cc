@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "server/storage/key_codec.h"
 
@@ -37,6 +38,19 @@ Status ScanContext(const Storage::Capture& capture, const ContextKey& context,
         KVATLAS_ASSIGN_OR_RETURN(HolderKey decoded, DecodeHolderValue(key, value));
         holders.emplace(id, std::move(decoded));
         return Status::Ok();
+      }
+      case RecordType::kStreamPosition: {
+        if (!visitor->WantsRegistry()) return Status::Ok();
+        KVATLAS_ASSIGN_OR_RETURN(std::string_view stream,
+                                 DecodeNamedRecordKey(key, RecordType::kStreamPosition));
+        KVATLAS_ASSIGN_OR_RETURN(uint64_t sequence, DecodeStreamPositionValue(key, value));
+        return visitor->OnStreamPosition(stream, sequence);
+      }
+      case RecordType::kHolderWide: {
+        if (!visitor->WantsRegistry()) return Status::Ok();
+        KVATLAS_ASSIGN_OR_RETURN(HolderKey holder, DecodeHolderWideRecordKey(key));
+        KVATLAS_ASSIGN_OR_RETURN(std::vector<uint64_t> ids, DecodeHolderWideValue(key, value));
+        return visitor->OnHolderWide(holder, ids);
       }
       case RecordType::kMeta:
         if (key == meta_applied) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "kvatlas/common/status.h"
 #include "kvatlas/common/types.h"
@@ -15,12 +16,26 @@
 
 namespace kvatlas::server {
 
-// What a context scan hands over, in order: the revision once (before any copy), then
-// every copy of the context, blocks in creation order (ascending stamp) and each block's
-// copies together. A non-OK Status from either stops the scan and is returned by it.
+// What a context scan hands over, in order: the group's stream positions and holder-wide
+// ids (to a visitor that wants them: a move's source, docs/scaling.md §Moves), the revision
+// once (before any copy), then every copy of the context, blocks in creation order
+// (ascending stamp) and each block's copies together — all of one revision. A non-OK Status
+// from any of them stops the scan and is returned by it.
 class ContextScanVisitor {
  public:
   virtual ~ContextScanVisitor() = default;
+  // Every stream position (Registry::positions) and every holder's holder-wide ids
+  // (Registry::holder_wide), when the visitor wants them (they are few).
+  [[nodiscard]] virtual bool WantsRegistry() const { return false; }
+  [[nodiscard]] virtual Status OnStreamPosition(std::string_view /*stream*/,
+                                                uint64_t /*sequence*/) {
+    return Status::Ok();
+  }
+  // `ids` oldest first.
+  [[nodiscard]] virtual Status OnHolderWide(const HolderKey& /*holder*/,
+                                            const std::vector<uint64_t>& /*ids*/) {
+    return Status::Ok();
+  }
   [[nodiscard]] virtual Status OnRevision(Revision revision) = 0;
   // `holder` and `location` are valid during the call only.
   [[nodiscard]] virtual Status OnCopy(BlockKey key, const HolderKey& holder, Tier tier,

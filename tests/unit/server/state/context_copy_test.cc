@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -15,7 +17,9 @@
 #include <vector>
 
 #include "server/state/state_machine.h"
+#include "server/storage/context_scan.h"
 #include "tests/support/state_machine_helpers.h"
+#include "tests/support/temp_dir.h"
 
 namespace kvatlas::server {
 namespace {
@@ -207,6 +211,88 @@ TEST_CASE("an error from the receiver stops the copy") {
   }
   CHECK(failed.code() == StatusCode::kUnavailable);
   CHECK(emitted == 2);
+}
+
+// A move's source (docs/scaling.md §Moves): a context scan of one pinned snapshot gives the
+// copies to cut into batches, and the stream positions and holder-wide ids of the same
+// revision.
+class MoveSource final : public ContextScanVisitor {
+ public:
+  explicit MoveSource(std::vector<CommandBatch>* batches)
+      : copier_(kMoved, "move-1", 16, [batches](CommandBatch batch) {
+          batches->push_back(std::move(batch));
+          return Status::Ok();
+        }) {}
+  bool WantsRegistry() const override { return true; }
+  Status OnStreamPosition(std::string_view stream, uint64_t sequence) override {
+    positions.emplace(std::string(stream), sequence);
+    return Status::Ok();
+  }
+  Status OnHolderWide(const HolderKey& holder, const std::vector<uint64_t>& ids) override {
+    holder_wide[holder.ToString()] = ids;
+    return Status::Ok();
+  }
+  Status OnRevision(Revision at) override {
+    revision = at;
+    return Status::Ok();
+  }
+  Status OnCopy(BlockKey key, const HolderKey& holder, Tier tier, uint32_t depth, uint32_t refcount,
+                uint64_t engine_hash, std::string_view location) override {
+    return copier_.Add(
+        key, BlockCopy{{}, holder, tier, depth, refcount, engine_hash, std::string(location)});
+  }
+  Status Finish() { return copier_.Finish(); }
+
+  std::map<std::string, uint64_t> positions;
+  std::map<std::string, std::vector<uint64_t>> holder_wide;
+  Revision revision = 0;
+
+ private:
+  ContextCopier copier_;
+};
+
+TEST_CASE("a move's source: copies, positions and holder-wide ids of one pinned revision") {
+  testing::TempDir dir;
+  StorageOptions options;
+  options.path = (dir.path() / "a").string();
+  options.sync_writes = false;
+  Result<std::unique_ptr<Storage>> storage = Storage::Open(options);
+  REQUIRE(storage.has_value());
+  StateMachine from({}, storage->get());
+  REQUIRE(from.Recover().ok());
+  Fill(from, kMoved, 11);
+  Fill(from, kStays, 12);
+  const HolderKey holder{"e2", 0};
+  ClearCommand clear{holder, std::nullopt, std::nullopt};
+  clear.fanout = 41;
+  CommandBatch batch;
+  batch.commands.emplace_back(clear);
+  batch.position = StreamPosition{"writer:w1", 5, false};
+  const Revision captured_at = testing::ApplyOne(from, batch);
+  Fill(from, kMoved, 13);  // more after the clear
+  const Revision at = from.applied_revision();
+  const std::vector<Listed> copies = Copies(from, kMoved);
+  Result<std::unique_ptr<Storage::Capture>> capture = (*storage)->CaptureAll();
+  REQUIRE(capture.has_value());
+  // After the capture: none of it is in the scan.
+  clear.fanout = 42;
+  batch.commands = {clear};
+  batch.position = StreamPosition{"writer:w1", 6, false};
+  testing::ApplyOne(from, batch);
+  REQUIRE(from.applied_revision() > at);
+  REQUIRE(captured_at < at);
+
+  std::vector<CommandBatch> batches;
+  MoveSource source(&batches);
+  REQUIRE(ScanContext(**capture, kMoved, &source).ok());
+  REQUIRE(source.Finish().ok());
+  CHECK(source.revision == at);
+  CHECK(source.positions == std::map<std::string, uint64_t>{{"writer:w1", 5}});
+  CHECK(source.holder_wide == std::map<std::string, std::vector<uint64_t>>{{"e2|0", {41}}});
+  CHECK(from.HolderWideIds(holder) == std::vector<uint64_t>{41, 42});
+  StateMachine to({}, nullptr);
+  for (const CommandBatch& part : batches) testing::ApplyOne(to, part);
+  CHECK(Copies(to, kMoved) == copies);
 }
 
 }  // namespace
