@@ -279,8 +279,9 @@ class StateMachine final : public LogStateMachine {
   void ApplySetGroupAccepting(const SetGroupAcceptingCommand& c);
   void ApplyDisownContext(const DisownContextCommand& c, Revision revision);
   void ApplySetGroupMembers(const SetGroupMembersCommand& c);
-  // Records a holder-wide command's fan-out id (0: none, nothing recorded) for `holder`,
-  // forgetting the oldest past kHolderWideKept. mu_ held.
+  // Records a holder-wide command's fan-out id (0: none, nothing recorded; one recorded
+  // already stays where it is) for `holder`, forgetting the oldest past kHolderWideKept.
+  // mu_ held.
   void NoteHolderWide(const HolderKey& holder, uint64_t fanout);
   // Whether `batch` names a context of registry_.disowned (a store, remove, context clear
   // or prediction): then it is refused as a whole. mu_ held.

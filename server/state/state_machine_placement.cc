@@ -3,6 +3,7 @@
 // SetGroupMembersCommand), the
 // contexts a group disowned (DisownContextCommand) and the batches it refuses for them, and
 // the positions of placed streams (PlacedStreamKey).
+#include <algorithm>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -116,6 +117,9 @@ std::vector<uint64_t> StateMachine::HolderWideIds(const HolderKey& holder) const
 void StateMachine::NoteHolderWide(const HolderKey& holder, uint64_t fanout) {
   if (fanout == 0) return;
   std::vector<uint64_t>& ids = registry_.holder_wide[holder];
+  // Applied again (an unpositioned part sent twice): it was applied, which is all a move
+  // asks of the record.
+  if (std::find(ids.begin(), ids.end(), fanout) != ids.end()) return;
   if (!ids.empty()) DigestRegistry(HolderWideElement(holder, ids), -1);
   if (ids.size() >= kHolderWideKept) ids.erase(ids.begin());
   ids.push_back(fanout);

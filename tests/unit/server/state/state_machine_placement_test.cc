@@ -392,6 +392,11 @@ TEST_SUITE("StateMachine placement") {
       }
       for (uint64_t id = 3; id <= kHolderWideKept + 2; ++id) expected.push_back(id * 1'000);
       CHECK(machine.HolderWideIds(kHolder) == expected);
+      // Applied again (sent twice): recorded once.
+      ClearCommand again{kHolder, std::nullopt, std::nullopt};
+      again.fanout = 10'000;
+      REQUIRE(ApplyOne(machine, One(again)).has_value());
+      CHECK(machine.HolderWideIds(kHolder) == expected);
       // Without an id (one group; a clear in one context) nothing is recorded.
       REQUIRE(ApplyOne(machine, One(ClearCommand{other, std::nullopt, std::nullopt})).has_value());
       CHECK(machine.HolderWideIds(other).empty());
