@@ -1,13 +1,13 @@
 // SettleHolderWide: what a move's accept does about one holder's holder-wide commands
 // (docs/scaling.md §Moves), from the fan-out ids the source group A had applied for the
-// holder at the copy's revision and those the destination group B has applied at the
-// accept (each group's Registry::holder_wide record: its last kHolderWideKept, oldest
-// first).
+// holder at the fence (the last revision of A the moved copies reflect) and those the
+// destination group B has applied at the accept (each group's Registry::holder_wide
+// record: its last kHolderWideKept, oldest first).
 //
-// A command B applied and A had not by the copy's revision never reached the moved copies
-// (copied before A applied it; B held none of them yet): B applies it to them at the
-// accept. A command A applied and B has not is in the copies already: B skips it for the
-// moved context when it comes.
+// A command B applied and A had not by the fence never reached the moved copies (B keeps
+// holder-wide commands off a context it imports; A applied it after): B applies it to them
+// at the accept. A command A applied and B has not is in the copies already: B skips it
+// for the moved context when it comes.
 //
 // A record of fewer than kHolderWideKept ids is the group's whole history for the holder. A
 // full one may have forgotten old ids, so an id the other group has and it lacks is taken
@@ -36,8 +36,7 @@ struct HolderWideSettlement {
   friend bool operator==(const HolderWideSettlement&, const HolderWideSettlement&) = default;
 };
 
-// `source`: A's ids at the copy's revision; `destination`: B's at the accept (each oldest
-// first).
+// `source`: A's ids at the fence; `destination`: B's at the accept (each oldest first).
 // kFailedPrecondition when a full record shares no id with the other, non-empty one.
 [[nodiscard]] Result<HolderWideSettlement> SettleHolderWide(std::span<const uint64_t> source,
                                                             std::span<const uint64_t> destination);
