@@ -23,17 +23,17 @@ struct Overloaded : Ts... {
 template <typename... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
-// Deletes the chained copies of `holder` (interned) in `context` (kNil = every context) and
+// Deletes the chained copies of `holder` (interned) in the contexts `contexts` reaches and
 // `tier` (nullopt = every tier), ignoring refcounts: a walk of the holder's list, O(those
 // copies). Its inline copies are in no list: ClearInlineCopies finds them.
 // A template so that it can take the private Index::Impl without naming it.
 template <typename Impl>
-void DeleteChainedCopies(Impl& m, uint32_t holder, uint32_t context, std::optional<Tier> tier,
-                         MutationCause cause, MutationList* out) {
+void DeleteChainedCopies(Impl& m, uint32_t holder, const ContextFilter& contexts,
+                         std::optional<Tier> tier, MutationCause cause, MutationList* out) {
   uint32_t e = m.holders_[holder].head;
   while (e != kNil) {
     const uint32_t next = m.entries_[e].holder_next;
-    const bool context_ok = context == kNil || m.blocks_[m.BlockOf(e)].context == context;
+    const bool context_ok = contexts.Reaches(m.blocks_[m.BlockOf(e)].context);
     const bool tier_ok = !tier || m.TierOf(e) == static_cast<uint8_t>(*tier);
     // Deleting e never frees or renames `next`: it belongs to this holder, the block
     // cascade only frees e's block record (which has no copy left), and blocks never go
@@ -43,18 +43,19 @@ void DeleteChainedCopies(Impl& m, uint32_t holder, uint32_t context, std::option
   }
 }
 
-// Deletes every copy of `holder` in `context` and `tier` as DeleteChainedCopies, ignoring
-// refcounts: the one path of ClearCommand (and of a single ExpireHolderCommand, which
-// differs only in the cause it reports). O(the holder's chained copies), plus one pass over
-// the block records when it holds inline copies.
+// Deletes every copy of `holder` in the contexts `contexts` reaches and `tier` as
+// DeleteChainedCopies, ignoring refcounts: the one path of ClearCommand and
+// Index::ClearHolderExcept (and of a single ExpireHolderCommand, which differs only in the
+// cause it reports). O(the holder's chained copies), plus one pass over the block records
+// when it holds inline copies.
 template <typename Impl>
-void DeleteHolderEntries(Impl& m, uint32_t holder, uint32_t context, std::optional<Tier> tier,
-                         MutationCause cause, MutationList* out) {
-  DeleteChainedCopies(m, holder, context, tier, cause, out);
+void DeleteHolderEntries(Impl& m, uint32_t holder, const ContextFilter& contexts,
+                         std::optional<Tier> tier, MutationCause cause, MutationList* out) {
+  DeleteChainedCopies(m, holder, contexts, tier, cause, out);
   if (m.holders_[holder].inline_entries == 0) return;
   std::vector<bool> selected(m.holders_.size(), false);
   selected[holder] = true;
-  m.ClearInlineCopies(selected, context, tier, cause, out);
+  m.ClearInlineCopies(selected, contexts, tier, cause, out);
 }
 
 }  // namespace
@@ -324,7 +325,7 @@ void Index::Impl::UnlinkFromHolder(uint32_t e) {
   if (rec.holder_next != kNil) entries_[rec.holder_next].holder_prev = rec.holder_prev;
 }
 
-void Index::Impl::ClearInlineCopies(const std::vector<bool>& holders, uint32_t context,
+void Index::Impl::ClearInlineCopies(const std::vector<bool>& holders, const ContextFilter& contexts,
                                     std::optional<Tier> tier, MutationCause cause,
                                     MutationList* out) {
   // Ids below allocated() are initialised; a freed record has copy == kNil (its copies were
@@ -337,7 +338,7 @@ void Index::Impl::ClearInlineCopies(const std::vector<bool>& holders, uint32_t c
   for (uint32_t b = 0; b < end && left > 0; ++b) {
     const BlockRec& block = blocks_[b];
     if (block.copy >= holders.size() || !holders[block.copy] || block.chained()) continue;
-    if (context != kNil && block.context != context) continue;
+    if (!contexts.Reaches(block.context)) continue;
     const uint32_t c = b | kInlineCopy;
     if (tier && TierOf(c) != static_cast<uint8_t>(*tier)) continue;
     DeleteEntry(c, cause, out);
@@ -717,6 +718,19 @@ void Index::Impl::ApplyRemove(const RemoveCommand& c, MutationList* out, Command
       }
     }
   }
+}
+
+void Index::ClearHolderExcept(const HolderKey& holder, std::span<const ContextKey> spared,
+                              MutationList* out) {
+  Impl& m = *impl_;
+  const uint32_t id = m.FindHolder(holder);
+  if (id == kNil) return;
+  std::vector<uint32_t> spared_ids;
+  for (const ContextKey& context : spared) {
+    if (const uint32_t c = m.FindContext(context); c != kNil) spared_ids.push_back(c);
+  }
+  DeleteHolderEntries(m, id, ContextFilter(kNil, spared_ids), std::nullopt, MutationCause::kCleared,
+                      out);
 }
 
 void Index::Impl::ApplyClear(const ClearCommand& c, MutationList* out) {

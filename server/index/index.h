@@ -132,6 +132,13 @@ class Index final : public RecordLoader {
   // or Remove found (zeros for other commands).
   CommandTally Apply(const Command& command, uint64_t seed, MutationList* out);
 
+  // A holder-wide clear (ClearCommand without context or tier) that leaves the holder's
+  // copies in the `spared` contexts alone: how a group keeps holder-wide commands off a
+  // context it is importing in a move, or skips one for a moved context (docs/scaling.md
+  // §Moves). Unknown holders and contexts are no-ops.
+  void ClearHolderExcept(const HolderKey& holder, std::span<const ContextKey> spared,
+                         MutationList* out);
+
   // Applies an ExpireHolderCommand for each of `holders` at once (cause kExpired), with one
   // pass over the block records for all their inline copies instead of one pass each (a
   // pass is ~100 ms at 50M blocks). Returns how many of them had entries.

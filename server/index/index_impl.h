@@ -3,8 +3,10 @@
 // layout and its memory budget.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -42,6 +44,21 @@ inline constexpr uint64_t kMaxStamp = (uint64_t{1} << 48) - 1;
 // 32 bytes: what a block with one copy costs beside its forward slot (docs/architecture.md
 // §Index). Hence 16-bit context ids (kMaxContexts) and 24-bit depths (kMaxBlockDepth).
 #pragma pack(push, 4)
+// The contexts a deletion of a holder's copies reaches: `only` (kNil: every context) but
+// none of `spared` (interned ids; a holder-wide clear a group keeps off some contexts,
+// Index::ClearHolderExcept).
+struct ContextFilter {
+  ContextFilter(uint32_t only_context) : only(only_context) {}  // NOLINT: kNil or one id
+  ContextFilter(uint32_t only_context, std::span<const uint32_t> spared_contexts)
+      : only(only_context), spared(spared_contexts) {}
+  bool Reaches(uint32_t context) const {
+    return (only == kNil || context == only) &&
+           std::find(spared.begin(), spared.end(), context) == spared.end();
+  }
+  uint32_t only = kNil;
+  std::span<const uint32_t> spared;
+};
+
 struct BlockRec {
   uint64_t key;
   uint32_t fifo_prev;  // neighbours in the context's FIFO
@@ -273,9 +290,9 @@ class Index::Impl {
   void LinkToHolder(uint32_t e);
   void UnlinkFromHolder(uint32_t e);
   // Deletes the inline copies of the holders selected in `holders` (indexed by holder id)
-  // in `context` (kNil: any) and `tier` (nullopt: any): one pass over the block records,
-  // since inline copies are in no holder list.
-  void ClearInlineCopies(const std::vector<bool>& holders, uint32_t context,
+  // in the contexts `contexts` reaches and `tier` (nullopt: any): one pass over the block
+  // records, since inline copies are in no holder list.
+  void ClearInlineCopies(const std::vector<bool>& holders, const ContextFilter& contexts,
                          std::optional<Tier> tier, MutationCause cause, MutationList* out);
   // Whether the record or stamp limits leave no room for one more store (docs/limits.md).
   bool Full() const;

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -159,6 +160,46 @@ TEST_SUITE("Index inline copies") {
     CHECK(r.blocks_found == 3);
     REQUIRE(r.holders.size() == 1);
     CHECK(r.holders[0].holder.id == "b");
+  }
+
+  TEST_CASE("a holder-wide clear can spare contexts: their inline and chained copies stay") {
+    const ContextKey third{"acme", "llama", "", 16, ""};
+    for (const bool chained : {false, true}) {
+      CAPTURE(chained);
+      Index index;
+      for (const ContextKey* context : {&kCtx, &kOther, &third}) {
+        StoreCommand store = Store("a", Tier::kGpu, {1, 2, 3});
+        // A second tier of the same blocks makes the copies chained.
+        StoreCommand cpu = Store("a", Tier::kCpu, {1, 2, 3});
+        store.context = cpu.context = *context;
+        Apply(index, store);
+        if (chained) Apply(index, cpu);
+        StoreCommand other = Store("b", Tier::kGpu, {1});
+        other.context = *context;
+        Apply(index, other);
+      }
+      const uint64_t per_context = chained ? 6 : 3;
+      REQUIRE(EntriesOf(index, "a") == 3 * per_context);
+      const std::vector<ContextKey> spared = {kOther, third, {"none", "x", "", 1, ""}};
+      MutationList out;
+      index.ClearHolderExcept({"a", 0}, std::span(spared).subspan(0, 3), &out);
+      CHECK(EntriesOf(index, "a") == 2 * per_context);
+      CHECK(EntriesOf(index, "b") == 3);
+      CHECK(index.Lookup(kCtx, std::vector<uint64_t>{1}).holders.size() == 1);
+      for (const ContextKey* context : {&kOther, &third}) {
+        const auto r = index.Lookup(*context, std::vector<uint64_t>{1, 2, 3});
+        CHECK(r.blocks_found == 3);
+        CHECK(r.holders.size() == 2);
+      }
+      for (const Mutation& m : out) CHECK(m.cause == MutationCause::kCleared);
+      CHECK(index.ReplicaDigest() == index.RecomputeReplicaDigest());
+      // Sparing nothing is a holder-wide clear.
+      index.ClearHolderExcept({"a", 0}, {}, nullptr);
+      CHECK(EntriesOf(index, "a") == 0);
+      // An unknown holder changes nothing.
+      index.ClearHolderExcept({"zz", 0}, spared, nullptr);
+      CHECK(EntriesOf(index, "b") == 3);
+    }
   }
 
   TEST_CASE("a block turns hot from an inline copy and back down to one copy") {
