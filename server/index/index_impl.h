@@ -28,6 +28,21 @@ inline constexpr uint32_t kMaxRecords = kInlineCopy - 1;
 // Stamps are 48 bits in the block record (docs/limits.md).
 inline constexpr uint64_t kMaxStamp = (uint64_t{1} << 48) - 1;
 
+// The contexts a deletion of a holder's copies reaches: `only` (kNil: every context) but
+// none of `spared` (interned ids; a holder-wide clear a group keeps off some contexts,
+// Index::ClearHolderExcept).
+struct ContextFilter {
+  ContextFilter(uint32_t only_context) : only(only_context) {}  // NOLINT: kNil or one id
+  ContextFilter(uint32_t only_context, std::span<const uint32_t> spared_contexts)
+      : only(only_context), spared(spared_contexts) {}
+  bool Reaches(uint32_t context) const {
+    return (only == kNil || context == only) &&
+           std::find(spared.begin(), spared.end(), context) == spared.end();
+  }
+  uint32_t only = kNil;
+  std::span<const uint32_t> spared;
+};
+
 // One block key present in one context. Blocks of a context form a FIFO list in creation
 // (stamp) order: the eviction order.
 //
@@ -44,21 +59,6 @@ inline constexpr uint64_t kMaxStamp = (uint64_t{1} << 48) - 1;
 // 32 bytes: what a block with one copy costs beside its forward slot (docs/architecture.md
 // §Index). Hence 16-bit context ids (kMaxContexts) and 24-bit depths (kMaxBlockDepth).
 #pragma pack(push, 4)
-// The contexts a deletion of a holder's copies reaches: `only` (kNil: every context) but
-// none of `spared` (interned ids; a holder-wide clear a group keeps off some contexts,
-// Index::ClearHolderExcept).
-struct ContextFilter {
-  ContextFilter(uint32_t only_context) : only(only_context) {}  // NOLINT: kNil or one id
-  ContextFilter(uint32_t only_context, std::span<const uint32_t> spared_contexts)
-      : only(only_context), spared(spared_contexts) {}
-  bool Reaches(uint32_t context) const {
-    return (only == kNil || context == only) &&
-           std::find(spared.begin(), spared.end(), context) == spared.end();
-  }
-  uint32_t only = kNil;
-  std::span<const uint32_t> spared;
-};
-
 struct BlockRec {
   uint64_t key;
   uint32_t fifo_prev;  // neighbours in the context's FIFO
