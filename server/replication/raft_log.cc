@@ -516,9 +516,8 @@ class RaftLog::Loop {
     raft_set_snapshot_trailing(&raft_, held.trailing);
   }
 
-  // Scales the wait for a sent snapshot to the last one, which a leader would send
-  // (InstallSnapshotTimeoutMs; raft_set_* only stores it), and reports a snapshot taken or
-  // restored (snapshot_done).
+  // Scales the wait for a sent snapshot to the last one (InstallSnapshotTimeoutMs; raft_set_*
+  // only stores it), and reports a snapshot taken or restored (snapshot_done).
   void ReportSnapshots() {
     LogMetrics metrics;
     fsm_.ReadSnapshotMetrics(&metrics);
