@@ -89,6 +89,7 @@ CommandTally Index::Apply(const Command& command, uint64_t seed, MutationList* o
                  [](const SetGroupAcceptingCommand&) {},
                  [](const DisownContextCommand&) {},
                  [](const SetGroupMembersCommand&) {},
+                 [&](const ReplaceCopiesCommand& c) { ApplyReplace(c, seed, out); },
              },
              command);
   return tally;

@@ -165,6 +165,10 @@ class Index final : public RecordLoader {
 
   // Every copy of `key`, in `context` or (when null) in every context.
   std::vector<BlockLocation> Locate(BlockKey key, const ContextKey* context = nullptr) const;
+  // Each of `keys` in `context` with every copy it has (none: a block this index does not
+  // hold), in the order of `keys`: what a move sends to replace them in the group it goes
+  // to (ReplaceCopiesCommand). O(keys + their copies).
+  std::vector<MovedBlock> CopiesOf(const ContextKey& context, std::span<const BlockKey> keys) const;
 
   // Every copy in `context` (none for an unknown context): blocks in creation order, each
   // block's copies in chain order; `visit(key, copy)` gets copies whose `context` is left
@@ -207,6 +211,9 @@ class Index final : public RecordLoader {
 
  private:
   class Impl;
+  // A ReplaceCopiesCommand, as the Stores and Removes it takes (index_replace.cc).
+  void ApplyReplace(const ReplaceCopiesCommand& c, uint64_t seed, MutationList* out);
+
   IndexOptions options_;
   std::unique_ptr<Impl> impl_;
 };

@@ -251,15 +251,57 @@ struct SetGroupMembersCommand {
   friend bool operator==(const SetGroupMembersCommand&, const SetGroupMembersCommand&) = default;
 };
 
-// Store/Remove/Clear/ExpireHolder change the Index; Register/Unregister/Announce/ForgetServer/
-// Drain/PlaceContext/SetGroupAccepting/DisownContext/SetGroupMembers change the Registry; Audit
-// changes nothing; LoadReport changes the FleetLoadTable; Predict changes the PredictedTable. The
-// order of the alternatives is the command-batch wire tag minus one (docs/storage.md).
-using Command =
-    std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand, UnregisterCommand,
-                 AnnounceCommand, ForgetServerCommand, ExpireHolderCommand, AuditCommand,
-                 LoadReportCommand, PredictCommand, DrainCommand, PlaceContextCommand,
-                 SetGroupAcceptingCommand, DisownContextCommand, SetGroupMembersCommand>;
+// One copy of a block as a move carries it (ReplaceCopiesCommand): what Index::Locate
+// reports of it, without the context and the block's depth.
+struct HeldCopy {
+  HolderKey holder;
+  Tier tier = Tier::kGpu;
+  uint32_t refcount = 1;  // >= 1
+  uint64_t engine_hash = 0;
+  std::string location;  // empty: none
+
+  friend bool operator==(const HeldCopy&, const HeldCopy&) = default;
+};
+
+// A block and every copy it has in the group a move reads it from; no copies: it has none
+// there (it is gone).
+struct MovedBlock {
+  uint64_t key = 0;
+  uint32_t depth = 0;
+  std::vector<HeldCopy> copies;
+  // The block went away there and was made again: it is made anew here too (all its copies
+  // removed first), so it takes the same place in the context's eviction order.
+  bool anew = false;
+
+  friend bool operator==(const MovedBlock&, const MovedBlock&) = default;
+};
+
+// Makes the copies of each listed block of `context` here exactly the listed ones — their
+// holders, tiers, refcounts, engine hashes (the holders' aliases) and locations —, in list
+// order: the catch-up step of a move (docs/scaling.md §Moves), which sends the blocks of a
+// context that changed in the group it leaves since the copy, in batches with the move's
+// writer position, so that a batch sent twice is applied once (applied twice, a block made
+// anew would be made anew again). Carried out as the Stores and Removes that turn what this group
+// holds into what is listed (Index::Apply): a block that keeps a copy keeps its place in the
+// context's eviction order unless it is made anew, and a new one takes the next place. A holder and
+// tier listed twice for one block: the first is taken.
+struct ReplaceCopiesCommand {
+  ContextKey context;
+  std::vector<MovedBlock> blocks;
+
+  friend bool operator==(const ReplaceCopiesCommand&, const ReplaceCopiesCommand&) = default;
+};
+
+// Store/Remove/Clear/ExpireHolder/ReplaceCopies change the Index; Register/Unregister/
+// Announce/ForgetServer/Drain/PlaceContext/SetGroupAccepting/DisownContext/SetGroupMembers
+// change the Registry; Audit changes nothing; LoadReport changes the FleetLoadTable; Predict
+// changes the PredictedTable. The order of the alternatives is the command-batch wire tag
+// minus one (docs/storage.md).
+using Command = std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand,
+                             UnregisterCommand, AnnounceCommand, ForgetServerCommand,
+                             ExpireHolderCommand, AuditCommand, LoadReportCommand, PredictCommand,
+                             DrainCommand, PlaceContextCommand, SetGroupAcceptingCommand,
+                             DisownContextCommand, SetGroupMembersCommand, ReplaceCopiesCommand>;
 
 // What one log entry carries: commands applied atomically, in order, at one revision.
 struct CommandBatch {
@@ -272,8 +314,8 @@ struct CommandBatch {
 };
 
 // The one context a command writes or predicts in (a store's, a removal's, a context's
-// clear, a prediction's); null for a command naming none (a holder's clear in every
-// context, the registry's commands). What placement routes and refuses by.
+// clear, a prediction's, a replacement's); null for a command naming none (a holder's clear in
+// every context, the registry's commands). What placement routes and refuses by.
 inline const ContextKey* NamedContext(const Command& command) {
   if (const auto* store = std::get_if<StoreCommand>(&command)) return &store->context;
   if (const auto* remove = std::get_if<RemoveCommand>(&command)) return &remove->context;
@@ -281,6 +323,7 @@ inline const ContextKey* NamedContext(const Command& command) {
     return clear->context ? &*clear->context : nullptr;
   }
   if (const auto* predict = std::get_if<PredictCommand>(&command)) return &predict->context;
+  if (const auto* replace = std::get_if<ReplaceCopiesCommand>(&command)) return &replace->context;
   return nullptr;
 }
 

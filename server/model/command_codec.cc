@@ -34,6 +34,7 @@ enum class CommandTag : uint8_t {
   kSetGroupAccepting = 14,  // version 11
   kDisownContext = 15,      // version 11
   kSetGroupMembers = 16,    // version 12
+  kReplaceCopies = 17,      // version 14
 };
 static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreCommand> &&
               std::is_same_v<std::variant_alternative_t<1, Command>, RemoveCommand> &&
@@ -51,7 +52,8 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreComman
               std::is_same_v<std::variant_alternative_t<13, Command>, SetGroupAcceptingCommand> &&
               std::is_same_v<std::variant_alternative_t<14, Command>, DisownContextCommand> &&
               std::is_same_v<std::variant_alternative_t<15, Command>, SetGroupMembersCommand> &&
-              std::variant_size_v<Command> == 16);
+              std::is_same_v<std::variant_alternative_t<16, Command>, ReplaceCopiesCommand> &&
+              std::variant_size_v<Command> == 17);
 
 // A StoreCommand's mode byte: its KeyMode, with kReportBit set when the store is a report
 // (StoreCommand::report). One byte for both, so that a batch of copies keeps the bytes it
@@ -104,6 +106,23 @@ EpochField<E> EpochOf(E& epoch) {
 // Bounds the command count of a batch.
 constexpr size_t kMinCommandBytes = 3;
 
+// A ReplaceCopiesCommand's elements, for both directions (as VisitFields).
+template <typename Io, typename H>
+void VisitHeldCopy(Io& io, H& v) {
+  io(v.holder);
+  io(v.tier);
+  io(v.refcount);     // varint32, >= 1
+  io(v.engine_hash);  // fixed64
+  io(v.location);
+}
+template <typename Io, typename B>
+void VisitBlockCopies(Io& io, B& v) {
+  io(v.key);    // fixed64
+  io(v.depth);  // varint32
+  io(v.copies);
+  io(v.anew);  // flag
+}
+
 // Writes fields in the wire form of their type (docs/storage.md §Command batches).
 class FieldWriter {
  public:
@@ -136,6 +155,8 @@ class FieldWriter {
     (*this)(v.prefill_blocks);
     (*this)(v.decode_blocks);
   }
+  void operator()(const HeldCopy& v) { VisitHeldCopy(*this, v); }
+  void operator()(const MovedBlock& v) { VisitBlockCopies(*this, v); }
   template <typename T>
   void operator()(const std::optional<T>& v) {
     PutFlag(out_, v.has_value());
@@ -188,6 +209,11 @@ class FieldReader {
     (*this)(v.prefill_blocks);
     (*this)(v.decode_blocks);
   }
+  void operator()(HeldCopy& v) {
+    VisitHeldCopy(*this, v);
+    if (v.refcount == 0) in_->Fail();
+  }
+  void operator()(MovedBlock& v) { VisitBlockCopies(*this, v); }
   template <typename T>
   void operator()(std::optional<T>& v) {
     v.reset();
@@ -280,6 +306,9 @@ void VisitFields(Io& io, C& c) {
   } else if constexpr (std::is_same_v<T, SetGroupMembersCommand>) {
     io(GroupIdOf(c.group));  // varint, 1..kMaxGroupId
     io(c.members);           // varint n (1..kMaxGroupMembers), n × fixed64 ascending, none 0
+  } else if constexpr (std::is_same_v<T, ReplaceCopiesCommand>) {
+    io(c.context);
+    io(c.blocks);  // varint n, n × (fixed64 key, varint32 depth, varint m, m × copy, flag anew)
   } else {
     static_assert(std::is_same_v<T, StreamPosition>);
     io(c.stream);
@@ -313,6 +342,7 @@ uint8_t VersionOf(const Command& command) {
   const auto* audit = std::get_if<AuditCommand>(&command);
   const auto* clear = std::get_if<ClearCommand>(&command);
   const auto* unregister = std::get_if<UnregisterCommand>(&command);
+  if (tag >= CommandTag::kReplaceCopies) return 14;
   if ((clear && clear->fanout != 0) || (unregister && unregister->fanout != 0)) return 13;
   if (tag >= CommandTag::kSetGroupMembers) return 12;
   if (tag >= CommandTag::kPlaceContext) return 11;
@@ -332,16 +362,18 @@ uint8_t VersionOf(const Command& command) {
 
 // Batches are written in the oldest version that can hold them, so that the encoding stays
 // canonical (one byte string per batch) and old logs and new ones agree byte for byte:
-// 13 with a holder-wide command's fan-out id (every Clear and Unregister of the batch then
-// carries one, 0 included), else 12 with a group's members (SetGroupMembers), else 11 with a
-// placement command (PlaceContext, SetGroupAccepting, DisownContext), else 10 with a drain, else 9
-// with a prediction, else 8 with a load report, else 7 with an audit point of a digest scheme other
-// than 1, else 6 with an audit point, else 5 with a report store or a registration in a report mode
-// other than incremental, else 4 with an expiry, else 3 with server-address commands, else 2 with a
-// position, registry commands or kAlias stores, else 1. Versions 2 to 12 share the layout; 3, 4, 6
-// and 8 to 12 only add tags, 5 only the report bit of a store's mode byte and the report-mode bits
-// of a registration's type byte, 7 only the digest scheme after an audit point's fields (every
-// audit point of a version-7 batch has it, scheme 1 included).
+// 14 with a replacement of copies (ReplaceCopies; its Clears and Unregisters carry their
+// fan-out ids as in 13), else 13 with a holder-wide command's fan-out id (every Clear and
+// Unregister of the batch then carries one, 0 included), else 12 with a group's members
+// (SetGroupMembers), else 11 with a placement command (PlaceContext, SetGroupAccepting,
+// DisownContext), else 10 with a drain, else 9 with a prediction, else 8 with a load report, else 7
+// with an audit point of a digest scheme other than 1, else 6 with an audit point, else 5 with a
+// report store or a registration in a report mode other than incremental, else 4 with an expiry,
+// else 3 with server-address commands, else 2 with a position, registry commands or kAlias stores,
+// else 1. Versions 2 to 12 share the layout; 3, 4, 6 and 8 to 12 only add tags, 5 only the report
+// bit of a store's mode byte and the report-mode bits of a registration's type byte, 7 only the
+// digest scheme after an audit point's fields (every audit point of a version-7 batch has it,
+// scheme 1 included).
 uint8_t NeededVersion(const CommandBatch& batch) {
   uint8_t version = batch.position ? 2 : 1;
   for (const Command& command : batch.commands) version = std::max(version, VersionOf(command));
@@ -443,6 +475,10 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
                            std::get<SetGroupMembersCommand>(batch.commands.back()).members)) {
           in.Fail();
         }
+        break;
+      case CommandTag::kReplaceCopies:
+        if (version < 14) in.Fail();
+        if (in.ok()) ReadInto<ReplaceCopiesCommand>(&batch, &in, version);
         break;
       default:
         in.Fail();

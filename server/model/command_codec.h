@@ -15,14 +15,14 @@ namespace kvatlas::server {
 
 // The first byte of every encoded batch. A decoder accepts only the versions it knows;
 // a new version is added, never an old one changed (docs/storage.md §Versions).
-inline constexpr uint8_t kCommandBatchVersion = 13;
+inline constexpr uint8_t kCommandBatchVersion = 14;
 // Versions 1 (no registry commands, no stream position), 2 (no server addresses), 3 (no
 // holder expiry), 4 (no report stores, no report modes), 5 (no audit points), 6 (audit
-// points of digest scheme 1 only), 7 (no load reports), 8 (no predictions), 9 (no drains) and
+// points of digest scheme 1 only), 7 (no load reports), 8 (no predictions), 9 (no drains),
 // 10 (no placement commands: PlaceContext, SetGroupAccepting, DisownContext), 11 (no group
-// members: SetGroupMembers) and 12 (no fan-out ids of holder-wide commands) are still
-// decoded, and
-// written for batches that need nothing newer (docs/storage.md §Command batches).
+// members: SetGroupMembers), 12 (no fan-out ids of holder-wide commands) and 13 (no
+// replacements of copies: ReplaceCopies) are still decoded, and written for batches that
+// need nothing newer (docs/storage.md §Command batches).
 inline constexpr uint8_t kOldestCommandBatchVersion = 1;
 
 // Encodes `batch`. Deterministic: equal batches give equal bytes, and DecodeCommandBatch

@@ -419,7 +419,10 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
     const int slot = std::holds_alternative<StoreCommand>(command)    ? kStoredCommands
                      : std::holds_alternative<RemoveCommand>(command) ? kRemovedCommands
                                                                       : kClearedCommands;
-    counters_[slot].fetch_add(1, std::memory_order_relaxed);
+    // A move's replacement of copies is not a publisher's command.
+    if (!std::holds_alternative<ReplaceCopiesCommand>(command)) {
+      counters_[slot].fetch_add(1, std::memory_order_relaxed);
+    }
   }
   AddTally(base, tally.Finish());
   if (batch.position && !batch.position->restart) {

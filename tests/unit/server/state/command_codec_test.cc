@@ -103,6 +103,23 @@ RegisterCommand RandomRegister(Rng& rng) {
   return c;
 }
 
+ReplaceCopiesCommand RandomReplace(Rng& rng) {
+  ReplaceCopiesCommand c;
+  c.context = RandomContext(rng);
+  c.blocks.resize(rng() % 4);
+  for (MovedBlock& block : c.blocks) {
+    block.key = RandomInt(rng);
+    block.depth = static_cast<uint32_t>(RandomInt(rng));
+    block.anew = rng() % 2 == 0;
+    block.copies.resize(rng() % 3);
+    for (HeldCopy& copy : block.copies) {
+      copy = {RandomHolder(rng), RandomTier(rng), static_cast<uint32_t>(1 + rng() % 70'000),
+              RandomInt(rng), rng() % 2 ? RandomString(rng, 20) : ""};
+    }
+  }
+  return c;
+}
+
 CommandBatch RandomBatch(Rng& rng, size_t max_commands) {
   CommandBatch batch;
   const size_t n = rng() % (max_commands + 1);
@@ -110,7 +127,10 @@ CommandBatch RandomBatch(Rng& rng, size_t max_commands) {
     batch.position = StreamPosition{RandomString(rng, 12), RandomInt(rng), rng() % 2 == 0};
   }
   for (size_t i = 0; i < n; ++i) {
-    switch (rng() % 13) {
+    switch (rng() % 14) {
+      case 13:
+        batch.commands.emplace_back(RandomReplace(rng));
+        break;
       case 12: {
         std::vector<uint64_t> members;
         for (uint64_t id = 1 + rng() % 3; members.size() < 1 + rng() % kMaxGroupMembers;
@@ -542,6 +562,35 @@ TEST_SUITE("command_codec") {
     for (size_t n = 1; n < expected.size(); ++n) {
       CHECK(!DecodeCommandBatch(expected.substr(0, n)).has_value());
     }
+  }
+
+  TEST_CASE("CommandCodec: a replacement of copies uses version 14") {
+    ReplaceCopiesCommand replace;
+    replace.context = ContextKey{"t", "m", "", 16, ""};
+    replace.blocks.push_back({0x0102, 3, {{HolderKey{"h", 1}, Tier::kShared, 2, 5, "s3://x"}}});
+    replace.blocks.push_back({0x0a, 0, {}, true});
+    CommandBatch batch;
+    batch.commands.emplace_back(replace);
+    const std::string expected = Bytes(
+        "\x0e\x01"                              // version 14, one command
+        "\x11\x01t\x01m\x00\x10\x00"            // ReplaceCopies in context t/m, block size 16
+        "\x02"                                  // two blocks
+        "\x02\x01\x00\x00\x00\x00\x00\x00\x03"  // key 0x0102, depth 3
+        "\x01\x01h\x01\x03\x02"                 //   one copy: h/1, shared, refcount 2 (byte 25)
+        "\x05\x00\x00\x00\x00\x00\x00\x00"      //   engine hash 5
+        "\x06s3://x\x00"                        //   its location; not anew
+        "\x0a\x00\x00\x00\x00\x00\x00\x00\x00"  // key 0x0a, depth 0
+        "\x00\x01"                              //   no copies, anew
+        "\x00");                                // no position
+    CHECK(EncodeCommandBatch(batch) == expected);
+    CHECK(DecodeCommandBatch(expected).value() == batch);
+    // A copy of refcount 0 is no copy: refused, as the tag in an older version.
+    std::string zero = expected;
+    zero[25] = 0;
+    CHECK(DecodeCommandBatch(zero).error().code() == StatusCode::kCorruption);
+    std::string older = expected;
+    older[0] = 13;
+    CHECK(DecodeCommandBatch(older).error().code() == StatusCode::kCorruption);
   }
 
   TEST_CASE("CommandCodec: the placement commands use version 11") {
