@@ -90,28 +90,51 @@ CommandTally Index::Apply(const Command& command, uint64_t seed, MutationList* o
                  [](const DisownContextCommand&) {},
                  [](const SetGroupMembersCommand&) {},
                  [&](const ReplaceCopiesCommand& c) { ApplyReplace(c, seed, out); },
+                 [&](const DropContextCommand& c) { DropContext(c.context, out); },
+                 [](const FenceContextCommand&) {},
+                 [](const ImportContextCommand&) {},
              },
              command);
   return tally;
 }
 
-size_t Index::ExpireHolders(std::span<const HolderKey> holders, MutationList* out) {
+size_t Index::ExpireHolders(std::span<const HolderKey> holders, MutationList* out,
+                            std::span<const ContextKey> spared) {
   Impl& m = *impl_;
+  const std::vector<uint32_t> spared_ids = m.ContextIds(spared);
+  const ContextFilter contexts(kNil, spared_ids);
   size_t expired = 0;
   std::vector<bool> selected;  // holders whose inline copies the pass deletes
   for (const HolderKey& key : holders) {
     const uint32_t holder = m.FindHolder(key);
     if (holder == kNil || m.holders_[holder].entries == 0) continue;
     ++expired;
-    DeleteChainedCopies(m, holder, kNil, std::nullopt, MutationCause::kExpired, out);
+    DeleteChainedCopies(m, holder, contexts, std::nullopt, MutationCause::kExpired, out);
     if (m.holders_[holder].inline_entries == 0) continue;
     selected.resize(m.holders_.size(), false);
     selected[holder] = true;
   }
   if (!selected.empty()) {
-    m.ClearInlineCopies(selected, kNil, std::nullopt, MutationCause::kExpired, out);
+    m.ClearInlineCopies(selected, contexts, std::nullopt, MutationCause::kExpired, out);
   }
   return expired;
+}
+
+void Index::DropContext(const ContextKey& context, MutationList* out) {
+  Impl& m = *impl_;
+  const uint32_t c = m.FindContext(context);
+  if (c == kNil) return;
+  while (m.contexts_[c].fifo_head != kNil) {
+    m.DeleteBlock(m.contexts_[c].fifo_head, MutationCause::kCleared, out);
+  }
+}
+
+std::vector<uint32_t> Index::Impl::ContextIds(std::span<const ContextKey> contexts) const {
+  std::vector<uint32_t> ids;
+  for (const ContextKey& context : contexts) {
+    if (const uint32_t c = FindContext(context); c != kNil) ids.push_back(c);
+  }
+  return ids;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -721,17 +744,13 @@ void Index::Impl::ApplyRemove(const RemoveCommand& c, MutationList* out, Command
   }
 }
 
-void Index::ClearHolderExcept(const HolderKey& holder, std::span<const ContextKey> spared,
-                              MutationList* out) {
+void Index::ClearHolderExcept(const HolderKey& holder, std::optional<Tier> tier,
+                              std::span<const ContextKey> spared, MutationList* out) {
   Impl& m = *impl_;
   const uint32_t id = m.FindHolder(holder);
   if (id == kNil) return;
-  std::vector<uint32_t> spared_ids;
-  for (const ContextKey& context : spared) {
-    if (const uint32_t c = m.FindContext(context); c != kNil) spared_ids.push_back(c);
-  }
-  DeleteHolderEntries(m, id, ContextFilter(kNil, spared_ids), std::nullopt, MutationCause::kCleared,
-                      out);
+  const std::vector<uint32_t> spared_ids = m.ContextIds(spared);
+  DeleteHolderEntries(m, id, ContextFilter(kNil, spared_ids), tier, MutationCause::kCleared, out);
 }
 
 void Index::Impl::ApplyClear(const ClearCommand& c, MutationList* out) {

@@ -132,17 +132,24 @@ class Index final : public RecordLoader {
   // or Remove found (zeros for other commands).
   CommandTally Apply(const Command& command, uint64_t seed, MutationList* out);
 
-  // A holder-wide clear (ClearCommand without context or tier) that leaves the holder's
-  // copies in the `spared` contexts alone: how a group keeps holder-wide commands off a
-  // context it is importing in a move, or skips one for a moved context (docs/scaling.md
-  // §Moves). Unknown holders and contexts are no-ops.
-  void ClearHolderExcept(const HolderKey& holder, std::span<const ContextKey> spared,
-                         MutationList* out);
+  // A holder-wide clear (ClearCommand without context; in one tier or all) that leaves the
+  // holder's copies in the `spared` contexts alone: how a group keeps holder-wide commands
+  // off a context it is importing or fenced in a move, or skips one for a moved context
+  // (docs/scaling.md §Moves). Unknown holders and contexts are no-ops.
+  void ClearHolderExcept(const HolderKey& holder, std::optional<Tier> tier,
+                         std::span<const ContextKey> spared, MutationList* out);
 
   // Applies an ExpireHolderCommand for each of `holders` at once (cause kExpired), with one
   // pass over the block records for all their inline copies instead of one pass each (a
-  // pass is ~100 ms at 50M blocks). Returns how many of them had entries.
-  size_t ExpireHolders(std::span<const HolderKey> holders, MutationList* out);
+  // pass is ~100 ms at 50M blocks), leaving their copies in the `spared` contexts alone (as
+  // ClearHolderExcept). Returns how many of them had entries.
+  size_t ExpireHolders(std::span<const HolderKey> holders, MutationList* out,
+                       std::span<const ContextKey> spared = {});
+
+  // Deletes every block of `context` with all its copies (cause kCleared): a move's last
+  // step in the group the context left, or an abandoned import in the one it was going to
+  // (docs/scaling.md §Moves). The context itself stays (HasContext). Unknown: a no-op.
+  void DropContext(const ContextKey& context, MutationList* out);
 
   // RecordLoader (server/model/record_loader.h): boot-time loading from storage, in the
   // order that interface states. New blocks get stamps after the largest loaded one.

@@ -294,6 +294,8 @@ class Index::Impl {
   // records, since inline copies are in no holder list.
   void ClearInlineCopies(const std::vector<bool>& holders, const ContextFilter& contexts,
                          std::optional<Tier> tier, MutationCause cause, MutationList* out);
+  // The ids of those of `contexts` that exist (for a ContextFilter's spared contexts).
+  std::vector<uint32_t> ContextIds(std::span<const ContextKey> contexts) const;
   // Whether the record or stamp limits leave no room for one more store (docs/limits.md).
   bool Full() const;
   // Logs, the first time a store is dropped for it, which limit dropped it.

@@ -292,16 +292,48 @@ struct ReplaceCopiesCommand {
   friend bool operator==(const ReplaceCopiesCommand&, const ReplaceCopiesCommand&) = default;
 };
 
+// Step 4 of a move (docs/scaling.md §Moves), in the group the context leaves: as
+// DisownContextCommand, also for a context the group holds — from this revision on the group
+// refuses every batch that names the context — and the group keeps holder-wide commands (a
+// holder's clear in every context, an unregistration, a lease expiry) off its copies, so
+// that they stay as they were here at the fence. A context disowned already changes nothing.
+struct FenceContextCommand {
+  ContextKey context;
+  Epoch epoch = 0;
+
+  friend bool operator==(const FenceContextCommand&, const FenceContextCommand&) = default;
+};
+
+// Step 1 of a move, in the group the context goes to: the group records that it imports
+// the context (Registry::importing, at this revision) and keeps holder-wide commands off its
+// copies, which come from the group it leaves only (the copy, then ReplaceCopiesCommand).
+// A context imported already, or one the group disowned, changes nothing.
+struct ImportContextCommand {
+  ContextKey context;
+
+  friend bool operator==(const ImportContextCommand&, const ImportContextCommand&) = default;
+};
+
+// Deletes every copy of `context` here (Index::DropContext; change feed op "cleared") and
+// ends its import, if any: a move's last step in the group the context left (which keeps
+// refusing its writes), or an abandoned move's undoing in the group it was going to.
+struct DropContextCommand {
+  ContextKey context;
+
+  friend bool operator==(const DropContextCommand&, const DropContextCommand&) = default;
+};
+
 // Store/Remove/Clear/ExpireHolder/ReplaceCopies change the Index; Register/Unregister/
-// Announce/ForgetServer/Drain/PlaceContext/SetGroupAccepting/DisownContext/SetGroupMembers
-// change the Registry; Audit changes nothing; LoadReport changes the FleetLoadTable; Predict
-// changes the PredictedTable. The order of the alternatives is the command-batch wire tag
-// minus one (docs/storage.md).
+// Announce/ForgetServer/Drain/PlaceContext/SetGroupAccepting/DisownContext/SetGroupMembers/
+// FenceContext/ImportContext change the Registry; DropContext both; Audit changes nothing;
+// LoadReport changes the FleetLoadTable; Predict changes the PredictedTable. The order of the
+// alternatives is the command-batch wire tag minus one (docs/storage.md).
 using Command = std::variant<StoreCommand, RemoveCommand, ClearCommand, RegisterCommand,
                              UnregisterCommand, AnnounceCommand, ForgetServerCommand,
                              ExpireHolderCommand, AuditCommand, LoadReportCommand, PredictCommand,
                              DrainCommand, PlaceContextCommand, SetGroupAcceptingCommand,
-                             DisownContextCommand, SetGroupMembersCommand, ReplaceCopiesCommand>;
+                             DisownContextCommand, SetGroupMembersCommand, ReplaceCopiesCommand,
+                             FenceContextCommand, ImportContextCommand, DropContextCommand>;
 
 // What one log entry carries: commands applied atomically, in order, at one revision.
 struct CommandBatch {

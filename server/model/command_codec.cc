@@ -35,6 +35,9 @@ enum class CommandTag : uint8_t {
   kDisownContext = 15,      // version 11
   kSetGroupMembers = 16,    // version 12
   kReplaceCopies = 17,      // version 14
+  kFenceContext = 18,       // version 14
+  kImportContext = 19,      // version 14
+  kDropContext = 20,        // version 14
 };
 static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreCommand> &&
               std::is_same_v<std::variant_alternative_t<1, Command>, RemoveCommand> &&
@@ -53,7 +56,10 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Command>, StoreComman
               std::is_same_v<std::variant_alternative_t<14, Command>, DisownContextCommand> &&
               std::is_same_v<std::variant_alternative_t<15, Command>, SetGroupMembersCommand> &&
               std::is_same_v<std::variant_alternative_t<16, Command>, ReplaceCopiesCommand> &&
-              std::variant_size_v<Command> == 17);
+              std::is_same_v<std::variant_alternative_t<17, Command>, FenceContextCommand> &&
+              std::is_same_v<std::variant_alternative_t<18, Command>, ImportContextCommand> &&
+              std::is_same_v<std::variant_alternative_t<19, Command>, DropContextCommand> &&
+              std::variant_size_v<Command> == 20);
 
 // A StoreCommand's mode byte: its KeyMode, with kReportBit set when the store is a report
 // (StoreCommand::report). One byte for both, so that a batch of copies keeps the bytes it
@@ -309,6 +315,12 @@ void VisitFields(Io& io, C& c) {
   } else if constexpr (std::is_same_v<T, ReplaceCopiesCommand>) {
     io(c.context);
     io(c.blocks);  // varint n, n × (fixed64 key, varint32 depth, varint m, m × copy, flag anew)
+  } else if constexpr (std::is_same_v<T, FenceContextCommand>) {
+    io(c.context);
+    io(EpochOf(c.epoch));  // varint
+  } else if constexpr (std::is_same_v<T, ImportContextCommand> ||
+                       std::is_same_v<T, DropContextCommand>) {
+    io(c.context);
   } else {
     static_assert(std::is_same_v<T, StreamPosition>);
     io(c.stream);
@@ -362,18 +374,18 @@ uint8_t VersionOf(const Command& command) {
 
 // Batches are written in the oldest version that can hold them, so that the encoding stays
 // canonical (one byte string per batch) and old logs and new ones agree byte for byte:
-// 14 with a replacement of copies (ReplaceCopies; its Clears and Unregisters carry their
-// fan-out ids as in 13), else 13 with a holder-wide command's fan-out id (every Clear and
-// Unregister of the batch then carries one, 0 included), else 12 with a group's members
-// (SetGroupMembers), else 11 with a placement command (PlaceContext, SetGroupAccepting,
-// DisownContext), else 10 with a drain, else 9 with a prediction, else 8 with a load report, else 7
-// with an audit point of a digest scheme other than 1, else 6 with an audit point, else 5 with a
-// report store or a registration in a report mode other than incremental, else 4 with an expiry,
-// else 3 with server-address commands, else 2 with a position, registry commands or kAlias stores,
-// else 1. Versions 2 to 12 share the layout; 3, 4, 6 and 8 to 12 only add tags, 5 only the report
-// bit of a store's mode byte and the report-mode bits of a registration's type byte, 7 only the
-// digest scheme after an audit point's fields (every audit point of a version-7 batch has it,
-// scheme 1 included).
+// 14 with a move's command (ReplaceCopies, FenceContext, ImportContext, DropContext; its
+// Clears and Unregisters carry their fan-out ids as in 13), else 13 with a holder-wide command's
+// fan-out id (every Clear and Unregister of the batch then carries one, 0 included), else 12 with a
+// group's members (SetGroupMembers), else 11 with a placement command (PlaceContext,
+// SetGroupAccepting, DisownContext), else 10 with a drain, else 9 with a prediction, else 8 with a
+// load report, else 7 with an audit point of a digest scheme other than 1, else 6 with an audit
+// point, else 5 with a report store or a registration in a report mode other than incremental, else
+// 4 with an expiry, else 3 with server-address commands, else 2 with a position, registry commands
+// or kAlias stores, else 1. Versions 2 to 12 share the layout; 3, 4, 6 and 8 to 12 only add tags, 5
+// only the report bit of a store's mode byte and the report-mode bits of a registration's type
+// byte, 7 only the digest scheme after an audit point's fields (every audit point of a version-7
+// batch has it, scheme 1 included).
 uint8_t NeededVersion(const CommandBatch& batch) {
   uint8_t version = batch.position ? 2 : 1;
   for (const Command& command : batch.commands) version = std::max(version, VersionOf(command));
@@ -479,6 +491,18 @@ Result<CommandBatch> DecodeCommandBatch(std::string_view bytes) {
       case CommandTag::kReplaceCopies:
         if (version < 14) in.Fail();
         if (in.ok()) ReadInto<ReplaceCopiesCommand>(&batch, &in, version);
+        break;
+      case CommandTag::kFenceContext:
+        if (version < 14) in.Fail();
+        if (in.ok()) ReadInto<FenceContextCommand>(&batch, &in, version);
+        break;
+      case CommandTag::kImportContext:
+        if (version < 14) in.Fail();
+        if (in.ok()) ReadInto<ImportContextCommand>(&batch, &in, version);
+        break;
+      case CommandTag::kDropContext:
+        if (version < 14) in.Fail();
+        if (in.ok()) ReadInto<DropContextCommand>(&batch, &in, version);
         break;
       default:
         in.Fail();

@@ -20,9 +20,9 @@ inline constexpr uint8_t kCommandBatchVersion = 14;
 // holder expiry), 4 (no report stores, no report modes), 5 (no audit points), 6 (audit
 // points of digest scheme 1 only), 7 (no load reports), 8 (no predictions), 9 (no drains),
 // 10 (no placement commands: PlaceContext, SetGroupAccepting, DisownContext), 11 (no group
-// members: SetGroupMembers), 12 (no fan-out ids of holder-wide commands) and 13 (no
-// replacements of copies: ReplaceCopies) are still decoded, and written for batches that
-// need nothing newer (docs/storage.md §Command batches).
+// members: SetGroupMembers), 12 (no fan-out ids of holder-wide commands) and 13 (no move
+// commands: ReplaceCopies, FenceContext, ImportContext, DropContext) are still decoded, and
+// written for batches that need nothing newer (docs/storage.md §Command batches).
 inline constexpr uint8_t kOldestCommandBatchVersion = 1;
 
 // Encodes `batch`. Deterministic: equal batches give equal bytes, and DecodeCommandBatch

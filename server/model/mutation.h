@@ -38,6 +38,10 @@ enum class MutationKind : uint8_t {
   // holder_key = the holder, location = its holder-wide ids (Registry::holder_wide), each
   // a fixed64, oldest first.
   kPutHolderWide = 16,
+  // context_key = a context the group imports (Registry::importing), stamp = the revision
+  // its import started at; its end (ImportContextCommand, DropContextCommand).
+  kPutImporting = 17,
+  kDeleteImporting = 18,  // context_key
 };
 
 // Why a record went away (or came), for metrics and the change feed.
@@ -62,8 +66,8 @@ struct Mutation {
   uint32_t refcount = 0;
   uint64_t engine_hash = 0;
   std::string location;
-  // kPutContext / kPutHolder / kPutDisowned / kPutHolderWide only (null otherwise): the
-  // records are rare, and
+  // kPutContext / kPutHolder / kPutDisowned / kPutHolderWide / k*Importing only (null
+  // otherwise): the records are rare, and
   // keeping five strings out of every Mutation halves the size of the list one apply group writes.
   std::shared_ptr<const ContextKey> context_key;
   std::shared_ptr<const HolderKey> holder_key;

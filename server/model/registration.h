@@ -179,6 +179,10 @@ struct Registry {
   // applied (ClearCommand::fanout, UnregisterCommand::fanout), oldest first: what a move
   // compares between two groups (docs/scaling.md §Moves).
   std::map<HolderKey, std::vector<uint64_t>, HolderKeyLess> holder_wide;
+  // The contexts this group imports in a move (ImportContextCommand), each with the revision
+  // its import started at: holder-wide commands keep off their copies until the move ends
+  // here (docs/scaling.md §Moves).
+  std::map<ContextKey, Revision, ContextKeyLess> importing;
 
   friend bool operator==(const Registry&, const Registry&) = default;
 };

@@ -123,6 +123,13 @@ uint64_t HolderWideElement(const HolderKey& holder, const std::vector<uint64_t>&
   return Hash(bytes);
 }
 
+uint64_t ImportingElement(const ContextKey& context, Revision since) {
+  std::string bytes(1, 'I');
+  PutContextKey(&bytes, context);
+  PutFixed64(&bytes, since);
+  return Hash(bytes);
+}
+
 uint64_t RegistryDigest(const Registry& registry) {
   uint64_t digest = 0;
   for (const auto& [key, registration] : registry.registrations) {
@@ -140,6 +147,9 @@ uint64_t RegistryDigest(const Registry& registry) {
   }
   for (const auto& [holder, ids] : registry.holder_wide) {
     digest += HolderWideElement(holder, ids);
+  }
+  for (const auto& [context, since] : registry.importing) {
+    digest += ImportingElement(context, since);
   }
   return digest;
 }

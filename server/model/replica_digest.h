@@ -91,6 +91,7 @@ struct EntryDigestFields {
 [[nodiscard]] uint64_t DirectoryElement(const PlacementDirectory& directory);
 [[nodiscard]] uint64_t DisownedElement(const ContextKey& context, const DisownedContext& disowned);
 [[nodiscard]] uint64_t HolderWideElement(const HolderKey& holder, const std::vector<uint64_t>& ids);
+[[nodiscard]] uint64_t ImportingElement(const ContextKey& context, Revision since);
 
 // The registry's part of the digest, recomputed from scratch: O(its records).
 [[nodiscard]] uint64_t RegistryDigest(const Registry& registry);

@@ -212,7 +212,7 @@ bool StateMachine::HoldsAnything() const {
   const IndexStats stats = index_.Stats();
   return stats.contexts > 0 || stats.holders > 0 || !registry_.registrations.empty() ||
          !registry_.positions.empty() || !registry_.disowned.empty() ||
-         !registry_.holder_wide.empty();
+         !registry_.holder_wide.empty() || !registry_.importing.empty();
 }
 
 Status StateMachine::DropReplica() {
@@ -383,6 +383,18 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
       ApplySetGroupMembers(*members);
       continue;
     }
+    if (const auto* fence = std::get_if<FenceContextCommand>(&command)) {
+      ApplyFenceContext(*fence, revision);
+      continue;
+    }
+    if (const auto* import = std::get_if<ImportContextCommand>(&command)) {
+      ApplyImportContext(*import, revision);
+      continue;
+    }
+    if (const auto* drop = std::get_if<DropContextCommand>(&command)) {
+      ApplyDropContext(*drop);
+      continue;
+    }
     if (const auto* audit = std::get_if<AuditCommand>(&command)) {
       ApplyAudit(*audit, revision);
       continue;
@@ -407,10 +419,13 @@ bool StateMachine::ApplyBatch(const CommandBatch& batch, Revision revision,
       }
       NoteActivity(*holder, &last_holder, revision, now);
     }
-    if (const auto* clear = std::get_if<ClearCommand>(&command)) {
+    CommandTally found;
+    if (const auto* clear = std::get_if<ClearCommand>(&command); clear && !clear->context) {
       NoteHolderWide(clear->holder, clear->fanout);
+      ClearHolder(clear->holder, clear->tier);
+    } else {
+      found = index_.Apply(command, options_.hash_seed, &scratch_);
     }
-    const CommandTally found = index_.Apply(command, options_.hash_seed, &scratch_);
     if (const auto* remove = std::get_if<RemoveCommand>(&command)) {
       tally.AddRemove(*remove, found);
     } else if (std::holds_alternative<StoreCommand>(command)) {
@@ -491,7 +506,7 @@ void StateMachine::ApplyExpiries(std::span<const Command> expiries) {
     }
   }
   if (due.empty()) return;
-  const size_t expired = index_.ExpireHolders(due, &scratch_);
+  const size_t expired = index_.ExpireHolders(due, &scratch_, SparedContexts());
   counters_[kHoldersExpired].fetch_add(expired, std::memory_order_relaxed);
 }
 
@@ -522,8 +537,7 @@ void StateMachine::ApplyUnregister(const UnregisterCommand& c) {
   tallies_.erase(key);
   // The stream's position, and those of its placed contexts' parts.
   ErasePositionsOf(key);
-  index_.Apply(ClearCommand{HolderKey{c.instance_id, c.dp_rank}, std::nullopt, std::nullopt},
-               options_.hash_seed, &scratch_);
+  ClearHolder(HolderKey{c.instance_id, c.dp_rank}, std::nullopt);
   counters_[kClearedCommands].fetch_add(1, std::memory_order_relaxed);
 }
 

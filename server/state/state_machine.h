@@ -279,6 +279,17 @@ class StateMachine final : public LogStateMachine {
   void ApplySetGroupAccepting(const SetGroupAcceptingCommand& c);
   void ApplyDisownContext(const DisownContextCommand& c, Revision revision);
   void ApplySetGroupMembers(const SetGroupMembersCommand& c);
+  // A move's commands in this group (state_machine_moves.cc). mu_ held.
+  void ApplyFenceContext(const FenceContextCommand& c, Revision revision);
+  void ApplyImportContext(const ImportContextCommand& c, Revision revision);
+  void ApplyDropContext(const DropContextCommand& c);
+  // The contexts holder-wide commands keep off: those this group imports and those it
+  // disowned (fenced ones; the others it holds no copies of). mu_ held.
+  std::vector<ContextKey> SparedContexts() const;
+  // A holder-wide clear (every context; `tier` or all), kept off SparedContexts(). mu_ held.
+  void ClearHolder(const HolderKey& holder, std::optional<Tier> tier);
+  // Records a disowned context (DisownContextCommand, FenceContextCommand). mu_ held.
+  void AddDisowned(const ContextKey& context, const DisownedContext& disowned);
   // Records a holder-wide command's fan-out id (0: none, nothing recorded; one recorded
   // already stays where it is) for `holder`, forgetting the oldest past kHolderWideKept.
   // mu_ held.

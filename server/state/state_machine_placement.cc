@@ -66,13 +66,16 @@ void StateMachine::ApplySetGroupMembers(const SetGroupMembersCommand& c) {
 
 void StateMachine::ApplyDisownContext(const DisownContextCommand& c, Revision revision) {
   if (index_.HasContext(c.context) || registry_.disowned.contains(c.context)) return;
-  const DisownedContext disowned{revision, c.epoch};
-  DigestRegistry(DisownedElement(c.context, disowned), +1);
-  registry_.disowned.emplace(c.context, disowned);
+  AddDisowned(c.context, DisownedContext{revision, c.epoch});
+}
+
+void StateMachine::AddDisowned(const ContextKey& context, const DisownedContext& disowned) {
+  DigestRegistry(DisownedElement(context, disowned), +1);
+  registry_.disowned.emplace(context, disowned);
   has_disowned_.store(true, std::memory_order_release);
   Mutation m;
   m.kind = MutationKind::kPutDisowned;
-  m.context_key = std::make_shared<const ContextKey>(c.context);
+  m.context_key = std::make_shared<const ContextKey>(context);
   m.stamp = disowned.revision;
   m.key = disowned.epoch;
   scratch_.push_back(std::move(m));

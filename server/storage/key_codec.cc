@@ -115,6 +115,11 @@ void AppendDisownedKey(const ContextKey& context, std::string* out) {
   PutContextKey(out, context);
 }
 
+void AppendImportingKey(const ContextKey& context, std::string* out) {
+  out->push_back(static_cast<char>(RecordType::kImporting));
+  PutContextKey(out, context);
+}
+
 void AppendHolderWideKey(const HolderKey& holder, std::string* out) {
   out->push_back(static_cast<char>(RecordType::kHolderWide));
   PutHolderKey(out, holder);
@@ -130,8 +135,8 @@ Result<HolderKey> DecodeHolderWideRecordKey(std::string_view key) {
   return holder;
 }
 
-Result<ContextKey> DecodeDisownedRecordKey(std::string_view key) {
-  if (key.empty() || key[0] != static_cast<char>(RecordType::kDisowned)) {
+Result<ContextKey> DecodeContextRecordKey(std::string_view key, RecordType type) {
+  if (key.empty() || key[0] != static_cast<char>(type)) {
     return Status::Corruption("malformed record key " + DescribeKey(key));
   }
   ByteReader in(key.substr(1));
@@ -212,7 +217,8 @@ std::string DescribeKey(std::string_view key) {
     case RecordType::kDirectory:
       if (key.size() != 1) break;
       return out + "/directory";
-    case RecordType::kDisowned: {
+    case RecordType::kDisowned:
+    case RecordType::kImporting: {
       ContextKey context = ReadContextKey(&in);
       if (!in.Done()) break;
       return out + "/" + context.ToString();
@@ -381,6 +387,10 @@ Result<DisownedContext> DecodeDisownedValue(std::string_view key, std::string_vi
     d.epoch = in->Fixed64();
     return d;
   });
+}
+
+Result<Revision> DecodeImportingValue(std::string_view key, std::string_view value) {
+  return DecodeValue(key, value, "importing context", [](ByteReader* in) { return in->Fixed64(); });
 }
 
 Result<std::vector<uint64_t>> DecodeHolderWideValue(std::string_view key, std::string_view value) {

@@ -41,6 +41,7 @@ enum class RecordType : char {
   kDirectory = 'P',   // the placement directory: one record, the key is this byte alone
   kDisowned = 'D',    // a disowned context (DisownContextCommand)
   kHolderWide = 'W',  // a holder's holder-wide command ids (Registry::holder_wide)
+  kImporting = 'I',   // a context the group imports in a move (Registry::importing)
 };
 
 // Meta record names (the rest of an `M` key).
@@ -80,6 +81,7 @@ void AppendServerAddressesKey(uint64_t server_id, std::string* out);
 void AppendDirectoryKey(std::string* out);
 // `D` + context_key (value_codec.h PutContextKey).
 void AppendDisownedKey(const ContextKey& context, std::string* out);
+void AppendImportingKey(const ContextKey& context, std::string* out);
 // `W` + holder_key (value_codec.h PutHolderKey).
 void AppendHolderWideKey(const HolderKey& holder, std::string* out);
 
@@ -115,7 +117,8 @@ struct Version3EntryKey {
 [[nodiscard]] Result<std::string_view> DecodeNamedRecordKey(std::string_view key, RecordType type);
 [[nodiscard]] Result<uint64_t> DecodeServerAddressesRecordKey(std::string_view key);
 // The context of a `D` key; kCorruption for another type, a malformed context or trailing bytes.
-[[nodiscard]] Result<ContextKey> DecodeDisownedRecordKey(std::string_view key);
+// The context of a record keyed by one (`type`: kDisowned, kImporting).
+[[nodiscard]] Result<ContextKey> DecodeContextRecordKey(std::string_view key, RecordType type);
 // The holder of a `W` key; kCorruption for another type, a malformed holder or trailing bytes.
 [[nodiscard]] Result<HolderKey> DecodeHolderWideRecordKey(std::string_view key);
 
@@ -189,6 +192,8 @@ void AppendServerAddressesValue(const ServerAddresses& addresses, std::string* o
 void AppendDisownedValue(const DisownedContext& disowned, std::string* out);
 [[nodiscard]] Result<DisownedContext> DecodeDisownedValue(std::string_view key,
                                                           std::string_view value);
+// An importing context's value: le64 the revision its import started at.
+[[nodiscard]] Result<Revision> DecodeImportingValue(std::string_view key, std::string_view value);
 // A holder's holder-wide ids (value_codec.h PutHolderWideIds: what a kPutHolderWide
 // mutation's `location` holds).
 [[nodiscard]] Result<std::vector<uint64_t>> DecodeHolderWideValue(std::string_view key,

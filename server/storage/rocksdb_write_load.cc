@@ -41,6 +41,8 @@ Status RocksDbStorage::Write(Revision applied_index, std::span<const Mutation> m
         (m.kind == MutationKind::kPutRegistration && !m.registration) ||
         (m.kind == MutationKind::kPutServerAddresses && !m.server_addresses) ||
         (m.kind == MutationKind::kPutDisowned && !m.context_key) ||
+        (m.kind == MutationKind::kPutImporting && !m.context_key) ||
+        (m.kind == MutationKind::kDeleteImporting && !m.context_key) ||
         (m.kind == MutationKind::kPutHolderWide && !m.holder_key)) {
       return Status::Internal(
           "context, holder, registration, server addresses or disowned context mutation "
@@ -114,6 +116,15 @@ Status RocksDbStorage::Write(Revision applied_index, std::span<const Mutation> m
         AppendHolderWideKey(*m.holder_key, &key);
         s = batch.Put(ToSlice(key), ToSlice(m.location));
         break;
+      case MutationKind::kPutImporting:
+        AppendImportingKey(*m.context_key, &key);
+        PutFixed64(&value, m.stamp);
+        s = batch.Put(ToSlice(key), ToSlice(value));
+        break;
+      case MutationKind::kDeleteImporting:
+        AppendImportingKey(*m.context_key, &key);
+        s = batch.Delete(ToSlice(key));
+        break;
       default:
         return Status::Internal("unknown mutation kind " +
                                 std::to_string(static_cast<int>(m.kind)));
@@ -176,7 +187,7 @@ Status RocksDbStorage::LoadRegistry(Registry* registry) const {
     return Status::Ok();
   };
   auto load_disowned = [registry](std::string_view k, std::string_view v) -> Status {
-    KVATLAS_ASSIGN_OR_RETURN(ContextKey context, DecodeDisownedRecordKey(k));
+    KVATLAS_ASSIGN_OR_RETURN(ContextKey context, DecodeContextRecordKey(k, RecordType::kDisowned));
     KVATLAS_ASSIGN_OR_RETURN(DisownedContext disowned, DecodeDisownedValue(k, v));
     registry->disowned.emplace(std::move(context), disowned);
     return Status::Ok();
@@ -191,6 +202,12 @@ Status RocksDbStorage::LoadRegistry(Registry* registry) const {
   };
   KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kDisowned, load_disowned));
   KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kHolderWide, load_holder_wide));
+  auto load_importing = [registry](std::string_view k, std::string_view v) -> Status {
+    KVATLAS_ASSIGN_OR_RETURN(ContextKey context, DecodeContextRecordKey(k, RecordType::kImporting));
+    KVATLAS_ASSIGN_OR_RETURN(registry->importing[context], DecodeImportingValue(k, v));
+    return Status::Ok();
+  };
+  KVATLAS_RETURN_IF_ERROR(Scan(RecordType::kImporting, load_importing));
   return Scan(RecordType::kServerAddresses, load_server);
 }
 

@@ -1,13 +1,16 @@
-// Shared by the unit tests that drive a real (in-memory) StateMachine: a batch of one store,
-// a publisher's registration, and applying one batch at the next revision.
+// Shared by the unit tests that drive a real StateMachine: a batch of one store, a
+// publisher's registration, applying one batch at the next revision, the state as a raft
+// snapshot, and a RocksDB storage to keep it in.
 #pragma once
 
 #include <doctest/doctest.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/internal/chunked_bytes.h"
 #include "server/state/state_machine.h"
 
 namespace kvatlas::testing {
@@ -44,6 +47,28 @@ inline Revision ApplyOne(server::StateMachine& machine, const server::CommandBat
   Result<Revision> revision = machine.Apply(one);
   REQUIRE(revision.has_value());
   return *revision;
+}
+
+// The machine's state serialised as a raft snapshot, in chunks of `chunk_bytes` (records
+// straddle chunks when they are small).
+inline std::string SnapshotBytes(server::StateMachine& machine, size_t chunk_bytes) {
+  auto capture = machine.CaptureState();
+  REQUIRE(capture.has_value());
+  ChunkedBytes chunks(chunk_bytes);
+  REQUIRE((*capture)->SerializeInto(&chunks).ok());
+  std::string snapshot;
+  for (const ChunkedBytes::Chunk& chunk : chunks.chunks()) snapshot.append(chunk.data, chunk.size);
+  return snapshot;
+}
+
+// A RocksDB storage at `path`, without fsyncs.
+inline std::unique_ptr<server::Storage> OpenStorage(const std::string& path) {
+  server::StorageOptions options;
+  options.path = path;
+  options.sync_writes = false;
+  auto storage = server::Storage::Open(options);
+  REQUIRE(storage.has_value());
+  return std::move(*storage);
 }
 
 }  // namespace kvatlas::testing

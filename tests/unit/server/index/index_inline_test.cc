@@ -182,7 +182,7 @@ TEST_SUITE("Index inline copies") {
       REQUIRE(EntriesOf(index, "a") == 3 * per_context);
       const std::vector<ContextKey> spared = {kOther, third, {"none", "x", "", 1, ""}};
       MutationList out;
-      index.ClearHolderExcept({"a", 0}, std::span(spared).subspan(0, 3), &out);
+      index.ClearHolderExcept({"a", 0}, std::nullopt, std::span(spared).subspan(0, 3), &out);
       CHECK(EntriesOf(index, "a") == 2 * per_context);
       CHECK(EntriesOf(index, "b") == 3);
       CHECK(index.Lookup(kCtx, std::vector<uint64_t>{1}).holders.size() == 1);
@@ -194,10 +194,10 @@ TEST_SUITE("Index inline copies") {
       for (const Mutation& m : out) CHECK(m.cause == MutationCause::kCleared);
       CHECK(index.ReplicaDigest() == index.RecomputeReplicaDigest());
       // Sparing nothing is a holder-wide clear.
-      index.ClearHolderExcept({"a", 0}, {}, nullptr);
+      index.ClearHolderExcept({"a", 0}, std::nullopt, {}, nullptr);
       CHECK(EntriesOf(index, "a") == 0);
       // An unknown holder changes nothing.
-      index.ClearHolderExcept({"zz", 0}, spared, nullptr);
+      index.ClearHolderExcept({"zz", 0}, std::nullopt, spared, nullptr);
       CHECK(EntriesOf(index, "b") == 3);
     }
   }

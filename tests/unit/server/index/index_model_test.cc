@@ -248,6 +248,8 @@ Index Replay(const MutationList& log, const IndexOptions& options) {
       case MutationKind::kDeleteServerAddresses:
       case MutationKind::kPutDirectory:
       case MutationKind::kPutDisowned:
+      case MutationKind::kPutImporting:
+      case MutationKind::kDeleteImporting:
       case MutationKind::kPutHolderWide:
         FAIL("the Index emitted a registry mutation");
         break;

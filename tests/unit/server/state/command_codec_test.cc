@@ -127,7 +127,16 @@ CommandBatch RandomBatch(Rng& rng, size_t max_commands) {
     batch.position = StreamPosition{RandomString(rng, 12), RandomInt(rng), rng() % 2 == 0};
   }
   for (size_t i = 0; i < n; ++i) {
-    switch (rng() % 14) {
+    switch (rng() % 17) {
+      case 16:
+        batch.commands.emplace_back(FenceContextCommand{RandomContext(rng), RandomInt(rng)});
+        break;
+      case 15:
+        batch.commands.emplace_back(ImportContextCommand{RandomContext(rng)});
+        break;
+      case 14:
+        batch.commands.emplace_back(DropContextCommand{RandomContext(rng)});
+        break;
       case 13:
         batch.commands.emplace_back(RandomReplace(rng));
         break;
@@ -564,7 +573,7 @@ TEST_SUITE("command_codec") {
     }
   }
 
-  TEST_CASE("CommandCodec: a replacement of copies uses version 14") {
+  TEST_CASE("CommandCodec: a move's commands use version 14") {
     ReplaceCopiesCommand replace;
     replace.context = ContextKey{"t", "m", "", 16, ""};
     replace.blocks.push_back({0x0102, 3, {{HolderKey{"h", 1}, Tier::kShared, 2, 5, "s3://x"}}});
@@ -591,6 +600,16 @@ TEST_SUITE("command_codec") {
     std::string older = expected;
     older[0] = 13;
     CHECK(DecodeCommandBatch(older).error().code() == StatusCode::kCorruption);
+    // The other move commands: a context (and the fence's epoch, a varint).
+    CommandBatch steps;
+    steps.commands.emplace_back(FenceContextCommand{replace.context, 300});
+    steps.commands.emplace_back(ImportContextCommand{replace.context});
+    steps.commands.emplace_back(DropContextCommand{replace.context});
+    CHECK(EncodeCommandBatch(steps) == Bytes("\x0e\x03"
+                                             "\x12\x01t\x01m\x00\x10\x00\xac\x02"
+                                             "\x13\x01t\x01m\x00\x10\x00"
+                                             "\x14\x01t\x01m\x00\x10\x00"
+                                             "\x00"));
   }
 
   TEST_CASE("CommandCodec: the placement commands use version 11") {

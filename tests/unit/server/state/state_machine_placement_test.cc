@@ -19,6 +19,8 @@
 namespace kvatlas::server {
 namespace {
 
+using testing::OpenStorage;
+
 const ContextKey kHere{"default", "m", "", 2, ""};   // held by the group
 const ContextKey kAway{"default", "m", "x", 2, ""};  // placed elsewhere
 const ContextKey kOther{"acme", "m", "", 2, ""};
@@ -49,25 +51,6 @@ CommandBatch StoreAt(const ContextKey& context, uint64_t key, const std::string&
   CommandBatch batch = testing::StoreBatch(context, kHolder, {key});
   batch.position = StreamPosition{stream, sequence, false};
   return batch;
-}
-
-std::string SnapshotBytes(StateMachine& machine) {
-  auto capture = machine.CaptureState();
-  REQUIRE(capture.has_value());
-  ChunkedBytes chunks(64);
-  REQUIRE((*capture)->SerializeInto(&chunks).ok());
-  std::string snapshot;
-  for (const ChunkedBytes::Chunk& chunk : chunks.chunks()) snapshot.append(chunk.data, chunk.size);
-  return snapshot;
-}
-
-std::unique_ptr<Storage> OpenStorage(const std::string& path) {
-  StorageOptions options;
-  options.path = path;
-  options.sync_writes = false;
-  auto storage = Storage::Open(options);
-  REQUIRE(storage.has_value());
-  return std::move(*storage);
 }
 
 uint64_t Entries(const StateMachine& machine) {
@@ -345,7 +328,7 @@ TEST_SUITE("StateMachine placement") {
       CHECK(expected.epoch() == 3);
       CheckDigest(machine);
       digest = machine.ReplicaDigest();
-      snapshot = SnapshotBytes(machine);
+      snapshot = testing::SnapshotBytes(machine, 64);
     }
     const auto check = [&](const StateMachine& machine) {
       CHECK(*machine.directory() == expected);
@@ -408,7 +391,7 @@ TEST_SUITE("StateMachine placement") {
       CHECK(machine.ReplicaDigest() != before);
       CheckDigest(machine);
       digest = machine.ReplicaDigest();
-      snapshot = SnapshotBytes(machine);
+      snapshot = testing::SnapshotBytes(machine, 64);
     }
     // Reopened, and restored from the snapshot into an empty data directory.
     for (const bool restored : {false, true}) {

@@ -21,6 +21,9 @@
 namespace kvatlas::server {
 namespace {
 
+using testing::OpenStorage;
+using testing::SnapshotBytes;
+
 const ContextKey kContext{"default", "m", "", 2, ""};
 
 CommandBatch Register(const Registration& r) {
@@ -48,28 +51,6 @@ CommandBatch StreamStore(const std::string& instance, uint64_t key,
 Result<Revision> ApplyOne(StateMachine& machine, const CommandBatch& batch) {
   const CommandBatch* one[] = {&batch};
   return machine.Apply(one);
-}
-
-// The machine's state serialised as a raft snapshot, in chunks of `chunk_bytes` (records
-// straddle chunks when they are small).
-std::string SnapshotBytes(StateMachine& machine, size_t chunk_bytes) {
-  auto capture = machine.CaptureState();
-  REQUIRE(capture.has_value());
-  ChunkedBytes chunks(chunk_bytes);
-  REQUIRE((*capture)->SerializeInto(&chunks).ok());
-  std::string snapshot;
-  for (const ChunkedBytes::Chunk& chunk : chunks.chunks()) snapshot.append(chunk.data, chunk.size);
-  return snapshot;
-}
-
-// A RocksDB storage at `path`, without fsyncs.
-std::unique_ptr<Storage> OpenStorage(const std::string& path) {
-  StorageOptions options;
-  options.path = path;
-  options.sync_writes = false;
-  auto storage = Storage::Open(options);
-  REQUIRE(storage.has_value());
-  return std::move(*storage);
 }
 
 uint64_t Entries(const StateMachine& machine) {

@@ -261,18 +261,31 @@ TEST_SUITE("key_codec") {
     std::string key;
     AppendDisownedKey(context, &key);
     CHECK(key == Bytes("D\x01t\x01m\x00\x10\x00"));
-    CHECK(DecodeDisownedRecordKey(key).value() == context);
+    CHECK(DecodeContextRecordKey(key, RecordType::kDisowned).value() == context);
     CHECK(DescribeKey(key) == "D/" + context.ToString());
-    CHECK(DecodeDisownedRecordKey(key + "x").error().code() == StatusCode::kCorruption);
-    CHECK(DecodeDisownedRecordKey(key.substr(0, key.size() - 1)).error().code() ==
+    CHECK(DecodeContextRecordKey(key + "x", RecordType::kDisowned).error().code() ==
           StatusCode::kCorruption);
-    CHECK(DecodeDisownedRecordKey("P" + key.substr(1)).error().code() == StatusCode::kCorruption);
+    CHECK(DecodeContextRecordKey(key.substr(0, key.size() - 1), RecordType::kDisowned)
+              .error()
+              .code() == StatusCode::kCorruption);
+    CHECK(DecodeContextRecordKey("P" + key.substr(1), RecordType::kDisowned).error().code() ==
+          StatusCode::kCorruption);
     std::string v;
     AppendDisownedValue(DisownedContext{0x0102, 7}, &v);
     CHECK(v == Bytes("\x02\x01\x00\x00\x00\x00\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00"));
     CHECK(DecodeDisownedValue(key, v).value() == DisownedContext{0x0102, 7});
     CHECK(DecodeDisownedValue(key, v + "x").error().code() == StatusCode::kCorruption);
     CHECK(DecodeDisownedValue(key, v.substr(0, 15)).error().code() == StatusCode::kCorruption);
+    // An importing context's record: the same key after its own byte, le64 revision.
+    std::string importing;
+    AppendImportingKey(context, &importing);
+    CHECK(importing == "I" + key.substr(1));
+    CHECK(DecodeContextRecordKey(importing, RecordType::kImporting).value() == context);
+    CHECK(DescribeKey(importing) == "I/" + context.ToString());
+    CHECK(DecodeContextRecordKey(importing, RecordType::kDisowned).error().code() ==
+          StatusCode::kCorruption);
+    CHECK(DecodeImportingValue(importing, v.substr(0, 8)).value() == 0x0102);
+    CHECK(DecodeImportingValue(importing, v).error().code() == StatusCode::kCorruption);
   }
 
   TEST_CASE("KeyCodec: a placed stream's position key keeps any byte") {
